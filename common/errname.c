@@ -1,0 +1,49 @@
+#include "errname.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+const char *errno_name(int err)
+{
+	switch (abs(err)) {
+#define X(e)                                                                  \
+	case e:                                                               \
+		return #e;
+		X(EPERM)
+		X(ENOENT)
+		X(EIO)
+		X(ENOEXEC)
+		X(EAGAIN)
+		X(ENOMEM)
+		X(EACCES)
+		X(EEXIST)
+		X(ENOTDIR)
+		X(EISDIR)
+		X(EINVAL)
+		X(ENOSPC)
+		X(EROFS)
+		X(ENAMETOOLONG)
+		X(ENOSYS)
+		X(ENOTEMPTY)
+		X(ELOOP)
+		X(ENODATA)
+		X(ETIMEDOUT)
+		X(EBADMSG)
+		X(EOVERFLOW)
+		X(EPROTO)
+		X(ENOTSUP)
+		X(ECONNREFUSED)
+		X(EHOSTUNREACH)
+		X(ECANCELED)
+		X(EINTR)
+		X(EBUSY)
+		X(EFBIG)
+		X(ERANGE)
+		X(E2BIG)
+#undef X
+	case 0:
+		return "OK";
+	default:
+		return "EUNKNOWN";
+	}
+}

@@ -1,0 +1,64 @@
+/* Small helpers shared by every layer: cleanup attributes, ownership
+ * transfer and array sizes.  Nothing here knows about FUSE, HTTP or the
+ * cache. */
+#pragma once
+
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define _cleanup_(f) __attribute__((cleanup(f)))
+#define _unused_ __attribute__((unused))
+#define _likely_(x) __builtin_expect(!!(x), 1)
+#define _unlikely_(x) __builtin_expect(!!(x), 0)
+
+static inline void freep(void *p)
+{
+	free(*(void **)p);
+}
+
+static inline void closep(int *fd)
+{
+	if (*fd >= 0) {
+		int saved = errno;
+		close(*fd);
+		errno = saved;
+	}
+}
+
+#define _cleanup_free_ _cleanup_(freep)
+#define _cleanup_close_ _cleanup_(closep)
+
+/* Defines `funcp(type **p)` that calls `func(*p)` when *p is set, for use
+ * with _cleanup_(). */
+#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func)                               \
+	static inline void func##p(type *p)                                   \
+	{                                                                     \
+		if (*p)                                                       \
+			func(*p);                                             \
+	}
+
+#define TAKE_PTR(p)                                                           \
+	({                                                                    \
+		__typeof__(p) _ptr_ = (p);                                    \
+		(p) = NULL;                                                   \
+		_ptr_;                                                        \
+	})
+
+#define TAKE_FD(fd)                                                           \
+	({                                                                    \
+		int _fd_ = (fd);                                              \
+		(fd) = -1;                                                    \
+		_fd_;                                                         \
+	})
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* -errno of the last libc failure; never 0 so callers can return it. */
+static inline int negative_errno(void)
+{
+	return errno > 0 ? -errno : -EIO;
+}

@@ -1,0 +1,71 @@
+/* The merged root filesystem of one image: layer indexes applied in order
+ * with overlay semantics (whiteouts remove, opaque directories hide what is
+ * below, later entries replace earlier ones, hardlinks share one inode),
+ * then frozen into an immutable tree with sorted children for lookups by
+ * binary search.  Built once per image; afterwards read by any number of
+ * threads without locks. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "layer.h"
+
+struct tree;
+
+struct tree_xattr {
+	const char *name;
+	const void *value;
+	uint32_t size;
+};
+
+struct tinode {
+	uint32_t mode; /* full st_mode: S_IFMT type and 07777 */
+	uint32_t uid, gid;
+	uint32_t nlink;
+	int64_t mtime_sec;
+	uint32_t mtime_nsec;
+	uint16_t layer; /* regular files: which layer's pack holds the data */
+	uint64_t size;
+	uint64_t data_off; /* regular files: offset in that pack */
+	uint64_t rdev;
+	const char *link; /* symlinks: target, verbatim */
+	const struct tree_xattr *xattrs;
+	uint32_t n_xattrs;
+	/* directories */
+	const struct tinode *parent; /* the root is its own parent */
+	uint32_t n_children;
+	const char *const *child_names;	      /* sorted by strcmp */
+	const struct tinode *const *children; /* same order */
+	const struct tree *tree;
+};
+
+/* Applies layers[0..n) (base first) and freezes the result.  Returns 0
+ * with a tree owned by the caller, -EBADMSG (reason in errbuf) when a
+ * hardlink names a path that does not exist at that point or is a
+ * directory, -ENOMEM.  The tree copies what it needs: the layer indexes
+ * may be freed afterwards. */
+int tree_build(const struct layer_index *const *layers, size_t n,
+	       struct tree **ret, char *errbuf, size_t errlen);
+void tree_free(struct tree *t);
+
+const struct tinode *tree_root(const struct tree *t);
+/* Number of inodes (hardlinked names count once) and sum of regular file
+ * sizes, for reports. */
+uint64_t tree_inode_count(const struct tree *t);
+uint64_t tree_content_bytes(const struct tree *t);
+
+/* Child of directory dir called name, or NULL.  Binary search. */
+const struct tinode *tinode_lookup(const struct tinode *dir, const char *name);
+
+/* Resolves a relative path ("usr/bin/env") without following symlinks;
+ * NULL when absent.  For tests and tools. */
+const struct tinode *tree_resolve(const struct tree *t, const char *path);
+
+/* Fills st from the inode (st_ino, st_dev left 0, st_blocks from size). */
+void tinode_fill_stat(const struct tinode *ino, struct stat *st);
+
+/* Extended attribute `name` of the inode, or NULL. */
+const struct tree_xattr *tinode_getxattr(const struct tinode *ino,
+					 const char *name);

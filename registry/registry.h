@@ -1,0 +1,74 @@
+/* The registry client: Docker Registry HTTP API v2 / OCI distribution over
+ * libcurl.  Fetches manifests into capped buffers and streams blobs to a
+ * caller-supplied sink while hashing them; a blob is reported good only
+ * when its digest and size match the descriptor.  HTTP statuses and curl
+ * errors become negative errno values here and nowhere else. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* What a human needs beyond the errno: one line, never a credential. */
+struct registry_error {
+	int http_status; /* 0 when no response arrived */
+	char message[512];
+};
+
+struct registry_options {
+	/* Hosts ("127.0.0.1:5000", "localhost:5000") spoken to over plain
+	 * HTTP; every other registry is HTTPS, verified against the system
+	 * CAs. */
+	const char *const *insecure_hosts;
+	size_t n_insecure_hosts;
+	long connect_timeout_ms;  /* 0: 10 s */
+	long low_speed_time_s;	  /* abort a transfer slower than 1 KiB/s for this long; 0: 30 s */
+	const char *user_agent;	  /* NULL: "pullfs/<version>" */
+};
+
+struct registry;
+
+/* Creates a client.  Thread-safe after creation: calls may run from many
+ * threads at once and share connections.  Returns 0 or -ENOMEM. */
+int registry_new(const struct registry_options *opts, struct registry **ret);
+void registry_free(struct registry *r);
+
+struct registry_manifest {
+	char *media_type; /* Content-Type sent by the registry, may be NULL */
+	char *digest;	  /* sha256 of body, computed locally */
+	char *body;	  /* NUL-terminated for convenience; len excludes it */
+	size_t len;
+};
+void registry_manifest_free(struct registry_manifest *m);
+
+/* GET /v2/<repo>/manifests/<tag_or_digest> on domain (a reference domain,
+ * "docker.io" is mapped to its API host).  The body is capped at
+ * MANIFEST_MAX_BYTES; when tag_or_digest is a digest the body must hash to
+ * it.  Blocks.  Returns 0 and a manifest owned by the caller, or:
+ * -ENOENT (404), -EACCES (401/403), -EHOSTUNREACH (connect/DNS failure,
+ * 502/503/504), -ETIMEDOUT, -EBADMSG (digest mismatch, over the cap),
+ * -EIO (anything else); err (may be NULL) says why in words. */
+int registry_get_manifest(struct registry *r, const char *domain,
+			  const char *repo, const char *tag_or_digest,
+			  struct registry_manifest **ret,
+			  struct registry_error *err);
+
+/* HEAD of the same URL: the digest the registry reports for the tag
+ * (Docker-Content-Digest), into ret_digest (caller frees).  Same errors. */
+int registry_head_manifest(struct registry *r, const char *domain,
+			   const char *repo, const char *tag_or_digest,
+			   char **ret_digest, struct registry_error *err);
+
+/* Called with each chunk of blob data in order; returns 0 or -errno to
+ * abort the transfer with that error. */
+typedef int (*registry_sink_fn)(void *userdata, const void *buf, size_t len);
+
+/* GET /v2/<repo>/blobs/<digest>, following redirects, feeding every byte
+ * to sink.  The data is hashed as it streams; more than `size` bytes, a
+ * short body or a different digest gives -EBADMSG after the sink has seen
+ * the data, so the sink must treat everything as unverified until this
+ * returns 0.  Blocks.  Errors as registry_get_manifest, plus whatever the
+ * sink returned. */
+int registry_get_blob(struct registry *r, const char *domain,
+		      const char *repo, const char *digest, uint64_t size,
+		      registry_sink_fn sink, void *userdata,
+		      struct registry_error *err);
