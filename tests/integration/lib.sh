@@ -1,0 +1,428 @@
+# Common code of the pullfs integration tests; each test sources it first.
+#
+# A test gets a private work directory ($WORK), an EXIT trap that always
+# unmounts what the test mounted, stops what it started (by PID, never by
+# name) and removes $WORK, and helpers to run a registry and the daemon.
+# Exit status 77 means "skipped" to meson.
+#
+# Environment: PULLFS (the daemon binary), TESTS_SRCDIR (tests/ in the
+# source tree).  PULLFS_TEST_KEEP=1 keeps $WORK for a post-mortem.
+
+set -euo pipefail
+
+TEST_NAME=$(basename "$0" .sh)
+TESTS_SRCDIR=${TESTS_SRCDIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+INTEGRATION_DIR=$TESTS_SRCDIR/integration
+TREECMP=$INTEGRATION_DIR/treecmp.py
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/pullfs-$TEST_NAME.XXXXXX")
+MNT=$WORK/mnt
+CACHE=$WORK/cache
+EVENTS=$WORK/events.log
+PULLFS_LOG=$WORK/pullfs.log
+mkdir -p "$MNT"
+
+PULLFS_PID=
+REGISTRY_PID=
+REGISTRY_PORT=
+REGISTRY=
+REGISTRY_STORAGE=
+REGISTRY_LOG=
+_STARTED_PIDS=()
+_EXTRA_MOUNTS=()
+
+log() { printf '%s: %s\n' "$TEST_NAME" "$*" >&2; }
+
+fail() {
+    log "FAIL: $*"
+    exit 1
+}
+
+skip() {
+    log "SKIP: $*"
+    exit 77
+}
+
+need_root() {
+    [ "$(id -u)" = 0 ] || skip "needs root"
+}
+
+need_cmd() {
+    local c
+    for c in "$@"; do
+        command -v "$c" >/dev/null 2>&1 || skip "needs '$c' in PATH"
+    done
+}
+
+need_fuse() {
+    need_root
+    need_cmd fusermount3
+    [ -c /dev/fuse ] || skip "no /dev/fuse"
+    [ -n "${PULLFS:-}" ] || fail "PULLFS is not set (path of the pullfs binary)"
+    [ -x "$PULLFS" ] || fail "PULLFS=$PULLFS is not executable"
+}
+
+# is_mounted DIR: true while something is mounted exactly on DIR.
+is_mounted() {
+    local dir
+    dir=$(realpath -m "$1")
+    # Field 5 of mountinfo is the mount point, with octal escapes for
+    # blanks; $WORK never contains any.
+    awk -v d="$dir" '$5 == d { found = 1 } END { exit !found }' /proc/self/mountinfo
+}
+
+# _unmount DIR: best effort, for the trap.
+_unmount() {
+    is_mounted "$1" || return 0
+    fusermount3 -u "$1" 2>/dev/null || umount "$1" 2>/dev/null || umount -l "$1" 2>/dev/null || true
+}
+
+# _stop_pid PID: SIGTERM, then SIGKILL if it lingers; reaps our children.
+_stop_pid() {
+    local pid=$1 i
+    kill -0 "$pid" 2>/dev/null || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do
+        _pid_gone "$pid" && break
+        sleep 0.05
+    done
+    _pid_gone "$pid" || kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
+# _pid_gone PID: true once the process has exited (a zombie counts as gone).
+_pid_gone() {
+    local state
+    [ -r "/proc/$1/stat" ] || return 0
+    state=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) || return 0
+    [ -z "$state" ] || [ "$state" = Z ] || [ "$state" = X ]
+}
+
+_cleanup() {
+    local rc=$? m pid
+    set +e
+    trap - EXIT INT TERM
+    if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then
+        _dump_logs
+    fi
+    for ((m = ${#_EXTRA_MOUNTS[@]} - 1; m >= 0; m--)); do
+        _unmount "${_EXTRA_MOUNTS[m]}"
+    done
+    _unmount "$MNT"
+    [ -n "$PULLFS_PID" ] && _stop_pid "$PULLFS_PID"
+    [ -n "$REGISTRY_PID" ] && _stop_pid "$REGISTRY_PID"
+    for pid in "${_STARTED_PIDS[@]}"; do
+        _stop_pid "$pid"
+    done
+    if awk -v w="$WORK/" 'index($5 "/", w) == 1 { found = 1 } END { exit !found }' /proc/self/mountinfo; then
+        log "something is still mounted under $WORK; leaving it in place"
+    elif [ "${PULLFS_TEST_KEEP:-0}" = 1 ]; then
+        log "work directory kept: $WORK"
+    else
+        rm -rf "$WORK"
+    fi
+    exit "$rc"
+}
+trap _cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+_dump_logs() {
+    local f
+    for f in "$PULLFS_LOG" "$EVENTS"; do
+        if [ -s "$f" ]; then
+            log "---- last lines of $f ----"
+            tail -n 40 "$f" >&2
+        fi
+    done
+    if [ -n "$REGISTRY_LOG" ] && [ -s "$REGISTRY_LOG" ]; then
+        log "---- last lines of the registry log ----"
+        tail -n 15 "$REGISTRY_LOG" >&2
+    fi
+}
+
+# track_pid PID: have the trap stop PID.
+track_pid() { _STARTED_PIDS+=("$1"); }
+
+# track_mount DIR: have the trap unmount DIR (before $MNT).
+track_mount() { _EXTRA_MOUNTS+=("$1"); }
+
+# wait_for SECONDS COMMAND...: poll until COMMAND succeeds; false on timeout.
+wait_for() {
+    local deadline=$((SECONDS + $1))
+    shift
+    until "$@"; do
+        [ "$SECONDS" -lt "$deadline" ] || return 1
+        sleep 0.05
+    done
+}
+
+free_port() {
+    python3 -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
+}
+
+# ---------------------------------------------------------------- registry
+
+# start_registry: Debian's docker-registry on a free loopback port with a
+# private storage directory.  Sets REGISTRY_PORT, REGISTRY (host:port),
+# REGISTRY_STORAGE, REGISTRY_LOG (its stderr: one access-log line per
+# request) and REGISTRY_PID.
+start_registry() {
+    need_cmd docker-registry curl
+    local attempt config
+    REGISTRY_STORAGE=${REGISTRY_STORAGE:-$WORK/registry}
+    mkdir -p "$REGISTRY_STORAGE"
+    for attempt in 1 2 3; do
+        REGISTRY_PORT=${REGISTRY_PORT:-$(free_port)}
+        REGISTRY=127.0.0.1:$REGISTRY_PORT
+        REGISTRY_LOG=$WORK/registry.log
+        config=$WORK/registry.yml
+        cat >"$config" <<EOF
+version: 0.1
+log:
+  level: warn
+  formatter: text
+  accesslog:
+    disabled: false
+storage:
+  filesystem:
+    rootdirectory: $REGISTRY_STORAGE
+  delete:
+    enabled: true
+http:
+  addr: $REGISTRY
+EOF
+        docker-registry serve "$config" >>"$REGISTRY_LOG" 2>&1 &
+        REGISTRY_PID=$!
+        if wait_for 20 _registry_up; then
+            return 0
+        fi
+        _stop_pid "$REGISTRY_PID"
+        REGISTRY_PID=
+        # Lost a race for the port?  Try another one.
+        REGISTRY_PORT=
+    done
+    tail -n 20 "$REGISTRY_LOG" >&2 || true
+    fail "docker-registry did not come up"
+}
+
+_registry_up() {
+    _pid_gone "$REGISTRY_PID" && return 1
+    curl -sf -o /dev/null "http://$REGISTRY/v2/"
+}
+
+# stop_registry: stop it (by PID); its storage stays for a later start.
+stop_registry() {
+    [ -n "$REGISTRY_PID" ] || fail "stop_registry: no registry running"
+    _stop_pid "$REGISTRY_PID"
+    REGISTRY_PID=
+    ! curl -sf -o /dev/null --max-time 2 "http://$REGISTRY/v2/" || fail "registry still answers after stop"
+}
+
+# registry_requests [ERE]: number of requests the registry logged so far
+# whose request line matches ERE (default: any /v2/ request).
+registry_requests() {
+    local re=${1:-'/v2/'}
+    grep -cE "\"(GET|HEAD|POST|PUT|PATCH|DELETE) [^\"]*$re" "$REGISTRY_LOG" || true
+}
+
+# manifest_digest REPO:TAG: digest of the manifest (or index) the registry
+# serves for it.
+manifest_digest() {
+    local repo=${1%:*} tag=${1##*:}
+    curl -sfI \
+        -H 'Accept: application/vnd.oci.image.index.v1+json' \
+        -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+        -H 'Accept: application/vnd.docker.distribution.manifest.list.v2+json' \
+        -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
+        "http://$REGISTRY/v2/$repo/manifests/$tag" |
+        tr -d '\r' | awk -F': ' 'tolower($1) == "docker-content-digest" { print $2 }'
+}
+
+# registry_manifest REPO:TAG|REPO@DIGEST: the raw manifest JSON.
+registry_manifest() {
+    local ref=$1 repo ver
+    if [[ $ref == *@* ]]; then repo=${ref%@*} ver=${ref#*@}; else repo=${ref%:*} ver=${ref##*:}; fi
+    curl -sf \
+        -H 'Accept: application/vnd.oci.image.index.v1+json' \
+        -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+        -H 'Accept: application/vnd.docker.distribution.manifest.list.v2+json' \
+        -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
+        "http://$REGISTRY/v2/$repo/manifests/$ver"
+}
+
+# blob_path DIGEST: where the registry stores that blob.
+blob_path() {
+    local hex=${1#sha256:}
+    echo "$REGISTRY_STORAGE/docker/registry/v2/blobs/sha256/${hex:0:2}/$hex/data"
+}
+
+# ------------------------------------------------------------------ pullfs
+
+# mount_pullfs [ARGS...]: start the daemon in the foreground (in the
+# background of this shell) on $MNT with the test's cache and events log,
+# the registry marked insecure, and wait until the mount is there.
+mount_pullfs() {
+    need_fuse
+    [ -z "$PULLFS_PID" ] || fail "mount_pullfs: pullfs already running (pid $PULLFS_PID)"
+    local args=(-f --cache "$CACHE" --events-log "$EVENTS")
+    [ -z "$REGISTRY_PORT" ] || args+=(--insecure-registry "127.0.0.1:$REGISTRY_PORT")
+    echo "+ $PULLFS ${args[*]} $* $MNT" >>"$PULLFS_LOG"
+    "$PULLFS" "${args[@]}" "$@" "$MNT" >>"$PULLFS_LOG" 2>&1 &
+    PULLFS_PID=$!
+    if ! wait_for 20 _pullfs_mounted; then
+        if _pid_gone "$PULLFS_PID"; then
+            local rc=0
+            wait "$PULLFS_PID" || rc=$?
+            PULLFS_PID=
+            fail "pullfs exited with status $rc before mounting"
+        fi
+        fail "pullfs did not mount $MNT within 20 s"
+    fi
+}
+
+_pullfs_mounted() {
+    _pid_gone "$PULLFS_PID" && return 1
+    is_mounted "$MNT"
+}
+
+# unmount_pullfs: SIGTERM the daemon, which must unmount and exit 0.
+unmount_pullfs() {
+    [ -n "$PULLFS_PID" ] || fail "unmount_pullfs: pullfs is not running"
+    local rc=0 pid=$PULLFS_PID
+    kill -TERM "$pid"
+    wait_for 20 _pid_gone "$pid" || fail "pullfs did not exit within 20 s of SIGTERM"
+    wait "$pid" || rc=$?
+    PULLFS_PID=
+    [ "$rc" = 0 ] || fail "pullfs exited with status $rc after SIGTERM (expected 0)"
+    ! is_mounted "$MNT" || fail "$MNT is still mounted after pullfs exited"
+}
+
+# image_path REF: the path of an image in the mount (REF without host gets
+# the test registry's host:port).
+image_path() {
+    case $1 in
+    */*/* | *.*/* | *:*/* | localhost/*) echo "$MNT/images/$1" ;;
+    *) echo "$MNT/images/$REGISTRY/$1" ;;
+    esac
+}
+
+# ------------------------------------------------------------------ errno
+
+# errno_of PATH: the errno name with which stat (and listdir, for a
+# directory) of PATH fails, or OK.
+errno_of() {
+    python3 - "$1" <<'EOF'
+import errno, os, stat, sys
+p = sys.argv[1]
+try:
+    st = os.stat(p)
+    if stat.S_ISDIR(st.st_mode):
+        os.listdir(p)
+    print("OK")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e.errno)))
+EOF
+}
+
+# errno_of_op OP PATH [ARG]: the errno name with which one modifying system
+# call fails, or OK.  OP: create, write, truncate, mkdir, rmdir, unlink,
+# rename (to ARG), chmod, chown, utime, setxattr, removexattr, symlink,
+# link (new name ARG), mknod.
+errno_of_op() {
+    python3 - "$@" <<'EOF'
+import errno, os, sys
+op, p = sys.argv[1], sys.argv[2]
+arg = sys.argv[3] if len(sys.argv) > 3 else None
+ops = {
+    "create": lambda: os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)),
+    "write": lambda: os.close(os.open(p, os.O_WRONLY)),
+    "truncate": lambda: os.truncate(p, 0),
+    "mkdir": lambda: os.mkdir(p),
+    "rmdir": lambda: os.rmdir(p),
+    "unlink": lambda: os.unlink(p),
+    "rename": lambda: os.rename(p, arg),
+    "chmod": lambda: os.chmod(p, 0o600),
+    "chown": lambda: os.chown(p, 1, 1),
+    "utime": lambda: os.utime(p, (0, 0)),
+    "setxattr": lambda: os.setxattr(p, "user.pullfs-test", b"x"),
+    "removexattr": lambda: os.removexattr(p, "user.pullfs"),
+    "symlink": lambda: os.symlink("target", p),
+    "link": lambda: os.link(p, arg),
+    "mknod": lambda: os.mkfifo(p),
+}
+try:
+    ops[op]()
+    print("OK")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e.errno)))
+EOF
+}
+
+# --------------------------------------------------------------- asserts
+
+assert_eq() {
+    # assert_eq EXPECTED ACTUAL WHAT
+    [ "$1" = "$2" ] || fail "${3:-value}: expected '$1', got '$2'"
+}
+
+assert_errno() {
+    # assert_errno ERRNO PATH
+    local got
+    got=$(errno_of "$2")
+    [ "$got" = "$1" ] || fail "stat/listdir of $2: expected $1, got $got"
+}
+
+assert_op_errno() {
+    # assert_op_errno ERRNO OP PATH [ARG]
+    local want=$1 got
+    shift
+    got=$(errno_of_op "$@")
+    [ "$got" = "$want" ] || fail "$1 of $2: expected $want, got $got"
+}
+
+assert_contains() {
+    # assert_contains NEEDLE TEXT WHAT
+    [[ $2 == *"$1"* ]] || fail "${3:-text}: '$1' not found in: $2"
+}
+
+assert_not_contains() {
+    [[ $2 != *"$1"* ]] || fail "${3:-text}: '$1' unexpectedly found in: $2"
+}
+
+assert_tree_eq() {
+    # assert_tree_eq A B [treecmp options]: A and B are trees or snapshots.
+    local a=$1 b=$2
+    shift 2
+    python3 "$TREECMP" "$@" "$a" "$b" >&2 || fail "trees differ: $a vs $b"
+}
+
+# list_dir DIR: names in DIR, one per line, sorted (fails the test if DIR
+# cannot be listed).
+list_dir() {
+    python3 - "$1" <<'EOF' || fail "cannot list $1"
+import os, sys
+for n in sorted(os.listdir(sys.argv[1])):
+    print(n)
+EOF
+}
+
+# ---------------------------------------------------------------- events
+
+EVENTS_PY=$INTEGRATION_DIR/events.py
+
+# events ARGS...: run events.py on the test's events log.
+events() { python3 "$EVENTS_PY" "$EVENTS" "$@"; }
+
+# event_count REASON IMAGE
+event_count() { events count "$1" "$2"; }
+
+# wait_event REASON IMAGE: the event may be written just after the syscall
+# that caused it returns.
+wait_event() {
+    wait_for 10 _has_event "$1" "$2" || fail "no $1 event for $2 in $EVENTS"
+}
+_has_event() { [ -f "$EVENTS" ] && [ "$(event_count "$1" "$2")" -gt 0 ]; }
