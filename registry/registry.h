@@ -28,12 +28,14 @@ struct registry_options {
 struct registry;
 
 /* Creates a client.  Thread-safe after creation: calls may run from many
- * threads at once and share connections.  Returns 0 or -ENOMEM. */
+ * threads at once; DNS and TLS sessions are shared, and idle connections
+ * are kept (per pooled curl handle) for the next call.  registry_free()
+ * must not race with calls in flight.  Returns 0 or -ENOMEM. */
 int registry_new(const struct registry_options *opts, struct registry **ret);
 void registry_free(struct registry *r);
 
 struct registry_manifest {
-	char *media_type; /* Content-Type sent by the registry, may be NULL */
+	char *media_type; /* Content-Type as sent (parameters kept), may be NULL */
 	char *digest;	  /* sha256 of body, computed locally */
 	char *body;	  /* NUL-terminated for convenience; len excludes it */
 	size_t len;
@@ -46,14 +48,18 @@ void registry_manifest_free(struct registry_manifest *m);
  * it.  Blocks.  Returns 0 and a manifest owned by the caller, or:
  * -ENOENT (404), -EACCES (401/403), -EHOSTUNREACH (connect/DNS failure,
  * 502/503/504), -ETIMEDOUT, -EBADMSG (digest mismatch, over the cap),
- * -EIO (anything else); err (may be NULL) says why in words. */
+ * -EIO (anything else), -EINVAL (domain, repo or tag_or_digest outside
+ * the reference grammar), -ENOMEM; err (may be NULL) says why in words
+ * and is only meaningful after a failure. */
 int registry_get_manifest(struct registry *r, const char *domain,
 			  const char *repo, const char *tag_or_digest,
 			  struct registry_manifest **ret,
 			  struct registry_error *err);
 
 /* HEAD of the same URL: the digest the registry reports for the tag
- * (Docker-Content-Digest), into ret_digest (caller frees).  Same errors. */
+ * (Docker-Content-Digest), into ret_digest (caller frees).  When the
+ * header is missing or not a sha256 digest, falls back to a GET and hashes
+ * the body.  Same errors. */
 int registry_head_manifest(struct registry *r, const char *domain,
 			   const char *repo, const char *tag_or_digest,
 			   char **ret_digest, struct registry_error *err);
@@ -63,11 +69,13 @@ int registry_head_manifest(struct registry *r, const char *domain,
 typedef int (*registry_sink_fn)(void *userdata, const void *buf, size_t len);
 
 /* GET /v2/<repo>/blobs/<digest>, following redirects, feeding every byte
- * to sink.  The data is hashed as it streams; more than `size` bytes, a
- * short body or a different digest gives -EBADMSG after the sink has seen
- * the data, so the sink must treat everything as unverified until this
- * returns 0.  Blocks.  Errors as registry_get_manifest, plus whatever the
- * sink returned. */
+ * to sink.  The data is hashed as it streams; a Content-Length other than
+ * `size` is refused before the sink sees a byte, while more than `size`
+ * bytes, a body the server ends early or a different digest give -EBADMSG
+ * after the sink has seen data, so the sink must treat everything as
+ * unverified until this returns 0.  A connection that breaks mid-body is
+ * -EHOSTUNREACH (transient, worth a retry).  Blocks.  Errors as
+ * registry_get_manifest, plus whatever the sink returned, unchanged. */
 int registry_get_blob(struct registry *r, const char *domain,
 		      const char *repo, const char *digest, uint64_t size,
 		      registry_sink_fn sink, void *userdata,
