@@ -1,1 +1,933 @@
-/* placeholder, being written */
+/* FUSE low-level operations.
+ *
+ * Three kinds of node, told apart by the inode number alone so the hot
+ * path needs no table: FUSE_ROOT_ID; namespace nodes (images/ and the
+ * host / repository directories below it, plus docker.io short-form
+ * symlinks), whose ino is the address of a struct nsnode; and nodes inside
+ * an image, whose ino is the address of the immutable struct tinode with
+ * bit 1 set.  Every lookup the kernel holds on an image node holds a
+ * reference on its image, so an image lives exactly as long as the kernel
+ * can still ask about it. */
+#define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
+
+#include "fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "macro.h"
+#include "manager.h"
+#include "reference.h"
+
+#define INO_IMAGE_TAG 2u
+
+enum nskind {
+	NS_DIR,
+	NS_SYMLINK,
+};
+
+struct nsnode {
+	atomic_uint_fast64_t nlookup;
+	bool permanent;	 /* images/ itself: never freed */
+	enum nskind kind;
+	bool short_form; /* below a docker.io short name: closing names are symlinks */
+	unsigned depth;	 /* path components below images/ */
+	char *prefix;	 /* NS_DIR: canonical components so far, "" for images/ */
+	char *target;	 /* NS_SYMLINK */
+};
+
+struct fs {
+	struct manager *manager;
+	struct fs_options opts;
+	struct nsnode images; /* images/ */
+	struct timespec started;
+	struct fuse_session *session;
+};
+
+static struct fs *fs_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static bool ino_is_image(fuse_ino_t ino)
+{
+	return ino != FUSE_ROOT_ID && (ino & INO_IMAGE_TAG);
+}
+
+static const struct tinode *ino_tinode(fuse_ino_t ino)
+{
+	return (const struct tinode *)(uintptr_t)(ino & ~(fuse_ino_t)INO_IMAGE_TAG);
+}
+
+static fuse_ino_t tinode_ino(const struct tinode *t)
+{
+	return (fuse_ino_t)(uintptr_t)t | INO_IMAGE_TAG;
+}
+
+static struct nsnode *ino_nsnode(fuse_ino_t ino)
+{
+	return (struct nsnode *)(uintptr_t)ino;
+}
+
+/* The one place where a negative errno becomes a FUSE reply. */
+static void reply_err(fuse_req_t req, int r)
+{
+	fuse_reply_err(req, r < 0 ? -r : r);
+}
+
+/* ---- attributes ------------------------------------------------------ */
+
+static void ns_stat(struct fs *fs, fuse_ino_t ino, const struct nsnode *n,
+		    struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_uid = 0;
+	st->st_gid = 0;
+	st->st_mtim = st->st_ctim = st->st_atim = fs->started;
+	st->st_blksize = 4096;
+	if (n && n->kind == NS_SYMLINK) {
+		st->st_mode = S_IFLNK | 0777;
+		st->st_nlink = 1;
+		st->st_size = (off_t)strlen(n->target);
+	} else {
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = 2;
+		st->st_size = 4096;
+	}
+}
+
+static void image_stat(fuse_ino_t ino, const struct tinode *t, struct stat *st)
+{
+	tinode_fill_stat(t, st);
+	st->st_ino = ino;
+}
+
+/* ---- namespace nodes ------------------------------------------------- */
+
+static struct nsnode *nsnode_new(enum nskind kind, bool short_form,
+				 unsigned depth, char *prefix, char *target)
+{
+	struct nsnode *n = calloc(1, sizeof(*n));
+
+	if (!n) {
+		free(prefix);
+		free(target);
+		return NULL;
+	}
+	atomic_init(&n->nlookup, 1);
+	n->kind = kind;
+	n->short_form = short_form;
+	n->depth = depth;
+	n->prefix = prefix;
+	n->target = target;
+	return n;
+}
+
+static void nsnode_forget(struct nsnode *n, uint64_t count)
+{
+	if (n->permanent)
+		return;
+	if (atomic_fetch_sub(&n->nlookup, count) == count) {
+		free(n->prefix);
+		free(n->target);
+		free(n);
+	}
+}
+
+static char *join(const char *a, const char *b)
+{
+	char *s;
+
+	if (!*a)
+		return strdup(b);
+	if (asprintf(&s, "%s/%s", a, b) < 0)
+		return NULL;
+	return s;
+}
+
+/* A docker.io short name in path form: a symlink to the canonical path,
+ * so `images/alpine:3.19` and `images/docker.io/library/alpine:3.19` are
+ * one image, one pull, one set of inodes. */
+static int short_form_symlink(const struct nsnode *parent, const char *name,
+			      struct nsnode **ret)
+{
+	_cleanup_free_ char *full = NULL, *canonical = NULL;
+	struct reference *ref = NULL;
+	char *target;
+	size_t len;
+	int r;
+
+	full = join(parent->prefix, name);
+	if (!full)
+		return -ENOMEM;
+	r = reference_parse(full, 0, &ref);
+	if (r < 0)
+		return r;
+	canonical = reference_to_string(ref);
+	reference_free(ref);
+	if (!canonical)
+		return -ENOMEM;
+	len = 3 * parent->depth + strlen(canonical) + 1;
+	target = malloc(len);
+	if (!target)
+		return -ENOMEM;
+	target[0] = '\0';
+	for (unsigned i = 0; i < parent->depth; i++)
+		strcat(target, "../");
+	strcat(target, canonical);
+	*ret = nsnode_new(NS_SYMLINK, true, parent->depth + 1, NULL, target);
+	return *ret ? 0 : -ENOMEM;
+}
+
+static void caller_of(fuse_req_t req, struct caller *c)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	char path[64];
+	int fd;
+
+	memset(c, 0, sizeof(*c));
+	c->pid = ctx->pid;
+	c->uid = ctx->uid;
+	c->gid = ctx->gid;
+	snprintf(path, sizeof(path), "/proc/%ld/comm", (long)ctx->pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t n = read(fd, c->comm, sizeof(c->comm) - 1);
+		if (n > 0) {
+			c->comm[n] = '\0';
+			c->comm[strcspn(c->comm, "\n")] = '\0';
+		}
+		close(fd);
+	}
+}
+
+static void reply_image_root(fuse_req_t req, struct fs *fs, struct image *img)
+{
+	struct fuse_entry_param e = { 0 };
+	const struct tinode *root = image_root(img);
+
+	e.ino = tinode_ino(root);
+	e.generation = 1;
+	image_stat(e.ino, root, &e.attr);
+	e.attr_timeout = fs->opts.content_timeout;
+	e.entry_timeout = fs->opts.image_timeout;
+	/* The reference from ensure becomes the kernel's lookup reference. */
+	if (fuse_reply_entry(req, &e) != 0)
+		image_unref(img, 1);
+}
+
+static void reply_nsnode(fuse_req_t req, struct fs *fs, struct nsnode *n)
+{
+	struct fuse_entry_param e = { 0 };
+
+	e.ino = (fuse_ino_t)(uintptr_t)n;
+	e.generation = 1;
+	ns_stat(fs, e.ino, n, &e.attr);
+	e.attr_timeout = fs->opts.namespace_timeout;
+	e.entry_timeout = fs->opts.namespace_timeout;
+	if (fuse_reply_entry(req, &e) != 0)
+		nsnode_forget(n, 1);
+}
+
+static void ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
+		      const char *name)
+{
+	struct nsnode *n = NULL;
+	int r;
+
+	if (parent->kind != NS_DIR) {
+		reply_err(req, -ENOTDIR);
+		return;
+	}
+	/* Path form: a registry host opens the reference only in the first
+	 * position; elsewhere, and for names that are not hosts, the docker.io
+	 * short-name rules apply. */
+	if (parent->depth == 0 && (reference_component_is_host(name) ||
+				   manager_is_known_host(fs->manager, name))) {
+		char *prefix = strdup(name);
+		n = prefix ? nsnode_new(NS_DIR, false, 1, prefix, NULL) : NULL;
+		if (!n) {
+			reply_err(req, -ENOMEM);
+			return;
+		}
+		reply_nsnode(req, fs, n);
+		return;
+	}
+	if (reference_component_closes(name)) {
+		if (parent->depth == 0 || parent->short_form) {
+			r = short_form_symlink(parent, name, &n);
+			if (r < 0)
+				reply_err(req, r);
+			else
+				reply_nsnode(req, fs, n);
+			return;
+		}
+		_cleanup_free_ char *full = join(parent->prefix, name);
+		struct caller who;
+		struct image *img;
+		if (!full) {
+			reply_err(req, -ENOMEM);
+			return;
+		}
+		caller_of(req, &who);
+		r = manager_ensure(fs->manager, full, &who, &img);
+		if (r < 0)
+			reply_err(req, r);
+		else
+			reply_image_root(req, fs, img);
+		return;
+	}
+	if (!reference_path_component_is_valid(name)) {
+		reply_err(req, -EINVAL);
+		return;
+	}
+	bool short_form = parent->depth == 0 || parent->short_form;
+	char *prefix = parent->depth == 0 ? join(REFERENCE_DEFAULT_DOMAIN, name)
+					  : join(parent->prefix, name);
+	n = prefix ? nsnode_new(NS_DIR, short_form, parent->depth + 1, prefix, NULL)
+		   : NULL;
+	if (!n) {
+		reply_err(req, -ENOMEM);
+		return;
+	}
+	reply_nsnode(req, fs, n);
+}
+
+/* ---- operations ------------------------------------------------------ */
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	unsigned want = FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE |
+			FUSE_CAP_READDIRPLUS | FUSE_CAP_ASYNC_READ |
+			FUSE_CAP_PARALLEL_DIROPS | FUSE_CAP_CACHE_SYMLINKS;
+
+	conn->want |= conn->capable & want;
+	/* Image content never changes under an inode, so the kernel may
+	 * keep what it read across opens. */
+	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fs *fs = fs_of(req);
+
+	if (parent == FUSE_ROOT_ID) {
+		if (!strcmp(name, "images")) {
+			struct fuse_entry_param e = { 0 };
+			e.ino = (fuse_ino_t)(uintptr_t)&fs->images;
+			ns_stat(fs, e.ino, &fs->images, &e.attr);
+			e.attr_timeout = e.entry_timeout = fs->opts.content_timeout;
+			fuse_reply_entry(req, &e);
+			return;
+		}
+		reply_err(req, -ENOENT);
+		return;
+	}
+	if (!ino_is_image(parent)) {
+		ns_lookup(req, fs, ino_nsnode(parent), name);
+		return;
+	}
+
+	const struct tinode *dir = ino_tinode(parent), *t;
+	if (!S_ISDIR(dir->mode)) {
+		reply_err(req, -ENOTDIR);
+		return;
+	}
+	t = tinode_lookup(dir, name);
+	if (!t) {
+		/* Image content is immutable: absence can be cached too. */
+		struct fuse_entry_param e = { 0 };
+		e.entry_timeout = fs->opts.content_timeout;
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	struct fuse_entry_param e = { 0 };
+	struct image *img = image_of(t);
+	e.ino = tinode_ino(t);
+	e.generation = 1;
+	image_stat(e.ino, t, &e.attr);
+	e.attr_timeout = e.entry_timeout = fs->opts.content_timeout;
+	image_ref(img, 1);
+	if (fuse_reply_entry(req, &e) != 0)
+		image_unref(img, 1);
+}
+
+static void forget_one(fuse_ino_t ino, uint64_t nlookup)
+{
+	if (ino == FUSE_ROOT_ID)
+		return;
+	if (ino_is_image(ino))
+		image_unref(image_of(ino_tinode(ino)), nlookup);
+	else
+		nsnode_forget(ino_nsnode(ino), nlookup);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	forget_one(ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count,
+			    struct fuse_forget_data *forgets)
+{
+	for (size_t i = 0; i < count; i++)
+		forget_one(forgets[i].ino, forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct stat st;
+
+	if (ino == FUSE_ROOT_ID) {
+		ns_stat(fs, ino, NULL, &st);
+		fuse_reply_attr(req, &st, fs->opts.namespace_timeout);
+	} else if (ino_is_image(ino)) {
+		image_stat(ino, ino_tinode(ino), &st);
+		fuse_reply_attr(req, &st, fs->opts.content_timeout);
+	} else {
+		ns_stat(fs, ino, ino_nsnode(ino), &st);
+		fuse_reply_attr(req, &st, fs->opts.namespace_timeout);
+	}
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	if (ino == FUSE_ROOT_ID) {
+		reply_err(req, -EINVAL);
+	} else if (ino_is_image(ino)) {
+		const struct tinode *t = ino_tinode(ino);
+		if (S_ISLNK(t->mode) && t->link)
+			fuse_reply_readlink(req, t->link);
+		else
+			reply_err(req, -EINVAL);
+	} else {
+		struct nsnode *n = ino_nsnode(ino);
+		if (n->kind == NS_SYMLINK)
+			fuse_reply_readlink(req, n->target);
+		else
+			reply_err(req, -EINVAL);
+	}
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	if ((fi->flags & O_ACCMODE) != O_RDONLY ||
+	    (fi->flags & (O_TRUNC | O_APPEND | O_CREAT))) {
+		reply_err(req, -EROFS);
+		return;
+	}
+	if (!ino_is_image(ino)) {
+		reply_err(req, -EISDIR);
+		return;
+	}
+	const struct tinode *t = ino_tinode(ino);
+	if (S_ISDIR(t->mode)) {
+		reply_err(req, -EISDIR);
+		return;
+	}
+	if (!S_ISREG(t->mode)) {
+		reply_err(req, -ENXIO);
+		return;
+	}
+	fi->keep_cache = 1;
+	fi->noflush = 1;
+	fuse_reply_open(req, fi);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	const struct tinode *t;
+	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(0);
+	int fd;
+
+	if (!ino_is_image(ino)) {
+		reply_err(req, -EISDIR);
+		return;
+	}
+	t = ino_tinode(ino);
+	if (off < 0 || (uint64_t)off >= t->size) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	if (size > t->size - (uint64_t)off)
+		size = (size_t)(t->size - (uint64_t)off);
+	fd = image_pack_fd(image_of(t), t->layer);
+	if (fd < 0) {
+		reply_err(req, -EIO);
+		return;
+	}
+	buf.buf[0].size = size;
+	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	buf.buf[0].fd = fd;
+	buf.buf[0].pos = (off_t)(t->data_off + (uint64_t)off);
+	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+/* Directory listings of namespace directories are taken once, at opendir,
+ * so that offsets stay meaningful while the cache changes. */
+struct nslisting {
+	char **names;
+	bool *is_image;
+	size_t n, cap;
+};
+
+static int listing_add(void *userdata, const char *name, bool is_image)
+{
+	struct nslisting *l = userdata;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		char **names = realloc(l->names, cap * sizeof(*names));
+		if (!names)
+			return -ENOMEM;
+		l->names = names;
+		bool *im = realloc(l->is_image, cap * sizeof(*im));
+		if (!im)
+			return -ENOMEM;
+		l->is_image = im;
+		l->cap = cap;
+	}
+	l->names[l->n] = strdup(name);
+	if (!l->names[l->n])
+		return -ENOMEM;
+	l->is_image[l->n++] = is_image;
+	return 0;
+}
+
+static void listing_free(struct nslisting *l)
+{
+	if (!l)
+		return;
+	for (size_t i = 0; i < l->n; i++)
+		free(l->names[i]);
+	free(l->names);
+	free(l->is_image);
+	free(l);
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct nslisting *l;
+	int r;
+
+	fi->fh = 0;
+	if (ino_is_image(ino)) {
+		if (!S_ISDIR(ino_tinode(ino)->mode)) {
+			reply_err(req, -ENOTDIR);
+			return;
+		}
+		fi->cache_readdir = 1;
+		fi->keep_cache = 1;
+		fuse_reply_open(req, fi);
+		return;
+	}
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		reply_err(req, -ENOMEM);
+		return;
+	}
+	if (ino == FUSE_ROOT_ID) {
+		r = listing_add(l, "images", false);
+	} else {
+		struct nsnode *n = ino_nsnode(ino);
+		if (n->kind != NS_DIR) {
+			listing_free(l);
+			reply_err(req, -ENOTDIR);
+			return;
+		}
+		/* Short-form directories list nothing: their content lives
+		 * under the canonical docker.io path. */
+		r = n->short_form ? 0 : manager_list(fs->manager, n->prefix, listing_add, l);
+	}
+	if (r < 0) {
+		listing_free(l);
+		reply_err(req, r);
+		return;
+	}
+	fi->fh = (uint64_t)(uintptr_t)l;
+	fuse_reply_open(req, fi);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
+			  struct fuse_file_info *fi)
+{
+	listing_free((struct nslisting *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+/* Synthetic inode numbers for namespace listings: the kernel does not
+ * instantiate those entries (no lookup count is taken), it only shows
+ * the number in d_ino. */
+static ino_t name_ino(const char *s)
+{
+	uint64_t h = 1469598103934665603ULL;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	return (ino_t)(h & ~(uint64_t)7) | 4;
+}
+
+static void ns_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
+		       size_t size, off_t off, struct nslisting *l, bool plus)
+{
+	_cleanup_free_ char *buf = calloc(1, size);
+	size_t used = 0;
+
+	if (!buf) {
+		reply_err(req, -ENOMEM);
+		return;
+	}
+	for (off_t i = off; i < (off_t)l->n + 2; i++) {
+		const char *name = i == 0 ? "." : i == 1 ? ".." : l->names[i - 2];
+		struct fuse_entry_param e = { 0 };
+		size_t n;
+
+		e.attr.st_mode = S_IFDIR | 0555;
+		e.attr.st_ino = i < 2 ? ino : name_ino(name);
+		if (plus)
+			n = fuse_add_direntry_plus(req, buf + used, size - used,
+						   name, &e, i + 1);
+		else
+			n = fuse_add_direntry(req, buf + used, size - used, name,
+					      &e.attr, i + 1);
+		if (n > size - used)
+			break;
+		used += n;
+	}
+	fuse_reply_buf(req, buf, used);
+}
+
+static void image_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
+			  size_t size, off_t off, bool plus)
+{
+	const struct tinode *dir = ino_tinode(ino);
+	struct image *img = image_of(dir);
+	_cleanup_free_ char *buf = calloc(1, size);
+	size_t used = 0;
+
+	if (!buf) {
+		reply_err(req, -ENOMEM);
+		return;
+	}
+	for (off_t i = off; i < (off_t)dir->n_children + 2; i++) {
+		struct fuse_entry_param e = { 0 };
+		const struct tinode *t;
+		const char *name;
+		size_t n;
+
+		if (i < 2) {
+			t = i == 0 ? dir : dir->parent;
+			name = i == 0 ? "." : "..";
+		} else {
+			t = dir->children[i - 2];
+			name = dir->child_names[i - 2];
+		}
+		e.ino = tinode_ino(t);
+		e.generation = 1;
+		image_stat(e.ino, t, &e.attr);
+		e.attr_timeout = e.entry_timeout = fs->opts.content_timeout;
+		if (plus) {
+			n = fuse_add_direntry_plus(req, buf + used, size - used,
+						   name, &e, i + 1);
+		} else {
+			n = fuse_add_direntry(req, buf + used, size - used, name,
+					      &e.attr, i + 1);
+		}
+		if (n > size - used)
+			break;
+		used += n;
+		/* The kernel takes a lookup reference for every entry of a
+		 * readdirplus reply except "." and "..". */
+		if (plus && i >= 2)
+			image_ref(img, 1);
+	}
+	fuse_reply_buf(req, buf, used);
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi, bool plus)
+{
+	struct fs *fs = fs_of(req);
+
+	if (ino_is_image(ino))
+		image_readdir(req, fs, ino, size, off, plus);
+	else
+		ns_readdir(req, fs, ino, size, off,
+			   (struct nslisting *)(uintptr_t)fi->fh, plus);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, false);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+			   off_t off, struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, true);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			size_t size)
+{
+	const struct tree_xattr *x;
+
+	if (!ino_is_image(ino)) {
+		reply_err(req, -ENODATA);
+		return;
+	}
+	x = tinode_getxattr(ino_tinode(ino), name);
+	if (!x)
+		reply_err(req, -ENODATA);
+	else if (size == 0)
+		fuse_reply_xattr(req, x->size);
+	else if (size < x->size)
+		reply_err(req, -ERANGE);
+	else
+		fuse_reply_buf(req, x->value, x->size);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	const struct tinode *t;
+	_cleanup_free_ char *buf = NULL;
+	size_t len = 0, pos = 0;
+
+	if (!ino_is_image(ino)) {
+		if (size == 0)
+			fuse_reply_xattr(req, 0);
+		else
+			fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	t = ino_tinode(ino);
+	for (uint32_t i = 0; i < t->n_xattrs; i++)
+		len += strlen(t->xattrs[i].name) + 1;
+	if (size == 0) {
+		fuse_reply_xattr(req, len);
+		return;
+	}
+	if (size < len) {
+		reply_err(req, -ERANGE);
+		return;
+	}
+	buf = malloc(len ? len : 1);
+	if (!buf) {
+		reply_err(req, -ENOMEM);
+		return;
+	}
+	for (uint32_t i = 0; i < t->n_xattrs; i++) {
+		size_t n = strlen(t->xattrs[i].name) + 1;
+		memcpy(buf + pos, t->xattrs[i].name, n);
+		pos += n;
+	}
+	fuse_reply_buf(req, buf, len);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct statvfs sv = { 0 };
+
+	sv.f_bsize = sv.f_frsize = 4096;
+	sv.f_namemax = NAME_MAX;
+	fuse_reply_statfs(req, &sv);
+}
+
+/* Every way of changing the tree.  The mount is read-only, so the kernel
+ * answers most of these itself; these cover the rest. */
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+		       int to_set, struct fuse_file_info *fi)
+{
+	reply_err(req, -EROFS);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode, dev_t rdev)
+{
+	reply_err(req, -EROFS);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode)
+{
+	reply_err(req, -EROFS);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	reply_err(req, -EROFS);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+		       const char *name)
+{
+	reply_err(req, -EROFS);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      fuse_ino_t newparent, const char *newname,
+		      unsigned int flags)
+{
+	reply_err(req, -EROFS);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+		    const char *newname)
+{
+	reply_err(req, -EROFS);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      mode_t mode, struct fuse_file_info *fi)
+{
+	reply_err(req, -EROFS);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			const char *value, size_t size, int flags)
+{
+	reply_err(req, -EROFS);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	reply_err(req, -EROFS);
+}
+
+static const struct fuse_lowlevel_ops fs_ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.readlink = op_readlink,
+	.open = op_open,
+	.read = op_read,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
+	.releasedir = op_releasedir,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.statfs = op_statfs,
+	.setattr = op_setattr,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_unlink,
+	.symlink = op_symlink,
+	.rename = op_rename,
+	.link = op_link,
+	.create = op_create,
+	.setxattr = op_setxattr,
+	.removexattr = op_removexattr,
+};
+
+int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
+{
+	struct fs *fs = calloc(1, sizeof(*fs));
+
+	if (!fs)
+		return -ENOMEM;
+	fs->manager = m;
+	fs->opts = *opts;
+	if (fs->opts.content_timeout <= 0)
+		fs->opts.content_timeout = 86400.0;
+	if (fs->opts.image_timeout <= 0)
+		fs->opts.image_timeout = 60.0;
+	if (fs->opts.namespace_timeout <= 0)
+		fs->opts.namespace_timeout = 1.0;
+	if (fs->opts.max_threads == 0)
+		fs->opts.max_threads = 32;
+	fs->images.permanent = true;
+	fs->images.kind = NS_DIR;
+	fs->images.prefix = (char *)"";
+	clock_gettime(CLOCK_REALTIME, &fs->started);
+	*ret = fs;
+	return 0;
+}
+
+void fs_free(struct fs *fs)
+{
+	free(fs);
+}
+
+static struct manager *hup_manager;
+
+static void on_sighup(int sig)
+{
+	manager_reopen_events(hup_manager);
+}
+
+int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
+	     bool foreground)
+{
+	struct fuse_loop_config *cfg = NULL;
+	struct sigaction sa = { 0 };
+	int r;
+
+	fs->session = fuse_session_new(args, &fs_ops, sizeof(fs_ops), fs);
+	if (!fs->session)
+		return -EINVAL;
+	if (fuse_set_signal_handlers(fs->session) != 0) {
+		r = -EIO;
+		goto out_destroy;
+	}
+	/* libfuse ends the session on SIGHUP; here it means "reopen the
+	 * events log", as logrotate expects of a daemon. */
+	hup_manager = fs->manager;
+	sa.sa_handler = on_sighup;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGHUP, &sa, NULL);
+
+	if (fuse_session_mount(fs->session, mountpoint) != 0) {
+		r = -EIO;
+		goto out_signals;
+	}
+	if (fuse_daemonize(foreground) != 0) {
+		r = -EIO;
+		goto out_unmount;
+	}
+	cfg = fuse_loop_cfg_create();
+	if (!cfg) {
+		r = -ENOMEM;
+		goto out_unmount;
+	}
+	fuse_loop_cfg_set_clone_fd(cfg, 0);
+	fuse_loop_cfg_set_max_threads(cfg, fs->opts.max_threads);
+	fuse_loop_cfg_set_idle_threads(cfg, 8);
+	r = fuse_session_loop_mt(fs->session, cfg);
+	/* A positive value is the signal that ended the loop: a clean stop. */
+	r = r > 0 ? 0 : r < 0 ? r : 0;
+	fuse_loop_cfg_destroy(cfg);
+out_unmount:
+	fuse_session_unmount(fs->session);
+out_signals:
+	fuse_remove_signal_handlers(fs->session);
+out_destroy:
+	fuse_session_destroy(fs->session);
+	fs->session = NULL;
+	return r;
+}

@@ -1,1 +1,429 @@
-/* placeholder, being written */
+/* pullfs: the daemon.  Parses the command line (and the optional config
+ * file, whose keys are the long options), then hands over to the manager
+ * and the filesystem. */
+#define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
+
+#include <errno.h>
+#include <fuse_lowlevel.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "fs.h"
+#include "macro.h"
+#include "manager.h"
+
+#define EXIT_USAGE 2
+
+struct settings {
+	bool foreground;
+	bool debug;
+	char *cache_dir;
+	char *events_log;
+	enum pull_policy pull_policy;
+	char **insecure;
+	size_t n_insecure;
+	char *platform;
+	unsigned max_downloads;
+	unsigned revalidate_s;
+	char *fuse_opts; /* comma-joined -o values */
+	char *mountpoint;
+};
+
+enum {
+	OPT_CACHE = 0x100,
+	OPT_EVENTS_LOG,
+	OPT_PULL_POLICY,
+	OPT_INSECURE,
+	OPT_CONFIG,
+	OPT_PLATFORM,
+	OPT_MAX_DOWNLOADS,
+	OPT_REVALIDATE,
+};
+
+static const struct option long_options[] = {
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ "foreground", no_argument, NULL, 'f' },
+	{ "debug", no_argument, NULL, 'd' },
+	{ "cache", required_argument, NULL, OPT_CACHE },
+	{ "events-log", required_argument, NULL, OPT_EVENTS_LOG },
+	{ "pull-policy", required_argument, NULL, OPT_PULL_POLICY },
+	{ "insecure-registry", required_argument, NULL, OPT_INSECURE },
+	{ "config", required_argument, NULL, OPT_CONFIG },
+	{ "platform", required_argument, NULL, OPT_PLATFORM },
+	{ "max-concurrent-downloads", required_argument, NULL, OPT_MAX_DOWNLOADS },
+	{ "revalidate-interval", required_argument, NULL, OPT_REVALIDATE },
+	{ NULL, 0, NULL, 0 },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: pullfs [OPTIONS] MOUNTPOINT\n"
+		"Mount a read-only filesystem where MOUNTPOINT/images/<reference>/ is the\n"
+		"root filesystem of any container image a registry serves, pulled on first\n"
+		"lookup into a local cache.\n"
+		"\n"
+		"Options:\n"
+		"  -f, --foreground             stay in the foreground\n"
+		"  -d, --debug                  print every FUSE request (implies -f)\n"
+		"      --cache DIR              cache directory (default /var/lib/pullfs for\n"
+		"                               root, else $XDG_CACHE_HOME/pullfs)\n"
+		"      --events-log FILE        events log, JSON Lines (default CACHE/events.log)\n"
+		"      --pull-policy POLICY     always, if-not-present or never for every image\n"
+		"                               (default: the kubelet rule, see README)\n"
+		"      --insecure-registry HOST[:PORT]\n"
+		"                               speak plain HTTP to this registry (repeatable)\n"
+		"      --config FILE            read options from FILE (\"key = value\" lines,\n"
+		"                               keys are the long options)\n"
+		"      --platform OS/ARCH[/VARIANT]\n"
+		"                               platform picked from multi-platform images\n"
+		"                               (default: this machine)\n"
+		"      --max-concurrent-downloads N\n"
+		"                               layers downloaded at once per pull (default 3)\n"
+		"      --revalidate-interval SECONDS\n"
+		"                               with pull policy Always, re-resolve a tag at\n"
+		"                               most this often (default %d)\n"
+		"  -o OPTIONS                   FUSE mount options (e.g. allow_other)\n"
+		"  -h, --help                   show this help\n"
+		"  -V, --version                show the version\n",
+		MANAGER_DEFAULT_REVALIDATE_S);
+}
+
+static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("pullfs: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs(" (see pullfs --help)\n", stderr);
+	exit(EXIT_USAGE);
+}
+
+static char *xstrdup(const char *s)
+{
+	char *d = strdup(s);
+
+	if (!d) {
+		fputs("pullfs: out of memory\n", stderr);
+		exit(1);
+	}
+	return d;
+}
+
+static unsigned parse_uint(const char *opt, const char *v, unsigned max)
+{
+	char *end;
+	unsigned long n;
+
+	errno = 0;
+	n = strtoul(v, &end, 10);
+	if (errno || end == v || *end || n > max || v[0] == '-')
+		usage_error("invalid value \"%s\" for %s", v, opt);
+	return (unsigned)n;
+}
+
+static void set_string(char **field, const char *v)
+{
+	free(*field);
+	*field = xstrdup(v);
+}
+
+static void apply_option(struct settings *s, int opt, const char *name,
+			 const char *v)
+{
+	switch (opt) {
+	case 'f':
+		s->foreground = true;
+		break;
+	case 'd':
+		s->debug = s->foreground = true;
+		break;
+	case OPT_CACHE:
+		set_string(&s->cache_dir, v);
+		break;
+	case OPT_EVENTS_LOG:
+		set_string(&s->events_log, v);
+		break;
+	case OPT_PULL_POLICY:
+		if (pull_policy_parse(v, &s->pull_policy) < 0)
+			usage_error("invalid pull policy \"%s\" (always, if-not-present, never)", v);
+		break;
+	case OPT_INSECURE: {
+		char **n = realloc(s->insecure, (s->n_insecure + 1) * sizeof(*n));
+		if (!n)
+			usage_error("out of memory");
+		s->insecure = n;
+		s->insecure[s->n_insecure++] = xstrdup(v);
+		break;
+	}
+	case OPT_PLATFORM:
+		set_string(&s->platform, v);
+		break;
+	case OPT_MAX_DOWNLOADS:
+		s->max_downloads = parse_uint(name, v, 16);
+		if (s->max_downloads == 0)
+			usage_error("%s must be at least 1", name);
+		break;
+	case OPT_REVALIDATE:
+		s->revalidate_s = parse_uint(name, v, 86400 * 365);
+		break;
+	case 'o':
+		if (!s->fuse_opts) {
+			s->fuse_opts = xstrdup(v);
+		} else {
+			char *j;
+			if (asprintf(&j, "%s,%s", s->fuse_opts, v) < 0)
+				usage_error("out of memory");
+			free(s->fuse_opts);
+			s->fuse_opts = j;
+		}
+		break;
+	default:
+		usage_error("unknown option \"%s\"", name);
+	}
+}
+
+static char *trim(char *s)
+{
+	char *e;
+
+	while (*s == ' ' || *s == '\t')
+		s++;
+	e = s + strlen(s);
+	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
+		*--e = '\0';
+	return s;
+}
+
+/* The config file: "key = value" per line, keys are long option names
+ * (without "--"), "#" starts a comment; options that take no value are
+ * written "foreground = true".  The command line wins over the file. */
+static void load_config(struct settings *s, const char *path)
+{
+	FILE *f = fopen(path, "re");
+	char line[4096];
+	unsigned lineno = 0;
+
+	if (!f)
+		usage_error("cannot read config file \"%s\": %s", path, strerror(errno));
+	while (fgets(line, sizeof(line), f)) {
+		char *key, *val, *eq;
+		const struct option *o;
+
+		lineno++;
+		key = trim(line);
+		if (!*key || *key == '#' || *key == '[')
+			continue;
+		eq = strchr(key, '=');
+		if (!eq)
+			usage_error("%s:%u: expected \"key = value\"", path, lineno);
+		*eq = '\0';
+		key = trim(key);
+		val = trim(eq + 1);
+		if (strlen(val) >= 2 && val[0] == '"' && val[strlen(val) - 1] == '"') {
+			val[strlen(val) - 1] = '\0';
+			val++;
+		}
+		for (o = long_options; o->name; o++)
+			if (!strcmp(o->name, key))
+				break;
+		if (!o->name || o->val == 'h' || o->val == 'V' || o->val == OPT_CONFIG)
+			usage_error("%s:%u: unknown key \"%s\"", path, lineno, key);
+		if (o->has_arg == no_argument) {
+			if (!strcmp(val, "true") || !strcmp(val, "yes") || !strcmp(val, "1"))
+				apply_option(s, o->val, o->name, NULL);
+			continue;
+		}
+		apply_option(s, o->val, o->name, val);
+	}
+	fclose(f);
+}
+
+static char *default_cache_dir(void)
+{
+	const char *xdg = getenv("XDG_CACHE_HOME");
+	const char *home = getenv("HOME");
+	char *p;
+
+	if (geteuid() == 0)
+		return xstrdup("/var/lib/pullfs");
+	if (xdg && *xdg == '/') {
+		if (asprintf(&p, "%s/pullfs", xdg) < 0)
+			return NULL;
+		return p;
+	}
+	if (!home || !*home)
+		usage_error("cannot find a cache directory: set --cache or HOME");
+	if (asprintf(&p, "%s/.cache/pullfs", home) < 0)
+		return NULL;
+	return p;
+}
+
+static void parse_command_line(struct settings *s, int argc, char **argv)
+{
+	const char *config = NULL;
+	int c;
+
+	/* First pass: only --config, so that the file is applied before the
+	 * command line overrides it. */
+	opterr = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+hVfdo:", long_options, NULL)) != -1)
+		if (c == OPT_CONFIG)
+			config = optarg;
+	if (config)
+		load_config(s, config);
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "hVfdo:", long_options, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			usage(stdout);
+			exit(0);
+		case 'V':
+			printf("pullfs %s\n", PULLFS_VERSION);
+			exit(0);
+		case OPT_CONFIG:
+			break;
+		case '?':
+			if (optopt)
+				usage_error("invalid option -- '%c'", optopt);
+			usage_error("unrecognized option \"%s\"", argv[optind - 1]);
+		case ':':
+			usage_error("option \"%s\" needs a value", argv[optind - 1]);
+		default: {
+			const char *name = "?";
+			for (const struct option *o = long_options; o->name; o++)
+				if (o->val == c)
+					name = o->name;
+			apply_option(s, c, name, optarg);
+		}
+		}
+	}
+	/* "pullfs MOUNTPOINT", or "pullfs SOURCE MOUNTPOINT" as mount(8)
+	 * helpers call it for fstab entries of type fuse.pullfs. */
+	if (argc - optind == 1)
+		s->mountpoint = xstrdup(argv[optind]);
+	else if (argc - optind == 2)
+		s->mountpoint = xstrdup(argv[optind + 1]);
+	else if (argc - optind == 0)
+		usage_error("missing MOUNTPOINT");
+	else
+		usage_error("too many arguments");
+}
+
+/* A daemon killed with -9 leaves its mount behind, answering ENOTCONN;
+ * clear it rather than fail on it. */
+static int check_mountpoint(const char *mp)
+{
+	struct stat st;
+
+	if (stat(mp, &st) == 0) {
+		if (!S_ISDIR(st.st_mode)) {
+			fprintf(stderr, "pullfs: mountpoint \"%s\" is not a directory\n", mp);
+			return -ENOTDIR;
+		}
+		return 0;
+	}
+	if (errno == ENOTCONN) {
+		if (umount2(mp, MNT_DETACH) == 0) {
+			fprintf(stderr,
+				"pullfs: \"%s\" was a stale mount of a pullfs that is gone; unmounted it\n",
+				mp);
+			return 0;
+		}
+		fprintf(stderr,
+			"pullfs: \"%s\" is a stale mount of a pullfs that is gone; run: fusermount3 -u %s\n",
+			mp, mp);
+		return -ENOTCONN;
+	}
+	fprintf(stderr, "pullfs: mountpoint \"%s\": %s\n", mp, strerror(errno));
+	return -errno;
+}
+
+int main(int argc, char **argv)
+{
+	struct settings s = { 0 };
+	struct manager_options mo = { 0 };
+	struct fs_options fo = { 0 };
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct manager *m = NULL;
+	struct fs *fs = NULL;
+	_cleanup_free_ char *opts = NULL;
+	char errbuf[512] = "";
+	int r;
+
+	parse_command_line(&s, argc, argv);
+	if (!s.cache_dir)
+		s.cache_dir = default_cache_dir();
+	if (!s.cache_dir) {
+		fputs("pullfs: out of memory\n", stderr);
+		return 1;
+	}
+	/* A reader that goes away mid-transfer must not kill the daemon. */
+	signal(SIGPIPE, SIG_IGN);
+
+	if (check_mountpoint(s.mountpoint) < 0)
+		return 1;
+
+	mo.cache_dir = s.cache_dir;
+	mo.events_log = s.events_log;
+	mo.pull_policy = s.pull_policy;
+	mo.insecure_hosts = (const char *const *)s.insecure;
+	mo.n_insecure_hosts = s.n_insecure;
+	mo.platform = s.platform;
+	mo.max_concurrent_downloads = s.max_downloads;
+	mo.revalidate_interval_s = s.revalidate_s;
+	r = manager_new(&mo, &m, errbuf, sizeof(errbuf));
+	if (r < 0) {
+		fprintf(stderr, "pullfs: %s\n", errbuf[0] ? errbuf : strerror(-r));
+		return 1;
+	}
+	r = fs_new(m, &fo, &fs);
+	if (r < 0) {
+		fprintf(stderr, "pullfs: %s\n", strerror(-r));
+		manager_free(m);
+		return 1;
+	}
+
+	/* "ro" comes last so that no -o can make the mount writable. */
+	if (asprintf(&opts, "fsname=pullfs,subtype=pullfs,default_permissions%s%s,ro",
+		     s.fuse_opts ? "," : "", s.fuse_opts ? s.fuse_opts : "") < 0) {
+		opts = NULL;
+		r = -ENOMEM;
+		goto out;
+	}
+	if (fuse_opt_add_arg(&args, argv[0]) != 0 ||
+	    fuse_opt_add_arg(&args, "-o") != 0 ||
+	    fuse_opt_add_arg(&args, opts) != 0 ||
+	    (s.debug && fuse_opt_add_arg(&args, "-d") != 0)) {
+		r = -ENOMEM;
+		goto out;
+	}
+	r = fs_serve(fs, &args, s.mountpoint, s.foreground);
+out:
+	fuse_opt_free_args(&args);
+	fs_free(fs);
+	manager_free(m);
+	if (r < 0) {
+		fprintf(stderr, "pullfs: cannot serve \"%s\": %s\n", s.mountpoint,
+			strerror(-r));
+		return 1;
+	}
+	return 0;
+}

@@ -1,1 +1,522 @@
-/* placeholder, being written */
+#include "cache.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "digest.h"
+#include "macro.h"
+
+struct cache {
+	int dirfd;
+	int lockfd;
+	int blobs_fd;  /* blobs/sha256 */
+	int layers_fd; /* layers */
+	int refs_fd;   /* refs */
+	int tmp_fd;    /* tmp */
+};
+
+static int mkdirat_p(int dirfd, const char *name)
+{
+	if (mkdirat(dirfd, name, 0700) < 0 && errno != EEXIST)
+		return negative_errno();
+	return 0;
+}
+
+static int open_dir(int dirfd, const char *name)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	return fd < 0 ? negative_errno() : fd;
+}
+
+static int mkdir_parents(const char *path)
+{
+	_cleanup_free_ char *p = strdup(path);
+
+	if (!p)
+		return -ENOMEM;
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = '\0';
+		if (mkdir(p, 0755) < 0 && errno != EEXIST)
+			return negative_errno();
+		*s = '/';
+	}
+	if (mkdir(p, 0700) < 0 && errno != EEXIST)
+		return negative_errno();
+	return 0;
+}
+
+/* Removes every entry of directory fd `dfd` (recursing one level is all
+ * tmp/ ever needs, but deeper trees are handled too). */
+static void empty_dir(int dfd)
+{
+	DIR *d;
+	struct dirent *de;
+	int fd = dup(dfd);
+
+	if (fd < 0)
+		return;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return;
+	}
+	rewinddir(d);
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (unlinkat(dfd, de->d_name, 0) == 0)
+			continue;
+		if (errno == EISDIR || errno == EPERM) {
+			int sub = openat(dfd, de->d_name,
+					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0) {
+				empty_dir(sub);
+				close(sub);
+			}
+			unlinkat(dfd, de->d_name, AT_REMOVEDIR);
+		}
+	}
+	closedir(d);
+}
+
+int cache_open(const char *dir, struct cache **ret, char *errbuf,
+	       size_t errlen)
+{
+	struct cache *c;
+	int r;
+
+	r = mkdir_parents(dir);
+	if (r < 0) {
+		snprintf(errbuf, errlen, "cannot create cache directory \"%s\": %s",
+			 dir, strerror(-r));
+		return r;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->dirfd = c->lockfd = c->blobs_fd = c->layers_fd = c->refs_fd =
+		c->tmp_fd = -1;
+
+	c->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (c->dirfd < 0) {
+		r = negative_errno();
+		snprintf(errbuf, errlen, "cannot open cache directory \"%s\": %s",
+			 dir, strerror(-r));
+		goto fail;
+	}
+	c->lockfd = openat(c->dirfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (c->lockfd < 0) {
+		r = negative_errno();
+		snprintf(errbuf, errlen, "cannot create \"%s/lock\": %s", dir,
+			 strerror(-r));
+		goto fail;
+	}
+	if (flock(c->lockfd, LOCK_EX | LOCK_NB) < 0) {
+		r = errno == EWOULDBLOCK ? -EBUSY : negative_errno();
+		snprintf(errbuf, errlen,
+			 "cache \"%s\" is in use by another pullfs", dir);
+		goto fail;
+	}
+	static const char *const dirs[] = { "blobs", "blobs/sha256", "layers",
+					    "refs", "tmp" };
+	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
+		r = mkdirat_p(c->dirfd, dirs[i]);
+		if (r < 0) {
+			snprintf(errbuf, errlen, "cannot create \"%s/%s\": %s",
+				 dir, dirs[i], strerror(-r));
+			goto fail;
+		}
+	}
+	if ((r = c->blobs_fd = open_dir(c->dirfd, "blobs/sha256")) < 0 ||
+	    (r = c->layers_fd = open_dir(c->dirfd, "layers")) < 0 ||
+	    (r = c->refs_fd = open_dir(c->dirfd, "refs")) < 0 ||
+	    (r = c->tmp_fd = open_dir(c->dirfd, "tmp")) < 0) {
+		snprintf(errbuf, errlen, "cannot open cache layout in \"%s\": %s",
+			 dir, strerror(-r));
+		goto fail;
+	}
+	/* Whatever a killed daemon left half-done is worthless: nothing in
+	 * tmp/ was ever published. */
+	empty_dir(c->tmp_fd);
+	*ret = c;
+	return 0;
+fail:
+	cache_close(c);
+	return r;
+}
+
+void cache_close(struct cache *c)
+{
+	if (!c)
+		return;
+	if (c->tmp_fd >= 0) {
+		empty_dir(c->tmp_fd);
+		close(c->tmp_fd);
+	}
+	int fds[] = { c->blobs_fd, c->layers_fd, c->refs_fd, c->lockfd, c->dirfd };
+	for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	free(c);
+}
+
+static int read_all(int fd, size_t max, char **ret_buf, size_t *ret_len)
+{
+	struct stat st;
+	_cleanup_free_ char *buf = NULL;
+	size_t len = 0;
+
+	if (fstat(fd, &st) < 0)
+		return negative_errno();
+	if ((uint64_t)st.st_size > max)
+		return -EBADMSG;
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf)
+		return -ENOMEM;
+	while (len < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + len, (size_t)st.st_size - len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return negative_errno();
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	*ret_buf = TAKE_PTR(buf);
+	*ret_len = len;
+	return 0;
+}
+
+int cache_blob_read(struct cache *c, const char *digest, size_t max,
+		    char **ret_buf, size_t *ret_len)
+{
+	_cleanup_close_ int fd = -1;
+	_cleanup_free_ char *buf = NULL;
+	char got[DIGEST_STRING_MAX];
+	size_t len;
+	int r;
+
+	if (!digest_is_valid(digest))
+		return -EINVAL;
+	fd = openat(c->blobs_fd, digest_hex(digest), O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return negative_errno();
+	r = read_all(fd, max, &buf, &len);
+	if (r < 0)
+		return r;
+	r = digest_buffer(buf, len, got);
+	if (r < 0)
+		return r;
+	if (strcmp(got, digest) != 0)
+		return -EBADMSG;
+	*ret_buf = TAKE_PTR(buf);
+	*ret_len = len;
+	return 0;
+}
+
+bool cache_blob_present(struct cache *c, const char *digest)
+{
+	return digest_is_valid(digest) &&
+	       faccessat(c->blobs_fd, digest_hex(digest), F_OK, 0) == 0;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return negative_errno();
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Writes buf to tmp/ and renames it to name in dirfd. */
+static int write_atomic(struct cache *c, int dirfd, const char *name,
+			const void *buf, size_t len)
+{
+	char tmpname[64];
+	_cleanup_close_ int fd = -1;
+	int r;
+
+	for (int attempt = 0;; attempt++) {
+		snprintf(tmpname, sizeof(tmpname), "f.%ld.%08x", (long)getpid(),
+			 (unsigned)random());
+		fd = openat(c->tmp_fd, tmpname,
+			    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd >= 0)
+			break;
+		if (errno != EEXIST || attempt > 100)
+			return negative_errno();
+	}
+	r = write_all(fd, buf, len);
+	if (r == 0 && renameat(c->tmp_fd, tmpname, dirfd, name) < 0)
+		r = negative_errno();
+	if (r < 0)
+		unlinkat(c->tmp_fd, tmpname, 0);
+	return r;
+}
+
+int cache_blob_write(struct cache *c, const char *digest, const void *buf,
+		     size_t len)
+{
+	if (!digest_is_valid(digest))
+		return -EINVAL;
+	return write_atomic(c, c->blobs_fd, digest_hex(digest), buf, len);
+}
+
+bool cache_layer_present(struct cache *c, const char *digest)
+{
+	char path[DIGEST_HEX_LEN + 16];
+
+	if (!digest_is_valid(digest))
+		return false;
+	snprintf(path, sizeof(path), "%s/index", digest_hex(digest));
+	return faccessat(c->layers_fd, path, F_OK, 0) == 0;
+}
+
+int cache_layer_open(struct cache *c, const char *digest, int *ret_pack_fd,
+		     struct layer_index **ret_index)
+{
+	char path[DIGEST_HEX_LEN + 16];
+	_cleanup_close_ int pack = -1, idx = -1;
+	struct layer_index *li = NULL;
+	int r;
+
+	if (!digest_is_valid(digest))
+		return -EINVAL;
+	snprintf(path, sizeof(path), "%s/pack", digest_hex(digest));
+	pack = openat(c->layers_fd, path, O_RDONLY | O_CLOEXEC);
+	if (pack < 0)
+		return negative_errno();
+	snprintf(path, sizeof(path), "%s/index", digest_hex(digest));
+	idx = openat(c->layers_fd, path, O_RDONLY | O_CLOEXEC);
+	if (idx < 0)
+		return negative_errno();
+	r = layer_index_read(idx, &li);
+	if (r < 0)
+		return r;
+	*ret_pack_fd = TAKE_FD(pack);
+	*ret_index = li;
+	return 0;
+}
+
+int cache_stage_new(struct cache *c, const char *prefix, char **ret_name,
+		    int *ret_dirfd)
+{
+	char name[128];
+	int fd;
+
+	for (int attempt = 0;; attempt++) {
+		snprintf(name, sizeof(name), "%.60s.%ld.%08x", prefix,
+			 (long)getpid(), (unsigned)random());
+		if (mkdirat(c->tmp_fd, name, 0700) == 0)
+			break;
+		if (errno != EEXIST || attempt > 100)
+			return negative_errno();
+	}
+	fd = open_dir(c->tmp_fd, name);
+	if (fd < 0) {
+		unlinkat(c->tmp_fd, name, AT_REMOVEDIR);
+		return fd;
+	}
+	*ret_name = strdup(name);
+	if (!*ret_name) {
+		close(fd);
+		cache_stage_discard(c, name);
+		return -ENOMEM;
+	}
+	*ret_dirfd = fd;
+	return 0;
+}
+
+void cache_stage_discard(struct cache *c, const char *name)
+{
+	int fd = openat(c->tmp_fd, name,
+			O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd >= 0) {
+		empty_dir(fd);
+		close(fd);
+	}
+	unlinkat(c->tmp_fd, name, AT_REMOVEDIR);
+}
+
+int cache_layer_publish(struct cache *c, const char *name, const char *digest)
+{
+	if (!digest_is_valid(digest))
+		return -EINVAL;
+	if (renameat(c->tmp_fd, name, c->layers_fd, digest_hex(digest)) == 0)
+		return 0;
+	if (errno == EEXIST || errno == ENOTEMPTY) {
+		/* Another pull of a sharing image won the race; its copy is
+		 * as good as ours. */
+		cache_stage_discard(c, name);
+		return 0;
+	}
+	return negative_errno();
+}
+
+void cache_ref_done(struct cache_ref *r)
+{
+	if (!r)
+		return;
+	free(r->reference);
+	free(r->digest);
+	free(r->index_digest);
+	memset(r, 0, sizeof(*r));
+}
+
+static int ref_file_name(const char *reference, char name[DIGEST_HEX_LEN + 1])
+{
+	char d[DIGEST_STRING_MAX];
+	int r = digest_buffer(reference, strlen(reference), d);
+
+	if (r < 0)
+		return r;
+	memcpy(name, digest_hex(d), DIGEST_HEX_LEN + 1);
+	return 0;
+}
+
+static int ref_parse(const char *buf, size_t len, struct cache_ref *ret)
+{
+	json_t *o = json_loadb(buf, len, 0, NULL);
+	const char *ref, *dig, *idx;
+	json_int_t at = 0;
+	int r = -EBADMSG;
+
+	if (!o)
+		return -EBADMSG;
+	ref = json_string_value(json_object_get(o, "reference"));
+	dig = json_string_value(json_object_get(o, "digest"));
+	idx = json_string_value(json_object_get(o, "index_digest"));
+	if (json_is_integer(json_object_get(o, "pulled_at")))
+		at = json_integer_value(json_object_get(o, "pulled_at"));
+	if (ref && dig && digest_is_valid(dig) && (!idx || digest_is_valid(idx))) {
+		memset(ret, 0, sizeof(*ret));
+		ret->reference = strdup(ref);
+		ret->digest = strdup(dig);
+		ret->index_digest = idx ? strdup(idx) : NULL;
+		ret->pulled_at = at;
+		if (!ret->reference || !ret->digest || (idx && !ret->index_digest)) {
+			cache_ref_done(ret);
+			r = -ENOMEM;
+		} else {
+			r = 0;
+		}
+	}
+	json_decref(o);
+	return r;
+}
+
+int cache_refs_load(struct cache *c, struct cache_ref **ret, size_t *ret_n)
+{
+	struct cache_ref *refs = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	int fd = dup(c->refs_fd);
+	DIR *d;
+
+	if (fd < 0)
+		return negative_errno();
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return negative_errno();
+	}
+	rewinddir(d);
+	while ((de = readdir(d))) {
+		_cleanup_close_ int f = -1;
+		_cleanup_free_ char *buf = NULL;
+		size_t len;
+
+		if (de->d_name[0] == '.')
+			continue;
+		f = openat(c->refs_fd, de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (f < 0 || read_all(f, 64 << 10, &buf, &len) < 0)
+			continue;
+		if (n == cap) {
+			size_t ncap = cap ? cap * 2 : 16;
+			struct cache_ref *nr = realloc(refs, ncap * sizeof(*nr));
+			if (!nr)
+				break;
+			refs = nr;
+			cap = ncap;
+		}
+		if (ref_parse(buf, len, &refs[n]) == 0)
+			n++;
+	}
+	closedir(d);
+	*ret = refs;
+	*ret_n = n;
+	return 0;
+}
+
+int cache_ref_save(struct cache *c, const struct cache_ref *r)
+{
+	char name[DIGEST_HEX_LEN + 1];
+	json_t *o;
+	char *s;
+	int ret;
+
+	ret = ref_file_name(r->reference, name);
+	if (ret < 0)
+		return ret;
+	o = json_pack("{s:s, s:s, s:I}", "reference", r->reference, "digest",
+		      r->digest, "pulled_at", (json_int_t)r->pulled_at);
+	if (!o)
+		return -ENOMEM;
+	if (r->index_digest)
+		json_object_set_new(o, "index_digest", json_string(r->index_digest));
+	s = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	if (!s)
+		return -ENOMEM;
+	ret = write_atomic(c, c->refs_fd, name, s, strlen(s));
+	free(s);
+	return ret;
+}
+
+int cache_ref_remove(struct cache *c, const char *reference)
+{
+	char name[DIGEST_HEX_LEN + 1];
+	int r = ref_file_name(reference, name);
+
+	if (r < 0)
+		return r;
+	if (unlinkat(c->refs_fd, name, 0) < 0 && errno != ENOENT)
+		return negative_errno();
+	return 0;
+}
+
+int cache_statfs(struct cache *c, uint64_t *ret_total, uint64_t *ret_free)
+{
+	struct statvfs sv;
+
+	if (fstatvfs(c->dirfd, &sv) < 0)
+		return negative_errno();
+	*ret_total = (uint64_t)sv.f_blocks * sv.f_frsize;
+	*ret_free = (uint64_t)sv.f_bavail * sv.f_frsize;
+	return 0;
+}

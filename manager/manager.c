@@ -1,1 +1,1246 @@
-/* placeholder, being written */
+/* Ensure: policy, single flight, pull, publish, and the images handed to
+ * the filesystem. */
+#include "manager.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "digest.h"
+#include "errname.h"
+#include "errtable.h"
+#include "layer.h"
+#include "macro.h"
+#include "manifest.h"
+#include "reference.h"
+#include "registry.h"
+#include "strmap.h"
+
+#define CONFIG_MAX_BYTES (16u << 20)
+#define PRESENT_EVENT_INTERVAL_S 300
+#define ERRMSG_MAX 512
+
+struct image {
+	atomic_uint_fast64_t refcount;
+	struct manager *manager;
+	char *digest; /* manifest digest */
+	struct tree *tree;
+	int *packs; /* one read-only fd per layer */
+	size_t n_layers;
+	uint64_t size; /* config + compressed layers, as the registry sent it */
+};
+
+/* What the manager knows of one reference. */
+struct refstate {
+	char *reference;
+	char *digest;	    /* image manifest */
+	char *index_digest; /* index it came from, or NULL */
+	int64_t checked_at; /* monotonic seconds of the last resolve */
+	int64_t present_event_at; /* rate limit of "already present" */
+};
+
+/* One pull in progress, shared by every ensure of its reference. */
+struct flight {
+	unsigned waiters; /* under manager.lock */
+	bool done;
+	int result;
+	struct image *image; /* one reference per waiter to take */
+	pthread_cond_t cond;
+};
+
+struct manager {
+	struct manager_options opts;
+	char **insecure;
+	struct platform platform; /* strings owned when platform_owned */
+	bool platform_owned;
+	struct cache *cache;
+	struct events *events;
+	struct registry *registry;
+
+	pthread_mutex_t lock;
+	struct strmap *refs;	/* reference -> struct refstate *; lock */
+	struct strmap *images;	/* digest -> struct image * (one ref held); lock */
+	struct strmap *flights; /* reference -> struct flight *; lock */
+};
+
+static int64_t mono_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec;
+}
+
+static double mono_now_f(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int pull_policy_parse(const char *s, enum pull_policy *ret)
+{
+	if (!strcmp(s, "always") || !strcmp(s, "Always"))
+		*ret = PULL_ALWAYS;
+	else if (!strcmp(s, "if-not-present") || !strcmp(s, "IfNotPresent"))
+		*ret = PULL_IF_NOT_PRESENT;
+	else if (!strcmp(s, "never") || !strcmp(s, "Never"))
+		*ret = PULL_NEVER;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+const char *pull_policy_name(enum pull_policy p)
+{
+	switch (p) {
+	case PULL_ALWAYS:
+		return "Always";
+	case PULL_IF_NOT_PRESENT:
+		return "IfNotPresent";
+	case PULL_NEVER:
+		return "Never";
+	default:
+		return "Default";
+	}
+}
+
+/* The kubelet's defaulting: a :latest tag, or no tag at all, means the
+ * content behind the name is expected to move, so it is re-resolved. */
+static enum pull_policy effective_policy(const struct manager *m,
+					 const struct reference *ref)
+{
+	if (m->opts.pull_policy != PULL_POLICY_UNSET)
+		return m->opts.pull_policy;
+	if (ref->digest && (!ref->tag || strcmp(ref->tag, "latest") != 0))
+		return PULL_IF_NOT_PRESENT;
+	if (!ref->tag || !strcmp(ref->tag, "latest"))
+		return PULL_ALWAYS;
+	return PULL_IF_NOT_PRESENT;
+}
+
+static void emit(struct manager *m, enum event_type type, const char *reason,
+		 const char *image, const char *digest, int err,
+		 const struct caller *who, const char *fmt, ...)
+	__attribute__((format(printf, 8, 9)));
+
+static void emit(struct manager *m, enum event_type type, const char *reason,
+		 const char *image, const char *digest, int err,
+		 const struct caller *who, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	events_emit(m->events, &(struct event){
+				       .type = type,
+				       .reason = reason,
+				       .image = image,
+				       .digest = digest,
+				       .message = msg,
+				       .err = err,
+				       .caller = who,
+			       });
+}
+
+/* ---- images ---------------------------------------------------------- */
+
+static void image_free(struct image *img)
+{
+	if (!img)
+		return;
+	for (size_t i = 0; i < img->n_layers; i++)
+		if (img->packs[i] >= 0)
+			close(img->packs[i]);
+	free(img->packs);
+	tree_free(img->tree);
+	free(img->digest);
+	free(img);
+}
+
+void image_ref(struct image *img, uint64_t n)
+{
+	atomic_fetch_add(&img->refcount, n);
+}
+
+void image_unref(struct image *img, uint64_t n)
+{
+	if (!img || n == 0)
+		return;
+	if (atomic_fetch_sub(&img->refcount, n) == n)
+		image_free(img);
+}
+
+const struct tinode *image_root(const struct image *img)
+{
+	return tree_root(img->tree);
+}
+
+struct image *image_of(const struct tinode *node)
+{
+	return tree_owner(node->tree);
+}
+
+int image_pack_fd(const struct image *img, unsigned layer)
+{
+	return layer < img->n_layers ? img->packs[layer] : -EBADF;
+}
+
+const char *image_digest(const struct image *img)
+{
+	return img->digest;
+}
+
+static int manifest_load_cached(struct manager *m, const char *digest,
+				struct manifest **ret)
+{
+	_cleanup_free_ char *buf = NULL;
+	size_t len;
+	int r;
+
+	r = cache_blob_read(m->cache, digest, MANIFEST_MAX_BYTES, &buf, &len);
+	if (r < 0)
+		return r;
+	return manifest_parse(buf, len, NULL, ret, NULL, 0);
+}
+
+/* Builds the in-memory image for a manifest whose layers are all in the
+ * cache.  -ENOENT when something is missing (GC, or never pulled). */
+static int image_load(struct manager *m, const char *digest,
+		      struct image **ret, char *errbuf, size_t errlen)
+{
+	struct manifest *mf = NULL;
+	struct layer_index **idx = NULL;
+	struct image *img = NULL;
+	int r;
+
+	r = manifest_load_cached(m, digest, &mf);
+	if (r < 0)
+		goto out;
+	if (mf->kind != MANIFEST_IMAGE) {
+		r = -EBADMSG;
+		goto out;
+	}
+	img = calloc(1, sizeof(*img));
+	idx = calloc(mf->n_layers ? mf->n_layers : 1, sizeof(*idx));
+	if (!img || !idx) {
+		r = -ENOMEM;
+		goto out;
+	}
+	img->manager = m;
+	img->digest = strdup(digest);
+	img->packs = malloc((mf->n_layers ? mf->n_layers : 1) * sizeof(int));
+	if (!img->digest || !img->packs) {
+		r = -ENOMEM;
+		goto out;
+	}
+	img->size = mf->config.size;
+	for (size_t i = 0; i < mf->n_layers; i++) {
+		r = cache_layer_open(m->cache, mf->layers[i].digest,
+				     &img->packs[i], &idx[i]);
+		if (r < 0)
+			goto out;
+		img->n_layers++;
+		img->size += mf->layers[i].size;
+	}
+	r = tree_build((const struct layer_index *const *)idx, mf->n_layers,
+		       &img->tree, errbuf, errlen);
+	if (r < 0)
+		goto out;
+	tree_set_owner(img->tree, img);
+	atomic_init(&img->refcount, 1);
+	*ret = TAKE_PTR(img);
+	r = 0;
+out:
+	if (idx)
+		for (size_t i = 0; mf && i < mf->n_layers; i++)
+			layer_index_free(idx[i]);
+	free(idx);
+	manifest_free(mf);
+	image_free(img);
+	return r;
+}
+
+/* Returns the loaded image for digest with a reference for the caller,
+ * loading it when needed.  Called without the lock. */
+static int image_get(struct manager *m, const char *digest, struct image **ret,
+		     char *errbuf, size_t errlen)
+{
+	struct image *img, *other;
+	int r;
+
+	pthread_mutex_lock(&m->lock);
+	img = strmap_get(m->images, digest);
+	if (img)
+		image_ref(img, 1);
+	pthread_mutex_unlock(&m->lock);
+	if (img) {
+		*ret = img;
+		return 0;
+	}
+
+	r = image_load(m, digest, &img, errbuf, errlen);
+	if (r < 0)
+		return r;
+
+	pthread_mutex_lock(&m->lock);
+	other = strmap_get(m->images, digest);
+	if (other) {
+		/* Two references to one digest loaded at once; keep one. */
+		image_ref(other, 1);
+		pthread_mutex_unlock(&m->lock);
+		image_unref(img, 1);
+		*ret = other;
+		return 0;
+	}
+	r = strmap_put(m->images, digest, img);
+	if (r == 0)
+		image_ref(img, 1); /* the table's reference */
+	pthread_mutex_unlock(&m->lock);
+	*ret = img;
+	return 0;
+}
+
+/* ---- references ------------------------------------------------------ */
+
+static void refstate_free(struct refstate *rs)
+{
+	if (!rs)
+		return;
+	free(rs->reference);
+	free(rs->digest);
+	free(rs->index_digest);
+	free(rs);
+}
+
+/* Records (under the lock) what reference resolves to now. */
+static int refstate_set(struct manager *m, const char *reference,
+			const char *digest, const char *index_digest)
+{
+	struct refstate *rs = strmap_get(m->refs, reference);
+	char *d = strdup(digest);
+	char *id = index_digest ? strdup(index_digest) : NULL;
+
+	if (!d || (index_digest && !id)) {
+		free(d);
+		free(id);
+		return -ENOMEM;
+	}
+	if (!rs) {
+		rs = calloc(1, sizeof(*rs));
+		if (!rs || !(rs->reference = strdup(reference)) ||
+		    strmap_put(m->refs, reference, rs) < 0) {
+			refstate_free(rs);
+			free(d);
+			free(id);
+			return -ENOMEM;
+		}
+	}
+	free(rs->digest);
+	free(rs->index_digest);
+	rs->digest = d;
+	rs->index_digest = id;
+	rs->checked_at = mono_now();
+	return 0;
+}
+
+/* ---- pulling --------------------------------------------------------- */
+
+struct pull {
+	struct manager *m;
+	const struct reference *ref;
+	const char *canonical;
+	char *repo;
+	char errmsg[ERRMSG_MAX];
+};
+
+static void pull_fail(struct pull *p, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void pull_fail(struct pull *p, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (p->errmsg[0])
+		return; /* the first reason is the one that matters */
+	va_start(ap, fmt);
+	vsnprintf(p->errmsg, sizeof(p->errmsg), fmt, ap);
+	va_end(ap);
+}
+
+static int registry_failed(struct pull *p, int r, const struct registry_error *e,
+			   const char *what)
+{
+	pull_fail(p, "%s: %s", what, e->message[0] ? e->message : strerror(-r));
+	return r;
+}
+
+/* Sink that writes into the pipe feeding the unpacker. */
+static int pipe_sink(void *userdata, const void *buf, size_t len)
+{
+	int fd = *(int *)userdata;
+	const char *s = buf;
+
+	while (len > 0) {
+		ssize_t n = write(fd, s, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return negative_errno();
+		}
+		s += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+struct unpack_job {
+	int in_fd;
+	int pack_fd;
+	enum layer_compression compression;
+	struct layer_index *index;
+	int result;
+	char errmsg[256];
+};
+
+static void *unpack_thread(void *arg)
+{
+	struct unpack_job *j = arg;
+	char buf[64 << 10];
+
+	j->result = layer_unpack(j->in_fd, j->compression, j->pack_fd, NULL,
+				 &j->index, j->errmsg, sizeof(j->errmsg));
+	/* libarchive stops at the end-of-archive blocks; whatever padding
+	 * follows must still reach the hasher for the digest to check out. */
+	if (j->result == 0)
+		while (read(j->in_fd, buf, sizeof(buf)) > 0)
+			;
+	close(j->in_fd);
+	j->in_fd = -1;
+	return NULL;
+}
+
+/* Downloads, verifies and unpacks one layer in a single streaming pass:
+ * this thread moves bytes from the registry through SHA-256 into a pipe,
+ * another inflates and unpacks them, so the two cores overlap.  Nothing is
+ * published unless the digest matched and the tar was sound. */
+static int fetch_layer(struct pull *p, const struct descriptor *d)
+{
+	struct manager *m = p->m;
+	_cleanup_free_ char *stage = NULL;
+	_cleanup_close_ int dirfd = -1, pack = -1, idx = -1;
+	struct unpack_job job = { .in_fd = -1 };
+	struct registry_error rerr = { 0 };
+	enum layer_compression comp;
+	pthread_t th;
+	int pfd[2];
+	char prefix[32];
+	int r, ur;
+
+	r = layer_media_type_compression(d->media_type, &comp);
+	if (r < 0) {
+		pull_fail(p, "layer %s has unsupported media type \"%s\"",
+			  d->digest, d->media_type);
+		return -EBADMSG;
+	}
+	snprintf(prefix, sizeof(prefix), "layer-%.12s", digest_hex(d->digest));
+	r = cache_stage_new(m->cache, prefix, &stage, &dirfd);
+	if (r < 0) {
+		pull_fail(p, "cannot create staging directory: %s", strerror(-r));
+		return r;
+	}
+	pack = openat(dirfd, "pack", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (pack < 0) {
+		r = negative_errno();
+		pull_fail(p, "cannot create layer pack: %s", strerror(-r));
+		goto fail;
+	}
+	if (pipe2(pfd, O_CLOEXEC) < 0) {
+		r = negative_errno();
+		goto fail;
+	}
+	fcntl(pfd[1], F_SETPIPE_SZ, 1 << 20);
+	job.in_fd = pfd[0];
+	job.pack_fd = pack;
+	job.compression = comp;
+	r = pthread_create(&th, NULL, unpack_thread, &job);
+	if (r != 0) {
+		close(pfd[0]);
+		close(pfd[1]);
+		r = -r;
+		goto fail;
+	}
+	r = registry_get_blob(m->registry, p->ref->domain, p->repo, d->digest,
+			      d->size, pipe_sink, &pfd[1], &rerr);
+	close(pfd[1]);
+	pthread_join(th, NULL);
+	ur = job.result;
+	if (r < 0 && ur < 0 && (r == -EPIPE || r == -EBADMSG)) {
+		/* The unpacker gave up first; its reason is the real one. */
+		r = ur;
+		pull_fail(p, "layer %s: %s", d->digest, job.errmsg);
+		goto fail;
+	}
+	if (r < 0) {
+		registry_failed(p, r, &rerr, d->digest);
+		goto fail;
+	}
+	if (ur < 0) {
+		r = ur;
+		pull_fail(p, "layer %s: %s", d->digest,
+			  job.errmsg[0] ? job.errmsg : strerror(-ur));
+		goto fail;
+	}
+	idx = openat(dirfd, "index", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (idx < 0) {
+		r = negative_errno();
+		goto fail;
+	}
+	r = layer_index_write(job.index, idx);
+	if (r < 0) {
+		pull_fail(p, "cannot write layer index: %s", strerror(-r));
+		goto fail;
+	}
+	layer_index_free(job.index);
+	job.index = NULL;
+	r = cache_layer_publish(m->cache, stage, d->digest);
+	if (r < 0) {
+		pull_fail(p, "cannot publish layer %s: %s", d->digest, strerror(-r));
+		goto fail;
+	}
+	return 0;
+fail:
+	layer_index_free(job.index);
+	cache_stage_discard(m->cache, stage);
+	return r;
+}
+
+struct layer_queue {
+	struct pull *pull;
+	const struct manifest *mf;
+	pthread_mutex_t lock;
+	size_t next;
+	int result;
+};
+
+static void *layer_worker(void *arg)
+{
+	struct layer_queue *q = arg;
+
+	for (;;) {
+		size_t i;
+		int r;
+
+		pthread_mutex_lock(&q->lock);
+		if (q->result < 0 || q->next >= q->mf->n_layers) {
+			pthread_mutex_unlock(&q->lock);
+			return NULL;
+		}
+		i = q->next++;
+		pthread_mutex_unlock(&q->lock);
+
+		if (cache_layer_present(q->pull->m->cache, q->mf->layers[i].digest))
+			continue;
+		r = fetch_layer(q->pull, &q->mf->layers[i]);
+		if (r < 0) {
+			pthread_mutex_lock(&q->lock);
+			if (q->result == 0)
+				q->result = r;
+			pthread_mutex_unlock(&q->lock);
+		}
+	}
+}
+
+static int fetch_layers(struct pull *p, const struct manifest *mf)
+{
+	struct layer_queue q = { .pull = p, .mf = mf };
+	unsigned n = p->m->opts.max_concurrent_downloads;
+	pthread_t th[16];
+	unsigned started = 0;
+
+	if (n == 0)
+		n = 3;
+	n = MIN(n, ARRAY_SIZE(th));
+	if (n > mf->n_layers)
+		n = (unsigned)mf->n_layers;
+	pthread_mutex_init(&q.lock, NULL);
+	/* The calling thread works too, so one layer needs no new thread. */
+	for (unsigned i = 1; i < n; i++)
+		if (pthread_create(&th[started], NULL, layer_worker, &q) == 0)
+			started++;
+	layer_worker(&q);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	pthread_mutex_destroy(&q.lock);
+	return q.result;
+}
+
+struct config_buf {
+	char *data;
+	size_t len;
+};
+
+static int config_sink(void *userdata, const void *buf, size_t len)
+{
+	struct config_buf *c = userdata;
+	char *n;
+
+	if (c->len + len > CONFIG_MAX_BYTES)
+		return -EBADMSG;
+	n = realloc(c->data, c->len + len + 1);
+	if (!n)
+		return -ENOMEM;
+	memcpy(n + c->len, buf, len);
+	c->data = n;
+	c->len += len;
+	return 0;
+}
+
+static int fetch_config(struct pull *p, const struct descriptor *d)
+{
+	struct config_buf c = { 0 };
+	struct registry_error rerr = { 0 };
+	int r;
+
+	if (cache_blob_read(p->m->cache, d->digest, CONFIG_MAX_BYTES, &c.data,
+			    &c.len) == 0) {
+		free(c.data);
+		return 0;
+	}
+	if (d->size > CONFIG_MAX_BYTES) {
+		pull_fail(p, "config %s is larger than %u bytes", d->digest,
+			  CONFIG_MAX_BYTES);
+		return -EBADMSG;
+	}
+	r = registry_get_blob(p->m->registry, p->ref->domain, p->repo,
+			      d->digest, d->size, config_sink, &c, &rerr);
+	if (r < 0) {
+		free(c.data);
+		return registry_failed(p, r, &rerr, "config");
+	}
+	r = cache_blob_write(p->m->cache, d->digest, c.data ? c.data : "", c.len);
+	free(c.data);
+	if (r < 0)
+		pull_fail(p, "cannot store config: %s", strerror(-r));
+	return r;
+}
+
+/* GETs a manifest and parses it; when expected is set (a descriptor from
+ * an index) the size must match too. */
+static int fetch_manifest(struct pull *p, const char *target,
+			  const struct descriptor *expected,
+			  struct registry_manifest **ret_raw,
+			  struct manifest **ret)
+{
+	struct registry_manifest *raw = NULL;
+	struct registry_error rerr = { 0 };
+	char why[256] = "";
+	int r;
+
+	r = registry_get_manifest(p->m->registry, p->ref->domain, p->repo,
+				  target, &raw, &rerr);
+	if (r < 0)
+		return registry_failed(p, r, &rerr, "manifest");
+	if (expected && raw->len != expected->size) {
+		pull_fail(p, "manifest %s: size %zu, index says %llu",
+			  expected->digest, raw->len,
+			  (unsigned long long)expected->size);
+		registry_manifest_free(raw);
+		return -EBADMSG;
+	}
+	r = manifest_parse(raw->body, raw->len, raw->media_type, ret, why,
+			   sizeof(why));
+	if (r < 0) {
+		pull_fail(p, "%s", why[0] ? why : "malformed manifest");
+		registry_manifest_free(raw);
+		return r;
+	}
+	*ret_raw = raw;
+	return 0;
+}
+
+static void platform_string(const struct platform *pl, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/%s%s%s", pl->os, pl->architecture,
+		 pl->variant ? "/" : "", pl->variant ? pl->variant : "");
+}
+
+/* The whole transfer for one reference; publishes the reference file last.
+ * On success *ret_digest / *ret_index_digest name what was published. */
+static int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest,
+		      uint64_t *ret_size)
+{
+	struct manager *m = p->m;
+	struct registry_manifest *raw = NULL, *raw_index = NULL;
+	struct manifest *mf = NULL, *index = NULL;
+	const char *target = p->ref->digest ? p->ref->digest : p->ref->tag;
+	uint64_t size;
+	int r;
+
+	r = fetch_manifest(p, target, NULL, &raw, &mf);
+	if (r < 0)
+		goto out;
+	if (mf->kind == MANIFEST_INDEX) {
+		const struct descriptor *d = manifest_select_platform(mf, &m->platform);
+		if (!d) {
+			char pl[128];
+			platform_string(&m->platform, pl, sizeof(pl));
+			pull_fail(p, "no manifest for platform %s in %s", pl, raw->digest);
+			r = -ENOEXEC;
+			goto out;
+		}
+		index = TAKE_PTR(mf);
+		raw_index = TAKE_PTR(raw);
+		r = fetch_manifest(p, d->digest, d, &raw, &mf);
+		if (r < 0)
+			goto out;
+		if (mf->kind != MANIFEST_IMAGE) {
+			pull_fail(p, "manifest %s picked from an index is itself an index",
+				  d->digest);
+			r = -EBADMSG;
+			goto out;
+		}
+	}
+	for (size_t i = 0; i < mf->n_layers; i++) {
+		enum layer_compression c;
+		if (layer_media_type_compression(mf->layers[i].media_type, &c) < 0) {
+			pull_fail(p, "layer %s has unsupported media type \"%s\"",
+				  mf->layers[i].digest, mf->layers[i].media_type);
+			r = -EBADMSG;
+			goto out;
+		}
+	}
+	r = fetch_config(p, &mf->config);
+	if (r < 0)
+		goto out;
+	r = fetch_layers(p, mf);
+	if (r < 0)
+		goto out;
+	r = cache_blob_write(m->cache, raw->digest, raw->body, raw->len);
+	if (r == 0 && raw_index)
+		r = cache_blob_write(m->cache, raw_index->digest, raw_index->body,
+				     raw_index->len);
+	if (r < 0) {
+		pull_fail(p, "cannot store manifest: %s", strerror(-r));
+		goto out;
+	}
+	size = mf->config.size;
+	for (size_t i = 0; i < mf->n_layers; i++)
+		size += mf->layers[i].size;
+	*ret_digest = strdup(raw->digest);
+	*ret_index_digest = raw_index ? strdup(raw_index->digest) : NULL;
+	if (!*ret_digest || (raw_index && !*ret_index_digest)) {
+		free(*ret_digest);
+		free(*ret_index_digest);
+		r = -ENOMEM;
+		goto out;
+	}
+	*ret_size = size;
+out:
+	registry_manifest_free(raw);
+	registry_manifest_free(raw_index);
+	manifest_free(mf);
+	manifest_free(index);
+	return r;
+}
+
+static int publish_ref(struct manager *m, const char *reference,
+		       const char *digest, const char *index_digest)
+{
+	struct cache_ref cr = {
+		.reference = (char *)reference,
+		.digest = (char *)digest,
+		.index_digest = (char *)index_digest,
+		.pulled_at = time(NULL),
+	};
+	int r = cache_ref_save(m->cache, &cr);
+
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&m->lock);
+	r = refstate_set(m, reference, digest, index_digest);
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}
+
+/* What one flight does: decide from the cache, or pull.  Runs without the
+ * lock, in the thread of the first caller. */
+static int ensure_work(struct manager *m, const struct reference *ref,
+		       const char *canonical, enum pull_policy policy,
+		       const struct caller *who, double t_wait,
+		       struct image **ret)
+{
+	struct pull p = { .m = m, .ref = ref, .canonical = canonical };
+	_cleanup_free_ char *known = NULL, *known_index = NULL;
+	_cleanup_free_ char *digest = NULL, *index_digest = NULL;
+	char errbuf[256] = "";
+	uint64_t size = 0;
+	bool revalidate = false;
+	double t0;
+	int r;
+
+	pthread_mutex_lock(&m->lock);
+	struct refstate *rs = strmap_get(m->refs, canonical);
+	if (rs) {
+		known = strdup(rs->digest);
+		known_index = rs->index_digest ? strdup(rs->index_digest) : NULL;
+		unsigned iv = m->opts.revalidate_interval_s ?: MANAGER_DEFAULT_REVALIDATE_S;
+		revalidate = policy == PULL_ALWAYS && mono_now() - rs->checked_at >= iv;
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (rs && !known)
+		return -ENOMEM;
+
+	/* A digest reference whose manifest is already here needs no
+	 * network, whatever name it was pulled by. */
+	if (!known && ref->digest && cache_blob_present(m->cache, ref->digest)) {
+		struct image *img;
+		if (image_get(m, ref->digest, &img, errbuf, sizeof(errbuf)) == 0) {
+			publish_ref(m, canonical, ref->digest, NULL);
+			*ret = img;
+			return 0;
+		}
+	}
+
+	if (known && !revalidate) {
+		r = image_get(m, known, ret, errbuf, sizeof(errbuf));
+		if (r == 0)
+			return 0;
+		/* The cache lost part of it: pull again if allowed. */
+		free(known);
+		known = NULL;
+	}
+
+	if (!known && policy == PULL_NEVER) {
+		emit(m, EVENT_WARNING, "ErrImageNeverPull", canonical, NULL, EPERM, who,
+		     "Container image \"%s\" is not present with pull policy of Never",
+		     canonical);
+		return -EPERM;
+	}
+
+	t0 = mono_now_f();
+	p.repo = strdup(ref->path);
+	if (!p.repo)
+		return -ENOMEM;
+
+	if (known && revalidate) {
+		struct registry_error rerr = { 0 };
+		_cleanup_free_ char *now = NULL;
+		r = registry_head_manifest(m->registry, ref->domain, ref->path,
+					   ref->digest ? ref->digest : ref->tag,
+					   &now, &rerr);
+		if (r == 0 && (!strcmp(now, known) ||
+			       (known_index && !strcmp(now, known_index)))) {
+			free(p.repo);
+			pthread_mutex_lock(&m->lock);
+			struct refstate *cur = strmap_get(m->refs, canonical);
+			if (cur)
+				cur->checked_at = mono_now();
+			pthread_mutex_unlock(&m->lock);
+			return image_get(m, known, ret, errbuf, sizeof(errbuf));
+		}
+		/* A moved tag or an unreachable registry: pull, which
+		 * reports the failure properly if there is one. */
+	}
+
+	emit(m, EVENT_NORMAL, "Pulling", canonical, NULL, 0, who,
+	     "Pulling image \"%s\"", canonical);
+	r = pull_image(&p, &digest, &index_digest, &size);
+	if (r == 0)
+		r = image_get(m, digest, ret, errbuf, sizeof(errbuf));
+	if (r == 0) {
+		r = publish_ref(m, canonical, digest, index_digest);
+		if (r < 0) {
+			image_unref(*ret, 1);
+			pull_fail(&p, "cannot record reference: %s", strerror(-r));
+		}
+	} else if (errbuf[0]) {
+		pull_fail(&p, "%s", errbuf);
+	}
+	free(p.repo);
+	if (r < 0) {
+		r = errtable_normalize(r);
+		emit(m, EVENT_WARNING, "Failed", canonical, digest, r, who,
+		     "Failed to pull image \"%s\": %s", canonical,
+		     p.errmsg[0] ? p.errmsg : strerror(-r));
+		return r;
+	}
+	double t1 = mono_now_f();
+	emit(m, EVENT_NORMAL, "Pulled", canonical, digest, 0, who,
+	     "Successfully pulled image \"%s\" in %.3fs (%.3fs including waiting). "
+	     "Image size: %llu bytes.",
+	     canonical, t1 - t0, t1 - t_wait, (unsigned long long)size);
+	return 0;
+}
+
+/* Fast path under the lock: a cached, loaded image that needs no
+ * revalidation.  Returns true and a reference in *ret when served. */
+static bool ensure_cached_locked(struct manager *m, const char *canonical,
+				 enum pull_policy policy, bool *emit_present,
+				 struct image **ret)
+{
+	struct refstate *rs = strmap_get(m->refs, canonical);
+	struct image *img;
+	unsigned iv = m->opts.revalidate_interval_s ?: MANAGER_DEFAULT_REVALIDATE_S;
+	int64_t now = mono_now();
+
+	if (!rs || !(img = strmap_get(m->images, rs->digest)))
+		return false;
+	if (policy == PULL_ALWAYS && now - rs->checked_at >= iv)
+		return false;
+	image_ref(img, 1);
+	*ret = img;
+	*emit_present = !rs->present_event_at ||
+			now - rs->present_event_at >= PRESENT_EVENT_INTERVAL_S;
+	if (*emit_present)
+		rs->present_event_at = now;
+	return true;
+}
+
+int manager_ensure(struct manager *m, const char *reference,
+		   const struct caller *who, struct image **ret)
+{
+	struct reference *ref = NULL;
+	_cleanup_free_ char *canonical = NULL;
+	struct flight *f;
+	struct image *img = NULL;
+	enum pull_policy policy;
+	bool present_event = false;
+	double t_wait = mono_now_f();
+	int r;
+
+	r = reference_parse(reference, REFERENCE_DEFAULT_TAG, &ref);
+	if (r < 0) {
+		if (r == -EINVAL)
+			emit(m, EVENT_WARNING, "InspectFailed", reference, NULL, EINVAL,
+			     who, "Failed to apply default image tag \"%s\": invalid reference format",
+			     reference);
+		return r;
+	}
+	canonical = reference_to_string(ref);
+	if (!canonical) {
+		reference_free(ref);
+		return -ENOMEM;
+	}
+	policy = effective_policy(m, ref);
+
+	pthread_mutex_lock(&m->lock);
+	if (ensure_cached_locked(m, canonical, policy, &present_event, &img)) {
+		pthread_mutex_unlock(&m->lock);
+		if (present_event)
+			emit(m, EVENT_NORMAL, "Pulled", canonical, image_digest(img), 0,
+			     who, "Container image \"%s\" already present on machine",
+			     canonical);
+		reference_free(ref);
+		*ret = img;
+		return 0;
+	}
+	f = strmap_get(m->flights, canonical);
+	if (f) {
+		/* Single flight: wait for the pull that is already running. */
+		f->waiters++;
+		while (!f->done)
+			pthread_cond_wait(&f->cond, &m->lock);
+		r = f->result;
+		if (r == 0) {
+			img = f->image;
+			image_ref(img, 1);
+		}
+		if (--f->waiters == 0) {
+			if (f->image)
+				image_unref(f->image, 1);
+			pthread_cond_destroy(&f->cond);
+			free(f);
+		}
+		pthread_mutex_unlock(&m->lock);
+		reference_free(ref);
+		if (r == 0)
+			*ret = img;
+		return r;
+	}
+	f = calloc(1, sizeof(*f));
+	if (!f || strmap_put(m->flights, canonical, f) < 0) {
+		pthread_mutex_unlock(&m->lock);
+		free(f);
+		reference_free(ref);
+		return -ENOMEM;
+	}
+	f->waiters = 1;
+	pthread_cond_init(&f->cond, NULL);
+	pthread_mutex_unlock(&m->lock);
+
+	r = ensure_work(m, ref, canonical, policy, who, t_wait, &img);
+
+	pthread_mutex_lock(&m->lock);
+	strmap_remove(m->flights, canonical);
+	f->done = true;
+	f->result = r;
+	f->image = r == 0 ? img : NULL; /* the flight keeps the worker's reference */
+	if (r == 0)
+		image_ref(img, 1); /* and the worker's caller gets one */
+	pthread_cond_broadcast(&f->cond);
+	if (--f->waiters == 0) {
+		if (f->image)
+			image_unref(f->image, 1);
+		pthread_cond_destroy(&f->cond);
+		free(f);
+	}
+	pthread_mutex_unlock(&m->lock);
+	reference_free(ref);
+	if (r == 0)
+		*ret = img;
+	return r;
+}
+
+/* ---- listing --------------------------------------------------------- */
+
+struct list_ctx {
+	const char *prefix;
+	size_t plen;
+	struct strmap *seen; /* name -> (void *)1 image, (void *)2 directory */
+	int error;
+};
+
+static int list_one(void *userdata, const char *key, void *value)
+{
+	struct list_ctx *c = userdata;
+	const char *rest;
+	char name[512];
+	size_t n;
+	bool image;
+
+	if (c->plen) {
+		if (strncmp(key, c->prefix, c->plen) != 0 || key[c->plen] != '/')
+			return 0;
+		rest = key + c->plen + 1;
+	} else {
+		rest = key;
+	}
+	n = strcspn(rest, "/");
+	image = rest[n] == '\0';
+	if (n == 0 || n >= sizeof(name))
+		return 0;
+	memcpy(name, rest, n);
+	name[n] = '\0';
+	if (strmap_put(c->seen, name, (void *)(uintptr_t)(image ? 1 : 2)) < 0)
+		c->error = -ENOMEM;
+	return 0;
+}
+
+struct list_emit {
+	int (*fn)(void *userdata, const char *name, bool is_image);
+	void *userdata;
+};
+
+static int list_emit_one(void *userdata, const char *key, void *value)
+{
+	struct list_emit *e = userdata;
+
+	return e->fn(e->userdata, key, (uintptr_t)value == 1);
+}
+
+int manager_list(struct manager *m, const char *prefix,
+		 int (*fn)(void *userdata, const char *name, bool is_image),
+		 void *userdata)
+{
+	struct list_ctx c = { .prefix = prefix, .plen = strlen(prefix) };
+	struct list_emit e = { .fn = fn, .userdata = userdata };
+	int r;
+
+	c.seen = strmap_new();
+	if (!c.seen)
+		return -ENOMEM;
+	pthread_mutex_lock(&m->lock);
+	strmap_foreach(m->refs, list_one, &c);
+	pthread_mutex_unlock(&m->lock);
+	r = c.error ? c.error : strmap_foreach(c.seen, list_emit_one, &e);
+	strmap_free(c.seen);
+	return r;
+}
+
+struct host_ctx {
+	const char *host;
+	size_t len;
+};
+
+static int host_match(void *userdata, const char *key, void *value)
+{
+	struct host_ctx *h = userdata;
+
+	return strncmp(key, h->host, h->len) == 0 && key[h->len] == '/';
+}
+
+bool manager_is_known_host(struct manager *m, const char *host)
+{
+	struct host_ctx h = { .host = host, .len = strlen(host) };
+	bool found;
+
+	for (size_t i = 0; i < m->opts.n_insecure_hosts; i++)
+		if (!strcmp(m->insecure[i], host))
+			return true;
+	pthread_mutex_lock(&m->lock);
+	found = strmap_foreach(m->refs, host_match, &h) != 0;
+	pthread_mutex_unlock(&m->lock);
+	return found;
+}
+
+/* ---- life cycle ------------------------------------------------------ */
+
+void manager_reopen_events(struct manager *m)
+{
+	if (m)
+		events_request_reopen(m->events);
+}
+
+static int load_refs(struct manager *m)
+{
+	struct cache_ref *refs = NULL;
+	size_t n = 0;
+	int r;
+
+	r = cache_refs_load(m->cache, &refs, &n);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		if (r == 0)
+			r = refstate_set(m, refs[i].reference, refs[i].digest,
+					 refs[i].index_digest);
+		cache_ref_done(&refs[i]);
+	}
+	free(refs);
+	/* Revalidation of Always references starts fresh after a restart:
+	 * the first lookup re-resolves them. */
+	return r;
+}
+
+static int free_refstate(void *userdata, const char *key, void *value)
+{
+	refstate_free(value);
+	return 0;
+}
+
+static int free_image(void *userdata, const char *key, void *value)
+{
+	image_unref(value, 1);
+	return 0;
+}
+
+int manager_new(const struct manager_options *opts, struct manager **ret,
+		char *errbuf, size_t errlen)
+{
+	struct manager *m;
+	_cleanup_free_ char *evpath = NULL;
+	struct registry_options ro = { 0 };
+	int r;
+
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->opts = *opts;
+	pthread_mutex_init(&m->lock, NULL);
+	m->refs = strmap_new();
+	m->images = strmap_new();
+	m->flights = strmap_new();
+	m->insecure = calloc(opts->n_insecure_hosts + 1, sizeof(char *));
+	if (!m->refs || !m->images || !m->flights || !m->insecure) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	for (size_t i = 0; i < opts->n_insecure_hosts; i++)
+		if (!(m->insecure[i] = strdup(opts->insecure_hosts[i]))) {
+			r = -ENOMEM;
+			goto fail;
+		}
+	m->opts.insecure_hosts = (const char *const *)m->insecure;
+	m->opts.cache_dir = NULL;
+	m->opts.events_log = NULL;
+	m->opts.platform = NULL;
+
+	if (opts->platform) {
+		r = platform_parse(opts->platform, &m->platform);
+		if (r < 0) {
+			snprintf(errbuf, errlen, "invalid platform \"%s\"", opts->platform);
+			goto fail;
+		}
+		m->platform_owned = true;
+	} else {
+		platform_native(&m->platform);
+	}
+
+	r = cache_open(opts->cache_dir, &m->cache, errbuf, errlen);
+	if (r < 0)
+		goto fail;
+
+	if (opts->events_log) {
+		evpath = strdup(opts->events_log);
+	} else if (asprintf(&evpath, "%s/events.log", opts->cache_dir) < 0) {
+		evpath = NULL;
+	}
+	if (!evpath) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	r = events_open(evpath, &m->events);
+	if (r < 0) {
+		snprintf(errbuf, errlen, "cannot open events log \"%s\": %s",
+			 evpath, strerror(-r));
+		goto fail;
+	}
+
+	ro.insecure_hosts = m->opts.insecure_hosts;
+	ro.n_insecure_hosts = opts->n_insecure_hosts;
+	r = registry_new(&ro, &m->registry);
+	if (r < 0) {
+		snprintf(errbuf, errlen, "cannot set up the registry client: %s",
+			 strerror(-r));
+		goto fail;
+	}
+	r = load_refs(m);
+	if (r < 0) {
+		snprintf(errbuf, errlen, "cannot read cached references: %s",
+			 strerror(-r));
+		goto fail;
+	}
+	*ret = m;
+	return 0;
+fail:
+	manager_free(m);
+	return r;
+}
+
+void manager_free(struct manager *m)
+{
+	if (!m)
+		return;
+	if (m->refs) {
+		strmap_foreach(m->refs, free_refstate, NULL);
+		strmap_free(m->refs);
+	}
+	if (m->images) {
+		strmap_foreach(m->images, free_image, NULL);
+		strmap_free(m->images);
+	}
+	strmap_free(m->flights);
+	registry_free(m->registry);
+	events_close(m->events);
+	cache_close(m->cache);
+	if (m->platform_owned)
+		platform_done(&m->platform);
+	if (m->insecure)
+		for (size_t i = 0; m->insecure[i]; i++)
+			free(m->insecure[i]);
+	free(m->insecure);
+	pthread_mutex_destroy(&m->lock);
+	free(m);
+}

@@ -1,0 +1,28 @@
+/* The FUSE side of pullfs: libfuse3's low-level API over the manager.
+ * The only place that knows fuse_req_t and fuse_ino_t. */
+#pragma once
+
+#include <stdbool.h>
+
+struct manager;
+struct fuse_args;
+
+struct fs_options {
+	double content_timeout;	  /* entry/attr timeout inside images; 0: 1 day */
+	double image_timeout;	  /* entry timeout of images/<ref>; 0: 60 s */
+	double namespace_timeout; /* entry/attr timeout of the namespace; 0: 1 s */
+	unsigned max_threads;	  /* FUSE worker threads; 0: 32 */
+};
+
+struct fs;
+
+int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret);
+void fs_free(struct fs *fs);
+
+/* Mounts at mountpoint with the FUSE options in args, detaches from the
+ * terminal unless foreground, serves until SIGINT/SIGTERM or an unmount,
+ * then unmounts.  SIGHUP reopens the events log.  Returns 0 after a clean
+ * stop, or -errno (with a message printed on stderr) when mounting
+ * failed. */
+int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
+	     bool foreground);

@@ -1,0 +1,84 @@
+/* The image manager: turns "somebody looked up images/<ref>" into a ready
+ * image, the way the kubelet's EnsureImageExists does -- pull policy,
+ * single flight per reference, pull, verify, unpack, publish -- and tells
+ * the events log about every decision.  This is the narrow interface the
+ * filesystem sees: references in, refcounted immutable images out. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "events.h"
+#include "tree.h"
+
+enum pull_policy {
+	PULL_POLICY_UNSET, /* kubelet rule: :latest or no tag -> Always, else IfNotPresent */
+	PULL_ALWAYS,
+	PULL_IF_NOT_PRESENT,
+	PULL_NEVER,
+};
+
+/* "always", "if-not-present", "never" (also the kubelet spellings
+ * "Always", "IfNotPresent", "Never").  Returns 0 or -EINVAL. */
+int pull_policy_parse(const char *s, enum pull_policy *ret);
+const char *pull_policy_name(enum pull_policy p); /* "Always", ... */
+
+struct manager_options {
+	const char *cache_dir;	      /* required */
+	const char *events_log;	      /* NULL: <cache_dir>/events.log */
+	enum pull_policy pull_policy; /* mount-wide override; UNSET: per reference */
+	const char *const *insecure_hosts;
+	size_t n_insecure_hosts;
+	const char *platform;		   /* "os/arch[/variant]"; NULL: this machine */
+	unsigned max_concurrent_downloads; /* layers per pull; 0: 3 */
+	unsigned revalidate_interval_s;	   /* Always: re-resolve at most this often; 0: 60 */
+};
+
+#define MANAGER_DEFAULT_REVALIDATE_S 60
+
+struct manager;
+struct image;
+
+/* Opens the cache (see cache.h), the events log and the registry client.
+ * Starts no threads.  Returns 0, or -errno with a one-line reason in
+ * errbuf. */
+int manager_new(const struct manager_options *opts, struct manager **ret,
+		char *errbuf, size_t errlen);
+/* Frees the manager; every image reference must have been dropped. */
+void manager_free(struct manager *m);
+
+/* Async-signal-safe: the events log is reopened before its next line. */
+void manager_reopen_events(struct manager *m);
+
+/* Makes reference (any form the reference grammar accepts) available and
+ * returns its image with one reference held by the caller.  Blocks for as
+ * long as a pull takes; concurrent calls for one reference share one
+ * pull.  who may be NULL.  Errors follow the errno table (errtable.h):
+ * -EINVAL, -ENOENT, -EPERM, -EACCES, -EHOSTUNREACH, -ETIMEDOUT, -ENOEXEC,
+ * -EBADMSG, -ENOSPC, -EIO. */
+int manager_ensure(struct manager *m, const char *reference,
+		   const struct caller *who, struct image **ret);
+
+/* True when host is a registry the manager knows by name: an insecure
+ * registry from the options or the domain of a cached image. */
+bool manager_is_known_host(struct manager *m, const char *host);
+
+/* Lists the cache below a canonical prefix of path components ("" for the
+ * hosts, "127.0.0.1:5000", "127.0.0.1:5000/test", ...): calls fn once per
+ * distinct next component, with is_image set when that component closes a
+ * reference.  Never asks a registry.  Returns 0, -ENOMEM or fn's value. */
+int manager_list(struct manager *m, const char *prefix,
+		 int (*fn)(void *userdata, const char *name, bool is_image),
+		 void *userdata);
+
+/* Images: immutable once returned; refcounted; safe from any thread. */
+void image_ref(struct image *img, uint64_t n);
+void image_unref(struct image *img, uint64_t n);
+const struct tinode *image_root(const struct image *img);
+/* The image that owns a node of its tree. */
+struct image *image_of(const struct tinode *node);
+/* Read-only fd of the pack that holds regular file data of layer
+ * `layer` (tinode.layer); borrowed, valid while the image is. */
+int image_pack_fd(const struct image *img, unsigned layer);
+const char *image_digest(const struct image *img);
