@@ -1,1 +1,1249 @@
-/* placeholder, being written */
+/* Layer unpacking: one OCI/Docker layer tar stream becomes a data pack
+ * (regular file bytes, appended) and an in-memory index of entries, and the
+ * index round-trips through a small checksummed binary file in the cache.
+ * Everything taken from the tar is validated here once, so the tree and the
+ * filesystem can rely on normalised paths. */
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+#include <wchar.h>
+#include <zlib.h>
+
+#include "layer.h"
+#include "macro.h"
+
+#define LAYER_DEFAULT_MAX_ENTRIES UINT64_C(1000000)
+#define LAYER_DEFAULT_MAX_EXPANDED (UINT64_C(64) << 30)
+#define LAYER_DEFAULT_MAX_PATH 4096u
+/* Linux limits: a longer name or xattr could never be served anyway. */
+#define LAYER_NAME_MAX 255u
+#define LAYER_XATTR_NAME_MAX 255u
+#define LAYER_XATTR_SIZE_MAX 65536u
+#define LAYER_XATTRS_PER_ENTRY 1024u
+/* libarchive hands out blocks of this size; large blocks mean few reads
+ * from a pipe or a socket-backed fd. */
+#define LAYER_READ_BLOCK (1u << 20)
+
+#define WH_PREFIX ".wh."
+#define WH_OPAQUE ".wh..wh..opq"
+#define WH_META_PREFIX ".wh..wh."
+
+static void archive_read_freep(struct archive **a)
+{
+	if (*a)
+		archive_read_free(*a);
+}
+
+static void layer_index_freep(struct layer_index **li)
+{
+	layer_index_free(*li);
+}
+
+__attribute__((format(printf, 3, 4))) static int
+layer_fail(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (errbuf && errlen > 0) {
+		va_start(ap, fmt);
+		vsnprintf(errbuf, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return -EBADMSG;
+}
+
+/* ---- path rules ------------------------------------------------------ */
+
+/* Checks that every component of a relative path is a real name: not
+ * empty, ".", ".." and not longer than NAME_MAX.  "" (the root) passes. */
+static bool layer_path_components_ok(const char *p)
+{
+	if (*p == '\0')
+		return true;
+	for (;;) {
+		const char *slash = strchr(p, '/');
+		size_t len = slash ? (size_t)(slash - p) : strlen(p);
+
+		if (len == 0 || len > LAYER_NAME_MAX)
+			return false;
+		if (p[0] == '.' && (len == 1 || (len == 2 && p[1] == '.')))
+			return false;
+		if (!slash)
+			return true;
+		p = slash + 1;
+	}
+}
+
+/* Turns a tar name into the normalised form of struct layer_entry.  Only a
+ * leading "./" and trailing slashes are dropped: anything else unusual is
+ * refused rather than reinterpreted, since two tools disagreeing about what
+ * "a//b" or "a/./b" means is how overlay escapes happen. */
+static int layer_normalise(const char *raw, uint32_t max_path, char **ret,
+			   char *errbuf, size_t errlen)
+{
+	const char *p = raw;
+	size_t len;
+	char *s;
+
+	if (*p == '\0')
+		return layer_fail(errbuf, errlen, "layer: empty entry name");
+	if (*p == '/')
+		return layer_fail(errbuf, errlen,
+				  "layer: absolute entry name \"%.200s\"", raw);
+	if (strcmp(p, ".") == 0)
+		p = "";
+	else if (p[0] == '.' && p[1] == '/')
+		p += 2;
+
+	len = strlen(p);
+	while (len > 0 && p[len - 1] == '/')
+		len--;
+	if (len > max_path)
+		return layer_fail(errbuf, errlen,
+				  "layer: entry name longer than %" PRIu32
+				  " bytes",
+				  max_path);
+
+	s = strndup(p, len);
+	if (!s)
+		return -ENOMEM;
+	if (!layer_path_components_ok(s)) {
+		free(s);
+		return layer_fail(errbuf, errlen,
+				  "layer: bad entry name \"%.200s\"", raw);
+	}
+	*ret = s;
+	return 0;
+}
+
+/* ---- set of paths seen in this layer (hardlink targets) -------------- */
+
+struct pathset {
+	const char **slots; /* borrowed from the entries; NULL: free */
+	size_t cap, n;
+};
+
+static uint64_t layer_hash(const char *s)
+{
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * UINT64_C(0x100000001b3);
+	return h;
+}
+
+static bool pathset_has(const struct pathset *ps, const char *s)
+{
+	if (ps->cap == 0)
+		return false;
+	for (size_t i = layer_hash(s) & (ps->cap - 1);;
+	     i = (i + 1) & (ps->cap - 1)) {
+		if (!ps->slots[i])
+			return false;
+		if (strcmp(ps->slots[i], s) == 0)
+			return true;
+	}
+}
+
+static void pathset_put(const char **slots, size_t cap, const char *s)
+{
+	size_t i = layer_hash(s) & (cap - 1);
+
+	while (slots[i]) {
+		if (strcmp(slots[i], s) == 0)
+			return;
+		i = (i + 1) & (cap - 1);
+	}
+	slots[i] = s;
+}
+
+static int pathset_add(struct pathset *ps, const char *s)
+{
+	if ((ps->n + 1) * 2 > ps->cap) {
+		size_t cap = ps->cap ? ps->cap * 2 : 64;
+		const char **slots = calloc(cap, sizeof(*slots));
+
+		if (!slots)
+			return -ENOMEM;
+		for (size_t i = 0; i < ps->cap; i++)
+			if (ps->slots[i])
+				pathset_put(slots, cap, ps->slots[i]);
+		free(ps->slots);
+		ps->slots = slots;
+		ps->cap = cap;
+	}
+	if (!pathset_has(ps, s)) {
+		pathset_put(ps->slots, ps->cap, s);
+		ps->n++;
+	}
+	return 0;
+}
+
+/* ---- gzip ------------------------------------------------------------
+ *
+ * libarchive's gzip filter does not check the CRC and length trailers, so
+ * a damaged stored block would unpack as silently wrong bytes.  zlib does
+ * check them; it feeds libarchive the tar through a read callback. */
+
+struct gzsrc {
+	int fd;
+	z_stream z;
+	bool z_ready;
+	bool in_eof;
+	bool done;
+	unsigned char *in, *out;
+};
+
+static void gzsrc_free(struct gzsrc *g)
+{
+	if (g->z_ready)
+		inflateEnd(&g->z);
+	free(g->in);
+	free(g->out);
+}
+
+static int gzsrc_init(struct gzsrc *g, int fd)
+{
+	*g = (struct gzsrc){.fd = fd};
+	g->in = malloc(LAYER_READ_BLOCK);
+	g->out = malloc(LAYER_READ_BLOCK);
+	if (!g->in || !g->out)
+		return -ENOMEM;
+	/* 16 + MAX_WBITS: gzip wrapper only, trailers verified */
+	if (inflateInit2(&g->z, 16 + MAX_WBITS) != Z_OK)
+		return -ENOMEM;
+	g->z_ready = true;
+	return 0;
+}
+
+static int gzsrc_fill(struct archive *a, struct gzsrc *g)
+{
+	ssize_t n;
+
+	do
+		n = read(g->fd, g->in, LAYER_READ_BLOCK);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		archive_set_error(a, errno, "reading the layer: %s",
+				  strerror(errno));
+		return -1;
+	}
+	if (n == 0)
+		g->in_eof = true;
+	g->z.next_in = g->in;
+	g->z.avail_in = (uInt)n;
+	return 0;
+}
+
+static la_ssize_t gzsrc_read(struct archive *a, void *data, const void **buf)
+{
+	struct gzsrc *g = data;
+
+	for (;;) {
+		int r;
+
+		if (g->done)
+			return 0;
+		if (g->z.avail_in == 0 && !g->in_eof && gzsrc_fill(a, g) < 0)
+			return -1;
+		g->z.next_out = g->out;
+		g->z.avail_out = LAYER_READ_BLOCK;
+		r = inflate(&g->z, Z_NO_FLUSH);
+		if (r == Z_STREAM_END) {
+			/* Concatenated members are one stream; anything else
+			 * after the first member (padding) is ignored, as
+			 * gzip(1) does. */
+			if (g->z.avail_in == 0 && !g->in_eof &&
+			    gzsrc_fill(a, g) < 0)
+				return -1;
+			if (g->z.avail_in > 0 && g->z.next_in[0] == 0x1f)
+				inflateReset(&g->z);
+			else
+				g->done = true;
+		} else if (r == Z_BUF_ERROR && g->in_eof) {
+			archive_set_error(a, EILSEQ,
+					  "gzip: truncated stream");
+			return -1;
+		} else if (r != Z_OK && r != Z_BUF_ERROR) {
+			archive_set_error(a, EILSEQ,
+					  "gzip: %s",
+					  g->z.msg ? g->z.msg : "corrupt data");
+			return -1;
+		}
+		if (g->z.avail_out < LAYER_READ_BLOCK) {
+			*buf = g->out;
+			return (la_ssize_t)(LAYER_READ_BLOCK - g->z.avail_out);
+		}
+	}
+}
+
+/* ---- unpacking ------------------------------------------------------- */
+
+struct unpack {
+	struct archive *a;
+	int data_fd;
+	uint64_t pack_end;
+	uint64_t expanded;
+	uint64_t headers;
+	uint64_t max_entries, max_expanded;
+	uint32_t max_path;
+	struct layer_index *li;
+	size_t cap;
+	struct pathset seen;
+	char *errbuf;
+	size_t errlen;
+};
+
+static void layer_entry_clear(struct layer_entry *e)
+{
+	free(e->path);
+	free(e->link);
+	for (uint32_t i = 0; i < e->n_xattrs; i++) {
+		free(e->xattrs[i].name);
+		free(e->xattrs[i].value);
+	}
+	free(e->xattrs);
+}
+
+static int layer_archive_fail(struct unpack *u)
+{
+	const char *msg = archive_error_string(u->a);
+
+	return layer_fail(u->errbuf, u->errlen, "layer: %s",
+			  msg ? msg : "unreadable archive");
+}
+
+static int layer_write_error(void)
+{
+	if (errno == ENOSPC || errno == EDQUOT)
+		return -ENOSPC;
+	return -EIO;
+}
+
+static int layer_pwrite_all(int fd, const void *buf, size_t size,
+			    uint64_t off)
+{
+	const char *p = buf;
+
+	while (size > 0) {
+		ssize_t n = pwrite(fd, p, size, (off_t)off);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return layer_write_error();
+		}
+		if (n == 0)
+			return -EIO;
+		p += n;
+		size -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* The name libarchive decoded or, when it could not convert it to the
+ * locale, the best other form it kept: layer names are bytes to us.
+ * Returns 0, or -EBADMSG (no reason set) or -ENOMEM. */
+static int layer_raw_name(struct archive_entry *ae, bool hardlink,
+			  const char **ret, char **ret_free)
+{
+	const char *s;
+	const wchar_t *w;
+	size_t n;
+	char *buf;
+
+	s = hardlink ? archive_entry_hardlink(ae) : archive_entry_pathname(ae);
+	if (!s)
+		s = hardlink ? archive_entry_hardlink_utf8(ae)
+			     : archive_entry_pathname_utf8(ae);
+	if (s) {
+		*ret = s;
+		*ret_free = NULL;
+		return 0;
+	}
+	w = hardlink ? archive_entry_hardlink_w(ae)
+		     : archive_entry_pathname_w(ae);
+	if (!w)
+		return -EBADMSG;
+	n = wcstombs(NULL, w, 0);
+	if (n == (size_t)-1)
+		return -EBADMSG;
+	buf = malloc(n + 1);
+	if (!buf)
+		return -ENOMEM;
+	wcstombs(buf, w, n + 1);
+	*ret = buf;
+	*ret_free = buf;
+	return 0;
+}
+
+static int layer_copy_xattrs(struct unpack *u, struct archive_entry *ae,
+			     struct layer_entry *e)
+{
+	int n = archive_entry_xattr_reset(ae);
+	const char *name;
+	const void *value;
+	size_t size;
+
+	if (n <= 0)
+		return 0;
+	if ((unsigned)n > LAYER_XATTRS_PER_ENTRY)
+		return layer_fail(u->errbuf, u->errlen,
+				  "layer: \"%.200s\" has more than %u xattrs",
+				  e->path, LAYER_XATTRS_PER_ENTRY);
+	e->xattrs = calloc((size_t)n, sizeof(*e->xattrs));
+	if (!e->xattrs)
+		return -ENOMEM;
+	for (int k = 0;
+	     k < n && archive_entry_xattr_next(ae, &name, &value, &size) ==
+			      ARCHIVE_OK;
+	     k++) {
+		struct layer_xattr *x = &e->xattrs[e->n_xattrs];
+		void *copy;
+
+		if (!name || name[0] == '\0' ||
+		    strlen(name) > LAYER_XATTR_NAME_MAX ||
+		    size > LAYER_XATTR_SIZE_MAX)
+			return layer_fail(u->errbuf, u->errlen,
+					  "layer: bad xattr on \"%.200s\"",
+					  e->path);
+		/* +1 so a zero-length value still owns a distinct pointer */
+		copy = malloc(size + 1);
+		if (!copy)
+			return -ENOMEM;
+		if (size > 0)
+			memcpy(copy, value, size);
+		/* pax headers written by libarchive carry each xattr twice
+		 * (SCHILY.xattr and LIBARCHIVE.xattr): the last one wins */
+		for (uint32_t i = 0; i < e->n_xattrs; i++)
+			if (strcmp(e->xattrs[i].name, name) == 0) {
+				x = &e->xattrs[i];
+				break;
+			}
+		if (x == &e->xattrs[e->n_xattrs]) {
+			x->name = strdup(name);
+			if (!x->name) {
+				free(copy);
+				return -ENOMEM;
+			}
+			e->n_xattrs++;
+		} else {
+			free(x->value);
+		}
+		x->value = copy;
+		x->size = (uint32_t)size;
+	}
+	return 0;
+}
+
+/* Streams one regular file's bytes to the end of the pack.  Blocks are
+ * written at their own offsets, so the gaps libarchive reports for sparse
+ * entries stay holes in the pack. */
+static int layer_copy_data(struct unpack *u, struct layer_entry *e)
+{
+	for (;;) {
+		const void *buf;
+		size_t size;
+		la_int64_t off;
+		int r = archive_read_data_block(u->a, &buf, &size, &off);
+
+		if (r == ARCHIVE_EOF)
+			return 0;
+		if (r != ARCHIVE_OK && r != ARCHIVE_WARN)
+			return layer_archive_fail(u);
+		if (size == 0)
+			continue;
+		if (off < 0 || (uint64_t)off > e->size ||
+		    size > e->size - (uint64_t)off)
+			return layer_fail(u->errbuf, u->errlen,
+					  "layer: data of \"%.200s\" exceeds "
+					  "its size",
+					  e->path);
+		r = layer_pwrite_all(u->data_fd, buf, size,
+				     e->data_off + (uint64_t)off);
+		if (r < 0)
+			return r;
+	}
+}
+
+static int layer_classify(struct unpack *u, struct archive_entry *ae,
+			  struct layer_entry *e)
+{
+	switch (archive_entry_filetype(ae)) {
+	case AE_IFREG:
+		e->type = LAYER_ENTRY_REG;
+		break;
+	case AE_IFDIR:
+		e->type = LAYER_ENTRY_DIR;
+		break;
+	case AE_IFLNK:
+		e->type = LAYER_ENTRY_SYMLINK;
+		break;
+	case AE_IFCHR:
+		e->type = LAYER_ENTRY_CHR;
+		break;
+	case AE_IFBLK:
+		e->type = LAYER_ENTRY_BLK;
+		break;
+	case AE_IFIFO:
+		e->type = LAYER_ENTRY_FIFO;
+		break;
+	case AE_IFSOCK:
+		e->type = LAYER_ENTRY_SOCK;
+		break;
+	default:
+		return layer_fail(u->errbuf, u->errlen,
+				  "layer: \"%.200s\" has an unknown file type",
+				  e->path);
+	}
+	return 0;
+}
+
+/* Recognises the overlay markers in the entry's final component.  Returns
+ * 1 when the entry is an aufs-internal file to skip. */
+static int layer_whiteout(struct unpack *u, struct layer_entry *e)
+{
+	char *base = strrchr(e->path, '/');
+	size_t dirlen;
+	const char *victim;
+	char *s;
+
+	base = base ? base + 1 : e->path;
+	if (strncmp(base, WH_PREFIX, strlen(WH_PREFIX)) != 0)
+		return 0;
+	dirlen = base == e->path ? 0 : (size_t)(base - e->path - 1);
+
+	if (strcmp(base, WH_OPAQUE) == 0) {
+		e->type = LAYER_ENTRY_OPAQUE;
+		e->path[dirlen] = '\0';
+		return 0;
+	}
+	if (strncmp(base, WH_META_PREFIX, strlen(WH_META_PREFIX)) == 0)
+		return 1;
+
+	victim = base + strlen(WH_PREFIX);
+	if (victim[0] == '\0' || strcmp(victim, ".") == 0 ||
+	    strcmp(victim, "..") == 0)
+		return layer_fail(u->errbuf, u->errlen,
+				  "layer: bad whiteout \"%.200s\"", e->path);
+	/* Removing the prefix only shortens the path: rebuild in place. */
+	s = e->path + (base - e->path);
+	memmove(s, victim, strlen(victim) + 1);
+	e->type = LAYER_ENTRY_WHITEOUT;
+	return 0;
+}
+
+static int layer_fill_entry(struct unpack *u, struct archive_entry *ae,
+			    struct layer_entry *e)
+{
+	_cleanup_free_ char *name_buf = NULL;
+	const char *raw, *hl;
+	la_int64_t uid, gid;
+	long nsec;
+	int r;
+
+	r = layer_raw_name(ae, false, &raw, &name_buf);
+	if (r == -EBADMSG)
+		return layer_fail(u->errbuf, u->errlen,
+				  "layer: entry without a readable name");
+	if (r < 0)
+		return r;
+	r = layer_normalise(raw, u->max_path, &e->path, u->errbuf, u->errlen);
+	if (r < 0)
+		return r;
+
+	uid = archive_entry_uid(ae);
+	gid = archive_entry_gid(ae);
+	if (uid < 0 || uid > UINT32_MAX || gid < 0 || gid > UINT32_MAX)
+		return layer_fail(u->errbuf, u->errlen,
+				  "layer: \"%.200s\" has an out-of-range owner",
+				  e->path);
+	e->uid = (uint32_t)uid;
+	e->gid = (uint32_t)gid;
+	e->mode = (uint32_t)archive_entry_perm(ae) & 07777;
+	e->mtime_sec = archive_entry_mtime(ae);
+	nsec = archive_entry_mtime_nsec(ae);
+	e->mtime_nsec = nsec >= 0 && nsec < 1000000000 ? (uint32_t)nsec : 0;
+
+	r = layer_whiteout(u, e);
+	if (r != 0)
+		return r;
+	if (e->type == LAYER_ENTRY_WHITEOUT || e->type == LAYER_ENTRY_OPAQUE)
+		return 0;
+
+	hl = archive_entry_hardlink(ae);
+	if (!hl)
+		hl = archive_entry_hardlink_utf8(ae);
+	if (hl || archive_entry_hardlink_w(ae)) {
+		_cleanup_free_ char *hl_buf = NULL;
+
+		r = layer_raw_name(ae, true, &hl, &hl_buf);
+		if (r == -EBADMSG)
+			return layer_fail(u->errbuf, u->errlen,
+					  "layer: unreadable hardlink target");
+		if (r < 0)
+			return r;
+		r = layer_normalise(hl, u->max_path, &e->link, u->errbuf,
+				    u->errlen);
+		if (r < 0)
+			return r;
+		if (!pathset_has(&u->seen, e->link))
+			return layer_fail(u->errbuf, u->errlen,
+					  "layer: hardlink \"%.200s\" to "
+					  "\"%.200s\", not an earlier file of "
+					  "the layer",
+					  e->path, e->link);
+		e->type = LAYER_ENTRY_HARDLINK;
+	} else {
+		r = layer_classify(u, ae, e);
+		if (r < 0)
+			return r;
+	}
+
+	switch (e->type) {
+	case LAYER_ENTRY_SYMLINK: {
+		const char *target = archive_entry_symlink(ae);
+
+		if (!target)
+			target = archive_entry_symlink_utf8(ae);
+		if (!target)
+			return layer_fail(u->errbuf, u->errlen,
+					  "layer: symlink \"%.200s\" without "
+					  "a readable target",
+					  e->path);
+		if (strlen(target) > u->max_path)
+			return layer_fail(u->errbuf, u->errlen,
+					  "layer: symlink target longer than "
+					  "%" PRIu32 " bytes",
+					  u->max_path);
+		e->link = strdup(target);
+		if (!e->link)
+			return -ENOMEM;
+		break;
+	}
+	case LAYER_ENTRY_CHR:
+	case LAYER_ENTRY_BLK:
+		e->rdev = makedev(archive_entry_rdevmajor(ae),
+				  archive_entry_rdevminor(ae));
+		break;
+	case LAYER_ENTRY_REG: {
+		la_int64_t size =
+			archive_entry_size_is_set(ae) ? archive_entry_size(ae) : 0;
+
+		if (size < 0)
+			return layer_fail(u->errbuf, u->errlen,
+					  "layer: \"%.200s\" has a negative "
+					  "size",
+					  e->path);
+		e->size = (uint64_t)size;
+		if (e->size > u->max_expanded - u->expanded)
+			return layer_fail(u->errbuf, u->errlen,
+					  "layer: more than %" PRIu64
+					  " bytes of file content",
+					  u->max_expanded);
+		u->expanded += e->size;
+		e->data_off = u->pack_end;
+		break;
+	}
+	default:
+		break;
+	}
+
+	if (e->type != LAYER_ENTRY_DIR) {
+		/* A root entry that is not a directory would leave nothing
+		 * to mount. */
+		if (e->path[0] == '\0')
+			return layer_fail(u->errbuf, u->errlen,
+					  "layer: root entry is not a "
+					  "directory");
+	}
+	return layer_copy_xattrs(u, ae, e);
+}
+
+static int layer_push(struct unpack *u, struct layer_entry *e)
+{
+	struct layer_index *li = u->li;
+
+	if (li->n_entries == u->cap) {
+		size_t cap = u->cap ? u->cap * 2 : 256;
+		struct layer_entry *n =
+			reallocarray(li->entries, cap, sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		li->entries = n;
+		u->cap = cap;
+	}
+	li->entries[li->n_entries++] = *e;
+	return 0;
+}
+
+static int layer_next(struct unpack *u, struct archive_entry *ae)
+{
+	struct layer_entry e = {0};
+	int r;
+
+	if (++u->headers > u->max_entries)
+		return layer_fail(u->errbuf, u->errlen,
+				  "layer: more than %" PRIu64 " entries",
+				  u->max_entries);
+
+	r = layer_fill_entry(u, ae, &e);
+	if (r != 0) {
+		layer_entry_clear(&e);
+		return r < 0 ? r : 0;
+	}
+	if (e.type == LAYER_ENTRY_REG) {
+		r = layer_copy_data(u, &e);
+		if (r < 0) {
+			layer_entry_clear(&e);
+			return r;
+		}
+		u->pack_end = e.data_off + e.size;
+	}
+	r = layer_push(u, &e);
+	if (r < 0) {
+		layer_entry_clear(&e);
+		return r;
+	}
+	switch (e.type) {
+	case LAYER_ENTRY_DIR:
+	case LAYER_ENTRY_WHITEOUT:
+	case LAYER_ENTRY_OPAQUE:
+		return 0;
+	default:
+		/* the entries own the string; the set borrows it */
+		return pathset_add(&u->seen,
+				   u->li->entries[u->li->n_entries - 1].path);
+	}
+}
+
+int layer_unpack(int in_fd, enum layer_compression c, int data_fd,
+		 const struct layer_limits *lim, struct layer_index **ret,
+		 char *errbuf, size_t errlen)
+{
+	_cleanup_(archive_read_freep) struct archive *a = NULL;
+	_cleanup_(layer_index_freep) struct layer_index *li = NULL;
+	struct unpack u = {
+		.data_fd = data_fd,
+		.max_entries = LAYER_DEFAULT_MAX_ENTRIES,
+		.max_expanded = LAYER_DEFAULT_MAX_EXPANDED,
+		.max_path = LAYER_DEFAULT_MAX_PATH,
+		.errbuf = errbuf,
+		.errlen = errlen,
+	};
+	struct gzsrc gz = {.fd = -1};
+	int r;
+
+	if (errbuf && errlen > 0)
+		errbuf[0] = '\0';
+	if (lim) {
+		if (lim->max_entries)
+			u.max_entries = lim->max_entries;
+		if (lim->max_expanded_bytes)
+			u.max_expanded = lim->max_expanded_bytes;
+		if (lim->max_path)
+			u.max_path = lim->max_path;
+	}
+
+	li = calloc(1, sizeof(*li));
+	if (!li)
+		return -ENOMEM;
+	u.li = li;
+
+	a = archive_read_new();
+	if (!a)
+		return -ENOMEM;
+	u.a = a;
+	/* tar covers ustar, pax and GNU; nothing else is a layer. */
+	if (archive_read_support_format_tar(a) != ARCHIVE_OK)
+		return -ENOMEM;
+	switch (c) {
+	case LAYER_UNCOMPRESSED:
+	case LAYER_GZIP:
+		r = archive_read_support_filter_none(a);
+		break;
+	case LAYER_ZSTD:
+		/* zstd frames carry their own checksum, which libzstd
+		 * verifies */
+		r = archive_read_support_filter_zstd(a);
+		break;
+	default:
+		return -EINVAL;
+	}
+	/* ARCHIVE_WARN means libarchive would fork an external program
+	 * for this filter: never from inside the daemon. */
+	if (r != ARCHIVE_OK)
+		return -ENOTSUP;
+
+	if (c == LAYER_GZIP) {
+		r = gzsrc_init(&gz, in_fd);
+		if (r < 0)
+			goto out;
+		r = archive_read_open(a, &gz, NULL, gzsrc_read, NULL);
+	} else {
+		r = archive_read_open_fd(a, in_fd, LAYER_READ_BLOCK);
+	}
+	if (r != ARCHIVE_OK) {
+		r = layer_archive_fail(&u);
+		goto out;
+	}
+
+	for (;;) {
+		struct archive_entry *ae;
+
+		r = archive_read_next_header(a, &ae);
+		if (r == ARCHIVE_EOF)
+			break;
+		if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+			r = layer_archive_fail(&u);
+			goto out;
+		}
+		r = layer_next(&u, ae);
+		if (r < 0)
+			goto out;
+	}
+
+	/* Trailing holes of a sparse last file only exist once the pack is
+	 * stretched to its full length. */
+	if (ftruncate(data_fd, (off_t)u.pack_end) < 0) {
+		r = layer_write_error();
+		goto out;
+	}
+	li->data_size = u.pack_end;
+	*ret = TAKE_PTR(li);
+	r = 0;
+out:
+	/* the archive reads through gz until it is closed */
+	archive_read_free(TAKE_PTR(a));
+	gzsrc_free(&gz);
+	free(u.seen.slots);
+	return r;
+}
+
+void layer_index_free(struct layer_index *li)
+{
+	if (!li)
+		return;
+	for (size_t i = 0; i < li->n_entries; i++)
+		layer_entry_clear(&li->entries[i]);
+	free(li->entries);
+	free(li);
+}
+
+/* ---- index file -------------------------------------------------------
+ *
+ * All integers little-endian.
+ *   "PFSLIDX1" u32 version u32 flags(0) u64 n_entries u64 data_size
+ *   per entry: u8 type, u32 mode, u32 uid, u32 gid, i64 mtime_sec,
+ *     u32 mtime_nsec, u64 size, u64 data_off, u64 rdev,
+ *     str path, str link, u32 n_xattrs, { str name, bytes value }*
+ *   u32 crc32 of everything before it
+ * str/bytes: u32 length then the bytes; a str of length 0xffffffff is
+ * NULL.  Strings never contain NUL. */
+
+#define LIDX_MAGIC "PFSLIDX1"
+#define LIDX_VERSION 1u
+#define LIDX_NULL_STR UINT32_MAX
+#define LIDX_HEADER_SIZE (8 + 4 + 4 + 8 + 8)
+/* Smallest possible entry: fixed fields, an empty path, a NULL link and
+ * no xattrs.  Bounds the entry count before anything is allocated. */
+#define LIDX_MIN_ENTRY (1 + 4 * 4 + 8 + 4 + 8 * 3 + 4 + 4 + 4)
+#define LIDX_MIN_XATTR (4 + 1 + 4)
+/* The index of a layer at the entry limit stays well below this. */
+#define LIDX_MAX_FILE (UINT64_C(1) << 32)
+
+struct wbuf {
+	uint8_t *p;
+	size_t len, cap;
+	bool oom;
+};
+
+static void wbuf_put(struct wbuf *b, const void *data, size_t n)
+{
+	if (b->oom)
+		return;
+	if (n > b->cap - b->len) {
+		size_t cap = b->cap ? b->cap : 4096;
+		uint8_t *p;
+
+		while (n > cap - b->len) {
+			if (cap > SIZE_MAX / 2) {
+				b->oom = true;
+				return;
+			}
+			cap *= 2;
+		}
+		p = realloc(b->p, cap);
+		if (!p) {
+			b->oom = true;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, data, n);
+	b->len += n;
+}
+
+static void wbuf_u8(struct wbuf *b, uint8_t v)
+{
+	wbuf_put(b, &v, 1);
+}
+
+static void wbuf_u32(struct wbuf *b, uint32_t v)
+{
+	uint8_t x[4];
+
+	for (int i = 0; i < 4; i++)
+		x[i] = (uint8_t)(v >> (8 * i));
+	wbuf_put(b, x, sizeof(x));
+}
+
+static void wbuf_u64(struct wbuf *b, uint64_t v)
+{
+	uint8_t x[8];
+
+	for (int i = 0; i < 8; i++)
+		x[i] = (uint8_t)(v >> (8 * i));
+	wbuf_put(b, x, sizeof(x));
+}
+
+static void wbuf_bytes(struct wbuf *b, const void *p, uint32_t n)
+{
+	wbuf_u32(b, n);
+	wbuf_put(b, p, n);
+}
+
+static void wbuf_str(struct wbuf *b, const char *s)
+{
+	if (!s) {
+		wbuf_u32(b, LIDX_NULL_STR);
+		return;
+	}
+	wbuf_bytes(b, s, (uint32_t)strlen(s));
+}
+
+/* zlib's crc32 takes uInt lengths: feed it in pieces. */
+static uint32_t layer_crc32(const uint8_t *p, size_t len)
+{
+	uLong crc = crc32(0L, Z_NULL, 0);
+
+	for (size_t off = 0; off < len;) {
+		uInt n = (uInt)MIN(len - off, (size_t)1 << 30);
+
+		crc = crc32(crc, p + off, n);
+		off += n;
+	}
+	return (uint32_t)crc;
+}
+
+int layer_index_write(const struct layer_index *li, int fd)
+{
+	_cleanup_free_ uint8_t *data = NULL;
+	struct wbuf b = {0};
+	const uint8_t *p;
+	size_t left;
+
+	wbuf_put(&b, LIDX_MAGIC, 8);
+	wbuf_u32(&b, LIDX_VERSION);
+	wbuf_u32(&b, 0);
+	wbuf_u64(&b, li->n_entries);
+	wbuf_u64(&b, li->data_size);
+	for (size_t i = 0; i < li->n_entries; i++) {
+		const struct layer_entry *e = &li->entries[i];
+
+		if (!e->path || strlen(e->path) >= LIDX_NULL_STR ||
+		    (e->link && strlen(e->link) >= LIDX_NULL_STR)) {
+			free(b.p);
+			return -EINVAL;
+		}
+		wbuf_u8(&b, e->type);
+		wbuf_u32(&b, e->mode);
+		wbuf_u32(&b, e->uid);
+		wbuf_u32(&b, e->gid);
+		wbuf_u64(&b, (uint64_t)e->mtime_sec);
+		wbuf_u32(&b, e->mtime_nsec);
+		wbuf_u64(&b, e->size);
+		wbuf_u64(&b, e->data_off);
+		wbuf_u64(&b, e->rdev);
+		wbuf_str(&b, e->path);
+		wbuf_str(&b, e->link);
+		wbuf_u32(&b, e->n_xattrs);
+		for (uint32_t j = 0; j < e->n_xattrs; j++) {
+			wbuf_str(&b, e->xattrs[j].name);
+			wbuf_bytes(&b, e->xattrs[j].value, e->xattrs[j].size);
+		}
+	}
+	wbuf_u32(&b, layer_crc32(b.p, b.len));
+	data = b.p;
+	if (b.oom)
+		return -ENOMEM;
+
+	p = b.p;
+	left = b.len;
+	while (left > 0) {
+		ssize_t n = write(fd, p, left);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return layer_write_error();
+		}
+		if (n == 0)
+			return -EIO;
+		p += n;
+		left -= (size_t)n;
+	}
+	return 0;
+}
+
+struct rbuf {
+	const uint8_t *p;
+	size_t len, pos;
+	bool bad;
+};
+
+static const uint8_t *rbuf_take(struct rbuf *r, size_t n)
+{
+	const uint8_t *p;
+
+	if (r->bad || n > r->len - r->pos) {
+		r->bad = true;
+		return NULL;
+	}
+	p = r->p + r->pos;
+	r->pos += n;
+	return p;
+}
+
+static uint8_t rbuf_u8(struct rbuf *r)
+{
+	const uint8_t *p = rbuf_take(r, 1);
+
+	return p ? p[0] : 0;
+}
+
+static uint32_t rbuf_u32(struct rbuf *r)
+{
+	const uint8_t *p = rbuf_take(r, 4);
+	uint32_t v = 0;
+
+	if (p)
+		for (int i = 0; i < 4; i++)
+			v |= (uint32_t)p[i] << (8 * i);
+	return v;
+}
+
+static uint64_t rbuf_u64(struct rbuf *r)
+{
+	const uint8_t *p = rbuf_take(r, 8);
+	uint64_t v = 0;
+
+	if (p)
+		for (int i = 0; i < 8; i++)
+			v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+/* Returns 0 with *ret set (NULL for a NULL string when allowed),
+ * -EBADMSG or -ENOMEM. */
+static int rbuf_str(struct rbuf *r, bool nullable, char **ret)
+{
+	uint32_t n = rbuf_u32(r);
+	const uint8_t *p;
+	char *s;
+
+	if (r->bad)
+		return -EBADMSG;
+	if (n == LIDX_NULL_STR) {
+		if (!nullable)
+			return -EBADMSG;
+		*ret = NULL;
+		return 0;
+	}
+	p = rbuf_take(r, n);
+	if (!p || memchr(p, '\0', n))
+		return -EBADMSG;
+	s = malloc((size_t)n + 1);
+	if (!s)
+		return -ENOMEM;
+	memcpy(s, p, n);
+	s[n] = '\0';
+	*ret = s;
+	return 0;
+}
+
+static int layer_index_parse_entry(struct rbuf *r, uint64_t data_size,
+				   struct layer_entry *e)
+{
+	uint32_t n_xattrs;
+	int k;
+
+	e->type = rbuf_u8(r);
+	e->mode = rbuf_u32(r);
+	e->uid = rbuf_u32(r);
+	e->gid = rbuf_u32(r);
+	e->mtime_sec = (int64_t)rbuf_u64(r);
+	e->mtime_nsec = rbuf_u32(r);
+	e->size = rbuf_u64(r);
+	e->data_off = rbuf_u64(r);
+	e->rdev = rbuf_u64(r);
+	if (r->bad || e->type > LAYER_ENTRY_OPAQUE || e->mode > 07777 ||
+	    e->mtime_nsec >= 1000000000u)
+		return -EBADMSG;
+	if (e->type == LAYER_ENTRY_REG &&
+	    (e->data_off > data_size || e->size > data_size - e->data_off))
+		return -EBADMSG;
+
+	k = rbuf_str(r, false, &e->path);
+	if (k < 0)
+		return k;
+	if (!layer_path_components_ok(e->path))
+		return -EBADMSG;
+	k = rbuf_str(r, true, &e->link);
+	if (k < 0)
+		return k;
+	if ((e->type == LAYER_ENTRY_SYMLINK ||
+	     e->type == LAYER_ENTRY_HARDLINK) != (e->link != NULL))
+		return -EBADMSG;
+	if (e->type == LAYER_ENTRY_HARDLINK &&
+	    (e->link[0] == '\0' || !layer_path_components_ok(e->link)))
+		return -EBADMSG;
+	if (e->path[0] == '\0' && e->type != LAYER_ENTRY_DIR &&
+	    e->type != LAYER_ENTRY_OPAQUE)
+		return -EBADMSG;
+
+	n_xattrs = rbuf_u32(r);
+	if (r->bad || n_xattrs > (r->len - r->pos) / LIDX_MIN_XATTR)
+		return -EBADMSG;
+	if (n_xattrs == 0)
+		return 0;
+	e->xattrs = calloc(n_xattrs, sizeof(*e->xattrs));
+	if (!e->xattrs)
+		return -ENOMEM;
+	for (; e->n_xattrs < n_xattrs; e->n_xattrs++) {
+		struct layer_xattr *x = &e->xattrs[e->n_xattrs];
+		uint32_t size;
+		const uint8_t *v;
+
+		k = rbuf_str(r, false, &x->name);
+		if (k < 0)
+			return k;
+		size = rbuf_u32(r);
+		v = rbuf_take(r, size);
+		if (!v || x->name[0] == '\0') {
+			free(x->name);
+			x->name = NULL;
+			return -EBADMSG;
+		}
+		x->value = malloc((size_t)size + 1);
+		if (!x->value) {
+			free(x->name);
+			x->name = NULL;
+			return -ENOMEM;
+		}
+		memcpy(x->value, v, size);
+		x->size = size;
+	}
+	return 0;
+}
+
+static int layer_index_parse(const uint8_t *data, size_t len,
+			     struct layer_index **ret)
+{
+	_cleanup_(layer_index_freep) struct layer_index *li = NULL;
+	struct rbuf r = {.p = data, .len = len};
+	uint32_t stored;
+	uint64_t n;
+
+	if (len < LIDX_HEADER_SIZE + 4 || memcmp(data, LIDX_MAGIC, 8) != 0)
+		return -EBADMSG;
+	stored = (uint32_t)data[len - 4] | (uint32_t)data[len - 3] << 8 |
+		 (uint32_t)data[len - 2] << 16 | (uint32_t)data[len - 1] << 24;
+	if (stored != layer_crc32(data, len - 4))
+		return -EBADMSG;
+	r.len = len - 4;
+
+	rbuf_take(&r, 8);
+	if (rbuf_u32(&r) != LIDX_VERSION || rbuf_u32(&r) != 0)
+		return -EBADMSG;
+	n = rbuf_u64(&r);
+	li = calloc(1, sizeof(*li));
+	if (!li)
+		return -ENOMEM;
+	li->data_size = rbuf_u64(&r);
+	if (r.bad || n > (r.len - r.pos) / LIDX_MIN_ENTRY)
+		return -EBADMSG;
+	if (n > 0) {
+		li->entries = calloc((size_t)n, sizeof(*li->entries));
+		if (!li->entries)
+			return -ENOMEM;
+	}
+	for (; li->n_entries < n; li->n_entries++) {
+		/* counted first so a half-parsed entry is freed too */
+		int k = layer_index_parse_entry(&r, li->data_size,
+						&li->entries[li->n_entries]);
+
+		if (k < 0) {
+			li->n_entries++;
+			return k;
+		}
+	}
+	if (r.pos != r.len)
+		return -EBADMSG;
+	*ret = TAKE_PTR(li);
+	return 0;
+}
+
+int layer_index_read(int fd, struct layer_index **ret)
+{
+	_cleanup_free_ uint8_t *buf = NULL;
+	size_t len = 0, cap = 0;
+	struct stat st;
+
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+	    (uint64_t)st.st_size < LIDX_MAX_FILE)
+		cap = (size_t)st.st_size + 1;
+	for (;;) {
+		ssize_t n;
+
+		if (len == cap) {
+			size_t ncap = cap ? cap * 2 : 65536;
+			uint8_t *p;
+
+			if (ncap > LIDX_MAX_FILE)
+				return -EBADMSG;
+			p = realloc(buf, ncap);
+			if (!p)
+				return -ENOMEM;
+			buf = p;
+			cap = ncap;
+		} else if (!buf) {
+			buf = malloc(cap);
+			if (!buf)
+				return -ENOMEM;
+		}
+		n = read(fd, buf + len, cap - len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return negative_errno();
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	return layer_index_parse(buf, len, ret);
+}

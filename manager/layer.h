@@ -63,19 +63,25 @@ struct layer_limits {
  * the end), decompressing per c, appends file contents to data_fd (which
  * must be empty; sparse files keep their holes) and returns the index.
  * Rejects with -EBADMSG, and a reason in errbuf: corrupt compression or
- * tar, ".." components, absolute names, hardlinks to paths not seen
- * earlier in the layer or outside it, whiteouts of "." / ".." / the root,
- * limits exceeded.  -ENOSPC / -EIO from writing the pack.  Blocks. */
+ * tar (gzip CRC and length trailers are verified), ".." components,
+ * absolute names, hardlinks to paths not seen earlier in the layer or
+ * outside it, whiteouts of "." / ".." / the root, limits exceeded.
+ * -ENOSPC / -EIO from writing the pack.  aufs internals (".wh..wh.*"
+ * other than the opaque marker) are dropped; an xattr given twice keeps
+ * its last value.  Blocks. */
 int layer_unpack(int in_fd, enum layer_compression c, int data_fd,
 		 const struct layer_limits *lim, struct layer_index **ret,
 		 char *errbuf, size_t errlen);
 
-/* Serialises the index to fd (a versioned binary format with a checksum).
- * Returns 0 or -errno. */
+/* Serialises the index to fd at its current offset (a versioned binary
+ * format with a CRC32).  Does not fsync: the caller makes the file durable
+ * and renames it into place.  Returns 0 or -errno. */
 int layer_index_write(const struct layer_index *li, int fd);
 
-/* Reads what layer_index_write wrote.  -EBADMSG for anything truncated,
- * corrupt or of another version. */
+/* Reads what layer_index_write wrote, from fd's current offset to its
+ * end.  Every length and path is checked again, so a damaged cache file
+ * cannot smuggle in what layer_unpack refuses.  -EBADMSG for anything
+ * truncated, corrupt or of another version, -ENOMEM, -errno from read. */
 int layer_index_read(int fd, struct layer_index **ret);
 
 void layer_index_free(struct layer_index *li);

@@ -27,13 +27,14 @@ struct tinode {
 	int64_t mtime_sec;
 	uint32_t mtime_nsec;
 	uint16_t layer; /* regular files: which layer's pack holds the data */
-	uint64_t size;
+	uint64_t size;	   /* regular files: bytes; symlinks: strlen(link) */
 	uint64_t data_off; /* regular files: offset in that pack */
 	uint64_t rdev;
 	const char *link; /* symlinks: target, verbatim */
 	const struct tree_xattr *xattrs;
 	uint32_t n_xattrs;
-	/* directories */
+	/* directories (zero or NULL for other types, which may have
+	 * several parents) */
 	const struct tinode *parent; /* the root is its own parent */
 	uint32_t n_children;
 	const char *const *child_names;	      /* sorted by strcmp */
@@ -49,6 +50,13 @@ struct tinode {
 int tree_build(const struct layer_index *const *layers, size_t n,
 	       struct tree **ret, char *errbuf, size_t errlen);
 void tree_free(struct tree *t);
+
+/* An opaque pointer the caller hangs on the tree (the manager: its image)
+ * so that any tinode leads back to it through ino->tree.  Set it once,
+ * before the tree is shared with other threads; never dereferenced or
+ * freed here. */
+void tree_set_owner(struct tree *t, void *owner);
+void *tree_owner(const struct tree *t);
 
 const struct tinode *tree_root(const struct tree *t);
 /* Number of inodes (hardlinked names count once) and sum of regular file
