@@ -3,14 +3,14 @@
 # with a one-line error.
 source "$(dirname "$0")/lib.sh"
 
-[ -n "${PULLFS:-}" ] && [ -x "$PULLFS" ] || fail "PULLFS is not set to the pullfs binary"
+if [ -z "${PULLFS:-}" ] || [ ! -x "$PULLFS" ]; then fail "PULLFS is not set to the pullfs binary"; fi
 
 # run_pullfs ARGS...: sets RC, OUT, ERR.
 run_pullfs() {
     RC=0
     timeout 10 "$PULLFS" "$@" >"$WORK/out" 2>"$WORK/err" </dev/null || RC=$?
-    OUT=$(cat "$WORK/out")
-    ERR=$(cat "$WORK/err")
+    OUT=$(tr -d '\000' <"$WORK/out")
+    ERR=$(tr -d '\000' <"$WORK/err")
 }
 
 for opt in --help --version; do
@@ -31,7 +31,10 @@ run_pullfs --version
 # one_line_error WHAT: the last run failed with 2 and one line on stderr.
 one_line_error() {
     assert_eq 2 "$RC" "exit status of pullfs $1"
-    [ -n "$ERR" ] || fail "pullfs $1: nothing on stderr"
+    [ -s "$WORK/err" ] || fail "pullfs $1: nothing on stderr"
+    if LC_ALL=C grep -q '[^[:print:][:space:]]' "$WORK/err" || [ "$(tr -d '\000' <"$WORK/err" | wc -c)" != "$(wc -c <"$WORK/err")" ]; then
+        fail "pullfs $1: control characters in the error message: $(od -c "$WORK/err" | head -5)"
+    fi
     [ "$(printf '%s\n' "$ERR" | wc -l)" = 1 ] || fail "pullfs $1: more than one line on stderr: $ERR"
 }
 

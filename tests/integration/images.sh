@@ -8,7 +8,10 @@
 #   push_busybox [REPO:TAG]    test/busybox:1     one layer, static busybox
 #   push_edge [REPO:TAG]       test/edge:1        three gzip layers of edge cases
 #   push_edge_zstd [REPO:TAG]  test/edge-zstd:1   the same layers, zstd
+#   push_edge_plain [REPO:TAG] test/edge-plain:1  the same layers, uncompressed
+#   push_edge_docker [REPO:TAG] test/edge-docker:1 Docker schema 2, gzip
 #   push_multi [REPO:TAG]      test/multi:1       index: linux/amd64 + linux/arm64
+#   push_multi_docker [REPO:TAG] test/multi-docker:1 the same as a Docker manifest list
 #   push_noplatform [REPO:TAG] test/noplatform:1  index with no entry for this node
 #
 # layout_of NAME gives the OCI layout directory (tag "1") of busybox, edge,
@@ -130,6 +133,9 @@ _foreign_arch() {
 _tar_layer() {
     local stage=$1 out=$2
     shift 2
+    # Every entry gets the layer's fixed time unless it has an older one of
+    # its own, so mtimes (directories too) say which layer an entry is from.
+    find "$stage" ! -newermt '2002-01-01 UTC' -prune -o -exec touch -h -d "$LAYER_TIME" {} +
     [ $# -gt 0 ] || set -- .
     tar --create --file "$out" --directory "$stage" --format=posix \
         --numeric-owner --xattrs --xattrs-include='*' --sort=name \
@@ -218,7 +224,7 @@ _build_edge() {
     # Longer than the 100 bytes of a ustar name: a PAX path header.
     echo long >"$L/long/$(printf 'n%.0s' {1..150})"
     echo 'odd name' >"$L/with space ünïcode"
-    _tar_layer "$L" "$s/1.tar"
+    LAYER_TIME='2010-01-01 10:00:00 UTC' _tar_layer "$L" "$s/1.tar"
     _add_layer "$out:1" "$s/1.tar" 'base: every kind of entry'
 
     # Layer 2: whiteouts of a file and of a directory, an opaque directory,
@@ -233,7 +239,7 @@ _build_edge() {
     echo 'new content, longer than the old one' >"$L/replace.txt"
     echo 'replaced member' >"$L/split/c"
     echo new >"$L/added/newfile"
-    _tar_layer "$L" "$s/2.tar" .wh.deldir added del opq replace.txt split
+    LAYER_TIME='2015-01-01 15:00:00 UTC' _tar_layer "$L" "$s/2.tar" .wh.deldir added del opq replace.txt split
     _add_layer "$out:1" "$s/2.tar" 'whiteouts and opaque directory'
 
     # Layer 3: a deleted directory comes back with other content; a file
@@ -243,7 +249,7 @@ _build_edge() {
     echo fresh >"$L/deldir/fresh"
     cp -p "$s/1/etc/hostname" "$L/etc/hostname"
     chmod 0600 "$L/etc/hostname"
-    _tar_layer "$L" "$s/3.tar" deldir etc/hostname
+    LAYER_TIME='2020-01-01 20:00:00 UTC' _tar_layer "$L" "$s/3.tar" deldir etc/hostname
     _add_layer "$out:1" "$s/3.tar" 'recreate a deleted directory'
 
     rm -rf "$s"
@@ -260,7 +266,7 @@ _build_multi() {
         umoci config --image "$out:$arch" --architecture "$arch" --os linux
         mkdir -p "$stage/$arch"
         echo "$arch" >"$stage/$arch/platform"
-        _tar_layer "$stage/$arch" "$stage/$arch.tar" platform
+        LAYER_TIME='2010-01-01 10:00:00 UTC' _tar_layer "$stage/$arch" "$stage/$arch.tar" platform
         _add_layer "$out:$arch" "$stage/$arch.tar" "$arch"
     done
     python3 - "$out" "$@" <<'EOF'
@@ -333,6 +339,61 @@ for l in json.load(sys.stdin)["layers"]:
         magic=$(curl -sf -r 0-3 "http://$REGISTRY/v2/${1%:*}/blobs/$d" | od -An -tx1 | tr -d ' \n')
         [ "$magic" = 28b52ffd ] || fail "layer $d of $1 is not zstd data (magic $magic)"
     done
+}
+
+# The edge image with uncompressed layers.  skopeo compresses whatever it
+# pushes to a registry, so this one goes up by hand: monolithic blob
+# uploads, then the manifest.
+push_edge_plain() {
+    local ref=${1:-test/edge-plain:1} plain=$WORK/edge-uncompressed
+    rm -rf "$plain"
+    _skopeo copy --dest-decompress "oci:$(layout_of edge):1" "dir:$plain"
+    _push_dir_raw "$plain" "$ref"
+    rm -rf "$plain"
+    local types
+    types=$(registry_manifest "$ref" | python3 -c '
+import json, sys
+m = json.load(sys.stdin)
+print(" ".join(sorted(set(l["mediaType"] for l in m.get("layers", [])))) or "none")')
+    [ "$types" = "application/vnd.oci.image.layer.v1.tar" ] ||
+        fail "push_edge_plain: pushed layers are '$types', not uncompressed"
+}
+
+# _push_dir_raw DIR REPO:TAG: upload a skopeo dir: copy as it is.
+_push_dir_raw() {
+    local dir=$1 repo=${2%:*} tag=${2##*:} f loc sep mt
+    for f in "$dir"/*; do
+        case ${f##*/} in manifest.json | version) continue ;; esac
+        loc=$(curl -sf -X POST -D - -o /dev/null "http://$REGISTRY/v2/$repo/blobs/uploads/" |
+            tr -d '\r' | awk 'tolower($1) == "location:" { print $2 }')
+        [ -n "$loc" ] || fail "no upload location from the registry for $repo"
+        case $loc in http*) ;; *) loc=http://$REGISTRY$loc ;; esac
+        if [[ $loc == *\?* ]]; then sep='&'; else sep='?'; fi
+        curl -sf -o /dev/null -X PUT -H 'Content-Type: application/octet-stream' \
+            --data-binary "@$f" "${loc}${sep}digest=sha256:${f##*/}" ||
+            fail "upload of blob ${f##*/} to $repo failed"
+    done
+    mt=$(python3 -c '
+import json, sys
+print(json.load(open(sys.argv[1])).get("mediaType") or "application/vnd.oci.image.manifest.v1+json")' "$dir/manifest.json")
+    curl -sf -o /dev/null -X PUT -H "Content-Type: $mt" --data-binary "@$dir/manifest.json" \
+        "http://$REGISTRY/v2/$repo/manifests/$tag" || fail "upload of the manifest of $repo:$tag failed"
+}
+
+push_edge_docker() {
+    local ref=${1:-test/edge-docker:1} mt
+    _skopeo copy --format v2s2 --dest-tls-verify=false "oci:$(layout_of edge):1" "docker://$REGISTRY/$ref"
+    mt=$(registry_manifest "$ref" | python3 -c 'import json, sys; print(json.load(sys.stdin).get("mediaType"))')
+    [ "$mt" = application/vnd.docker.distribution.manifest.v2+json ] ||
+        fail "push_edge_docker: pushed manifest is '$mt', not Docker schema 2"
+}
+
+push_multi_docker() {
+    local ref=${1:-test/multi-docker:1} mt
+    _skopeo copy --all --format v2s2 --dest-tls-verify=false "oci:$(layout_of multi):1" "docker://$REGISTRY/$ref"
+    mt=$(registry_manifest "$ref" | python3 -c 'import json, sys; print(json.load(sys.stdin).get("mediaType"))')
+    [ "$mt" = application/vnd.docker.distribution.manifest.list.v2+json ] ||
+        fail "push_multi_docker: pushed index is '$mt', not a Docker manifest list"
 }
 
 push_multi() {

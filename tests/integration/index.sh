@@ -1,5 +1,6 @@
 #!/bin/bash
-# A multi-platform index resolves to this node's platform.
+# A multi-platform OCI index, and a Docker manifest list, resolve to this
+# node's platform.
 source "$(dirname "$0")/lib.sh"
 source "$INTEGRATION_DIR/images.sh"
 
@@ -11,6 +12,7 @@ amd64 | arm64) ;;
 esac
 start_registry
 push_multi test/multi:1
+push_multi_docker test/multi-docker:1
 index_digest=$(manifest_digest test/multi:1)
 mount_pullfs
 
@@ -29,6 +31,10 @@ for m in json.load(sys.stdin)["manifests"]:
 got=$(events field Pulled "$ref" digest)
 [ "$got" = "$want" ] || [ "$got" = "$index_digest" ] ||
     fail "digest of the Pulled event for $ref: $got is neither the $arch manifest $want nor the index $index_digest"
+
+# The same as a Docker manifest list.
+ref=$REGISTRY/test/multi-docker:1
+assert_eq "$arch" "$(cat "$MNT/images/$ref/platform")" "/platform of $ref"
 
 unmount_pullfs
 log "PASS"

@@ -137,7 +137,7 @@ _dump_logs() {
     done
     if [ -n "$REGISTRY_LOG" ] && [ -s "$REGISTRY_LOG" ]; then
         log "---- last lines of the registry log ----"
-        tail -n 15 "$REGISTRY_LOG" >&2
+        tail -n 8 "$REGISTRY_LOG" >&2
     fi
 }
 
@@ -172,10 +172,10 @@ print(s.getsockname()[1])'
 # request) and REGISTRY_PID.
 start_registry() {
     need_cmd docker-registry curl
-    local attempt config
+    local config _
     REGISTRY_STORAGE=${REGISTRY_STORAGE:-$WORK/registry}
     mkdir -p "$REGISTRY_STORAGE"
-    for attempt in 1 2 3; do
+    for _ in 1 2 3; do
         REGISTRY_PORT=${REGISTRY_PORT:-$(free_port)}
         REGISTRY=127.0.0.1:$REGISTRY_PORT
         REGISTRY_LOG=$WORK/registry.log
@@ -265,6 +265,7 @@ blob_path() {
 # mount_pullfs [ARGS...]: start the daemon in the foreground (in the
 # background of this shell) on $MNT with the test's cache and events log,
 # the registry marked insecure, and wait until the mount is there.
+# shellcheck disable=SC2120
 mount_pullfs() {
     need_fuse
     [ -z "$PULLFS_PID" ] || fail "mount_pullfs: pullfs already running (pid $PULLFS_PID)"

@@ -16,6 +16,9 @@ assert_errno OK "$zst"
 assert_errno OK "$gz"
 assert_tree_eq "$gz" "$zst"
 assert_tree_eq "$zst" "$gz"
+# And the tree umoci makes of the gzip original, which it can read.
+umoci unpack --image "$(layout_of edge):1" "$WORK/bundle" >/dev/null
+assert_tree_eq "$WORK/bundle/rootfs" "$zst" --dir-mtime
 
 unmount_pullfs
 log "PASS"
