@@ -29,6 +29,9 @@ assert_eq "root:x:0:0:root:/root:/bin/sh" "$(chroot "$root" /bin/head -n1 /etc/p
 assert_eq "$(sha256sum <"$(_static_busybox)" | cut -d' ' -f1)" \
     "$(sha256sum <"$root/bin/busybox" | cut -d' ' -f1)" "sha256 of /bin/busybox"
 
+assert_errno ENOENT "$root/no/such/file"
+assert_errno ENOTDIR "$root/etc/passwd/x"
+
 # ---- events: Pulling then Pulled, well formed, caused by chroot
 wait_event Pulled "$ref"
 events check >&2 || fail "malformed events in $EVENTS"

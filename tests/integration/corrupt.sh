@@ -29,7 +29,7 @@ assert_eq 0 "$(event_count Pulled "$ref")" "Pulled events for $ref"
 events check >&2 || fail "malformed events in $EVENTS"
 no_image_listed() {
     local names
-    names=$(python3 -c '
+    names=$(py -c '
 import os, sys
 try:
     print("\n".join(os.listdir(sys.argv[1])))

@@ -119,6 +119,9 @@ _ensure_images() {
             touch "$IMAGES_DIR.tmp/.done"
             rm -rf "$IMAGES_DIR"
             mv "$IMAGES_DIR.tmp" "$IMAGES_DIR"
+            # Builds from older versions of this file are of no more use.
+            find "$(dirname "$IMAGES_DIR")" -mindepth 1 -maxdepth 1 -type d \
+                ! -name "$(basename "$IMAGES_DIR")" -exec rm -rf {} +
         fi
     ) 9>"$(dirname "$IMAGES_DIR")/.lock"
 }

@@ -71,10 +71,20 @@ is_mounted() {
     awk -v d="$dir" '$5 == d { found = 1 } END { exit !found }' /proc/self/mountinfo
 }
 
-# _unmount DIR: best effort, for the trap.
+# _unmount DIR: best effort, for the trap.  A daemon that hangs would hang
+# the unmount too: abort its FUSE connection first if a plain unmount fails.
 _unmount() {
+    local dev
     is_mounted "$1" || return 0
-    fusermount3 -u "$1" 2>/dev/null || umount "$1" 2>/dev/null || umount -l "$1" 2>/dev/null || true
+    timeout 10 fusermount3 -u "$1" 2>/dev/null && return 0
+    dev=$(awk -v d="$(realpath -m "$1")" '$5 == d {
+            for (i = 7; i < NF; i++) if ($i == "-") break
+            if ($(i + 1) ~ /^fuse/) { split($3, a, ":"); print a[2] }
+        }' /proc/self/mountinfo | tail -n1)
+    if [ -n "$dev" ] && [ -w "/sys/fs/fuse/connections/$dev/abort" ]; then
+        echo 1 >"/sys/fs/fuse/connections/$dev/abort" 2>/dev/null || true
+    fi
+    timeout 10 fusermount3 -u "$1" 2>/dev/null || umount "$1" 2>/dev/null || umount -l "$1" 2>/dev/null || true
 }
 
 # _stop_pid PID: SIGTERM, then SIGKILL if it lingers; reaps our children.
@@ -82,6 +92,7 @@ _stop_pid() {
     local pid=$1 i
     kill -0 "$pid" 2>/dev/null || return 0
     kill -TERM "$pid" 2>/dev/null || true
+    kill -CONT "$pid" 2>/dev/null || true
     for ((i = 0; i < 100; i++)); do
         _pid_gone "$pid" && break
         sleep 0.05
@@ -147,14 +158,23 @@ track_pid() { _STARTED_PIDS+=("$1"); }
 # track_mount DIR: have the trap unmount DIR (before $MNT).
 track_mount() { _EXTRA_MOUNTS+=("$1"); }
 
-# wait_for SECONDS COMMAND...: poll until COMMAND succeeds; false on timeout.
+# wait_for SECONDS COMMAND...: poll until COMMAND succeeds (0); status 1
+# on timeout, or at once with COMMAND's status 2 ("will never happen").
 wait_for() {
-    local deadline=$((SECONDS + $1))
+    local deadline=$((SECONDS + $1)) rc
     shift
-    until "$@"; do
+    while :; do
+        if "$@"; then return 0; else rc=$?; fi
+        [ "$rc" != 2 ] || return 2
         [ "$SECONDS" -lt "$deadline" ] || return 1
         sleep 0.05
     done
+}
+
+# py ARGS...: python3, bounded in time, so that a hung daemon fails the
+# test with a message instead of hanging it.
+py() {
+    timeout -k 5 "${PULLFS_TEST_OP_TIMEOUT:-120}" python3 "$@"
 }
 
 free_port() {
@@ -210,7 +230,7 @@ EOF
 }
 
 _registry_up() {
-    _pid_gone "$REGISTRY_PID" && return 1
+    ! _pid_gone "$REGISTRY_PID" || return 2
     curl -sf -o /dev/null "http://$REGISTRY/v2/"
 }
 
@@ -274,19 +294,19 @@ mount_pullfs() {
     echo "+ $PULLFS ${args[*]} $* $MNT" >>"$PULLFS_LOG"
     "$PULLFS" "${args[@]}" "$@" "$MNT" >>"$PULLFS_LOG" 2>&1 &
     PULLFS_PID=$!
-    if ! wait_for 20 _pullfs_mounted; then
+    if ! wait_for 30 _pullfs_mounted; then
         if _pid_gone "$PULLFS_PID"; then
             local rc=0
             wait "$PULLFS_PID" || rc=$?
             PULLFS_PID=
             fail "pullfs exited with status $rc before mounting"
         fi
-        fail "pullfs did not mount $MNT within 20 s"
+        fail "pullfs did not mount $MNT within 30 s"
     fi
 }
 
 _pullfs_mounted() {
-    _pid_gone "$PULLFS_PID" && return 1
+    ! _pid_gone "$PULLFS_PID" || return 2
     is_mounted "$MNT"
 }
 
@@ -316,7 +336,7 @@ image_path() {
 # errno_of PATH: the errno name with which stat (and listdir, for a
 # directory) of PATH fails, or OK.
 errno_of() {
-    python3 - "$1" <<'EOF'
+    py - "$1" <<'EOF' || _timed_out $?
 import errno, os, stat, sys
 p = sys.argv[1]
 try:
@@ -334,7 +354,7 @@ EOF
 # rename (to ARG), chmod, chown, utime, setxattr, removexattr, symlink,
 # link (new name ARG), mknod.
 errno_of_op() {
-    python3 - "$@" <<'EOF'
+    py - "$@" <<'EOF' || _timed_out $?
 import errno, os, sys
 op, p = sys.argv[1], sys.argv[2]
 arg = sys.argv[3] if len(sys.argv) > 3 else None
@@ -361,6 +381,10 @@ try:
 except OSError as e:
     print(errno.errorcode.get(e.errno, str(e.errno)))
 EOF
+}
+
+_timed_out() {
+    if [ "$1" = 124 ] || [ "$1" = 137 ]; then echo TIMEOUT; else echo "python-failed-$1"; fi
 }
 
 # --------------------------------------------------------------- asserts
@@ -398,13 +422,13 @@ assert_tree_eq() {
     # assert_tree_eq A B [treecmp options]: A and B are trees or snapshots.
     local a=$1 b=$2
     shift 2
-    python3 "$TREECMP" "$@" "$a" "$b" >&2 || fail "trees differ: $a vs $b"
+    py "$TREECMP" "$@" "$a" "$b" >&2 || fail "trees differ: $a vs $b"
 }
 
 # list_dir DIR: names in DIR, one per line, sorted (fails the test if DIR
 # cannot be listed).
 list_dir() {
-    python3 - "$1" <<'EOF' || fail "cannot list $1"
+    py - "$1" <<'EOF' || fail "cannot list $1"
 import os, sys
 for n in sorted(os.listdir(sys.argv[1])):
     print(n)
@@ -416,7 +440,7 @@ EOF
 EVENTS_PY=$INTEGRATION_DIR/events.py
 
 # events ARGS...: run events.py on the test's events log.
-events() { python3 "$EVENTS_PY" "$EVENTS" "$@"; }
+events() { py "$EVENTS_PY" "$EVENTS" "$@"; }
 
 # event_count REASON IMAGE
 event_count() { events count "$1" "$2"; }

@@ -15,8 +15,8 @@ edge=$REGISTRY/test/edge:1
 
 mount_pullfs
 assert_eq hi "$(chroot "$MNT/images/$bb" /bin/echo hi)" "chroot into $bb"
-python3 "$TREECMP" --snapshot "$WORK/busybox.json" "$MNT/images/$bb" >&2
-python3 "$TREECMP" --snapshot "$WORK/edge.json" "$MNT/images/$edge" >&2
+py "$TREECMP" --snapshot "$WORK/busybox.json" "$MNT/images/$bb" >&2
+py "$TREECMP" --snapshot "$WORK/edge.json" "$MNT/images/$edge" >&2
 unmount_pullfs
 
 stop_registry
