@@ -69,7 +69,7 @@ def problems_of(ev):
             p.append("time %r is not RFC 3339 UTC with milliseconds" % ev["time"])
         else:
             t = datetime.datetime.strptime(ev["time"], "%Y-%m-%dT%H:%M:%S.%fZ")
-            now = datetime.datetime.utcnow()
+            now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
             if abs((now - t).total_seconds()) > 3600:
                 p.append("time %r is far from now (%s)" % (ev["time"], now))
     need("reason", str)
