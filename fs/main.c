@@ -283,14 +283,14 @@ static void parse_command_line(struct settings *s, int argc, char **argv)
 	 * command line overrides it. */
 	opterr = 0;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "+hVfdo:", long_options, NULL)) != -1)
+	while ((c = getopt_long(argc, argv, "+:hVfdo:", long_options, NULL)) != -1)
 		if (c == OPT_CONFIG)
 			config = optarg;
 	if (config)
 		load_config(s, config);
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "hVfdo:", long_options, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":hVfdo:", long_options, NULL)) != -1) {
 		switch (c) {
 		case 'h':
 			usage(stdout);
@@ -301,7 +301,7 @@ static void parse_command_line(struct settings *s, int argc, char **argv)
 		case OPT_CONFIG:
 			break;
 		case '?':
-			if (optopt)
+			if (optopt > 0 && optopt < 0x100 && argv[optind - 1][1] != '-')
 				usage_error("invalid option -- '%c'", optopt);
 			usage_error("unrecognized option \"%s\"", argv[optind - 1]);
 		case ':':
