@@ -1,0 +1,117 @@
+/* Pull policy rules and the kubelet default; see policy.h. */
+#include "policy.h"
+
+#include <errno.h>
+#include <fnmatch.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "macro.h"
+
+struct rule {
+	char *pattern;
+	enum pull_policy policy;
+};
+
+struct policy {
+	struct rule *rules;
+	size_t n_rules;
+	size_t allocated;
+};
+
+int policy_new(struct policy **ret)
+{
+	struct policy *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return -ENOMEM;
+	*ret = p;
+	return 0;
+}
+
+void policy_free(struct policy *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->n_rules; i++)
+		free(p->rules[i].pattern);
+	free(p->rules);
+	free(p);
+}
+
+int policy_add(struct policy *p, const char *pattern, enum pull_policy pp)
+{
+	_cleanup_free_ char *copy = NULL;
+
+	if (!*pattern || (pp != PULL_ALWAYS && pp != PULL_IF_NOT_PRESENT && pp != PULL_NEVER))
+		return -EINVAL;
+	copy = strdup(pattern);
+	if (!copy)
+		return -ENOMEM;
+	if (p->n_rules == p->allocated) {
+		size_t n = p->allocated ? 2 * p->allocated : 8;
+		struct rule *r = reallocarray(p->rules, n, sizeof(*r));
+
+		if (!r)
+			return -ENOMEM;
+		p->rules = r;
+		p->allocated = n;
+	}
+	p->rules[p->n_rules++] = (struct rule){TAKE_PTR(copy), pp};
+	return 0;
+}
+
+int policy_add_spec(struct policy *p, const char *spec)
+{
+	static const char blanks[] = " \t\r\n";
+	_cleanup_free_ char *buf = strdup(spec);
+	char *save = NULL, *pattern, *name;
+	enum pull_policy pp;
+
+	if (!buf)
+		return -ENOMEM;
+	pattern = strtok_r(buf, blanks, &save);
+	name = pattern ? strtok_r(NULL, blanks, &save) : NULL;
+	if (!name || strtok_r(NULL, blanks, &save))
+		return -EINVAL;
+	if (pull_policy_parse(name, &pp) < 0)
+		return -EINVAL;
+	return policy_add(p, pattern, pp);
+}
+
+size_t policy_count(const struct policy *p)
+{
+	return p ? p->n_rules : 0;
+}
+
+enum pull_policy policy_match(const struct policy *p, const char *canonical)
+{
+	if (!p)
+		return PULL_POLICY_UNSET;
+	for (size_t i = 0; i < p->n_rules; i++)
+		if (fnmatch(p->rules[i].pattern, canonical, 0) == 0)
+			return p->rules[i].policy;
+	return PULL_POLICY_UNSET;
+}
+
+enum pull_policy policy_default_for(const char *tag, const char *digest)
+{
+	if (tag && *tag)
+		return strcmp(tag, "latest") == 0 ? PULL_ALWAYS : PULL_IF_NOT_PRESENT;
+	if (digest && *digest)
+		return PULL_IF_NOT_PRESENT;
+	return PULL_ALWAYS;
+}
+
+enum pull_policy policy_resolve(const struct policy *p, enum pull_policy mount_wide,
+				const char *canonical, const char *tag,
+				const char *digest)
+{
+	enum pull_policy pp = policy_match(p, canonical);
+
+	if (pp != PULL_POLICY_UNSET)
+		return pp;
+	if (mount_wide != PULL_POLICY_UNSET)
+		return mount_wide;
+	return policy_default_for(tag, digest);
+}

@@ -1,0 +1,119 @@
+/* Pull slots with a bounded FIFO queue; see puller.h. */
+#include "puller.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+struct puller {
+	unsigned max_parallel;
+	unsigned max_queue;
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond; /* a slot freed, the head moved, or shutdown */
+	/* All below under lock. */
+	unsigned running;
+	/* Waiters take tickets; only the holder of head_ticket may take a
+	 * free slot, which keeps the queue FIFO. */
+	uint64_t next_ticket;
+	uint64_t head_ticket;
+	unsigned queued;
+	bool shutdown;
+	uint64_t entered;
+	uint64_t refused;
+};
+
+int puller_new(const struct puller_options *opts, struct puller **ret)
+{
+	struct puller *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return -ENOMEM;
+	p->max_parallel = opts && opts->max_parallel ? opts->max_parallel
+						      : PULLER_DEFAULT_MAX_PARALLEL;
+	p->max_queue = opts && opts->max_queue ? opts->max_queue : PULLER_DEFAULT_MAX_QUEUE;
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->cond, NULL);
+	*ret = p;
+	return 0;
+}
+
+void puller_free(struct puller *p)
+{
+	if (!p)
+		return;
+	pthread_cond_destroy(&p->cond);
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
+
+int puller_enter(struct puller *p)
+{
+	uint64_t ticket;
+	int r = 0;
+
+	pthread_mutex_lock(&p->lock);
+	if (p->shutdown) {
+		r = -ECANCELED;
+		goto out;
+	}
+	if (p->queued == 0 && p->running < p->max_parallel) {
+		p->running++;
+		p->entered++;
+		goto out;
+	}
+	if (p->queued >= p->max_queue) {
+		p->refused++;
+		r = -EAGAIN;
+		goto out;
+	}
+
+	ticket = p->next_ticket++;
+	p->queued++;
+	while (!p->shutdown && (ticket != p->head_ticket || p->running >= p->max_parallel))
+		pthread_cond_wait(&p->cond, &p->lock);
+	p->queued--;
+	if (p->shutdown) {
+		r = -ECANCELED;
+	} else {
+		p->head_ticket++;
+		p->running++;
+		p->entered++;
+		/* With more than one free slot the next in line may enter
+		 * too; it only learns of its turn from us. */
+		pthread_cond_broadcast(&p->cond);
+	}
+out:
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+void puller_leave(struct puller *p)
+{
+	pthread_mutex_lock(&p->lock);
+	p->running--;
+	/* Broadcast: a signal could wake a waiter that is not at the head. */
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void puller_shutdown(struct puller *p)
+{
+	pthread_mutex_lock(&p->lock);
+	p->shutdown = true;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void puller_get_stats(struct puller *p, struct puller_stats *ret)
+{
+	pthread_mutex_lock(&p->lock);
+	ret->running = p->running;
+	ret->queued = p->queued;
+	ret->max_parallel = p->max_parallel;
+	ret->max_queue = p->max_queue;
+	ret->entered = p->entered;
+	ret->refused = p->refused;
+	pthread_mutex_unlock(&p->lock);
+}

@@ -1,0 +1,255 @@
+/* Unit tests for the pull slots: the serial default, the parallel limit,
+ * FIFO order and the bounded queue.  Threads hold their slot until the
+ * test lets them go, so every count checked is exact. */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "puller.h"
+
+#define N_THREADS 16
+
+struct shared {
+	struct puller *p;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned inside;     /* threads between enter and leave; lock */
+	unsigned max_inside; /* lock */
+	unsigned released;   /* how many may leave, in entry order; lock */
+	unsigned n_order;    /* lock */
+	int order[N_THREADS];
+};
+
+struct worker {
+	struct shared *s;
+	int id;
+	int result;
+	pthread_t thread;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct shared *s = w->s;
+	unsigned my_turn;
+
+	w->result = puller_enter(s->p);
+	if (w->result != 0)
+		return NULL;
+	pthread_mutex_lock(&s->lock);
+	s->inside++;
+	if (s->inside > s->max_inside)
+		s->max_inside = s->inside;
+	my_turn = s->n_order;
+	s->order[s->n_order++] = w->id;
+	pthread_cond_broadcast(&s->cond);
+	while (s->released <= my_turn)
+		pthread_cond_wait(&s->cond, &s->lock);
+	s->inside--;
+	pthread_mutex_unlock(&s->lock);
+	puller_leave(s->p);
+	return NULL;
+}
+
+static void shared_init(struct shared *s, unsigned max_parallel, unsigned max_queue)
+{
+	struct puller_options o = {.max_parallel = max_parallel, .max_queue = max_queue};
+
+	*s = (struct shared){0};
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->cond, NULL);
+	assert_int_equal(puller_new(&o, &s->p), 0);
+}
+
+static void shared_done(struct shared *s)
+{
+	puller_free(s->p);
+	pthread_cond_destroy(&s->cond);
+	pthread_mutex_destroy(&s->lock);
+}
+
+static void start(struct shared *s, struct worker *w, int id)
+{
+	*w = (struct worker){.s = s, .id = id, .result = 1};
+	assert_int_equal(pthread_create(&w->thread, NULL, worker_main, w), 0);
+}
+
+/* Spins until the puller shows exactly these counts. */
+static void wait_stats(struct puller *p, unsigned running, unsigned queued)
+{
+	struct puller_stats st;
+
+	for (;;) {
+		puller_get_stats(p, &st);
+		if (st.running == running && st.queued == queued)
+			return;
+		sched_yield();
+	}
+}
+
+static void wait_entered(struct shared *s, unsigned n)
+{
+	pthread_mutex_lock(&s->lock);
+	while (s->n_order < n)
+		pthread_cond_wait(&s->cond, &s->lock);
+	pthread_mutex_unlock(&s->lock);
+}
+
+static void release(struct shared *s, unsigned n)
+{
+	pthread_mutex_lock(&s->lock);
+	s->released = n;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* max_parallel pulls run, the rest queue; releasing them one at a time
+ * admits exactly one more each time, in arrival order. */
+static void run_limit(unsigned max_parallel)
+{
+	struct shared s;
+	struct worker w[N_THREADS];
+	struct puller_stats st;
+
+	shared_init(&s, max_parallel, N_THREADS);
+	for (int i = 0; i < N_THREADS; i++) {
+		unsigned n = (unsigned)i + 1;
+
+		start(&s, &w[i], i);
+		/* Wait for each to be in place so that arrival order is
+		 * thread order. */
+		wait_stats(s.p, n < max_parallel ? n : max_parallel,
+			   n > max_parallel ? n - max_parallel : 0);
+	}
+	wait_entered(&s, max_parallel);
+
+	for (unsigned done = 0; done < N_THREADS; done++) {
+		unsigned left = N_THREADS - done;
+
+		wait_stats(s.p, left < max_parallel ? left : max_parallel,
+			   left > max_parallel ? left - max_parallel : 0);
+		wait_entered(&s, done + (left < max_parallel ? left : max_parallel));
+		release(&s, done + 1);
+	}
+	for (int i = 0; i < N_THREADS; i++) {
+		pthread_join(w[i].thread, NULL);
+		assert_int_equal(w[i].result, 0);
+		assert_int_equal(s.order[i], i);
+	}
+	assert_int_equal(s.max_inside, max_parallel);
+	puller_get_stats(s.p, &st);
+	assert_int_equal(st.running, 0);
+	assert_int_equal(st.queued, 0);
+	assert_int_equal(st.entered, N_THREADS);
+	assert_int_equal(st.refused, 0);
+	assert_int_equal(st.max_parallel, max_parallel);
+	shared_done(&s);
+}
+
+static void test_serial(void **state)
+{
+	run_limit(1);
+}
+
+static void test_parallel_3(void **state)
+{
+	run_limit(3);
+}
+
+static void test_queue_full(void **state)
+{
+	struct shared s;
+	struct worker w[3];
+	struct puller_stats st;
+
+	shared_init(&s, 1, 2);
+	start(&s, &w[0], 0);
+	wait_stats(s.p, 1, 0);
+	start(&s, &w[1], 1);
+	start(&s, &w[2], 2);
+	wait_stats(s.p, 1, 2);
+
+	/* One running, two queued: the next caller is turned away. */
+	assert_int_equal(puller_enter(s.p), -EAGAIN);
+	assert_int_equal(puller_enter(s.p), -EAGAIN);
+	puller_get_stats(s.p, &st);
+	assert_int_equal(st.refused, 2);
+	assert_int_equal(st.max_queue, 2);
+
+	release(&s, 3);
+	for (int i = 0; i < 3; i++) {
+		pthread_join(w[i].thread, NULL);
+		assert_int_equal(w[i].result, 0);
+	}
+	assert_int_equal(s.max_inside, 1);
+
+	/* Free again: a caller enters at once. */
+	assert_int_equal(puller_enter(s.p), 0);
+	puller_leave(s.p);
+	shared_done(&s);
+}
+
+static void test_defaults(void **state)
+{
+	struct puller *p = NULL;
+	struct puller_stats st;
+
+	assert_int_equal(puller_new(NULL, &p), 0);
+	puller_get_stats(p, &st);
+	assert_int_equal(st.max_parallel, 1);
+	assert_int_equal(st.max_queue, PULLER_DEFAULT_MAX_QUEUE);
+	assert_int_equal(puller_enter(p), 0);
+	puller_get_stats(p, &st);
+	assert_int_equal(st.running, 1);
+	puller_leave(p);
+	puller_free(p);
+	puller_free(NULL);
+}
+
+static void test_shutdown(void **state)
+{
+	struct shared s;
+	struct worker w[3];
+
+	shared_init(&s, 1, 0);
+	start(&s, &w[0], 0);
+	wait_stats(s.p, 1, 0);
+	start(&s, &w[1], 1);
+	start(&s, &w[2], 2);
+	wait_stats(s.p, 1, 2);
+
+	puller_shutdown(s.p);
+	pthread_join(w[1].thread, NULL);
+	pthread_join(w[2].thread, NULL);
+	assert_int_equal(w[1].result, -ECANCELED);
+	assert_int_equal(w[2].result, -ECANCELED);
+	assert_int_equal(puller_enter(s.p), -ECANCELED);
+
+	/* The slot already held stays valid and is given back normally. */
+	release(&s, 1);
+	pthread_join(w[0].thread, NULL);
+	assert_int_equal(w[0].result, 0);
+	wait_stats(s.p, 0, 0);
+	shared_done(&s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_serial),
+		cmocka_unit_test(test_parallel_3),
+		cmocka_unit_test(test_queue_full),
+		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_shutdown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
