@@ -35,6 +35,14 @@ struct settings {
 	char *platform;
 	unsigned max_downloads;
 	unsigned revalidate_s;
+	char **rules;
+	size_t n_rules;
+	unsigned backoff_initial_s;
+	unsigned backoff_max_s;
+	double registry_qps;
+	unsigned registry_burst;
+	bool qps_fail_fast;
+	unsigned max_parallel;
 	char *fuse_opts; /* comma-joined -o values */
 	char *mountpoint;
 };
@@ -48,6 +56,13 @@ enum {
 	OPT_PLATFORM,
 	OPT_MAX_DOWNLOADS,
 	OPT_REVALIDATE,
+	OPT_POLICY_RULE,
+	OPT_BACKOFF_INITIAL,
+	OPT_BACKOFF_MAX,
+	OPT_REGISTRY_QPS,
+	OPT_REGISTRY_BURST,
+	OPT_QPS_FAIL_FAST,
+	OPT_MAX_PARALLEL,
 };
 
 static const struct option long_options[] = {
@@ -63,6 +78,13 @@ static const struct option long_options[] = {
 	{ "platform", required_argument, NULL, OPT_PLATFORM },
 	{ "max-concurrent-downloads", required_argument, NULL, OPT_MAX_DOWNLOADS },
 	{ "revalidate-interval", required_argument, NULL, OPT_REVALIDATE },
+	{ "pull-policy-rule", required_argument, NULL, OPT_POLICY_RULE },
+	{ "backoff-initial", required_argument, NULL, OPT_BACKOFF_INITIAL },
+	{ "backoff-max", required_argument, NULL, OPT_BACKOFF_MAX },
+	{ "registry-qps", required_argument, NULL, OPT_REGISTRY_QPS },
+	{ "registry-burst", required_argument, NULL, OPT_REGISTRY_BURST },
+	{ "pull-qps-fail-fast", no_argument, NULL, OPT_QPS_FAIL_FAST },
+	{ "max-parallel-pulls", required_argument, NULL, OPT_MAX_PARALLEL },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -94,6 +116,16 @@ static void usage(FILE *f)
 		"      --revalidate-interval SECONDS\n"
 		"                               with pull policy Always, re-resolve a tag at\n"
 		"                               most this often (default %d)\n"
+		"      --pull-policy-rule PATTERN=POLICY\n"
+		"                               policy for references matching the glob\n"
+		"                               PATTERN (repeatable; first match wins)\n"
+		"      --backoff-initial SECONDS  refuse a failed image for this long (default 10)\n"
+		"      --backoff-max SECONDS    cap of the doubling back-off (default 300)\n"
+		"      --registry-qps N         pull starts per second, 0 = no limit (default 5)\n"
+		"      --registry-burst N       pull starts allowed at once (default 10)\n"
+		"      --pull-qps-fail-fast     fail pulls over the rate with EAGAIN instead\n"
+		"                               of queueing them (the kubelet's behaviour)\n"
+		"      --max-parallel-pulls N   images pulled at once (default 1: serialised)\n"
 		"  -o OPTIONS                   FUSE mount options (e.g. allow_other)\n"
 		"  -h, --help                   show this help\n"
 		"  -V, --version                show the version\n",
@@ -181,6 +213,47 @@ static void apply_option(struct settings *s, int opt, const char *name,
 		break;
 	case OPT_REVALIDATE:
 		s->revalidate_s = parse_uint(name, v, 86400 * 365);
+		if (!s->revalidate_s)
+			usage_error("%s must be at least 1", name);
+		break;
+	case OPT_POLICY_RULE: {
+		char **n = realloc(s->rules, (s->n_rules + 1) * sizeof(*n));
+		if (!n)
+			usage_error("out of memory");
+		s->rules = n;
+		s->rules[s->n_rules++] = xstrdup(v);
+		break;
+	}
+	case OPT_BACKOFF_INITIAL:
+		s->backoff_initial_s = parse_uint(name, v, 86400);
+		if (!s->backoff_initial_s)
+			usage_error("%s must be at least 1", name);
+		break;
+	case OPT_BACKOFF_MAX:
+		s->backoff_max_s = parse_uint(name, v, 86400);
+		if (!s->backoff_max_s)
+			usage_error("%s must be at least 1", name);
+		break;
+	case OPT_REGISTRY_QPS: {
+		char *end;
+		errno = 0;
+		s->registry_qps = strtod(v, &end);
+		if (errno || end == v || *end || s->registry_qps < 0 || s->registry_qps > 1e6)
+			usage_error("invalid value \"%s\" for %s", v, name);
+		break;
+	}
+	case OPT_REGISTRY_BURST:
+		s->registry_burst = parse_uint(name, v, 100000);
+		if (!s->registry_burst)
+			usage_error("%s must be at least 1", name);
+		break;
+	case OPT_QPS_FAIL_FAST:
+		s->qps_fail_fast = true;
+		break;
+	case OPT_MAX_PARALLEL:
+		s->max_parallel = parse_uint(name, v, 64);
+		if (!s->max_parallel)
+			usage_error("%s must be at least 1", name);
 		break;
 	case 'o':
 		if (!s->fuse_opts) {
@@ -358,7 +431,7 @@ static int check_mountpoint(const char *mp)
 
 int main(int argc, char **argv)
 {
-	struct settings s = { 0 };
+	struct settings s = { .registry_qps = 5.0, .registry_burst = 10 };
 	struct manager_options mo = { 0 };
 	struct fs_options fo = { 0 };
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
@@ -389,6 +462,17 @@ int main(int argc, char **argv)
 	mo.platform = s.platform;
 	mo.max_concurrent_downloads = s.max_downloads;
 	mo.revalidate_interval_s = s.revalidate_s;
+	mo.policy_rules = (const char *const *)s.rules;
+	mo.n_policy_rules = s.n_rules;
+	mo.backoff_initial_s = s.backoff_initial_s;
+	mo.backoff_max_s = s.backoff_max_s;
+	mo.registry_qps = s.registry_qps;
+	mo.registry_burst = s.registry_burst;
+	mo.pull_qps_fail_fast = s.qps_fail_fast;
+	mo.max_parallel_pulls = s.max_parallel;
+	/* The kernel keeps images/<ref> for as long as a revalidation would
+	 * not look anyway, so the next lookup after that runs ensure. */
+	fo.image_timeout = s.revalidate_s ? s.revalidate_s : MANAGER_DEFAULT_REVALIDATE_S;
 	r = manager_new(&mo, &m, errbuf, sizeof(errbuf));
 	if (r < 0) {
 		fprintf(stderr, "pullfs: %s\n", errbuf[0] ? errbuf : strerror(-r));

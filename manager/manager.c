@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backoff.h"
 #include "cache.h"
 #include "digest.h"
 #include "errname.h"
@@ -20,9 +21,12 @@
 #include "layer.h"
 #include "macro.h"
 #include "manifest.h"
+#include "policy.h"
+#include "puller.h"
 #include "reference.h"
 #include "registry.h"
 #include "strmap.h"
+#include "throttle.h"
 
 #define CONFIG_MAX_BYTES (16u << 20)
 #define PRESENT_EVENT_INTERVAL_S 300
@@ -64,6 +68,11 @@ struct manager {
 	struct cache *cache;
 	struct events *events;
 	struct registry *registry;
+	struct policy *policy;
+	struct backoff *backoff;
+	struct throttle *throttle;
+	struct puller *puller;
+	const struct clock *clock;
 
 	pthread_mutex_t lock;
 	struct strmap *refs;	/* reference -> struct refstate *; lock */
@@ -71,20 +80,14 @@ struct manager {
 	struct strmap *flights; /* reference -> struct flight *; lock */
 };
 
-static int64_t mono_now(void)
+static int64_t now_s(const struct manager *m)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec;
+	return clock_now_ns(m->clock) / CLOCK_NS_PER_SEC;
 }
 
-static double mono_now_f(void)
+static double now_f(const struct manager *m)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return (double)clock_now_ns(m->clock) / 1e9;
 }
 
 int pull_policy_parse(const char *s, enum pull_policy *ret)
@@ -114,18 +117,12 @@ const char *pull_policy_name(enum pull_policy p)
 	}
 }
 
-/* The kubelet's defaulting: a :latest tag, or no tag at all, means the
- * content behind the name is expected to move, so it is re-resolved. */
 static enum pull_policy effective_policy(const struct manager *m,
-					 const struct reference *ref)
+					 const struct reference *ref,
+					 const char *canonical)
 {
-	if (m->opts.pull_policy != PULL_POLICY_UNSET)
-		return m->opts.pull_policy;
-	if (ref->digest && (!ref->tag || strcmp(ref->tag, "latest") != 0))
-		return PULL_IF_NOT_PRESENT;
-	if (!ref->tag || !strcmp(ref->tag, "latest"))
-		return PULL_ALWAYS;
-	return PULL_IF_NOT_PRESENT;
+	return policy_resolve(m->policy, m->opts.pull_policy, canonical,
+			      ref->tag, ref->digest);
 }
 
 static void emit(struct manager *m, enum event_type type, const char *reason,
@@ -324,6 +321,27 @@ static void refstate_free(struct refstate *rs)
 	free(rs);
 }
 
+static int digest_in_use(void *userdata, const char *key, void *value)
+{
+	const struct refstate *rs = value;
+
+	return rs->digest && !strcmp(rs->digest, userdata);
+}
+
+/* A tag moved on: new lookups get the new image, so the table lets go of
+ * the old one unless another reference still names it.  Whoever still
+ * holds it (an open file, a kernel lookup) keeps it alive. */
+static void image_retire_locked(struct manager *m, const char *digest)
+{
+	struct image *img;
+
+	if (strmap_foreach(m->refs, digest_in_use, (void *)digest))
+		return;
+	img = strmap_remove(m->images, digest);
+	if (img)
+		image_unref(img, 1);
+}
+
 /* Records (under the lock) what reference resolves to now. */
 static int refstate_set(struct manager *m, const char *reference,
 			const char *digest, const char *index_digest)
@@ -347,11 +365,13 @@ static int refstate_set(struct manager *m, const char *reference,
 			return -ENOMEM;
 		}
 	}
-	free(rs->digest);
+	_cleanup_free_ char *old = rs->digest;
 	free(rs->index_digest);
 	rs->digest = d;
 	rs->index_digest = id;
-	rs->checked_at = mono_now();
+	rs->checked_at = now_s(m);
+	if (old && strcmp(old, d) != 0)
+		image_retire_locked(m, old);
 	return 0;
 }
 
@@ -796,7 +816,7 @@ static int ensure_work(struct manager *m, const struct reference *ref,
 		known = strdup(rs->digest);
 		known_index = rs->index_digest ? strdup(rs->index_digest) : NULL;
 		unsigned iv = m->opts.revalidate_interval_s ?: MANAGER_DEFAULT_REVALIDATE_S;
-		revalidate = policy == PULL_ALWAYS && mono_now() - rs->checked_at >= iv;
+		revalidate = policy == PULL_ALWAYS && now_s(m) - rs->checked_at >= iv;
 	}
 	pthread_mutex_unlock(&m->lock);
 	if (rs && !known)
@@ -829,7 +849,16 @@ static int ensure_work(struct manager *m, const struct reference *ref,
 		return -EPERM;
 	}
 
-	t0 = mono_now_f();
+	/* Back-off comes before any registry traffic, revalidation
+	 * included: a registry that just failed is not asked again early. */
+	struct backoff_state bs;
+	if (backoff_check(m->backoff, canonical, &bs) == -EAGAIN) {
+		emit(m, EVENT_NORMAL, "BackOff", canonical, NULL, EAGAIN, who,
+		     "Back-off pulling image \"%s\": %s", canonical,
+		     bs.msg[0] ? bs.msg : errno_name(bs.err));
+		return -EAGAIN;
+	}
+
 	p.repo = strdup(ref->path);
 	if (!p.repo)
 		return -ENOMEM;
@@ -846,7 +875,7 @@ static int ensure_work(struct manager *m, const struct reference *ref,
 			pthread_mutex_lock(&m->lock);
 			struct refstate *cur = strmap_get(m->refs, canonical);
 			if (cur)
-				cur->checked_at = mono_now();
+				cur->checked_at = now_s(m);
 			pthread_mutex_unlock(&m->lock);
 			return image_get(m, known, ret, errbuf, sizeof(errbuf));
 		}
@@ -854,6 +883,17 @@ static int ensure_work(struct manager *m, const struct reference *ref,
 		 * reports the failure properly if there is one. */
 	}
 
+	r = throttle_acquire(m->throttle);
+	if (r < 0) {
+		pull_fail(&p, r == -EAGAIN ? "pull QPS exceeded" : "shutting down");
+		goto failed;
+	}
+	r = puller_enter(m->puller);
+	if (r < 0) {
+		pull_fail(&p, r == -EAGAIN ? "too many pulls waiting" : "shutting down");
+		goto failed;
+	}
+	t0 = now_f(m);
 	emit(m, EVENT_NORMAL, "Pulling", canonical, NULL, 0, who,
 	     "Pulling image \"%s\"", canonical);
 	r = pull_image(&p, &digest, &index_digest, &size);
@@ -868,20 +908,27 @@ static int ensure_work(struct manager *m, const struct reference *ref,
 	} else if (errbuf[0]) {
 		pull_fail(&p, "%s", errbuf);
 	}
+	puller_leave(m->puller);
+	if (r < 0)
+		goto failed;
 	free(p.repo);
-	if (r < 0) {
-		r = errtable_normalize(r);
-		emit(m, EVENT_WARNING, "Failed", canonical, digest, r, who,
-		     "Failed to pull image \"%s\": %s", canonical,
-		     p.errmsg[0] ? p.errmsg : strerror(-r));
-		return r;
-	}
-	double t1 = mono_now_f();
+	backoff_success(m->backoff, canonical);
+	double t1 = now_f(m);
 	emit(m, EVENT_NORMAL, "Pulled", canonical, digest, 0, who,
 	     "Successfully pulled image \"%s\" in %.3fs (%.3fs including waiting). "
 	     "Image size: %llu bytes.",
 	     canonical, t1 - t0, t1 - t_wait, (unsigned long long)size);
 	return 0;
+
+failed:
+	free(p.repo);
+	r = errtable_normalize(r);
+	backoff_gc(m->backoff);
+	backoff_failure(m->backoff, canonical, r, p.errmsg[0] ? p.errmsg : strerror(-r));
+	emit(m, EVENT_WARNING, "Failed", canonical, digest, r, who,
+	     "Failed to pull image \"%s\": %s", canonical,
+	     p.errmsg[0] ? p.errmsg : strerror(-r));
+	return r;
 }
 
 /* Fast path under the lock: a cached, loaded image that needs no
@@ -893,7 +940,7 @@ static bool ensure_cached_locked(struct manager *m, const char *canonical,
 	struct refstate *rs = strmap_get(m->refs, canonical);
 	struct image *img;
 	unsigned iv = m->opts.revalidate_interval_s ?: MANAGER_DEFAULT_REVALIDATE_S;
-	int64_t now = mono_now();
+	int64_t now = now_s(m);
 
 	if (!rs || !(img = strmap_get(m->images, rs->digest)))
 		return false;
@@ -917,7 +964,7 @@ int manager_ensure(struct manager *m, const char *reference,
 	struct image *img = NULL;
 	enum pull_policy policy;
 	bool present_event = false;
-	double t_wait = mono_now_f();
+	double t_wait = now_f(m);
 	int r;
 
 	r = reference_parse(reference, REFERENCE_DEFAULT_TAG, &ref);
@@ -933,7 +980,7 @@ int manager_ensure(struct manager *m, const char *reference,
 		reference_free(ref);
 		return -ENOMEM;
 	}
-	policy = effective_policy(m, ref);
+	policy = effective_policy(m, ref, canonical);
 
 	pthread_mutex_lock(&m->lock);
 	if (ensure_cached_locked(m, canonical, policy, &present_event, &img)) {
@@ -1136,6 +1183,58 @@ static int free_image(void *userdata, const char *key, void *value)
 	return 0;
 }
 
+/* Policy rules, back-off, throttle and pull slots, from the options. */
+static int setup_ensure(struct manager *m, const struct manager_options *opts,
+			char *errbuf, size_t errlen)
+{
+	int r;
+
+	r = policy_new(&m->policy);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < opts->n_policy_rules; i++) {
+		const char *rule = opts->policy_rules[i];
+		const char *eq = strrchr(rule, '=');
+		enum pull_policy pp;
+
+		if (eq && eq != rule && pull_policy_parse(eq + 1, &pp) == 0) {
+			_cleanup_free_ char *pattern = strndup(rule, (size_t)(eq - rule));
+			r = pattern ? policy_add(m->policy, pattern, pp) : -ENOMEM;
+		} else {
+			r = policy_add_spec(m->policy, rule);
+		}
+		if (r < 0) {
+			snprintf(errbuf, errlen,
+				 "invalid pull policy rule \"%s\" (want PATTERN=always|if-not-present|never)",
+				 rule);
+			return r;
+		}
+	}
+	r = backoff_new(&(struct backoff_options){
+				.initial_ns = (int64_t)(opts->backoff_initial_s ?: 10) * CLOCK_NS_PER_SEC,
+				.max_ns = (int64_t)(opts->backoff_max_s ?: 300) * CLOCK_NS_PER_SEC,
+				.clock = m->clock,
+			},
+			&m->backoff);
+	if (r < 0)
+		return r;
+	r = throttle_new(&(struct throttle_options){
+				 .qps = opts->registry_qps,
+				 .burst = opts->registry_burst,
+				 .max_waiters = opts->max_queued_pulls,
+				 .fail_fast = opts->pull_qps_fail_fast,
+				 .clock = m->clock,
+			 },
+			 &m->throttle);
+	if (r < 0)
+		return r;
+	return puller_new(&(struct puller_options){
+				  .max_parallel = opts->max_parallel_pulls,
+				  .max_queue = opts->max_queued_pulls,
+			  },
+			  &m->puller);
+}
+
 int manager_new(const struct manager_options *opts, struct manager **ret,
 		char *errbuf, size_t errlen)
 {
@@ -1148,6 +1247,9 @@ int manager_new(const struct manager_options *opts, struct manager **ret,
 	if (!m)
 		return -ENOMEM;
 	m->opts = *opts;
+	m->opts.policy_rules = NULL;
+	m->opts.n_policy_rules = 0;
+	m->clock = opts->clock ? opts->clock : clock_monotonic();
 	pthread_mutex_init(&m->lock, NULL);
 	m->refs = strmap_new();
 	m->images = strmap_new();
@@ -1206,6 +1308,9 @@ int manager_new(const struct manager_options *opts, struct manager **ret,
 			 strerror(-r));
 		goto fail;
 	}
+	r = setup_ensure(m, opts, errbuf, errlen);
+	if (r < 0)
+		goto fail;
 	r = load_refs(m);
 	if (r < 0) {
 		snprintf(errbuf, errlen, "cannot read cached references: %s",
@@ -1232,6 +1337,10 @@ void manager_free(struct manager *m)
 		strmap_free(m->images);
 	}
 	strmap_free(m->flights);
+	throttle_free(m->throttle);
+	puller_free(m->puller);
+	backoff_free(m->backoff);
+	policy_free(m->policy);
 	registry_free(m->registry);
 	events_close(m->events);
 	cache_close(m->cache);

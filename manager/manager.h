@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "events.h"
 #include "tree.h"
 
@@ -33,6 +34,18 @@ struct manager_options {
 	const char *platform;		   /* "os/arch[/variant]"; NULL: this machine */
 	unsigned max_concurrent_downloads; /* layers per pull; 0: 3 */
 	unsigned revalidate_interval_s;	   /* Always: re-resolve at most this often; 0: 60 */
+	/* Per-reference rules, "PATTERN=POLICY" or "PATTERN POLICY" (see
+	 * policy.h); they win over pull_policy. */
+	const char *const *policy_rules;
+	size_t n_policy_rules;
+	unsigned backoff_initial_s; /* 0: 10 */
+	unsigned backoff_max_s;	    /* 0: 300 */
+	double registry_qps;	    /* pull starts per second; 0: no limit */
+	unsigned registry_burst;    /* 0: 10 */
+	bool pull_qps_fail_fast;    /* refuse with EAGAIN instead of queueing */
+	unsigned max_parallel_pulls; /* 0: 1, serialised like the kubelet */
+	unsigned max_queued_pulls;   /* waiters for a pull slot or a token; 0: 100 */
+	const struct clock *clock;   /* NULL: CLOCK_MONOTONIC */
 };
 
 #define MANAGER_DEFAULT_REVALIDATE_S 60
