@@ -794,6 +794,28 @@ static int publish_ref(struct manager *m, const char *reference,
 	return r;
 }
 
+/* "already present", at most once per PRESENT_EVENT_INTERVAL_S per
+ * reference: a node looks its images up far more often than anyone
+ * wants to read about it. */
+static void present_event(struct manager *m, const char *canonical,
+			  const char *digest, const struct caller *who)
+{
+	int64_t now = now_s(m);
+	bool due = false;
+
+	pthread_mutex_lock(&m->lock);
+	struct refstate *rs = strmap_get(m->refs, canonical);
+	if (rs && (!rs->present_event_at ||
+		   now - rs->present_event_at >= PRESENT_EVENT_INTERVAL_S)) {
+		rs->present_event_at = now;
+		due = true;
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (due)
+		emit(m, EVENT_NORMAL, "Pulled", canonical, digest, 0, who,
+		     "Container image \"%s\" already present on machine", canonical);
+}
+
 /* What one flight does: decide from the cache, or pull.  Runs without the
  * lock, in the thread of the first caller. */
 static int ensure_work(struct manager *m, const struct reference *ref,
@@ -828,6 +850,7 @@ static int ensure_work(struct manager *m, const struct reference *ref,
 		struct image *img;
 		if (image_get(m, ref->digest, &img, errbuf, sizeof(errbuf)) == 0) {
 			publish_ref(m, canonical, ref->digest, NULL);
+			present_event(m, canonical, ref->digest, who);
 			*ret = img;
 			return 0;
 		}
@@ -835,8 +858,10 @@ static int ensure_work(struct manager *m, const struct reference *ref,
 
 	if (known && !revalidate) {
 		r = image_get(m, known, ret, errbuf, sizeof(errbuf));
-		if (r == 0)
+		if (r == 0) {
+			present_event(m, canonical, known, who);
 			return 0;
+		}
 		/* The cache lost part of it: pull again if allowed. */
 		free(known);
 		known = NULL;
@@ -877,7 +902,10 @@ static int ensure_work(struct manager *m, const struct reference *ref,
 			if (cur)
 				cur->checked_at = now_s(m);
 			pthread_mutex_unlock(&m->lock);
-			return image_get(m, known, ret, errbuf, sizeof(errbuf));
+			r = image_get(m, known, ret, errbuf, sizeof(errbuf));
+			if (r == 0)
+				present_event(m, canonical, known, who);
+			return r;
 		}
 		/* A moved tag or an unreachable registry: pull, which
 		 * reports the failure properly if there is one. */
@@ -934,25 +962,30 @@ failed:
 /* Fast path under the lock: a cached, loaded image that needs no
  * revalidation.  Returns true and a reference in *ret when served. */
 static bool ensure_cached_locked(struct manager *m, const char *canonical,
-				 enum pull_policy policy, bool *emit_present,
-				 struct image **ret)
+				 enum pull_policy policy, struct image **ret)
 {
 	struct refstate *rs = strmap_get(m->refs, canonical);
 	struct image *img;
 	unsigned iv = m->opts.revalidate_interval_s ?: MANAGER_DEFAULT_REVALIDATE_S;
-	int64_t now = now_s(m);
 
 	if (!rs || !(img = strmap_get(m->images, rs->digest)))
 		return false;
-	if (policy == PULL_ALWAYS && now - rs->checked_at >= iv)
+	if (policy == PULL_ALWAYS && now_s(m) - rs->checked_at >= iv)
 		return false;
 	image_ref(img, 1);
 	*ret = img;
-	*emit_present = !rs->present_event_at ||
-			now - rs->present_event_at >= PRESENT_EVENT_INTERVAL_S;
-	if (*emit_present)
-		rs->present_event_at = now;
 	return true;
+}
+
+/* Drops one waiter of a finished flight; the last one frees it. */
+static void flight_put_locked(struct flight *f)
+{
+	if (--f->waiters > 0)
+		return;
+	if (f->image)
+		image_unref(f->image, 1);
+	pthread_cond_destroy(&f->cond);
+	free(f);
 }
 
 int manager_ensure(struct manager *m, const char *reference,
@@ -963,7 +996,6 @@ int manager_ensure(struct manager *m, const char *reference,
 	struct flight *f;
 	struct image *img = NULL;
 	enum pull_policy policy;
-	bool present_event = false;
 	double t_wait = now_f(m);
 	int r;
 
@@ -983,12 +1015,9 @@ int manager_ensure(struct manager *m, const char *reference,
 	policy = effective_policy(m, ref, canonical);
 
 	pthread_mutex_lock(&m->lock);
-	if (ensure_cached_locked(m, canonical, policy, &present_event, &img)) {
+	if (ensure_cached_locked(m, canonical, policy, &img)) {
 		pthread_mutex_unlock(&m->lock);
-		if (present_event)
-			emit(m, EVENT_NORMAL, "Pulled", canonical, image_digest(img), 0,
-			     who, "Container image \"%s\" already present on machine",
-			     canonical);
+		present_event(m, canonical, image_digest(img), who);
 		reference_free(ref);
 		*ret = img;
 		return 0;
@@ -1004,12 +1033,7 @@ int manager_ensure(struct manager *m, const char *reference,
 			img = f->image;
 			image_ref(img, 1);
 		}
-		if (--f->waiters == 0) {
-			if (f->image)
-				image_unref(f->image, 1);
-			pthread_cond_destroy(&f->cond);
-			free(f);
-		}
+		flight_put_locked(f);
 		pthread_mutex_unlock(&m->lock);
 		reference_free(ref);
 		if (r == 0)
@@ -1037,12 +1061,7 @@ int manager_ensure(struct manager *m, const char *reference,
 	if (r == 0)
 		image_ref(img, 1); /* and the worker's caller gets one */
 	pthread_cond_broadcast(&f->cond);
-	if (--f->waiters == 0) {
-		if (f->image)
-			image_unref(f->image, 1);
-		pthread_cond_destroy(&f->cond);
-		free(f);
-	}
+	flight_put_locked(f);
 	pthread_mutex_unlock(&m->lock);
 	reference_free(ref);
 	if (r == 0)
