@@ -18,6 +18,7 @@
 #include "digest.h"
 #include "errname.h"
 #include "errtable.h"
+#include "fault.h"
 #include "layer.h"
 #include "macro.h"
 #include "manifest.h"
@@ -407,10 +408,20 @@ static int registry_failed(struct pull *p, int r, const struct registry_error *e
 }
 
 /* Sink that writes into the pipe feeding the unpacker. */
+struct pipe_sink_state {
+	int fd;
+	uint64_t written;
+};
+
 static int pipe_sink(void *userdata, const void *buf, size_t len)
 {
-	int fd = *(int *)userdata;
+	struct pipe_sink_state *ps = userdata;
+	int fd = ps->fd;
 	const char *s = buf;
+
+	ps->written += len;
+	if (ps->written > (64u << 10))
+		fault_point("mid-blob");
 
 	while (len > 0) {
 		ssize_t n = write(fd, s, len);
@@ -501,8 +512,9 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 		r = -r;
 		goto fail;
 	}
+	struct pipe_sink_state ps = { .fd = pfd[1] };
 	r = registry_get_blob(m->registry, p->ref->domain, p->repo, d->digest,
-			      d->size, pipe_sink, &pfd[1], &rerr);
+			      d->size, pipe_sink, &ps, &rerr);
 	close(pfd[1]);
 	pthread_join(th, NULL);
 	ur = job.result;
@@ -534,11 +546,13 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 	}
 	layer_index_free(job.index);
 	job.index = NULL;
+	fault_point("mid-unpack");
 	r = cache_layer_publish(m->cache, stage, d->digest);
 	if (r < 0) {
 		pull_fail(p, "cannot publish layer %s: %s", d->digest, strerror(-r));
 		goto fail;
 	}
+	fault_point("layer");
 	return 0;
 fail:
 	layer_index_free(job.index);
@@ -741,9 +755,11 @@ static int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest
 			goto out;
 		}
 	}
+	fault_point("manifest");
 	r = fetch_config(p, &mf->config);
 	if (r < 0)
 		goto out;
+	fault_point("config");
 	r = fetch_layers(p, mf);
 	if (r < 0)
 		goto out;
@@ -778,6 +794,7 @@ out:
 static int publish_ref(struct manager *m, const char *reference,
 		       const char *digest, const char *index_digest)
 {
+	fault_point("publish");
 	struct cache_ref cr = {
 		.reference = (char *)reference,
 		.digest = (char *)digest,
