@@ -3,6 +3,9 @@
 
     events.py LOG count REASON IMAGE     number of such events
     events.py LOG field REASON IMAGE KEY  KEY of the first such event
+    events.py LOG fields REASON IMAGE KEY KEY of each such event, one a line
+    events.py LOG countmsg REASON IMAGE TEXT  such events whose message
+                                         contains TEXT
     events.py LOG check                  every line well-formed (SPEC §4)
     events.py LOG order IMAGE R1 R2...   reasons for IMAGE, in that order
                                          ("already present" left out)
@@ -24,8 +27,13 @@ DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 DURATION_RE = re.compile(r"\bin [0-9][0-9.]*(ns|us|µs|ms|s|m|h)([0-9.]+(ms|s|m))*\b")
 SIZE_RE = re.compile(r"[Ss]ize:? [0-9]+ ?(bytes|B)?\b")
 
-NORMAL_REASONS = {"Pulling", "Pulled"}
-WARNING_REASONS = {"Failed", "BackOff", "ErrImageNeverPull", "InspectFailed"}
+# BackOff is a Normal event, as the kubelet logs it.
+NORMAL_REASONS = {"Pulling", "Pulled", "BackOff"}
+WARNING_REASONS = {"Failed", "ErrImageNeverPull", "InspectFailed"}
+# Events of a failed lookup carry the errno the caller got (SPEC section 4:
+# "errno on failures"); for these reasons it can only be this one.
+FIXED_ERRNO = {"BackOff": "EAGAIN", "ErrImageNeverPull": "EPERM",
+               "InspectFailed": "EINVAL"}
 
 
 def load(path):
@@ -105,6 +113,10 @@ def problems_of(ev):
     if reason == "Failed":
         if not isinstance(ev.get("errno"), str) or not ERRNO_RE.match(ev["errno"]):
             p.append("Failed without an errno name (%r)" % ev.get("errno"))
+    elif reason in FIXED_ERRNO:
+        if ev.get("errno") != FIXED_ERRNO[reason]:
+            p.append("%s with errno %r (expected %s)"
+                     % (reason, ev.get("errno"), FIXED_ERRNO[reason]))
     elif "errno" in ev and ev["errno"] not in (None, ""):
         p.append("errno %r on a %s event" % (ev["errno"], reason))
     return p
@@ -128,6 +140,13 @@ def main(argv):
             raise SystemExit("no %s event for %s" % (args[0], args[1]))
         v = found[0].get(args[2])
         print(v if isinstance(v, str) else json.dumps(v))
+    elif cmd == "fields":
+        for ev in matching(args[0], args[1]):
+            v = ev.get(args[2])
+            print(v if isinstance(v, str) else json.dumps(v))
+    elif cmd == "countmsg":
+        print(len([ev for ev in matching(args[0], args[1])
+                   if args[2] in str(ev.get("message", ""))]))
     elif cmd == "check":
         if not os.path.exists(path):
             print("%s: no events log" % path)

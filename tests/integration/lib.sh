@@ -215,6 +215,14 @@ storage:
 http:
   addr: $REGISTRY
 EOF
+        if [ -n "${REGISTRY_HTPASSWD:-}" ]; then
+            cat >>"$config" <<EOF
+auth:
+  htpasswd:
+    realm: pullfs-tests
+    path: $REGISTRY_HTPASSWD
+EOF
+        fi
         docker-registry serve "$config" >>"$REGISTRY_LOG" 2>&1 &
         REGISTRY_PID=$!
         if wait_for 20 _registry_up; then
@@ -222,6 +230,8 @@ EOF
         fi
         _stop_pid "$REGISTRY_PID"
         REGISTRY_PID=
+        # A restart keeps its port: there is no other one to try.
+        [ "${_REGISTRY_KEEP_PORT:-0}" = 0 ] || break
         # Lost a race for the port?  Try another one.
         REGISTRY_PORT=
     done
@@ -231,7 +241,26 @@ EOF
 
 _registry_up() {
     ! _pid_gone "$REGISTRY_PID" || return 2
-    curl -sf -o /dev/null "http://$REGISTRY/v2/"
+    _registry_answers
+}
+
+# _registry_answers: true if a registry speaks HTTP on $REGISTRY (200, or
+# 401 from one with authentication).
+_registry_answers() {
+    local code
+    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://$REGISTRY/v2/") || true
+    [ "$code" = 200 ] || [ "$code" = 401 ]
+}
+
+# restart_registry: start the registry again after stop_registry, on the
+# same port, with the same storage and access log (and REGISTRY_HTPASSWD
+# as it is now).
+restart_registry() {
+    [ -z "$REGISTRY_PID" ] || fail "restart_registry: the registry is running"
+    [ -n "$REGISTRY_PORT" ] || fail "restart_registry: no registry was started before"
+    local port=$REGISTRY_PORT
+    _REGISTRY_KEEP_PORT=1 start_registry
+    assert_eq "$port" "$REGISTRY_PORT" "port of the restarted registry"
 }
 
 # stop_registry: stop it (by PID); its storage stays for a later start.
@@ -239,7 +268,37 @@ stop_registry() {
     [ -n "$REGISTRY_PID" ] || fail "stop_registry: no registry running"
     _stop_pid "$REGISTRY_PID"
     REGISTRY_PID=
-    ! curl -sf -o /dev/null --max-time 2 "http://$REGISTRY/v2/" || fail "registry still answers after stop"
+    ! _registry_answers || fail "registry still answers after stop"
+}
+
+# registry_mark: the number of lines in the registry's log now; give it to
+# registry_count to count only the requests logged after it.
+registry_mark() {
+    if [ -f "$REGISTRY_LOG" ]; then wc -l <"$REGISTRY_LOG"; else echo 0; fi
+}
+
+# registry_count METHOD PATH [MARK]: requests logged after MARK (default:
+# all of them) with that method and a path that starts with PATH.  End PATH
+# with a blank to count one exact path: "/v2/test/busybox/manifests/1 ".
+registry_count() {
+    [ -f "$REGISTRY_LOG" ] || {
+        echo 0
+        return 0
+    }
+    tail -n +"$((${3:-0} + 1))" "$REGISTRY_LOG" | grep -cF "\"$1 $2" || true
+}
+
+# image_blobs REPO:TAG: digests of the config and of each layer of an image
+# manifest in the registry, one a line, the config first.
+image_blobs() {
+    registry_manifest "$1" | python3 -c '
+import json, sys
+m = json.load(sys.stdin)
+if "layers" not in m:
+    sys.exit("image_blobs: not an image manifest")
+print(m["config"]["digest"])
+for l in m["layers"]:
+    print(l["digest"])'
 }
 
 # registry_requests [ERE]: number of requests the registry logged so far
@@ -451,3 +510,65 @@ wait_event() {
     wait_for 10 _has_event "$1" "$2" || fail "no $1 event for $2 in $EVENTS"
 }
 _has_event() { [ -f "$EVENTS" ] && [ "$(event_count "$1" "$2")" -gt 0 ]; }
+
+# event_fields REASON IMAGE KEY: KEY of each such event, one a line.
+event_fields() { events fields "$1" "$2" "$3"; }
+
+# event_count_msg REASON IMAGE TEXT: such events whose message has TEXT.
+event_count_msg() { events countmsg "$1" "$2" "$3"; }
+
+# wait_event_count N REASON IMAGE: wait until there are N such events.
+wait_event_count() {
+    wait_for 10 _has_events "$@" ||
+        fail "expected $1 $2 events for $3, found $(event_count "$2" "$3") in $EVENTS"
+}
+_has_events() { [ -f "$EVENTS" ] && [ "$(event_count "$2" "$3")" -ge "$1" ]; }
+
+# ------------------------------------------------------------ slow proxy
+
+# start_slowproxy [slowproxy.py options]: a proxy in front of the registry
+# that can delay or hold requests (see slowproxy.py).  Sets PROXY_PORT,
+# PROXY (host:port, to be named with --insecure-registry) and PROXY_LOG.
+PROXY=
+PROXY_PORT=
+PROXY_LOG=
+PROXY_PID=
+start_slowproxy() {
+    [ -n "$REGISTRY" ] || fail "start_slowproxy: no registry"
+    local portfile=$WORK/slowproxy.port
+    rm -f "$portfile"
+    PROXY_LOG=$WORK/slowproxy.log
+    python3 "$INTEGRATION_DIR/slowproxy.py" --upstream "$REGISTRY" \
+        --port-file "$portfile" --log "$PROXY_LOG" "$@" >>"$WORK/slowproxy.err" 2>&1 &
+    PROXY_PID=$!
+    track_pid "$PROXY_PID"
+    wait_for 20 _proxy_port_known "$portfile" || fail "slowproxy did not start: $(cat "$WORK/slowproxy.err")"
+    PROXY_PORT=$(cat "$portfile")
+    PROXY=127.0.0.1:$PROXY_PORT
+}
+_proxy_port_known() {
+    ! _pid_gone "$PROXY_PID" || return 2
+    [ -s "$1" ]
+}
+
+# proxy_count WORD ERE: lines of the proxy's log with that first word
+# (request, held, done) whose rest matches ERE.
+proxy_count() {
+    [ -f "$PROXY_LOG" ] || {
+        echo 0
+        return 0
+    }
+    grep -E "^$1 " "$PROXY_LOG" | grep -cE "$2" || true
+}
+
+# --------------------------------------------------------------- lookups
+
+# concurrent_lookups [lookups.py options] N DIR NAME: see lookups.py.
+concurrent_lookups() { py "$INTEGRATION_DIR/lookups.py" "$@"; }
+
+# small_tmpfs DIR SIZE: a size-limited tmpfs on DIR, unmounted by the trap.
+small_tmpfs() {
+    mkdir -p "$1"
+    mount -t tmpfs -o "size=$2,mode=0755" pullfs-test "$1" || fail "cannot mount a tmpfs on $1"
+    track_mount "$1"
+}

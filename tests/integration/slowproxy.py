@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""A plain-HTTP proxy in front of a test registry that can hold requests back.
+
+    slowproxy.py --upstream HOST:PORT --port-file FILE [--log FILE]
+                 [--delay ERE=SECONDS]... [--gate ERE=PATH]...
+
+Listens on a free loopback port (written to FILE once it listens) and
+forwards every request to the upstream registry, streaming the answer back.
+Each rule's ERE is searched in "METHOD PATH" of a request:
+
+  --delay ERE=SECONDS  answer a matching request only after SECONDS
+  --gate ERE=PATH      answer a matching request only once PATH exists
+
+so a test can make a pull slow, or stop it at a known point and let it go
+on when it chooses.  --log gets one line per request when it arrives
+("held METHOD PATH" for those a rule holds back) and one when it was
+answered ("done METHOD PATH STATUS"), flushed at once.
+"""
+
+import argparse
+import http.client
+import http.server
+import os
+import re
+import socketserver
+import sys
+import threading
+import time
+
+HOP_HEADERS = {"connection", "keep-alive", "proxy-authenticate",
+               "proxy-authorization", "te", "trailers", "transfer-encoding",
+               "upgrade"}
+
+
+class Proxy(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "slowproxy"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def note(self, text):
+        cfg = self.server.cfg
+        if cfg.log:
+            with cfg.log_lock:
+                cfg.log.write(text + "\n")
+                cfg.log.flush()
+
+    def hold(self, what):
+        cfg = self.server.cfg
+        held = False
+        for rx, secs in cfg.delays:
+            if rx.search(what):
+                if not held:
+                    self.note("held " + what)
+                    held = True
+                time.sleep(secs)
+        for rx, path in cfg.gates:
+            if rx.search(what):
+                if not held:
+                    self.note("held " + what)
+                    held = True
+                while not os.path.exists(path):
+                    time.sleep(0.02)
+        return held
+
+    def forward(self):
+        cfg = self.server.cfg
+        what = "%s %s" % (self.command, self.path)
+        self.note("request " + what)
+        self.hold(what)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        headers = {k: v for k, v in self.headers.items()
+                   if k.lower() not in HOP_HEADERS and k.lower() != "host"}
+        headers["Host"] = cfg.upstream
+        conn = http.client.HTTPConnection(cfg.upstream, timeout=60)
+        try:
+            conn.request(self.command, self.path, body=body, headers=headers)
+            resp = conn.getresponse()
+        except OSError:
+            self.send_error(502)
+            self.note("done %s 502" % what)
+            return
+        self.send_response(resp.status, resp.reason)
+        chunked = False
+        for k, v in resp.getheaders():
+            if k.lower() in HOP_HEADERS:
+                continue
+            self.send_header(k, v)
+        if self.command != "HEAD" and resp.getheader("Content-Length") is None:
+            chunked = True
+            self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            if self.command != "HEAD":
+                while True:
+                    data = resp.read(65536)
+                    if not data:
+                        break
+                    if chunked:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    else:
+                        self.wfile.write(data)
+                if chunked:
+                    self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            # The client went away: nothing more to do for it.
+            self.close_connection = True
+        finally:
+            conn.close()
+        self.note("done %s %d" % (what, resp.status))
+
+    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = forward
+
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def rule(text, conv):
+    rx, sep, val = text.rpartition("=")
+    if not sep or not rx:
+        raise argparse.ArgumentTypeError("expected ERE=VALUE, got %r" % text)
+    return re.compile(rx), conv(val)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--upstream", required=True)
+    ap.add_argument("--port-file", required=True)
+    ap.add_argument("--log")
+    ap.add_argument("--delay", action="append", default=[],
+                    type=lambda t: rule(t, float))
+    ap.add_argument("--gate", action="append", default=[],
+                    type=lambda t: rule(t, str))
+    cfg = ap.parse_args()
+    cfg.delays, cfg.gates = cfg.delay, cfg.gate
+    cfg.log_lock = threading.Lock()
+    cfg.log = open(cfg.log, "a") if cfg.log else None
+    srv = Server(("127.0.0.1", 0), Proxy)
+    srv.cfg = cfg
+    tmp = cfg.port_file + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("%d\n" % srv.server_address[1])
+    os.rename(tmp, cfg.port_file)
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
