@@ -572,3 +572,25 @@ small_tmpfs() {
     mount -t tmpfs -o "size=$2,mode=0755" pullfs-test "$1" || fail "cannot mount a tmpfs on $1"
     track_mount "$1"
 }
+
+# ------------------------------------------------------------------ time
+
+# now: seconds since the epoch, with fractions.
+now() { date +%s.%N; }
+
+# sleep_until T: sleep until now >= T (a time from now()), for waiting out
+# a window the test configured (back-off, revalidation interval).
+sleep_until() {
+    local left
+    left=$(awk -v t="$1" -v n="$(now)" 'BEGIN { d = t - n; printf "%.3f", (d > 0 ? d : 0) }')
+    sleep "$left"
+}
+
+# seconds_since T: how long ago T was, with fractions.
+seconds_since() { awk -v t="$1" -v n="$(now)" 'BEGIN { printf "%.3f", n - t }'; }
+
+# less_than A B: true if the number A < B.
+less_than() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
+
+# plus T S: T + S.
+plus() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a + b }'; }
