@@ -299,7 +299,8 @@ struct unpack {
 	uint32_t max_path;
 	struct layer_index *li;
 	size_t cap;
-	struct pathset seen;
+	struct pathset seen; /* every non-directory entry: hardlink targets */
+	struct pathset dirs; /* every directory entry */
 	char *errbuf;
 	size_t errlen;
 };
@@ -671,6 +672,40 @@ static int layer_fill_entry(struct unpack *u, struct archive_entry *ae,
 	return layer_copy_xattrs(u, ae, e);
 }
 
+/* Within one layer a path names one thing.  A second entry for a path
+ * (other than a directory given again) and an entry below a path that the
+ * layer made a symlink or a file are refused: extractors disagree about
+ * which copy wins and whether "a/x" after a symlink "a" goes through the
+ * link, and such disagreement is how content hides from scanners or
+ * lands outside the root.  Whiteouts only act on lower layers, so they
+ * may share a path with an entry of their own layer. */
+static int layer_check_place(struct unpack *u, struct layer_entry *e)
+{
+	bool marker = e->type == LAYER_ENTRY_WHITEOUT ||
+		      e->type == LAYER_ENTRY_OPAQUE;
+
+	if (!marker && (pathset_has(&u->seen, e->path) ||
+			(e->type != LAYER_ENTRY_DIR &&
+			 pathset_has(&u->dirs, e->path))))
+		return layer_fail(u->errbuf, u->errlen,
+				  "layer: \"%.200s\" appears more than once",
+				  e->path);
+	for (char *s = strchr(e->path, '/'); s; s = strchr(s + 1, '/')) {
+		bool below;
+
+		*s = '\0';
+		below = pathset_has(&u->seen, e->path);
+		*s = '/';
+		if (below)
+			return layer_fail(u->errbuf, u->errlen,
+					  "layer: \"%.200s\" is below \"%.*s\", "
+					  "which is not a directory",
+					  e->path, (int)MIN(s - e->path, 200),
+					  e->path);
+	}
+	return 0;
+}
+
 static int layer_push(struct unpack *u, struct layer_entry *e)
 {
 	struct layer_index *li = u->li;
@@ -700,6 +735,8 @@ static int layer_next(struct unpack *u, struct archive_entry *ae)
 				  u->max_entries);
 
 	r = layer_fill_entry(u, ae, &e);
+	if (r == 0)
+		r = layer_check_place(u, &e);
 	if (r != 0) {
 		layer_entry_clear(&e);
 		return r < 0 ? r : 0;
@@ -719,6 +756,8 @@ static int layer_next(struct unpack *u, struct archive_entry *ae)
 	}
 	switch (e.type) {
 	case LAYER_ENTRY_DIR:
+		return pathset_add(&u->dirs,
+				   u->li->entries[u->li->n_entries - 1].path);
 	case LAYER_ENTRY_WHITEOUT:
 	case LAYER_ENTRY_OPAQUE:
 		return 0;
@@ -806,7 +845,14 @@ int layer_unpack(int in_fd, enum layer_compression c, int data_fd,
 		r = archive_read_next_header(a, &ae);
 		if (r == ARCHIVE_EOF)
 			break;
-		if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+		/* A name that does not convert to the locale is only a
+		 * warning, with EILSEQ (layer_raw_name copes); any other one means
+		 * libarchive skipped part of a header -- a malformed or
+		 * oversized pax record -- and would go on with the rest, a
+		 * guess another extractor need not share. */
+		if (r != ARCHIVE_OK &&
+		    (r != ARCHIVE_WARN ||
+		     archive_errno(a) != EILSEQ)) {
 			r = layer_archive_fail(&u);
 			goto out;
 		}
@@ -829,6 +875,7 @@ out:
 	archive_read_free(TAKE_PTR(a));
 	gzsrc_free(&gz);
 	free(u.seen.slots);
+	free(u.dirs.slots);
 	return r;
 }
 
@@ -857,9 +904,11 @@ void layer_index_free(struct layer_index *li)
 #define LIDX_VERSION 1u
 #define LIDX_NULL_STR UINT32_MAX
 #define LIDX_HEADER_SIZE (8 + 4 + 4 + 8 + 8)
-/* Smallest possible entry: fixed fields, an empty path, a NULL link and
- * no xattrs.  Bounds the entry count before anything is allocated. */
-#define LIDX_MIN_ENTRY (1 + 4 * 4 + 8 + 4 + 8 * 3 + 4 + 4 + 4)
+/* Smallest possible entry: the type byte, four u32 (mode, uid, gid,
+ * mtime_nsec), four u64 (mtime_sec, size, data_off, rdev), an empty path,
+ * a NULL link and no xattrs (three u32).  Bounds the entry count before
+ * anything is allocated, so it must never be more than the real size. */
+#define LIDX_MIN_ENTRY (1 + 4 * 4 + 8 * 4 + 4 + 4 + 4)
 #define LIDX_MIN_XATTR (4 + 1 + 4)
 /* The index of a layer at the entry limit stays well below this. */
 #define LIDX_MAX_FILE (UINT64_C(1) << 32)

@@ -354,6 +354,31 @@ static const struct hostile hostile[] = {
 	{"whiteout empty", {{.path = "a/.wh."}}, 1, "whiteout"},
 	{"root as file", {{.path = ".", .data = "x", .size = 1}}, 1,
 	 "root"},
+	{"duplicate file",
+	 {{.path = "f", .data = "1", .size = 1},
+	  {.path = "f", .data = "2", .size = 1}},
+	 2,
+	 "more than once"},
+	{"file then dir",
+	 {{.path = "f", .data = "1", .size = 1},
+	  {.path = "f", .type = AE_IFDIR, .mode = 0755}},
+	 2,
+	 "more than once"},
+	{"dir then symlink",
+	 {{.path = "d", .type = AE_IFDIR, .mode = 0755},
+	  {.path = "d", .type = AE_IFLNK, .link = "/etc"}},
+	 2,
+	 "more than once"},
+	{"write through symlink",
+	 {{.path = "a", .type = AE_IFLNK, .link = "/tmp"},
+	  {.path = "a/x", .data = "x", .size = 1}},
+	 2,
+	 "below \"a\""},
+	{"below a file",
+	 {{.path = "f", .data = "1", .size = 1},
+	  {.path = "f/g/h", .data = "x", .size = 1}},
+	 2,
+	 "below \"f\""},
 };
 
 static void test_unpack_hostile(void **state)
@@ -549,6 +574,29 @@ static void test_index_round_trip(void **state)
 	close(fd);
 }
 
+/* Entries with names shorter than four bytes make an index smaller than
+ * a too generous "smallest entry" bound would allow. */
+static void test_index_short_names(void **state)
+{
+	struct layer_entry e[] = {
+		{.path = (char *)"", .type = LAYER_ENTRY_DIR, .mode = 0755},
+		{.path = (char *)"a", .type = LAYER_ENTRY_REG, .mode = 0644},
+		{.path = (char *)"b", .type = LAYER_ENTRY_DIR, .mode = 0755},
+		{.path = (char *)"b/c", .type = LAYER_ENTRY_FIFO, .mode = 0600},
+	};
+	struct layer_index li = {.entries = e, .n_entries = 4};
+	struct layer_index *back = NULL;
+	int fd = memfd("idx");
+
+	(void)state;
+	assert_int_equal(layer_index_write(&li, fd), 0);
+	assert_int_equal(lseek(fd, 0, SEEK_SET), 0);
+	assert_int_equal(layer_index_read(fd, &back), 0);
+	assert_same_index(&li, back);
+	layer_index_free(back);
+	close(fd);
+}
+
 static int read_bytes(const unsigned char *buf, size_t len,
 		      struct layer_index **ret)
 {
@@ -674,6 +722,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_index_round_trip, setup,
 						teardown),
+		cmocka_unit_test(test_index_short_names),
 		cmocka_unit_test_setup_teardown(test_index_corrupt, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_index_hostile_content,
