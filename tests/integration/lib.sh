@@ -23,6 +23,7 @@ PULLFS_LOG=$WORK/pullfs.log
 mkdir -p "$MNT"
 
 PULLFS_PID=
+PULLFS_ENV=()
 REGISTRY_PID=
 REGISTRY_PORT=
 REGISTRY=
@@ -344,6 +345,8 @@ blob_path() {
 # mount_pullfs [ARGS...]: start the daemon in the foreground (in the
 # background of this shell) on $MNT with the test's cache and events log,
 # the registry marked insecure, and wait until the mount is there.
+# PULLFS_ENV=(NAME=VALUE...) set before it: extra environment for the
+# daemon only (PULLFS_FAULT=<point> for the crash tests, ASAN_OPTIONS...).
 # shellcheck disable=SC2120
 mount_pullfs() {
     need_fuse
@@ -351,7 +354,7 @@ mount_pullfs() {
     local args=(-f --cache "$CACHE" --events-log "$EVENTS")
     [ -z "$REGISTRY_PORT" ] || args+=(--insecure-registry "127.0.0.1:$REGISTRY_PORT")
     echo "+ $PULLFS ${args[*]} $* $MNT" >>"$PULLFS_LOG"
-    "$PULLFS" "${args[@]}" "$@" "$MNT" >>"$PULLFS_LOG" 2>&1 &
+    env ${PULLFS_ENV[@]+"${PULLFS_ENV[@]}"} "$PULLFS" "${args[@]}" "$@" "$MNT" >>"$PULLFS_LOG" 2>&1 &
     PULLFS_PID=$!
     if ! wait_for 30 _pullfs_mounted; then
         if _pid_gone "$PULLFS_PID"; then
