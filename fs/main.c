@@ -18,7 +18,9 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "credentials.h"
 #include "fs.h"
+#include "hosts.h"
 #include "macro.h"
 #include "manager.h"
 
@@ -43,6 +45,10 @@ struct settings {
 	unsigned registry_burst;
 	bool qps_fail_fast;
 	unsigned max_parallel;
+	char *auth_file;
+	long connect_timeout_ms;
+	long low_speed_time_s;
+	struct registry_hosts *hosts; /* [registry "..."] sections of the config */
 	char *fuse_opts; /* comma-joined -o values */
 	char *mountpoint;
 };
@@ -63,6 +69,9 @@ enum {
 	OPT_REGISTRY_BURST,
 	OPT_QPS_FAIL_FAST,
 	OPT_MAX_PARALLEL,
+	OPT_AUTH_FILE,
+	OPT_CONNECT_TIMEOUT,
+	OPT_LOW_SPEED_TIMEOUT,
 };
 
 static const struct option long_options[] = {
@@ -85,6 +94,9 @@ static const struct option long_options[] = {
 	{ "registry-burst", required_argument, NULL, OPT_REGISTRY_BURST },
 	{ "pull-qps-fail-fast", no_argument, NULL, OPT_QPS_FAIL_FAST },
 	{ "max-parallel-pulls", required_argument, NULL, OPT_MAX_PARALLEL },
+	{ "auth-file", required_argument, NULL, OPT_AUTH_FILE },
+	{ "connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT },
+	{ "low-speed-timeout", required_argument, NULL, OPT_LOW_SPEED_TIMEOUT },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -126,6 +138,13 @@ static void usage(FILE *f)
 		"      --pull-qps-fail-fast     fail pulls over the rate with EAGAIN instead\n"
 		"                               of queueing them (the kubelet's behaviour)\n"
 		"      --max-parallel-pulls N   images pulled at once (default 1: serialised)\n"
+		"      --auth-file FILE         registry credentials, docker config.json format\n"
+		"                               (default $DOCKER_CONFIG/config.json, else\n"
+		"                               ~/.docker/config.json)\n"
+		"      --connect-timeout SECONDS  give up connecting to a registry (default 10)\n"
+		"      --low-speed-timeout SECONDS\n"
+		"                               abort a transfer under 1 KiB/s for this long\n"
+		"                               (default 30)\n"
 		"  -o OPTIONS                   FUSE mount options (e.g. allow_other)\n"
 		"  -h, --help                   show this help\n"
 		"  -V, --version                show the version\n",
@@ -250,6 +269,19 @@ static void apply_option(struct settings *s, int opt, const char *name,
 	case OPT_QPS_FAIL_FAST:
 		s->qps_fail_fast = true;
 		break;
+	case OPT_AUTH_FILE:
+		set_string(&s->auth_file, v);
+		break;
+	case OPT_CONNECT_TIMEOUT:
+		s->connect_timeout_ms = (long)parse_uint(name, v, 3600) * 1000;
+		if (!s->connect_timeout_ms)
+			usage_error("%s must be at least 1", name);
+		break;
+	case OPT_LOW_SPEED_TIMEOUT:
+		s->low_speed_time_s = parse_uint(name, v, 3600);
+		if (!s->low_speed_time_s)
+			usage_error("%s must be at least 1", name);
+		break;
 	case OPT_MAX_PARALLEL:
 		s->max_parallel = parse_uint(name, v, 64);
 		if (!s->max_parallel)
@@ -283,13 +315,38 @@ static char *trim(char *s)
 	return s;
 }
 
+/* `[registry "NAME"]` -> NAME in out; false when the line is not that. */
+static bool parse_section(char *line, char *out, size_t outlen)
+{
+	char *p = line + 1, *q, *end = line + strlen(line) - 1;
+
+	if (*end != ']')
+		return false;
+	*end = '\0';
+	p = trim(p);
+	if (strncmp(p, "registry", 8) != 0)
+		return false;
+	p = trim(p + 8);
+	if (*p != '"')
+		return false;
+	q = strchr(p + 1, '"');
+	if (!q || q == p + 1 || *trim(q + 1) || (size_t)(q - p - 1) >= outlen)
+		return false;
+	memcpy(out, p + 1, (size_t)(q - p - 1));
+	out[q - p - 1] = '\0';
+	return true;
+}
+
 /* The config file: "key = value" per line, keys are long option names
  * (without "--"), "#" starts a comment; options that take no value are
- * written "foreground = true".  The command line wins over the file. */
+ * written "foreground = true".  A `[registry "NAME"]` line starts the
+ * settings of one registry (hosts.h has its keys), which run to the next
+ * section or the end of the file.  The command line wins over the file. */
 static void load_config(struct settings *s, const char *path)
 {
 	FILE *f = fopen(path, "re");
 	char line[4096];
+	char section[256] = "";
 	unsigned lineno = 0;
 
 	if (!f)
@@ -299,9 +356,16 @@ static void load_config(struct settings *s, const char *path)
 		const struct option *o;
 
 		lineno++;
+		if (!strchr(line, '\n') && !feof(f))
+			usage_error("%s:%u: line too long", path, lineno);
 		key = trim(line);
-		if (!*key || *key == '#' || *key == '[')
+		if (!*key || *key == '#')
 			continue;
+		if (*key == '[') {
+			if (!parse_section(key, section, sizeof(section)))
+				usage_error("%s:%u: expected [registry \"HOST[:PORT]\"]", path, lineno);
+			continue;
+		}
 		eq = strchr(key, '=');
 		if (!eq)
 			usage_error("%s:%u: expected \"key = value\"", path, lineno);
@@ -311,6 +375,17 @@ static void load_config(struct settings *s, const char *path)
 		if (strlen(val) >= 2 && val[0] == '"' && val[strlen(val) - 1] == '"') {
 			val[strlen(val) - 1] = '\0';
 			val++;
+		}
+		if (section[0]) {
+			char why[300] = "";
+			int r;
+
+			if (!s->hosts && registry_hosts_new(&s->hosts) < 0)
+				usage_error("out of memory");
+			r = registry_hosts_set(s->hosts, section, key, val, why, sizeof(why));
+			if (r < 0)
+				usage_error("%s:%u: %s", path, lineno, why[0] ? why : strerror(-r));
+			continue;
 		}
 		for (o = long_options; o->name; o++)
 			if (!strcmp(o->name, key))
@@ -325,6 +400,31 @@ static void load_config(struct settings *s, const char *path)
 		apply_option(s, o->val, o->name, val);
 	}
 	fclose(f);
+}
+
+/* --auth-file, or docker's default place where a missing file is no
+ * error.  Exits on a file that cannot be used. */
+static struct credentials *load_credentials(const struct settings *s)
+{
+	_cleanup_free_ char *def = NULL;
+	struct credentials *c = NULL;
+	char errbuf[512] = "";
+	int r;
+
+	if (s->auth_file) {
+		r = credentials_load(s->auth_file, true, &c, errbuf, sizeof(errbuf));
+	} else {
+		r = credentials_default_path(&def);
+		if (r == -ENOENT)
+			return NULL;
+		if (r == 0)
+			r = credentials_load(def, false, &c, errbuf, sizeof(errbuf));
+	}
+	if (r < 0) {
+		fprintf(stderr, "pullfs: %s\n", errbuf[0] ? errbuf : strerror(-r));
+		exit(1);
+	}
+	return c;
 }
 
 static char *default_cache_dir(void)
@@ -437,6 +537,7 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct manager *m = NULL;
 	struct fs *fs = NULL;
+	struct credentials *creds = NULL;
 	_cleanup_free_ char *opts = NULL;
 	char errbuf[512] = "";
 	int r;
@@ -453,6 +554,7 @@ int main(int argc, char **argv)
 
 	if (check_mountpoint(s.mountpoint) < 0)
 		return 1;
+	creds = load_credentials(&s);
 
 	mo.cache_dir = s.cache_dir;
 	mo.events_log = s.events_log;
@@ -470,6 +572,10 @@ int main(int argc, char **argv)
 	mo.registry_burst = s.registry_burst;
 	mo.pull_qps_fail_fast = s.qps_fail_fast;
 	mo.max_parallel_pulls = s.max_parallel;
+	mo.registry_hosts = s.hosts;
+	mo.credentials = creds;
+	mo.connect_timeout_ms = s.connect_timeout_ms;
+	mo.low_speed_time_s = s.low_speed_time_s;
 	/* The kernel keeps images/<ref> for as long as a revalidation would
 	 * not look anyway, so the next lookup after that runs ensure. */
 	fo.image_timeout = s.revalidate_s ? s.revalidate_s : MANAGER_DEFAULT_REVALIDATE_S;
@@ -504,6 +610,8 @@ out:
 	fuse_opt_free_args(&args);
 	fs_free(fs);
 	manager_free(m);
+	credentials_free(creds);
+	registry_hosts_free(s.hosts);
 	if (r < 0) {
 		fprintf(stderr, "pullfs: cannot serve \"%s\": %s\n", s.mountpoint,
 			strerror(-r));

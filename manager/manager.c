@@ -1338,6 +1338,10 @@ int manager_new(const struct manager_options *opts, struct manager **ret,
 
 	ro.insecure_hosts = m->opts.insecure_hosts;
 	ro.n_insecure_hosts = opts->n_insecure_hosts;
+	ro.hosts = opts->registry_hosts;
+	ro.credentials = opts->credentials;
+	ro.connect_timeout_ms = opts->connect_timeout_ms;
+	ro.low_speed_time_s = opts->low_speed_time_s;
 	r = registry_new(&ro, &m->registry);
 	if (r < 0) {
 		snprintf(errbuf, errlen, "cannot set up the registry client: %s",

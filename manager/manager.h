@@ -25,6 +25,9 @@ enum pull_policy {
 int pull_policy_parse(const char *s, enum pull_policy *ret);
 const char *pull_policy_name(enum pull_policy p); /* "Always", ... */
 
+struct registry_hosts;
+struct credentials;
+
 struct manager_options {
 	const char *cache_dir;	      /* required */
 	const char *events_log;	      /* NULL: <cache_dir>/events.log */
@@ -46,6 +49,12 @@ struct manager_options {
 	unsigned max_parallel_pulls; /* 0: 1, serialised like the kubelet */
 	unsigned max_queued_pulls;   /* waiters for a pull slot or a token; 0: 100 */
 	const struct clock *clock;   /* NULL: CLOCK_MONOTONIC */
+	/* Registry client (registry/): mirrors and TLS per registry, and
+	 * credentials; borrowed, must outlive the manager; NULL: none. */
+	const struct registry_hosts *registry_hosts;
+	const struct credentials *credentials;
+	long connect_timeout_ms;     /* 0: 10 s */
+	long low_speed_time_s;	     /* 0: 30 s */
 };
 
 #define MANAGER_DEFAULT_REVALIDATE_S 60

@@ -15,12 +15,18 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
+#include "auth.h"
 #include "config.h"
+#include "credentials.h"
 #include "digest.h"
 #include "errname.h"
+#include "hosts.h"
 #include "macro.h"
 #include "manifest.h"
+#include "retry.h"
+#include "strmap.h"
 
 /* Idle easy handles kept for reuse.  libcurl's shared connection cache is
  * documented as unsafe across concurrent threads (curl known bug "A shared
@@ -35,6 +41,9 @@
 #define DEFAULT_CONNECT_TIMEOUT_MS 10000L
 #define DEFAULT_LOW_SPEED_TIME_S 30L
 #define TAG_MAX 128
+#define MAX_RESUMES 20u
+#define HELPER_TIMEOUT_MS 10000
+#define CRED_CACHE_TTL_NS (300LL * 1000000000LL)
 
 struct registry {
 	char **insecure_hosts;
@@ -42,6 +51,16 @@ struct registry {
 	long connect_timeout_ms;
 	long low_speed_time_s;
 	char *user_agent;
+	const struct registry_hosts *hosts;	    /* borrowed, read-only */
+	const struct credentials *credentials;	    /* borrowed, read-only */
+	struct retry_policy retry;
+	struct auth_cache *auth;		    /* locks itself */
+	/* Credentials per host as the lookup (maybe a helper) gave them,
+	 * for CRED_CACHE_TTL_NS: a Basic registry is asked for them on every
+	 * request. */
+	pthread_mutex_t cred_lock;
+	bool cred_lock_ready;
+	struct strmap *cred_cache; /* protected by cred_lock; host -> struct cred_entry */
 
 	/* DNS cache and TLS sessions, shared by every handle; libcurl takes
 	 * share_locks[kind] around each access. */
@@ -95,6 +114,15 @@ struct request {
 	char *docker_digest;
 
 	char curl_msg[CURL_ERROR_SIZE];
+
+	/* Per attempt. */
+	CURLcode rc;
+	uint64_t skip;		/* bytes of this response already seen (Range ignored) */
+	int64_t retry_after_ms; /* -1: the response had none */
+	bool sink_failed;	/* the sink said no: nothing is retried */
+	bool have_challenge;
+	struct auth_challenge challenge; /* of a 401 */
+	bool wipe_body;		/* the buffer holds a secret (a token response) */
 };
 
 /* Credentials for one request.  Nothing fills this yet: pulls are
@@ -121,6 +149,21 @@ static void curl_freep(char **p)
 	curl_free(*p);
 }
 #define _cleanup_curl_free_ _cleanup_(curl_freep)
+
+struct cred_entry {
+	int found; /* 0, or -ENOENT for "none" */
+	struct credential cred;
+	int64_t at_ns;
+};
+
+static int cred_entry_free_cb(void *userdata, const char *key, void *value)
+{
+	struct cred_entry *e = value;
+
+	credential_clear(&e->cred);
+	free(e);
+	return 0;
+}
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
 static CURLcode global_rc = CURLE_FAILED_INIT;
@@ -228,6 +271,9 @@ static bool registry_is_insecure(const struct registry *r, const char *domain)
 {
 	size_t hlen = host_part_len(domain);
 
+	if (registry_hosts_insecure(r->hosts, domain))
+		return true;
+
 	for (size_t i = 0; i < r->n_insecure_hosts; i++) {
 		const char *e = r->insecure_hosts[i];
 
@@ -292,22 +338,6 @@ static bool tag_is_sane(const char *s)
 	return true;
 }
 
-static int build_url(const struct registry *r, const char *domain,
-		     const char *repo, const char *kind, const char *ref,
-		     bool *ret_secure, char **ret_url,
-		     struct registry_error *err)
-{
-	bool secure = !registry_is_insecure(r, domain);
-	char *url = NULL;
-
-	if (asprintf(&url, "%s://%s/v2/%s/%s/%s", secure ? "https" : "http",
-		     api_host(domain), repo, kind, ref) < 0)
-		return error_set(err, 0, -ENOMEM, "out of memory");
-	*ret_secure = secure;
-	*ret_url = url;
-	return 0;
-}
-
 static int check_names(const char *domain, const char *repo,
 		       struct registry_error *err)
 {
@@ -370,6 +400,23 @@ int registry_new(const struct registry_options *opts, struct registry **ret)
 	r->low_speed_time_s = opts && opts->low_speed_time_s > 0
 				      ? opts->low_speed_time_s
 				      : DEFAULT_LOW_SPEED_TIME_S;
+	r->hosts = opts ? opts->hosts : NULL;
+	r->credentials = opts ? opts->credentials : NULL;
+	r->retry = RETRY_POLICY_DEFAULT;
+	if (opts && opts->max_retries > 0)
+		r->retry.max_retries = (unsigned)opts->max_retries;
+	else if (opts && opts->max_retries < 0)
+		r->retry.max_retries = 0;
+	if (opts && opts->retry_base_ms > 0)
+		r->retry.base_ms = opts->retry_base_ms;
+	if (auth_cache_new(&r->auth) < 0)
+		goto fail;
+	if (pthread_mutex_init(&r->cred_lock, NULL) != 0)
+		goto fail;
+	r->cred_lock_ready = true;
+	r->cred_cache = strmap_new();
+	if (!r->cred_cache)
+		goto fail;
 	if (opts && opts->user_agent)
 		r->user_agent = strdup(opts->user_agent);
 	else
@@ -432,6 +479,13 @@ void registry_free(struct registry *r)
 		free(r->insecure_hosts[i]);
 	free(r->insecure_hosts);
 	free(r->user_agent);
+	auth_cache_free(r->auth);
+	if (r->cred_cache) {
+		strmap_foreach(r->cred_cache, cred_entry_free_cb, NULL);
+		strmap_free(r->cred_cache);
+	}
+	if (r->cred_lock_ready)
+		pthread_mutex_destroy(&r->cred_lock);
 	free(r);
 }
 
@@ -468,13 +522,6 @@ static void pool_give(struct registry *r, CURL *c)
 	pthread_mutex_unlock(&r->pool_lock);
 	if (c)
 		curl_easy_cleanup(c);
-}
-
-static int auth_lookup(struct registry *r, const char *domain, const char *repo,
-		       struct registry_auth *ret)
-{
-	*ret = (struct registry_auth){ 0 };
-	return 0;
 }
 
 static CURLcode auth_apply(CURL *c, const struct registry_auth *a)
@@ -572,26 +619,79 @@ static size_t body_buffer(struct request *q, long status, const char *data,
 	return n;
 }
 
+/* Where a 206 starts: "bytes START-END/TOTAL". */
+static bool content_range_start(CURL *c, uint64_t *ret)
+{
+	struct curl_header *h = NULL;
+	unsigned long long start;
+	char unit[8];
+
+	if (curl_easy_header(c, "Content-Range", 0, CURLH_HEADER, -1, &h) != CURLHE_OK ||
+	    !h->value)
+		return false;
+	if (sscanf(h->value, "%7s %llu-", unit, &start) != 2 || strcmp(unit, "bytes") != 0)
+		return false;
+	*ret = start;
+	return true;
+}
+
+/* The first bytes of a blob response: is it the rest we asked for (206
+ * from our offset), the whole blob again (200: skip what we have), or
+ * something else? */
+static size_t body_sink_start(struct request *q, long status)
+{
+	curl_off_t cl = -1;
+	uint64_t expect = q->size, start;
+	char where[256];
+
+	q->length_seen = true;
+	if (q->got > 0 && status == 206) {
+		if (!content_range_start(q->curl, &start) || start != q->got) {
+			request_where_now(q, where, sizeof(where));
+			error_set(q->err, status, -EBADMSG,
+				  "%s answers a Range request from byte %" PRIu64
+				  " with another range", where, q->got);
+			return body_abort(q, -EBADMSG);
+		}
+		expect = q->size - q->got;
+	} else if (status == 206) {
+		request_where_now(q, where, sizeof(where));
+		error_set(q->err, status, -EBADMSG, "%s sends a partial blob unasked", where);
+		return body_abort(q, -EBADMSG);
+	} else {
+		/* A 200 to a Range request: the whole blob again. */
+		q->skip = q->got;
+	}
+	/* A wrong Content-Length is known before the first byte is worth
+	 * downloading. */
+	if (curl_easy_getinfo(q->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) == CURLE_OK &&
+	    cl >= 0 && (uint64_t)cl != expect) {
+		request_where_now(q, where, sizeof(where));
+		error_set(q->err, status, -EBADMSG,
+			  "%s announces %" PRIu64 " bytes, the descriptor says %" PRIu64,
+			  where, (uint64_t)cl + (status == 206 ? q->got : 0), q->size);
+		return body_abort(q, -EBADMSG);
+	}
+	return 1;
+}
+
 static size_t body_sink(struct request *q, long status, const char *data,
 			size_t n)
 {
+	size_t whole = n;
 	char where[256];
 	int r;
 
-	if (!q->length_seen) {
-		curl_off_t cl = -1;
+	if (!q->length_seen && body_sink_start(q, status) == 0)
+		return 0;
+	if (q->skip > 0) {
+		size_t d = (size_t)MIN((uint64_t)n, q->skip);
 
-		/* A wrong Content-Length is known before the first byte is
-		 * worth downloading. */
-		q->length_seen = true;
-		if (curl_easy_getinfo(q->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) == CURLE_OK &&
-		    cl >= 0 && (uint64_t)cl != q->size) {
-			request_where_now(q, where, sizeof(where));
-			error_set(q->err, status, -EBADMSG,
-				  "%s announces %" PRIu64 " bytes, the descriptor says %" PRIu64,
-				  where, (uint64_t)cl, q->size);
-			return body_abort(q, -EBADMSG);
-		}
+		q->skip -= d;
+		data += d;
+		n -= d;
+		if (n == 0)
+			return whole;
 	}
 	if ((uint64_t)n > q->size - q->got) {
 		request_where_now(q, where, sizeof(where));
@@ -604,10 +704,11 @@ static size_t body_sink(struct request *q, long status, const char *data,
 	q->got += n;
 	r = q->sink(q->userdata, data, n);
 	if (r < 0) {
+		q->sink_failed = true;
 		error_set(q->err, status, r, "blob sink failed: %s", errno_name(r));
 		return body_abort(q, r);
 	}
-	return n;
+	return whole;
 }
 
 static size_t request_write(char *data, size_t size, size_t nmemb, void *userp)
@@ -769,6 +870,23 @@ static int request_finish(struct request *q, CURLcode rc)
 	return 0;
 }
 
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void sleep_ms(int64_t ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
 #define SETOPT(c, opt, val)                                                   \
 	do {                                                                  \
 		if (curl_easy_setopt((c), (opt), (val)) != CURLE_OK)          \
@@ -776,12 +894,13 @@ static int request_finish(struct request *q, CURLcode rc)
 	} while (0)
 
 static int request_setup(struct registry *r, struct request *q, CURL *c,
-			 const char *url, bool secure,
+			 const char *url, const struct hosts_endpoint *ep,
 			 const struct curl_slist *headers, bool head,
 			 const struct registry_auth *auth)
 {
 	/* A registry reached over HTTPS may not bounce us to plain HTTP. */
-	const char *protocols = secure ? "https" : "http,https";
+	const char *protocols = ep->https ? "https" : "http,https";
+	char range[48];
 
 	SETOPT(c, CURLOPT_URL, url);
 	SETOPT(c, CURLOPT_SHARE, r->share);
@@ -799,6 +918,12 @@ static int request_setup(struct registry *r, struct request *q, CURL *c,
 	SETOPT(c, CURLOPT_TCP_KEEPINTVL, 30L);
 	SETOPT(c, CURLOPT_SSL_VERIFYPEER, 1L);
 	SETOPT(c, CURLOPT_SSL_VERIFYHOST, 2L);
+	if (ep->ca_file)
+		SETOPT(c, CURLOPT_CAINFO, ep->ca_file);
+	if (ep->client_cert)
+		SETOPT(c, CURLOPT_SSLCERT, ep->client_cert);
+	if (ep->client_key)
+		SETOPT(c, CURLOPT_SSLKEY, ep->client_key);
 	SETOPT(c, CURLOPT_USERAGENT, r->user_agent);
 	SETOPT(c, CURLOPT_ERRORBUFFER, q->curl_msg);
 	SETOPT(c, CURLOPT_WRITEFUNCTION, request_write);
@@ -807,7 +932,11 @@ static int request_setup(struct registry *r, struct request *q, CURL *c,
 		SETOPT(c, CURLOPT_HTTPHEADER, headers);
 	if (head)
 		SETOPT(c, CURLOPT_NOBODY, 1L);
-	if (auth_apply(c, auth) != CURLE_OK)
+	if (q->kind == BODY_SINK && q->got > 0) {
+		snprintf(range, sizeof(range), "%" PRIu64 "-", q->got);
+		SETOPT(c, CURLOPT_RANGE, range);
+	}
+	if (auth && auth_apply(c, auth) != CURLE_OK)
 		goto setopt_failed;
 	return 0;
 
@@ -818,26 +947,78 @@ setopt_failed:
 			 q->where);
 }
 
-static int request_run(struct registry *r, struct request *q,
-		       const char *domain, const char *repo, const char *url,
-		       bool secure, const struct curl_slist *headers, bool head)
+static void request_reset(struct request *q)
 {
-	struct registry_auth auth;
+	q->errlen = 0;
+	q->errbody_status = 0;
+	q->skipped = 0;
+	q->failure = 0;
+	q->status = 0;
+	q->curl_msg[0] = '\0';
+	q->length_seen = false;
+	q->skip = 0;
+	q->retry_after_ms = -1;
+	q->rc = CURLE_OK;
+	q->have_challenge = false;
+	free(q->content_type);
+	q->content_type = NULL;
+	free(q->docker_digest);
+	q->docker_digest = NULL;
+	if (q->kind == BODY_BUFFER) {
+		if (q->wipe_body && q->buf)
+			explicit_bzero(q->buf, q->len);
+		q->len = 0;
+	}
+}
+
+/* What the response said about authentication and about when to come
+ * back, read before the handle is reset. */
+static void request_capture(struct request *q)
+{
+	struct curl_header *h = NULL;
+	size_t amount = 1;
+
+	if (q->status == 401) {
+		for (size_t i = 0; i < amount; i++) {
+			struct auth_challenge ch;
+
+			if (curl_easy_header(q->curl, "WWW-Authenticate", i, CURLH_HEADER,
+					     -1, &h) != CURLHE_OK)
+				break;
+			amount = MIN(h->amount, (size_t)16);
+			if (auth_challenge_parse(h->value, &ch) < 0)
+				continue;
+			/* Bearer wins over Basic when a server offers both. */
+			if (!q->have_challenge || ch.scheme == AUTH_SCHEME_BEARER) {
+				q->challenge = ch;
+				q->have_challenge = true;
+			}
+		}
+	}
+	if (retry_status_is_transient(q->status) &&
+	    curl_easy_header(q->curl, "Retry-After", 0, CURLH_HEADER, -1, &h) == CURLHE_OK)
+		q->retry_after_ms = retry_after_parse(h->value, time(NULL));
+}
+
+static int perform_once(struct registry *r, struct request *q, const char *url,
+			const struct hosts_endpoint *ep,
+			const struct curl_slist *headers, bool head,
+			const struct registry_auth *auth)
+{
 	CURL *c;
 	int k;
 
-	url_describe(url, q->where, sizeof(q->where));
-	k = auth_lookup(r, domain, repo, &auth);
-	if (k < 0)
-		return k;
-
+	request_reset(q);
 	c = pool_take(r);
 	if (!c)
 		return error_set(q->err, 0, -ENOMEM, "out of memory");
 	q->curl = c;
-	k = request_setup(r, q, c, url, secure, headers, head, &auth);
-	if (k >= 0)
-		k = request_finish(q, curl_easy_perform(c));
+	k = request_setup(r, q, c, url, ep, headers, head, auth);
+	if (k >= 0) {
+		q->rc = curl_easy_perform(c);
+		k = request_finish(q, q->rc);
+		request_capture(q);
+	}
 	q->curl = NULL;
 	pool_give(r, c);
 	return k;
@@ -845,10 +1026,384 @@ static int request_run(struct registry *r, struct request *q,
 
 static void request_done(struct request *q)
 {
+	if (q->wipe_body && q->buf)
+		explicit_bzero(q->buf, q->len);
 	free(q->buf);
 	free(q->errbody);
 	free(q->content_type);
 	free(q->docker_digest);
+}
+
+/* The credential for an endpoint: for the registry itself, the one of its
+ * reference domain; a mirror only gets its own, so that a registry's
+ * credentials never reach a mirror.  Returns 0, -ENOENT or -errno. */
+static int creds_for(struct registry *r, const struct hosts_endpoint *ep,
+		     const char *domain, struct credential *ret)
+{
+	const char *host = ep->mirror ? ep->host : domain;
+	struct cred_entry *e, *fresh;
+	int64_t now = mono_ns();
+	int k;
+
+	if (!r->credentials)
+		return -ENOENT;
+	pthread_mutex_lock(&r->cred_lock);
+	e = strmap_get(r->cred_cache, host);
+	if (e && now - e->at_ns < CRED_CACHE_TTL_NS) {
+		k = e->found;
+		if (k == 0) {
+			struct credential c = { 0 };
+
+			if ((e->cred.username && !(c.username = strdup(e->cred.username))) ||
+			    (e->cred.password && !(c.password = strdup(e->cred.password))) ||
+			    (e->cred.identity_token &&
+			     !(c.identity_token = strdup(e->cred.identity_token)))) {
+				credential_clear(&c);
+				k = -ENOMEM;
+			} else {
+				*ret = c;
+			}
+		}
+		pthread_mutex_unlock(&r->cred_lock);
+		return k;
+	}
+	pthread_mutex_unlock(&r->cred_lock);
+
+	/* A helper may take seconds: run it without the lock. */
+	k = credentials_lookup(r->credentials, host, HELPER_TIMEOUT_MS, ret);
+	if (k < 0 && k != -ENOENT)
+		return k;
+	fresh = calloc(1, sizeof(*fresh));
+	if (!fresh)
+		return k;
+	fresh->found = k;
+	fresh->at_ns = now;
+	if (k == 0 && ((ret->username && !(fresh->cred.username = strdup(ret->username))) ||
+		       (ret->password && !(fresh->cred.password = strdup(ret->password))) ||
+		       (ret->identity_token &&
+			!(fresh->cred.identity_token = strdup(ret->identity_token))))) {
+		cred_entry_free_cb(NULL, NULL, fresh);
+		return k;
+	}
+	pthread_mutex_lock(&r->cred_lock);
+	e = strmap_get(r->cred_cache, host);
+	if (strmap_put(r->cred_cache, host, fresh) < 0)
+		cred_entry_free_cb(NULL, NULL, fresh);
+	else if (e)
+		cred_entry_free_cb(NULL, NULL, e);
+	pthread_mutex_unlock(&r->cred_lock);
+	return k;
+}
+
+static void realm_describe(const char *realm, char *out, size_t outlen)
+{
+	url_describe(realm, out, outlen);
+}
+
+/* Asks the challenge's realm for a token for scope: GET with Basic
+ * credentials (or none), or the OAuth2 refresh-token grant as a POST when
+ * the credential is an identity token. */
+static int token_fetch(struct registry *r, const struct hosts_endpoint *ep,
+		       const struct auth_challenge *ch, const char *scope,
+		       const struct credential *cred, char **ret_token,
+		       int64_t *ret_expires_s, struct registry_error *err)
+{
+	struct request q = { .err = err, .kind = BODY_BUFFER,
+			     .buf_max = AUTH_TOKEN_BODY_MAX, .wipe_body = true };
+	struct registry_auth basic = { 0 };
+	_cleanup_free_ char *url = NULL;
+	char *post = NULL;
+	char realm[256];
+	char *e_service = NULL, *e_scope = NULL, *e_user = NULL, *e_refresh = NULL;
+	struct hosts_endpoint tep = *ep;
+	bool identity = cred && cred->identity_token;
+	CURL *c = NULL;
+	int k;
+
+	realm_describe(ch->realm, realm, sizeof(realm));
+	snprintf(q.where, sizeof(q.where), "%s", realm);
+	/* Credentials go to the realm only as safely as to the registry. */
+	if (ep->https && strncasecmp(ch->realm, "https://", 8) != 0)
+		return error_set(err, 401, -EACCES,
+				 "token realm %s of %s is not HTTPS", realm, ep->host);
+	tep.https = strncasecmp(ch->realm, "https://", 8) == 0;
+
+	c = pool_take(r);
+	if (!c)
+		return error_set(err, 0, -ENOMEM, "out of memory");
+	e_service = curl_easy_escape(c, ch->service, 0);
+	e_scope = curl_easy_escape(c, scope, 0);
+	if (cred && cred->username)
+		e_user = curl_easy_escape(c, cred->username, 0);
+	if (identity)
+		e_refresh = curl_easy_escape(c, cred->identity_token, 0);
+	if (!e_service || !e_scope || (cred && cred->username && !e_user) ||
+	    (identity && !e_refresh)) {
+		k = error_set(err, 0, -ENOMEM, "out of memory");
+		goto out;
+	}
+	if (identity) {
+		if (asprintf(&post, "grant_type=refresh_token&service=%s&scope=%s&client_id=pullfs&refresh_token=%s",
+			     e_service, e_scope, e_refresh) < 0) {
+			post = NULL;
+			k = error_set(err, 0, -ENOMEM, "out of memory");
+			goto out;
+		}
+		url = strdup(ch->realm);
+	} else {
+		if (asprintf(&url, "%s%cservice=%s&scope=%s%s%s", ch->realm,
+			     strchr(ch->realm, '?') ? '&' : '?', e_service, e_scope,
+			     e_user ? "&account=" : "", e_user ? e_user : "") < 0)
+			url = NULL;
+		if (cred && cred->username) {
+			basic.username = cred->username;
+			basic.password = cred->password;
+		}
+	}
+	if (!url) {
+		k = error_set(err, 0, -ENOMEM, "out of memory");
+		goto out;
+	}
+
+	q.curl = c;
+	request_reset(&q);
+	k = request_setup(r, &q, c, url, &tep, NULL, false, &basic);
+	if (k >= 0 && post && curl_easy_setopt(c, CURLOPT_POSTFIELDS, post) != CURLE_OK)
+		k = error_set(err, 0, -ENOMEM, "out of memory");
+	if (k >= 0) {
+		q.rc = curl_easy_perform(c);
+		k = request_finish(&q, q.rc);
+	}
+	if (k < 0) {
+		/* Whatever the token server said, say it in our words: its
+		 * body may echo what it was sent. */
+		if (q.status == 401 || q.status == 403)
+			k = error_set(err, q.status, -EACCES, "token server %s refused %s", realm,
+				      cred ? "the credentials" : "anonymous access");
+		else if (q.status >= 400)
+			k = error_set(err, q.status, k, "token server %s answered HTTP %ld",
+				      realm, q.status);
+		goto out;
+	}
+	k = auth_token_parse(q.buf ? q.buf : "", q.len, ret_token, ret_expires_s, NULL);
+	if (k == -EBADMSG)
+		k = error_set(err, q.status, -EACCES, "token server %s sent no usable token", realm);
+	else if (k < 0)
+		k = error_set(err, q.status, k, "out of memory");
+out:
+	if (post) {
+		explicit_bzero(post, strlen(post));
+		free(post);
+	}
+	if (e_refresh)
+		explicit_bzero(e_refresh, strlen(e_refresh));
+	curl_free(e_service);
+	curl_free(e_scope);
+	curl_free(e_user);
+	curl_free(e_refresh);
+	q.curl = NULL;
+	pool_give(r, c);
+	request_done(&q);
+	return k;
+}
+
+/* What a request carries after ch: fills auth (pointing into *token or
+ * *cred, both owned by the caller).  force: the cached token just failed.
+ * Returns 0 (auth may stay empty: no credentials for Basic) or -errno. */
+static int auth_prepare(struct registry *r, struct request *q,
+			const struct hosts_endpoint *ep, const char *domain,
+			const char *repo, const struct auth_challenge *ch,
+			bool force, struct registry_auth *auth, char **token,
+			struct credential *cred)
+{
+	_cleanup_free_ char *scope = NULL;
+	int64_t expires_s = 0, now;
+	int k;
+
+	*auth = (struct registry_auth){ 0 };
+	if (ch->scheme == AUTH_SCHEME_BASIC) {
+		k = creds_for(r, ep, domain, cred);
+		if (k == -ENOENT || (k == 0 && !cred->username))
+			return 0;
+		if (k < 0)
+			return error_set(q->err, 0, k, "cannot get credentials for %s: %s",
+					 ep->mirror ? ep->host : domain, errno_name(k));
+		auth->username = cred->username;
+		auth->password = cred->password;
+		return 0;
+	}
+
+	if (auth_scope_pull(repo, &scope) < 0)
+		return error_set(q->err, 0, -ENOMEM, "out of memory");
+	now = mono_ns();
+	if (!force && auth_cache_get(r->auth, ch->realm, ch->service, scope, now, token) == 0) {
+		auth->bearer_token = *token;
+		return 0;
+	}
+	k = creds_for(r, ep, domain, cred);
+	if (k < 0 && k != -ENOENT)
+		return error_set(q->err, 0, k, "cannot get credentials for %s: %s",
+				 ep->mirror ? ep->host : domain, errno_name(k));
+	k = token_fetch(r, ep, ch, scope, k == 0 ? cred : NULL, token, &expires_s, q->err);
+	if (k < 0)
+		return k;
+	/* Renew a little early, so that a token is not sent as it expires. */
+	(void)auth_cache_put(r->auth, ch->realm, ch->service, scope, *token,
+			     now + (expires_s - MIN(expires_s / 10, (int64_t)30)) * 1000000000LL);
+	auth->bearer_token = *token;
+	return 0;
+}
+
+/* One try at an endpoint, with what the host asked for last time; a 401
+ * is answered once with fresh credentials. */
+static int attempt_run(struct registry *r, struct request *q, const char *url,
+		       const struct hosts_endpoint *ep, const char *domain,
+		       const char *repo, const struct curl_slist *headers, bool head)
+{
+	struct auth_challenge known, ch;
+	struct registry_auth auth = { 0 };
+	struct credential cred = { 0 };
+	char *token = NULL;
+	bool had = auth_cache_recall(r->auth, ep->host, &known) == 0;
+	bool sent_basic;
+	int k;
+
+	if (had) {
+		k = auth_prepare(r, q, ep, domain, repo, &known, false, &auth, &token, &cred);
+		if (k < 0)
+			goto out;
+	}
+	sent_basic = auth.username != NULL;
+	k = perform_once(r, q, url, ep, headers, head, &auth);
+	if (q->status != 401 || !q->have_challenge)
+		goto out;
+
+	ch = q->challenge;
+	if (sent_basic && ch.scheme == AUTH_SCHEME_BASIC) {
+		k = error_set(q->err, 401, -EACCES, "%s refused the credentials for %s",
+			      ep->host, ep->mirror ? ep->host : domain);
+		goto out;
+	}
+	if (token && ch.scheme == AUTH_SCHEME_BEARER) {
+		_cleanup_free_ char *scope = NULL;
+
+		if (auth_scope_pull(repo, &scope) == 0)
+			auth_cache_drop(r->auth, ch.realm, ch.service, scope, token);
+	}
+	(void)auth_cache_remember(r->auth, ep->host, &ch);
+	auth_secret_free(TAKE_PTR(token));
+	credential_clear(&cred);
+	k = auth_prepare(r, q, ep, domain, repo, &ch, true, &auth, &token, &cred);
+	if (k < 0)
+		goto out;
+	if (!auth.username && !auth.bearer_token) {
+		k = error_set(q->err, 401, -EACCES,
+			      "%s requires authentication and there are no credentials for %s",
+			      ep->host, ep->mirror ? ep->host : domain);
+		goto out;
+	}
+	k = perform_once(r, q, url, ep, headers, head, &auth);
+	if (q->status == 401)
+		k = error_set(q->err, 401, -EACCES, "%s refused the %s for %s", ep->host,
+			      auth.bearer_token ? "token" : "credentials",
+			      ep->mirror ? ep->host : domain);
+out:
+	auth_secret_free(token);
+	credential_clear(&cred);
+	return k;
+}
+
+static bool attempt_is_transient(const struct request *q)
+{
+	if (q->failure < 0)
+		return false; /* a callback judged the response */
+	if (retry_status_is_transient(q->status))
+		return true;
+	if (q->status >= 400)
+		return false;
+	switch (q->rc) {
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_SEND_ERROR:
+	case CURLE_RECV_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE:
+	case CURLE_HTTP2:
+	case CURLE_HTTP2_STREAM:
+	case CURLE_OPERATION_TIMEDOUT:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* An endpoint, with retries when it is the last one: a mirror that fails
+ * passes the request on at once instead. */
+static int endpoint_run(struct registry *r, struct request *q, const char *url,
+			const struct hosts_endpoint *ep, bool last,
+			const char *domain, const char *repo,
+			const struct curl_slist *headers, bool head)
+{
+	int64_t waited = 0, d;
+	unsigned retry = 0, resumes = 0;
+	int k;
+
+	for (;;) {
+		uint64_t before = q->got;
+
+		k = attempt_run(r, q, url, ep, domain, repo, headers, head);
+		if (k >= 0 || !attempt_is_transient(q))
+			return k;
+		/* Progress is not failure: a broken blob picks up where it
+		 * stopped, without waiting and without using up a retry. */
+		if (q->kind == BODY_SINK && q->got > before && resumes < MAX_RESUMES) {
+			resumes++;
+			continue;
+		}
+		if (!last)
+			return k;
+		d = retry_delay_ms(&r->retry, retry++, waited, q->retry_after_ms);
+		if (d < 0)
+			return k;
+		sleep_ms(d);
+		waited += d;
+	}
+}
+
+static bool may_fall_through(const struct request *q, int k)
+{
+	if (k == -ENOMEM || k == -EINVAL || q->sink_failed)
+		return false;
+	/* Bytes the sink took cannot be taken back: a blob that went wrong
+	 * after them is over. */
+	if (k == -EBADMSG && q->kind == BODY_SINK && q->got > 0)
+		return false;
+	return true;
+}
+
+static int op_run(struct registry *r, struct request *q, const char *domain,
+		  const char *repo, const char *kind, const char *ref,
+		  unsigned cap, const struct curl_slist *headers, bool head)
+{
+	struct hosts_endpoint eps[HOSTS_MAX_ENDPOINTS];
+	size_t n = registry_hosts_endpoints(r->hosts, domain, api_host(domain),
+					    registry_is_insecure(r, domain), cap, eps);
+	int k = -EIO;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct hosts_endpoint *ep = &eps[i];
+		_cleanup_free_ char *url = NULL;
+
+		if (asprintf(&url, "%s://%s%s/%s/%s/%s%s%s", ep->https ? "https" : "http",
+			     ep->host, ep->path, repo, kind, ref,
+			     ep->mirror ? "?ns=" : "", ep->mirror ? ep->ns : "") < 0)
+			return error_set(q->err, 0, -ENOMEM, "out of memory");
+		url_describe(url, q->where, sizeof(q->where));
+		k = endpoint_run(r, q, url, ep, i + 1 == n, domain, repo, headers, head);
+		if (k >= 0 || i + 1 == n || !may_fall_through(q, k))
+			return k;
+	}
+	return k;
 }
 
 int registry_get_manifest(struct registry *r, const char *domain,
@@ -858,11 +1413,10 @@ int registry_get_manifest(struct registry *r, const char *domain,
 {
 	_cleanup_(curl_slist_free_allp) struct curl_slist *headers = NULL;
 	_cleanup_(registry_manifest_freep) struct registry_manifest *m = NULL;
-	_cleanup_free_ char *url = NULL;
 	struct request q = { .err = err, .kind = BODY_BUFFER,
 			     .buf_max = MANIFEST_MAX_BYTES };
 	char digest[DIGEST_STRING_MAX];
-	bool by_digest, secure;
+	bool by_digest;
 	int k;
 
 	error_clear(err);
@@ -872,14 +1426,12 @@ int registry_get_manifest(struct registry *r, const char *domain,
 	k = check_manifest_ref(tag_or_digest, &by_digest, err);
 	if (k < 0)
 		return k;
-	k = build_url(r, domain, repo, "manifests", tag_or_digest, &secure, &url, err);
-	if (k < 0)
-		return k;
 	headers = curl_slist_append(NULL, "Accept: " MANIFEST_ACCEPT);
 	if (!headers)
 		return error_set(err, 0, -ENOMEM, "out of memory");
 
-	k = request_run(r, &q, domain, repo, url, secure, headers, false);
+	k = op_run(r, &q, domain, repo, "manifests", tag_or_digest,
+		   by_digest ? HOSTS_CAP_PULL : HOSTS_CAP_RESOLVE, headers, false);
 	if (k < 0)
 		goto out;
 
@@ -920,9 +1472,8 @@ int registry_head_manifest(struct registry *r, const char *domain,
 {
 	_cleanup_(curl_slist_free_allp) struct curl_slist *headers = NULL;
 	_cleanup_(registry_manifest_freep) struct registry_manifest *m = NULL;
-	_cleanup_free_ char *url = NULL;
 	struct request q = { .err = err, .kind = BODY_NONE };
-	bool by_digest, secure;
+	bool by_digest;
 	int k;
 
 	error_clear(err);
@@ -932,14 +1483,12 @@ int registry_head_manifest(struct registry *r, const char *domain,
 	k = check_manifest_ref(tag_or_digest, &by_digest, err);
 	if (k < 0)
 		return k;
-	k = build_url(r, domain, repo, "manifests", tag_or_digest, &secure, &url, err);
-	if (k < 0)
-		return k;
 	headers = curl_slist_append(NULL, "Accept: " MANIFEST_ACCEPT);
 	if (!headers)
 		return error_set(err, 0, -ENOMEM, "out of memory");
 
-	k = request_run(r, &q, domain, repo, url, secure, headers, true);
+	k = op_run(r, &q, domain, repo, "manifests", tag_or_digest,
+		   by_digest ? HOSTS_CAP_PULL : HOSTS_CAP_RESOLVE, headers, true);
 	if (k < 0)
 		goto out;
 
@@ -971,11 +1520,9 @@ int registry_get_blob(struct registry *r, const char *domain,
 		      struct registry_error *err)
 {
 	_cleanup_(hasher_freep) struct hasher *hasher = NULL;
-	_cleanup_free_ char *url = NULL;
 	struct request q = { .err = err, .kind = BODY_SINK, .sink = sink,
 			     .userdata = userdata, .size = size };
 	char got[DIGEST_STRING_MAX];
-	bool secure;
 	int k;
 
 	error_clear(err);
@@ -985,15 +1532,12 @@ int registry_get_blob(struct registry *r, const char *domain,
 	if (!digest || !digest_is_valid(digest))
 		return error_set(err, 0, -EINVAL, "invalid digest \"%s\"",
 				 digest ? digest : "");
-	k = build_url(r, domain, repo, "blobs", digest, &secure, &url, err);
-	if (k < 0)
-		return k;
 	hasher = hasher_new();
 	if (!hasher)
 		return error_set(err, 0, -ENOMEM, "out of memory");
 	q.hasher = hasher;
 
-	k = request_run(r, &q, domain, repo, url, secure, NULL, false);
+	k = op_run(r, &q, domain, repo, "blobs", digest, HOSTS_CAP_PULL, NULL, false);
 	if (k < 0)
 		goto out;
 

@@ -14,6 +14,9 @@ struct registry_error {
 	char message[512];
 };
 
+struct registry_hosts;
+struct credentials;
+
 struct registry_options {
 	/* Hosts ("127.0.0.1:5000", "localhost:5000") spoken to over plain
 	 * HTTP; every other registry is HTTPS, verified against the system
@@ -23,6 +26,16 @@ struct registry_options {
 	long connect_timeout_ms;  /* 0: 10 s */
 	long low_speed_time_s;	  /* abort a transfer slower than 1 KiB/s for this long; 0: 30 s */
 	const char *user_agent;	  /* NULL: "pullfs/<version>" */
+	/* Mirrors, insecure registries and TLS files per registry (hosts.h);
+	 * NULL: none.  Borrowed: must outlive the client. */
+	const struct registry_hosts *hosts;
+	/* Credentials (credentials.h); NULL: anonymous only.  Borrowed. */
+	const struct credentials *credentials;
+	/* Retries after a connection error, 5xx or 429 (exponential back-off
+	 * from retry_base_ms, Retry-After honoured, at most 30 s of waiting
+	 * per request); retry_base_ms 0: 500 ms.  max_retries < 0: 3. */
+	int max_retries;
+	long retry_base_ms;
 };
 
 struct registry;
@@ -42,7 +55,15 @@ struct registry_manifest {
 };
 void registry_manifest_free(struct registry_manifest *m);
 
-/* GET /v2/<repo>/manifests/<tag_or_digest> on domain (a reference domain,
+/* Every request below goes first to the mirrors configured for domain that
+ * have the capability it needs (hosts.h), in order, and then to the
+ * registry itself; a mirror that fails or lacks the content passes the
+ * request on.  The last endpoint is retried on transient failures.  A 401
+ * is answered with Basic credentials or a bearer token obtained from the
+ * challenge's realm (cached per realm, service and scope until it
+ * expires); the Authorization never follows a redirect to another host.
+ *
+ * GET /v2/<repo>/manifests/<tag_or_digest> on domain (a reference domain,
  * "docker.io" is mapped to its API host).  The body is capped at
  * MANIFEST_MAX_BYTES; when tag_or_digest is a digest the body must hash to
  * it.  Blocks.  Returns 0 and a manifest owned by the caller, or:
@@ -69,12 +90,15 @@ int registry_head_manifest(struct registry *r, const char *domain,
 typedef int (*registry_sink_fn)(void *userdata, const void *buf, size_t len);
 
 /* GET /v2/<repo>/blobs/<digest>, following redirects, feeding every byte
- * to sink.  The data is hashed as it streams; a Content-Length other than
- * `size` is refused before the sink sees a byte, while more than `size`
- * bytes, a body the server ends early or a different digest give -EBADMSG
+ * to sink exactly once and in order.  The data is hashed as it streams; a
+ * Content-Length other than `size` is refused before the sink sees a
+ * byte, while more than `size` bytes or a different digest give -EBADMSG
  * after the sink has seen data, so the sink must treat everything as
  * unverified until this returns 0.  A connection that breaks mid-body is
- * -EHOSTUNREACH (transient, worth a retry).  Blocks.  Errors as
+ * resumed with a Range request from the first byte not yet seen (on the
+ * same endpoint, or the next one); a server that answers the Range with
+ * the whole blob has the bytes already seen skipped.  Retries exhausted:
+ * -EHOSTUNREACH.  Blocks.  Errors as
  * registry_get_manifest, plus whatever the sink returned, unchanged. */
 int registry_get_blob(struct registry *r, const char *domain,
 		      const char *repo, const char *digest, uint64_t size,
