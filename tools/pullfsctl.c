@@ -693,6 +693,7 @@ struct job {
 	int phase;        /* enum job_phase; written by the thread, atomically */
 	int err;          /* errno of the lookup, valid once JOB_DONE */
 	double started, finished;
+	double started_real; /* wall clock, to compare with event times */
 
 	/* From the latest status poll; main thread only. */
 	bool seen;
@@ -912,7 +913,21 @@ static void job_report_failure(const struct job *j, const json_t *status)
 	const char *reason = NULL, *msg = NULL;
 	const json_t *b;
 
-	ev = events_last_failure(events_log, j->reference);
+	/* The daemon may log the event just after the lookup returned: give
+	 * it a moment to appear rather than quote an older one. */
+	for (int tries = 0; tries < 20; tries++) {
+		const char *t;
+		double when;
+
+		json_decref(ev);
+		ev = events_last_failure(events_log, j->reference);
+		if (ev && (t = jstr(ev, "time")) && parse_rfc3339(t, &when) == 0 &&
+		    when >= j->started_real - 1.0)
+			break;
+		if (!events_log)
+			break;
+		poll(NULL, 0, 50);
+	}
 	if (ev) {
 		reason = jstr(ev, "reason");
 		msg = jstr(ev, "message");
@@ -1024,6 +1039,7 @@ static int cmd_pull(int argc, char **argv)
 		if (j->phase == JOB_DONE)
 			continue;
 		j->started = now_monotonic();
+		j->started_real = now_realtime();
 		r = pthread_create(&j->thread, NULL, job_run, j);
 		if (r) {
 			err_msg("cannot start a thread: %s", strerror(r));
@@ -1114,16 +1130,18 @@ static int cmd_pull(int argc, char **argv)
 
 static void ls_usage(FILE *f)
 {
-	fputs("Usage: pullfsctl [-m MOUNT] ls [--json]\n"
+	fputs("Usage: pullfsctl [-m MOUNT] ls [--json] [--no-trunc]\n"
 	      "\n"
 	      "List the images in the cache, least recently used last:\n"
-	      "REFERENCE, DIGEST (of the manifest), SIZE (bytes its layers and blobs\n"
+	      "REFERENCE, DIGEST (of the manifest, its first 12 hex digits unless\n"
+	      "--no-trunc), SIZE (bytes its layers and blobs\n"
 	      "take on disk; a layer shared by two images counts for both), LAST USED\n"
 	      "(how long ago), IN USE (open files or held by the kernel) and PINNED\n"
 	      "(never removed by garbage collection).\n"
 	      "\n"
 	      "Options:\n"
 	      "      --json     the \"images\" array of the status document, as JSON\n"
+	      "      --no-trunc show whole digests\n"
 	      "  -h, --help     show this help\n",
 	      f);
 }
@@ -1158,13 +1176,14 @@ static int cmd_ls(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "no-trunc", no_argument, NULL, 'n' },
 		{ NULL, 0, NULL, 0 },
 	};
 	_cleanup_json_ json_t *st = NULL;
 	_cleanup_table_ struct table *t = NULL;
 	_cleanup_free_ json_t **rows = NULL;
 	json_t *images, *im;
-	bool json = false;
+	bool json = false, no_trunc = false;
 	double now = now_realtime();
 	size_t i, n;
 	int c;
@@ -1176,6 +1195,9 @@ static int cmd_ls(int argc, char **argv)
 			return 0;
 		case 'j':
 			json = true;
+			break;
+		case 'n':
+			no_trunc = true;
 			break;
 		default:
 			return usage_error("ls", "bad option");
@@ -1203,13 +1225,19 @@ static int cmd_ls(int argc, char **argv)
 	qsort(rows, n, sizeof(*rows), by_last_used);
 	table_add(t, (const char *const[]){ "REFERENCE", "DIGEST", "SIZE", "LAST USED", "IN USE", "PINNED" });
 	for (i = 0; i < n; i++) {
-		char size[32], age[64];
+		char size[32], age[64], shortdigest[32];
 		const char *digest = jstr(rows[i], "digest");
 		const json_t *in_use = json_object_get(rows[i], "in_use");
 		const json_t *pinned = json_object_get(rows[i], "pinned");
 
 		format_size(jnum(rows[i], "size"), size, sizeof(size));
 		format_age(jstr(rows[i], "last_used"), now, age, sizeof(age));
+		/* Like docker's IMAGE ID: 12 hex digits are enough to tell
+		 * images apart on one node. */
+		if (digest && !no_trunc && !strncmp(digest, "sha256:", 7) && strlen(digest) > 19) {
+			snprintf(shortdigest, sizeof(shortdigest), "%.19s", digest);
+			digest = shortdigest;
+		}
 		table_add(t, (const char *const[]){ jstr(rows[i], "reference"), digest ? digest : "-", size, age,
 						    json_is_true(in_use) ? "yes" : "no",
 						    json_is_true(pinned) ? "yes" : "no" });
