@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <jansson.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -28,11 +29,51 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "control.h"
 #include "macro.h"
 #include "manager.h"
 #include "reference.h"
 
 #define INO_IMAGE_TAG 2u
+/* The control view: small fixed numbers, below any heap address and with
+ * the image tag bit clear. */
+#define INO_CTL_DIR 0x100u
+#define INO_CTL_STATUS 0x200u
+#define INO_CTL_METRICS 0x300u
+#define CTL_DIR_NAME ".pullfs"
+
+/* FUSE operations counted for the metrics. */
+enum fsop {
+	FSOP_LOOKUP,
+	FSOP_GETATTR,
+	FSOP_READLINK,
+	FSOP_OPEN,
+	FSOP_READ,
+	FSOP_OPENDIR,
+	FSOP_READDIR,
+	FSOP_READDIRPLUS,
+	FSOP_GETXATTR,
+	FSOP_LISTXATTR,
+	FSOP_FORGET,
+	FSOP_OTHER,
+	FSOP_COUNT,
+};
+
+static const char *const fsop_names[FSOP_COUNT] = {
+	"lookup", "getattr", "readlink", "open", "read", "opendir",
+	"readdir", "readdirplus", "getxattr", "listxattr", "forget", "other",
+};
+
+#define FSOP_BUCKETS 7
+static const double fsop_bucket_bounds[FSOP_BUCKETS] = {
+	1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1, 10,
+};
+
+struct fsop_stats {
+	atomic_uint_fast64_t count;
+	atomic_uint_fast64_t sum_ns;
+	atomic_uint_fast64_t buckets[FSOP_BUCKETS + 1];
+};
 
 enum nskind {
 	NS_DIR,
@@ -55,7 +96,38 @@ struct fs {
 	struct nsnode images; /* images/ */
 	struct timespec started;
 	struct fuse_session *session;
+	char *mountpoint;
+	char *control_path;
+	struct control *control;
+	struct fsop_stats ops[FSOP_COUNT];
 };
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void fsop_done(struct fs *fs, enum fsop op, int64_t start_ns)
+{
+	struct fsop_stats *st = &fs->ops[op];
+	int64_t d = mono_ns() - start_ns;
+	double secs = (double)d / 1e9;
+	unsigned b = 0;
+
+	while (b < FSOP_BUCKETS && secs > fsop_bucket_bounds[b])
+		b++;
+	atomic_fetch_add(&st->count, 1);
+	atomic_fetch_add(&st->sum_ns, (uint64_t)d);
+	atomic_fetch_add(&st->buckets[b], 1);
+}
+
+static bool ino_is_ctl(fuse_ino_t ino)
+{
+	return ino == INO_CTL_DIR || ino == INO_CTL_STATUS || ino == INO_CTL_METRICS;
+}
 
 static struct fs *fs_of(fuse_req_t req)
 {
@@ -64,7 +136,7 @@ static struct fs *fs_of(fuse_req_t req)
 
 static bool ino_is_image(fuse_ino_t ino)
 {
-	return ino != FUSE_ROOT_ID && (ino & INO_IMAGE_TAG);
+	return ino != FUSE_ROOT_ID && !ino_is_ctl(ino) && (ino & INO_IMAGE_TAG);
 }
 
 static const struct tinode *ino_tinode(fuse_ino_t ino)
@@ -285,10 +357,12 @@ static void ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 		}
 		caller_of(req, &who);
 		r = manager_ensure(fs->manager, full, &who, &img);
-		if (r < 0)
+		if (r < 0) {
 			reply_err(req, r);
-		else
+		} else {
+			image_note_dentry(img, (uint64_t)(uintptr_t)parent, name);
 			reply_image_root(req, fs, img);
+		}
 		return;
 	}
 	if (!reference_path_component_is_valid(name)) {
@@ -307,6 +381,132 @@ static void ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 	reply_nsnode(req, fs, n);
 }
 
+/* ---- the control view ------------------------------------------------ */
+
+static void ctl_stat(struct fs *fs, fuse_ino_t ino, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_mtim = st->st_ctim = st->st_atim = fs->started;
+	st->st_blksize = 4096;
+	if (ino == INO_CTL_DIR) {
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = 2;
+	} else {
+		/* Made at open; read with direct I/O, so no size is needed. */
+		st->st_mode = S_IFREG | 0444;
+		st->st_nlink = 1;
+	}
+}
+
+static void ctl_reply_entry(fuse_req_t req, struct fs *fs, fuse_ino_t ino)
+{
+	struct fuse_entry_param e = { 0 };
+
+	e.ino = ino;
+	e.generation = 1;
+	ctl_stat(fs, ino, &e.attr);
+	e.attr_timeout = e.entry_timeout = 1.0;
+	fuse_reply_entry(req, &e);
+}
+
+static json_t *fs_status(struct fs *fs)
+{
+	void *j = NULL;
+	json_t *o;
+
+	if (manager_status(fs->manager, &j) < 0)
+		return NULL;
+	o = j;
+	json_object_set_new(o, "pid", json_integer(getpid()));
+	if (fs->mountpoint)
+		json_object_set_new(o, "mountpoint", json_string(fs->mountpoint));
+	if (fs->control_path)
+		json_object_set_new(o, "control_socket", json_string(fs->control_path));
+	return o;
+}
+
+static void *status_for_control(void *userdata)
+{
+	return fs_status(userdata);
+}
+
+static void fs_metrics(struct fs *fs, FILE *f)
+{
+	manager_metrics(fs->manager, f);
+	fputs("# HELP pullfs_fuse_operations_total FUSE requests served, by operation.\n"
+	      "# TYPE pullfs_fuse_operations_total counter\n", f);
+	for (unsigned i = 0; i < FSOP_COUNT; i++)
+		fprintf(f, "pullfs_fuse_operations_total{op=\"%s\"} %llu\n", fsop_names[i],
+			(unsigned long long)atomic_load(&fs->ops[i].count));
+	fputs("# HELP pullfs_fuse_operation_duration_seconds Time to serve FUSE requests, by operation.\n"
+	      "# TYPE pullfs_fuse_operation_duration_seconds histogram\n", f);
+	for (unsigned i = 0; i < FSOP_COUNT; i++) {
+		uint64_t cum = 0;
+		for (unsigned b = 0; b < FSOP_BUCKETS; b++) {
+			cum += atomic_load(&fs->ops[i].buckets[b]);
+			fprintf(f, "pullfs_fuse_operation_duration_seconds_bucket{op=\"%s\",le=\"%g\"} %llu\n",
+				fsop_names[i], fsop_bucket_bounds[b], (unsigned long long)cum);
+		}
+		cum += atomic_load(&fs->ops[i].buckets[FSOP_BUCKETS]);
+		fprintf(f, "pullfs_fuse_operation_duration_seconds_bucket{op=\"%s\",le=\"+Inf\"} %llu\n"
+			   "pullfs_fuse_operation_duration_seconds_sum{op=\"%s\"} %.9f\n"
+			   "pullfs_fuse_operation_duration_seconds_count{op=\"%s\"} %llu\n",
+			fsop_names[i], (unsigned long long)cum, fsop_names[i],
+			(double)atomic_load(&fs->ops[i].sum_ns) / 1e9, fsop_names[i],
+			(unsigned long long)cum);
+	}
+}
+
+struct ctlbuf {
+	char *data;
+	size_t len;
+};
+
+static void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
+		     struct fuse_file_info *fi)
+{
+	struct ctlbuf *b = calloc(1, sizeof(*b));
+	FILE *f;
+
+	if (!b) {
+		reply_err(req, -ENOMEM);
+		return;
+	}
+	f = open_memstream(&b->data, &b->len);
+	if (!f) {
+		free(b);
+		reply_err(req, -ENOMEM);
+		return;
+	}
+	if (ino == INO_CTL_STATUS) {
+		json_t *o = fs_status(fs);
+		if (o) {
+			json_dumpf(o, f, JSON_INDENT(2));
+			fputc('\n', f);
+			json_decref(o);
+		}
+	} else {
+		fs_metrics(fs, f);
+	}
+	fclose(f);
+	fi->fh = (uint64_t)(uintptr_t)b;
+	fi->direct_io = 1;
+	fuse_reply_open(req, fi);
+}
+
+static void ctl_read(fuse_req_t req, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct ctlbuf *b = (struct ctlbuf *)(uintptr_t)fi->fh;
+
+	if (off < 0 || (size_t)off >= b->len) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	fuse_reply_buf(req, b->data + off, MIN(size, b->len - (size_t)off));
+}
+
 /* ---- operations ------------------------------------------------------ */
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
@@ -322,10 +522,27 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 }
 
-static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+static void do_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = fs_of(req);
 
+	if (parent == FUSE_ROOT_ID && !strcmp(name, CTL_DIR_NAME)) {
+		ctl_reply_entry(req, fs, INO_CTL_DIR);
+		return;
+	}
+	if (parent == INO_CTL_DIR) {
+		if (!strcmp(name, "status"))
+			ctl_reply_entry(req, fs, INO_CTL_STATUS);
+		else if (!strcmp(name, "metrics"))
+			ctl_reply_entry(req, fs, INO_CTL_METRICS);
+		else
+			reply_err(req, -ENOENT);
+		return;
+	}
+	if (ino_is_ctl(parent)) {
+		reply_err(req, -ENOTDIR);
+		return;
+	}
 	if (parent == FUSE_ROOT_ID) {
 		if (!strcmp(name, "images")) {
 			struct fuse_entry_param e = { 0 };
@@ -369,7 +586,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void forget_one(fuse_ino_t ino, uint64_t nlookup)
 {
-	if (ino == FUSE_ROOT_ID)
+	if (ino == FUSE_ROOT_ID || ino_is_ctl(ino))
 		return;
 	if (ino_is_image(ino))
 		image_unref(image_of(ino_tinode(ino)), nlookup);
@@ -377,13 +594,13 @@ static void forget_one(fuse_ino_t ino, uint64_t nlookup)
 		nsnode_forget(ino_nsnode(ino), nlookup);
 }
 
-static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+static void do_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
 	forget_one(ino, nlookup);
 	fuse_reply_none(req);
 }
 
-static void op_forget_multi(fuse_req_t req, size_t count,
+static void do_forget_multi(fuse_req_t req, size_t count,
 			    struct fuse_forget_data *forgets)
 {
 	for (size_t i = 0; i < count; i++)
@@ -391,7 +608,7 @@ static void op_forget_multi(fuse_req_t req, size_t count,
 	fuse_reply_none(req);
 }
 
-static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void do_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
 	struct stat st;
@@ -399,6 +616,9 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (ino == FUSE_ROOT_ID) {
 		ns_stat(fs, ino, NULL, &st);
 		fuse_reply_attr(req, &st, fs->opts.namespace_timeout);
+	} else if (ino_is_ctl(ino)) {
+		ctl_stat(fs, ino, &st);
+		fuse_reply_attr(req, &st, 1.0);
 	} else if (ino_is_image(ino)) {
 		image_stat(ino, ino_tinode(ino), &st);
 		fuse_reply_attr(req, &st, fs->opts.content_timeout);
@@ -408,9 +628,9 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	}
 }
 
-static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+static void do_readlink(fuse_req_t req, fuse_ino_t ino)
 {
-	if (ino == FUSE_ROOT_ID) {
+	if (ino == FUSE_ROOT_ID || ino_is_ctl(ino)) {
 		reply_err(req, -EINVAL);
 	} else if (ino_is_image(ino)) {
 		const struct tinode *t = ino_tinode(ino);
@@ -427,11 +647,15 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	}
 }
 
-static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void do_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	if ((fi->flags & O_ACCMODE) != O_RDONLY ||
 	    (fi->flags & (O_TRUNC | O_APPEND | O_CREAT))) {
 		reply_err(req, -EROFS);
+		return;
+	}
+	if (ino == INO_CTL_STATUS || ino == INO_CTL_METRICS) {
+		ctl_open(req, fs_of(req), ino, fi);
 		return;
 	}
 	if (!ino_is_image(ino)) {
@@ -449,16 +673,38 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	fi->keep_cache = 1;
 	fi->noflush = 1;
-	fuse_reply_open(req, fi);
+	fi->fh = 0;
+	/* Counted before the reply: GC must never see the file closed. */
+	image_open(image_of(t));
+	if (fuse_reply_open(req, fi) != 0)
+		image_close(image_of(t));
 }
 
-static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	if (ino == INO_CTL_STATUS || ino == INO_CTL_METRICS) {
+		struct ctlbuf *b = (struct ctlbuf *)(uintptr_t)fi->fh;
+		if (b) {
+			free(b->data);
+			free(b);
+		}
+	} else if (ino_is_image(ino)) {
+		image_close(image_of(ino_tinode(ino)));
+	}
+	fuse_reply_err(req, 0);
+}
+
+static void do_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	const struct tinode *t;
 	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(0);
 	int fd;
 
+	if (ino == INO_CTL_STATUS || ino == INO_CTL_METRICS) {
+		ctl_read(req, size, off, fi);
+		return;
+	}
 	if (!ino_is_image(ino)) {
 		reply_err(req, -EISDIR);
 		return;
@@ -485,6 +731,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 /* Directory listings of namespace directories are taken once, at opendir,
  * so that offsets stay meaningful while the cache changes. */
 struct nslisting {
+	bool files; /* entries are regular files (the control view) */
 	char **names;
 	bool *is_image;
 	size_t n, cap;
@@ -524,7 +771,7 @@ static void listing_free(struct nslisting *l)
 	free(l);
 }
 
-static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void do_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
 	struct nslisting *l;
@@ -548,6 +795,15 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	}
 	if (ino == FUSE_ROOT_ID) {
 		r = listing_add(l, "images", false);
+	} else if (ino == INO_CTL_DIR) {
+		l->files = true;
+		r = listing_add(l, "status", false);
+		if (r == 0)
+			r = listing_add(l, "metrics", false);
+	} else if (ino_is_ctl(ino)) {
+		listing_free(l);
+		reply_err(req, -ENOTDIR);
+		return;
 	} else {
 		struct nsnode *n = ino_nsnode(ino);
 		if (n->kind != NS_DIR) {
@@ -602,7 +858,7 @@ static void ns_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 		struct fuse_entry_param e = { 0 };
 		size_t n;
 
-		e.attr.st_mode = S_IFDIR | 0555;
+		e.attr.st_mode = l->files && i >= 2 ? S_IFREG | 0444 : S_IFDIR | 0555;
 		e.attr.st_ino = i < 2 ? ino : name_ino(name);
 		if (plus)
 			n = fuse_add_direntry_plus(req, buf + used, size - used,
@@ -664,8 +920,8 @@ static void image_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 	fuse_reply_buf(req, buf, used);
 }
 
-static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		       struct fuse_file_info *fi, bool plus)
+static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			   struct fuse_file_info *fi, bool plus)
 {
 	struct fs *fs = fs_of(req);
 
@@ -676,19 +932,19 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			   (struct nslisting *)(uintptr_t)fi->fh, plus);
 }
 
-static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
-	do_readdir(req, ino, size, off, fi, false);
+	readdir_common(req, ino, size, off, fi, false);
 }
 
-static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+static void do_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 			   off_t off, struct fuse_file_info *fi)
 {
-	do_readdir(req, ino, size, off, fi, true);
+	readdir_common(req, ino, size, off, fi, true);
 }
 
-static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+static void do_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			size_t size)
 {
 	const struct tree_xattr *x;
@@ -708,7 +964,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		fuse_reply_buf(req, x->value, x->size);
 }
 
-static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+static void do_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	const struct tinode *t;
 	_cleanup_free_ char *buf = NULL;
@@ -815,6 +1071,116 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	reply_err(req, -EROFS);
 }
 
+/* Every request is timed for the metrics; fs is taken before the reply,
+ * which frees req. */
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fs *fs = fs_of(req);
+	int64_t t = mono_ns();
+
+	do_lookup(req, parent, name);
+	fsop_done(fs, FSOP_LOOKUP, t);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	int64_t t = mono_ns();
+
+	do_getattr(req, ino, fi);
+	fsop_done(fs, FSOP_GETATTR, t);
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct fs *fs = fs_of(req);
+	int64_t t = mono_ns();
+
+	do_readlink(req, ino);
+	fsop_done(fs, FSOP_READLINK, t);
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	int64_t t = mono_ns();
+
+	do_open(req, ino, fi);
+	fsop_done(fs, FSOP_OPEN, t);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	int64_t t = mono_ns();
+
+	do_read(req, ino, size, off, fi);
+	fsop_done(fs, FSOP_READ, t);
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	int64_t t = mono_ns();
+
+	do_opendir(req, ino, fi);
+	fsop_done(fs, FSOP_OPENDIR, t);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	int64_t t = mono_ns();
+
+	do_readdir(req, ino, size, off, fi);
+	fsop_done(fs, FSOP_READDIR, t);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	int64_t t = mono_ns();
+
+	do_readdirplus(req, ino, size, off, fi);
+	fsop_done(fs, FSOP_READDIRPLUS, t);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct fs *fs = fs_of(req);
+	int64_t t = mono_ns();
+
+	do_getxattr(req, ino, name, size);
+	fsop_done(fs, FSOP_GETXATTR, t);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct fs *fs = fs_of(req);
+	int64_t t = mono_ns();
+
+	do_listxattr(req, ino, size);
+	fsop_done(fs, FSOP_LISTXATTR, t);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct fs *fs = fs_of(req);
+	int64_t t = mono_ns();
+
+	do_forget(req, ino, nlookup);
+	fsop_done(fs, FSOP_FORGET, t);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	struct fs *fs = fs_of(req);
+	int64_t t = mono_ns();
+
+	do_forget_multi(req, count, forgets);
+	fsop_done(fs, FSOP_FORGET, t);
+}
+
 static const struct fuse_lowlevel_ops fs_ops = {
 	.init = op_init,
 	.lookup = op_lookup,
@@ -824,6 +1190,7 @@ static const struct fuse_lowlevel_ops fs_ops = {
 	.readlink = op_readlink,
 	.open = op_open,
 	.read = op_read,
+	.release = op_release,
 	.opendir = op_opendir,
 	.readdir = op_readdir,
 	.readdirplus = op_readdirplus,
@@ -870,7 +1237,22 @@ int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
 
 void fs_free(struct fs *fs)
 {
+	if (!fs)
+		return;
+	free(fs->mountpoint);
+	free(fs->control_path);
 	free(fs);
+}
+
+/* GC removed an image: ask the kernel to drop its root dentry so the
+ * image can be let go of as soon as nothing holds it. */
+static void forget_dentry(void *userdata, uint64_t parent, const char *name)
+{
+	struct fs *fs = userdata;
+
+	if (fs->session)
+		fuse_lowlevel_notify_inval_entry(fs->session, (fuse_ino_t)parent,
+						 name, strlen(name));
 }
 
 static struct manager *hup_manager;
@@ -910,6 +1292,29 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
 		r = -EIO;
 		goto out_unmount;
 	}
+	/* Threads only now: fuse_daemonize forks. */
+	fs->mountpoint = realpath(mountpoint, NULL);
+	manager_set_forget_dentry(fs->manager, forget_dentry, fs);
+	r = manager_start(fs->manager);
+	if (r < 0) {
+		fprintf(stderr, "pullfs: cannot start the garbage collector: %s\n", strerror(-r));
+		goto out_unmount;
+	}
+	if (fs->opts.control_socket)
+		fs->control_path = strdup(fs->opts.control_socket);
+	else if (asprintf(&fs->control_path, "%s/control.sock",
+			  manager_cache_dir(fs->manager)) < 0)
+		fs->control_path = NULL;
+	if (fs->control_path) {
+		r = control_start(fs->control_path, fs->manager, status_for_control,
+				  fs, &fs->control);
+		if (r < 0) {
+			fprintf(stderr, "pullfs: cannot serve control socket \"%s\": %s\n",
+				fs->control_path, strerror(-r));
+			free(fs->control_path);
+			fs->control_path = NULL;
+		}
+	}
 	cfg = fuse_loop_cfg_create();
 	if (!cfg) {
 		r = -ENOMEM;
@@ -922,6 +1327,8 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
 	/* A positive value is the signal that ended the loop: a clean stop. */
 	r = r > 0 ? 0 : r < 0 ? r : 0;
 	fuse_loop_cfg_destroy(cfg);
+	control_stop(fs->control);
+	fs->control = NULL;
 out_unmount:
 	fuse_session_unmount(fs->session);
 out_signals:

@@ -12,6 +12,7 @@ struct fs_options {
 	double image_timeout;	  /* entry timeout of images/<ref>; 0: 60 s */
 	double namespace_timeout; /* entry/attr timeout of the namespace; 0: 1 s */
 	unsigned max_threads;	  /* FUSE worker threads; 0: 32 */
+	const char *control_socket; /* NULL: <cache>/control.sock */
 };
 
 struct fs;

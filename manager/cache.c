@@ -520,3 +520,137 @@ int cache_statfs(struct cache *c, uint64_t *ret_total, uint64_t *ret_free)
 	*ret_free = (uint64_t)sv.f_bavail * sv.f_frsize;
 	return 0;
 }
+
+static uint64_t file_bytes(int dirfd, const char *name)
+{
+	struct stat st;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return 0;
+	return (uint64_t)st.st_blocks * 512;
+}
+
+uint64_t cache_layer_bytes(struct cache *c, const char *digest)
+{
+	char path[DIGEST_HEX_LEN + 16];
+	uint64_t n;
+
+	if (!digest_is_valid(digest))
+		return 0;
+	snprintf(path, sizeof(path), "%s/pack", digest_hex(digest));
+	n = file_bytes(c->layers_fd, path);
+	snprintf(path, sizeof(path), "%s/index", digest_hex(digest));
+	return n + file_bytes(c->layers_fd, path);
+}
+
+uint64_t cache_blob_bytes(struct cache *c, const char *digest)
+{
+	if (!digest_is_valid(digest))
+		return 0;
+	return file_bytes(c->blobs_fd, digest_hex(digest));
+}
+
+/* Calls fn("sha256:<name>") for each entry of dirfd named like a digest. */
+static int foreach_digest(int dirfd, int (*fn)(void *userdata, const char *digest),
+			  void *userdata)
+{
+	int fd = dup(dirfd);
+	struct dirent *de;
+	DIR *d;
+	int r = 0;
+
+	if (fd < 0)
+		return negative_errno();
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return negative_errno();
+	}
+	rewinddir(d);
+	while (r == 0 && (de = readdir(d))) {
+		char digest[DIGEST_STRING_MAX];
+
+		if (strlen(de->d_name) != DIGEST_HEX_LEN)
+			continue;
+		snprintf(digest, sizeof(digest), "%s%s", DIGEST_SHA256_PREFIX, de->d_name);
+		if (digest_is_valid(digest))
+			r = fn(userdata, digest);
+	}
+	closedir(d);
+	return r;
+}
+
+int cache_foreach_layer(struct cache *c,
+			int (*fn)(void *userdata, const char *digest),
+			void *userdata)
+{
+	return foreach_digest(c->layers_fd, fn, userdata);
+}
+
+int cache_foreach_blob(struct cache *c,
+		       int (*fn)(void *userdata, const char *digest),
+		       void *userdata)
+{
+	return foreach_digest(c->blobs_fd, fn, userdata);
+}
+
+struct usage_ctx {
+	struct cache *c;
+	uint64_t bytes;
+	unsigned layers;
+};
+
+static int usage_layer(void *userdata, const char *digest)
+{
+	struct usage_ctx *u = userdata;
+
+	u->bytes += cache_layer_bytes(u->c, digest);
+	u->layers++;
+	return 0;
+}
+
+static int usage_blob(void *userdata, const char *digest)
+{
+	struct usage_ctx *u = userdata;
+
+	u->bytes += cache_blob_bytes(u->c, digest);
+	return 0;
+}
+
+int cache_usage(struct cache *c, uint64_t *ret_bytes, unsigned *ret_layers)
+{
+	struct usage_ctx u = { .c = c };
+	int r;
+
+	r = cache_foreach_layer(c, usage_layer, &u);
+	if (r == 0)
+		r = cache_foreach_blob(c, usage_blob, &u);
+	if (r < 0)
+		return r;
+	*ret_bytes = u.bytes;
+	if (ret_layers)
+		*ret_layers = u.layers;
+	return 0;
+}
+
+int cache_layer_remove(struct cache *c, const char *digest)
+{
+	char name[DIGEST_HEX_LEN + 32];
+
+	if (!digest_is_valid(digest))
+		return -EINVAL;
+	snprintf(name, sizeof(name), "gc.%s", digest_hex(digest));
+	if (renameat(c->layers_fd, digest_hex(digest), c->tmp_fd, name) < 0)
+		return negative_errno();
+	cache_stage_discard(c, name);
+	return 0;
+}
+
+int cache_blob_remove(struct cache *c, const char *digest)
+{
+	if (!digest_is_valid(digest))
+		return -EINVAL;
+	if (unlinkat(c->blobs_fd, digest_hex(digest), 0) < 0)
+		return negative_errno();
+	return 0;
+}

@@ -71,5 +71,23 @@ int cache_refs_load(struct cache *c, struct cache_ref **ret, size_t *ret_n);
 int cache_ref_save(struct cache *c, const struct cache_ref *r);
 int cache_ref_remove(struct cache *c, const char *reference);
 
+/* Bytes the cache takes on disk (allocated blocks of blobs and layers)
+ * and how many layers it holds. */
+int cache_usage(struct cache *c, uint64_t *ret_bytes, unsigned *ret_layers);
+/* Allocated bytes of one layer / one blob; 0 when absent. */
+uint64_t cache_layer_bytes(struct cache *c, const char *digest);
+uint64_t cache_blob_bytes(struct cache *c, const char *digest);
+/* Removes a layer: renamed out of layers/ first, so it vanishes at once,
+ * then deleted.  Returns 0 or -errno (-ENOENT when absent). */
+int cache_layer_remove(struct cache *c, const char *digest);
+int cache_blob_remove(struct cache *c, const char *digest);
+/* Calls fn with the digest of every layer / blob in the cache. */
+int cache_foreach_layer(struct cache *c,
+			int (*fn)(void *userdata, const char *digest),
+			void *userdata);
+int cache_foreach_blob(struct cache *c,
+		       int (*fn)(void *userdata, const char *digest),
+		       void *userdata);
+
 /* Bytes free for unprivileged writers on the cache's filesystem. */
 int cache_statfs(struct cache *c, uint64_t *ret_total, uint64_t *ret_free);

@@ -28,62 +28,25 @@
 #include "registry.h"
 #include "strmap.h"
 #include "throttle.h"
+#include "manager-private.h"
 
 #define CONFIG_MAX_BYTES (16u << 20)
 #define PRESENT_EVENT_INTERVAL_S 300
 #define ERRMSG_MAX 512
 
-struct image {
-	atomic_uint_fast64_t refcount;
-	struct manager *manager;
-	char *digest; /* manifest digest */
-	struct tree *tree;
-	int *packs; /* one read-only fd per layer */
-	size_t n_layers;
-	uint64_t size; /* config + compressed layers, as the registry sent it */
-};
-
-/* What the manager knows of one reference. */
-struct refstate {
-	char *reference;
-	char *digest;	    /* image manifest */
-	char *index_digest; /* index it came from, or NULL */
-	int64_t checked_at; /* monotonic seconds of the last resolve */
-	int64_t present_event_at; /* rate limit of "already present" */
-};
-
-/* One pull in progress, shared by every ensure of its reference. */
-struct flight {
-	unsigned waiters; /* under manager.lock */
-	bool done;
-	int result;
-	struct image *image; /* one reference per waiter to take */
-	pthread_cond_t cond;
-};
-
-struct manager {
-	struct manager_options opts;
-	char **insecure;
-	struct platform platform; /* strings owned when platform_owned */
-	bool platform_owned;
-	struct cache *cache;
-	struct events *events;
-	struct registry *registry;
-	struct policy *policy;
-	struct backoff *backoff;
-	struct throttle *throttle;
-	struct puller *puller;
-	const struct clock *clock;
-
-	pthread_mutex_t lock;
-	struct strmap *refs;	/* reference -> struct refstate *; lock */
-	struct strmap *images;	/* digest -> struct image * (one ref held); lock */
-	struct strmap *flights; /* reference -> struct flight *; lock */
-};
-
 static int64_t now_s(const struct manager *m)
 {
 	return clock_now_ns(m->clock) / CLOCK_NS_PER_SEC;
+}
+
+int64_t manager_now_s(const struct manager *m)
+{
+	return now_s(m);
+}
+
+int64_t manager_wall_s(void)
+{
+	return (int64_t)time(NULL);
 }
 
 static double now_f(const struct manager *m)
@@ -126,14 +89,11 @@ static enum pull_policy effective_policy(const struct manager *m,
 			      ref->tag, ref->digest);
 }
 
-static void emit(struct manager *m, enum event_type type, const char *reason,
-		 const char *image, const char *digest, int err,
-		 const struct caller *who, const char *fmt, ...)
-	__attribute__((format(printf, 8, 9)));
+#define emit manager_emit
 
-static void emit(struct manager *m, enum event_type type, const char *reason,
-		 const char *image, const char *digest, int err,
-		 const struct caller *who, const char *fmt, ...)
+void manager_emit(struct manager *m, enum event_type type, const char *reason,
+		  const char *image, const char *digest, int err,
+		  const struct caller *who, const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;
@@ -162,6 +122,11 @@ static void image_free(struct image *img)
 		if (img->packs[i] >= 0)
 			close(img->packs[i]);
 	free(img->packs);
+	while (img->dentries) {
+		struct image_dentry *d = img->dentries;
+		img->dentries = d->next;
+		free(d);
+	}
 	tree_free(img->tree);
 	free(img->digest);
 	free(img);
@@ -178,6 +143,35 @@ void image_unref(struct image *img, uint64_t n)
 		return;
 	if (atomic_fetch_sub(&img->refcount, n) == n)
 		image_free(img);
+}
+
+void image_open(struct image *img)
+{
+	atomic_fetch_add(&img->open_files, 1);
+}
+
+void image_close(struct image *img)
+{
+	atomic_fetch_sub(&img->open_files, 1);
+}
+
+void image_note_dentry(struct image *img, uint64_t parent, const char *name)
+{
+	struct manager *m = img->manager;
+	struct image_dentry *d;
+	size_t len = strlen(name);
+
+	pthread_mutex_lock(&m->lock);
+	for (d = img->dentries; d; d = d->next)
+		if (d->parent == parent && !strcmp(d->name, name))
+			break;
+	if (!d && (d = malloc(sizeof(*d) + len + 1))) {
+		d->parent = parent;
+		memcpy(d->name, name, len + 1);
+		d->next = img->dentries;
+		img->dentries = d;
+	}
+	pthread_mutex_unlock(&m->lock);
 }
 
 const struct tinode *image_root(const struct image *img)
@@ -312,7 +306,7 @@ static int image_get(struct manager *m, const char *digest, struct image **ret,
 
 /* ---- references ------------------------------------------------------ */
 
-static void refstate_free(struct refstate *rs)
+void refstate_free(struct refstate *rs)
 {
 	if (!rs)
 		return;
@@ -332,7 +326,7 @@ static int digest_in_use(void *userdata, const char *key, void *value)
 /* A tag moved on: new lookups get the new image, so the table lets go of
  * the old one unless another reference still names it.  Whoever still
  * holds it (an open file, a kernel lookup) keeps it alive. */
-static void image_retire_locked(struct manager *m, const char *digest)
+void image_retire_locked(struct manager *m, const char *digest)
 {
 	struct image *img;
 
@@ -371,6 +365,7 @@ static int refstate_set(struct manager *m, const char *reference,
 	rs->digest = d;
 	rs->index_digest = id;
 	rs->checked_at = now_s(m);
+	rs->pulled_at = rs->last_used = manager_wall_s();
 	if (old && strcmp(old, d) != 0)
 		image_retire_locked(m, old);
 	return 0;
@@ -379,6 +374,7 @@ static int refstate_set(struct manager *m, const char *reference,
 /* ---- pulling --------------------------------------------------------- */
 
 struct pull {
+	struct pull_progress *progress;
 	struct manager *m;
 	const struct reference *ref;
 	const char *canonical;
@@ -409,6 +405,7 @@ static int registry_failed(struct pull *p, int r, const struct registry_error *e
 
 /* Sink that writes into the pipe feeding the unpacker. */
 struct pipe_sink_state {
+	struct pull_progress *progress;
 	int fd;
 	uint64_t written;
 };
@@ -420,6 +417,7 @@ static int pipe_sink(void *userdata, const void *buf, size_t len)
 	const char *s = buf;
 
 	ps->written += len;
+	atomic_fetch_add(&ps->progress->bytes_done, len);
 	if (ps->written > (64u << 10))
 		fault_point("mid-blob");
 
@@ -512,7 +510,7 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 		r = -r;
 		goto fail;
 	}
-	struct pipe_sink_state ps = { .fd = pfd[1] };
+	struct pipe_sink_state ps = { .fd = pfd[1], .progress = p->progress };
 	r = registry_get_blob(m->registry, p->ref->domain, p->repo, d->digest,
 			      d->size, pipe_sink, &ps, &rerr);
 	close(pfd[1]);
@@ -553,6 +551,7 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 		goto fail;
 	}
 	fault_point("layer");
+	atomic_fetch_add(&p->progress->layers_done, 1);
 	return 0;
 fail:
 	layer_index_free(job.index);
@@ -584,8 +583,11 @@ static void *layer_worker(void *arg)
 		i = q->next++;
 		pthread_mutex_unlock(&q->lock);
 
-		if (cache_layer_present(q->pull->m->cache, q->mf->layers[i].digest))
+		if (cache_layer_present(q->pull->m->cache, q->mf->layers[i].digest)) {
+			atomic_fetch_add(&q->pull->progress->layers_done, 1);
+			atomic_fetch_add(&q->pull->progress->bytes_done, q->mf->layers[i].size);
 			continue;
+		}
 		r = fetch_layer(q->pull, &q->mf->layers[i]);
 		if (r < 0) {
 			pthread_mutex_lock(&q->lock);
@@ -756,6 +758,14 @@ static int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest
 		}
 	}
 	fault_point("manifest");
+	{
+		uint64_t total = mf->config.size;
+		for (size_t i = 0; i < mf->n_layers; i++)
+			total += mf->layers[i].size;
+		atomic_store(&p->progress->bytes_total, total);
+		atomic_store(&p->progress->layers_total, (unsigned)mf->n_layers);
+		atomic_store(&p->progress->state, PULL_DOWNLOADING);
+	}
 	r = fetch_config(p, &mf->config);
 	if (r < 0)
 		goto out;
@@ -835,12 +845,23 @@ static void present_event(struct manager *m, const char *canonical,
 
 /* What one flight does: decide from the cache, or pull.  Runs without the
  * lock, in the thread of the first caller. */
-static int ensure_work(struct manager *m, const struct reference *ref,
-		       const char *canonical, enum pull_policy policy,
-		       const struct caller *who, double t_wait,
-		       struct image **ret)
+struct ensure_outcome {
+	bool present;	    /* the reference was cached before */
+	bool pull_required; /* the registry had to be asked */
+	bool pulled;	    /* a pull ran and succeeded */
+	int failed;	    /* errno of a failed pull, 0 */
+	double seconds;	    /* of the pull */
+	uint64_t bytes;	    /* transferred by the pull */
+};
+
+static int ensure_decide(struct manager *m, const struct reference *ref,
+			 const char *canonical, enum pull_policy policy,
+			 const struct caller *who, double t_wait,
+			 struct pull_progress *progress,
+			 struct ensure_outcome *out, struct image **ret)
 {
-	struct pull p = { .m = m, .ref = ref, .canonical = canonical };
+	struct pull p = { .m = m, .ref = ref, .canonical = canonical,
+			  .progress = progress };
 	_cleanup_free_ char *known = NULL, *known_index = NULL;
 	_cleanup_free_ char *digest = NULL, *index_digest = NULL;
 	char errbuf[256] = "";
@@ -860,6 +881,7 @@ static int ensure_work(struct manager *m, const struct reference *ref,
 	pthread_mutex_unlock(&m->lock);
 	if (rs && !known)
 		return -ENOMEM;
+	out->present = known || (ref->digest && cache_blob_present(m->cache, ref->digest));
 
 	/* A digest reference whose manifest is already here needs no
 	 * network, whatever name it was pulled by. */
@@ -904,6 +926,7 @@ static int ensure_work(struct manager *m, const struct reference *ref,
 	p.repo = strdup(ref->path);
 	if (!p.repo)
 		return -ENOMEM;
+	out->pull_required = true;
 
 	if (known && revalidate) {
 		struct registry_error rerr = { 0 };
@@ -939,6 +962,7 @@ static int ensure_work(struct manager *m, const struct reference *ref,
 		goto failed;
 	}
 	t0 = now_f(m);
+	atomic_store(&progress->state, PULL_RESOLVING);
 	emit(m, EVENT_NORMAL, "Pulling", canonical, NULL, 0, who,
 	     "Pulling image \"%s\"", canonical);
 	r = pull_image(&p, &digest, &index_digest, &size);
@@ -959,6 +983,9 @@ static int ensure_work(struct manager *m, const struct reference *ref,
 	free(p.repo);
 	backoff_success(m->backoff, canonical);
 	double t1 = now_f(m);
+	out->pulled = true;
+	out->seconds = t1 - t0;
+	out->bytes = atomic_load(&progress->bytes_done);
 	emit(m, EVENT_NORMAL, "Pulled", canonical, digest, 0, who,
 	     "Successfully pulled image \"%s\" in %.3fs (%.3fs including waiting). "
 	     "Image size: %llu bytes.",
@@ -970,10 +997,56 @@ failed:
 	r = errtable_normalize(r);
 	backoff_gc(m->backoff);
 	backoff_failure(m->backoff, canonical, r, p.errmsg[0] ? p.errmsg : strerror(-r));
+	out->failed = -r;
 	emit(m, EVENT_WARNING, "Failed", canonical, digest, r, who,
 	     "Failed to pull image \"%s\": %s", canonical,
 	     p.errmsg[0] ? p.errmsg : strerror(-r));
 	return r;
+}
+
+static void record_outcome_locked(struct manager *m, enum pull_policy policy,
+				  const char *domain,
+				  const struct ensure_outcome *o)
+{
+	static const double buckets[PULL_DURATION_BUCKETS] = {
+		1, 5, 10, 20, 30, 60, 120, 180, 240, 300, 360, 480, 600, 900,
+		1200, 1800, 2700, 3600,
+	};
+	struct manager_stats *st = &m->stats;
+	unsigned pi = policy >= PULL_ALWAYS && policy <= PULL_NEVER ? policy - 1 : 1;
+
+	st->ensure[pi][o->present][o->pull_required]++;
+	if (o->pulled) {
+		unsigned b = 0;
+		while (b < PULL_DURATION_BUCKETS && o->seconds > buckets[b])
+			b++;
+		st->pull_buckets[b]++;
+		st->pull_count++;
+		st->pull_seconds += o->seconds;
+		st->pulls_ok++;
+		uint64_t *bytes = strmap_get(m->registry_bytes, domain);
+		if (!bytes && (bytes = calloc(1, sizeof(*bytes))) &&
+		    strmap_put(m->registry_bytes, domain, bytes) < 0) {
+			free(bytes);
+			bytes = NULL;
+		}
+		if (bytes)
+			*bytes += o->bytes;
+	}
+	if (o->failed && o->failed != EAGAIN) {
+		st->pulls_failed++;
+		for (unsigned i = 0; i < errtable_len && i < ARRAY_SIZE(st->failures_by_errno); i++)
+			if (errtable[i].err == o->failed)
+				st->failures_by_errno[i]++;
+	}
+}
+
+static void touch_locked(struct manager *m, const char *canonical)
+{
+	struct refstate *rs = strmap_get(m->refs, canonical);
+
+	if (rs)
+		rs->last_used = manager_wall_s();
 }
 
 /* Fast path under the lock: a cached, loaded image that needs no
@@ -1033,6 +1106,9 @@ int manager_ensure(struct manager *m, const char *reference,
 
 	pthread_mutex_lock(&m->lock);
 	if (ensure_cached_locked(m, canonical, policy, &img)) {
+		record_outcome_locked(m, policy, ref->domain,
+				      &(struct ensure_outcome){ .present = true });
+		touch_locked(m, canonical);
 		pthread_mutex_unlock(&m->lock);
 		present_event(m, canonical, image_digest(img), who);
 		reference_free(ref);
@@ -1066,11 +1142,23 @@ int manager_ensure(struct manager *m, const char *reference,
 	}
 	f->waiters = 1;
 	pthread_cond_init(&f->cond, NULL);
+	f->progress.started_ns = (int64_t)time(NULL) * CLOCK_NS_PER_SEC;
 	pthread_mutex_unlock(&m->lock);
 
-	r = ensure_work(m, ref, canonical, policy, who, t_wait, &img);
+	struct ensure_outcome out = { 0 };
+	pthread_rwlock_rdlock(&m->gc_lock);
+	r = ensure_decide(m, ref, canonical, policy, who, t_wait, &f->progress,
+			  &out, &img);
+	pthread_rwlock_unlock(&m->gc_lock);
 
 	pthread_mutex_lock(&m->lock);
+	record_outcome_locked(m, policy, ref->domain, &out);
+	if (r == 0)
+		touch_locked(m, canonical);
+	if (out.pulled && gc_needed(m)) {
+		m->gc_wanted = true;
+		pthread_cond_signal(&m->gc_cond);
+	}
 	strmap_remove(m->flights, canonical);
 	f->done = true;
 	f->result = r;
@@ -1199,6 +1287,10 @@ static int load_refs(struct manager *m)
 		if (r == 0)
 			r = refstate_set(m, refs[i].reference, refs[i].digest,
 					 refs[i].index_digest);
+		if (r == 0) {
+			struct refstate *rs = strmap_get(m->refs, refs[i].reference);
+			rs->pulled_at = rs->last_used = refs[i].pulled_at;
+		}
 		cache_ref_done(&refs[i]);
 	}
 	free(refs);
@@ -1286,7 +1378,24 @@ int manager_new(const struct manager_options *opts, struct manager **ret,
 	m->opts.policy_rules = NULL;
 	m->opts.n_policy_rules = 0;
 	m->clock = opts->clock ? opts->clock : clock_monotonic();
+	m->opts.pins = NULL;
+	m->opts.n_pins = 0;
 	pthread_mutex_init(&m->lock, NULL);
+	pthread_rwlock_init(&m->gc_lock, NULL);
+	pthread_cond_init(&m->gc_cond, NULL);
+	m->registry_bytes = strmap_new();
+	m->cache_dir = strdup(opts->cache_dir);
+	m->pins = calloc(opts->n_pins + 1, sizeof(char *));
+	if (!m->registry_bytes || !m->cache_dir || !m->pins) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	for (size_t i = 0; i < opts->n_pins; i++)
+		if (!(m->pins[i] = strdup(opts->pins[i]))) {
+			r = -ENOMEM;
+			goto fail;
+		}
+	m->opts.n_pins = opts->n_pins;
 	m->refs = strmap_new();
 	m->images = strmap_new();
 	m->flights = strmap_new();
@@ -1329,6 +1438,11 @@ int manager_new(const struct manager_options *opts, struct manager **ret,
 		r = -ENOMEM;
 		goto fail;
 	}
+	m->events_path = strdup(evpath);
+	if (!m->events_path) {
+		r = -ENOMEM;
+		goto fail;
+	}
 	r = events_open(evpath, &m->events);
 	if (r < 0) {
 		snprintf(errbuf, errlen, "cannot open events log \"%s\": %s",
@@ -1364,10 +1478,35 @@ fail:
 	return r;
 }
 
+static int free_value(void *userdata, const char *key, void *value)
+{
+	free(value);
+	return 0;
+}
+
 void manager_free(struct manager *m)
 {
 	if (!m)
 		return;
+	if (m->gc_thread_started) {
+		pthread_mutex_lock(&m->lock);
+		m->stopping = true;
+		pthread_cond_broadcast(&m->gc_cond);
+		pthread_mutex_unlock(&m->lock);
+		pthread_join(m->gc_thread, NULL);
+	}
+	if (m->registry_bytes) {
+		strmap_foreach(m->registry_bytes, free_value, NULL);
+		strmap_free(m->registry_bytes);
+	}
+	if (m->pins)
+		for (size_t i = 0; m->pins[i]; i++)
+			free(m->pins[i]);
+	free(m->pins);
+	free(m->cache_dir);
+	free(m->events_path);
+	pthread_rwlock_destroy(&m->gc_lock);
+	pthread_cond_destroy(&m->gc_cond);
 	if (m->refs) {
 		strmap_foreach(m->refs, free_refstate, NULL);
 		strmap_free(m->refs);

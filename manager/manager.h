@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "clock.h"
 #include "events.h"
@@ -55,6 +56,13 @@ struct manager_options {
 	const struct credentials *credentials;
 	long connect_timeout_ms;     /* 0: 10 s */
 	long low_speed_time_s;	     /* 0: 30 s */
+	/* Garbage collection (see gc.c). */
+	uint64_t cache_max_bytes;    /* byte budget; 0: the cache filesystem's size */
+	unsigned gc_high_percent;    /* start above this share of the budget; 0: 85 */
+	unsigned gc_low_percent;     /* ... and stop at this one; 0: 80 */
+	unsigned gc_min_age_s;	     /* never remove an image pulled less ago; 0: 120 */
+	const char *const *pins;     /* globs of references GC never removes */
+	size_t n_pins;
 };
 
 #define MANAGER_DEFAULT_REVALIDATE_S 60
@@ -94,6 +102,39 @@ int manager_list(struct manager *m, const char *prefix,
 		 int (*fn)(void *userdata, const char *name, bool is_image),
 		 void *userdata);
 
+/* The cache directory, as given. */
+const char *manager_cache_dir(const struct manager *m);
+
+/* Starts the background garbage collector.  Call after the daemon has
+ * forked (threads do not survive fork).  Returns 0 or -errno. */
+int manager_start(struct manager *m);
+
+/* The filesystem's hook to make the kernel drop a dentry of an image root
+ * that GC removed: called without locks, from the GC thread or a control
+ * request, never from a FUSE request handler. */
+void manager_set_forget_dentry(struct manager *m,
+			       void (*fn)(void *userdata, uint64_t parent,
+					  const char *name),
+			       void *userdata);
+
+/* A JSON document for MOUNT/.pullfs/status (docs/control.md), without the
+ * fields only the filesystem knows.  Returns 0 with a new json_t * (as
+ * void * to keep jansson out of this header) or -ENOMEM. */
+int manager_status(struct manager *m, void **ret_json);
+
+/* Appends the manager's metrics in Prometheus text format to f. */
+void manager_metrics(struct manager *m, FILE *f);
+
+/* Control operations (docs/control.md); each returns 0 with a JSON
+ * answer (void * = json_t *) or -errno with a reason in errbuf. */
+int manager_inspect(struct manager *m, const char *reference, void **ret_json,
+		    char *errbuf, size_t errlen);
+int manager_remove(struct manager *m, const char *const *references, size_t n,
+		   void **ret_json, char *errbuf, size_t errlen);
+/* to_bytes 0: down to the low threshold. */
+int manager_gc(struct manager *m, uint64_t to_bytes, void **ret_json,
+	       char *errbuf, size_t errlen);
+
 /* Images: immutable once returned; refcounted; safe from any thread. */
 void image_ref(struct image *img, uint64_t n);
 void image_unref(struct image *img, uint64_t n);
@@ -104,3 +145,10 @@ struct image *image_of(const struct tinode *node);
  * `layer` (tinode.layer); borrowed, valid while the image is. */
 int image_pack_fd(const struct image *img, unsigned layer);
 const char *image_digest(const struct image *img);
+/* Open regular files of the image, counted by the filesystem: GC and rm
+ * leave an image with open files alone. */
+void image_open(struct image *img);
+void image_close(struct image *img);
+/* Records that the kernel holds the image root as `name` in directory
+ * `parent` (the filesystem's id), for manager_set_forget_dentry. */
+void image_note_dentry(struct image *img, uint64_t parent, const char *name);

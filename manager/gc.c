@@ -1,0 +1,556 @@
+/* Garbage collection of the cache: least recently used references first,
+ * then every layer and blob no remaining reference needs.  Thresholds as
+ * the kubelet's image GC (start above 85 % of the budget, stop at 80 %),
+ * never an image with open files, a pull in flight, a pin, or an age under
+ * the minimum. */
+#include <errno.h>
+#include <fnmatch.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+#include "digest.h"
+#include "macro.h"
+#include "manager-private.h"
+#include "reference.h"
+#include "strmap.h"
+
+#define DEFAULT_HIGH 85
+#define DEFAULT_LOW 80
+#define DEFAULT_MIN_AGE_S 120
+
+struct candidate {
+	char *reference;
+	char *digest;
+	char *index_digest;
+	int64_t last_used;
+	int64_t pulled_at;
+	unsigned open_files;
+	bool in_flight;
+	bool pinned;
+};
+
+static void candidates_free(struct candidate *c, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(c[i].reference);
+		free(c[i].digest);
+		free(c[i].index_digest);
+	}
+	free(c);
+}
+
+static bool pinned(const struct manager *m, const char *reference)
+{
+	for (size_t i = 0; i < m->opts.n_pins; i++)
+		if (fnmatch(m->pins[i], reference, 0) == 0)
+			return true;
+	return false;
+}
+
+struct collect_ctx {
+	struct manager *m;
+	struct candidate *c;
+	size_t n;
+	int error;
+};
+
+static int collect_one(void *userdata, const char *key, void *value)
+{
+	struct collect_ctx *ctx = userdata;
+	const struct refstate *rs = value;
+	struct candidate *c = &ctx->c[ctx->n];
+	struct image *img = strmap_get(ctx->m->images, rs->digest);
+
+	memset(c, 0, sizeof(*c));
+	c->reference = strdup(rs->reference);
+	c->digest = strdup(rs->digest);
+	c->index_digest = rs->index_digest ? strdup(rs->index_digest) : NULL;
+	if (!c->reference || !c->digest || (rs->index_digest && !c->index_digest)) {
+		free(c->reference);
+		free(c->digest);
+		free(c->index_digest);
+		ctx->error = -ENOMEM;
+		return -ENOMEM;
+	}
+	c->last_used = rs->last_used;
+	c->pulled_at = rs->pulled_at;
+	c->open_files = img ? atomic_load(&img->open_files) : 0;
+	c->in_flight = strmap_get(ctx->m->flights, rs->reference) != NULL;
+	c->pinned = pinned(ctx->m, rs->reference);
+	ctx->n++;
+	return 0;
+}
+
+/* A snapshot of every cached reference.  manager.lock held. */
+static int collect_locked(struct manager *m, struct candidate **ret, size_t *ret_n)
+{
+	struct collect_ctx ctx = { .m = m };
+	size_t n = strmap_size(m->refs);
+
+	ctx.c = calloc(n ? n : 1, sizeof(*ctx.c));
+	if (!ctx.c)
+		return -ENOMEM;
+	strmap_foreach(m->refs, collect_one, &ctx);
+	if (ctx.error) {
+		candidates_free(ctx.c, ctx.n);
+		return ctx.error;
+	}
+	*ret = ctx.c;
+	*ret_n = ctx.n;
+	return 0;
+}
+
+static int by_last_used(const void *a, const void *b)
+{
+	const struct candidate *x = a, *y = b;
+
+	if (x->last_used != y->last_used)
+		return x->last_used < y->last_used ? -1 : 1;
+	return strcmp(x->reference, y->reference);
+}
+
+/* The budget and where usage stands against it. */
+struct budget {
+	uint64_t usage;
+	uint64_t budget;
+	uint64_t high, low;
+};
+
+static int measure(struct manager *m, struct budget *b)
+{
+	unsigned hi = m->opts.gc_high_percent ?: DEFAULT_HIGH;
+	unsigned lo = m->opts.gc_low_percent ?: DEFAULT_LOW;
+	int r;
+
+	if (m->opts.cache_max_bytes) {
+		r = cache_usage(m->cache, &b->usage, NULL);
+		if (r < 0)
+			return r;
+		b->budget = m->opts.cache_max_bytes;
+	} else {
+		/* Without a byte budget, the whole filesystem is the
+		 * budget and its usage counts, as the kubelet sees it. */
+		uint64_t total, avail;
+		r = cache_statfs(m->cache, &total, &avail);
+		if (r < 0)
+			return r;
+		b->budget = total;
+		b->usage = total - MIN(avail, total);
+	}
+	b->high = b->budget / 100 * hi;
+	b->low = b->budget / 100 * lo;
+	return 0;
+}
+
+bool gc_needed(struct manager *m)
+{
+	struct budget b;
+
+	return measure(m, &b) == 0 && b.usage > b.high;
+}
+
+/* ---- sweeping -------------------------------------------------------- */
+
+struct keep_ctx {
+	struct manager *m;
+	struct strmap *keep; /* digest -> (void *)1 */
+	int error;
+};
+
+static void keep(struct keep_ctx *k, const char *digest)
+{
+	if (digest && strmap_put(k->keep, digest, (void *)1) < 0)
+		k->error = -ENOMEM;
+}
+
+/* Marks a manifest, and what it names, as needed. */
+static void keep_manifest(struct keep_ctx *k, const char *digest)
+{
+	_cleanup_free_ char *buf = NULL;
+	struct manifest *mf = NULL;
+	size_t len;
+
+	keep(k, digest);
+	if (cache_blob_read(k->m->cache, digest, MANIFEST_MAX_BYTES, &buf, &len) < 0 ||
+	    manifest_parse(buf, len, NULL, &mf, NULL, 0) < 0)
+		return;
+	if (mf->kind == MANIFEST_IMAGE) {
+		keep(k, mf->config.digest);
+		for (size_t i = 0; i < mf->n_layers; i++)
+			keep(k, mf->layers[i].digest);
+	}
+	manifest_free(mf);
+}
+
+static int keep_ref(void *userdata, const char *key, void *value)
+{
+	struct keep_ctx *k = userdata;
+	const struct refstate *rs = value;
+
+	keep_manifest(k, rs->digest);
+	keep(k, rs->index_digest);
+	return 0;
+}
+
+struct sweep_ctx {
+	struct manager *m;
+	struct strmap *keep;
+	uint64_t freed;
+};
+
+static int sweep_layer(void *userdata, const char *digest)
+{
+	struct sweep_ctx *s = userdata;
+	uint64_t n;
+
+	if (strmap_get(s->keep, digest))
+		return 0;
+	n = cache_layer_bytes(s->m->cache, digest);
+	if (cache_layer_remove(s->m->cache, digest) == 0)
+		s->freed += n;
+	return 0;
+}
+
+static int sweep_blob(void *userdata, const char *digest)
+{
+	struct sweep_ctx *s = userdata;
+	uint64_t n;
+
+	if (strmap_get(s->keep, digest))
+		return 0;
+	n = cache_blob_bytes(s->m->cache, digest);
+	if (cache_blob_remove(s->m->cache, digest) == 0)
+		s->freed += n;
+	return 0;
+}
+
+/* Deletes every layer and blob no reference needs.  Runs with gc_lock
+ * held exclusively, so no pull is between publishing a layer and its
+ * reference.  Returns the bytes freed. */
+static uint64_t sweep(struct manager *m)
+{
+	struct keep_ctx k = { .m = m };
+	struct sweep_ctx s = { .m = m };
+
+	k.keep = strmap_new();
+	if (!k.keep)
+		return 0;
+	pthread_mutex_lock(&m->lock);
+	/* keep_ref reads manifests from disk under the lock; GC is rare and
+	 * the lock only delays lookups of other references. */
+	strmap_foreach(m->refs, keep_ref, &k);
+	pthread_mutex_unlock(&m->lock);
+	if (k.error == 0) {
+		s.keep = k.keep;
+		cache_foreach_layer(m->cache, sweep_layer, &s);
+		cache_foreach_blob(m->cache, sweep_blob, &s);
+	}
+	strmap_free(k.keep);
+	return s.freed;
+}
+
+/* ---- removing references --------------------------------------------- */
+
+struct forget_list {
+	struct forget_item {
+		uint64_t parent;
+		char *name;
+	} *items;
+	size_t n;
+};
+
+static void forget_list_add_locked(struct forget_list *l, const struct image *img)
+{
+	for (const struct image_dentry *d = img->dentries; d; d = d->next) {
+		struct forget_item *n = realloc(l->items, (l->n + 1) * sizeof(*n));
+		if (!n)
+			return;
+		l->items = n;
+		l->items[l->n].parent = d->parent;
+		l->items[l->n].name = strdup(d->name);
+		if (l->items[l->n].name)
+			l->n++;
+	}
+}
+
+static void forget_list_run(struct manager *m, struct forget_list *l)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		if (m->forget_dentry)
+			m->forget_dentry(m->forget_userdata, l->items[i].parent,
+					 l->items[i].name);
+		free(l->items[i].name);
+	}
+	free(l->items);
+	l->items = NULL;
+	l->n = 0;
+}
+
+/* Forgets reference: its file, its state, and (when nothing else names
+ * it) the loaded image.  gc_lock held exclusively. */
+static int remove_reference(struct manager *m, const char *reference,
+			    struct forget_list *fl)
+{
+	struct refstate *rs;
+	int r;
+
+	r = cache_ref_remove(m->cache, reference);
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&m->lock);
+	rs = strmap_remove(m->refs, reference);
+	if (rs) {
+		struct image *img = strmap_get(m->images, rs->digest);
+		if (img)
+			forget_list_add_locked(fl, img);
+		image_retire_locked(m, rs->digest);
+		refstate_free(rs);
+	}
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
+static json_t *answer(json_t *removed, uint64_t freed, const struct budget *b)
+{
+	return json_pack("{s:b, s:o, s:I, s:I, s:I}", "ok", 1, "removed", removed,
+			 "freed_bytes", (json_int_t)freed, "usage_bytes",
+			 (json_int_t)b->usage, "budget_bytes", (json_int_t)b->budget);
+}
+
+static int run_gc(struct manager *m, uint64_t to_bytes, bool manual,
+		  json_t **ret, char *errbuf, size_t errlen)
+{
+	struct candidate *c = NULL;
+	struct forget_list fl = { 0 };
+	struct budget b;
+	uint64_t freed = 0, target;
+	size_t n = 0;
+	json_t *removed;
+	int64_t now = manager_wall_s();
+	unsigned min_age = m->opts.gc_min_age_s ?: DEFAULT_MIN_AGE_S;
+	int r;
+
+	removed = json_array();
+	if (!removed)
+		return -ENOMEM;
+	pthread_rwlock_wrlock(&m->gc_lock);
+	r = measure(m, &b);
+	if (r < 0) {
+		snprintf(errbuf, errlen, "cannot measure the cache: %s", strerror(-r));
+		goto out;
+	}
+	target = to_bytes ? to_bytes : b.low;
+	/* Leftovers that no reference names go first: they cost nothing. */
+	freed += sweep(m);
+	measure(m, &b);
+
+	pthread_mutex_lock(&m->lock);
+	r = collect_locked(m, &c, &n);
+	pthread_mutex_unlock(&m->lock);
+	if (r < 0)
+		goto out;
+	qsort(c, n, sizeof(*c), by_last_used);
+	for (size_t i = 0; i < n && b.usage > target; i++) {
+		uint64_t before = b.usage, got;
+
+		if (c[i].pinned || c[i].in_flight || c[i].open_files ||
+		    now - c[i].pulled_at < (int64_t)min_age)
+			continue;
+		if (remove_reference(m, c[i].reference, &fl) < 0)
+			continue;
+		got = sweep(m);
+		freed += got;
+		measure(m, &b);
+		json_array_append_new(removed, json_string(c[i].reference));
+		manager_emit(m, EVENT_NORMAL, "ImageGC", c[i].reference, c[i].digest,
+			     0, NULL, "Removed image \"%s\" (last used %llds ago), freed %llu bytes",
+			     c[i].reference, (long long)(now - c[i].last_used),
+			     (unsigned long long)(got ? got : before - MIN(b.usage, before)));
+	}
+	pthread_mutex_lock(&m->lock);
+	if (manual)
+		m->stats.gc_runs_manual++;
+	else
+		m->stats.gc_runs_threshold++;
+	m->stats.gc_freed_bytes += freed;
+	m->stats.gc_removed_images += json_array_size(removed);
+	pthread_mutex_unlock(&m->lock);
+	if (b.usage > target)
+		manager_emit(m, EVENT_WARNING, "ImageGCFailed", NULL, NULL, 0, NULL,
+			     "Image garbage collection freed %llu bytes but usage is %llu bytes, over the target of %llu bytes: the rest is in use, pinned or too young",
+			     (unsigned long long)freed, (unsigned long long)b.usage,
+			     (unsigned long long)target);
+	else
+		manager_emit(m, EVENT_NORMAL, "ImageGC", NULL, NULL, 0, NULL,
+			     "Image garbage collection removed %zu images and freed %llu bytes; usage %llu of %llu bytes",
+			     json_array_size(removed), (unsigned long long)freed,
+			     (unsigned long long)b.usage, (unsigned long long)b.budget);
+	r = 0;
+out:
+	pthread_rwlock_unlock(&m->gc_lock);
+	forget_list_run(m, &fl);
+	candidates_free(c, n);
+	if (r < 0) {
+		json_decref(removed);
+		return r;
+	}
+	*ret = answer(removed, freed, &b);
+	return *ret ? 0 : -ENOMEM;
+}
+
+int manager_gc(struct manager *m, uint64_t to_bytes, void **ret_json,
+	       char *errbuf, size_t errlen)
+{
+	json_t *j = NULL;
+	int r = run_gc(m, to_bytes, true, &j, errbuf, errlen);
+
+	if (r == 0)
+		*ret_json = j;
+	return r;
+}
+
+static int canonicalize(const char *s, char **ret)
+{
+	struct reference *ref = NULL;
+	int r = reference_parse(s, REFERENCE_DEFAULT_TAG, &ref);
+
+	if (r < 0)
+		return r;
+	*ret = reference_to_string(ref);
+	reference_free(ref);
+	return *ret ? 0 : -ENOMEM;
+}
+
+int manager_remove(struct manager *m, const char *const *references, size_t n,
+		   void **ret_json, char *errbuf, size_t errlen)
+{
+	struct candidate *c = NULL;
+	struct forget_list fl = { 0 };
+	char **canon;
+	size_t nc = 0;
+	uint64_t freed;
+	struct budget b = { 0 };
+	json_t *removed = NULL;
+	int r = 0;
+
+	canon = calloc(n ? n : 1, sizeof(*canon));
+	if (!canon)
+		return -ENOMEM;
+	for (size_t i = 0; i < n && r == 0; i++) {
+		r = canonicalize(references[i], &canon[i]);
+		if (r == -EINVAL)
+			snprintf(errbuf, errlen, "invalid reference \"%s\"", references[i]);
+	}
+	if (r < 0)
+		goto out_free;
+
+	pthread_rwlock_wrlock(&m->gc_lock);
+	pthread_mutex_lock(&m->lock);
+	r = collect_locked(m, &c, &nc);
+	pthread_mutex_unlock(&m->lock);
+	if (r < 0)
+		goto out;
+	/* All or nothing: check every reference before removing any. */
+	for (size_t i = 0; i < n && r == 0; i++) {
+		size_t j;
+		for (j = 0; j < nc; j++)
+			if (!strcmp(c[j].reference, canon[i]))
+				break;
+		if (j == nc) {
+			snprintf(errbuf, errlen, "image \"%s\" is not in the cache", canon[i]);
+			r = -ENOENT;
+		} else if (c[j].open_files) {
+			snprintf(errbuf, errlen, "image \"%s\" is in use (%u open files)",
+				 canon[i], c[j].open_files);
+			r = -EBUSY;
+		} else if (c[j].in_flight) {
+			snprintf(errbuf, errlen, "image \"%s\" is being pulled", canon[i]);
+			r = -EBUSY;
+		}
+	}
+	if (r < 0)
+		goto out;
+	removed = json_array();
+	if (!removed) {
+		r = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (remove_reference(m, canon[i], &fl) == 0) {
+			json_array_append_new(removed, json_string(canon[i]));
+			manager_emit(m, EVENT_NORMAL, "ImageRemoved", canon[i], NULL, 0,
+				     NULL, "Removed image \"%s\" on request", canon[i]);
+		}
+	freed = sweep(m);
+	measure(m, &b);
+	*ret_json = answer(removed, freed, &b);
+	r = *ret_json ? 0 : -ENOMEM;
+out:
+	pthread_rwlock_unlock(&m->gc_lock);
+	forget_list_run(m, &fl);
+	candidates_free(c, nc);
+out_free:
+	for (size_t i = 0; i < n; i++)
+		free(canon[i]);
+	free(canon);
+	return r;
+}
+
+/* ---- the background collector ---------------------------------------- */
+
+static void *gc_thread(void *arg)
+{
+	struct manager *m = arg;
+
+	pthread_mutex_lock(&m->lock);
+	for (;;) {
+		while (!m->gc_wanted && !m->stopping)
+			pthread_cond_wait(&m->gc_cond, &m->lock);
+		if (m->stopping)
+			break;
+		m->gc_wanted = false;
+		pthread_mutex_unlock(&m->lock);
+		json_t *j = NULL;
+		char err[256];
+		if (run_gc(m, 0, false, &j, err, sizeof(err)) == 0)
+			json_decref(j);
+		pthread_mutex_lock(&m->lock);
+	}
+	pthread_mutex_unlock(&m->lock);
+	return NULL;
+}
+
+int manager_start(struct manager *m)
+{
+	int r = pthread_create(&m->gc_thread, NULL, gc_thread, m);
+
+	if (r != 0)
+		return -r;
+	m->gc_thread_started = true;
+	/* A cache already over its threshold at start is collected now. */
+	if (gc_needed(m)) {
+		pthread_mutex_lock(&m->lock);
+		m->gc_wanted = true;
+		pthread_cond_signal(&m->gc_cond);
+		pthread_mutex_unlock(&m->lock);
+	}
+	return 0;
+}
+
+void manager_set_forget_dentry(struct manager *m,
+			       void (*fn)(void *userdata, uint64_t parent,
+					  const char *name),
+			       void *userdata)
+{
+	m->forget_dentry = fn;
+	m->forget_userdata = userdata;
+}
+
+const char *manager_cache_dir(const struct manager *m)
+{
+	return m->cache_dir;
+}
