@@ -51,6 +51,11 @@ struct settings {
 	struct registry_hosts *hosts; /* [registry "..."] sections of the config */
 	char *fuse_opts; /* comma-joined -o values */
 	char *mountpoint;
+	uint64_t cache_max_bytes;
+	unsigned gc_high, gc_low, gc_min_age_s;
+	char **pins;
+	size_t n_pins;
+	char *control_socket;
 };
 
 enum {
@@ -72,6 +77,12 @@ enum {
 	OPT_AUTH_FILE,
 	OPT_CONNECT_TIMEOUT,
 	OPT_LOW_SPEED_TIMEOUT,
+	OPT_CACHE_MAX_BYTES,
+	OPT_GC_HIGH,
+	OPT_GC_LOW,
+	OPT_GC_MIN_AGE,
+	OPT_PIN,
+	OPT_CONTROL_SOCKET,
 };
 
 static const struct option long_options[] = {
@@ -97,6 +108,12 @@ static const struct option long_options[] = {
 	{ "auth-file", required_argument, NULL, OPT_AUTH_FILE },
 	{ "connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT },
 	{ "low-speed-timeout", required_argument, NULL, OPT_LOW_SPEED_TIMEOUT },
+	{ "cache-max-bytes", required_argument, NULL, OPT_CACHE_MAX_BYTES },
+	{ "gc-high-percent", required_argument, NULL, OPT_GC_HIGH },
+	{ "gc-low-percent", required_argument, NULL, OPT_GC_LOW },
+	{ "gc-min-age", required_argument, NULL, OPT_GC_MIN_AGE },
+	{ "pin-image", required_argument, NULL, OPT_PIN },
+	{ "control-socket", required_argument, NULL, OPT_CONTROL_SOCKET },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -145,7 +162,16 @@ static void usage(FILE *f)
 		"      --low-speed-timeout SECONDS\n"
 		"                               abort a transfer under 1 KiB/s for this long\n"
 		"                               (default 30)\n"
-		"  -o OPTIONS                   FUSE mount options (e.g. allow_other)\n"
+		"      --cache-max-bytes SIZE   disk budget of the cache (e.g. 20G); default:\n"
+		"                               the size of the cache's filesystem\n"
+		"      --gc-high-percent N      collect garbage above N %% of the budget (85)\n"
+		"      --gc-low-percent N       ... down to N %% (80)\n"
+		"      --gc-min-age SECONDS     never collect an image pulled less ago (120)\n"
+		"      --pin-image PATTERN      never collect references matching the glob\n"
+		"                               (repeatable)\n"
+		"      --control-socket PATH    control socket (default CACHE/control.sock)\n"
+		"  -o OPTIONS                   FUSE mount options (e.g. allow_other); pullfs's\n"
+		"                               own options too, as key=value (cache=DIR, ...)\n"
 		"  -h, --help                   show this help\n"
 		"  -V, --version                show the version\n",
 		MANAGER_DEFAULT_REVALIDATE_S);
@@ -186,6 +212,86 @@ static unsigned parse_uint(const char *opt, const char *v, unsigned max)
 	if (errno || end == v || *end || n > max || v[0] == '-')
 		usage_error("invalid value \"%s\" for %s", v, opt);
 	return (unsigned)n;
+}
+
+/* "1073741824", "512M", "20G", "1.5T" (binary multiples). */
+static uint64_t parse_bytes(const char *opt, const char *v)
+{
+	char *end;
+	double n;
+
+	errno = 0;
+	n = strtod(v, &end);
+	if (errno || end == v || n < 0 || v[0] == '-')
+		usage_error("invalid size \"%s\" for %s", v, opt);
+	switch (*end) {
+	case 'T': case 't': n *= 1024.0; /* fall through */
+	case 'G': case 'g': n *= 1024.0; /* fall through */
+	case 'M': case 'm': n *= 1024.0; /* fall through */
+	case 'K': case 'k': n *= 1024.0; end++; break;
+	case '\0': break;
+	default: usage_error("invalid size \"%s\" for %s", v, opt);
+	}
+	if (*end == 'i' && end[-1] != '\0')
+		end++;
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end || n > 1.8e19)
+		usage_error("invalid size \"%s\" for %s", v, opt);
+	return (uint64_t)n;
+}
+
+static void apply_option(struct settings *s, int opt, const char *name,
+			 const char *v);
+static void load_config(struct settings *s, const char *path);
+
+/* -o values: pullfs's own options may be given there too, spelled with
+ * "_" or "-" ("cache=/var/lib/pullfs,insecure_registry=host:5000"), which
+ * is how mount(8) and fstab entries of type fuse.pullfs pass them; the
+ * rest are FUSE mount options. */
+static void apply_mount_options(struct settings *s, const char *v)
+{
+	_cleanup_free_ char *copy = xstrdup(v);
+	char *save = NULL;
+
+	for (char *item = strtok_r(copy, ",", &save); item;
+	     item = strtok_r(NULL, ",", &save)) {
+		char key[64];
+		char *eq = strchr(item, '=');
+		size_t klen = eq ? (size_t)(eq - item) : strlen(item);
+		const struct option *o = NULL;
+
+		if (klen < sizeof(key)) {
+			memcpy(key, item, klen);
+			key[klen] = '\0';
+			for (char *c = key; *c; c++)
+				if (*c == '_')
+					*c = '-';
+			for (o = long_options; o->name; o++)
+				if (!strcmp(o->name, key))
+					break;
+		}
+		if (o && o->name && o->val != 'h' && o->val != 'V') {
+			if (o->val == OPT_CONFIG)
+				load_config(s, eq ? eq + 1 : "");
+			else if (o->has_arg == no_argument)
+				apply_option(s, o->val, o->name, NULL);
+			else if (!eq)
+				usage_error("option \"%s\" needs a value", key);
+			else
+				apply_option(s, o->val, o->name, eq + 1);
+			continue;
+		}
+		if (!s->fuse_opts) {
+			s->fuse_opts = xstrdup(item);
+		} else {
+			char *j;
+			if (asprintf(&j, "%s,%s", s->fuse_opts, item) < 0)
+				usage_error("out of memory");
+			free(s->fuse_opts);
+			s->fuse_opts = j;
+		}
+	}
 }
 
 static void set_string(char **field, const char *v)
@@ -287,16 +393,38 @@ static void apply_option(struct settings *s, int opt, const char *name,
 		if (!s->max_parallel)
 			usage_error("%s must be at least 1", name);
 		break;
+	case OPT_CACHE_MAX_BYTES:
+		s->cache_max_bytes = parse_bytes(name, v);
+		break;
+	case OPT_GC_HIGH:
+		s->gc_high = parse_uint(name, v, 100);
+		if (!s->gc_high)
+			usage_error("%s must be between 1 and 100", name);
+		break;
+	case OPT_GC_LOW:
+		s->gc_low = parse_uint(name, v, 100);
+		if (!s->gc_low)
+			usage_error("%s must be between 1 and 100", name);
+		break;
+	case OPT_GC_MIN_AGE:
+		/* 0 is allowed here: "no minimum" (tests, tiny nodes). */
+		s->gc_min_age_s = parse_uint(name, v, 86400 * 365);
+		if (!s->gc_min_age_s)
+			s->gc_min_age_s = UINT32_MAX; /* marker, mapped below */
+		break;
+	case OPT_PIN: {
+		char **n = realloc(s->pins, (s->n_pins + 1) * sizeof(*n));
+		if (!n)
+			usage_error("out of memory");
+		s->pins = n;
+		s->pins[s->n_pins++] = xstrdup(v);
+		break;
+	}
+	case OPT_CONTROL_SOCKET:
+		set_string(&s->control_socket, v);
+		break;
 	case 'o':
-		if (!s->fuse_opts) {
-			s->fuse_opts = xstrdup(v);
-		} else {
-			char *j;
-			if (asprintf(&j, "%s,%s", s->fuse_opts, v) < 0)
-				usage_error("out of memory");
-			free(s->fuse_opts);
-			s->fuse_opts = j;
-		}
+		apply_mount_options(s, v);
 		break;
 	default:
 		usage_error("unknown option \"%s\"", name);
@@ -572,6 +700,19 @@ int main(int argc, char **argv)
 	mo.registry_burst = s.registry_burst;
 	mo.pull_qps_fail_fast = s.qps_fail_fast;
 	mo.max_parallel_pulls = s.max_parallel;
+	mo.cache_max_bytes = s.cache_max_bytes;
+	mo.gc_high_percent = s.gc_high;
+	mo.gc_low_percent = s.gc_low;
+	/* "--gc-min-age 0" means none; the manager reads 0 as its default. */
+	mo.gc_min_age_s = s.gc_min_age_s == UINT32_MAX ? 0 : s.gc_min_age_s;
+	mo.gc_no_min_age = s.gc_min_age_s == UINT32_MAX;
+	mo.pins = (const char *const *)s.pins;
+	mo.n_pins = s.n_pins;
+	if (s.gc_high && s.gc_low && s.gc_low > s.gc_high) {
+		fprintf(stderr, "pullfs: --gc-low-percent must not be above --gc-high-percent (see pullfs --help)\n");
+		return EXIT_USAGE;
+	}
+	fo.control_socket = s.control_socket;
 	mo.registry_hosts = s.hosts;
 	mo.credentials = creds;
 	mo.connect_timeout_ms = s.connect_timeout_ms;

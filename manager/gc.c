@@ -331,7 +331,7 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual,
 	size_t n = 0;
 	json_t *removed;
 	int64_t now = manager_wall_s();
-	unsigned min_age = m->opts.gc_min_age_s ?: DEFAULT_MIN_AGE_S;
+	unsigned min_age = m->opts.gc_no_min_age ? 0 : (m->opts.gc_min_age_s ?: DEFAULT_MIN_AGE_S);
 	int r;
 
 	removed = json_array();

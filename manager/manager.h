@@ -61,6 +61,7 @@ struct manager_options {
 	unsigned gc_high_percent;    /* start above this share of the budget; 0: 85 */
 	unsigned gc_low_percent;     /* ... and stop at this one; 0: 80 */
 	unsigned gc_min_age_s;	     /* never remove an image pulled less ago; 0: 120 */
+	bool gc_no_min_age;	     /* ... unless this says there is no minimum */
 	const char *const *pins;     /* globs of references GC never removes */
 	size_t n_pins;
 };
