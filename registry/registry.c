@@ -1303,6 +1303,13 @@ static int attempt_run(struct registry *r, struct request *q, const char *url,
 		goto out;
 	}
 	k = perform_once(r, q, url, ep, headers, head, &auth);
+	if (q->status == 401 && auth.bearer_token) {
+		/* A fresh token that does not open the door: no use keeping it. */
+		_cleanup_free_ char *scope = NULL;
+
+		if (auth_scope_pull(repo, &scope) == 0)
+			auth_cache_drop(r->auth, ch.realm, ch.service, scope, token);
+	}
 	if (q->status == 401)
 		k = error_set(q->err, 401, -EACCES, "%s refused the %s for %s", ep->host,
 			      auth.bearer_token ? "token" : "credentials",
