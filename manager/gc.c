@@ -26,7 +26,7 @@ struct candidate {
 	char *reference;
 	char *digest;
 	char *index_digest;
-	int64_t last_used;
+	int64_t last_used_ms;
 	int64_t pulled_at;
 	unsigned open_files;
 	bool in_flight;
@@ -76,7 +76,7 @@ static int collect_one(void *userdata, const char *key, void *value)
 		ctx->error = -ENOMEM;
 		return -ENOMEM;
 	}
-	c->last_used = rs->last_used;
+	c->last_used_ms = rs->last_used_ms;
 	c->pulled_at = rs->pulled_at;
 	c->open_files = img ? atomic_load(&img->open_files) : 0;
 	c->in_flight = strmap_get(ctx->m->flights, rs->reference) != NULL;
@@ -108,8 +108,8 @@ static int by_last_used(const void *a, const void *b)
 {
 	const struct candidate *x = a, *y = b;
 
-	if (x->last_used != y->last_used)
-		return x->last_used < y->last_used ? -1 : 1;
+	if (x->last_used_ms != y->last_used_ms)
+		return x->last_used_ms < y->last_used_ms ? -1 : 1;
 	return strcmp(x->reference, y->reference);
 }
 
@@ -368,7 +368,7 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual,
 		json_array_append_new(removed, json_string(c[i].reference));
 		manager_emit(m, EVENT_NORMAL, "ImageGC", c[i].reference, c[i].digest,
 			     0, NULL, "Removed image \"%s\" (last used %llds ago), freed %llu bytes",
-			     c[i].reference, (long long)(now - c[i].last_used),
+			     c[i].reference, (long long)(now - c[i].last_used_ms / 1000),
 			     (unsigned long long)(got ? got : before - MIN(b.usage, before)));
 	}
 	pthread_mutex_lock(&m->lock);

@@ -48,7 +48,7 @@ struct refstate {
 	int64_t checked_at; /* monotonic seconds of the last resolve */
 	int64_t present_event_at; /* rate limit of "already present" */
 	int64_t pulled_at;  /* unix seconds */
-	int64_t last_used;  /* unix seconds of the last ensure */
+	int64_t last_used_ms; /* unix milliseconds of the last ensure */
 };
 
 enum pull_state {
@@ -131,6 +131,7 @@ struct manager {
 
 int64_t manager_now_s(const struct manager *m);
 int64_t manager_wall_s(void);
+int64_t manager_wall_ms(void);
 
 void manager_emit(struct manager *m, enum event_type type, const char *reason,
 		  const char *image, const char *digest, int err,

@@ -49,6 +49,14 @@ int64_t manager_wall_s(void)
 	return (int64_t)time(NULL);
 }
 
+int64_t manager_wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static double now_f(const struct manager *m)
 {
 	return (double)clock_now_ns(m->clock) / 1e9;
@@ -365,7 +373,8 @@ static int refstate_set(struct manager *m, const char *reference,
 	rs->digest = d;
 	rs->index_digest = id;
 	rs->checked_at = now_s(m);
-	rs->pulled_at = rs->last_used = manager_wall_s();
+	rs->pulled_at = manager_wall_s();
+	rs->last_used_ms = manager_wall_ms();
 	if (old && strcmp(old, d) != 0)
 		image_retire_locked(m, old);
 	return 0;
@@ -1046,7 +1055,7 @@ static void touch_locked(struct manager *m, const char *canonical)
 	struct refstate *rs = strmap_get(m->refs, canonical);
 
 	if (rs)
-		rs->last_used = manager_wall_s();
+		rs->last_used_ms = manager_wall_ms();
 }
 
 /* Fast path under the lock: a cached, loaded image that needs no
@@ -1142,7 +1151,7 @@ int manager_ensure(struct manager *m, const char *reference,
 	}
 	f->waiters = 1;
 	pthread_cond_init(&f->cond, NULL);
-	f->progress.started_ns = (int64_t)time(NULL) * CLOCK_NS_PER_SEC;
+	f->progress.started_ns = manager_wall_ms() * 1000000;
 	pthread_mutex_unlock(&m->lock);
 
 	struct ensure_outcome out = { 0 };
@@ -1289,7 +1298,8 @@ static int load_refs(struct manager *m)
 					 refs[i].index_digest);
 		if (r == 0) {
 			struct refstate *rs = strmap_get(m->refs, refs[i].reference);
-			rs->pulled_at = rs->last_used = refs[i].pulled_at;
+			rs->pulled_at = refs[i].pulled_at;
+			rs->last_used_ms = refs[i].pulled_at * 1000;
 		}
 		cache_ref_done(&refs[i]);
 	}

@@ -22,9 +22,10 @@
 #include "strmap.h"
 #include "throttle.h"
 
-static json_t *time_string(int64_t unix_s)
+static json_t *time_string_ms(int64_t unix_ms)
 {
-	struct timespec ts = { .tv_sec = (time_t)unix_s };
+	struct timespec ts = { .tv_sec = (time_t)(unix_ms / 1000),
+			       .tv_nsec = (long)(unix_ms % 1000) * 1000000 };
 	char buf[40];
 
 	events_format_time(&ts, buf, sizeof(buf));
@@ -49,9 +50,10 @@ static int status_pull(void *userdata, const char *key, void *value)
 	json_array_append_new(
 		s->array,
 		json_pack("{s:s, s:o, s:f, s:I, s:I, s:i, s:i, s:i, s:s}", "reference", key,
-			  "started", time_string(p->started_ns / CLOCK_NS_PER_SEC),
+			  "started", time_string_ms(p->started_ns / 1000000),
 			  "elapsed_s",
-			  (double)now.tv_sec - (double)p->started_ns / 1e9,
+			  (double)now.tv_sec + (double)now.tv_nsec / 1e9 -
+				  (double)p->started_ns / 1e9,
 			  "bytes_done", (json_int_t)atomic_load(&p->bytes_done),
 			  "bytes_total", (json_int_t)atomic_load(&p->bytes_total),
 			  "layers_done", (int)atomic_load(&p->layers_done),
@@ -103,8 +105,8 @@ static int status_image(void *userdata, const char *key, void *value)
 		json_pack("{s:s, s:s, s:I, s:o, s:o, s:b, s:i, s:b}", "reference", key,
 			  "digest", rs->digest, "size",
 			  (json_int_t)image_bytes(s->m, rs->digest, rs->index_digest),
-			  "pulled", time_string(rs->pulled_at), "last_used",
-			  time_string(rs->last_used), "in_use", in_use, "open_files",
+			  "pulled", time_string_ms(rs->pulled_at * 1000), "last_used",
+			  time_string_ms(rs->last_used_ms), "in_use", in_use, "open_files",
 			  (int)open, "pinned", pinned));
 	return 0;
 }

@@ -1,0 +1,95 @@
+#!/bin/bash
+# Garbage collection: least recently used first, open files protect an
+# image, shared content is swept only when nothing needs it, events say
+# what happened; the control view and the metrics describe it all, and
+# the metrics pass a strict exposition-format check.
+source "$(dirname "$0")/lib.sh"
+source "$INTEGRATION_DIR/images.sh"
+
+need_fuse
+start_registry
+push_busybox test/busybox:1
+push_edge test/edge:1
+
+# Sizes on disk decide the budget: measured, not guessed.
+mount_pullfs --gc-min-age 0
+bb=$MNT/images/$REGISTRY/test/busybox:1
+edge=$MNT/images/$REGISTRY/test/edge:1
+ls "$bb/bin" >/dev/null
+ls "$edge" >/dev/null
+sizes=$(py -c '
+import json, sys
+st = json.load(open(sys.argv[1]))
+print(" ".join(str(i["size"]) for i in sorted(st["images"], key=lambda i: i["reference"])))' "$MNT/.pullfs/status")
+read -r bb_size edge_size <<<"$sizes"
+log "on disk: busybox $bb_size, edge $edge_size bytes"
+[ "$bb_size" -gt 0 ] && [ "$edge_size" -gt 0 ] || fail "image sizes missing in status"
+py "$INTEGRATION_DIR/promcheck.py" "$MNT/.pullfs/metrics" \
+    pullfs_image_pull_duration_seconds pullfs_ensure_requests_total \
+    pullfs_pulled_bytes_total pullfs_pull_failures_total pullfs_backoff_entries \
+    pullfs_cache_bytes pullfs_cache_images pullfs_gc_runs_total \
+    pullfs_gc_freed_bytes_total pullfs_fuse_operations_total \
+    pullfs_fuse_operation_duration_seconds || fail "metrics exposition"
+grep -q '^pullfs_pulls_total{result="success"} 2$' "$MNT/.pullfs/metrics" || fail "two successful pulls in the metrics"
+unmount_pullfs
+
+# A budget where both fit under the low mark only without busybox:
+# high = 85 %, low = 80 % of budget; pick budget so that edge alone is
+# under low and both are over high.
+budget=$(( (edge_size + bb_size / 4) * 100 / 80 ))
+rm -rf "$CACHE"
+: >"$EVENTS"
+mount_pullfs --gc-min-age 0 --cache-max-bytes "$budget"
+ls "$bb/bin" >/dev/null
+# busybox was used first; edge next; the pull of edge crosses the mark.
+ls "$edge" >/dev/null
+wait_for 20 grep -q '"reason":"ImageGC","image":"'"$REGISTRY"'/test/busybox:1"' "$EVENTS" || fail "no ImageGC event for busybox"
+grep -q '"reason":"ImageGC","image":"'"$REGISTRY"'/test/edge:1"' "$EVENTS" && fail "GC removed the most recently used image"
+assert_eq "edge:1" "$(ls "$MNT/images/$REGISTRY/test")" "cached images after GC"
+grep -q '^pullfs_gc_runs_total{trigger="threshold"} 1$' "$MNT/.pullfs/metrics" || fail "threshold GC run not counted"
+# The edge image still reads right; busybox comes back with a new pull.
+assert_eq "upper" "$(cat "$edge/opq/upper1")" "edge content after GC"
+pulls_before=$(grep -c '"reason":"Pulling"' "$EVENTS")
+chroot "$bb" /bin/sh -c 'echo back' | grep -q back || fail "busybox after GC"
+[ "$(grep -c '"reason":"Pulling"' "$EVENTS")" -eq $((pulls_before + 1)) ] || fail "busybox was not pulled again"
+unmount_pullfs
+
+# Open files protect an image: with busybox held open, GC removes edge
+# (pulled later, not open) and leaves busybox.
+rm -rf "$CACHE"
+: >"$EVENTS"
+mount_pullfs --gc-min-age 0
+ls "$bb/bin" >/dev/null
+ls "$edge" >/dev/null
+exec 7<"$bb/bin/busybox"
+py - "$CACHE/control.sock" "$REGISTRY" <<'PY' || fail "control socket gc/rm"
+import json, socket, sys
+def ask(req):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    s.sendall((json.dumps(req) + "\n").encode())
+    s.shutdown(socket.SHUT_WR)
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    return json.loads(data)
+reg = sys.argv[2]
+r = ask({"op": "rm", "references": [reg + "/test/busybox:1"]})
+assert not r["ok"] and r["errno"] == "EBUSY", r
+r = ask({"op": "gc", "to_bytes": 1})
+assert r["ok"] and r["removed"] == [reg + "/test/edge:1"], r
+assert r["freed_bytes"] > 0, r
+r = ask({"op": "inspect", "reference": reg + "/test/busybox:1"})
+assert r["ok"] and len(r["layers"]) >= 1 and r["platform"].startswith("linux/"), r
+r = ask({"op": "bogus"})
+assert not r["ok"] and r["errno"] == "EINVAL", r
+PY
+grep -q '"reason":"ImageGCFailed"' "$EVENTS" || fail "GC short of its target did not say so"
+assert_eq "busybox:1" "$(ls "$MNT/images/$REGISTRY/test")" "cached images after manual GC"
+head -c 4 <&7 | od -c | grep -q 'E   L   F' || fail "open file unreadable after GC"
+exec 7<&-
+# Nothing left that no reference needs: one image's layers only.
+layers=$(ls "$CACHE/layers" | wc -l)
+assert_eq 1 "$layers" "layers left in the cache"
+unmount_pullfs
+log "PASS"
