@@ -834,6 +834,8 @@ static void job_progress_text(const struct job *j, bool bar, int bar_width, char
 			buf[o++] = i < fill ? '=' : (i == fill ? '>' : ' ');
 		o += (size_t)snprintf(buf + o, len - o, "] %3.0f%%  ", frac * 100);
 	}
+	if (!bar)
+		o += (size_t)snprintf(buf + o, len - o, "%s  ", j->state);
 	if (o < len)
 		snprintf(buf + o, len - o, "%s / %s  %s/s  %s", done, total, rate, layers);
 }
@@ -878,7 +880,12 @@ static void draw_tty(struct job *jobs, size_t n, const json_t *status, size_t *d
 			snprintf(ref, sizeof(ref), "…%s", j->reference + rl - refw + 1);
 		else
 			snprintf(ref, sizeof(ref), "%s", j->reference);
-		printf("\r\033[K%-*s  %.*s\n", (int)refw, ref, MAX(0, cols - (int)refw - 3), text);
+		/* Progress is cut to the width so that redrawing stays in
+		 * place; a final result is printed whole. */
+		printf("\r\033[K%-*s  %.*s\n", (int)refw, ref,
+		       __atomic_load_n(&j->phase, __ATOMIC_ACQUIRE) == JOB_DONE ? (int)sizeof(text)
+										: MAX(0, cols - (int)refw - 3),
+		       text);
 	}
 	*drawn = n;
 	fflush(stdout);
