@@ -1399,8 +1399,7 @@ static void gc_usage(FILE *f)
 	      "\n"
 	      "Options:\n"
 	      "      --to BYTES  shrink the cache to at most BYTES (suffixes K, M, G, T:\n"
-	      "                  binary multiples, e.g. 500M, 2GiB); 0 removes every\n"
-	      "                  image not in use\n"
+	      "                  binary multiples, e.g. 500M, 2GiB)\n"
 	      "  -h, --help      show this help\n",
 	      f);
 }
