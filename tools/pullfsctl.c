@@ -1557,9 +1557,10 @@ static int cmd_status(int argc, char **argv)
 	printf("Events log:  %s\n", jstr(st, "events_log") ? jstr(st, "events_log") : "-");
 	cache = json_object_get(st, "cache");
 	format_size(jnum(cache, "bytes"), a, sizeof(a));
-	printf("Cache:       %s: %s in %.0f images, %.0f layers\n",
+	printf("Cache:       %s: %s in %.0f image%s, %.0f layer%s\n",
 	       jstr(st, "cache_dir") ? jstr(st, "cache_dir") : "?", a, jnum(cache, "images"),
-	       jnum(cache, "layers"));
+	       jnum(cache, "images") == 1 ? "" : "s", jnum(cache, "layers"),
+	       jnum(cache, "layers") == 1 ? "" : "s");
 	if (jnum(cache, "fs_bytes") > 0) {
 		double used = jnum(cache, "fs_bytes") - jnum(cache, "fs_free_bytes");
 		format_size(jnum(cache, "fs_free_bytes"), a, sizeof(a));

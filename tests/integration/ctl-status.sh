@@ -54,7 +54,7 @@ assert_contains "REFERENCE" "$(grep -B1 -F "$ref " <<<"$OUT" | head -n1)" "heade
 row=$(grep -F "$bad " <<<"$OUT")
 [[ $row =~ ^$bad\ +[0-9]+\.[0-9]s\ +60s\ +1\ +ENOENT\ +.*manifest ]] || fail "back-off row of status: '$row' in: $OUT"
 assert_contains "Pulls:       1 running (at most 1 at once), 0 queued" "$OUT" "queues in status"
-[[ $OUT =~ Cache:\ +$CACHE:\ [0-9.]+\ (B|KiB|MiB)\ in\ [0-9]+\ images ]] || fail "cache line of status: $OUT"
+[[ $OUT =~ Cache:\ +$CACHE:\ [0-9.]+\ (B|KiB|MiB)\ in\ [0-9]+\ images? ]] || fail "cache line of status: $OUT"
 assert_contains "Events log:  $EVENTS" "$OUT" "status"
 assert_contains "GC:          above 85%" "$OUT" "status"
 
