@@ -17,6 +17,7 @@
 #include <fuse_lowlevel.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -1256,10 +1257,37 @@ static void forget_dentry(void *userdata, uint64_t parent, const char *name)
 }
 
 static struct manager *hup_manager;
+static struct fuse_session *stop_session;
+static int stop_pipe[2] = { -1, -1 };
 
 static void on_sighup(int sig)
 {
 	manager_reopen_events(hup_manager);
+}
+
+/* SIGINT/SIGTERM: end the session as libfuse's own handler would, and
+ * wake the thread that cancels pulls -- a worker busy with a slow pull
+ * would otherwise hold the unmount until the pull ends. */
+static void on_stop(int sig)
+{
+	int saved = errno;
+
+	if (stop_session)
+		fuse_session_exit(stop_session);
+	if (stop_pipe[1] >= 0 && write(stop_pipe[1], "x", 1) < 0) {
+		/* already woken */
+	}
+	errno = saved;
+}
+
+static void *stop_thread(void *arg)
+{
+	char c;
+
+	while (read(stop_pipe[0], &c, 1) < 0 && errno == EINTR)
+		;
+	manager_cancel(arg);
+	return NULL;
 }
 
 int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
@@ -1283,6 +1311,12 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
 	sigemptyset(&sa.sa_mask);
 	sa.sa_flags = SA_RESTART;
 	sigaction(SIGHUP, &sa, NULL);
+	if (pipe2(stop_pipe, O_CLOEXEC) == 0) {
+		stop_session = fs->session;
+		sa.sa_handler = on_stop;
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
+	}
 
 	if (fuse_session_mount(fs->session, mountpoint) != 0) {
 		r = -EIO;
@@ -1295,6 +1329,9 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
 	/* Threads only now: fuse_daemonize forks. */
 	fs->mountpoint = realpath(mountpoint, NULL);
 	manager_set_forget_dentry(fs->manager, forget_dentry, fs);
+	pthread_t stopper;
+	bool stopper_started = stop_pipe[0] >= 0 &&
+			       pthread_create(&stopper, NULL, stop_thread, fs->manager) == 0;
 	r = manager_start(fs->manager);
 	if (r < 0) {
 		fprintf(stderr, "pullfs: cannot start the garbage collector: %s\n", strerror(-r));
@@ -1329,6 +1366,12 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
 	fuse_loop_cfg_destroy(cfg);
 	control_stop(fs->control);
 	fs->control = NULL;
+	if (stopper_started) {
+		if (write(stop_pipe[1], "x", 1) < 0) {
+			/* the thread was woken by a signal already */
+		}
+		pthread_join(stopper, NULL);
+	}
 out_unmount:
 	fuse_session_unmount(fs->session);
 out_signals:

@@ -126,6 +126,7 @@ struct manager {
 	bool gc_thread_started;
 	bool gc_wanted;	  /* lock */
 	bool stopping;	  /* lock */
+	atomic_bool cancelled; /* manager_cancel(): pulls give up */
 	pthread_cond_t gc_cond;
 };
 

@@ -414,6 +414,7 @@ static int registry_failed(struct pull *p, int r, const struct registry_error *e
 
 /* Sink that writes into the pipe feeding the unpacker. */
 struct pipe_sink_state {
+	const atomic_bool *cancelled_flag;
 	struct pull_progress *progress;
 	int fd;
 	uint64_t written;
@@ -427,6 +428,8 @@ static int pipe_sink(void *userdata, const void *buf, size_t len)
 
 	ps->written += len;
 	atomic_fetch_add(&ps->progress->bytes_done, len);
+	if (atomic_load(ps->cancelled_flag))
+		return -ECANCELED;
 	if (ps->written > (64u << 10))
 		fault_point("mid-blob");
 
@@ -519,7 +522,8 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 		r = -r;
 		goto fail;
 	}
-	struct pipe_sink_state ps = { .fd = pfd[1], .progress = p->progress };
+	struct pipe_sink_state ps = { .fd = pfd[1], .progress = p->progress,
+				      .cancelled_flag = &m->cancelled };
 	r = registry_get_blob(m->registry, p->ref->domain, p->repo, d->digest,
 			      d->size, pipe_sink, &ps, &rerr);
 	close(pfd[1]);
@@ -1276,6 +1280,13 @@ bool manager_is_known_host(struct manager *m, const char *host)
 }
 
 /* ---- life cycle ------------------------------------------------------ */
+
+void manager_cancel(struct manager *m)
+{
+	atomic_store(&m->cancelled, true);
+	throttle_shutdown(m->throttle);
+	puller_shutdown(m->puller);
+}
 
 void manager_reopen_events(struct manager *m)
 {

@@ -103,6 +103,11 @@ int manager_list(struct manager *m, const char *prefix,
 		 int (*fn)(void *userdata, const char *name, bool is_image),
 		 void *userdata);
 
+/* Makes every pull in progress give up with -ECANCELED at its next
+ * chunk of data, and every pull waiting for a slot or a token at once;
+ * for a prompt unmount.  Thread-safe; not async-signal-safe. */
+void manager_cancel(struct manager *m);
+
 /* The cache directory, as given. */
 const char *manager_cache_dir(const struct manager *m);
 
