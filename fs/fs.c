@@ -1314,6 +1314,9 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
 	if (pipe2(stop_pipe, O_CLOEXEC) == 0) {
 		stop_session = fs->session;
 		sa.sa_handler = on_stop;
+		/* No SA_RESTART: the worker blocked in read(2) on /dev/fuse
+		 * must see EINTR to notice the session ended. */
+		sa.sa_flags = 0;
 		sigaction(SIGINT, &sa, NULL);
 		sigaction(SIGTERM, &sa, NULL);
 	}
