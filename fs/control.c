@@ -76,8 +76,12 @@ static json_t *handle(struct control *c, json_t *req)
 		json_t *to = json_object_get(req, "to_bytes");
 		if (to && (!json_is_integer(to) || json_integer_value(to) < 0))
 			return failure(-EINVAL, "to_bytes must be a non-negative integer");
-		r = manager_gc(c->manager, to ? (uint64_t)json_integer_value(to) : 0,
-			       &ans, err, sizeof(err));
+		/* Absent: the low threshold.  0: as little as possible,
+		 * which the manager spells as a target of one byte. */
+		uint64_t target = to ? (uint64_t)json_integer_value(to) : 0;
+		if (to && target == 0)
+			target = 1;
+		r = manager_gc(c->manager, target, &ans, err, sizeof(err));
 	} else {
 		snprintf(err, sizeof(err), "unknown op \"%s\"", op);
 		return failure(-EINVAL, err);

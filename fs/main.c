@@ -583,14 +583,15 @@ static void parse_command_line(struct settings *s, int argc, char **argv)
 	/* First pass: only --config, so that the file is applied before the
 	 * command line overrides it. */
 	opterr = 0;
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "+:hVfdo:", long_options, NULL)) != -1)
+	optind = 0;
+	while ((c = getopt_long(argc, argv, ":hVfdo:", long_options, NULL)) != -1)
 		if (c == OPT_CONFIG)
 			config = optarg;
 	if (config)
 		load_config(s, config);
 
-	optind = 1;
+	/* 0, not 1: glibc's getopt only starts over completely from 0. */
+	optind = 0;
 	while ((c = getopt_long(argc, argv, ":hVfdo:", long_options, NULL)) != -1) {
 		switch (c) {
 		case 'h':
