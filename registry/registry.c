@@ -775,6 +775,15 @@ static int status_to_errno(long status)
 	}
 }
 
+/* A TLS alert from the server while reading: with TLS 1.3 this is how a
+ * refused client certificate shows, after the handshake seemed done.  It
+ * is about configuration, not the network: no retry, EIO. */
+static bool tls_alert(const struct request *q)
+{
+	return (q->rc == CURLE_RECV_ERROR || q->rc == CURLE_SEND_ERROR) &&
+	       strstr(q->curl_msg, "SSL") && strstr(q->curl_msg, "alert");
+}
+
 static int curl_to_errno(struct request *q, CURLcode rc)
 {
 	char host[256];
@@ -791,6 +800,12 @@ static int curl_to_errno(struct request *q, CURLcode rc)
 				 host, why);
 	case CURLE_SEND_ERROR:
 	case CURLE_RECV_ERROR:
+		q->rc = rc;
+		if (tls_alert(q))
+			return error_set(q->err, 0, -EIO,
+					 "TLS with %s failed (client certificate refused?): %s",
+					 host, why);
+		/* fall through */
 	case CURLE_GOT_NOTHING:
 	case CURLE_PARTIAL_FILE:
 	case CURLE_HTTP2:
@@ -1326,7 +1341,7 @@ static bool attempt_is_transient(const struct request *q)
 		return false; /* a callback judged the response */
 	if (retry_status_is_transient(q->status))
 		return true;
-	if (q->status >= 400)
+	if (q->status >= 400 || tls_alert(q))
 		return false;
 	switch (q->rc) {
 	case CURLE_COULDNT_RESOLVE_HOST:

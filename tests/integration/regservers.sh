@@ -46,7 +46,13 @@ EOY
         track_pid "$pid"
         for ((i = 0; i < 200; i++)); do
             _pid_gone "$pid" && break
-            code=$(curl -sk -o /dev/null -w '%{http_code}' --max-time 2 "$scheme://127.0.0.1:$port/v2/" || true)
+            if [ "$scheme" = https ]; then
+                # it may want a client certificate: a TCP connect will do
+                code=000
+                (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && code=tcp
+            else
+                code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$port/v2/" || true)
+            fi
             [ "$code" != 000 ] && break
             sleep 0.05
         done
