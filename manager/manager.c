@@ -25,6 +25,7 @@
 #include "policy.h"
 #include "puller.h"
 #include "reference.h"
+#include "hosts.h"
 #include "registry.h"
 #include "strmap.h"
 #include "throttle.h"
@@ -1273,6 +1274,10 @@ bool manager_is_known_host(struct manager *m, const char *host)
 	for (size_t i = 0; i < m->opts.n_insecure_hosts; i++)
 		if (!strcmp(m->insecure[i], host))
 			return true;
+	/* A registry with a section in the config file is one the operator
+	 * named: "myregistry:5000" is then a host, not a docker.io name. */
+	if (m->opts.registry_hosts && registry_hosts_known(m->opts.registry_hosts, host))
+		return true;
 	pthread_mutex_lock(&m->lock);
 	found = strmap_foreach(m->refs, host_match, &h) != 0;
 	pthread_mutex_unlock(&m->lock);

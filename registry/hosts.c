@@ -328,6 +328,11 @@ bool registry_hosts_insecure(const struct registry_hosts *h, const char *registr
 	return s && s->insecure;
 }
 
+bool registry_hosts_known(const struct registry_hosts *h, const char *registry)
+{
+	return section_find(h, registry) != NULL;
+}
+
 size_t registry_hosts_endpoints(const struct registry_hosts *h,
 				const char *domain, const char *api_host,
 				bool insecure, unsigned cap,

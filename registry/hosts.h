@@ -52,6 +52,9 @@ int registry_hosts_set(struct registry_hosts *h, const char *registry,
 		       const char *key, const char *value, char *errbuf,
 		       size_t errlen);
 
+/* True when the config has a section for registry (h may be NULL). */
+bool registry_hosts_known(const struct registry_hosts *h, const char *registry);
+
 /* True when the config marks registry insecure (plain HTTP). */
 bool registry_hosts_insecure(const struct registry_hosts *h, const char *registry);
 

@@ -88,7 +88,11 @@ static void test_registry_keys(void **state)
 	struct hosts_endpoint e[HOSTS_MAX_ENDPOINTS];
 
 	assert_false(registry_hosts_insecure(h, "r.example.com:5000"));
+	assert_false(registry_hosts_known(h, "r.example.com:5000"));
+	assert_false(registry_hosts_known(NULL, "r.example.com:5000"));
 	assert_int_equal(set(h, "r.example.com:5000", "insecure", "true"), 0);
+	assert_true(registry_hosts_known(h, "r.example.com:5000"));
+	assert_false(registry_hosts_known(h, "r.example.com"));
 	assert_int_equal(set(h, "r.example.com:5000", "ca-file", "/ca.pem"), 0);
 	assert_int_equal(set(h, "r.example.com:5000", "client-cert", "/c.pem"), 0);
 	assert_int_equal(set(h, "r.example.com:5000", "client-key", "/k.pem"), 0);
