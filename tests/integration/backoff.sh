@@ -5,8 +5,8 @@
 #   naming the previous error, and no registry traffic -> after 2 s a new
 #   attempt, which fails again -> a 4 s window (doubled), in which a
 #   registry that is back on the same port is still not asked -> after it
-#   the pull succeeds -> a success clears the entry: the next failure
-#   starts again at 2 s, not 8 s.
+#   the pull succeeds -> a success clears the entry: the next failure (the
+#   tag deleted from the registry) starts again at 2 s, not 8 s.
 # The image is a ":latest" tag (policy Always) with --revalidate-interval 1,
 # so that once pulled it asks the registry again and can fail again.
 source "$(dirname "$0")/lib.sh"
