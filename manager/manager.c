@@ -1479,6 +1479,7 @@ int manager_new(const struct manager_options *opts, struct manager **ret,
 	ro.insecure_hosts = m->opts.insecure_hosts;
 	ro.n_insecure_hosts = opts->n_insecure_hosts;
 	ro.hosts = opts->registry_hosts;
+	ro.cancel = &m->cancelled;
 	ro.credentials = opts->credentials;
 	ro.connect_timeout_ms = opts->connect_timeout_ms;
 	ro.low_speed_time_s = opts->low_speed_time_s;

@@ -54,6 +54,7 @@ struct registry {
 	const struct registry_hosts *hosts;	    /* borrowed, read-only */
 	const struct credentials *credentials;	    /* borrowed, read-only */
 	struct retry_policy retry;
+	const atomic_bool *cancel; /* borrowed; may be NULL */
 	struct auth_cache *auth;		    /* locks itself */
 	/* Credentials per host as the lookup (maybe a helper) gave them,
 	 * for CRED_CACHE_TTL_NS: a Basic registry is asked for them on every
@@ -401,6 +402,7 @@ int registry_new(const struct registry_options *opts, struct registry **ret)
 				      ? opts->low_speed_time_s
 				      : DEFAULT_LOW_SPEED_TIME_S;
 	r->hosts = opts ? opts->hosts : NULL;
+	r->cancel = opts ? opts->cancel : NULL;
 	r->credentials = opts ? opts->credentials : NULL;
 	r->retry = RETRY_POLICY_DEFAULT;
 	if (opts && opts->max_retries > 0)
@@ -817,6 +819,9 @@ static int curl_to_errno(struct request *q, CURLcode rc)
 	case CURLE_OPERATION_TIMEDOUT:
 		return error_set(q->err, q->status, -ETIMEDOUT,
 				 "%s timed out: %s", host, why);
+	case CURLE_ABORTED_BY_CALLBACK:
+		return error_set(q->err, 0, -ECANCELED,
+				 "request to %s cancelled: pullfs is stopping", host);
 	case CURLE_PEER_FAILED_VERIFICATION:
 	case CURLE_SSL_CACERT_BADFILE:
 	case CURLE_SSL_ISSUER_ERROR:
@@ -894,12 +899,30 @@ static int64_t mono_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static void sleep_ms(int64_t ms)
+static bool cancelled(const struct registry *r)
 {
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
+	return r->cancel && atomic_load(r->cancel);
+}
 
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
+/* Sleeps between retries in slices, so that a stop is noticed. */
+static void sleep_ms(const struct registry *r, int64_t ms)
+{
+	while (ms > 0 && !cancelled(r)) {
+		int64_t slice = ms < 100 ? ms : 100;
+		struct timespec ts = { .tv_sec = 0, .tv_nsec = slice * 1000000L };
+
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+		ms -= slice;
+	}
+}
+
+/* curl calls this about once a second and on every chunk: the way to
+ * stop a transfer that is waiting for a slow server. */
+static int progress_cancel(void *userdata, curl_off_t dltotal, curl_off_t dlnow,
+			   curl_off_t ultotal, curl_off_t ulnow)
+{
+	return cancelled(userdata) ? 1 : 0;
 }
 
 #define SETOPT(c, opt, val)                                                   \
@@ -925,6 +948,11 @@ static int request_setup(struct registry *r, struct request *q, CURL *c,
 	SETOPT(c, CURLOPT_MAXREDIRS, MAX_REDIRECTS);
 	SETOPT(c, CURLOPT_UNRESTRICTED_AUTH, 0L);
 	SETOPT(c, CURLOPT_NOSIGNAL, 1L);
+	if (r->cancel) {
+		SETOPT(c, CURLOPT_XFERINFOFUNCTION, progress_cancel);
+		SETOPT(c, CURLOPT_XFERINFODATA, r);
+		SETOPT(c, CURLOPT_NOPROGRESS, 0L);
+	}
 	SETOPT(c, CURLOPT_CONNECTTIMEOUT_MS, r->connect_timeout_ms);
 	SETOPT(c, CURLOPT_LOW_SPEED_LIMIT, LOW_SPEED_BYTES_PER_S);
 	SETOPT(c, CURLOPT_LOW_SPEED_TIME, r->low_speed_time_s);
@@ -1387,7 +1415,7 @@ static int endpoint_run(struct registry *r, struct request *q, const char *url,
 		d = retry_delay_ms(&r->retry, retry++, waited, q->retry_after_ms);
 		if (d < 0)
 			return k;
-		sleep_ms(d);
+		sleep_ms(r, d);
 		waited += d;
 	}
 }

@@ -5,6 +5,8 @@
  * errors become negative errno values here and nowhere else. */
 #pragma once
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,6 +38,9 @@ struct registry_options {
 	 * per request); retry_base_ms 0: 500 ms.  max_retries < 0: 3. */
 	int max_retries;
 	long retry_base_ms;
+	/* When set and true, every transfer in progress stops and every call
+	 * fails with -ECANCELED (the daemon is stopping).  Borrowed. */
+	const atomic_bool *cancel;
 };
 
 struct registry;
