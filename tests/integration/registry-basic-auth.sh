@@ -1,8 +1,10 @@
 #!/bin/bash
 # Basic auth against docker-registry with htpasswd: no credentials gives
 # EACCES and a Failed event; a config.json given with --auth-file, or
-# found in $DOCKER_CONFIG, lets the pull through; the password never
-# reaches the events log or the daemon's output.
+# found in $DOCKER_CONFIG, with the credentials inline or from a
+# docker-credential-<name> helper (credHelpers, credsStore), lets the pull
+# through; the password never reaches the events log or the daemon's
+# output.
 source "$(dirname "$0")/lib.sh"
 source "$INTEGRATION_DIR/images.sh"
 source "$INTEGRATION_DIR/regservers.sh"
@@ -60,6 +62,41 @@ CACHE=$WORK/cache-default EVENTS=$WORK/events-default.log
 mount_pullfs --insecure-registry "$host"
 assert_eq hi "$(chroot "$MNT/images/$ref" /bin/echo hi)" "chroot into the image"
 unmount_pullfs
+
+# ---- credHelpers / credsStore: docker-credential-<name> get, found in
+# the daemon's PATH, asked with the server on stdin.
+mkdir -p "$WORK/bin"
+cat >"$WORK/bin/docker-credential-pullfstest" <<HELPER
+#!/bin/sh
+[ "\$1" = get ] || exit 1
+read -r server
+echo "\$server" >>"$WORK/helper-asked"
+printf '{"ServerURL":"%s","Username":"alice","Secret":"%s"}\n' "\$server" "$pass"
+HELPER
+cat >"$WORK/bin/docker-credential-nothing" <<'HELPER'
+#!/bin/sh
+echo "credentials not found in native keychain"
+exit 1
+HELPER
+chmod +x "$WORK/bin/docker-credential-pullfstest" "$WORK/bin/docker-credential-nothing"
+PULLFS_ENV=("PATH=$WORK/bin:$PATH")
+printf '{"credHelpers":{"%s":"pullfstest"}}\n' "$host" >"$DOCKER_CONFIG/config.json"
+CACHE=$WORK/cache-helper EVENTS=$WORK/events-helper.log
+mount_pullfs --insecure-registry "$host"
+assert_eq hi "$(chroot "$MNT/images/$ref" /bin/echo hi)" "chroot with credentials from a credHelper"
+unmount_pullfs
+grep -q "$host" "$WORK/helper-asked" || fail "the credential helper was not asked for $host"
+printf '{"credsStore":"pullfstest"}\n' >"$DOCKER_CONFIG/config.json"
+CACHE=$WORK/cache-store EVENTS=$WORK/events-store.log
+mount_pullfs --insecure-registry "$host"
+assert_eq hi "$(chroot "$MNT/images/$ref" /bin/echo hi)" "chroot with credentials from credsStore"
+unmount_pullfs
+printf '{"credsStore":"nothing"}\n' >"$DOCKER_CONFIG/config.json"
+CACHE=$WORK/cache-nothing EVENTS=$WORK/events-nothing.log
+mount_pullfs --insecure-registry "$host"
+assert_errno EACCES "$MNT/images/$ref"
+unmount_pullfs
+PULLFS_ENV=()
 
 for EVENTS in "$WORK"/events*.log; do
     events check >&2 || fail "malformed events in $EVENTS"
