@@ -288,6 +288,11 @@ static void caller_of(fuse_req_t req, struct caller *c)
 	}
 }
 
+static void on_interrupt(fuse_req_t req, void *data)
+{
+	ensure_wait_interrupt(data);
+}
+
 static void reply_image_root(fuse_req_t req, struct fs *fs, struct image *img)
 {
 	struct fuse_entry_param e = { 0 };
@@ -357,7 +362,13 @@ static void ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 			return;
 		}
 		caller_of(req, &who);
-		r = manager_ensure(fs->manager, full, &who, &img);
+		/* A caller killed or Ctrl-C'ed while its pull runs gets EINTR
+		 * at once; the pull goes on for the next lookup. */
+		struct ensure_wait w;
+		ensure_wait_init(&w, fs->manager);
+		fuse_req_interrupt_func(req, on_interrupt, &w);
+		r = manager_ensure_wait(fs->manager, full, &who, &w, &img);
+		fuse_req_interrupt_func(req, NULL, NULL);
 		if (r < 0) {
 			reply_err(req, r);
 		} else {

@@ -73,8 +73,7 @@ struct flight {
 	unsigned waiters; /* under manager.lock */
 	bool done;
 	int result;
-	struct image *image; /* one reference per waiter to take */
-	pthread_cond_t cond;
+	struct image *image; /* holds one reference; each waiter takes its own */
 	struct pull_progress progress;
 };
 
@@ -115,6 +114,9 @@ struct manager {
 	struct strmap *refs;	/* reference -> struct refstate *; lock */
 	struct strmap *images;	/* digest -> struct image * (one ref held); lock */
 	struct strmap *flights; /* reference -> struct flight *; lock */
+	/* Broadcast when a flight ends or a waiter is interrupted; lock. */
+	pthread_cond_t flight_cond;
+	unsigned jobs_running; /* flight jobs on threads of their own; lock */
 	struct strmap *registry_bytes; /* domain -> (uint64_t *); lock */
 	struct manager_stats stats;    /* lock */
 

@@ -1088,15 +1088,95 @@ static void flight_put_locked(struct flight *f)
 		return;
 	if (f->image)
 		image_unref(f->image, 1);
-	pthread_cond_destroy(&f->cond);
 	free(f);
+}
+
+/* One flight's work, run by the first caller's thread or a thread of its
+ * own.  Owns ref and canonical. */
+struct flight_job {
+	struct manager *m;
+	struct flight *f;
+	struct reference *ref;
+	char *canonical;
+	enum pull_policy policy;
+	struct caller who;
+	bool has_who;
+	double t_wait;
+	bool detached;
+};
+
+static void flight_run(struct flight_job *j)
+{
+	struct manager *m = j->m;
+	struct flight *f = j->f;
+	struct ensure_outcome out = { 0 };
+	struct image *img = NULL;
+	int r;
+
+	pthread_rwlock_rdlock(&m->gc_lock);
+	r = ensure_decide(m, j->ref, j->canonical, j->policy,
+			  j->has_who ? &j->who : NULL, j->t_wait, &f->progress,
+			  &out, &img);
+	pthread_rwlock_unlock(&m->gc_lock);
+	bool want_gc = out.pulled && gc_needed(m);
+
+	pthread_mutex_lock(&m->lock);
+	record_outcome_locked(m, j->policy, j->ref->domain, &out);
+	if (r == 0)
+		touch_locked(m, j->canonical);
+	if (want_gc) {
+		m->gc_wanted = true;
+		pthread_cond_signal(&m->gc_cond);
+	}
+	strmap_remove(m->flights, j->canonical);
+	f->done = true;
+	f->result = r;
+	f->image = r == 0 ? img : NULL; /* the job's reference moves here */
+	pthread_cond_broadcast(&m->flight_cond);
+	flight_put_locked(f); /* the job's own share of the flight */
+	if (j->detached && --m->jobs_running == 0)
+		pthread_cond_broadcast(&m->flight_cond);
+	pthread_mutex_unlock(&m->lock);
+	reference_free(j->ref);
+	free(j->canonical);
+	free(j);
+}
+
+static void *flight_thread(void *arg)
+{
+	flight_run(arg);
+	return NULL;
+}
+
+void ensure_wait_init(struct ensure_wait *w, struct manager *m)
+{
+	w->manager = m;
+	atomic_init(&w->interrupted, false);
+}
+
+void ensure_wait_interrupt(struct ensure_wait *w)
+{
+	struct manager *m = w->manager;
+
+	pthread_mutex_lock(&m->lock);
+	atomic_store(&w->interrupted, true);
+	pthread_cond_broadcast(&m->flight_cond);
+	pthread_mutex_unlock(&m->lock);
 }
 
 int manager_ensure(struct manager *m, const char *reference,
 		   const struct caller *who, struct image **ret)
 {
+	return manager_ensure_wait(m, reference, who, NULL, ret);
+}
+
+int manager_ensure_wait(struct manager *m, const char *reference,
+			const struct caller *who, struct ensure_wait *w,
+			struct image **ret)
+{
 	struct reference *ref = NULL;
 	_cleanup_free_ char *canonical = NULL;
+	struct flight_job *job = NULL;
 	struct flight *f;
 	struct image *img = NULL;
 	enum pull_policy policy;
@@ -1130,56 +1210,59 @@ int manager_ensure(struct manager *m, const char *reference,
 		return 0;
 	}
 	f = strmap_get(m->flights, canonical);
-	if (f) {
-		/* Single flight: wait for the pull that is already running. */
-		f->waiters++;
-		while (!f->done)
-			pthread_cond_wait(&f->cond, &m->lock);
+	if (!f) {
+		/* The first caller starts the flight; the job holds a share. */
+		f = calloc(1, sizeof(*f));
+		job = calloc(1, sizeof(*job));
+		if (!f || !job || strmap_put(m->flights, canonical, f) < 0) {
+			pthread_mutex_unlock(&m->lock);
+			free(f);
+			free(job);
+			reference_free(ref);
+			return -ENOMEM;
+		}
+		f->waiters = 1;
+		f->progress.started_ns = manager_wall_ms() * 1000000;
+		*job = (struct flight_job){
+			.m = m, .f = f, .ref = TAKE_PTR(ref),
+			.canonical = TAKE_PTR(canonical), .policy = policy,
+			.has_who = who != NULL, .t_wait = t_wait,
+		};
+		if (who)
+			job->who = *who;
+	}
+	f->waiters++;
+	if (job && w) {
+		/* On a thread of its own, so that this caller can leave. */
+		pthread_t th;
+		pthread_attr_t attr;
+		job->detached = true;
+		m->jobs_running++;
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		if (pthread_create(&th, &attr, flight_thread, job) == 0)
+			job = NULL;
+		else
+			job->detached = false, m->jobs_running--;
+		pthread_attr_destroy(&attr);
+	}
+	if (job) {
+		pthread_mutex_unlock(&m->lock);
+		flight_run(job);
+		pthread_mutex_lock(&m->lock);
+	}
+	/* Single flight: every caller waits for the one pull. */
+	while (!f->done && !(w && atomic_load(&w->interrupted)))
+		pthread_cond_wait(&m->flight_cond, &m->lock);
+	if (!f->done) {
+		r = -EINTR;
+	} else {
 		r = f->result;
 		if (r == 0) {
 			img = f->image;
 			image_ref(img, 1);
 		}
-		flight_put_locked(f);
-		pthread_mutex_unlock(&m->lock);
-		reference_free(ref);
-		if (r == 0)
-			*ret = img;
-		return r;
 	}
-	f = calloc(1, sizeof(*f));
-	if (!f || strmap_put(m->flights, canonical, f) < 0) {
-		pthread_mutex_unlock(&m->lock);
-		free(f);
-		reference_free(ref);
-		return -ENOMEM;
-	}
-	f->waiters = 1;
-	pthread_cond_init(&f->cond, NULL);
-	f->progress.started_ns = manager_wall_ms() * 1000000;
-	pthread_mutex_unlock(&m->lock);
-
-	struct ensure_outcome out = { 0 };
-	pthread_rwlock_rdlock(&m->gc_lock);
-	r = ensure_decide(m, ref, canonical, policy, who, t_wait, &f->progress,
-			  &out, &img);
-	pthread_rwlock_unlock(&m->gc_lock);
-
-	pthread_mutex_lock(&m->lock);
-	record_outcome_locked(m, policy, ref->domain, &out);
-	if (r == 0)
-		touch_locked(m, canonical);
-	if (out.pulled && gc_needed(m)) {
-		m->gc_wanted = true;
-		pthread_cond_signal(&m->gc_cond);
-	}
-	strmap_remove(m->flights, canonical);
-	f->done = true;
-	f->result = r;
-	f->image = r == 0 ? img : NULL; /* the flight keeps the worker's reference */
-	if (r == 0)
-		image_ref(img, 1); /* and the worker's caller gets one */
-	pthread_cond_broadcast(&f->cond);
 	flight_put_locked(f);
 	pthread_mutex_unlock(&m->lock);
 	reference_free(ref);
@@ -1409,6 +1492,7 @@ int manager_new(const struct manager_options *opts, struct manager **ret,
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_rwlock_init(&m->gc_lock, NULL);
 	pthread_cond_init(&m->gc_cond, NULL);
+	pthread_cond_init(&m->flight_cond, NULL);
 	m->registry_bytes = strmap_new();
 	m->cache_dir = strdup(opts->cache_dir);
 	m->pins = calloc(opts->n_pins + 1, sizeof(char *));
@@ -1515,6 +1599,15 @@ void manager_free(struct manager *m)
 {
 	if (!m)
 		return;
+	/* Pulls whose callers left run on their own threads: stop them and
+	 * wait, they use everything below. */
+	if (m->jobs_running) {
+		manager_cancel(m);
+		pthread_mutex_lock(&m->lock);
+		while (m->jobs_running)
+			pthread_cond_wait(&m->flight_cond, &m->lock);
+		pthread_mutex_unlock(&m->lock);
+	}
 	if (m->gc_thread_started) {
 		pthread_mutex_lock(&m->lock);
 		m->stopping = true;
@@ -1534,6 +1627,7 @@ void manager_free(struct manager *m)
 	free(m->events_path);
 	pthread_rwlock_destroy(&m->gc_lock);
 	pthread_cond_destroy(&m->gc_cond);
+	pthread_cond_destroy(&m->flight_cond);
 	if (m->refs) {
 		strmap_foreach(m->refs, free_refstate, NULL);
 		strmap_free(m->refs);

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -90,6 +91,23 @@ void manager_reopen_events(struct manager *m);
  * -EBADMSG, -ENOSPC, -EIO. */
 int manager_ensure(struct manager *m, const char *reference,
 		   const struct caller *who, struct image **ret);
+
+/* A caller's way out of a long ensure: set up with ensure_wait_init(),
+ * passed to manager_ensure_wait(), and ensure_wait_interrupt() from any
+ * thread makes that call return -EINTR at once.  The pull itself goes on
+ * and serves later lookups. */
+struct ensure_wait {
+	struct manager *manager;
+	atomic_bool interrupted;
+};
+void ensure_wait_init(struct ensure_wait *w, struct manager *m);
+void ensure_wait_interrupt(struct ensure_wait *w);
+
+/* manager_ensure, interruptible through w (the pull runs on a thread of
+ * its own, so that its caller can leave).  Additional error: -EINTR. */
+int manager_ensure_wait(struct manager *m, const char *reference,
+			const struct caller *who, struct ensure_wait *w,
+			struct image **ret);
 
 /* True when host is a registry the manager knows by name: an insecure
  * registry from the options or the domain of a cached image. */
