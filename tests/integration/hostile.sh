@@ -19,7 +19,9 @@ start_registry
 
 MKTAR=$INTEGRATION_DIR/mktar.py
 CANARY=$(mktemp -d /tmp/canary-pullfs.XXXXXX)
-trap 'rc=$?; rm -rf "$CANARY"; (exit $rc); _cleanup' EXIT
+# set +e first: under errexit the (exit $rc) that hands the status to
+# _cleanup would end the trap before it runs.
+trap 'rc=$?; set +e; rm -rf "$CANARY"; (exit $rc); _cleanup' EXIT
 mkdir "$CANARY/sub"
 echo 'must not change' >"$CANARY/keep"
 touch -d '2001-01-01 UTC' "$CANARY/keep" "$CANARY/sub" "$CANARY"
