@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "control.h"
+#include "strmap.h"
 #include "macro.h"
 #include "manager.h"
 #include "reference.h"
@@ -81,8 +82,13 @@ enum nskind {
 	NS_SYMLINK,
 };
 
+/* Namespace nodes are interned by path: one path, one node, one inode
+ * number for as long as the kernel knows it.  A second node for a path
+ * the kernel still holds would make the image directory below it appear
+ * under two parents, which the kernel refuses (ESTALE). */
 struct nsnode {
-	atomic_uint_fast64_t nlookup;
+	uint64_t nlookup; /* fs.ns_lock */
+	char *key;	  /* path below images/, "" for images/ itself */
 	bool permanent;	 /* images/ itself: never freed */
 	enum nskind kind;
 	bool short_form; /* below a docker.io short name: closing names are symlinks */
@@ -100,6 +106,8 @@ struct fs {
 	char *mountpoint;
 	char *control_path;
 	struct control *control;
+	pthread_mutex_t ns_lock;
+	struct strmap *nsnodes; /* key -> struct nsnode *; ns_lock */
 	struct fsop_stats ops[FSOP_COUNT];
 };
 
@@ -201,7 +209,7 @@ static struct nsnode *nsnode_new(enum nskind kind, bool short_form,
 		free(target);
 		return NULL;
 	}
-	atomic_init(&n->nlookup, 1);
+	n->nlookup = 1;
 	n->kind = kind;
 	n->short_form = short_form;
 	n->depth = depth;
@@ -210,15 +218,70 @@ static struct nsnode *nsnode_new(enum nskind kind, bool short_form,
 	return n;
 }
 
-static void nsnode_forget(struct nsnode *n, uint64_t count)
+static void nsnode_free(struct nsnode *n)
+{
+	free(n->key);
+	free(n->prefix);
+	free(n->target);
+	free(n);
+}
+
+static void nsnode_forget(struct fs *fs, struct nsnode *n, uint64_t count)
 {
 	if (n->permanent)
 		return;
-	if (atomic_fetch_sub(&n->nlookup, count) == count) {
-		free(n->prefix);
-		free(n->target);
-		free(n);
+	pthread_mutex_lock(&fs->ns_lock);
+	if (n->nlookup <= count) {
+		if (strmap_get(fs->nsnodes, n->key) == n)
+			strmap_remove(fs->nsnodes, n->key);
+		nsnode_free(n);
+	} else {
+		n->nlookup -= count;
 	}
+	pthread_mutex_unlock(&fs->ns_lock);
+}
+
+/* The node already known for key with one more lookup, or NULL. */
+static struct nsnode *nsnode_find(struct fs *fs, const char *key)
+{
+	struct nsnode *n;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	n = strmap_get(fs->nsnodes, key);
+	if (n)
+		n->nlookup++;
+	pthread_mutex_unlock(&fs->ns_lock);
+	return n;
+}
+
+/* Makes the fresh node n the one for key, or, when another lookup won
+ * the race, frees n and returns that one (with a lookup taken). */
+static struct nsnode *nsnode_intern(struct fs *fs, const char *key, struct nsnode *n)
+{
+	struct nsnode *other;
+
+	if (!n)
+		return NULL;
+	n->key = strdup(key);
+	if (!n->key) {
+		nsnode_free(n);
+		return NULL;
+	}
+	pthread_mutex_lock(&fs->ns_lock);
+	other = strmap_get(fs->nsnodes, key);
+	if (other) {
+		other->nlookup++;
+	} else if (strmap_put(fs->nsnodes, key, n) < 0) {
+		pthread_mutex_unlock(&fs->ns_lock);
+		nsnode_free(n);
+		return NULL;
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+	if (other) {
+		nsnode_free(n);
+		return other;
+	}
+	return n;
 }
 
 static char *join(const char *a, const char *b)
@@ -318,13 +381,15 @@ static void reply_nsnode(fuse_req_t req, struct fs *fs, struct nsnode *n)
 	e.attr_timeout = fs->opts.namespace_timeout;
 	e.entry_timeout = fs->opts.namespace_timeout;
 	if (fuse_reply_entry(req, &e) != 0)
-		nsnode_forget(n, 1);
+		nsnode_forget(fs, n, 1);
 }
 
 static void ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 		      const char *name)
 {
+	_cleanup_free_ char *key = NULL;
 	struct nsnode *n = NULL;
+	bool is_host, closes;
 	int r;
 
 	if (parent->kind != NS_DIR) {
@@ -334,26 +399,10 @@ static void ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 	/* Path form: a registry host opens the reference only in the first
 	 * position; elsewhere, and for names that are not hosts, the docker.io
 	 * short-name rules apply. */
-	if (parent->depth == 0 && (reference_component_is_host(name) ||
-				   manager_is_known_host(fs->manager, name))) {
-		char *prefix = strdup(name);
-		n = prefix ? nsnode_new(NS_DIR, false, 1, prefix, NULL) : NULL;
-		if (!n) {
-			reply_err(req, -ENOMEM);
-			return;
-		}
-		reply_nsnode(req, fs, n);
-		return;
-	}
-	if (reference_component_closes(name)) {
-		if (parent->depth == 0 || parent->short_form) {
-			r = short_form_symlink(parent, name, &n);
-			if (r < 0)
-				reply_err(req, r);
-			else
-				reply_nsnode(req, fs, n);
-			return;
-		}
+	is_host = parent->depth == 0 && (reference_component_is_host(name) ||
+					 manager_is_known_host(fs->manager, name));
+	closes = !is_host && reference_component_closes(name);
+	if (closes && parent->depth > 0 && !parent->short_form) {
 		_cleanup_free_ char *full = join(parent->prefix, name);
 		struct caller who;
 		struct image *img;
@@ -377,15 +426,37 @@ static void ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 		}
 		return;
 	}
-	if (!reference_path_component_is_valid(name)) {
-		reply_err(req, -EINVAL);
+
+	key = join(parent->key, name);
+	if (!key) {
+		reply_err(req, -ENOMEM);
 		return;
 	}
-	bool short_form = parent->depth == 0 || parent->short_form;
-	char *prefix = parent->depth == 0 ? join(REFERENCE_DEFAULT_DOMAIN, name)
-					  : join(parent->prefix, name);
-	n = prefix ? nsnode_new(NS_DIR, short_form, parent->depth + 1, prefix, NULL)
-		   : NULL;
+	n = nsnode_find(fs, key);
+	if (n) {
+		reply_nsnode(req, fs, n);
+		return;
+	}
+	if (is_host) {
+		char *prefix = strdup(name);
+		n = prefix ? nsnode_new(NS_DIR, false, 1, prefix, NULL) : NULL;
+	} else if (closes) {
+		r = short_form_symlink(parent, name, &n);
+		if (r < 0) {
+			reply_err(req, r);
+			return;
+		}
+	} else if (!reference_path_component_is_valid(name)) {
+		reply_err(req, -EINVAL);
+		return;
+	} else {
+		bool short_form = parent->depth == 0 || parent->short_form;
+		char *prefix = parent->depth == 0 ? join(REFERENCE_DEFAULT_DOMAIN, name)
+						  : join(parent->prefix, name);
+		n = prefix ? nsnode_new(NS_DIR, short_form, parent->depth + 1, prefix, NULL)
+			   : NULL;
+	}
+	n = nsnode_intern(fs, key, n);
 	if (!n) {
 		reply_err(req, -ENOMEM);
 		return;
@@ -596,19 +667,19 @@ static void do_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		image_unref(img, 1);
 }
 
-static void forget_one(fuse_ino_t ino, uint64_t nlookup)
+static void forget_one(struct fs *fs, fuse_ino_t ino, uint64_t nlookup)
 {
 	if (ino == FUSE_ROOT_ID || ino_is_ctl(ino))
 		return;
 	if (ino_is_image(ino))
 		image_unref(image_of(ino_tinode(ino)), nlookup);
 	else
-		nsnode_forget(ino_nsnode(ino), nlookup);
+		nsnode_forget(fs, ino_nsnode(ino), nlookup);
 }
 
 static void do_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-	forget_one(ino, nlookup);
+	forget_one(fs_of(req), ino, nlookup);
 	fuse_reply_none(req);
 }
 
@@ -616,7 +687,7 @@ static void do_forget_multi(fuse_req_t req, size_t count,
 			    struct fuse_forget_data *forgets)
 {
 	for (size_t i = 0; i < count; i++)
-		forget_one(forgets[i].ino, forgets[i].nlookup);
+		forget_one(fs_of(req), forgets[i].ino, forgets[i].nlookup);
 	fuse_reply_none(req);
 }
 
@@ -1239,11 +1310,24 @@ int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
 		fs->opts.namespace_timeout = 1.0;
 	if (fs->opts.max_threads == 0)
 		fs->opts.max_threads = 32;
+	pthread_mutex_init(&fs->ns_lock, NULL);
+	fs->nsnodes = strmap_new();
+	if (!fs->nsnodes) {
+		free(fs);
+		return -ENOMEM;
+	}
+	fs->images.key = (char *)"";
 	fs->images.permanent = true;
 	fs->images.kind = NS_DIR;
 	fs->images.prefix = (char *)"";
 	clock_gettime(CLOCK_REALTIME, &fs->started);
 	*ret = fs;
+	return 0;
+}
+
+static int free_nsnode_entry(void *userdata, const char *key, void *value)
+{
+	nsnode_free(value);
 	return 0;
 }
 
@@ -1253,6 +1337,11 @@ void fs_free(struct fs *fs)
 		return;
 	free(fs->mountpoint);
 	free(fs->control_path);
+	/* The nodes the kernel still held die with the mount. */
+	if (fs->nsnodes)
+		strmap_foreach(fs->nsnodes, free_nsnode_entry, NULL);
+	strmap_free(fs->nsnodes);
+	pthread_mutex_destroy(&fs->ns_lock);
 	free(fs);
 }
 

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/vfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -631,11 +632,35 @@ static void parse_command_line(struct settings *s, int argc, char **argv)
 
 /* A daemon killed with -9 leaves its mount behind, answering ENOTCONN;
  * clear it rather than fail on it. */
+static void strv_free(char **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+static void settings_done(struct settings *s)
+{
+	free(s->cache_dir);
+	free(s->events_log);
+	strv_free(s->insecure, s->n_insecure);
+	free(s->platform);
+	strv_free(s->rules, s->n_rules);
+	free(s->auth_file);
+	free(s->fuse_opts);
+	free(s->mountpoint);
+	strv_free(s->pins, s->n_pins);
+	free(s->control_socket);
+}
+
 static int check_mountpoint(const char *mp)
 {
+	struct statfs sf;
 	struct stat st;
 
-	if (stat(mp, &st) == 0) {
+	/* statfs, not stat: the kernel may answer stat from its attribute
+	 * cache for a second after the daemon died, statfs always asks. */
+	if (statfs(mp, &sf) == 0 && stat(mp, &st) == 0) {
 		if (!S_ISDIR(st.st_mode)) {
 			fprintf(stderr, "pullfs: mountpoint \"%s\" is not a directory\n", mp);
 			return -ENOTDIR;
@@ -669,6 +694,7 @@ int main(int argc, char **argv)
 	struct credentials *creds = NULL;
 	_cleanup_free_ char *opts = NULL;
 	char errbuf[512] = "";
+	int status = 1;
 	int r;
 
 	parse_command_line(&s, argc, argv);
@@ -676,13 +702,13 @@ int main(int argc, char **argv)
 		s.cache_dir = default_cache_dir();
 	if (!s.cache_dir) {
 		fputs("pullfs: out of memory\n", stderr);
-		return 1;
+		goto done;
 	}
 	/* A reader that goes away mid-transfer must not kill the daemon. */
 	signal(SIGPIPE, SIG_IGN);
 
 	if (check_mountpoint(s.mountpoint) < 0)
-		return 1;
+		goto done;
 	creds = load_credentials(&s);
 
 	mo.cache_dir = s.cache_dir;
@@ -711,7 +737,8 @@ int main(int argc, char **argv)
 	mo.n_pins = s.n_pins;
 	if (s.gc_high && s.gc_low && s.gc_low > s.gc_high) {
 		fprintf(stderr, "pullfs: --gc-low-percent must not be above --gc-high-percent (see pullfs --help)\n");
-		return EXIT_USAGE;
+		status = EXIT_USAGE;
+		goto done;
 	}
 	fo.control_socket = s.control_socket;
 	mo.registry_hosts = s.hosts;
@@ -724,13 +751,12 @@ int main(int argc, char **argv)
 	r = manager_new(&mo, &m, errbuf, sizeof(errbuf));
 	if (r < 0) {
 		fprintf(stderr, "pullfs: %s\n", errbuf[0] ? errbuf : strerror(-r));
-		return 1;
+		goto done;
 	}
 	r = fs_new(m, &fo, &fs);
 	if (r < 0) {
 		fprintf(stderr, "pullfs: %s\n", strerror(-r));
-		manager_free(m);
-		return 1;
+		goto done;
 	}
 
 	/* "ro" comes last so that no -o can make the mount writable. */
@@ -749,15 +775,17 @@ int main(int argc, char **argv)
 	}
 	r = fs_serve(fs, &args, s.mountpoint, s.foreground);
 out:
+	if (r < 0)
+		fprintf(stderr, "pullfs: cannot serve \"%s\": %s\n", s.mountpoint,
+			strerror(-r));
+	else
+		status = 0;
+done:
 	fuse_opt_free_args(&args);
 	fs_free(fs);
 	manager_free(m);
 	credentials_free(creds);
 	registry_hosts_free(s.hosts);
-	if (r < 0) {
-		fprintf(stderr, "pullfs: cannot serve \"%s\": %s\n", s.mountpoint,
-			strerror(-r));
-		return 1;
-	}
-	return 0;
+	settings_done(&s);
+	return status;
 }

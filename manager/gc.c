@@ -63,7 +63,7 @@ static int collect_one(void *userdata, const char *key, void *value)
 	struct collect_ctx *ctx = userdata;
 	const struct refstate *rs = value;
 	struct candidate *c = &ctx->c[ctx->n];
-	struct image *img = strmap_get(ctx->m->images, rs->digest);
+	struct image *img = strmap_get(ctx->m->images, rs->reference);
 
 	memset(c, 0, sizeof(*c));
 	c->reference = strdup(rs->reference);
@@ -304,10 +304,10 @@ static int remove_reference(struct manager *m, const char *reference,
 	pthread_mutex_lock(&m->lock);
 	rs = strmap_remove(m->refs, reference);
 	if (rs) {
-		struct image *img = strmap_get(m->images, rs->digest);
+		struct image *img = strmap_get(m->images, reference);
 		if (img)
 			forget_list_add_locked(fl, img);
-		image_retire_locked(m, rs->digest);
+		image_drop_locked(m, reference);
 		refstate_free(rs);
 	}
 	pthread_mutex_unlock(&m->lock);

@@ -32,6 +32,9 @@ struct image {
 	/* Where the kernel has this image's root as a dentry, so that GC can
 	 * ask it to forget; under manager.lock. */
 	struct image_dentry *dentries;
+	/* Every live image, for the end: the kernel's references die with
+	 * the mount without forgets.  manager.all_lock. */
+	struct image *all_prev, *all_next;
 };
 
 struct image_dentry {
@@ -112,7 +115,9 @@ struct manager {
 
 	pthread_mutex_t lock;
 	struct strmap *refs;	/* reference -> struct refstate *; lock */
-	struct strmap *images;	/* digest -> struct image * (one ref held); lock */
+	struct strmap *images;	/* reference -> struct image * (one ref held); lock */
+	pthread_mutex_t all_lock;
+	struct image *all_images; /* all_lock */
 	struct strmap *flights; /* reference -> struct flight *; lock */
 	/* Broadcast when a flight ends or a waiter is interrupted; lock. */
 	pthread_cond_t flight_cond;
@@ -141,9 +146,8 @@ void manager_emit(struct manager *m, enum event_type type, const char *reason,
 		  const struct caller *who, const char *fmt, ...)
 	__attribute__((format(printf, 8, 9)));
 
-/* Drops the table's reference to digest's image unless a reference still
- * names it.  manager.lock held. */
-void image_retire_locked(struct manager *m, const char *digest);
+/* Drops the table's reference to reference's image.  manager.lock held. */
+void image_drop_locked(struct manager *m, const char *reference);
 void refstate_free(struct refstate *rs);
 
 /* gc.c: true when usage is over the high threshold. */

@@ -127,6 +127,17 @@ static void image_free(struct image *img)
 {
 	if (!img)
 		return;
+	if (img->manager) {
+		struct manager *m = img->manager;
+		pthread_mutex_lock(&m->all_lock);
+		if (img->all_prev)
+			img->all_prev->all_next = img->all_next;
+		else if (m->all_images == img)
+			m->all_images = img->all_next;
+		if (img->all_next)
+			img->all_next->all_prev = img->all_prev;
+		pthread_mutex_unlock(&m->all_lock);
+	}
 	for (size_t i = 0; i < img->n_layers; i++)
 		if (img->packs[i] >= 0)
 			close(img->packs[i]);
@@ -261,6 +272,12 @@ static int image_load(struct manager *m, const char *digest,
 		goto out;
 	tree_set_owner(img->tree, img);
 	atomic_init(&img->refcount, 1);
+	pthread_mutex_lock(&m->all_lock);
+	img->all_next = m->all_images;
+	if (m->all_images)
+		m->all_images->all_prev = img;
+	m->all_images = img;
+	pthread_mutex_unlock(&m->all_lock);
 	*ret = TAKE_PTR(img);
 	r = 0;
 out:
@@ -273,18 +290,24 @@ out:
 	return r;
 }
 
-/* Returns the loaded image for digest with a reference for the caller,
- * loading it when needed.  Called without the lock. */
-static int image_get(struct manager *m, const char *digest, struct image **ret,
-		     char *errbuf, size_t errlen)
+/* Returns reference's image for manifest digest, with a reference for the
+ * caller, loading it when needed.  Every reference gets an image of its
+ * own, even when two name one digest: each is a separate directory tree
+ * for the kernel, and a directory inode may have one parent only.  A
+ * reference whose tag moved gets the new image; the old one lives on for
+ * whoever still holds it.  Called without the lock. */
+static int image_get(struct manager *m, const char *reference, const char *digest,
+		     struct image **ret, char *errbuf, size_t errlen)
 {
 	struct image *img, *other;
 	int r;
 
 	pthread_mutex_lock(&m->lock);
-	img = strmap_get(m->images, digest);
-	if (img)
+	img = strmap_get(m->images, reference);
+	if (img && strcmp(img->digest, digest) == 0)
 		image_ref(img, 1);
+	else
+		img = NULL;
 	pthread_mutex_unlock(&m->lock);
 	if (img) {
 		*ret = img;
@@ -296,18 +319,21 @@ static int image_get(struct manager *m, const char *digest, struct image **ret,
 		return r;
 
 	pthread_mutex_lock(&m->lock);
-	other = strmap_get(m->images, digest);
-	if (other) {
-		/* Two references to one digest loaded at once; keep one. */
+	other = strmap_get(m->images, reference);
+	if (other && strcmp(other->digest, digest) == 0) {
+		/* Loaded twice at once; keep the first. */
 		image_ref(other, 1);
 		pthread_mutex_unlock(&m->lock);
 		image_unref(img, 1);
 		*ret = other;
 		return 0;
 	}
-	r = strmap_put(m->images, digest, img);
-	if (r == 0)
+	r = strmap_put(m->images, reference, img);
+	if (r == 0) {
 		image_ref(img, 1); /* the table's reference */
+		if (other)
+			image_unref(other, 1);
+	}
 	pthread_mutex_unlock(&m->lock);
 	*ret = img;
 	return 0;
@@ -325,23 +351,12 @@ void refstate_free(struct refstate *rs)
 	free(rs);
 }
 
-static int digest_in_use(void *userdata, const char *key, void *value)
+/* The table lets go of reference's image (GC, rm).  Whoever still holds
+ * it (an open file, a kernel lookup) keeps it alive.  Lock held. */
+void image_drop_locked(struct manager *m, const char *reference)
 {
-	const struct refstate *rs = value;
+	struct image *img = strmap_remove(m->images, reference);
 
-	return rs->digest && !strcmp(rs->digest, userdata);
-}
-
-/* A tag moved on: new lookups get the new image, so the table lets go of
- * the old one unless another reference still names it.  Whoever still
- * holds it (an open file, a kernel lookup) keeps it alive. */
-void image_retire_locked(struct manager *m, const char *digest)
-{
-	struct image *img;
-
-	if (strmap_foreach(m->refs, digest_in_use, (void *)digest))
-		return;
-	img = strmap_remove(m->images, digest);
 	if (img)
 		image_unref(img, 1);
 }
@@ -376,8 +391,6 @@ static int refstate_set(struct manager *m, const char *reference,
 	rs->checked_at = now_s(m);
 	rs->pulled_at = manager_wall_s();
 	rs->last_used_ms = manager_wall_ms();
-	if (old && strcmp(old, d) != 0)
-		image_retire_locked(m, old);
 	return 0;
 }
 
@@ -901,7 +914,7 @@ static int ensure_decide(struct manager *m, const struct reference *ref,
 	 * network, whatever name it was pulled by. */
 	if (!known && ref->digest && cache_blob_present(m->cache, ref->digest)) {
 		struct image *img;
-		if (image_get(m, ref->digest, &img, errbuf, sizeof(errbuf)) == 0) {
+		if (image_get(m, canonical, ref->digest, &img, errbuf, sizeof(errbuf)) == 0) {
 			publish_ref(m, canonical, ref->digest, NULL);
 			present_event(m, canonical, ref->digest, who);
 			*ret = img;
@@ -910,7 +923,7 @@ static int ensure_decide(struct manager *m, const struct reference *ref,
 	}
 
 	if (known && !revalidate) {
-		r = image_get(m, known, ret, errbuf, sizeof(errbuf));
+		r = image_get(m, canonical, known, ret, errbuf, sizeof(errbuf));
 		if (r == 0) {
 			present_event(m, canonical, known, who);
 			return 0;
@@ -956,7 +969,7 @@ static int ensure_decide(struct manager *m, const struct reference *ref,
 			if (cur)
 				cur->checked_at = now_s(m);
 			pthread_mutex_unlock(&m->lock);
-			r = image_get(m, known, ret, errbuf, sizeof(errbuf));
+			r = image_get(m, canonical, known, ret, errbuf, sizeof(errbuf));
 			if (r == 0)
 				present_event(m, canonical, known, who);
 			return r;
@@ -981,7 +994,7 @@ static int ensure_decide(struct manager *m, const struct reference *ref,
 	     "Pulling image \"%s\"", canonical);
 	r = pull_image(&p, &digest, &index_digest, &size);
 	if (r == 0)
-		r = image_get(m, digest, ret, errbuf, sizeof(errbuf));
+		r = image_get(m, canonical, digest, ret, errbuf, sizeof(errbuf));
 	if (r == 0) {
 		r = publish_ref(m, canonical, digest, index_digest);
 		if (r < 0) {
@@ -1072,7 +1085,8 @@ static bool ensure_cached_locked(struct manager *m, const char *canonical,
 	struct image *img;
 	unsigned iv = m->opts.revalidate_interval_s ?: MANAGER_DEFAULT_REVALIDATE_S;
 
-	if (!rs || !(img = strmap_get(m->images, rs->digest)))
+	if (!rs || !(img = strmap_get(m->images, canonical)) ||
+	    strcmp(img->digest, rs->digest) != 0)
 		return false;
 	if (policy == PULL_ALWAYS && now_s(m) - rs->checked_at >= iv)
 		return false;
@@ -1493,6 +1507,7 @@ int manager_new(const struct manager_options *opts, struct manager **ret,
 	pthread_rwlock_init(&m->gc_lock, NULL);
 	pthread_cond_init(&m->gc_cond, NULL);
 	pthread_cond_init(&m->flight_cond, NULL);
+	pthread_mutex_init(&m->all_lock, NULL);
 	m->registry_bytes = strmap_new();
 	m->cache_dir = strdup(opts->cache_dir);
 	m->pins = calloc(opts->n_pins + 1, sizeof(char *));
@@ -1637,6 +1652,10 @@ void manager_free(struct manager *m)
 		strmap_free(m->images);
 	}
 	strmap_free(m->flights);
+	/* What the kernel still held when the mount went away. */
+	while (m->all_images)
+		image_free(m->all_images);
+	pthread_mutex_destroy(&m->all_lock);
 	throttle_free(m->throttle);
 	puller_free(m->puller);
 	backoff_free(m->backoff);

@@ -90,7 +90,7 @@ static int status_image(void *userdata, const char *key, void *value)
 {
 	struct status_ctx *s = userdata;
 	const struct refstate *rs = value;
-	struct image *img = strmap_get(s->m->images, rs->digest);
+	struct image *img = strmap_get(s->m->images, key);
 	unsigned open = img ? atomic_load(&img->open_files) : 0;
 	/* The table holds one reference; any other is the kernel's or a
 	 * caller's. */

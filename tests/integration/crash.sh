@@ -55,12 +55,8 @@ remount_after_crash() {
     assert_errno ENOTCONN "$MNT"
     [ -n "$(mount_id)" ] || fail "$what: no stale mount left on $MNT"
     lines=$(grep -c 'stale mount' "$PULLFS_LOG" || true)
-    # The kernel answers a stat of the mount root from its attribute
-    # cache (1 s) even once the daemon is gone, and pullfs detects a stale
-    # mount with stat(): a restart within that second mounts on top of
-    # the stale mount instead of clearing it.  Wait it out until the
-    # check asks the daemon (statfs) instead.
-    sleep 1.2
+    # No pause here: pullfs asks the dead mount with statfs(), which the
+    # kernel never answers from a cache, so a restart at once finds it.
     PULLFS_ENV=()
     # The stale mount satisfies mount_pullfs at once: the message comes
     # before the new mount, which then answers where the stale one cannot.

@@ -80,8 +80,9 @@ static void test_challenge_caps(void **state)
 	assert_non_null(big);
 	/* A realm longer than the cap. */
 	strcpy(big, "Bearer realm=\"https://");
-	memset(big + strlen(big), 'a', AUTH_PARAM_MAX);
-	strcpy(big + strlen(big), "\"");
+	size_t at = strlen(big);
+	memset(big + at, 'a', AUTH_PARAM_MAX);
+	strcpy(big + at + AUTH_PARAM_MAX, "\"");
 	assert_int_equal(auth_challenge_parse(big, &ch), -EINVAL);
 	/* A header longer than the cap, even of harmless parameters. */
 	free(big);
