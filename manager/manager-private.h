@@ -116,6 +116,9 @@ struct manager {
 	pthread_mutex_t lock;
 	struct strmap *refs;	/* reference -> struct refstate *; lock */
 	struct strmap *images;	/* reference -> struct image * (one ref held); lock */
+	/* "pid\nreference" -> struct recent_failure *: what a process was just
+	 * told; lock. */
+	struct strmap *recent;
 	pthread_mutex_t all_lock;
 	struct image *all_images; /* all_lock */
 	struct strmap *flights; /* reference -> struct flight *; lock */

@@ -1162,6 +1162,99 @@ static void *flight_thread(void *arg)
 	return NULL;
 }
 
+/* The kernel revalidates a cached image directory with a lookup, and when
+ * that lookup fails it drops the entry and looks the name up once more,
+ * all within one system call of one process.  That second lookup must
+ * get the same answer, not EAGAIN from the back-off the first one just
+ * started: so a process's failure is remembered for a moment. */
+#define RECENT_FAILURE_NS (200 * 1000000LL)
+
+struct recent_failure {
+	int64_t at_ns;
+	int err;
+};
+
+static int recent_key(const struct caller *who, const char *canonical, char **ret)
+{
+	if (!who || who->pid <= 0)
+		return -ENOENT;
+	return asprintf(ret, "%ld\n%s", (long)who->pid, canonical) < 0 ? -ENOMEM : 0;
+}
+
+static int prune_recent(void *userdata, const char *key, void *value)
+{
+	struct manager *m = userdata;
+	struct recent_failure *rf = value;
+
+	/* Removing while iterating is not allowed: mark, collect below. */
+	if (clock_now_ns(m->clock) - rf->at_ns > RECENT_FAILURE_NS)
+		rf->err = 0;
+	return 0;
+}
+
+struct drop_ctx {
+	char **keys;
+	size_t n, cap;
+};
+
+static int collect_stale(void *userdata, const char *key, void *value)
+{
+	struct drop_ctx *d = userdata;
+	struct recent_failure *rf = value;
+
+	if (rf->err == 0 && d->n < d->cap)
+		d->keys[d->n++] = strdup(key);
+	return 0;
+}
+
+static void recent_remember_locked(struct manager *m, const struct caller *who,
+				   const char *canonical, int err)
+{
+	_cleanup_free_ char *key = NULL;
+	struct recent_failure *rf;
+
+	if (recent_key(who, canonical, &key) < 0)
+		return;
+	if (strmap_size(m->recent) > 256) {
+		struct drop_ctx d = { .cap = strmap_size(m->recent) };
+		d.keys = calloc(d.cap, sizeof(char *));
+		strmap_foreach(m->recent, prune_recent, m);
+		if (d.keys) {
+			strmap_foreach(m->recent, collect_stale, &d);
+			for (size_t i = 0; i < d.n; i++) {
+				free(strmap_remove(m->recent, d.keys[i]));
+				free(d.keys[i]);
+			}
+			free(d.keys);
+		}
+	}
+	rf = strmap_get(m->recent, key);
+	if (!rf) {
+		rf = calloc(1, sizeof(*rf));
+		if (!rf || strmap_put(m->recent, key, rf) < 0) {
+			free(rf);
+			return;
+		}
+	}
+	rf->at_ns = clock_now_ns(m->clock);
+	rf->err = err;
+}
+
+/* The error this process was told a moment ago, or 0. */
+static int recent_lookup_locked(struct manager *m, const struct caller *who,
+				const char *canonical)
+{
+	_cleanup_free_ char *key = NULL;
+	struct recent_failure *rf;
+
+	if (recent_key(who, canonical, &key) < 0)
+		return 0;
+	rf = strmap_get(m->recent, key);
+	if (!rf || rf->err == 0 || clock_now_ns(m->clock) - rf->at_ns > RECENT_FAILURE_NS)
+		return 0;
+	return rf->err;
+}
+
 void ensure_wait_init(struct ensure_wait *w, struct manager *m)
 {
 	w->manager = m;
@@ -1223,15 +1316,24 @@ int manager_ensure_wait(struct manager *m, const char *reference,
 		*ret = img;
 		return 0;
 	}
+	r = recent_lookup_locked(m, who, canonical);
+	if (r < 0) {
+		pthread_mutex_unlock(&m->lock);
+		reference_free(ref);
+		return r;
+	}
 	f = strmap_get(m->flights, canonical);
 	if (!f) {
 		/* The first caller starts the flight; the job holds a share. */
+		char *job_canonical = strdup(canonical);
 		f = calloc(1, sizeof(*f));
 		job = calloc(1, sizeof(*job));
-		if (!f || !job || strmap_put(m->flights, canonical, f) < 0) {
+		if (!f || !job || !job_canonical ||
+		    strmap_put(m->flights, canonical, f) < 0) {
 			pthread_mutex_unlock(&m->lock);
 			free(f);
 			free(job);
+			free(job_canonical);
 			reference_free(ref);
 			return -ENOMEM;
 		}
@@ -1239,7 +1341,7 @@ int manager_ensure_wait(struct manager *m, const char *reference,
 		f->progress.started_ns = manager_wall_ms() * 1000000;
 		*job = (struct flight_job){
 			.m = m, .f = f, .ref = TAKE_PTR(ref),
-			.canonical = TAKE_PTR(canonical), .policy = policy,
+			.canonical = job_canonical, .policy = policy,
 			.has_who = who != NULL, .t_wait = t_wait,
 		};
 		if (who)
@@ -1275,6 +1377,8 @@ int manager_ensure_wait(struct manager *m, const char *reference,
 		if (r == 0) {
 			img = f->image;
 			image_ref(img, 1);
+		} else {
+			recent_remember_locked(m, who, canonical, r);
 		}
 	}
 	flight_put_locked(f);
@@ -1508,6 +1612,11 @@ int manager_new(const struct manager_options *opts, struct manager **ret,
 	pthread_cond_init(&m->gc_cond, NULL);
 	pthread_cond_init(&m->flight_cond, NULL);
 	pthread_mutex_init(&m->all_lock, NULL);
+	m->recent = strmap_new();
+	if (!m->recent) {
+		r = -ENOMEM;
+		goto fail;
+	}
 	m->registry_bytes = strmap_new();
 	m->cache_dir = strdup(opts->cache_dir);
 	m->pins = calloc(opts->n_pins + 1, sizeof(char *));
@@ -1652,6 +1761,10 @@ void manager_free(struct manager *m)
 		strmap_free(m->images);
 	}
 	strmap_free(m->flights);
+	if (m->recent) {
+		strmap_foreach(m->recent, free_value, NULL);
+		strmap_free(m->recent);
+	}
 	/* What the kernel still held when the mount went away. */
 	while (m->all_images)
 		image_free(m->all_images);
