@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "digest.h"
+#include "fileio.h"
 #include "macro.h"
 
 struct cache {
@@ -172,34 +173,12 @@ void cache_close(struct cache *c)
 	free(c);
 }
 
+/* Whole small files of the cache; too big means damaged. */
 static int read_all(int fd, size_t max, char **ret_buf, size_t *ret_len)
 {
-	struct stat st;
-	_cleanup_free_ char *buf = NULL;
-	size_t len = 0;
+	int r = read_full(fd, max, ret_buf, ret_len);
 
-	if (fstat(fd, &st) < 0)
-		return negative_errno();
-	if ((uint64_t)st.st_size > max)
-		return -EBADMSG;
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf)
-		return -ENOMEM;
-	while (len < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + len, (size_t)st.st_size - len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return negative_errno();
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	buf[len] = '\0';
-	*ret_buf = TAKE_PTR(buf);
-	*ret_len = len;
-	return 0;
+	return r == -EFBIG ? -EBADMSG : r;
 }
 
 int cache_blob_read(struct cache *c, const char *digest, size_t max,

@@ -20,6 +20,7 @@
 #include <zlib.h>
 
 #include "layer.h"
+#include "fileio.h"
 #include "macro.h"
 
 #define LAYER_DEFAULT_MAX_ENTRIES UINT64_C(1000000)
@@ -1350,41 +1351,12 @@ static int layer_index_parse(const uint8_t *data, size_t len,
 
 int layer_index_read(int fd, struct layer_index **ret)
 {
-	_cleanup_free_ uint8_t *buf = NULL;
-	size_t len = 0, cap = 0;
-	struct stat st;
+	_cleanup_free_ char *buf = NULL;
+	size_t len;
+	int r;
 
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
-	    (uint64_t)st.st_size < LIDX_MAX_FILE)
-		cap = (size_t)st.st_size + 1;
-	for (;;) {
-		ssize_t n;
-
-		if (len == cap) {
-			size_t ncap = cap ? cap * 2 : 65536;
-			uint8_t *p;
-
-			if (ncap > LIDX_MAX_FILE)
-				return -EBADMSG;
-			p = realloc(buf, ncap);
-			if (!p)
-				return -ENOMEM;
-			buf = p;
-			cap = ncap;
-		} else if (!buf) {
-			buf = malloc(cap);
-			if (!buf)
-				return -ENOMEM;
-		}
-		n = read(fd, buf + len, cap - len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return negative_errno();
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	return layer_index_parse(buf, len, ret);
+	r = read_full(fd, LIDX_MAX_FILE, &buf, &len);
+	if (r < 0)
+		return r == -EFBIG ? -EBADMSG : r;
+	return layer_index_parse((const uint8_t *)buf, len, ret);
 }

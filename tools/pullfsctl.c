@@ -28,6 +28,7 @@
 
 #include "config.h"
 #include "errname.h"
+#include "fileio.h"
 #include "macro.h"
 #include "reference.h"
 
@@ -374,39 +375,10 @@ static const char *mount_dir(void)
 static int read_file_capped(const char *path, size_t cap, char **ret, size_t *ret_len)
 {
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-	_cleanup_free_ char *buf = NULL;
-	size_t len = 0, size = 0;
 
 	if (fd < 0)
 		return negative_errno();
-	for (;;) {
-		ssize_t n;
-		if (len + 1 >= size) {
-			size_t nsize = size ? size * 2 : 65536;
-			char *nb;
-			if (size >= cap)
-				return -EFBIG;
-			nb = realloc(buf, nsize);
-			if (!nb)
-				return -ENOMEM;
-			buf = nb;
-			size = nsize;
-		}
-		n = read(fd, buf + len, size - len - 1);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return negative_errno();
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	buf[len] = '\0';
-	*ret = TAKE_PTR(buf);
-	if (ret_len)
-		*ret_len = len;
-	return 0;
+	return read_full(fd, cap, ret, ret_len);
 }
 
 /* Explains, once, why the mount cannot be talked to. */

@@ -1,0 +1,56 @@
+#include "fileio.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "macro.h"
+
+int read_full(int fd, size_t max, char **ret, size_t *ret_len)
+{
+	_cleanup_free_ char *buf = NULL;
+	size_t len = 0, cap = 0;
+	struct stat st;
+
+	/* A regular file says how big it is: one allocation, one extra
+	 * byte to see the end. */
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+	    (uint64_t)st.st_size <= max)
+		cap = (size_t)st.st_size + 1;
+	for (;;) {
+		ssize_t n;
+
+		if (!buf || len + 1 >= cap) {
+			size_t ncap = !buf && cap ? cap : cap ? cap * 2 : 65536;
+			char *p;
+
+			if (len > max)
+				return -EFBIG;
+			if (ncap > max + 2)
+				ncap = max + 2;
+			p = realloc(buf, ncap);
+			if (!p)
+				return -ENOMEM;
+			buf = p;
+			cap = ncap;
+		}
+		n = read(fd, buf + len, cap - len - 1);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return negative_errno();
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+		if (len > max)
+			return -EFBIG;
+	}
+	buf[len] = '\0';
+	*ret = TAKE_PTR(buf);
+	if (ret_len)
+		*ret_len = len;
+	return 0;
+}
