@@ -20,6 +20,7 @@
 
 #include "config.h"
 #include "credentials.h"
+#include "conffile.h"
 #include "fs.h"
 #include "hosts.h"
 #include "macro.h"
@@ -432,103 +433,51 @@ static void apply_option(struct settings *s, int opt, const char *name,
 	}
 }
 
-static char *trim(char *s)
+/* One line of the config file: registry sections go to the hosts table,
+ * the rest are long options. */
+static int config_line(void *userdata, const char *section, const char *key,
+		       const char *val, char *errbuf, size_t errlen)
 {
-	char *e;
+	struct settings *s = userdata;
+	const struct option *o;
 
-	while (*s == ' ' || *s == '\t')
-		s++;
-	e = s + strlen(s);
-	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
-		*--e = '\0';
-	return s;
+	if (section[0]) {
+		if (!s->hosts && registry_hosts_new(&s->hosts) < 0)
+			return -ENOMEM;
+		return registry_hosts_set(s->hosts, section, key, val, errbuf, errlen);
+	}
+	for (o = long_options; o->name; o++)
+		if (!strcmp(o->name, key))
+			break;
+	if (!o->name || o->val == 'h' || o->val == 'V' || o->val == OPT_CONFIG) {
+		snprintf(errbuf, errlen, "unknown key \"%s\"", key);
+		return -EINVAL;
+	}
+	if (o->has_arg == no_argument) {
+		if (!strcmp(val, "true") || !strcmp(val, "yes") || !strcmp(val, "1"))
+			apply_option(s, o->val, o->name, NULL);
+		return 0;
+	}
+	apply_option(s, o->val, o->name, val);
+	return 0;
 }
 
-/* `[registry "NAME"]` -> NAME in out; false when the line is not that. */
-static bool parse_section(char *line, char *out, size_t outlen)
-{
-	char *p = line + 1, *q, *end = line + strlen(line) - 1;
-
-	if (*end != ']')
-		return false;
-	*end = '\0';
-	p = trim(p);
-	if (strncmp(p, "registry", 8) != 0)
-		return false;
-	p = trim(p + 8);
-	if (*p != '"')
-		return false;
-	q = strchr(p + 1, '"');
-	if (!q || q == p + 1 || *trim(q + 1) || (size_t)(q - p - 1) >= outlen)
-		return false;
-	memcpy(out, p + 1, (size_t)(q - p - 1));
-	out[q - p - 1] = '\0';
-	return true;
-}
-
-/* The config file: "key = value" per line, keys are long option names
- * (without "--"), "#" starts a comment; options that take no value are
- * written "foreground = true".  A `[registry "NAME"]` line starts the
- * settings of one registry (hosts.h has its keys), which run to the next
- * section or the end of the file.  The command line wins over the file. */
+/* The config file (fs/config.h has the syntax): options as "key = value"
+ * with the long option names as keys, [registry "HOST"] sections for
+ * hosts.h.  The command line wins over the file. */
 static void load_config(struct settings *s, const char *path)
 {
 	FILE *f = fopen(path, "re");
-	char line[4096];
-	char section[256] = "";
-	unsigned lineno = 0;
+	char why[512] = "";
+	unsigned line = 0;
+	int r;
 
 	if (!f)
 		usage_error("cannot read config file \"%s\": %s", path, strerror(errno));
-	while (fgets(line, sizeof(line), f)) {
-		char *key, *val, *eq;
-		const struct option *o;
-
-		lineno++;
-		if (!strchr(line, '\n') && !feof(f))
-			usage_error("%s:%u: line too long", path, lineno);
-		key = trim(line);
-		if (!*key || *key == '#')
-			continue;
-		if (*key == '[') {
-			if (!parse_section(key, section, sizeof(section)))
-				usage_error("%s:%u: expected [registry \"HOST[:PORT]\"]", path, lineno);
-			continue;
-		}
-		eq = strchr(key, '=');
-		if (!eq)
-			usage_error("%s:%u: expected \"key = value\"", path, lineno);
-		*eq = '\0';
-		key = trim(key);
-		val = trim(eq + 1);
-		if (strlen(val) >= 2 && val[0] == '"' && val[strlen(val) - 1] == '"') {
-			val[strlen(val) - 1] = '\0';
-			val++;
-		}
-		if (section[0]) {
-			char why[300] = "";
-			int r;
-
-			if (!s->hosts && registry_hosts_new(&s->hosts) < 0)
-				usage_error("out of memory");
-			r = registry_hosts_set(s->hosts, section, key, val, why, sizeof(why));
-			if (r < 0)
-				usage_error("%s:%u: %s", path, lineno, why[0] ? why : strerror(-r));
-			continue;
-		}
-		for (o = long_options; o->name; o++)
-			if (!strcmp(o->name, key))
-				break;
-		if (!o->name || o->val == 'h' || o->val == 'V' || o->val == OPT_CONFIG)
-			usage_error("%s:%u: unknown key \"%s\"", path, lineno, key);
-		if (o->has_arg == no_argument) {
-			if (!strcmp(val, "true") || !strcmp(val, "yes") || !strcmp(val, "1"))
-				apply_option(s, o->val, o->name, NULL);
-			continue;
-		}
-		apply_option(s, o->val, o->name, val);
-	}
+	r = config_parse(f, config_line, s, &line, why, sizeof(why));
 	fclose(f);
+	if (r < 0)
+		usage_error("%s:%u: %s", path, line, why[0] ? why : strerror(-r));
 }
 
 /* --auth-file, or docker's default place where a missing file is no
