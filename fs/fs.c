@@ -578,16 +578,23 @@ static void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 	fuse_reply_open(req, fi);
 }
 
+/* A RELEASE can come while a READ of the same handle is still being
+ * answered (the reader was killed mid-request), so both hold this lock
+ * while they touch the buffer. */
+static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void ctl_read(fuse_req_t req, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
-	struct ctlbuf *b = (struct ctlbuf *)(uintptr_t)fi->fh;
+	struct ctlbuf *b;
 
-	if (off < 0 || (size_t)off >= b->len) {
+	pthread_mutex_lock(&ctl_lock);
+	b = (struct ctlbuf *)(uintptr_t)fi->fh;
+	if (!b || off < 0 || (size_t)off >= b->len)
 		fuse_reply_buf(req, NULL, 0);
-		return;
-	}
-	fuse_reply_buf(req, b->data + off, MIN(size, b->len - (size_t)off));
+	else
+		fuse_reply_buf(req, b->data + off, MIN(size, b->len - (size_t)off));
+	pthread_mutex_unlock(&ctl_lock);
 }
 
 /* ---- operations ------------------------------------------------------ */
@@ -766,11 +773,13 @@ static void do_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	if (ino == INO_CTL_STATUS || ino == INO_CTL_METRICS) {
+		pthread_mutex_lock(&ctl_lock);
 		struct ctlbuf *b = (struct ctlbuf *)(uintptr_t)fi->fh;
 		if (b) {
 			free(b->data);
 			free(b);
 		}
+		pthread_mutex_unlock(&ctl_lock);
 	} else if (ino_is_image(ino)) {
 		image_close(image_of(ino_tinode(ino)));
 	}

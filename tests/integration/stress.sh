@@ -140,7 +140,11 @@ if counts.get("read", 0) == 0 or counts.get("gc-removed", 0) == 0:
     sys.exit(1)
 # Memory must level off: allow for caches filling, not for a leak that
 # grows with the number of operations.
-if late > early * 1.5 + 16384:
+# Under AddressSanitizer freed memory sits in quarantine and RSS grows by
+# design: the leak check at exit stands in for this one there.
+if os.environ.get("ASAN_OPTIONS"):
+    print("stress: sanitizer build, RSS growth not judged")
+elif late > early * 1.5 + 16384:
     print("stress: RSS kept growing")
     sys.exit(1)
 PY
