@@ -74,7 +74,7 @@ static const struct registry_section *section_find(const struct registry_hosts *
 	return NULL;
 }
 
-static bool host_is_sane(const char *s)
+bool hosts_name_is_sane(const char *s)
 {
 	if (!*s)
 		return false;
@@ -216,7 +216,7 @@ static int parse_mirror(char *value, struct mirror *m, char *errbuf, size_t errl
 	}
 	memcpy(m->host, p, n);
 	m->host[n] = '\0';
-	if (!host_is_sane(m->host)) {
+	if (!hosts_name_is_sane(m->host)) {
 		snprintf(errbuf, errlen, "mirror URL \"%s\" has an invalid host", url);
 		return -EINVAL;
 	}
@@ -275,7 +275,7 @@ int registry_hosts_set(struct registry_hosts *h, const char *registry,
 	struct registry_section *s;
 	int r;
 
-	if (!host_is_sane(registry) || strlen(registry) >= HOSTS_HOST_MAX) {
+	if (!hosts_name_is_sane(registry) || strlen(registry) >= HOSTS_HOST_MAX) {
 		snprintf(errbuf, errlen, "invalid registry name \"%s\"", registry);
 		return -EINVAL;
 	}

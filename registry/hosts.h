@@ -52,6 +52,10 @@ int registry_hosts_set(struct registry_hosts *h, const char *registry,
 		       const char *key, const char *value, char *errbuf,
 		       size_t errlen);
 
+/* True when s has only the characters of a host[:port] ("[::1]:5000"
+ * included): nothing that could change which host or path a URL names. */
+bool hosts_name_is_sane(const char *s);
+
 /* True when the config has a section for registry (h may be NULL). */
 bool registry_hosts_known(const struct registry_hosts *h, const char *registry);
 

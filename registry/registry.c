@@ -297,17 +297,6 @@ static const char *api_host(const char *domain)
 /* The pieces of a URL come from references that were parsed already, but
  * a stray '?', '#', '@' or "/../" here would change which host or path
  * curl asks for, so the characters are checked again. */
-static bool domain_is_sane(const char *s)
-{
-	if (!*s)
-		return false;
-	for (; *s; s++)
-		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-		      (*s >= '0' && *s <= '9') || strchr(".-:[]", *s)))
-			return false;
-	return true;
-}
-
 static bool repo_is_sane(const char *s)
 {
 	bool component_start = true;
@@ -342,7 +331,7 @@ static bool tag_is_sane(const char *s)
 static int check_names(const char *domain, const char *repo,
 		       struct registry_error *err)
 {
-	if (!domain || !domain_is_sane(domain))
+	if (!domain || !hosts_name_is_sane(domain))
 		return error_set(err, 0, -EINVAL, "invalid registry host \"%s\"",
 				 domain ? domain : "");
 	if (!repo || !repo_is_sane(repo))
@@ -1456,6 +1445,28 @@ static int op_run(struct registry *r, struct request *q, const char *domain,
 	return k;
 }
 
+/* What a GET and a HEAD of a manifest share: the names checked, whether
+ * the reference is a digest, the Accept header. */
+static int manifest_request_begin(const char *domain, const char *repo,
+				  const char *tag_or_digest, bool *ret_by_digest,
+				  struct curl_slist **ret_headers,
+				  struct registry_error *err)
+{
+	int k;
+
+	error_clear(err);
+	k = check_names(domain, repo, err);
+	if (k < 0)
+		return k;
+	k = check_manifest_ref(tag_or_digest, ret_by_digest, err);
+	if (k < 0)
+		return k;
+	*ret_headers = curl_slist_append(NULL, "Accept: " MANIFEST_ACCEPT);
+	if (!*ret_headers)
+		return error_set(err, 0, -ENOMEM, "out of memory");
+	return 0;
+}
+
 int registry_get_manifest(struct registry *r, const char *domain,
 			  const char *repo, const char *tag_or_digest,
 			  struct registry_manifest **ret,
@@ -1469,16 +1480,10 @@ int registry_get_manifest(struct registry *r, const char *domain,
 	bool by_digest;
 	int k;
 
-	error_clear(err);
-	k = check_names(domain, repo, err);
+	k = manifest_request_begin(domain, repo, tag_or_digest, &by_digest,
+				   &headers, err);
 	if (k < 0)
 		return k;
-	k = check_manifest_ref(tag_or_digest, &by_digest, err);
-	if (k < 0)
-		return k;
-	headers = curl_slist_append(NULL, "Accept: " MANIFEST_ACCEPT);
-	if (!headers)
-		return error_set(err, 0, -ENOMEM, "out of memory");
 
 	k = op_run(r, &q, domain, repo, "manifests", tag_or_digest,
 		   by_digest ? HOSTS_CAP_PULL : HOSTS_CAP_RESOLVE, headers, false);
@@ -1526,16 +1531,10 @@ int registry_head_manifest(struct registry *r, const char *domain,
 	bool by_digest;
 	int k;
 
-	error_clear(err);
-	k = check_names(domain, repo, err);
+	k = manifest_request_begin(domain, repo, tag_or_digest, &by_digest,
+				   &headers, err);
 	if (k < 0)
 		return k;
-	k = check_manifest_ref(tag_or_digest, &by_digest, err);
-	if (k < 0)
-		return k;
-	headers = curl_slist_append(NULL, "Accept: " MANIFEST_ACCEPT);
-	if (!headers)
-		return error_set(err, 0, -ENOMEM, "out of memory");
 
 	k = op_run(r, &q, domain, repo, "manifests", tag_or_digest,
 		   by_digest ? HOSTS_CAP_PULL : HOSTS_CAP_RESOLVE, headers, true);
