@@ -1,7 +1,21 @@
 #include "errname.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+
+int errbuf_fail(int err, char *errbuf, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (errbuf && errlen > 0) {
+		va_start(ap, fmt);
+		vsnprintf(errbuf, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
 
 const char *errno_name(int err)
 {

@@ -21,6 +21,7 @@
 
 #include "layer.h"
 #include "fileio.h"
+#include "errname.h"
 #include "macro.h"
 
 #define LAYER_DEFAULT_MAX_ENTRIES UINT64_C(1000000)
@@ -50,18 +51,8 @@ static void layer_index_freep(struct layer_index **li)
 	layer_index_free(*li);
 }
 
-__attribute__((format(printf, 3, 4))) static int
-layer_fail(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (errbuf && errlen > 0) {
-		va_start(ap, fmt);
-		vsnprintf(errbuf, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return -EBADMSG;
-}
+/* Everything wrong with layer content is EBADMSG, with a reason. */
+#define layer_fail(errbuf, errlen, ...) errbuf_fail(-EBADMSG, errbuf, errlen, __VA_ARGS__)
 
 /* ---- path rules ------------------------------------------------------ */
 

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "errname.h"
 #include "macro.h"
 #include "tree.h"
 
@@ -53,18 +54,8 @@ struct builder {
 	size_t errlen;
 };
 
-__attribute__((format(printf, 3, 4))) static int
-tree_fail(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (errbuf && errlen > 0) {
-		va_start(ap, fmt);
-		vsnprintf(errbuf, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return -EBADMSG;
-}
+/* Everything wrong with layer content is EBADMSG, with a reason. */
+#define tree_fail(errbuf, errlen, ...) errbuf_fail(-EBADMSG, errbuf, errlen, __VA_ARGS__)
 
 static uint32_t tree_hash(const struct bnode *dir, const char *name,
 			  size_t len)
