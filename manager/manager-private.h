@@ -140,7 +140,6 @@ struct manager {
 	pthread_cond_t gc_cond;
 };
 
-int64_t manager_now_s(const struct manager *m);
 int64_t manager_wall_s(void);
 int64_t manager_wall_ms(void);
 

@@ -40,11 +40,6 @@ static int64_t now_s(const struct manager *m)
 	return clock_now_ns(m->clock) / CLOCK_NS_PER_SEC;
 }
 
-int64_t manager_now_s(const struct manager *m)
-{
-	return now_s(m);
-}
-
 int64_t manager_wall_s(void)
 {
 	return (int64_t)time(NULL);
@@ -934,7 +929,7 @@ static int ensure_decide(struct manager *m, const struct reference *ref,
 	}
 
 	if (!known && policy == PULL_NEVER) {
-		emit(m, EVENT_WARNING, "ErrImageNeverPull", canonical, NULL, EPERM, who,
+		emit(m, EVENT_WARNING, errtable_reason(EPERM), canonical, NULL, EPERM, who,
 		     "Container image \"%s\" is not present with pull policy of Never",
 		     canonical);
 		return -EPERM;
@@ -944,7 +939,7 @@ static int ensure_decide(struct manager *m, const struct reference *ref,
 	 * included: a registry that just failed is not asked again early. */
 	struct backoff_state bs;
 	if (backoff_check(m->backoff, canonical, &bs) == -EAGAIN) {
-		emit(m, EVENT_NORMAL, "BackOff", canonical, NULL, EAGAIN, who,
+		emit(m, EVENT_NORMAL, errtable_reason(EAGAIN), canonical, NULL, EAGAIN, who,
 		     "Back-off pulling image \"%s\": %s", canonical,
 		     bs.msg[0] ? bs.msg : errno_name(bs.err));
 		return -EAGAIN;
@@ -1022,9 +1017,11 @@ static int ensure_decide(struct manager *m, const struct reference *ref,
 failed:
 	free(p.repo);
 	r = errtable_normalize(r);
-	backoff_gc(m->backoff);
+	/* backoff_failure also forgets entries untouched for twice the cap. */
 	backoff_failure(m->backoff, canonical, r, p.errmsg[0] ? p.errmsg : strerror(-r));
 	out->failed = -r;
+	/* "Failed" whatever the errno: a full pull queue is EAGAIN but no
+	 * back-off. */
 	emit(m, EVENT_WARNING, "Failed", canonical, digest, r, who,
 	     "Failed to pull image \"%s\": %s", canonical,
 	     p.errmsg[0] ? p.errmsg : strerror(-r));
@@ -1271,12 +1268,6 @@ void ensure_wait_interrupt(struct ensure_wait *w)
 	pthread_mutex_unlock(&m->lock);
 }
 
-int manager_ensure(struct manager *m, const char *reference,
-		   const struct caller *who, struct image **ret)
-{
-	return manager_ensure_wait(m, reference, who, NULL, ret);
-}
-
 int manager_ensure_wait(struct manager *m, const char *reference,
 			const struct caller *who, struct ensure_wait *w,
 			struct image **ret)
@@ -1293,7 +1284,7 @@ int manager_ensure_wait(struct manager *m, const char *reference,
 	r = reference_parse(reference, REFERENCE_DEFAULT_TAG, &ref);
 	if (r < 0) {
 		if (r == -EINVAL)
-			emit(m, EVENT_WARNING, "InspectFailed", reference, NULL, EINVAL,
+			emit(m, EVENT_WARNING, errtable_reason(EINVAL), reference, NULL, EINVAL,
 			     who, "Failed to apply default image tag \"%s\": invalid reference format",
 			     reference);
 		return r;

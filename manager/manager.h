@@ -83,15 +83,6 @@ void manager_free(struct manager *m);
 /* Async-signal-safe: the events log is reopened before its next line. */
 void manager_reopen_events(struct manager *m);
 
-/* Makes reference (any form the reference grammar accepts) available and
- * returns its image with one reference held by the caller.  Blocks for as
- * long as a pull takes; concurrent calls for one reference share one
- * pull.  who may be NULL.  Errors follow the errno table (errtable.h):
- * -EINVAL, -ENOENT, -EPERM, -EACCES, -EHOSTUNREACH, -ETIMEDOUT, -ENOEXEC,
- * -EBADMSG, -ENOSPC, -EIO. */
-int manager_ensure(struct manager *m, const char *reference,
-		   const struct caller *who, struct image **ret);
-
 /* A caller's way out of a long ensure: set up with ensure_wait_init(),
  * passed to manager_ensure_wait(), and ensure_wait_interrupt() from any
  * thread makes that call return -EINTR at once.  The pull itself goes on
@@ -103,8 +94,14 @@ struct ensure_wait {
 void ensure_wait_init(struct ensure_wait *w, struct manager *m);
 void ensure_wait_interrupt(struct ensure_wait *w);
 
-/* manager_ensure, interruptible through w (the pull runs on a thread of
- * its own, so that its caller can leave).  Additional error: -EINTR. */
+/* Makes reference (any form the reference grammar accepts) available and
+ * returns its image with one reference held by the caller.  Blocks for as
+ * long as a pull takes; concurrent calls for one reference share one
+ * pull.  who may be NULL.  With w the pull runs on a thread of its own
+ * and the call can be interrupted (-EINTR); with NULL it runs in the
+ * caller's thread.  Errors follow the errno table (errtable.h): -EINVAL,
+ * -ENOENT, -EPERM, -EACCES, -EAGAIN, -EHOSTUNREACH, -ETIMEDOUT, -ENOEXEC,
+ * -EBADMSG, -ENOSPC, -EIO, and -EINTR. */
 int manager_ensure_wait(struct manager *m, const char *reference,
 			const struct caller *who, struct ensure_wait *w,
 			struct image **ret);
