@@ -58,22 +58,35 @@ static int mkdir_parents(const char *path)
 	return 0;
 }
 
+/* A DIR stream over a directory fd we keep: readdir(3) needs one of its
+ * own, positioned at the start. */
+static int dir_stream(int dirfd, DIR **ret)
+{
+	int fd = dup(dirfd);
+	DIR *d;
+
+	if (fd < 0)
+		return negative_errno();
+	d = fdopendir(fd);
+	if (!d) {
+		int r = negative_errno();
+		close(fd);
+		return r;
+	}
+	rewinddir(d);
+	*ret = d;
+	return 0;
+}
+
 /* Removes every entry of directory fd `dfd` (recursing one level is all
  * tmp/ ever needs, but deeper trees are handled too). */
 static void empty_dir(int dfd)
 {
 	DIR *d;
 	struct dirent *de;
-	int fd = dup(dfd);
 
-	if (fd < 0)
+	if (dir_stream(dfd, &d) < 0)
 		return;
-	d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return;
-	}
-	rewinddir(d);
 	while ((de = readdir(d))) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
@@ -414,17 +427,12 @@ int cache_refs_load(struct cache *c, struct cache_ref **ret, size_t *ret_n)
 	struct cache_ref *refs = NULL;
 	size_t n = 0, cap = 0;
 	struct dirent *de;
-	int fd = dup(c->refs_fd);
 	DIR *d;
+	int r;
 
-	if (fd < 0)
-		return negative_errno();
-	d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return negative_errno();
-	}
-	rewinddir(d);
+	r = dir_stream(c->refs_fd, &d);
+	if (r < 0)
+		return r;
 	while ((de = readdir(d))) {
 		_cleanup_close_ int f = -1;
 		_cleanup_free_ char *buf = NULL;
@@ -533,19 +541,13 @@ uint64_t cache_blob_bytes(struct cache *c, const char *digest)
 static int foreach_digest(int dirfd, int (*fn)(void *userdata, const char *digest),
 			  void *userdata)
 {
-	int fd = dup(dirfd);
 	struct dirent *de;
 	DIR *d;
-	int r = 0;
+	int r;
 
-	if (fd < 0)
-		return negative_errno();
-	d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return negative_errno();
-	}
-	rewinddir(d);
+	r = dir_stream(dirfd, &d);
+	if (r < 0)
+		return r;
 	while (r == 0 && (de = readdir(d))) {
 		char digest[DIGEST_STRING_MAX];
 

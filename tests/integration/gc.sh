@@ -62,17 +62,11 @@ mount_pullfs --gc-min-age 0
 ls "$bb/bin" >/dev/null
 ls "$edge" >/dev/null
 exec 7<"$bb/bin/busybox"
-py - "$CACHE/control.sock" "$REGISTRY" <<'PY' || fail "control socket gc/rm"
-import json, socket, sys
+PYTHONPATH=$INTEGRATION_DIR py - "$CACHE/control.sock" "$REGISTRY" <<'PY' || fail "control socket gc/rm"
+import sys
+import ctlsock
 def ask(req):
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(sys.argv[1])
-    s.sendall((json.dumps(req) + "\n").encode())
-    s.shutdown(socket.SHUT_WR)
-    data = b""
-    while chunk := s.recv(65536):
-        data += chunk
-    return json.loads(data)
+    return ctlsock.ask(sys.argv[1], req)
 reg = sys.argv[2]
 r = ask({"op": "rm", "references": [reg + "/test/busybox:1"]})
 assert not r["ok"] and r["errno"] == "EBUSY", r

@@ -27,8 +27,9 @@ for i in $(seq 0 9); do
 done
 
 mount_pullfs --gc-min-age 0 --max-parallel-pulls 2 --registry-qps 0
-py - "$MNT/images/$REGISTRY/stress" "$CACHE/control.sock" "$PULLFS_PID" "$SECONDS_TO_RUN" "$WORK" <<'PY' || fail "stress run"
-import hashlib, json, os, random, socket, sys, threading, time
+PYTHONPATH=$INTEGRATION_DIR py - "$MNT/images/$REGISTRY/stress" "$CACHE/control.sock" "$PULLFS_PID" "$SECONDS_TO_RUN" "$WORK" <<'PY' || fail "stress run"
+import hashlib, json, os, random, sys, threading, time
+import ctlsock
 
 root, sock, pid, duration, work = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 expected = {}
@@ -84,15 +85,7 @@ def reader(seed):
             note("oserror", f"s{i}: {e}")
 
 def ask(req):
-    s = socket.socket(socket.AF_UNIX)
-    s.settimeout(60)
-    s.connect(sock)
-    s.sendall((json.dumps(req) + "\n").encode())
-    s.shutdown(socket.SHUT_WR)
-    data = b""
-    while chunk := s.recv(65536):
-        data += chunk
-    return json.loads(data)
+    return ctlsock.ask(sock, req)
 
 def collector():
     while time.monotonic() < stop:
