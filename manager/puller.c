@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "waitlist.h"
+
 struct puller {
 	unsigned max_parallel;
 	unsigned max_queue;
@@ -14,11 +16,9 @@ struct puller {
 	pthread_cond_t cond; /* a slot freed, the head moved, or shutdown */
 	/* All below under lock. */
 	unsigned running;
-	/* Waiters take tickets; only the holder of head_ticket may take a
-	 * free slot, which keeps the queue FIFO. */
-	uint64_t next_ticket;
-	uint64_t head_ticket;
-	unsigned queued;
+	/* Only the head of the line may take a free slot, which keeps the
+	 * queue FIFO. */
+	struct waitlist waiters;
 	bool shutdown;
 	uint64_t entered;
 	uint64_t refused;
@@ -50,7 +50,7 @@ void puller_free(struct puller *p)
 
 int puller_enter(struct puller *p)
 {
-	uint64_t ticket;
+	struct waitlist_node me;
 	int r = 0;
 
 	pthread_mutex_lock(&p->lock);
@@ -58,32 +58,31 @@ int puller_enter(struct puller *p)
 		r = -ECANCELED;
 		goto out;
 	}
-	if (p->queued == 0 && p->running < p->max_parallel) {
+	if (p->waiters.len == 0 && p->running < p->max_parallel) {
 		p->running++;
 		p->entered++;
 		goto out;
 	}
-	if (p->queued >= p->max_queue) {
+	if (p->waiters.len >= p->max_queue) {
 		p->refused++;
 		r = -EAGAIN;
 		goto out;
 	}
 
-	ticket = p->next_ticket++;
-	p->queued++;
-	while (!p->shutdown && (ticket != p->head_ticket || p->running >= p->max_parallel))
+	waitlist_push(&p->waiters, &me);
+	while (!p->shutdown &&
+	       (!waitlist_is_head(&p->waiters, &me) || p->running >= p->max_parallel))
 		pthread_cond_wait(&p->cond, &p->lock);
-	p->queued--;
 	if (p->shutdown) {
 		r = -ECANCELED;
 	} else {
-		p->head_ticket++;
 		p->running++;
 		p->entered++;
-		/* With more than one free slot the next in line may enter
-		 * too; it only learns of its turn from us. */
-		pthread_cond_broadcast(&p->cond);
 	}
+	/* With more than one free slot the next in line may enter too; it
+	 * only learns of its turn from us. */
+	if (waitlist_remove(&p->waiters, &me))
+		pthread_cond_broadcast(&p->cond);
 out:
 	pthread_mutex_unlock(&p->lock);
 	return r;
@@ -110,7 +109,7 @@ void puller_get_stats(struct puller *p, struct puller_stats *ret)
 {
 	pthread_mutex_lock(&p->lock);
 	ret->running = p->running;
-	ret->queued = p->queued;
+	ret->queued = p->waiters.len;
 	ret->max_parallel = p->max_parallel;
 	ret->max_queue = p->max_queue;
 	ret->entered = p->entered;

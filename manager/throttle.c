@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "macro.h"
+#include "waitlist.h"
 
 /* One blocking wait is cut to this much real time, so that a clock that
  * disagrees with CLOCK_MONOTONIC cannot park a waiter for ages. */
@@ -23,11 +24,9 @@ struct throttle {
 	pthread_cond_t cond; /* CLOCK_MONOTONIC; head moved, shutdown or wake */
 	/* All below under lock. */
 	int64_t tat_ns; /* theoretical arrival time of the next token */
-	/* Waiters take tickets; only the one holding head_ticket may take a
-	 * token, which is what makes the queue FIFO. */
-	uint64_t next_ticket;
-	uint64_t head_ticket;
-	unsigned waiting;
+	/* Only the head of the line may take a token, which is what makes
+	 * the queue FIFO; it alone does the timed wait for it. */
+	struct waitlist waiters;
 	bool shutdown;
 	uint64_t granted;
 	uint64_t refused;
@@ -127,7 +126,7 @@ int throttle_try_acquire(struct throttle *t, int64_t *ret_wait_ns)
 	else if (t->interval_ns == 0)
 		t->granted++;
 	else {
-		r = take_locked(t, clock_now_ns(t->clock), t->waiting, &wait);
+		r = take_locked(t, clock_now_ns(t->clock), t->waiters.len, &wait);
 		if (r < 0) {
 			t->refused++;
 			if (ret_wait_ns)
@@ -153,7 +152,7 @@ static void wait_real_ns(struct throttle *t, int64_t ns)
 
 int throttle_acquire(struct throttle *t)
 {
-	uint64_t ticket;
+	struct waitlist_node me;
 	int64_t wait;
 	int r;
 
@@ -167,37 +166,34 @@ int throttle_acquire(struct throttle *t)
 		r = 0;
 		goto out;
 	}
-	if (t->waiting == 0 && take_locked(t, clock_now_ns(t->clock), 0, &wait) == 0) {
+	if (t->waiters.len == 0 && take_locked(t, clock_now_ns(t->clock), 0, &wait) == 0) {
 		r = 0;
 		goto out;
 	}
-	if (t->fail_fast || t->waiting >= t->max_waiters) {
+	if (t->fail_fast || t->waiters.len >= t->max_waiters) {
 		t->refused++;
 		r = -EAGAIN;
 		goto out;
 	}
 
-	ticket = t->next_ticket++;
-	t->waiting++;
+	waitlist_push(&t->waiters, &me);
 	for (;;) {
 		if (t->shutdown) {
 			r = -ECANCELED;
 			break;
 		}
-		if (ticket != t->head_ticket) {
+		if (!waitlist_is_head(&t->waiters, &me)) {
 			pthread_cond_wait(&t->cond, &t->lock);
 			continue;
 		}
 		r = take_locked(t, clock_now_ns(t->clock), 0, &wait);
-		if (r == 0) {
-			t->head_ticket++;
+		if (r == 0)
 			break;
-		}
 		wait_real_ns(t, wait);
 	}
-	t->waiting--;
-	/* The next ticket holder has to start its own timed wait. */
-	pthread_cond_broadcast(&t->cond);
+	/* The next in line has to start its own timed wait. */
+	if (waitlist_remove(&t->waiters, &me))
+		pthread_cond_broadcast(&t->cond);
 out:
 	pthread_mutex_unlock(&t->lock);
 	return r;
@@ -221,7 +217,7 @@ void throttle_shutdown(struct throttle *t)
 void throttle_get_stats(struct throttle *t, struct throttle_stats *ret)
 {
 	pthread_mutex_lock(&t->lock);
-	ret->waiting = t->waiting;
+	ret->waiting = t->waiters.len;
 	ret->granted = t->granted;
 	ret->refused = t->refused;
 	pthread_mutex_unlock(&t->lock);

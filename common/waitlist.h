@@ -1,0 +1,57 @@
+/* A FIFO line of threads waiting for their turn at something (a pull slot,
+ * a token).  The list is intrusive and each node lives on its waiter's
+ * stack for as long as it waits, so joining never allocates and a waiter
+ * can leave from any place in the line, not only the head.
+ *
+ * Not thread-safe: the lock of the struct that embeds the list protects
+ * the list and every node on it. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct waitlist_node {
+	struct waitlist_node *prev, *next;
+};
+
+struct waitlist {
+	struct waitlist_node *head, *tail;
+	unsigned len; /* nodes on the list */
+};
+
+static inline void waitlist_push(struct waitlist *l, struct waitlist_node *n)
+{
+	n->prev = l->tail;
+	n->next = NULL;
+	if (l->tail)
+		l->tail->next = n;
+	else
+		l->head = n;
+	l->tail = n;
+	l->len++;
+}
+
+static inline bool waitlist_is_head(const struct waitlist *l, const struct waitlist_node *n)
+{
+	return l->head == n;
+}
+
+/* Takes n, which must be on l, off the list.  Returns true when n was the
+ * head: the next in line, if any, is now the head and must be woken to
+ * see it. */
+static inline bool waitlist_remove(struct waitlist *l, struct waitlist_node *n)
+{
+	bool was_head = l->head == n;
+
+	if (n->prev)
+		n->prev->next = n->next;
+	else
+		l->head = n->next;
+	if (n->next)
+		n->next->prev = n->prev;
+	else
+		l->tail = n->prev;
+	n->prev = n->next = NULL;
+	l->len--;
+	return was_head;
+}
