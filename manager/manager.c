@@ -978,7 +978,7 @@ static int ensure_decide(struct manager *m, const struct reference *ref,
 		pull_fail(&p, r == -EAGAIN ? "pull QPS exceeded" : "shutting down");
 		goto failed;
 	}
-	r = puller_enter(m->puller);
+	r = puller_enter(m->puller, NULL);
 	if (r < 0) {
 		pull_fail(&p, r == -EAGAIN ? "too many pulls waiting" : "shutting down");
 		goto failed;

@@ -13,7 +13,7 @@ struct puller {
 	unsigned max_queue;
 
 	pthread_mutex_t lock;
-	pthread_cond_t cond; /* a slot freed, the head moved, or shutdown */
+	pthread_cond_t cond; /* a slot freed, the head moved, shutdown or wake */
 	/* All below under lock. */
 	unsigned running;
 	/* Only the head of the line may take a free slot, which keeps the
@@ -22,6 +22,7 @@ struct puller {
 	bool shutdown;
 	uint64_t entered;
 	uint64_t refused;
+	uint64_t abandoned;
 };
 
 int puller_new(const struct puller_options *opts, struct puller **ret)
@@ -48,13 +49,18 @@ void puller_free(struct puller *p)
 	free(p);
 }
 
-int puller_enter(struct puller *p)
+int puller_enter(struct puller *p, const atomic_bool *abandon)
 {
 	struct waitlist_node me;
 	int r = 0;
 
 	pthread_mutex_lock(&p->lock);
 	if (p->shutdown) {
+		r = -ECANCELED;
+		goto out;
+	}
+	if (abandon && atomic_load(abandon)) {
+		p->abandoned++;
 		r = -ECANCELED;
 		goto out;
 	}
@@ -70,17 +76,26 @@ int puller_enter(struct puller *p)
 	}
 
 	waitlist_push(&p->waiters, &me);
-	while (!p->shutdown &&
-	       (!waitlist_is_head(&p->waiters, &me) || p->running >= p->max_parallel))
+	for (;;) {
+		if (p->shutdown) {
+			r = -ECANCELED;
+			break;
+		}
+		if (abandon && atomic_load(abandon)) {
+			p->abandoned++;
+			r = -ECANCELED;
+			break;
+		}
+		if (waitlist_is_head(&p->waiters, &me) && p->running < p->max_parallel) {
+			p->running++;
+			p->entered++;
+			break;
+		}
 		pthread_cond_wait(&p->cond, &p->lock);
-	if (p->shutdown) {
-		r = -ECANCELED;
-	} else {
-		p->running++;
-		p->entered++;
 	}
-	/* With more than one free slot the next in line may enter too; it
-	 * only learns of its turn from us. */
+	/* With more than one free slot, or when we gave up the head without
+	 * a slot, the next in line may enter; it only learns of its turn
+	 * from us. */
 	if (waitlist_remove(&p->waiters, &me))
 		pthread_cond_broadcast(&p->cond);
 out:
@@ -93,6 +108,13 @@ void puller_leave(struct puller *p)
 	pthread_mutex_lock(&p->lock);
 	p->running--;
 	/* Broadcast: a signal could wake a waiter that is not at the head. */
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void puller_wake(struct puller *p)
+{
+	pthread_mutex_lock(&p->lock);
 	pthread_cond_broadcast(&p->cond);
 	pthread_mutex_unlock(&p->lock);
 }
@@ -114,5 +136,6 @@ void puller_get_stats(struct puller *p, struct puller_stats *ret)
 	ret->max_queue = p->max_queue;
 	ret->entered = p->entered;
 	ret->refused = p->refused;
+	ret->abandoned = p->abandoned;
 	pthread_mutex_unlock(&p->lock);
 }

@@ -9,9 +9,15 @@
  * distinct image looked up concurrently by any process on the machine
  * takes a place, and a refusal turns into EAGAIN for that process.
  *
+ * A waiter whose caller has gone (the request was interrupted, the pull
+ * is no longer wanted) can leave the queue from any place: its abandon
+ * flag is set and puller_wake called.  Its place then no longer counts
+ * against max_queue and the ones behind it move up.
+ *
  * Thread-safe: the struct has its own mutex and condition variable. */
 #pragma once
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #define PULLER_DEFAULT_MAX_PARALLEL 1
@@ -23,12 +29,13 @@ struct puller_options {
 };
 
 struct puller_stats {
-	unsigned running;  /* holding a slot now */
-	unsigned queued;   /* blocked in puller_enter now */
+	unsigned running;   /* holding a slot now */
+	unsigned queued;    /* blocked in puller_enter now, not abandoned */
 	unsigned max_parallel;
 	unsigned max_queue;
-	uint64_t entered;  /* slots handed out */
-	uint64_t refused;  /* -EAGAIN for a full queue */
+	uint64_t entered;   /* slots handed out */
+	uint64_t refused;   /* -EAGAIN for a full queue */
+	uint64_t abandoned; /* -ECANCELED for the caller's abandon flag */
 };
 
 struct puller;
@@ -40,13 +47,19 @@ int puller_new(const struct puller_options *opts, struct puller **ret);
 void puller_free(struct puller *p);
 
 /* Takes a slot, blocking in FIFO order while max_parallel pulls run.
+ * abandon (borrowed, may be NULL) is read on entry and each time the
+ * caller wakes: once true, the caller leaves the queue without a slot.
  * Returns 0 (then call puller_leave exactly once), -EAGAIN at once when
- * max_queue callers are already waiting, or -ECANCELED when
- * puller_shutdown is called meanwhile (or was before). */
-int puller_enter(struct puller *p);
+ * max_queue callers are already waiting, or -ECANCELED when *abandon is
+ * true or puller_shutdown is called meanwhile (or was before). */
+int puller_enter(struct puller *p, const atomic_bool *abandon);
 
 /* Gives back a slot taken by puller_enter; never blocks. */
 void puller_leave(struct puller *p);
+
+/* Makes every waiter read its abandon flag again; call it after setting
+ * one.  Never blocks (beyond the mutex). */
+void puller_wake(struct puller *p);
 
 /* Wakes every waiter with -ECANCELED and refuses every later
  * puller_enter the same way; slots already held stay valid. */

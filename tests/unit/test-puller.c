@@ -1,11 +1,13 @@
 /* Unit tests for the pull slots: the serial default, the parallel limit,
- * FIFO order and the bounded queue.  Threads hold their slot until the
- * test lets them go, so every count checked is exact. */
+ * FIFO order, the bounded queue and waiters that abandon their place.
+ * Threads hold their slot until the test lets them go, so every count
+ * checked is exact. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -13,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "macro.h"
 #include "puller.h"
 
 #define N_THREADS 16
@@ -32,6 +35,8 @@ struct worker {
 	struct shared *s;
 	int id;
 	int result;
+	atomic_bool abandon;
+	bool joined; /* by abandon() */
 	pthread_t thread;
 };
 
@@ -41,7 +46,7 @@ static void *worker_main(void *arg)
 	struct shared *s = w->s;
 	unsigned my_turn;
 
-	w->result = puller_enter(s->p);
+	w->result = puller_enter(s->p, &w->abandon);
 	if (w->result != 0)
 		return NULL;
 	pthread_mutex_lock(&s->lock);
@@ -79,6 +84,7 @@ static void shared_done(struct shared *s)
 static void start(struct shared *s, struct worker *w, int id)
 {
 	*w = (struct worker){.s = s, .id = id, .result = 1};
+	atomic_init(&w->abandon, false);
 	assert_int_equal(pthread_create(&w->thread, NULL, worker_main, w), 0);
 }
 
@@ -178,8 +184,8 @@ static void test_queue_full(void **state)
 	wait_stats(s.p, 1, 2);
 
 	/* One running, two queued: the next caller is turned away. */
-	assert_int_equal(puller_enter(s.p), -EAGAIN);
-	assert_int_equal(puller_enter(s.p), -EAGAIN);
+	assert_int_equal(puller_enter(s.p, NULL), -EAGAIN);
+	assert_int_equal(puller_enter(s.p, NULL), -EAGAIN);
 	puller_get_stats(s.p, &st);
 	assert_int_equal(st.refused, 2);
 	assert_int_equal(st.max_queue, 2);
@@ -192,7 +198,7 @@ static void test_queue_full(void **state)
 	assert_int_equal(s.max_inside, 1);
 
 	/* Free again: a caller enters at once. */
-	assert_int_equal(puller_enter(s.p), 0);
+	assert_int_equal(puller_enter(s.p, NULL), 0);
 	puller_leave(s.p);
 	shared_done(&s);
 }
@@ -206,7 +212,7 @@ static void test_defaults(void **state)
 	puller_get_stats(p, &st);
 	assert_int_equal(st.max_parallel, 1);
 	assert_int_equal(st.max_queue, PULLER_DEFAULT_MAX_QUEUE);
-	assert_int_equal(puller_enter(p), 0);
+	assert_int_equal(puller_enter(p, NULL), 0);
 	puller_get_stats(p, &st);
 	assert_int_equal(st.running, 1);
 	puller_leave(p);
@@ -231,13 +237,139 @@ static void test_shutdown(void **state)
 	pthread_join(w[2].thread, NULL);
 	assert_int_equal(w[1].result, -ECANCELED);
 	assert_int_equal(w[2].result, -ECANCELED);
-	assert_int_equal(puller_enter(s.p), -ECANCELED);
+	assert_int_equal(puller_enter(s.p, NULL), -ECANCELED);
 
 	/* The slot already held stays valid and is given back normally. */
 	release(&s, 1);
 	pthread_join(w[0].thread, NULL);
 	assert_int_equal(w[0].result, 0);
 	wait_stats(s.p, 0, 0);
+	shared_done(&s);
+}
+
+/* Starts workers 0..n-1 one by one on a serial puller, so that arrival
+ * order is worker order. */
+static void start_serial(struct shared *s, struct worker *w, int n)
+{
+	for (int i = 0; i < n; i++) {
+		start(s, &w[i], i);
+		wait_stats(s->p, 1, (unsigned)i);
+	}
+}
+
+/* Lets worker w give up its place and waits until it has returned. */
+static void abandon(struct shared *s, struct worker *w)
+{
+	atomic_store(&w->abandon, true);
+	puller_wake(s->p);
+	pthread_join(w->thread, NULL);
+	w->joined = true;
+	assert_int_equal(w->result, -ECANCELED);
+}
+
+/* Lets every worker still there go, and checks that they all took their
+ * slot, one at a time, in the order want[n_want]. */
+static void finish(struct shared *s, struct worker *w, int n, const int *want,
+		   unsigned n_want)
+{
+	struct puller_stats st;
+
+	release(s, n_want);
+	for (int i = 0; i < n; i++) {
+		if (w[i].joined)
+			continue;
+		pthread_join(w[i].thread, NULL);
+		assert_int_equal(w[i].result, 0);
+	}
+	assert_int_equal(s->n_order, n_want);
+	for (unsigned i = 0; i < n_want; i++)
+		assert_int_equal(s->order[i], want[i]);
+	assert_int_equal(s->max_inside, 1);
+	puller_get_stats(s->p, &st);
+	assert_int_equal(st.running, 0);
+	assert_int_equal(st.queued, 0);
+	assert_int_equal(st.entered, n_want);
+}
+
+/* One running, three queued, the queue full.  The middle one leaves: the
+ * others keep their order, and its place goes to a newcomer that a full
+ * queue would have refused. */
+static void test_abandon_middle(void **state)
+{
+	static const int want[] = {0, 1, 3, 4};
+	struct shared s;
+	struct worker w[5];
+	struct puller_stats st;
+
+	shared_init(&s, 1, 3);
+	start_serial(&s, w, 4);
+	assert_int_equal(puller_enter(s.p, NULL), -EAGAIN);
+
+	abandon(&s, &w[2]);
+	wait_stats(s.p, 1, 2);
+	puller_get_stats(s.p, &st);
+	assert_int_equal(st.abandoned, 1);
+	assert_int_equal(st.refused, 1);
+
+	start(&s, &w[4], 4);
+	wait_stats(s.p, 1, 3);
+	assert_int_equal(puller_enter(s.p, NULL), -EAGAIN);
+
+	finish(&s, w, 5, want, ARRAY_SIZE(want));
+	puller_get_stats(s.p, &st);
+	assert_int_equal(st.refused, 2);
+	assert_int_equal(st.abandoned, 1);
+	shared_done(&s);
+}
+
+/* The head of the line leaves: the next one becomes the head and takes
+ * the slot when it is freed. */
+static void test_abandon_head(void **state)
+{
+	static const int want[] = {0, 2};
+	struct shared s;
+	struct worker w[3];
+	struct puller_stats st;
+
+	shared_init(&s, 1, 0);
+	start_serial(&s, w, 3);
+	abandon(&s, &w[1]);
+	wait_stats(s.p, 1, 1);
+
+	finish(&s, w, 3, want, ARRAY_SIZE(want));
+	puller_get_stats(s.p, &st);
+	assert_int_equal(st.abandoned, 1);
+	shared_done(&s);
+}
+
+/* A flag already set: -ECANCELED at once, whether a slot is free, all are
+ * taken or the queue is full; nothing is taken and nobody queues. */
+static void test_abandon_before(void **state)
+{
+	static const int want[] = {0, 1};
+	struct shared s;
+	struct worker w[2];
+	struct puller_stats st;
+	atomic_bool gone = true;
+
+	shared_init(&s, 1, 1);
+	assert_int_equal(puller_enter(s.p, &gone), -ECANCELED);
+	puller_get_stats(s.p, &st);
+	assert_int_equal(st.running, 0);
+	assert_int_equal(st.entered, 0);
+
+	start(&s, &w[0], 0);
+	wait_stats(s.p, 1, 0);
+	assert_int_equal(puller_enter(s.p, &gone), -ECANCELED);
+	start(&s, &w[1], 1);
+	wait_stats(s.p, 1, 1);
+	assert_int_equal(puller_enter(s.p, &gone), -ECANCELED);
+	puller_get_stats(s.p, &st);
+	assert_int_equal(st.queued, 1);
+	assert_int_equal(st.refused, 0);
+	assert_int_equal(st.abandoned, 3);
+
+	finish(&s, w, 2, want, ARRAY_SIZE(want));
 	shared_done(&s);
 }
 
@@ -249,6 +381,9 @@ int main(void)
 		cmocka_unit_test(test_queue_full),
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_shutdown),
+		cmocka_unit_test(test_abandon_middle),
+		cmocka_unit_test(test_abandon_head),
+		cmocka_unit_test(test_abandon_before),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
