@@ -973,7 +973,7 @@ static int ensure_decide(struct manager *m, const struct reference *ref,
 		 * reports the failure properly if there is one. */
 	}
 
-	r = throttle_acquire(m->throttle);
+	r = throttle_acquire(m->throttle, NULL);
 	if (r < 0) {
 		pull_fail(&p, r == -EAGAIN ? "pull QPS exceeded" : "shutting down");
 		goto failed;

@@ -30,6 +30,7 @@ struct throttle {
 	bool shutdown;
 	uint64_t granted;
 	uint64_t refused;
+	uint64_t abandoned;
 };
 
 int throttle_new(const struct throttle_options *opts, struct throttle **ret)
@@ -150,7 +151,7 @@ static void wait_real_ns(struct throttle *t, int64_t ns)
 	pthread_cond_timedwait(&t->cond, &t->lock, &ts);
 }
 
-int throttle_acquire(struct throttle *t)
+int throttle_acquire(struct throttle *t, const atomic_bool *abandon)
 {
 	struct waitlist_node me;
 	int64_t wait;
@@ -158,6 +159,11 @@ int throttle_acquire(struct throttle *t)
 
 	pthread_mutex_lock(&t->lock);
 	if (t->shutdown) {
+		r = -ECANCELED;
+		goto out;
+	}
+	if (abandon && atomic_load(abandon)) {
+		t->abandoned++;
 		r = -ECANCELED;
 		goto out;
 	}
@@ -182,6 +188,11 @@ int throttle_acquire(struct throttle *t)
 			r = -ECANCELED;
 			break;
 		}
+		if (abandon && atomic_load(abandon)) {
+			t->abandoned++;
+			r = -ECANCELED;
+			break;
+		}
 		if (!waitlist_is_head(&t->waiters, &me)) {
 			pthread_cond_wait(&t->cond, &t->lock);
 			continue;
@@ -191,7 +202,8 @@ int throttle_acquire(struct throttle *t)
 			break;
 		wait_real_ns(t, wait);
 	}
-	/* The next in line has to start its own timed wait. */
+	/* The next in line has to start its own timed wait, whether we
+	 * took the token or gave up. */
 	if (waitlist_remove(&t->waiters, &me))
 		pthread_cond_broadcast(&t->cond);
 out:
@@ -220,5 +232,6 @@ void throttle_get_stats(struct throttle *t, struct throttle_stats *ret)
 	ret->waiting = t->waiters.len;
 	ret->granted = t->granted;
 	ret->refused = t->refused;
+	ret->abandoned = t->abandoned;
 	pthread_mutex_unlock(&t->lock);
 }

@@ -8,11 +8,17 @@
  * nanoseconds (GCRA), so the schedule is exact: with qps 5 and burst 10,
  * ten tokens at t, the eleventh at t + 200 ms, and so on.
  *
+ * A waiter whose caller has gone can leave the queue from any place: its
+ * abandon flag is set and throttle_wake called.  Its place then no longer
+ * counts against max_waiters and the ones behind it move up, each token
+ * coming one interval sooner.
+ *
  * Thread-safe: the struct has its own mutex.  Time comes from the
  * injected clock; blocking waits sleep on CLOCK_MONOTONIC for the time
  * that clock says is missing, then ask the clock again. */
 #pragma once
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -37,9 +43,10 @@ struct throttle_options {
 	}
 
 struct throttle_stats {
-	unsigned waiting;  /* blocked in throttle_acquire now */
-	uint64_t granted;  /* tokens handed out */
-	uint64_t refused;  /* -EAGAIN returned (fail-fast, full queue, try) */
+	unsigned waiting;   /* blocked in throttle_acquire now, not abandoned */
+	uint64_t granted;   /* tokens handed out */
+	uint64_t refused;   /* -EAGAIN returned (fail-fast, full queue, try) */
+	uint64_t abandoned; /* -ECANCELED for the caller's abandon flag */
 };
 
 struct throttle;
@@ -60,15 +67,20 @@ void throttle_free(struct throttle *t);
  * after throttle_shutdown. */
 int throttle_try_acquire(struct throttle *t, int64_t *ret_wait_ns);
 
-/* Takes a token, blocking in FIFO order until one is free.  Returns 0;
- * -EAGAIN at once when fail_fast is set and no token is free, or when
- * max_waiters callers are already waiting; -ECANCELED when
- * throttle_shutdown is called meanwhile (or was before). */
-int throttle_acquire(struct throttle *t);
+/* Takes a token, blocking in FIFO order until one is free.  abandon
+ * (borrowed, may be NULL) is read on entry and each time the caller
+ * wakes: once true, the caller leaves the queue without a token.
+ * Returns 0; -EAGAIN at once when fail_fast is set and no token is free,
+ * or when max_waiters callers are already waiting; -ECANCELED when
+ * *abandon is true or throttle_shutdown is called meanwhile (or was
+ * before). */
+int throttle_acquire(struct throttle *t, const atomic_bool *abandon);
 
-/* Makes the waiters look at the clock again.  Only needed when the
- * clock jumps ahead by other means than the passing of real time (a test
- * clock); real waiters wake by themselves when their token is due. */
+/* Makes the waiters look at the clock and their abandon flags again;
+ * never blocks (beyond the mutex).  Call it after setting an abandon
+ * flag, or when the clock jumps ahead by other means than the passing of
+ * real time (a test clock); real waiters wake by themselves when their
+ * token is due. */
 void throttle_wake(struct throttle *t);
 
 /* Wakes every waiter with -ECANCELED and refuses every later call the

@@ -1,12 +1,14 @@
 /* Unit tests for the token bucket on pull starts: burst, refill, the
- * unlimited and fail-fast modes, the bounded FIFO queue.  Time is a
- * hand-driven clock; the threads that block do so only until the test
- * moves that clock and wakes them. */
+ * unlimited and fail-fast modes, the bounded FIFO queue and waiters that
+ * abandon their place.  Time is a hand-driven clock; the threads that
+ * block do so only until the test moves that clock (or sets their
+ * abandon flag) and wakes them. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -142,7 +144,7 @@ static void test_unlimited(void **state)
 	t = make(&f, 0, 1, 1, true);
 	for (int i = 0; i < 10000; i++) {
 		assert_int_equal(throttle_try_acquire(t, NULL), 0);
-		assert_int_equal(throttle_acquire(t), 0);
+		assert_int_equal(throttle_acquire(t, NULL), 0);
 	}
 	throttle_free(t);
 }
@@ -155,16 +157,16 @@ static void test_fail_fast(void **state)
 
 	fake_init(&f);
 	t = make(&f, 5, 2, 0, true);
-	assert_int_equal(throttle_acquire(t), 0);
-	assert_int_equal(throttle_acquire(t), 0);
+	assert_int_equal(throttle_acquire(t, NULL), 0);
+	assert_int_equal(throttle_acquire(t, NULL), 0);
 	/* The kubelet's "pull QPS exceeded": refused, not queued. */
-	assert_int_equal(throttle_acquire(t), -EAGAIN);
+	assert_int_equal(throttle_acquire(t, NULL), -EAGAIN);
 	throttle_get_stats(t, &st);
 	assert_int_equal(st.waiting, 0);
 	assert_int_equal(st.refused, 1);
 	fake_advance(&f, MS(200));
-	assert_int_equal(throttle_acquire(t), 0);
-	assert_int_equal(throttle_acquire(t), -EAGAIN);
+	assert_int_equal(throttle_acquire(t, NULL), 0);
+	assert_int_equal(throttle_acquire(t, NULL), -EAGAIN);
 	throttle_free(t);
 }
 
@@ -222,17 +224,25 @@ static void test_real_clock_blocking(void **state)
 	 * path with its timed waits runs without a noticeable delay. */
 	assert_int_equal(throttle_new(&o, &t), 0);
 	for (int i = 0; i < 50; i++)
-		assert_int_equal(throttle_acquire(t), 0);
+		assert_int_equal(throttle_acquire(t, NULL), 0);
 	throttle_free(t);
 }
 
+#define N_WAITERS 4
+
+/* The order in which the waiters got their tokens. */
+struct order {
+	pthread_mutex_t lock;
+	int ids[N_WAITERS];
+	int n; /* lock */
+};
+
 struct waiter {
 	struct throttle *t;
+	struct order *order;
 	int id;
 	int result;
-	int *order;
-	int *n_order;
-	pthread_mutex_t *order_lock;
+	atomic_bool abandon;
 	pthread_t thread;
 };
 
@@ -240,13 +250,29 @@ static void *waiter_main(void *arg)
 {
 	struct waiter *w = arg;
 
-	w->result = throttle_acquire(w->t);
+	w->result = throttle_acquire(w->t, &w->abandon);
 	if (w->result == 0) {
-		pthread_mutex_lock(w->order_lock);
-		w->order[(*w->n_order)++] = w->id;
-		pthread_mutex_unlock(w->order_lock);
+		pthread_mutex_lock(&w->order->lock);
+		w->order->ids[w->order->n++] = w->id;
+		pthread_mutex_unlock(&w->order->lock);
 	}
 	return NULL;
+}
+
+static void start_waiter(struct waiter *w, struct throttle *t, struct order *o, int id)
+{
+	*w = (struct waiter){.t = t, .order = o, .id = id, .result = 1};
+	atomic_init(&w->abandon, false);
+	assert_int_equal(pthread_create(&w->thread, NULL, waiter_main, w), 0);
+}
+
+/* Lets waiter w give up its place and waits until it has returned. */
+static void abandon(struct waiter *w)
+{
+	atomic_store(&w->abandon, true);
+	throttle_wake(w->t);
+	pthread_join(w->thread, NULL);
+	assert_int_equal(w->result, -ECANCELED);
 }
 
 static void wait_for(struct throttle *t, unsigned waiting, uint64_t granted)
@@ -261,46 +287,83 @@ static void wait_for(struct throttle *t, unsigned waiting, uint64_t granted)
 	}
 }
 
-static void wait_order(pthread_mutex_t *lock, const int *n, int want)
+static void wait_order(struct order *o, int want)
 {
 	for (;;) {
-		pthread_mutex_lock(lock);
-		int have = *n;
-		pthread_mutex_unlock(lock);
+		pthread_mutex_lock(&o->lock);
+		int have = o->n;
+		pthread_mutex_unlock(&o->lock);
 		if (have == want)
 			return;
 		sched_yield();
 	}
 }
 
-#define N_WAITERS 4
+/* At one token a second, with `waiting` queued and the last token taken
+ * now: moves the clock a second at a time and checks each time that the
+ * head takes its token exactly then, not a nanosecond before.  Then
+ * checks the order of all the grants the waiters saw. */
+static void serve(struct fake *f, struct throttle *t, struct order *o, unsigned waiting,
+		  const int *want, int n_want)
+{
+	struct throttle_stats st;
+	int done;
+
+	throttle_get_stats(t, &st);
+	assert_int_equal(st.waiting, waiting);
+	pthread_mutex_lock(&o->lock);
+	done = o->n;
+	pthread_mutex_unlock(&o->lock);
+	assert_int_equal(done + (int)waiting, n_want);
+
+	for (unsigned i = 0; i < waiting; i++) {
+		fake_advance(f, S(1) - 1);
+		throttle_wake(t);
+		wait_for(t, waiting - i, st.granted + i);
+		fake_advance(f, 1);
+		throttle_wake(t);
+		wait_for(t, waiting - i - 1, st.granted + i + 1);
+		wait_order(o, done + (int)i + 1);
+	}
+	for (int i = 0; i < n_want; i++)
+		assert_int_equal(o->ids[i], want[i]);
+}
+
+/* Takes the one token in the bucket of t and queues n waiters one by one,
+ * so that their arrival order is their id order. */
+static void queue_up(struct throttle *t, struct waiter *w, struct order *o, int n)
+{
+	assert_int_equal(throttle_acquire(t, NULL), 0);
+	for (int i = 0; i < n; i++) {
+		start_waiter(&w[i], t, o, i);
+		wait_for(t, i + 1, 1);
+	}
+}
+
+static void join_all(struct waiter *w, const int *ids, int n)
+{
+	for (int i = 0; i < n; i++) {
+		pthread_join(w[ids[i]].thread, NULL);
+		assert_int_equal(w[ids[i]].result, 0);
+	}
+}
 
 static void test_queue_fifo_and_bound(void **state)
 {
+	static const int want[] = {0, 1, 2, 3};
 	struct fake f;
 	struct throttle *t;
 	struct waiter w[N_WAITERS];
-	pthread_mutex_t order_lock = PTHREAD_MUTEX_INITIALIZER;
-	int order[N_WAITERS], n_order = 0;
+	struct order o = {.lock = PTHREAD_MUTEX_INITIALIZER};
 	int64_t wait;
 
 	fake_init(&f);
 	/* One token a second, burst 1, room for N_WAITERS waiters. */
 	t = make(&f, 1, 1, N_WAITERS, false);
-	assert_int_equal(throttle_acquire(t), 0);
-
-	/* Queue them one by one, so the arrival order is known. */
-	for (int i = 0; i < N_WAITERS; i++) {
-		w[i] = (struct waiter){
-			.t = t, .id = i, .result = 1, .order = order,
-			.n_order = &n_order, .order_lock = &order_lock,
-		};
-		assert_int_equal(pthread_create(&w[i].thread, NULL, waiter_main, &w[i]), 0);
-		wait_for(t, i + 1, 1);
-	}
+	queue_up(t, w, &o, N_WAITERS);
 
 	/* Full queue: refused at once. */
-	assert_int_equal(throttle_acquire(t), -EAGAIN);
+	assert_int_equal(throttle_acquire(t, NULL), -EAGAIN);
 	/* A non-blocking caller does not jump the queue, and learns it is
 	 * behind four waiters: its token is due in 5 s. */
 	assert_int_equal(throttle_try_acquire(t, &wait), -EAGAIN);
@@ -310,20 +373,8 @@ static void test_queue_fifo_and_bound(void **state)
 	throttle_wake(t);
 	wait_for(t, N_WAITERS, 1);
 
-	for (int i = 0; i < N_WAITERS; i++) {
-		fake_advance(&f, S(1) - 1);
-		throttle_wake(t);
-		wait_for(t, N_WAITERS - i, 1 + i);
-		fake_advance(&f, 1);
-		throttle_wake(t);
-		wait_for(t, N_WAITERS - i - 1, 2 + i);
-		wait_order(&order_lock, &n_order, i + 1);
-	}
-	for (int i = 0; i < N_WAITERS; i++) {
-		pthread_join(w[i].thread, NULL);
-		assert_int_equal(w[i].result, 0);
-		assert_int_equal(order[i], i);
-	}
+	serve(&f, t, &o, N_WAITERS, want, N_WAITERS);
+	join_all(w, want, N_WAITERS);
 	throttle_free(t);
 }
 
@@ -332,28 +383,122 @@ static void test_shutdown_wakes_waiters(void **state)
 	struct fake f;
 	struct throttle *t;
 	struct waiter w[2];
-	pthread_mutex_t order_lock = PTHREAD_MUTEX_INITIALIZER;
-	int order[2], n_order = 0;
+	struct order o = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 	fake_init(&f);
 	t = make(&f, 1, 1, 0, false);
-	assert_int_equal(throttle_acquire(t), 0);
-	for (int i = 0; i < 2; i++) {
-		w[i] = (struct waiter){
-			.t = t, .id = i, .result = 1, .order = order,
-			.n_order = &n_order, .order_lock = &order_lock,
-		};
-		assert_int_equal(pthread_create(&w[i].thread, NULL, waiter_main, &w[i]), 0);
-	}
-	wait_for(t, 2, 1);
+	queue_up(t, w, &o, 2);
 	throttle_shutdown(t);
 	for (int i = 0; i < 2; i++) {
 		pthread_join(w[i].thread, NULL);
 		assert_int_equal(w[i].result, -ECANCELED);
 	}
-	assert_int_equal(n_order, 0);
-	assert_int_equal(throttle_acquire(t), -ECANCELED);
+	assert_int_equal(o.n, 0);
+	assert_int_equal(throttle_acquire(t, NULL), -ECANCELED);
 	assert_int_equal(throttle_try_acquire(t, NULL), -ECANCELED);
+	throttle_free(t);
+}
+
+/* Three queued, the queue full.  The middle one leaves: the others keep
+ * their order, each token comes a second sooner for those behind it, and
+ * its place goes to a newcomer that a full queue would have refused. */
+static void test_abandon_middle(void **state)
+{
+	static const int want[] = {0, 2, 3};
+	struct fake f;
+	struct throttle *t;
+	struct waiter w[4];
+	struct order o = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	struct throttle_stats st;
+	int64_t wait;
+
+	fake_init(&f);
+	t = make(&f, 1, 1, 3, false);
+	queue_up(t, w, &o, 3);
+	assert_int_equal(throttle_acquire(t, NULL), -EAGAIN);
+	assert_int_equal(throttle_try_acquire(t, &wait), -EAGAIN);
+	assert_int_equal(wait, S(4));
+
+	abandon(&w[1]);
+	wait_for(t, 2, 1);
+	assert_int_equal(throttle_try_acquire(t, &wait), -EAGAIN);
+	assert_int_equal(wait, S(3));
+	throttle_get_stats(t, &st);
+	assert_int_equal(st.abandoned, 1);
+
+	start_waiter(&w[3], t, &o, 3);
+	wait_for(t, 3, 1);
+	assert_int_equal(throttle_acquire(t, NULL), -EAGAIN);
+
+	serve(&f, t, &o, 3, want, 3);
+	join_all(w, want, 3);
+	throttle_get_stats(t, &st);
+	assert_int_equal(st.granted, 4);
+	assert_int_equal(st.refused, 4);
+	assert_int_equal(st.abandoned, 1);
+	throttle_free(t);
+}
+
+/* The head leaves while it waits for its token: the next in line takes
+ * that same token when it is due, not one interval later. */
+static void test_abandon_head(void **state)
+{
+	static const int want[] = {1};
+	struct fake f;
+	struct throttle *t;
+	struct waiter w[2];
+	struct order o = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	struct throttle_stats st;
+
+	fake_init(&f);
+	t = make(&f, 1, 1, 0, false);
+	queue_up(t, w, &o, 2);
+	/* Once queued, the head is in its timed wait for the token due in a
+	 * second: queueing and starting that wait happen under one lock. */
+	abandon(&w[0]);
+	wait_for(t, 1, 1);
+	serve(&f, t, &o, 1, want, 1);
+	join_all(w, want, 1);
+	throttle_get_stats(t, &st);
+	assert_int_equal(st.abandoned, 1);
+	throttle_free(t);
+}
+
+/* A flag already set: -ECANCELED at once, with tokens in the bucket, with
+ * no limit at all, or behind a full queue; nothing is taken and nobody
+ * queues. */
+static void test_abandon_before(void **state)
+{
+	static const int want[] = {0};
+	struct fake f;
+	struct throttle *t;
+	struct waiter w[1];
+	struct order o = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	struct throttle_stats st;
+	atomic_bool gone = true;
+
+	fake_init(&f);
+	t = make(&f, 0, 1, 1, false);
+	assert_int_equal(throttle_acquire(t, &gone), -ECANCELED);
+	throttle_get_stats(t, &st);
+	assert_int_equal(st.granted, 0);
+	throttle_free(t);
+
+	t = make(&f, 1, 2, 1, false);
+	assert_int_equal(throttle_acquire(t, &gone), -ECANCELED);
+	/* The burst is whole. */
+	assert_int_equal(throttle_acquire(t, NULL), 0);
+	assert_int_equal(throttle_acquire(t, NULL), 0);
+	start_waiter(&w[0], t, &o, 0);
+	wait_for(t, 1, 2);
+	assert_int_equal(throttle_acquire(t, &gone), -ECANCELED);
+	throttle_get_stats(t, &st);
+	assert_int_equal(st.waiting, 1);
+	assert_int_equal(st.refused, 0);
+	assert_int_equal(st.abandoned, 2);
+
+	serve(&f, t, &o, 1, want, 1);
+	join_all(w, want, 1);
 	throttle_free(t);
 }
 
@@ -369,6 +514,9 @@ int main(void)
 		cmocka_unit_test(test_real_clock_blocking),
 		cmocka_unit_test(test_queue_fifo_and_bound),
 		cmocka_unit_test(test_shutdown_wakes_waiters),
+		cmocka_unit_test(test_abandon_middle),
+		cmocka_unit_test(test_abandon_head),
+		cmocka_unit_test(test_abandon_before),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
