@@ -4,11 +4,15 @@
  * can leave from any place in the line, not only the head.
  *
  * Not thread-safe: the lock of the struct that embeds the list protects
- * the list and every node on it. */
+ * the list and every node on it.  A waiter's abandon flag is the one
+ * thing set from outside that lock. */
 #pragma once
 
+#include <errno.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct waitlist_node {
 	struct waitlist_node *prev, *next;
@@ -18,6 +22,21 @@ struct waitlist {
 	struct waitlist_node *head, *tail;
 	unsigned len; /* nodes on the list */
 };
+
+/* Whether a caller, on entry or woken in the line, must give up: returns
+ * -ECANCELED when the owner is shutting down, or when the caller's abandon
+ * flag (may be NULL) is set, which is counted in *abandoned; else 0. */
+static inline int waitlist_cancelled(bool shutdown, const atomic_bool *abandon,
+				     uint64_t *abandoned)
+{
+	if (shutdown)
+		return -ECANCELED;
+	if (abandon && atomic_load(abandon)) {
+		(*abandoned)++;
+		return -ECANCELED;
+	}
+	return 0;
+}
 
 static inline void waitlist_push(struct waitlist *l, struct waitlist_node *n)
 {

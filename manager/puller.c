@@ -55,15 +55,9 @@ int puller_enter(struct puller *p, const atomic_bool *abandon)
 	int r = 0;
 
 	pthread_mutex_lock(&p->lock);
-	if (p->shutdown) {
-		r = -ECANCELED;
+	r = waitlist_cancelled(p->shutdown, abandon, &p->abandoned);
+	if (r < 0)
 		goto out;
-	}
-	if (abandon && atomic_load(abandon)) {
-		p->abandoned++;
-		r = -ECANCELED;
-		goto out;
-	}
 	if (p->waiters.len == 0 && p->running < p->max_parallel) {
 		p->running++;
 		p->entered++;
@@ -77,15 +71,9 @@ int puller_enter(struct puller *p, const atomic_bool *abandon)
 
 	waitlist_push(&p->waiters, &me);
 	for (;;) {
-		if (p->shutdown) {
-			r = -ECANCELED;
+		r = waitlist_cancelled(p->shutdown, abandon, &p->abandoned);
+		if (r < 0)
 			break;
-		}
-		if (abandon && atomic_load(abandon)) {
-			p->abandoned++;
-			r = -ECANCELED;
-			break;
-		}
 		if (waitlist_is_head(&p->waiters, &me) && p->running < p->max_parallel) {
 			p->running++;
 			p->entered++;

@@ -158,15 +158,9 @@ int throttle_acquire(struct throttle *t, const atomic_bool *abandon)
 	int r;
 
 	pthread_mutex_lock(&t->lock);
-	if (t->shutdown) {
-		r = -ECANCELED;
+	r = waitlist_cancelled(t->shutdown, abandon, &t->abandoned);
+	if (r < 0)
 		goto out;
-	}
-	if (abandon && atomic_load(abandon)) {
-		t->abandoned++;
-		r = -ECANCELED;
-		goto out;
-	}
 	if (t->interval_ns == 0) {
 		t->granted++;
 		r = 0;
@@ -184,15 +178,9 @@ int throttle_acquire(struct throttle *t, const atomic_bool *abandon)
 
 	waitlist_push(&t->waiters, &me);
 	for (;;) {
-		if (t->shutdown) {
-			r = -ECANCELED;
+		r = waitlist_cancelled(t->shutdown, abandon, &t->abandoned);
+		if (r < 0)
 			break;
-		}
-		if (abandon && atomic_load(abandon)) {
-			t->abandoned++;
-			r = -ECANCELED;
-			break;
-		}
 		if (!waitlist_is_head(&t->waiters, &me)) {
 			pthread_cond_wait(&t->cond, &t->lock);
 			continue;
