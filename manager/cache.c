@@ -288,30 +288,31 @@ bool cache_layer_present(struct cache *c, const char *digest)
 	return faccessat(c->layers_fd, path, F_OK, 0) == 0;
 }
 
-int cache_layer_open(struct cache *c, const char *digest, int *ret_pack_fd,
-		     struct layer_index **ret_index)
+static int layer_file_open(struct cache *c, const char *digest, const char *file)
 {
 	char path[DIGEST_HEX_LEN + 16];
-	_cleanup_close_ int pack = -1, idx = -1;
-	struct layer_index *li = NULL;
-	int r;
+	int fd;
 
 	if (!digest_is_valid(digest))
 		return -EINVAL;
-	snprintf(path, sizeof(path), "%s/pack", digest_hex(digest));
-	pack = openat(c->layers_fd, path, O_RDONLY | O_CLOEXEC);
-	if (pack < 0)
-		return negative_errno();
-	snprintf(path, sizeof(path), "%s/index", digest_hex(digest));
-	idx = openat(c->layers_fd, path, O_RDONLY | O_CLOEXEC);
+	snprintf(path, sizeof(path), "%s/%s", digest_hex(digest), file);
+	fd = openat(c->layers_fd, path, O_RDONLY | O_CLOEXEC);
+	return fd < 0 ? negative_errno() : fd;
+}
+
+int cache_layer_open_pack(struct cache *c, const char *digest)
+{
+	return layer_file_open(c, digest, "pack");
+}
+
+int cache_layer_read_index(struct cache *c, const char *digest,
+			   struct layer_index **ret)
+{
+	_cleanup_close_ int idx = layer_file_open(c, digest, "index");
+
 	if (idx < 0)
-		return negative_errno();
-	r = layer_index_read(idx, &li);
-	if (r < 0)
-		return r;
-	*ret_pack_fd = TAKE_FD(pack);
-	*ret_index = li;
-	return 0;
+		return idx;
+	return layer_index_read(idx, ret);
 }
 
 int cache_stage_new(struct cache *c, const char *prefix, char **ret_name,

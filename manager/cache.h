@@ -40,10 +40,13 @@ int cache_blob_write(struct cache *c, const char *digest, const void *buf,
 		     size_t len);
 
 bool cache_layer_present(struct cache *c, const char *digest);
-/* Opens an unpacked layer: its pack (read-only, O_CLOEXEC) and index.
- * -ENOENT when absent, -EBADMSG when the index is damaged. */
-int cache_layer_open(struct cache *c, const char *digest, int *ret_pack_fd,
-		     struct layer_index **ret_index);
+/* An unpacked layer's pack, read-only and O_CLOEXEC: returns the fd or
+ * -errno (-ENOENT when absent). */
+int cache_layer_open_pack(struct cache *c, const char *digest);
+/* An unpacked layer's index: 0, -ENOENT when absent, -EBADMSG when it is
+ * damaged. */
+int cache_layer_read_index(struct cache *c, const char *digest,
+			   struct layer_index **ret);
 
 /* A fresh directory tmp/<prefix>.XXXXXX for staging.  Returns 0 with its
  * name (caller frees) and an O_DIRECTORY fd. */

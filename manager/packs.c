@@ -1,0 +1,201 @@
+/* Open packs, shared and bounded; see packs.h. */
+#include "packs.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "strmap.h"
+
+#define PACKS_DEFAULT_MAX_OPEN 256
+
+struct pack {
+	unsigned refs;	/* images naming the layer; packs.lock */
+	unsigned users; /* reads holding the fd; packs.lock */
+	int fd;		/* -1 when closed; packs.lock */
+	bool pinned;	/* the layer was deleted: never close; packs.lock */
+	/* Idle open descriptors, least recently used first; packs.lock. */
+	struct pack *idle_prev, *idle_next;
+	bool idle;
+	char digest[];
+};
+
+struct packs {
+	struct cache *cache;
+	unsigned max_open;
+	pthread_mutex_t lock;
+	struct strmap *by_digest; /* digest -> struct pack *; lock */
+	struct pack *idle_head, *idle_tail; /* lock */
+	unsigned n_open;		    /* lock */
+};
+
+int packs_new(struct cache *cache, unsigned max_open, struct packs **ret)
+{
+	struct packs *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return -ENOMEM;
+	p->by_digest = strmap_new();
+	if (!p->by_digest) {
+		free(p);
+		return -ENOMEM;
+	}
+	p->cache = cache;
+	p->max_open = max_open ? max_open : PACKS_DEFAULT_MAX_OPEN;
+	pthread_mutex_init(&p->lock, NULL);
+	*ret = p;
+	return 0;
+}
+
+void packs_free(struct packs *p)
+{
+	if (!p)
+		return;
+	strmap_free(p->by_digest);
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
+
+static void idle_unlink_locked(struct packs *p, struct pack *pk)
+{
+	if (!pk->idle)
+		return;
+	if (pk->idle_prev)
+		pk->idle_prev->idle_next = pk->idle_next;
+	else
+		p->idle_head = pk->idle_next;
+	if (pk->idle_next)
+		pk->idle_next->idle_prev = pk->idle_prev;
+	else
+		p->idle_tail = pk->idle_prev;
+	pk->idle_prev = pk->idle_next = NULL;
+	pk->idle = false;
+}
+
+static void close_locked(struct packs *p, struct pack *pk)
+{
+	idle_unlink_locked(p, pk);
+	if (pk->fd >= 0) {
+		close(pk->fd);
+		pk->fd = -1;
+		p->n_open--;
+	}
+}
+
+/* Closes idle descriptors, oldest first, down to the bound. */
+static void trim_locked(struct packs *p)
+{
+	while (p->n_open > p->max_open && p->idle_head)
+		close_locked(p, p->idle_head);
+}
+
+int packs_get(struct packs *p, const char *digest, struct pack **ret)
+{
+	struct pack *pk;
+	size_t len = strlen(digest);
+
+	pthread_mutex_lock(&p->lock);
+	pk = strmap_get(p->by_digest, digest);
+	if (!pk) {
+		pk = calloc(1, sizeof(*pk) + len + 1);
+		if (!pk || strmap_put(p->by_digest, digest, pk) < 0) {
+			pthread_mutex_unlock(&p->lock);
+			free(pk);
+			return -ENOMEM;
+		}
+		memcpy(pk->digest, digest, len + 1);
+		pk->fd = -1;
+	}
+	pk->refs++;
+	pthread_mutex_unlock(&p->lock);
+	*ret = pk;
+	return 0;
+}
+
+void packs_put(struct packs *p, struct pack *pk)
+{
+	if (!pk)
+		return;
+	pthread_mutex_lock(&p->lock);
+	if (--pk->refs == 0) {
+		close_locked(p, pk);
+		strmap_remove(p->by_digest, pk->digest);
+		free(pk);
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+int pack_fd_get(struct packs *p, struct pack *pk)
+{
+	int fd;
+
+	pthread_mutex_lock(&p->lock);
+	if (pk->fd < 0) {
+		fd = cache_layer_open_pack(p->cache, pk->digest);
+		if (fd < 0) {
+			pthread_mutex_unlock(&p->lock);
+			return fd;
+		}
+		pk->fd = fd;
+		p->n_open++;
+		trim_locked(p);
+	}
+	idle_unlink_locked(p, pk);
+	pk->users++;
+	fd = pk->fd;
+	pthread_mutex_unlock(&p->lock);
+	return fd;
+}
+
+void pack_fd_put(struct packs *p, struct pack *pk)
+{
+	pthread_mutex_lock(&p->lock);
+	if (--pk->users == 0 && !pk->pinned) {
+		pk->idle = true;
+		pk->idle_prev = p->idle_tail;
+		pk->idle_next = NULL;
+		if (p->idle_tail)
+			p->idle_tail->idle_next = pk;
+		else
+			p->idle_head = pk;
+		p->idle_tail = pk;
+		trim_locked(p);
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+void packs_pin(struct packs *p, const char *digest)
+{
+	struct pack *pk;
+
+	pthread_mutex_lock(&p->lock);
+	pk = strmap_get(p->by_digest, digest);
+	if (pk && !pk->pinned) {
+		if (pk->fd < 0) {
+			int fd = cache_layer_open_pack(p->cache, pk->digest);
+			if (fd >= 0) {
+				pk->fd = fd;
+				p->n_open++;
+			}
+		}
+		if (pk->fd >= 0) {
+			idle_unlink_locked(p, pk);
+			pk->pinned = true;
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+unsigned packs_open_count(struct packs *p)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&p->lock);
+	n = p->n_open;
+	pthread_mutex_unlock(&p->lock);
+	return n;
+}

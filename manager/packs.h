@@ -1,0 +1,44 @@
+/* Open packs, shared by every image and bounded in number.
+ *
+ * An image's regular files are read from the packs of its layers.  Holding
+ * a descriptor per layer of every loaded image would make the descriptors
+ * grow with the number of cached references (and a hostile manifest can
+ * list one layer ten thousand times), so images hold a struct pack per
+ * distinct layer instead, one per layer digest whoever uses it, and the
+ * descriptor is opened when a read needs it.  Descriptors no read is using
+ * are closed, least recently used first, beyond max_open.
+ *
+ * A layer that garbage collection deletes while a loaded image still names
+ * it is pinned first: its descriptor stays open, so a process reading from
+ * (or standing in) that image keeps the content it started with.
+ *
+ * Thread-safe: one mutex, held for a table lookup and, on a miss, an
+ * openat(). */
+#pragma once
+
+struct cache;
+struct packs;
+struct pack;
+
+/* max_open 0: 256.  The cache is borrowed and must outlive the table. */
+int packs_new(struct cache *cache, unsigned max_open, struct packs **ret);
+/* Every pack must have been put. */
+void packs_free(struct packs *p);
+
+/* The pack of layer digest, with a reference for the caller (no
+ * descriptor is opened).  Returns 0 or -ENOMEM. */
+int packs_get(struct packs *p, const char *digest, struct pack **ret);
+void packs_put(struct packs *p, struct pack *pk);
+
+/* A descriptor of the pack, open until the matching pack_fd_put(); may
+ * block on openat().  Returns the fd or -errno (-ENOENT: the layer is
+ * gone from the cache). */
+int pack_fd_get(struct packs *p, struct pack *pk);
+void pack_fd_put(struct packs *p, struct pack *pk);
+
+/* Before the layer's files are deleted: when a loaded image uses it, open
+ * its descriptor and keep it open until the last image lets go. */
+void packs_pin(struct packs *p, const char *digest);
+
+/* Descriptors open now, for the metrics. */
+unsigned packs_open_count(struct packs *p);
