@@ -4,10 +4,11 @@
  * path needs no table: FUSE_ROOT_ID; namespace nodes (images/ and the
  * host / repository directories below it, plus docker.io short-form
  * symlinks), whose ino is the address of a struct nsnode; and nodes inside
- * an image, whose ino is the address of the immutable struct tinode with
- * bit 1 set.  Every lookup the kernel holds on an image node holds a
- * reference on its image, so an image lives exactly as long as the kernel
- * can still ask about it. */
+ * an image, whose ino has the top bit set, the image's id in the bits
+ * below and the node's index in its tree in the low 32 bits, so two names
+ * of one digest share the tree and still differ in every node id.  Every
+ * lookup the kernel holds on an image node holds a reference on its image,
+ * so an image lives exactly as long as the kernel can still ask about it. */
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
 
 #include "fs.h"
@@ -36,9 +37,9 @@
 #include "manager.h"
 #include "reference.h"
 
-#define INO_IMAGE_TAG 2u
+#define INO_IMAGE_BIT (UINT64_C(1) << 63)
 /* The control view: small fixed numbers, below any heap address and with
- * the image tag bit clear. */
+ * the image bit clear. */
 #define INO_CTL_DIR 0x100u
 #define INO_CTL_STATUS 0x200u
 #define INO_CTL_METRICS 0x300u
@@ -145,17 +146,24 @@ static struct fs *fs_of(fuse_req_t req)
 
 static bool ino_is_image(fuse_ino_t ino)
 {
-	return ino != FUSE_ROOT_ID && !ino_is_ctl(ino) && (ino & INO_IMAGE_TAG);
+	return (ino & INO_IMAGE_BIT) != 0;
 }
 
-static const struct tinode *ino_tinode(fuse_ino_t ino)
+static fuse_ino_t node_ino(const struct image *img, const struct tinode *t)
 {
-	return (const struct tinode *)(uintptr_t)(ino & ~(fuse_ino_t)INO_IMAGE_TAG);
+	return INO_IMAGE_BIT | (fuse_ino_t)image_id(img) << 32 | tinode_index(t);
 }
 
-static fuse_ino_t tinode_ino(const struct tinode *t)
+/* The node an image ino names, and its image; NULL for an ino the kernel
+ * should not have (it holds a reference on every image it asks about). */
+static const struct tinode *ino_node(struct fs *fs, fuse_ino_t ino,
+				     struct image **ret_img)
 {
-	return (fuse_ino_t)(uintptr_t)t | INO_IMAGE_TAG;
+	struct image *img = manager_image(fs->manager,
+					  (uint32_t)((ino & ~INO_IMAGE_BIT) >> 32));
+
+	*ret_img = img;
+	return img ? image_inode(img, (uint32_t)ino) : NULL;
 }
 
 static struct nsnode *ino_nsnode(fuse_ino_t ino)
@@ -351,17 +359,12 @@ static void caller_of(fuse_req_t req, struct caller *c)
 	}
 }
 
-static void on_interrupt(fuse_req_t req, void *data)
-{
-	ensure_wait_interrupt(data);
-}
-
 static void reply_image_root(fuse_req_t req, struct fs *fs, struct image *img)
 {
 	struct fuse_entry_param e = { 0 };
 	const struct tinode *root = image_root(img);
 
-	e.ino = tinode_ino(root);
+	e.ino = node_ino(img, root);
 	e.generation = 1;
 	image_stat(e.ino, root, &e.attr);
 	e.attr_timeout = fs->opts.content_timeout;
@@ -384,7 +387,128 @@ static void reply_nsnode(fuse_req_t req, struct fs *fs, struct nsnode *n)
 		nsnode_forget(fs, n, 1);
 }
 
-static void ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
+/* A lookup of images/<ref> waiting for ensure.  No worker thread waits
+ * with it: the flight's end answers it from the flight's thread, or an
+ * interrupt answers EINTR at once, and a lookup never waits for another
+ * reference's pull.  Which of the two answers is decided under lc.lock;
+ * the request's own lock, which libfuse holds around every interrupt
+ * callback and fuse_req_interrupt_func() takes, keeps the callback from
+ * running once the flight's end has unregistered it. */
+struct lookup_call {
+	pthread_mutex_t lock;
+	atomic_int refs; /* the handler's and the pending ensure's */
+	fuse_req_t req;
+	struct fs *fs;
+	struct ensure_call *call; /* lock */
+	bool interrupted;	  /* lock */
+	bool finished;		  /* lock: the answer is decided */
+	uint64_t parent;
+	int64_t start_ns;
+	char name[];
+};
+
+static void lookup_call_put(struct lookup_call *lc)
+{
+	if (atomic_fetch_sub(&lc->refs, 1) == 1) {
+		pthread_mutex_destroy(&lc->lock);
+		free(lc);
+	}
+}
+
+static void lookup_reply(struct lookup_call *lc, int r, struct image *img)
+{
+	struct fs *fs = lc->fs;
+
+	if (r < 0) {
+		reply_err(lc->req, r);
+	} else {
+		image_note_dentry(img, lc->parent, lc->name);
+		reply_image_root(lc->req, fs, img);
+	}
+	fsop_done(fs, FSOP_LOOKUP, lc->start_ns);
+}
+
+static void lookup_done(void *userdata, int r, struct image *img)
+{
+	struct lookup_call *lc = userdata;
+
+	/* The handler may still be between starting ensure and recording
+	 * the call: wait for it. */
+	pthread_mutex_lock(&lc->lock);
+	lc->finished = true;
+	pthread_mutex_unlock(&lc->lock);
+	fuse_req_interrupt_func(lc->req, NULL, NULL);
+	lookup_reply(lc, r, img);
+	lookup_call_put(lc);
+}
+
+/* Called with the request's lock held. */
+static void lookup_interrupt(fuse_req_t req, void *data)
+{
+	struct lookup_call *lc = data;
+	bool claimed = false;
+
+	pthread_mutex_lock(&lc->lock);
+	lc->interrupted = true;
+	if (lc->call && !lc->finished && ensure_call_cancel(lc->call))
+		claimed = lc->finished = true;
+	pthread_mutex_unlock(&lc->lock);
+	if (claimed) {
+		lookup_reply(lc, -EINTR, NULL);
+		lookup_call_put(lc);
+	}
+}
+
+/* Returns true when the answer is left to the flight or an interrupt. */
+static bool image_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
+			 const char *name)
+{
+	_cleanup_free_ char *full = join(parent->prefix, name);
+	struct lookup_call *lc;
+	struct ensure_call *call;
+	struct image *img = NULL;
+	struct caller who;
+	bool claimed = false;
+	int r;
+
+	lc = full ? calloc(1, sizeof(*lc) + strlen(name) + 1) : NULL;
+	if (!lc) {
+		reply_err(req, -ENOMEM);
+		return false;
+	}
+	pthread_mutex_init(&lc->lock, NULL);
+	atomic_init(&lc->refs, 2);
+	lc->req = req;
+	lc->fs = fs;
+	lc->parent = (uint64_t)(uintptr_t)parent;
+	lc->start_ns = mono_ns();
+	strcpy(lc->name, name);
+	caller_of(req, &who);
+	/* Registered first: an interrupt that came already is noted now. */
+	fuse_req_interrupt_func(req, lookup_interrupt, lc);
+	pthread_mutex_lock(&lc->lock);
+	r = manager_ensure_start(fs->manager, full, &who, lookup_done, lc, &call, &img);
+	if (r != 0) {
+		lc->finished = true;
+	} else {
+		lc->call = call;
+		if (lc->interrupted && ensure_call_cancel(call))
+			claimed = lc->finished = true;
+	}
+	pthread_mutex_unlock(&lc->lock);
+	if (r == 0 && !claimed) {
+		lookup_call_put(lc);
+		return true;
+	}
+	fuse_req_interrupt_func(req, NULL, NULL);
+	lookup_reply(lc, claimed ? -EINTR : r, img);
+	lookup_call_put(lc);
+	lookup_call_put(lc);
+	return true;
+}
+
+/* Returns true when the lookup was timed by its own answer. */
+static bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 		      const char *name)
 {
 	_cleanup_free_ char *key = NULL;
@@ -394,7 +518,7 @@ static void ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 
 	if (parent->kind != NS_DIR) {
 		reply_err(req, -ENOTDIR);
-		return;
+		return false;
 	}
 	/* Path form: a registry host opens the reference only in the first
 	 * position; elsewhere, and for names that are not hosts, the docker.io
@@ -402,40 +526,18 @@ static void ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 	is_host = parent->depth == 0 && (reference_component_is_host(name) ||
 					 manager_is_known_host(fs->manager, name));
 	closes = !is_host && reference_component_closes(name);
-	if (closes && parent->depth > 0 && !parent->short_form) {
-		_cleanup_free_ char *full = join(parent->prefix, name);
-		struct caller who;
-		struct image *img;
-		if (!full) {
-			reply_err(req, -ENOMEM);
-			return;
-		}
-		caller_of(req, &who);
-		/* A caller killed or Ctrl-C'ed while its pull runs gets EINTR
-		 * at once; the pull goes on for the next lookup. */
-		struct ensure_wait w;
-		ensure_wait_init(&w, fs->manager);
-		fuse_req_interrupt_func(req, on_interrupt, &w);
-		r = manager_ensure_wait(fs->manager, full, &who, &w, &img);
-		fuse_req_interrupt_func(req, NULL, NULL);
-		if (r < 0) {
-			reply_err(req, r);
-		} else {
-			image_note_dentry(img, (uint64_t)(uintptr_t)parent, name);
-			reply_image_root(req, fs, img);
-		}
-		return;
-	}
+	if (closes && parent->depth > 0 && !parent->short_form)
+		return image_lookup(req, fs, parent, name);
 
 	key = join(parent->key, name);
 	if (!key) {
 		reply_err(req, -ENOMEM);
-		return;
+		return false;
 	}
 	n = nsnode_find(fs, key);
 	if (n) {
 		reply_nsnode(req, fs, n);
-		return;
+		return false;
 	}
 	if (is_host) {
 		char *prefix = strdup(name);
@@ -444,11 +546,11 @@ static void ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 		r = short_form_symlink(parent, name, &n);
 		if (r < 0) {
 			reply_err(req, r);
-			return;
+			return false;
 		}
 	} else if (!reference_path_component_is_valid(name)) {
 		reply_err(req, -EINVAL);
-		return;
+		return false;
 	} else {
 		bool short_form = parent->depth == 0 || parent->short_form;
 		char *prefix = parent->depth == 0 ? join(REFERENCE_DEFAULT_DOMAIN, name)
@@ -459,9 +561,10 @@ static void ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 	n = nsnode_intern(fs, key, n);
 	if (!n) {
 		reply_err(req, -ENOMEM);
-		return;
+		return false;
 	}
 	reply_nsnode(req, fs, n);
+	return false;
 }
 
 /* ---- the control view ------------------------------------------------ */
@@ -612,13 +715,14 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 }
 
-static void do_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+/* Returns true when the lookup was timed by its own answer. */
+static bool do_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = fs_of(req);
 
 	if (parent == FUSE_ROOT_ID && !strcmp(name, CTL_DIR_NAME)) {
 		ctl_reply_entry(req, fs, INO_CTL_DIR);
-		return;
+		return false;
 	}
 	if (parent == INO_CTL_DIR) {
 		if (!strcmp(name, "status"))
@@ -627,11 +731,11 @@ static void do_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			ctl_reply_entry(req, fs, INO_CTL_METRICS);
 		else
 			reply_err(req, -ENOENT);
-		return;
+		return false;
 	}
 	if (ino_is_ctl(parent)) {
 		reply_err(req, -ENOTDIR);
-		return;
+		return false;
 	}
 	if (parent == FUSE_ROOT_ID) {
 		if (!strcmp(name, "images")) {
@@ -640,20 +744,23 @@ static void do_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			ns_stat(fs, e.ino, &fs->images, &e.attr);
 			e.attr_timeout = e.entry_timeout = fs->opts.content_timeout;
 			fuse_reply_entry(req, &e);
-			return;
+			return false;
 		}
 		reply_err(req, -ENOENT);
-		return;
+		return false;
 	}
-	if (!ino_is_image(parent)) {
-		ns_lookup(req, fs, ino_nsnode(parent), name);
-		return;
-	}
+	if (!ino_is_image(parent))
+		return ns_lookup(req, fs, ino_nsnode(parent), name);
 
-	const struct tinode *dir = ino_tinode(parent), *t;
+	struct image *img;
+	const struct tinode *dir = ino_node(fs, parent, &img), *t;
+	if (!dir) {
+		reply_err(req, -ESTALE);
+		return false;
+	}
 	if (!S_ISDIR(dir->mode)) {
 		reply_err(req, -ENOTDIR);
-		return;
+		return false;
 	}
 	t = tinode_lookup(dir, name);
 	if (!t) {
@@ -661,26 +768,29 @@ static void do_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		struct fuse_entry_param e = { 0 };
 		e.entry_timeout = fs->opts.content_timeout;
 		fuse_reply_entry(req, &e);
-		return;
+		return false;
 	}
 	struct fuse_entry_param e = { 0 };
-	struct image *img = image_of(t);
-	e.ino = tinode_ino(t);
+	e.ino = node_ino(img, t);
 	e.generation = 1;
 	image_stat(e.ino, t, &e.attr);
 	e.attr_timeout = e.entry_timeout = fs->opts.content_timeout;
 	image_ref(img, 1);
 	if (fuse_reply_entry(req, &e) != 0)
 		image_unref(img, 1);
+	return false;
 }
 
 static void forget_one(struct fs *fs, fuse_ino_t ino, uint64_t nlookup)
 {
+	struct image *img;
+
 	if (ino == FUSE_ROOT_ID || ino_is_ctl(ino))
 		return;
-	if (ino_is_image(ino))
-		image_unref(image_of(ino_tinode(ino)), nlookup);
-	else
+	if (ino_is_image(ino)) {
+		if (ino_node(fs, ino, &img))
+			image_unref(img, nlookup);
+	} else
 		nsnode_forget(fs, ino_nsnode(ino), nlookup);
 }
 
@@ -710,7 +820,13 @@ static void do_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		ctl_stat(fs, ino, &st);
 		fuse_reply_attr(req, &st, 1.0);
 	} else if (ino_is_image(ino)) {
-		image_stat(ino, ino_tinode(ino), &st);
+		struct image *img;
+		const struct tinode *t = ino_node(fs, ino, &img);
+		if (!t) {
+			reply_err(req, -ESTALE);
+			return;
+		}
+		image_stat(ino, t, &st);
 		fuse_reply_attr(req, &st, fs->opts.content_timeout);
 	} else {
 		ns_stat(fs, ino, ino_nsnode(ino), &st);
@@ -723,8 +839,9 @@ static void do_readlink(fuse_req_t req, fuse_ino_t ino)
 	if (ino == FUSE_ROOT_ID || ino_is_ctl(ino)) {
 		reply_err(req, -EINVAL);
 	} else if (ino_is_image(ino)) {
-		const struct tinode *t = ino_tinode(ino);
-		if (S_ISLNK(t->mode) && t->link)
+		struct image *img;
+		const struct tinode *t = ino_node(fs_of(req), ino, &img);
+		if (t && S_ISLNK(t->mode) && t->link)
 			fuse_reply_readlink(req, t->link);
 		else
 			reply_err(req, -EINVAL);
@@ -752,7 +869,12 @@ static void do_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		reply_err(req, -EISDIR);
 		return;
 	}
-	const struct tinode *t = ino_tinode(ino);
+	struct image *img;
+	const struct tinode *t = ino_node(fs_of(req), ino, &img);
+	if (!t) {
+		reply_err(req, -ESTALE);
+		return;
+	}
 	if (S_ISDIR(t->mode)) {
 		reply_err(req, -EISDIR);
 		return;
@@ -765,9 +887,9 @@ static void do_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fi->noflush = 1;
 	fi->fh = 0;
 	/* Counted before the reply: GC must never see the file closed. */
-	image_open(image_of(t));
+	image_open(img);
 	if (fuse_reply_open(req, fi) != 0)
-		image_close(image_of(t));
+		image_close(img);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -781,7 +903,9 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		}
 		pthread_mutex_unlock(&ctl_lock);
 	} else if (ino_is_image(ino)) {
-		image_close(image_of(ino_tinode(ino)));
+		struct image *img;
+		if (ino_node(fs_of(req), ino, &img))
+			image_close(img);
 	}
 	fuse_reply_err(req, 0);
 }
@@ -791,6 +915,7 @@ static void do_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	const struct tinode *t;
 	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(0);
+	struct image *img;
 	int fd;
 
 	if (ino == INO_CTL_STATUS || ino == INO_CTL_METRICS) {
@@ -801,14 +926,18 @@ static void do_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_err(req, -EISDIR);
 		return;
 	}
-	t = ino_tinode(ino);
+	t = ino_node(fs_of(req), ino, &img);
+	if (!t) {
+		reply_err(req, -ESTALE);
+		return;
+	}
 	if (off < 0 || (uint64_t)off >= t->size) {
 		fuse_reply_buf(req, NULL, 0);
 		return;
 	}
 	if (size > t->size - (uint64_t)off)
 		size = (size_t)(t->size - (uint64_t)off);
-	fd = image_pack_fd(image_of(t), t->layer);
+	fd = image_file_fd(img, t);
 	if (fd < 0) {
 		reply_err(req, -EIO);
 		return;
@@ -818,6 +947,7 @@ static void do_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	buf.buf[0].fd = fd;
 	buf.buf[0].pos = (off_t)(t->data_off + (uint64_t)off);
 	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+	image_file_fd_put(img, t);
 }
 
 /* Directory listings of namespace directories are taken once, at opendir,
@@ -871,7 +1001,13 @@ static void do_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 	fi->fh = 0;
 	if (ino_is_image(ino)) {
-		if (!S_ISDIR(ino_tinode(ino)->mode)) {
+		struct image *img;
+		const struct tinode *t = ino_node(fs, ino, &img);
+		if (!t) {
+			reply_err(req, -ESTALE);
+			return;
+		}
+		if (!S_ISDIR(t->mode)) {
 			reply_err(req, -ENOTDIR);
 			return;
 		}
@@ -968,11 +1104,16 @@ static void ns_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 static void image_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 			  size_t size, off_t off, bool plus)
 {
-	const struct tinode *dir = ino_tinode(ino);
-	struct image *img = image_of(dir);
-	_cleanup_free_ char *buf = calloc(1, size);
+	struct image *img;
+	const struct tinode *dir = ino_node(fs, ino, &img);
+	_cleanup_free_ char *buf = NULL;
 	size_t used = 0;
 
+	if (!dir || !S_ISDIR(dir->mode)) {
+		reply_err(req, dir ? -ENOTDIR : -ESTALE);
+		return;
+	}
+	buf = calloc(1, size);
 	if (!buf) {
 		reply_err(req, -ENOMEM);
 		return;
@@ -990,7 +1131,7 @@ static void image_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 			t = dir->children[i - 2];
 			name = dir->child_names[i - 2];
 		}
-		e.ino = tinode_ino(t);
+		e.ino = node_ino(img, t);
 		e.generation = 1;
 		image_stat(e.ino, t, &e.attr);
 		e.attr_timeout = e.entry_timeout = fs->opts.content_timeout;
@@ -1045,7 +1186,13 @@ static void do_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		reply_err(req, -ENODATA);
 		return;
 	}
-	x = tinode_getxattr(ino_tinode(ino), name);
+	struct image *img;
+	const struct tinode *t = ino_node(fs_of(req), ino, &img);
+	if (!t) {
+		reply_err(req, -ESTALE);
+		return;
+	}
+	x = tinode_getxattr(t, name);
 	if (!x)
 		reply_err(req, -ENODATA);
 	else if (size == 0)
@@ -1069,7 +1216,12 @@ static void do_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 			fuse_reply_buf(req, NULL, 0);
 		return;
 	}
-	t = ino_tinode(ino);
+	struct image *img;
+	t = ino_node(fs_of(req), ino, &img);
+	if (!t) {
+		reply_err(req, -ESTALE);
+		return;
+	}
 	for (uint32_t i = 0; i < t->n_xattrs; i++)
 		len += strlen(t->xattrs[i].name) + 1;
 	if (size == 0) {
@@ -1170,8 +1322,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct fs *fs = fs_of(req);
 	int64_t t = mono_ns();
 
-	do_lookup(req, parent, name);
-	fsop_done(fs, FSOP_LOOKUP, t);
+	if (!do_lookup(req, parent, name))
+		fsop_done(fs, FSOP_LOOKUP, t);
 }
 
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1476,6 +1628,9 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
 	/* A positive value is the signal that ended the loop: a clean stop. */
 	r = r > 0 ? 0 : r < 0 ? r : 0;
 	fuse_loop_cfg_destroy(cfg);
+	/* Lookups waiting for pulls are answered from the pulls' threads:
+	 * they end before the session does. */
+	manager_drain(fs->manager);
 	control_stop(fs->control);
 	fs->control = NULL;
 	if (stopper_started) {

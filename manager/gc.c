@@ -14,6 +14,7 @@
 #include "cache.h"
 #include "digest.h"
 #include "macro.h"
+#include "packs.h"
 #include "manager-private.h"
 #include "reference.h"
 #include "strmap.h"
@@ -209,6 +210,9 @@ static int sweep_layer(void *userdata, const char *digest)
 
 	if (strmap_get(s->keep, digest))
 		return 0;
+	/* A loaded image may still read from it (an open file, a working
+	 * directory): its pack stays open. */
+	packs_pin(s->m->packs, digest);
 	n = cache_layer_bytes(s->m->cache, digest);
 	if (cache_layer_remove(s->m->cache, digest) == 0)
 		s->freed += n;
@@ -302,13 +306,12 @@ static int remove_reference(struct manager *m, const char *reference,
 	if (r < 0)
 		return r;
 	pthread_mutex_lock(&m->lock);
-	rs = strmap_remove(m->refs, reference);
+	rs = strmap_get(m->refs, reference);
 	if (rs) {
 		struct image *img = strmap_get(m->images, reference);
 		if (img)
 			forget_list_add_locked(fl, img);
-		image_drop_locked(m, reference);
-		refstate_free(rs);
+		refstate_drop_locked(m, reference);
 	}
 	pthread_mutex_unlock(&m->lock);
 	return 0;
@@ -502,14 +505,26 @@ out_free:
 
 /* ---- the background collector ---------------------------------------- */
 
+/* The collector also lets go of names nobody used for a while, a few
+ * times per idle period. */
 static void *gc_thread(void *arg)
 {
 	struct manager *m = arg;
+	unsigned idle_s = m->opts.name_idle_s ?: MANAGER_DEFAULT_NAME_IDLE_S;
+	unsigned every_s = MAX(1u, MIN(idle_s / 4, 60u));
+	struct timespec next;
 
+	clock_gettime(CLOCK_REALTIME, &next);
+	next.tv_sec += every_s;
 	pthread_mutex_lock(&m->lock);
 	for (;;) {
-		while (!m->gc_wanted && !m->stopping)
-			pthread_cond_wait(&m->gc_cond, &m->lock);
+		while (!m->gc_wanted && !m->stopping) {
+			if (pthread_cond_timedwait(&m->gc_cond, &m->lock, &next) != ETIMEDOUT)
+				continue;
+			names_collect_locked(m, (uid_t)-1, (int64_t)idle_s * 1000);
+			clock_gettime(CLOCK_REALTIME, &next);
+			next.tv_sec += every_s;
+		}
 		if (m->stopping)
 			break;
 		m->gc_wanted = false;

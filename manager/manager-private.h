@@ -17,24 +17,37 @@ struct backoff;
 struct throttle;
 struct puller;
 struct strmap;
+struct pack;
+struct packs;
 
 #define PULL_DURATION_BUCKETS 18
+#define IMAGE_ID_CHUNK 4096u
+#define IMAGE_ID_CHUNKS 4096u
 
+/* What one image manifest loads into, shared by every name of that
+ * digest: the merged tree and the packs of its layers.  Immutable once
+ * loaded; counted under manager.content_lock. */
+struct image_content {
+	unsigned refs; /* manager.content_lock */
+	char *digest;  /* manifest digest */
+	struct tree *tree;
+	struct pack **packs; /* one per layer, by tinode.layer */
+	size_t n_layers;
+	uint64_t size; /* config + compressed layers, as the registry sent it */
+};
+
+/* One name of an image: images/<reference>/ as the kernel knows it.  A few
+ * dozen bytes, since the content is shared; each name has its own id, so
+ * that every directory the kernel sees has one parent. */
 struct image {
 	atomic_uint_fast64_t refcount;
 	atomic_uint open_files; /* regular files the filesystem has open */
 	struct manager *manager;
-	char *digest; /* manifest digest */
-	struct tree *tree;
-	int *packs; /* one read-only fd per layer */
-	size_t n_layers;
-	uint64_t size; /* config + compressed layers, as the registry sent it */
+	struct image_content *content;
+	uint32_t id; /* manager.images_by_id slot: part of every node id */
 	/* Where the kernel has this image's root as a dentry, so that GC can
 	 * ask it to forget; under manager.lock. */
 	struct image_dentry *dentries;
-	/* Every live image, for the end: the kernel's references die with
-	 * the mount without forgets.  manager.all_lock. */
-	struct image *all_prev, *all_next;
 };
 
 struct image_dentry {
@@ -52,6 +65,10 @@ struct refstate {
 	int64_t present_event_at; /* rate limit of "already present" */
 	int64_t pulled_at;  /* unix seconds */
 	int64_t last_used_ms; /* unix milliseconds of the last ensure */
+	/* Created by a lookup of a user other than root: kept in memory only,
+	 * counted against that user's limit, and collected when idle. */
+	bool ephemeral;
+	uid_t uid; /* who created it, when ephemeral */
 };
 
 enum pull_state {
@@ -71,13 +88,26 @@ struct pull_progress {
 	int64_t started_ns;  /* realtime */
 };
 
-/* One pull in progress, shared by every ensure of its reference. */
+/* One pull in progress, shared by every ensure of its reference.  The
+ * job that runs it owns it; callers wait as struct ensure_call. */
 struct flight {
-	unsigned waiters; /* under manager.lock */
-	bool done;
-	int result;
-	struct image *image; /* holds one reference; each waiter takes its own */
+	struct ensure_call *calls; /* waiting callers; manager.lock */
+	unsigned n_calls;	   /* manager.lock */
+	bool keep;		   /* the operator's: completes with no caller */
+	bool queued;		   /* waiting for a token or a slot; manager.lock */
+	/* Nobody waits any more and it has not started: leave the queue. */
+	atomic_bool abandon;
+	bool counted;	/* charged to uid's pulls */
+	uid_t uid;
 	struct pull_progress progress;
+};
+
+/* Per-user usage, for the limits on names and pulls of users other than
+ * root.  manager.lock. */
+struct user_usage {
+	unsigned names; /* ephemeral references */
+	unsigned pulls; /* flights started */
+	int64_t warned_ms; /* last limit event, rate-limited */
 };
 
 struct manager_stats {
@@ -119,10 +149,20 @@ struct manager {
 	/* "pid\nreference" -> struct recent_failure *: what a process was just
 	 * told; lock. */
 	struct strmap *recent;
-	pthread_mutex_t all_lock;
-	struct image *all_images; /* all_lock */
+	/* Loaded contents by manifest digest, shared by names. */
+	pthread_mutex_t content_lock;
+	struct strmap *contents; /* digest -> struct image_content *; content_lock */
+	struct packs *packs;
+	/* Every live image by id, read without locks by the filesystem:
+	 * chunks allocated on first use and kept to the end. */
+	_Atomic(_Atomic(struct image *) *) images_by_id[IMAGE_ID_CHUNKS];
+	pthread_mutex_t id_lock;
+	uint32_t *free_ids; /* id_lock */
+	size_t n_free_ids, cap_free_ids; /* id_lock */
+	uint32_t next_id; /* id_lock */
 	struct strmap *flights; /* reference -> struct flight *; lock */
-	/* Broadcast when a flight ends or a waiter is interrupted; lock. */
+	struct strmap *users;	/* decimal uid -> struct user_usage *; lock */
+	/* Broadcast when the last flight job ends; lock. */
 	pthread_cond_t flight_cond;
 	unsigned jobs_running; /* flight jobs on threads of their own; lock */
 	struct strmap *registry_bytes; /* domain -> (uint64_t *); lock */
@@ -150,7 +190,31 @@ void manager_emit(struct manager *m, enum event_type type, const char *reason,
 
 /* Drops the table's reference to reference's image.  manager.lock held. */
 void image_drop_locked(struct manager *m, const char *reference);
+
+/* image.c: the image named reference for manifest digest, loading the
+ * content when no other name holds it.  Returns 0 with a new image (one
+ * reference for the caller), -ENOENT when something is missing from the
+ * cache, -EBADMSG (reason in errbuf), -ENOMEM, -EMFILE when no id is
+ * left. */
+int image_load(struct manager *m, const char *digest, struct image **ret,
+	       char *errbuf, size_t errlen);
+/* image.c: frees what the kernel still held when the mount went away. */
+void images_free_all(struct manager *m);
 void refstate_free(struct refstate *rs);
+/* Forgets reference's state and its image; manager.lock held. */
+void refstate_drop_locked(struct manager *m, const char *reference);
+
+/* users.c: limits per user (manager.lock held).  users_admit_*_locked
+ * return 0, or -EAGAIN with the limit event's message in msg. */
+struct user_usage *users_get_locked(struct manager *m, uid_t uid);
+void users_release_locked(struct manager *m, uid_t uid);
+int users_admit_name_locked(struct manager *m, uid_t uid, char *msg, size_t len);
+int users_admit_pull_locked(struct manager *m, uid_t uid, char *msg, size_t len);
+/* Lets go of names nobody uses: images held only by the table and not
+ * used for idle_ms, and then ephemeral references with no image.  Only
+ * uid's names when uid is not (uid_t)-1.  Returns how many references
+ * went. */
+size_t names_collect_locked(struct manager *m, uid_t uid, int64_t idle_ms);
 
 /* gc.c: true when usage is over the high threshold. */
 bool gc_needed(struct manager *m);

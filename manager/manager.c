@@ -20,6 +20,7 @@
 #include "errtable.h"
 #include "fault.h"
 #include "layer.h"
+#include "packs.h"
 #include "macro.h"
 #include "manifest.h"
 #include "policy.h"
@@ -34,6 +35,8 @@
 #define CONFIG_MAX_BYTES (16u << 20)
 #define PRESENT_EVENT_INTERVAL_S 300
 #define ERRMSG_MAX 512
+/* Indexes naming indexes: how deep a pull follows them. */
+#define INDEX_MAX_DEPTH 4
 
 static int64_t now_s(const struct manager *m)
 {
@@ -118,179 +121,13 @@ void manager_emit(struct manager *m, enum event_type type, const char *reason,
 
 /* ---- images ---------------------------------------------------------- */
 
-static void image_free(struct image *img)
-{
-	if (!img)
-		return;
-	if (img->manager) {
-		struct manager *m = img->manager;
-		pthread_mutex_lock(&m->all_lock);
-		if (img->all_prev)
-			img->all_prev->all_next = img->all_next;
-		else if (m->all_images == img)
-			m->all_images = img->all_next;
-		if (img->all_next)
-			img->all_next->all_prev = img->all_prev;
-		pthread_mutex_unlock(&m->all_lock);
-	}
-	for (size_t i = 0; i < img->n_layers; i++)
-		if (img->packs[i] >= 0)
-			close(img->packs[i]);
-	free(img->packs);
-	while (img->dentries) {
-		struct image_dentry *d = img->dentries;
-		img->dentries = d->next;
-		free(d);
-	}
-	tree_free(img->tree);
-	free(img->digest);
-	free(img);
-}
-
-void image_ref(struct image *img, uint64_t n)
-{
-	atomic_fetch_add(&img->refcount, n);
-}
-
-void image_unref(struct image *img, uint64_t n)
-{
-	if (!img || n == 0)
-		return;
-	if (atomic_fetch_sub(&img->refcount, n) == n)
-		image_free(img);
-}
-
-void image_open(struct image *img)
-{
-	atomic_fetch_add(&img->open_files, 1);
-}
-
-void image_close(struct image *img)
-{
-	atomic_fetch_sub(&img->open_files, 1);
-}
-
-void image_note_dentry(struct image *img, uint64_t parent, const char *name)
-{
-	struct manager *m = img->manager;
-	struct image_dentry *d;
-	size_t len = strlen(name);
-
-	pthread_mutex_lock(&m->lock);
-	for (d = img->dentries; d; d = d->next)
-		if (d->parent == parent && !strcmp(d->name, name))
-			break;
-	if (!d && (d = malloc(sizeof(*d) + len + 1))) {
-		d->parent = parent;
-		memcpy(d->name, name, len + 1);
-		d->next = img->dentries;
-		img->dentries = d;
-	}
-	pthread_mutex_unlock(&m->lock);
-}
-
-const struct tinode *image_root(const struct image *img)
-{
-	return tree_root(img->tree);
-}
-
-struct image *image_of(const struct tinode *node)
-{
-	return tree_owner(node->tree);
-}
-
-int image_pack_fd(const struct image *img, unsigned layer)
-{
-	return layer < img->n_layers ? img->packs[layer] : -EBADF;
-}
-
-const char *image_digest(const struct image *img)
-{
-	return img->digest;
-}
-
-static int manifest_load_cached(struct manager *m, const char *digest,
-				struct manifest **ret)
-{
-	_cleanup_free_ char *buf = NULL;
-	size_t len;
-	int r;
-
-	r = cache_blob_read(m->cache, digest, MANIFEST_MAX_BYTES, &buf, &len);
-	if (r < 0)
-		return r;
-	return manifest_parse(buf, len, NULL, ret, NULL, 0);
-}
-
-/* Builds the in-memory image for a manifest whose layers are all in the
- * cache.  -ENOENT when something is missing (GC, or never pulled). */
-static int image_load(struct manager *m, const char *digest,
-		      struct image **ret, char *errbuf, size_t errlen)
-{
-	struct manifest *mf = NULL;
-	struct layer_index **idx = NULL;
-	struct image *img = NULL;
-	int r;
-
-	r = manifest_load_cached(m, digest, &mf);
-	if (r < 0)
-		goto out;
-	if (mf->kind != MANIFEST_IMAGE) {
-		r = -EBADMSG;
-		goto out;
-	}
-	img = calloc(1, sizeof(*img));
-	idx = calloc(mf->n_layers ? mf->n_layers : 1, sizeof(*idx));
-	if (!img || !idx) {
-		r = -ENOMEM;
-		goto out;
-	}
-	img->manager = m;
-	img->digest = strdup(digest);
-	img->packs = malloc((mf->n_layers ? mf->n_layers : 1) * sizeof(int));
-	if (!img->digest || !img->packs) {
-		r = -ENOMEM;
-		goto out;
-	}
-	img->size = mf->config.size;
-	for (size_t i = 0; i < mf->n_layers; i++) {
-		r = cache_layer_open(m->cache, mf->layers[i].digest,
-				     &img->packs[i], &idx[i]);
-		if (r < 0)
-			goto out;
-		img->n_layers++;
-		img->size += mf->layers[i].size;
-	}
-	r = tree_build((const struct layer_index *const *)idx, mf->n_layers,
-		       &img->tree, errbuf, errlen);
-	if (r < 0)
-		goto out;
-	tree_set_owner(img->tree, img);
-	atomic_init(&img->refcount, 1);
-	pthread_mutex_lock(&m->all_lock);
-	img->all_next = m->all_images;
-	if (m->all_images)
-		m->all_images->all_prev = img;
-	m->all_images = img;
-	pthread_mutex_unlock(&m->all_lock);
-	*ret = TAKE_PTR(img);
-	r = 0;
-out:
-	if (idx)
-		for (size_t i = 0; mf && i < mf->n_layers; i++)
-			layer_index_free(idx[i]);
-	free(idx);
-	manifest_free(mf);
-	image_free(img);
-	return r;
-}
-
 /* Returns reference's image for manifest digest, with a reference for the
  * caller, loading it when needed.  Every reference gets an image of its
  * own, even when two name one digest: each is a separate directory tree
- * for the kernel, and a directory inode may have one parent only.  A
- * reference whose tag moved gets the new image; the old one lives on for
- * whoever still holds it.  Called without the lock. */
+ * for the kernel, and a directory inode may have one parent only.  The
+ * content behind them is loaded once and shared (image.c).  A reference
+ * whose tag moved gets the new image; the old one lives on for whoever
+ * still holds it.  Called without the lock. */
 static int image_get(struct manager *m, const char *reference, const char *digest,
 		     struct image **ret, char *errbuf, size_t errlen)
 {
@@ -299,7 +136,7 @@ static int image_get(struct manager *m, const char *reference, const char *diges
 
 	pthread_mutex_lock(&m->lock);
 	img = strmap_get(m->images, reference);
-	if (img && strcmp(img->digest, digest) == 0)
+	if (img && strcmp(image_digest(img), digest) == 0)
 		image_ref(img, 1);
 	else
 		img = NULL;
@@ -315,7 +152,7 @@ static int image_get(struct manager *m, const char *reference, const char *diges
 
 	pthread_mutex_lock(&m->lock);
 	other = strmap_get(m->images, reference);
-	if (other && strcmp(other->digest, digest) == 0) {
+	if (other && strcmp(image_digest(other), digest) == 0) {
 		/* Loaded twice at once; keep the first. */
 		image_ref(other, 1);
 		pthread_mutex_unlock(&m->lock);
@@ -356,6 +193,22 @@ void image_drop_locked(struct manager *m, const char *reference)
 		image_unref(img, 1);
 }
 
+void refstate_drop_locked(struct manager *m, const char *reference)
+{
+	struct refstate *rs = strmap_remove(m->refs, reference);
+
+	image_drop_locked(m, reference);
+	if (!rs)
+		return;
+	if (rs->ephemeral) {
+		struct user_usage *u = users_get_locked(m, rs->uid);
+		if (u && u->names > 0)
+			u->names--;
+		users_release_locked(m, rs->uid);
+	}
+	refstate_free(rs);
+}
+
 /* Records (under the lock) what reference resolves to now. */
 static int refstate_set(struct manager *m, const char *reference,
 			const char *digest, const char *index_digest)
@@ -393,10 +246,13 @@ static int refstate_set(struct manager *m, const char *reference,
 
 struct pull {
 	struct pull_progress *progress;
+	struct flight *flight;
 	struct manager *m;
 	const struct reference *ref;
 	const char *canonical;
 	char *repo;
+	bool has_slot;	/* holds a pull slot (puller.h) */
+	bool abandoned; /* left the queue: nobody waits for it */
 	char errmsg[ERRMSG_MAX];
 };
 
@@ -734,6 +590,33 @@ static void platform_string(const struct platform *pl, char *buf, size_t len)
 		 pl->variant ? "/" : "", pl->variant ? pl->variant : "");
 }
 
+/* A pull takes its slot only once the registry has answered for the
+ * manifest: a registry that does not answer holds no slot, so it delays
+ * the pulls from other registries by nothing, whatever the number of
+ * slots (the kubelet's serial puller holds its one slot for the whole
+ * pull).  Waiting for the slot, a pull that nobody waits for any more
+ * leaves the queue. */
+static int pull_slot_enter(struct pull *p)
+{
+	struct manager *m = p->m;
+	int r;
+
+	atomic_store(&p->progress->state, PULL_WAITING);
+	r = puller_enter(m->puller, &p->flight->abandon);
+	if (r == 0) {
+		p->has_slot = true;
+		atomic_store(&p->progress->state, PULL_DOWNLOADING);
+		return 0;
+	}
+	if (r == -EAGAIN)
+		pull_fail(p, "too many pulls waiting");
+	else if (!atomic_load(&m->cancelled))
+		p->abandoned = true;
+	else
+		pull_fail(p, "shutting down");
+	return r;
+}
+
 /* The whole transfer for one reference; publishes the reference file last.
  * On success *ret_digest / *ret_index_digest name what was published. */
 static int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest,
@@ -749,7 +632,10 @@ static int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest
 	r = fetch_manifest(p, target, NULL, &raw, &mf);
 	if (r < 0)
 		goto out;
-	if (mf->kind == MANIFEST_INDEX) {
+	/* An index may name further indexes (valid OCI, rare): follow them
+	 * to a bounded depth, keeping the outermost as the one the
+	 * reference names. */
+	for (unsigned depth = 0; mf->kind == MANIFEST_INDEX; depth++) {
 		const struct descriptor *d = manifest_select_platform(mf, &m->platform);
 		if (!d) {
 			char pl[128];
@@ -758,17 +644,22 @@ static int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest
 			r = -ENOEXEC;
 			goto out;
 		}
-		index = TAKE_PTR(mf);
-		raw_index = TAKE_PTR(raw);
-		r = fetch_manifest(p, d->digest, d, &raw, &mf);
-		if (r < 0)
-			goto out;
-		if (mf->kind != MANIFEST_IMAGE) {
-			pull_fail(p, "manifest %s picked from an index is itself an index",
-				  d->digest);
+		if (depth == INDEX_MAX_DEPTH) {
+			pull_fail(p, "index %s nests indexes deeper than %u levels",
+				  raw_index->digest, INDEX_MAX_DEPTH);
 			r = -EBADMSG;
 			goto out;
 		}
+		if (!index) {
+			index = TAKE_PTR(mf);
+			raw_index = TAKE_PTR(raw);
+		} else {
+			manifest_free(TAKE_PTR(mf));
+			registry_manifest_free(TAKE_PTR(raw));
+		}
+		r = fetch_manifest(p, d->digest, d, &raw, &mf);
+		if (r < 0)
+			goto out;
 	}
 	for (size_t i = 0; i < mf->n_layers; i++) {
 		enum layer_compression c;
@@ -780,13 +671,15 @@ static int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest
 		}
 	}
 	fault_point("manifest");
+	r = pull_slot_enter(p);
+	if (r < 0)
+		goto out;
 	{
 		uint64_t total = mf->config.size;
 		for (size_t i = 0; i < mf->n_layers; i++)
 			total += mf->layers[i].size;
 		atomic_store(&p->progress->bytes_total, total);
 		atomic_store(&p->progress->layers_total, (unsigned)mf->n_layers);
-		atomic_store(&p->progress->state, PULL_DOWNLOADING);
 	}
 	r = fetch_config(p, &mf->config);
 	if (r < 0)
@@ -816,6 +709,9 @@ static int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest
 	}
 	*ret_size = size;
 out:
+	if (p->has_slot)
+		puller_leave(m->puller);
+	p->has_slot = false;
 	registry_manifest_free(raw);
 	registry_manifest_free(raw_index);
 	manifest_free(mf);
@@ -823,22 +719,54 @@ out:
 	return r;
 }
 
+/* Records what reference names now.  A name created by a user other than
+ * root stays in memory (see users.c); any other is written to the cache
+ * first, as the publish step of a pull, and a name root uses becomes
+ * permanent. */
 static int publish_ref(struct manager *m, const char *reference,
-		       const char *digest, const char *index_digest)
+		       const char *digest, const char *index_digest,
+		       const struct caller *who)
 {
-	fault_point("publish");
-	struct cache_ref cr = {
-		.reference = (char *)reference,
-		.digest = (char *)digest,
-		.index_digest = (char *)index_digest,
-		.pulled_at = time(NULL),
-	};
-	int r = cache_ref_save(m->cache, &cr);
+	bool ephemeral = who && who->uid != 0;
+	int r;
 
-	if (r < 0)
-		return r;
+	fault_point("publish");
+	if (ephemeral) {
+		pthread_mutex_lock(&m->lock);
+		struct refstate *rs = strmap_get(m->refs, reference);
+		/* A permanent name stays permanent. */
+		ephemeral = !rs || rs->ephemeral;
+		pthread_mutex_unlock(&m->lock);
+	}
+	if (!ephemeral) {
+		struct cache_ref cr = {
+			.reference = (char *)reference,
+			.digest = (char *)digest,
+			.index_digest = (char *)index_digest,
+			.pulled_at = time(NULL),
+		};
+		r = cache_ref_save(m->cache, &cr);
+		if (r < 0)
+			return r;
+	}
 	pthread_mutex_lock(&m->lock);
 	r = refstate_set(m, reference, digest, index_digest);
+	if (r == 0) {
+		struct refstate *rs = strmap_get(m->refs, reference);
+		if (rs->ephemeral && !ephemeral) {
+			struct user_usage *u = users_get_locked(m, rs->uid);
+			if (u && u->names > 0)
+				u->names--;
+			users_release_locked(m, rs->uid);
+			rs->ephemeral = false;
+		} else if (ephemeral && !rs->ephemeral) {
+			struct user_usage *u = users_get_locked(m, who->uid);
+			if (u)
+				u->names++;
+			rs->ephemeral = true;
+			rs->uid = who->uid;
+		}
+	}
 	pthread_mutex_unlock(&m->lock);
 	return r;
 }
@@ -872,18 +800,19 @@ struct ensure_outcome {
 	bool pull_required; /* the registry had to be asked */
 	bool pulled;	    /* a pull ran and succeeded */
 	int failed;	    /* errno of a failed pull, 0 */
+	bool abandoned;	    /* left the queue with nobody waiting */
 	double seconds;	    /* of the pull */
 	uint64_t bytes;	    /* transferred by the pull */
 };
 
 static int ensure_decide(struct manager *m, const struct reference *ref,
 			 const char *canonical, enum pull_policy policy,
-			 const struct caller *who, double t_wait,
-			 struct pull_progress *progress,
+			 const struct caller *who, double t_wait, struct flight *f,
 			 struct ensure_outcome *out, struct image **ret)
 {
+	struct pull_progress *progress = &f->progress;
 	struct pull p = { .m = m, .ref = ref, .canonical = canonical,
-			  .progress = progress };
+			  .progress = progress, .flight = f };
 	_cleanup_free_ char *known = NULL, *known_index = NULL;
 	_cleanup_free_ char *digest = NULL, *index_digest = NULL;
 	char errbuf[256] = "";
@@ -910,7 +839,7 @@ static int ensure_decide(struct manager *m, const struct reference *ref,
 	if (!known && ref->digest && cache_blob_present(m->cache, ref->digest)) {
 		struct image *img;
 		if (image_get(m, canonical, ref->digest, &img, errbuf, sizeof(errbuf)) == 0) {
-			publish_ref(m, canonical, ref->digest, NULL);
+			publish_ref(m, canonical, ref->digest, NULL, who);
 			present_event(m, canonical, ref->digest, who);
 			*ret = img;
 			return 0;
@@ -973,14 +902,13 @@ static int ensure_decide(struct manager *m, const struct reference *ref,
 		 * reports the failure properly if there is one. */
 	}
 
-	r = throttle_acquire(m->throttle, NULL);
-	if (r < 0) {
-		pull_fail(&p, r == -EAGAIN ? "pull QPS exceeded" : "shutting down");
+	r = throttle_acquire(m->throttle, &f->abandon);
+	if (r == -ECANCELED && !atomic_load(&m->cancelled)) {
+		p.abandoned = true;
 		goto failed;
 	}
-	r = puller_enter(m->puller, NULL);
 	if (r < 0) {
-		pull_fail(&p, r == -EAGAIN ? "too many pulls waiting" : "shutting down");
+		pull_fail(&p, r == -EAGAIN ? "pull QPS exceeded" : "shutting down");
 		goto failed;
 	}
 	t0 = now_f(m);
@@ -991,7 +919,7 @@ static int ensure_decide(struct manager *m, const struct reference *ref,
 	if (r == 0)
 		r = image_get(m, canonical, digest, ret, errbuf, sizeof(errbuf));
 	if (r == 0) {
-		r = publish_ref(m, canonical, digest, index_digest);
+		r = publish_ref(m, canonical, digest, index_digest, who);
 		if (r < 0) {
 			image_unref(*ret, 1);
 			pull_fail(&p, "cannot record reference: %s", strerror(-r));
@@ -999,7 +927,6 @@ static int ensure_decide(struct manager *m, const struct reference *ref,
 	} else if (errbuf[0]) {
 		pull_fail(&p, "%s", errbuf);
 	}
-	puller_leave(m->puller);
 	if (r < 0)
 		goto failed;
 	free(p.repo);
@@ -1016,6 +943,14 @@ static int ensure_decide(struct manager *m, const struct reference *ref,
 
 failed:
 	free(p.repo);
+	if (p.abandoned) {
+		/* Nobody asked for it any more: no failure, no back-off. */
+		out->abandoned = true;
+		emit(m, EVENT_NORMAL, "PullAbandoned", canonical, NULL, 0, who,
+		     "Pull of image \"%s\" left the queue: no process waits for it any more",
+		     canonical);
+		return -EAGAIN;
+	}
 	r = errtable_normalize(r);
 	/* backoff_failure also forgets entries untouched for twice the cap. */
 	backoff_failure(m->backoff, canonical, r, p.errmsg[0] ? p.errmsg : strerror(-r));
@@ -1083,7 +1018,7 @@ static bool ensure_cached_locked(struct manager *m, const char *canonical,
 	unsigned iv = m->opts.revalidate_interval_s ?: MANAGER_DEFAULT_REVALIDATE_S;
 
 	if (!rs || !(img = strmap_get(m->images, canonical)) ||
-	    strcmp(img->digest, rs->digest) != 0)
+	    strcmp(image_digest(img), rs->digest) != 0)
 		return false;
 	if (policy == PULL_ALWAYS && now_s(m) - rs->checked_at >= iv)
 		return false;
@@ -1092,18 +1027,32 @@ static bool ensure_cached_locked(struct manager *m, const char *canonical,
 	return true;
 }
 
-/* Drops one waiter of a finished flight; the last one frees it. */
-static void flight_put_locked(struct flight *f)
+/* One caller waiting for a flight. */
+struct ensure_call {
+	struct manager *manager;
+	struct ensure_call *prev, *next; /* flight.calls; manager.lock */
+	/* NULL once the flight's end claimed the call; manager.lock */
+	struct flight *flight;
+	ensure_done_fn *done;
+	void *userdata;
+	struct caller who;
+	bool has_who;
+};
+
+static void call_link_locked(struct flight *f, struct ensure_call *c)
 {
-	if (--f->waiters > 0)
-		return;
-	if (f->image)
-		image_unref(f->image, 1);
-	free(f);
+	c->flight = f;
+	c->prev = NULL;
+	c->next = f->calls;
+	if (f->calls)
+		f->calls->prev = c;
+	f->calls = c;
+	f->n_calls++;
+	/* A late caller keeps a pull in the queue that was about to leave. */
+	atomic_store(&f->abandon, false);
 }
 
-/* One flight's work, run by the first caller's thread or a thread of its
- * own.  Owns ref and canonical. */
+/* One flight's work, on a thread of its own.  Owns everything in it. */
 struct flight_job {
 	struct manager *m;
 	struct flight *f;
@@ -1113,26 +1062,29 @@ struct flight_job {
 	struct caller who;
 	bool has_who;
 	double t_wait;
-	bool detached;
 };
+
+static void recent_remember_locked(struct manager *m, const struct caller *who,
+				   const char *canonical, int err);
 
 static void flight_run(struct flight_job *j)
 {
 	struct manager *m = j->m;
 	struct flight *f = j->f;
 	struct ensure_outcome out = { 0 };
+	struct ensure_call *calls, *c, *next;
 	struct image *img = NULL;
 	int r;
 
 	pthread_rwlock_rdlock(&m->gc_lock);
 	r = ensure_decide(m, j->ref, j->canonical, j->policy,
-			  j->has_who ? &j->who : NULL, j->t_wait, &f->progress,
-			  &out, &img);
+			  j->has_who ? &j->who : NULL, j->t_wait, f, &out, &img);
 	pthread_rwlock_unlock(&m->gc_lock);
 	bool want_gc = out.pulled && gc_needed(m);
 
 	pthread_mutex_lock(&m->lock);
-	record_outcome_locked(m, j->policy, j->ref->domain, &out);
+	if (!out.abandoned)
+		record_outcome_locked(m, j->policy, j->ref->domain, &out);
 	if (r == 0)
 		touch_locked(m, j->canonical);
 	if (want_gc) {
@@ -1140,17 +1092,40 @@ static void flight_run(struct flight_job *j)
 		pthread_cond_signal(&m->gc_cond);
 	}
 	strmap_remove(m->flights, j->canonical);
-	f->done = true;
-	f->result = r;
-	f->image = r == 0 ? img : NULL; /* the job's reference moves here */
-	pthread_cond_broadcast(&m->flight_cond);
-	flight_put_locked(f); /* the job's own share of the flight */
-	if (j->detached && --m->jobs_running == 0)
-		pthread_cond_broadcast(&m->flight_cond);
+	calls = f->calls;
+	f->calls = NULL;
+	for (c = calls; c; c = c->next) {
+		c->flight = NULL;
+		if (r < 0 && c->has_who)
+			recent_remember_locked(m, &c->who, j->canonical, r);
+	}
+	if (f->counted) {
+		struct user_usage *u = users_get_locked(m, f->uid);
+		if (u && u->pulls > 0)
+			u->pulls--;
+		users_release_locked(m, f->uid);
+	}
 	pthread_mutex_unlock(&m->lock);
+
+	/* Outside the lock: a callback may reply to the kernel. */
+	for (c = calls; c; c = next) {
+		next = c->next;
+		if (r == 0)
+			image_ref(img, 1);
+		c->done(c->userdata, r, r == 0 ? img : NULL);
+		free(c);
+	}
+	if (r == 0)
+		image_unref(img, 1);
+	free(f);
 	reference_free(j->ref);
 	free(j->canonical);
 	free(j);
+
+	pthread_mutex_lock(&m->lock);
+	if (--m->jobs_running == 0)
+		pthread_cond_broadcast(&m->flight_cond);
+	pthread_mutex_unlock(&m->lock);
 }
 
 static void *flight_thread(void *arg)
@@ -1252,32 +1227,90 @@ static int recent_lookup_locked(struct manager *m, const struct caller *who,
 	return rf->err;
 }
 
-void ensure_wait_init(struct ensure_wait *w, struct manager *m)
+/* A new flight for canonical, its job started on a thread of its own.
+ * Takes ref.  manager.lock held.  A user other than root is held to the
+ * per-user limits; *limit_msg says why when that refuses it. */
+static int flight_start_locked(struct manager *m, struct reference *ref,
+			       const char *canonical, enum pull_policy policy,
+			       const struct caller *who, double t_wait,
+			       struct flight **ret, char *limit_msg, size_t limit_len)
 {
-	w->manager = m;
-	atomic_init(&w->interrupted, false);
+	bool user = who && who->uid != 0;
+	struct flight_job *job = NULL;
+	struct flight *f = NULL;
+	pthread_attr_t attr;
+	pthread_t th;
+	int r;
+
+	if (user && !strmap_get(m->refs, canonical)) {
+		r = users_admit_name_locked(m, who->uid, limit_msg, limit_len);
+		if (r < 0)
+			goto fail;
+	}
+	if (user) {
+		r = users_admit_pull_locked(m, who->uid, limit_msg, limit_len);
+		if (r < 0)
+			goto fail;
+	}
+	f = calloc(1, sizeof(*f));
+	job = calloc(1, sizeof(*job));
+	if (!f || !job || !(job->canonical = strdup(canonical)) ||
+	    strmap_put(m->flights, canonical, f) < 0) {
+		r = -ENOMEM;
+		goto fail_counted;
+	}
+	f->counted = user;
+	f->uid = user ? who->uid : 0;
+	f->progress.started_ns = manager_wall_ms() * 1000000;
+	*job = (struct flight_job){
+		.m = m, .f = f, .ref = ref, .canonical = job->canonical,
+		.policy = policy, .has_who = who != NULL, .t_wait = t_wait,
+	};
+	if (who)
+		job->who = *who;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	r = -pthread_create(&th, &attr, flight_thread, job);
+	pthread_attr_destroy(&attr);
+	if (r < 0) {
+		strmap_remove(m->flights, canonical);
+		job->ref = NULL;
+		goto fail_counted;
+	}
+	m->jobs_running++;
+	*ret = f;
+	return 0;
+fail_counted:
+	if (user) {
+		struct user_usage *u = users_get_locked(m, who->uid);
+		if (u && u->pulls > 0)
+			u->pulls--;
+		users_release_locked(m, who->uid);
+	}
+	if (job)
+		free(job->canonical);
+	free(job);
+	free(f);
+fail:
+	reference_free(ref);
+	return r;
 }
 
-void ensure_wait_interrupt(struct ensure_wait *w)
-{
-	struct manager *m = w->manager;
-
-	pthread_mutex_lock(&m->lock);
-	atomic_store(&w->interrupted, true);
-	pthread_cond_broadcast(&m->flight_cond);
-	pthread_mutex_unlock(&m->lock);
-}
-
-int manager_ensure_wait(struct manager *m, const char *reference,
-			const struct caller *who, struct ensure_wait *w,
-			struct image **ret)
+/* Everything ensure does before it waits.  done NULL: nobody waits (the
+ * operator's background pull).  keep: the flight completes even when
+ * every caller leaves. */
+static int ensure_begin(struct manager *m, const char *reference,
+			const struct caller *who, bool keep, ensure_done_fn *done,
+			void *userdata, struct ensure_call **ret_call,
+			struct image **ret_img)
 {
 	struct reference *ref = NULL;
 	_cleanup_free_ char *canonical = NULL;
-	struct flight_job *job = NULL;
+	struct ensure_call *call = NULL;
 	struct flight *f;
 	struct image *img = NULL;
 	enum pull_policy policy;
+	char limit_msg[256] = "";
 	double t_wait = now_f(m);
 	int r;
 
@@ -1295,6 +1328,10 @@ int manager_ensure_wait(struct manager *m, const char *reference,
 		return -ENOMEM;
 	}
 	policy = effective_policy(m, ref, canonical);
+	if (done && !(call = calloc(1, sizeof(*call)))) {
+		reference_free(ref);
+		return -ENOMEM;
+	}
 
 	pthread_mutex_lock(&m->lock);
 	if (ensure_cached_locked(m, canonical, policy, &img)) {
@@ -1304,80 +1341,129 @@ int manager_ensure_wait(struct manager *m, const char *reference,
 		pthread_mutex_unlock(&m->lock);
 		present_event(m, canonical, image_digest(img), who);
 		reference_free(ref);
+		free(call);
+		*ret_img = img;
+		return 1;
+	}
+	r = recent_lookup_locked(m, who, canonical);
+	f = strmap_get(m->flights, canonical);
+	if (r == 0 && !f) {
+		r = flight_start_locked(m, TAKE_PTR(ref), canonical, policy, who,
+					t_wait, &f, limit_msg, sizeof(limit_msg));
+	}
+	if (r == 0) {
+		if (keep)
+			f->keep = true;
+		if (call) {
+			call->manager = m;
+			call->done = done;
+			call->userdata = userdata;
+			call->has_who = who != NULL;
+			if (who)
+				call->who = *who;
+			call_link_locked(f, call);
+			*ret_call = TAKE_PTR(call);
+		}
+	}
+	pthread_mutex_unlock(&m->lock);
+	reference_free(ref);
+	free(call);
+	if (limit_msg[0])
+		emit(m, EVENT_WARNING, "UserLimit", canonical, NULL, EAGAIN, who,
+		     "Refused image \"%s\": %s", canonical, limit_msg);
+	return r;
+}
+
+int manager_ensure_start(struct manager *m, const char *reference,
+			 const struct caller *who, ensure_done_fn *done,
+			 void *userdata, struct ensure_call **ret_call,
+			 struct image **ret_img)
+{
+	return ensure_begin(m, reference, who, false, done, userdata, ret_call,
+			    ret_img);
+}
+
+bool ensure_call_cancel(struct ensure_call *call)
+{
+	struct manager *m;
+	struct flight *f;
+	bool wake = false;
+
+	if (!call)
+		return false;
+	/* The call's flight is alive while the call is linked to it. */
+	m = call->manager;
+	pthread_mutex_lock(&m->lock);
+	f = call->flight;
+	if (!f) {
+		pthread_mutex_unlock(&m->lock);
+		return false;
+	}
+	if (call->prev)
+		call->prev->next = call->next;
+	else
+		f->calls = call->next;
+	if (call->next)
+		call->next->prev = call->prev;
+	call->flight = NULL;
+	if (--f->n_calls == 0 && !f->keep) {
+		atomic_store(&f->abandon, true);
+		wake = true;
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (wake) {
+		throttle_wake(m->throttle);
+		puller_wake(m->puller);
+	}
+	free(call);
+	return true;
+}
+
+struct sync_wait {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done;
+	int result;
+	struct image *img;
+};
+
+static void sync_done(void *userdata, int r, struct image *img)
+{
+	struct sync_wait *w = userdata;
+
+	pthread_mutex_lock(&w->lock);
+	w->done = true;
+	w->result = r;
+	w->img = img;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+int manager_ensure(struct manager *m, const char *reference,
+		   const struct caller *who, struct image **ret)
+{
+	struct sync_wait w = { .lock = PTHREAD_MUTEX_INITIALIZER,
+			       .cond = PTHREAD_COND_INITIALIZER };
+	struct ensure_call *call;
+	struct image *img;
+	int r;
+
+	r = ensure_begin(m, reference, who, true, sync_done, &w, &call, &img);
+	if (r == 1) {
 		*ret = img;
 		return 0;
 	}
-	r = recent_lookup_locked(m, who, canonical);
-	if (r < 0) {
-		pthread_mutex_unlock(&m->lock);
-		reference_free(ref);
+	if (r < 0)
 		return r;
-	}
-	f = strmap_get(m->flights, canonical);
-	if (!f) {
-		/* The first caller starts the flight; the job holds a share. */
-		char *job_canonical = strdup(canonical);
-		f = calloc(1, sizeof(*f));
-		job = calloc(1, sizeof(*job));
-		if (!f || !job || !job_canonical ||
-		    strmap_put(m->flights, canonical, f) < 0) {
-			pthread_mutex_unlock(&m->lock);
-			free(f);
-			free(job);
-			free(job_canonical);
-			reference_free(ref);
-			return -ENOMEM;
-		}
-		f->waiters = 1;
-		f->progress.started_ns = manager_wall_ms() * 1000000;
-		*job = (struct flight_job){
-			.m = m, .f = f, .ref = TAKE_PTR(ref),
-			.canonical = job_canonical, .policy = policy,
-			.has_who = who != NULL, .t_wait = t_wait,
-		};
-		if (who)
-			job->who = *who;
-	}
-	f->waiters++;
-	if (job && w) {
-		/* On a thread of its own, so that this caller can leave. */
-		pthread_t th;
-		pthread_attr_t attr;
-		job->detached = true;
-		m->jobs_running++;
-		pthread_attr_init(&attr);
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		if (pthread_create(&th, &attr, flight_thread, job) == 0)
-			job = NULL;
-		else
-			job->detached = false, m->jobs_running--;
-		pthread_attr_destroy(&attr);
-	}
-	if (job) {
-		pthread_mutex_unlock(&m->lock);
-		flight_run(job);
-		pthread_mutex_lock(&m->lock);
-	}
-	/* Single flight: every caller waits for the one pull. */
-	while (!f->done && !(w && atomic_load(&w->interrupted)))
-		pthread_cond_wait(&m->flight_cond, &m->lock);
-	if (!f->done) {
-		r = -EINTR;
-	} else {
-		r = f->result;
-		if (r == 0) {
-			img = f->image;
-			image_ref(img, 1);
-		} else {
-			recent_remember_locked(m, who, canonical, r);
-		}
-	}
-	flight_put_locked(f);
-	pthread_mutex_unlock(&m->lock);
-	reference_free(ref);
-	if (r == 0)
-		*ret = img;
-	return r;
+	pthread_mutex_lock(&w.lock);
+	while (!w.done)
+		pthread_cond_wait(&w.cond, &w.lock);
+	pthread_mutex_unlock(&w.lock);
+	pthread_cond_destroy(&w.cond);
+	pthread_mutex_destroy(&w.lock);
+	if (w.result == 0)
+		*ret = w.img;
+	return w.result;
 }
 
 /* ---- listing --------------------------------------------------------- */
@@ -1483,6 +1569,21 @@ void manager_cancel(struct manager *m)
 	atomic_store(&m->cancelled, true);
 	throttle_shutdown(m->throttle);
 	puller_shutdown(m->puller);
+}
+
+void manager_drain(struct manager *m)
+{
+	/* Flights run on threads of their own: stop them and wait. */
+	pthread_mutex_lock(&m->lock);
+	bool busy = m->jobs_running > 0;
+	pthread_mutex_unlock(&m->lock);
+	if (!busy)
+		return;
+	manager_cancel(m);
+	pthread_mutex_lock(&m->lock);
+	while (m->jobs_running)
+		pthread_cond_wait(&m->flight_cond, &m->lock);
+	pthread_mutex_unlock(&m->lock);
 }
 
 void manager_reopen_events(struct manager *m)
@@ -1602,13 +1703,20 @@ int manager_new(const struct manager_options *opts, struct manager **ret,
 	pthread_rwlock_init(&m->gc_lock, NULL);
 	pthread_cond_init(&m->gc_cond, NULL);
 	pthread_cond_init(&m->flight_cond, NULL);
-	pthread_mutex_init(&m->all_lock, NULL);
+	pthread_mutex_init(&m->content_lock, NULL);
+	pthread_mutex_init(&m->id_lock, NULL);
 	m->recent = strmap_new();
 	if (!m->recent) {
 		r = -ENOMEM;
 		goto fail;
 	}
 	m->registry_bytes = strmap_new();
+	m->contents = strmap_new();
+	m->users = strmap_new();
+	if (!m->contents || !m->users) {
+		r = -ENOMEM;
+		goto fail;
+	}
 	m->cache_dir = strdup(opts->cache_dir);
 	m->pins = calloc(opts->n_pins + 1, sizeof(char *));
 	if (!m->registry_bytes || !m->cache_dir || !m->pins) {
@@ -1651,6 +1759,9 @@ int manager_new(const struct manager_options *opts, struct manager **ret,
 	}
 
 	r = cache_open(opts->cache_dir, &m->cache, errbuf, errlen);
+	if (r < 0)
+		goto fail;
+	r = packs_new(m->cache, opts->max_open_packs, &m->packs);
 	if (r < 0)
 		goto fail;
 
@@ -1714,15 +1825,7 @@ void manager_free(struct manager *m)
 {
 	if (!m)
 		return;
-	/* Pulls whose callers left run on their own threads: stop them and
-	 * wait, they use everything below. */
-	if (m->jobs_running) {
-		manager_cancel(m);
-		pthread_mutex_lock(&m->lock);
-		while (m->jobs_running)
-			pthread_cond_wait(&m->flight_cond, &m->lock);
-		pthread_mutex_unlock(&m->lock);
-	}
+	manager_drain(m);
 	if (m->gc_thread_started) {
 		pthread_mutex_lock(&m->lock);
 		m->stopping = true;
@@ -1757,9 +1860,15 @@ void manager_free(struct manager *m)
 		strmap_free(m->recent);
 	}
 	/* What the kernel still held when the mount went away. */
-	while (m->all_images)
-		image_free(m->all_images);
-	pthread_mutex_destroy(&m->all_lock);
+	images_free_all(m);
+	if (m->users) {
+		strmap_foreach(m->users, free_value, NULL);
+		strmap_free(m->users);
+	}
+	strmap_free(m->contents);
+	packs_free(m->packs);
+	pthread_mutex_destroy(&m->content_lock);
+	pthread_mutex_destroy(&m->id_lock);
 	throttle_free(m->throttle);
 	puller_free(m->puller);
 	backoff_free(m->backoff);

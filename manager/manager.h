@@ -50,6 +50,11 @@ struct manager_options {
 	bool pull_qps_fail_fast;    /* refuse with EAGAIN instead of queueing */
 	unsigned max_parallel_pulls; /* 0: 1, serialised like the kubelet */
 	unsigned max_queued_pulls;   /* waiters for a pull slot or a token; 0: 100 */
+	/* Limits per user other than root (users.c). */
+	unsigned max_names_per_user; /* ephemeral names in use; 0: 256 */
+	unsigned max_pulls_per_user; /* pulls in progress; 0: 8 */
+	unsigned name_idle_s;	     /* collect names unused this long; 0: 300 */
+	unsigned max_open_packs;     /* pack descriptors kept open; 0: 256 */
 	const struct clock *clock;   /* NULL: CLOCK_MONOTONIC */
 	/* Registry client (registry/): mirrors and TLS per registry, and
 	 * credentials; borrowed, must outlive the manager; NULL: none. */
@@ -68,6 +73,9 @@ struct manager_options {
 };
 
 #define MANAGER_DEFAULT_REVALIDATE_S 60
+#define MANAGER_DEFAULT_NAMES_PER_USER 256
+#define MANAGER_DEFAULT_PULLS_PER_USER 8
+#define MANAGER_DEFAULT_NAME_IDLE_S 300
 
 struct manager;
 struct image;
@@ -83,28 +91,40 @@ void manager_free(struct manager *m);
 /* Async-signal-safe: the events log is reopened before its next line. */
 void manager_reopen_events(struct manager *m);
 
-/* A caller's way out of a long ensure: set up with ensure_wait_init(),
- * passed to manager_ensure_wait(), and ensure_wait_interrupt() from any
- * thread makes that call return -EINTR at once.  The pull itself goes on
- * and serves later lookups. */
-struct ensure_wait {
-	struct manager *manager;
-	atomic_bool interrupted;
-};
-void ensure_wait_init(struct ensure_wait *w, struct manager *m);
-void ensure_wait_interrupt(struct ensure_wait *w);
+/* Ensure without blocking the caller: manager_ensure_start() answers at
+ * once from memory when it can, and otherwise registers the caller with
+ * the reference's single flight (starting it on a thread of its own) and
+ * returns; done(userdata, r, img) is then called exactly once, from
+ * another thread and without locks, with the result and, on success, an
+ * image reference that passes to the callee.
+ *
+ * ensure_call_cancel() takes the caller out (a FUSE interrupt): true when
+ * it did, and done will never be called; false when done has been or is
+ * being called.  It may be called only while done cannot have returned:
+ * the caller serialises the two (fs.c does it with the request's lock).
+ * A flight that loses its last caller before it left the queue leaves it
+ * (it is dropped, without back-off); once past the queue a pull finishes
+ * for the next caller. */
+struct ensure_call;
+typedef void ensure_done_fn(void *userdata, int r, struct image *img);
 
-/* Makes reference (any form the reference grammar accepts) available and
- * returns its image with one reference held by the caller.  Blocks for as
- * long as a pull takes; concurrent calls for one reference share one
- * pull.  who may be NULL.  With w the pull runs on a thread of its own
- * and the call can be interrupted (-EINTR); with NULL it runs in the
- * caller's thread.  Errors follow the errno table (errtable.h): -EINVAL,
- * -ENOENT, -EPERM, -EACCES, -EAGAIN, -EHOSTUNREACH, -ETIMEDOUT, -ENOEXEC,
- * -EBADMSG, -ENOSPC, -EIO, and -EINTR. */
-int manager_ensure_wait(struct manager *m, const char *reference,
-			const struct caller *who, struct ensure_wait *w,
-			struct image **ret);
+/* reference: any form the grammar accepts; who may be NULL (the
+ * operator: no per-user limit).  Returns 1 with an image reference in
+ * *ret_img when answered at once, 0 with *ret_call when done will be
+ * called, or a negative errno at once.  Errors follow the errno table
+ * (errtable.h): -EINVAL, -ENOENT, -EPERM, -EACCES, -EAGAIN (back-off, a
+ * full queue, a per-user limit), -EHOSTUNREACH, -ETIMEDOUT, -ENOEXEC,
+ * -EBADMSG, -ENOSPC, -EIO; -ECANCELED when the daemon stops. */
+int manager_ensure_start(struct manager *m, const char *reference,
+			 const struct caller *who, ensure_done_fn *done,
+			 void *userdata, struct ensure_call **ret_call,
+			 struct image **ret_img);
+bool ensure_call_cancel(struct ensure_call *call);
+
+/* The same, blocking until the answer, for tools and tests.  Returns 0
+ * with an image reference for the caller, or -errno. */
+int manager_ensure(struct manager *m, const char *reference,
+		   const struct caller *who, struct image **ret);
 
 /* True when host is a registry the manager knows by name: an insecure
  * registry from the options or the domain of a cached image. */
@@ -122,6 +142,10 @@ int manager_list(struct manager *m, const char *prefix,
  * chunk of data, and every pull waiting for a slot or a token at once;
  * for a prompt unmount.  Thread-safe; not async-signal-safe. */
 void manager_cancel(struct manager *m);
+
+/* Cancels every flight and waits until their callers have had their
+ * answers; before the filesystem's session goes away. */
+void manager_drain(struct manager *m);
 
 /* The cache directory, as given. */
 const char *manager_cache_dir(const struct manager *m);
@@ -159,13 +183,22 @@ int manager_gc(struct manager *m, uint64_t to_bytes, void **ret_json,
 /* Images: immutable once returned; refcounted; safe from any thread. */
 void image_ref(struct image *img, uint64_t n);
 void image_unref(struct image *img, uint64_t n);
+/* Every live image has a small id of its own, unique while it lives (two
+ * names of one digest have two), and every node of its tree an index
+ * (tinode_index()); together they make the filesystem's node ids.
+ * manager_image() finds a live image by id without locks, NULL when
+ * none: valid while the caller holds a reference (the kernel's). */
+uint32_t image_id(const struct image *img);
+struct image *manager_image(struct manager *m, uint32_t id);
 const struct tinode *image_root(const struct image *img);
-/* The image that owns a node of its tree. */
-struct image *image_of(const struct tinode *node);
-/* Read-only fd of the pack that holds regular file data of layer
- * `layer` (tinode.layer); borrowed, valid while the image is. */
-int image_pack_fd(const struct image *img, unsigned layer);
+/* Node `index` of the image's tree, or NULL when out of range. */
+const struct tinode *image_inode(const struct image *img, uint32_t index);
 const char *image_digest(const struct image *img);
+/* A read-only fd of the pack holding the data of regular file `file`,
+ * open until image_file_fd_put(); -errno when the layer cannot be opened
+ * (-ENOENT: it is gone).  May block on openat(). */
+int image_file_fd(struct image *img, const struct tinode *file);
+void image_file_fd_put(struct image *img, const struct tinode *file);
 /* Open regular files of the image, counted by the filesystem: GC and rm
  * leave an image with open files alone. */
 void image_open(struct image *img);

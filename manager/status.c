@@ -58,7 +58,7 @@ static int status_pull(void *userdata, const char *key, void *value)
 			  "bytes_total", (json_int_t)atomic_load(&p->bytes_total),
 			  "layers_done", (int)atomic_load(&p->layers_done),
 			  "layers_total", (int)atomic_load(&p->layers_total),
-			  "waiters", (int)f->waiters,
+			  "waiters", (int)f->n_calls,
 			  "state", st >= 0 && st <= 2 ? states[st] : "unknown"));
 	return 0;
 }

@@ -491,7 +491,6 @@ struct tree {
 	struct tree_xattr *xattrs;
 	char *strings;
 	uint64_t content_bytes;
-	void *owner;
 };
 
 struct child_pair {
@@ -745,14 +744,14 @@ void tree_free(struct tree *t)
 	free(t);
 }
 
-void tree_set_owner(struct tree *t, void *owner)
+uint32_t tinode_index(const struct tinode *ino)
 {
-	t->owner = owner;
+	return (uint32_t)(ino - ino->tree->inodes);
 }
 
-void *tree_owner(const struct tree *t)
+const struct tinode *tree_inode(const struct tree *t, uint32_t index)
 {
-	return t->owner;
+	return index < t->n_inodes ? &t->inodes[index] : NULL;
 }
 
 const struct tinode *tree_root(const struct tree *t)

@@ -51,12 +51,12 @@ int tree_build(const struct layer_index *const *layers, size_t n,
 	       struct tree **ret, char *errbuf, size_t errlen);
 void tree_free(struct tree *t);
 
-/* An opaque pointer the caller hangs on the tree (the manager: its image)
- * so that any tinode leads back to it through ino->tree.  Set it once,
- * before the tree is shared with other threads; never dereferenced or
- * freed here. */
-void tree_set_owner(struct tree *t, void *owner);
-void *tree_owner(const struct tree *t);
+/* Every inode of a tree has a dense index, 0 for the root, fixed when the
+ * tree is built: with the identity of the tree it names the inode, which
+ * is how the filesystem makes node ids.  tree_inode() is NULL for an index
+ * out of range. */
+uint32_t tinode_index(const struct tinode *ino);
+const struct tinode *tree_inode(const struct tree *t, uint32_t index);
 
 const struct tinode *tree_root(const struct tree *t);
 /* Number of inodes (hardlinked names count once) and sum of regular file

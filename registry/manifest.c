@@ -448,7 +448,20 @@ const struct descriptor *manifest_select_platform(const struct manifest *m,
 			best_rank = rank;
 		}
 	}
-	return best;
+	if (best)
+		return best;
+	/* No image fits: a nested index for this platform, or for none in
+	 * particular, is followed by the caller. */
+	for (size_t i = 0; i < m->n_manifests; i++) {
+		const struct descriptor *d = &m->manifests[i];
+
+		if (media_type_is_index(d->media_type) &&
+		    (!d->platform.os || !d->platform.architecture ||
+		     (strcmp(d->platform.os, p->os) == 0 &&
+		      strcmp(d->platform.architecture, p->architecture) == 0)))
+			return d;
+	}
+	return NULL;
 }
 
 void platform_native(struct platform *ret)

@@ -76,9 +76,10 @@ void manifest_free(struct manifest *m);
 
 /* Picks the best entry of an index for platform p: os and architecture
  * must match; the variant must match when both sides name one (an entry
- * without variant is taken when no exact variant exists).  Entries that
- * are not image manifests are ignored.  Returns the descriptor (borrowed
- * from m) or NULL when none fits. */
+ * without variant is taken when no exact variant exists).  When no image
+ * manifest fits, the first nested index whose platform is this one or
+ * unset is returned, for the caller to follow.  Returns the descriptor
+ * (borrowed from m) or NULL when none fits. */
 const struct descriptor *manifest_select_platform(const struct manifest *m,
 						  const struct platform *p);
 
