@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1682,6 +1683,18 @@ static int setup_ensure(struct manager *m, const struct manager_options *opts,
 			  &m->puller);
 }
 
+/* A quarter of the descriptors this process may have, for packs kept
+ * open between reads; the rest is for pulls, the control socket and the
+ * events log. */
+static unsigned default_open_packs(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return 256;
+	return (unsigned)MAX(MIN(rl.rlim_cur / 4, 4096), 16);
+}
+
 int manager_new(const struct manager_options *opts, struct manager **ret,
 		char *errbuf, size_t errlen)
 {
@@ -1761,7 +1774,7 @@ int manager_new(const struct manager_options *opts, struct manager **ret,
 	r = cache_open(opts->cache_dir, &m->cache, errbuf, errlen);
 	if (r < 0)
 		goto fail;
-	r = packs_new(m->cache, opts->max_open_packs, &m->packs);
+	r = packs_new(m->cache, opts->max_open_packs ?: default_open_packs(), &m->packs);
 	if (r < 0)
 		goto fail;
 

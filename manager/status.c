@@ -16,6 +16,7 @@
 #include "errtable.h"
 #include "events.h"
 #include "macro.h"
+#include "packs.h"
 #include "manager-private.h"
 #include "puller.h"
 #include "reference.h"
@@ -166,10 +167,12 @@ int manager_status(struct manager *m, void **ret_json)
 	json_object_set_new(o, "images", images);
 	json_object_set_new(o, "backoff", backoff);
 	json_object_set_new(o, "queues",
-			    json_pack("{s:i, s:i, s:i, s:i}", "pulls_running",
+			    json_pack("{s:i, s:i, s:i, s:i, s:I}", "pulls_running",
 				      (int)ps.running, "pulls_queued", (int)ps.queued,
 				      "max_parallel_pulls", (int)ps.max_parallel,
-				      "throttle_waiting", (int)ts.waiting));
+				      "throttle_waiting", (int)ts.waiting,
+				      "pulls_abandoned",
+				      (json_int_t)(ps.abandoned + ts.abandoned)));
 	json_object_set_new(
 		o, "cache",
 		json_pack("{s:I, s:i, s:i, s:I, s:I, s:I, s:i, s:i}", "bytes",
@@ -202,6 +205,7 @@ void manager_metrics(struct manager *m, FILE *f)
 	struct manager_stats st;
 	struct backoff_entry *be = NULL;
 	struct puller_stats ps;
+	struct throttle_stats ts;
 	size_t nbe = 0;
 	uint64_t bytes = 0, cum = 0;
 	unsigned layers = 0;
@@ -210,6 +214,7 @@ void manager_metrics(struct manager *m, FILE *f)
 	if (backoff_snapshot(m->backoff, &be, &nbe) == 0)
 		backoff_entries_free(be, nbe);
 	puller_get_stats(m->puller, &ps);
+	throttle_get_stats(m->throttle, &ts);
 	cache_usage(m->cache, &bytes, &layers);
 
 	fputs("# HELP pullfs_image_pull_duration_seconds Duration of successful image pulls.\n"
@@ -265,6 +270,12 @@ void manager_metrics(struct manager *m, FILE *f)
 		   "# HELP pullfs_pulls_queued Pulls waiting for a pull slot.\n"
 		   "# TYPE pullfs_pulls_queued gauge\n"
 		   "pullfs_pulls_queued %u\n"
+		   "# HELP pullfs_pulls_abandoned_total Queued pulls that left the queue because nobody waited for them.\n"
+		   "# TYPE pullfs_pulls_abandoned_total counter\n"
+		   "pullfs_pulls_abandoned_total %llu\n"
+		   "# HELP pullfs_pack_descriptors Layer packs open now.\n"
+		   "# TYPE pullfs_pack_descriptors gauge\n"
+		   "pullfs_pack_descriptors %u\n"
 		   "# HELP pullfs_cache_bytes Bytes the cache takes on disk.\n"
 		   "# TYPE pullfs_cache_bytes gauge\n"
 		   "pullfs_cache_bytes %llu\n"
@@ -284,7 +295,9 @@ void manager_metrics(struct manager *m, FILE *f)
 		   "# HELP pullfs_gc_removed_images_total Images removed by garbage collection.\n"
 		   "# TYPE pullfs_gc_removed_images_total counter\n"
 		   "pullfs_gc_removed_images_total %llu\n",
-		nbe, ps.running, ps.queued, (unsigned long long)bytes, n_images, layers,
+		nbe, ps.running, ps.queued,
+		(unsigned long long)(ps.abandoned + ts.abandoned), packs_open_count(m->packs),
+		(unsigned long long)bytes, n_images, layers,
 		(unsigned long long)st.gc_runs_threshold,
 		(unsigned long long)st.gc_runs_manual,
 		(unsigned long long)st.gc_freed_bytes,
