@@ -690,6 +690,7 @@ int main(int argc, char **argv)
 		goto done;
 	}
 	fo.control_socket = s.control_socket;
+	fo.debug = s.debug;
 	mo.registry_hosts = s.hosts;
 	mo.credentials = creds;
 	mo.connect_timeout_ms = s.connect_timeout_ms;
