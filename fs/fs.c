@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "control.h"
+#include "fuseio.h"
 #include "strmap.h"
 #include "macro.h"
 #include "manager.h"
@@ -1586,6 +1587,12 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
 		r = -EIO;
 		goto out_signals;
 	}
+	/* op_init asks for FUSE_CAP_PARALLEL_DIROPS, which libfuse before
+	 * 3.17 does not pass on to the kernel. */
+	struct fuseio_options io = { .parallel_dirops = true, .debug = fs->opts.debug };
+	r = fuseio_attach(fs->session, &io);
+	if (r < 0)
+		goto out_unmount;
 	if (fuse_daemonize(foreground) != 0) {
 		r = -EIO;
 		goto out_unmount;

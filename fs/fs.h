@@ -13,6 +13,7 @@ struct fs_options {
 	double namespace_timeout; /* entry/attr timeout of the namespace; 0: 1 s */
 	unsigned max_threads;	  /* FUSE worker threads; 0: 32 */
 	const char *control_socket; /* NULL: <cache>/control.sock */
+	bool debug;		  /* -d: FUSE messages on stderr */
 };
 
 struct fs;

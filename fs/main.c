@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/vfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -632,6 +633,27 @@ static int check_mountpoint(const char *mp)
 	return -errno;
 }
 
+/* Every image in memory holds the pack of each of its layers open, one
+ * image per reference, and a download holds a socket and a file: a soft
+ * limit of 1024 is a few dozen images.  The hard limit is what the
+ * administrator (or the unit's LimitNOFILE=) grants.  The soft limit is
+ * low only for programs that use select(2), which pullfs does not.  Before
+ * any thread: the limit is the process's. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+		if (rl.rlim_cur >= rl.rlim_max)
+			return;
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+			return;
+	}
+	fprintf(stderr, "pullfs: cannot raise the limit of open files to the hard limit: %s\n",
+		strerror(errno));
+}
+
 int main(int argc, char **argv)
 {
 	struct settings s = { .registry_qps = 5.0, .registry_burst = 10 };
@@ -647,6 +669,7 @@ int main(int argc, char **argv)
 	int r;
 
 	parse_command_line(&s, argc, argv);
+	raise_fd_limit();
 	if (!s.cache_dir)
 		s.cache_dir = default_cache_dir();
 	if (!s.cache_dir) {
@@ -690,6 +713,7 @@ int main(int argc, char **argv)
 		goto done;
 	}
 	fo.control_socket = s.control_socket;
+	fo.debug = s.debug;
 	mo.registry_hosts = s.hosts;
 	mo.credentials = creds;
 	mo.connect_timeout_ms = s.connect_timeout_ms;

@@ -53,7 +53,7 @@ grep -q 'edited by the operator' "$DEST$SYSCONF/pullfs.conf" || fail "a reinstal
 unit=$P/lib/systemd/system/pullfs.service
 grep -qx "ExecStart=$PREFIX/bin/pullfs --config $SYSCONF/pullfs.conf -o allow_other /run/pullfs" "$unit" ||
     fail "ExecStart of the unit: $(grep ExecStart "$unit")"
-for l in Type=forking Restart=on-failure After=network-online.target Wants=network-online.target WantedBy=multi-user.target; do
+for l in Type=forking Restart=on-failure LimitNOFILE=524288 After=network-online.target Wants=network-online.target WantedBy=multi-user.target; do
     grep -qx "$l" "$unit" || fail "no '$l' in the unit"
 done
 if command -v systemd-analyze >/dev/null 2>&1; then
