@@ -22,6 +22,7 @@
 #include "config.h"
 #include "credentials.h"
 #include "conffile.h"
+#include "control.h"
 #include "errname.h"
 #include "fs.h"
 #include "hosts.h"
@@ -761,6 +762,7 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct manager *m = NULL;
 	struct fs *fs = NULL;
+	struct control *ctl = NULL;
 	struct credentials *creds = NULL;
 	_cleanup_free_ char *opts = NULL;
 	char errbuf[512] = "";
@@ -812,7 +814,19 @@ int main(int argc, char **argv)
 		fprintf(stderr, "pullfs: %s\n", errbuf[0] ? errbuf : strerror(-r));
 		goto done;
 	}
-	fo.control_socket = s.control_socket;
+	/* Bound before the mount, so that a socket that cannot be served
+	 * stops the start with a message, not the daemon's service. */
+	errbuf[0] = '\0';
+	r = control_new(s.control_socket, m, &ctl, errbuf, sizeof(errbuf));
+	if (r < 0) {
+		if (errbuf[0])
+			fprintf(stderr, "pullfs: %s\n", errbuf);
+		else
+			fprintf(stderr, "pullfs: cannot serve the control socket \"%s\": %s\n",
+				s.control_socket, strerror(-r));
+		goto done;
+	}
+	fo.control = ctl;
 	r = fs_new(m, &fo, &fs);
 	if (r < 0) {
 		fprintf(stderr, "pullfs: %s\n", strerror(-r));
@@ -842,6 +856,7 @@ out:
 		status = 0;
 done:
 	fuse_opt_free_args(&args);
+	control_free(ctl);
 	fs_free(fs);
 	manager_free(m);
 	credentials_free(creds);

@@ -1,11 +1,16 @@
 #!/bin/bash
-# Paths given relative are taken from the working directory at start:
+# Paths given relative are taken from the working directory at start, and
+# a control socket that cannot be served stops the start:
 #  - in the foreground, from a working directory: a relative --cache,
 #    --events-log, --control-socket, --auth-file and --config; the status
 #    names them absolute, the image lands in the cache there, pullfsctl
 #    inspect, gc and rm reach the socket, and the events log reopened on
 #    SIGHUP after a rename is made there again;
-#  - detached (no -f), with relative cache and mount point: status and gc.
+#  - detached (no -f), with relative cache and mount point: status and gc;
+#  - a control socket in a missing directory, on a file that is not a
+#    socket, or served by another pullfs: exit 1 with one line, nothing
+#    mounted, the file and the other daemon untouched; a socket path too
+#    long for sun_path: exit 2 with one line.
 source "$(dirname "$0")/lib.sh"
 source "$INTEGRATION_DIR/images.sh"
 source "$INTEGRATION_DIR/ctl.sh"
@@ -78,4 +83,38 @@ kill -TERM "$bg_pid"
 wait_for 20 _pid_gone "$bg_pid" || fail "the detached pullfs did not exit within 20 s of SIGTERM"
 ! is_mounted "$run/mnt-bg" || fail "$run/mnt-bg is still mounted after the detached pullfs exited"
 
+# ---- a control socket that cannot be served
+# refused_start STATUS WHAT ARGS...: pullfs -f ARGS... $MNT exits STATUS
+# with one line on stderr and mounts nothing.
+refused_start() {
+    local want=$1 what=$2 rc=0 err
+    shift 2
+    timeout 20 "$PULLFS" -f --cache "$WORK/cache-refused" "$@" "$MNT" </dev/null \
+        >"$WORK/refused.out" 2>"$WORK/refused.err" || rc=$?
+    err=$(cat "$WORK/refused.err")
+    assert_eq "$want" "$rc" "exit status of pullfs with $what (stderr: $err)"
+    [ "$(wc -l <"$WORK/refused.err")" = 1 ] || fail "pullfs with $what: not one line on stderr: $err"
+    ! is_mounted "$MNT" || fail "pullfs with $what mounted $MNT"
+    REFUSED=$err
+}
+refused_start 1 "a socket in a missing directory" --control-socket "$WORK/missing/ctl.sock"
+assert_contains "$WORK/missing/ctl.sock" "$REFUSED" "message for a socket in a missing directory"
+echo precious >"$WORK/not-a-socket"
+refused_start 1 "a socket path that is a file" --control-socket "$WORK/not-a-socket"
+assert_contains "is not a socket" "$REFUSED" "message for a socket path that is a file"
+assert_eq precious "$(cat "$WORK/not-a-socket")" "the file named as control socket"
+refused_start 2 "a socket path over 107 bytes" --control-socket "$WORK/$(printf 's%.0s' {1..120})"
+assert_contains "longer than 107 bytes" "$REFUSED" "message for a socket path over 107 bytes"
+
+mount_pullfs
+refused_mnt=$WORK/mnt-second
+mkdir -p "$refused_mnt"
+rc=0
+timeout 20 "$PULLFS" -f --cache "$WORK/cache-second" --control-socket "$CACHE/control.sock" \
+    "$refused_mnt" </dev/null >"$WORK/second.out" 2>&1 || rc=$?
+assert_eq 1 "$rc" "exit status of a second pullfs on the first one's control socket ($(cat "$WORK/second.out"))"
+assert_contains "served by another process" "$(cat "$WORK/second.out")" "message of the second pullfs"
+! is_mounted "$refused_mnt" || fail "the second pullfs mounted $refused_mnt"
+ctl_ok gc
+unmount_pullfs
 log "PASS"
