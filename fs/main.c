@@ -677,6 +677,9 @@ static void parse_command_line(struct settings *s, int argc, char **argv)
 		usage_error("missing MOUNTPOINT");
 	if (argc - optind > 2)
 		usage_error("too many arguments");
+	/* Made absolute, "" would be the working directory. */
+	if (!argv[argc - 1][0])
+		usage_error("empty MOUNTPOINT");
 	if (absolute_path("mountpoint", argv[argc - 1], &s->mountpoint, why, sizeof(why)) < 0)
 		usage_error("%s", why);
 }

@@ -57,6 +57,9 @@ one_line_error "--pull-policy sometimes MNT"
 run_pullfs -f --cache
 one_line_error "--cache (no value)"
 
+run_pullfs -f --cache "$WORK/cache" ""
+one_line_error "an empty MOUNTPOINT"
+
 # ---- every numeric option: nothing but its number, in its range
 numeric="max-concurrent-downloads revalidate-interval backoff-initial backoff-max registry-qps
          registry-burst max-parallel-pulls connect-timeout low-speed-timeout cache-max-bytes
