@@ -97,6 +97,12 @@ for bad in "insecure-registry =" "insecure-registry = \"\"" "cache =" "cache = r
     one_line_error "config line '$bad'"
     assert_contains "$conf:3: " "$ERR" "message for config line '$bad'"
 done
+for bad in "mirror =" "insecure =" "ca-file =" "client-key = key.pem"; do
+    printf '# a comment\n\n[registry "r.example.com"]\n%s\n' "$bad" >"$conf"
+    run_pullfs -f --config "$conf" "$MNT"
+    one_line_error "config line '$bad' in a registry section"
+    assert_contains "$conf:4: " "$ERR" "message for config line '$bad' in a registry section"
+done
 
 ! is_mounted "$MNT" || fail "a failed command line mounted $MNT"
 log "PASS"

@@ -6,7 +6,8 @@
 #    names them absolute, the image lands in the cache there, pullfsctl
 #    inspect, gc and rm reach the socket, and the events log reopened on
 #    SIGHUP after a rename is made there again;
-#  - detached (no -f), with relative cache and mount point: status and gc;
+#  - detached (no -f), with a relative -o cache= and mount point: status,
+#    the cache where it belongs, gc;
 #  - a control socket in a missing directory, on a file that is not a
 #    socket, or served by another pullfs: exit 1 with one line, nothing
 #    mounted, the file and the other daemon untouched; a socket path too
@@ -67,7 +68,7 @@ unmount_pullfs
 mkdir -p "$run/mnt-bg"
 track_mount "$run/mnt-bg"
 rc=0
-(cd "$run" && timeout 30 "$PULLFS" --cache cache-bg --insecure-registry "$REGISTRY" mnt-bg \
+(cd "$run" && timeout 30 "$PULLFS" -o cache=cache-bg --insecure-registry "$REGISTRY" mnt-bg \
     </dev/null >"$WORK/bg.out" 2>&1) || rc=$?
 [ "$rc" = 0 ] || fail "pullfs without -f exited $rc: $(cat "$WORK/bg.out")"
 is_mounted "$run/mnt-bg" || fail "pullfs without -f did not mount $run/mnt-bg"
@@ -77,6 +78,8 @@ assert_eq "$run/mnt-bg" "$(status_field "$run/mnt-bg" mountpoint)" "mountpoint i
 assert_eq "$run/cache-bg/control.sock" "$(status_field "$run/mnt-bg" control_socket)" \
     "control_socket in the status"
 assert_eq hi "$(chroot "$run/mnt-bg/images/$bb" /bin/echo hi)" "a program of $bb (detached)"
+assert_eq "$run/cache-bg" "$(status_field "$run/mnt-bg" cache_dir)" "cache_dir in the status (detached)"
+[ -n "$(ls "$run/cache-bg/refs")" ] || fail "no reference in $run/cache-bg/refs after a pull (detached)"
 timeout 20 "$PULLFSCTL" -m "$run/mnt-bg" status >/dev/null || fail "pullfsctl status (detached)"
 timeout 20 "$PULLFSCTL" -m "$run/mnt-bg" gc >/dev/null || fail "pullfsctl gc (detached)"
 kill -TERM "$bg_pid"
