@@ -1,3 +1,12 @@
+/* The control socket's server.  Each connection gets a thread of its own,
+ * from accept to answer: a client that is slow to send its request holds
+ * only its own thread, and a request that blocks in the manager (gc, rm)
+ * holds only its own client.  A poll loop would read requests without
+ * threads but still need workers for the manager calls that block, so one
+ * thread per connection is the simpler of the two; the threads are bounded
+ * by CONTROL_CONNECTIONS_MAX and mostly sleep in poll(2).  Each request
+ * must arrive whole within CONTROL_DEADLINE_S of the connect, however the
+ * client spreads its bytes. */
 #include "control.h"
 
 #include <errno.h>
@@ -5,29 +14,60 @@
 #include <jansson.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "errname.h"
 #include "macro.h"
 #include "manager.h"
 
-#define REQUEST_MAX (64u << 10)
+#define REQUEST_MAX_KIB 64
+#define REQUEST_MAX (REQUEST_MAX_KIB * 1024u)
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x)
+
+enum conn_state {
+	CONN_FREE,    /* no thread */
+	CONN_READING, /* its thread waits for the request */
+	CONN_WORKING, /* its thread runs the request and answers */
+	CONN_DONE,    /* its thread has finished and waits to be joined */
+};
+
+struct conn {
+	struct control *control;
+	pthread_t thread;
+	enum conn_state state; /* control->lock */
+	bool evicted;	       /* control->lock: dropped to make room */
+	/* Closed by its thread under control->lock as it becomes CONN_DONE,
+	 * so that others may shutdown() it under the lock before that. */
+	int fd;
+	int64_t accepted_ms; /* CLOCK_MONOTONIC */
+};
 
 struct control {
 	char *path;
+	bool bound; /* path is our socket, to be removed */
 	int fd;
 	int stop_pipe[2];
-	pthread_t thread;
+	pthread_t acceptor;
+	bool started;
 	struct manager *manager;
 	control_status_fn status;
 	void *userdata;
+	pthread_mutex_t lock;
+	pthread_cond_t conn_done; /* a connection became CONN_DONE */
+	struct conn conns[CONTROL_CONNECTIONS_MAX]; /* state and fds: lock */
 };
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct control *, control_free)
 
 static json_t *failure(int r, const char *msg)
 {
@@ -101,154 +141,379 @@ static bool peer_allowed(int fd)
 	return cr.uid == 0 || cr.uid == geteuid();
 }
 
-static void serve_one(struct control *c, int fd)
+static int64_t now_ms(void)
 {
-	_cleanup_free_ char *buf = malloc(REQUEST_MAX + 1);
-	size_t len = 0;
-	json_t *req, *ans;
-	char *out;
-	struct timeval tv = { .tv_sec = 5 };
+	struct timespec ts;
 
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (!buf)
-		return;
-	if (!peer_allowed(fd)) {
-		ans = failure(-EACCES, "only root and the daemon's user may use this socket");
-		goto reply;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits for events on a non-blocking fd until deadline_ms.  Returns 0
+ * when ready, -ETIMEDOUT, or -errno. */
+static int wait_fd(int fd, short events, int64_t deadline_ms)
+{
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = events };
+		int64_t left = deadline_ms - now_ms();
+		int k = poll(&p, 1, (int)MAX(left, 0));
+
+		if (k > 0)
+			return 0;
+		if (k == 0)
+			return -ETIMEDOUT;
+		if (errno != EINTR)
+			return negative_errno();
 	}
-	/* Until a newline, end of input, or the cap. */
-	while (len < REQUEST_MAX) {
+}
+
+/* After a read or send on a non-blocking fd failed with errno: 0 to try
+ * again (once the fd is ready, for EAGAIN), or the error that ends the
+ * exchange. */
+static int retry_wait(int fd, short events, int64_t deadline_ms)
+{
+	if (errno == EINTR)
+		return 0;
+	if (errno != EAGAIN)
+		return negative_errno();
+	return wait_fd(fd, events, deadline_ms);
+}
+
+/* Until a newline, the end of input or the cap, within the deadline: a
+ * client that trickles bytes is held to the whole request's deadline, not
+ * to one per read.  buf has room for REQUEST_MAX bytes.  Returns 0 with
+ * *ret_len, -ETIMEDOUT, -E2BIG, or the -errno of a failed read. */
+static int read_request(int fd, int64_t deadline_ms, char *buf, size_t *ret_len)
+{
+	size_t len = 0;
+
+	for (;;) {
 		ssize_t n = read(fd, buf + len, REQUEST_MAX - len);
-		if (n <= 0)
+
+		if (n < 0) {
+			int r = retry_wait(fd, POLLIN, deadline_ms);
+			if (r < 0)
+				return r;
+			continue;
+		}
+		if (n == 0)
 			break;
 		len += (size_t)n;
 		if (memchr(buf + len - n, '\n', (size_t)n))
 			break;
+		if (len == REQUEST_MAX)
+			return -E2BIG;
 	}
-	buf[len] = '\0';
-	req = json_loadb(buf, len, JSON_DISABLE_EOF_CHECK, NULL);
-	if (!json_is_object(req)) {
-		json_decref(req);
-		ans = failure(-EINVAL, "request is not a JSON object");
-		goto reply;
+	*ret_len = len;
+	return 0;
+}
+
+static int send_all(int fd, const char *data, size_t len, int64_t deadline_ms)
+{
+	while (len > 0) {
+		ssize_t n = send(fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0) {
+			int r = retry_wait(fd, POLLOUT, deadline_ms);
+			if (r < 0)
+				return r;
+			continue;
+		}
+		data += n;
+		len -= (size_t)n;
 	}
-	ans = handle(c, req);
-	json_decref(req);
-reply:
+	return 0;
+}
+
+/* Writes ans (consumed) as one line.  A client that does not take it by
+ * deadline_ms (now: only what fits in the socket at once) gets nothing
+ * more; there is nobody to tell. */
+static void answer(int fd, json_t *ans, int64_t deadline_ms)
+{
+	_cleanup_free_ char *out = NULL;
+
 	if (!ans)
 		return;
 	out = json_dumps(ans, JSON_COMPACT);
 	json_decref(ans);
-	if (!out)
-		return;
-	size_t olen = strlen(out), done = 0;
-	while (done < olen) {
-		ssize_t n = write(fd, out + done, olen - done);
-		if (n <= 0)
-			break;
-		done += (size_t)n;
-	}
-	if (write(fd, "\n", 1) < 0) {
-		/* the client went away; nothing to do */
-	}
-	free(out);
+	if (out && send_all(fd, out, strlen(out), deadline_ms) == 0)
+		(void)send_all(fd, "\n", 1, deadline_ms);
 }
 
-static void *control_thread(void *arg)
+static json_t *answer_for(struct control *c, const char *buf, size_t len)
+{
+	json_t *req = json_loadb(buf, len, JSON_DISABLE_EOF_CHECK, NULL);
+	json_t *ans;
+
+	if (!json_is_object(req)) {
+		json_decref(req);
+		return failure(-EINVAL, "request is not a JSON object");
+	}
+	ans = handle(c, req);
+	json_decref(req);
+	return ans;
+}
+
+static void *conn_thread(void *arg)
+{
+	struct conn *cn = arg;
+	struct control *c = cn->control;
+	_cleanup_free_ char *buf = malloc(REQUEST_MAX);
+	json_t *ans = NULL;
+	size_t len = 0;
+	bool evicted;
+	int r = 0;
+
+	if (!buf)
+		ans = failure(-ENOMEM, NULL);
+	else if (!peer_allowed(cn->fd))
+		ans = failure(-EACCES, "only root and the daemon's user may use this socket");
+	else
+		r = read_request(cn->fd, cn->accepted_ms + CONTROL_DEADLINE_S * 1000, buf, &len);
+
+	pthread_mutex_lock(&c->lock);
+	evicted = cn->evicted;
+	if (!evicted)
+		cn->state = CONN_WORKING;
+	pthread_mutex_unlock(&c->lock);
+
+	if (evicted) {
+		json_decref(ans);
+		ans = failure(-EAGAIN, "dropped: too many control connections, and this one "
+				       "had waited longest for its request");
+	} else if (r == -ETIMEDOUT)
+		ans = failure(r, "request not complete within " STRINGIFY(CONTROL_DEADLINE_S) " s");
+	else if (r == -E2BIG)
+		ans = failure(r, "request over " STRINGIFY(REQUEST_MAX_KIB) " KiB");
+	else if (r == 0 && !ans)
+		ans = answer_for(c, buf, len);
+	/* A dropped client gets what fits at once: its slot is being waited
+	 * for. */
+	answer(cn->fd, ans, evicted ? 0 : now_ms() + CONTROL_DEADLINE_S * 1000);
+
+	pthread_mutex_lock(&c->lock);
+	close(cn->fd);
+	cn->fd = -1;
+	cn->state = CONN_DONE;
+	pthread_cond_broadcast(&c->conn_done);
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+/* Needs c->lock; cn is CONN_DONE, its thread has let go of the lock. */
+static void conn_reap(struct conn *cn)
+{
+	pthread_join(cn->thread, NULL);
+	cn->state = CONN_FREE;
+	cn->evicted = false;
+}
+
+/* A free slot for a new connection, making one by dropping the connection
+ * that has waited longest for its request; NULL when every connection is
+ * running a request.  Needs c->lock. */
+static struct conn *conn_slot(struct control *c)
+{
+	struct conn *oldest = NULL;
+
+	for (size_t i = 0; i < CONTROL_CONNECTIONS_MAX; i++) {
+		struct conn *cn = &c->conns[i];
+
+		if (cn->state == CONN_DONE)
+			conn_reap(cn);
+		if (cn->state == CONN_FREE)
+			return cn;
+		if (cn->state == CONN_READING && !cn->evicted &&
+		    (!oldest || cn->accepted_ms < oldest->accepted_ms))
+			oldest = cn;
+	}
+	if (!oldest)
+		return NULL;
+	/* SHUT_RD wakes its thread from poll() with an end of input, and
+	 * leaves the write side for the reason. */
+	oldest->evicted = true;
+	shutdown(oldest->fd, SHUT_RD);
+	while (oldest->state != CONN_DONE)
+		pthread_cond_wait(&c->conn_done, &c->lock);
+	conn_reap(oldest);
+	return oldest;
+}
+
+/* Hands fd to a thread of its own, or answers at once why not. */
+static void conn_add(struct control *c, int fd)
+{
+	struct conn *cn;
+	int r = -EAGAIN;
+
+	pthread_mutex_lock(&c->lock);
+	cn = conn_slot(c);
+	if (cn) {
+		cn->fd = fd;
+		cn->accepted_ms = now_ms();
+		cn->state = CONN_READING;
+		r = -pthread_create(&cn->thread, NULL, conn_thread, cn);
+		if (r < 0) {
+			cn->state = CONN_FREE;
+			cn->fd = -1;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (r < 0) {
+		answer(fd, failure(r, cn ? "no thread for this connection"
+					 : "too many control connections running requests"),
+		       0);
+		close(fd);
+	}
+}
+
+static void *acceptor_thread(void *arg)
 {
 	struct control *c = arg;
 	struct pollfd p[2] = {
 		{ .fd = c->fd, .events = POLLIN },
 		{ .fd = c->stop_pipe[0], .events = POLLIN },
 	};
+	int timeout = -1;
 
 	for (;;) {
-		if (poll(p, 2, -1) < 0) {
-			if (errno == EINTR)
-				continue;
+		int fd, k = poll(p, 2, timeout);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 || p[1].revents)
 			break;
-		}
-		if (p[1].revents)
-			break;
-		if (p[0].revents & POLLIN) {
-			int fd = accept4(c->fd, NULL, NULL, SOCK_CLOEXEC);
-			if (fd >= 0) {
-				serve_one(c, fd);
-				close(fd);
-			}
-		}
+		timeout = -1;
+		if (!(p[0].revents & POLLIN))
+			continue;
+		fd = accept4(c->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd >= 0)
+			conn_add(c, fd);
+		else if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+			timeout = 100; /* out of fds or memory: do not spin on the backlog */
 	}
 	return NULL;
 }
 
-int control_start(const char *path, struct manager *m,
-		  control_status_fn status, void *userdata,
-		  struct control **ret)
+int control_new(const char *path, struct manager *m, struct control **ret,
+		char *errbuf, size_t errlen)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct control *c;
+	_cleanup_(control_freep) struct control *c = NULL;
+	_cleanup_close_ int probe = -1;
+	struct stat st;
 	int r;
 
 	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
+		return errbuf_fail(-ENAMETOOLONG, errbuf, errlen,
+				   "control socket path \"%s\" is longer than %zu bytes", path,
+				   sizeof(sa.sun_path) - 1);
+	strcpy(sa.sun_path, path);
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
 	c->fd = c->stop_pipe[0] = c->stop_pipe[1] = -1;
 	c->manager = m;
-	c->status = status;
-	c->userdata = userdata;
+	for (size_t i = 0; i < CONTROL_CONNECTIONS_MAX; i++)
+		c->conns[i] = (struct conn){ .control = c, .fd = -1 };
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->conn_done, NULL);
 	c->path = strdup(path);
-	if (!c->path) {
-		r = -ENOMEM;
-		goto fail;
+	if (!c->path)
+		return -ENOMEM;
+	/* Non-blocking: a connection that goes away between poll(2) and
+	 * accept(2) must not leave the acceptor deaf to control_stop. */
+	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (c->fd < 0 || pipe2(c->stop_pipe, O_CLOEXEC) < 0)
+		return negative_errno();
+
+	/* What is there already: a dead daemon's socket goes, anything else
+	 * is not ours to remove. */
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode))
+			return errbuf_fail(-EEXIST, errbuf, errlen,
+					   "control socket \"%s\" exists and is not a socket", path);
+		/* Non-blocking: a full backlog (EAGAIN) is someone's too. */
+		probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (probe >= 0 && (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0 ||
+				   errno == EAGAIN))
+			return errbuf_fail(-EADDRINUSE, errbuf, errlen,
+					   "control socket \"%s\" is served by another process", path);
+		unlink(path);
 	}
-	strcpy(sa.sun_path, path);
-	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (c->fd < 0 || pipe2(c->stop_pipe, O_CLOEXEC) < 0) {
-		r = negative_errno();
-		goto fail;
-	}
-	/* The cache lock is held, so a socket here is a dead daemon's. */
-	unlink(path);
 	mode_t old = umask(0177);
 	r = bind(c->fd, (struct sockaddr *)&sa, sizeof(sa));
 	umask(old);
-	if (r < 0 || listen(c->fd, 16) < 0) {
-		r = negative_errno();
-		goto fail;
-	}
-	r = pthread_create(&c->thread, NULL, control_thread, c);
-	if (r != 0) {
-		r = -r;
-		unlink(path);
-		goto fail;
-	}
-	*ret = c;
+	if (r < 0)
+		return errbuf_fail(negative_errno(), errbuf, errlen,
+				   "cannot bind the control socket \"%s\": %s", path, strerror(errno));
+	c->bound = true;
+	if (listen(c->fd, CONTROL_CONNECTIONS_MAX) < 0)
+		return negative_errno();
+	*ret = TAKE_PTR(c);
 	return 0;
-fail:
+}
+
+int control_start(struct control *c, control_status_fn status, void *userdata)
+{
+	int r;
+
+	c->status = status;
+	c->userdata = userdata;
+	r = -pthread_create(&c->acceptor, NULL, acceptor_thread, c);
+	if (r < 0)
+		return r;
+	c->started = true;
+	return 0;
+}
+
+void control_stop(struct control *c)
+{
+	pthread_t threads[CONTROL_CONNECTIONS_MAX];
+	size_t n = 0;
+
+	if (!c || !c->started)
+		return;
+	if (write(c->stop_pipe[1], "x", 1) == 1)
+		pthread_join(c->acceptor, NULL);
+	c->started = false;
+
+	/* No new connections now.  Running requests end on their own; the
+	 * shutdown makes waits for the client end at once. */
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < CONTROL_CONNECTIONS_MAX; i++) {
+		struct conn *cn = &c->conns[i];
+
+		if (cn->state == CONN_READING || cn->state == CONN_WORKING)
+			shutdown(cn->fd, SHUT_RDWR);
+		if (cn->state != CONN_FREE)
+			threads[n++] = cn->thread;
+	}
+	pthread_mutex_unlock(&c->lock);
+	for (size_t i = 0; i < n; i++)
+		pthread_join(threads[i], NULL);
+	for (size_t i = 0; i < CONTROL_CONNECTIONS_MAX; i++)
+		c->conns[i].state = CONN_FREE;
+}
+
+void control_free(struct control *c)
+{
+	if (!c)
+		return;
+	control_stop(c);
 	if (c->fd >= 0)
 		close(c->fd);
 	if (c->stop_pipe[0] >= 0) {
 		close(c->stop_pipe[0]);
 		close(c->stop_pipe[1]);
 	}
+	if (c->bound)
+		unlink(c->path);
+	pthread_cond_destroy(&c->conn_done);
+	pthread_mutex_destroy(&c->lock);
 	free(c->path);
 	free(c);
-	return r;
 }
 
-void control_stop(struct control *c)
+const char *control_path(const struct control *c)
 {
-	if (!c)
-		return;
-	if (write(c->stop_pipe[1], "x", 1) == 1)
-		pthread_join(c->thread, NULL);
-	close(c->fd);
-	close(c->stop_pipe[0]);
-	close(c->stop_pipe[1]);
-	unlink(c->path);
-	free(c->path);
-	free(c);
+	return c->path;
 }

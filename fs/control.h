@@ -3,17 +3,43 @@
  * read-only mount -- inspect, rm, gc -- and status. */
 #pragma once
 
+#include <stddef.h>
+
 struct manager;
 struct control;
+
+/* At most this many connections are served at once; at the bound, the
+ * connection that has waited longest for its request is dropped with an
+ * EAGAIN answer to make room (or, when every one is running a request, the
+ * new one gets that answer). */
+#define CONTROL_CONNECTIONS_MAX 64
+/* A client must have sent its whole request this long after it connected,
+ * and the answer must be taken within as long again. */
+#define CONTROL_DEADLINE_S 10
 
 /* Returns the status document (a json_t *, owned by the caller). */
 typedef void *(*control_status_fn)(void *userdata);
 
-/* Binds path (replacing a stale socket; mode 0600), and serves it from a
- * thread of its own.  Only root and the daemon's own user may talk to
- * it.  Returns 0 or -errno. */
-int control_start(const char *path, struct manager *m,
-		  control_status_fn status, void *userdata,
-		  struct control **ret);
-/* Stops the thread, removes the socket.  Accepts NULL. */
+/* Binds path and listens, mode 0600, replacing a socket left by a dead
+ * daemon (but not one something still answers on, nor a file that is not
+ * a socket).  Nothing is served before control_start, so this may run
+ * before the daemon forks.  Returns 0 and a new control owned by the
+ * caller, or -errno with a one-line reason in errbuf. */
+int control_new(const char *path, struct manager *m, struct control **ret,
+		char *errbuf, size_t errlen);
+
+/* Serves the socket from threads of its own (call after any fork).  Only
+ * root and the daemon's own user may talk to it.  status makes the status
+ * document.  Returns 0 or -errno. */
+int control_start(struct control *c, control_status_fn status, void *userdata);
+
+/* Stops serving: closes every connection and joins every thread, waiting
+ * for requests that are running.  The socket stays bound.  Accepts NULL
+ * and a control that was never started. */
 void control_stop(struct control *c);
+
+/* Stops, removes the socket and frees.  Accepts NULL. */
+void control_free(struct control *c);
+
+/* The path it is bound to; owned by c. */
+const char *control_path(const struct control *c);

@@ -106,8 +106,6 @@ struct fs {
 	struct timespec started;
 	struct fuse_session *session;
 	char *mountpoint;
-	char *control_path;
-	struct control *control;
 	pthread_mutex_t ns_lock;
 	struct strmap *nsnodes; /* key -> struct nsnode *; ns_lock */
 	struct fsop_stats ops[FSOP_COUNT];
@@ -608,8 +606,9 @@ static json_t *fs_status(struct fs *fs)
 	json_object_set_new(o, "pid", json_integer(getpid()));
 	if (fs->mountpoint)
 		json_object_set_new(o, "mountpoint", json_string(fs->mountpoint));
-	if (fs->control_path)
-		json_object_set_new(o, "control_socket", json_string(fs->control_path));
+	if (fs->opts.control)
+		json_object_set_new(o, "control_socket",
+				    json_string(control_path(fs->opts.control)));
 	return o;
 }
 
@@ -1498,7 +1497,6 @@ void fs_free(struct fs *fs)
 	if (!fs)
 		return;
 	free(fs->mountpoint);
-	free(fs->control_path);
 	/* The nodes the kernel still held die with the mount. */
 	if (fs->nsnodes)
 		strmap_foreach(fs->nsnodes, free_nsnode_entry, NULL);
@@ -1608,19 +1606,12 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
 		fprintf(stderr, "pullfs: cannot start the garbage collector: %s\n", strerror(-r));
 		goto out_unmount;
 	}
-	if (fs->opts.control_socket)
-		fs->control_path = strdup(fs->opts.control_socket);
-	else if (asprintf(&fs->control_path, "%s/control.sock",
-			  manager_cache_dir(fs->manager)) < 0)
-		fs->control_path = NULL;
-	if (fs->control_path) {
-		r = control_start(fs->control_path, fs->manager, status_for_control,
-				  fs, &fs->control);
+	if (fs->opts.control) {
+		r = control_start(fs->opts.control, status_for_control, fs);
 		if (r < 0) {
-			fprintf(stderr, "pullfs: cannot serve control socket \"%s\": %s\n",
-				fs->control_path, strerror(-r));
-			free(fs->control_path);
-			fs->control_path = NULL;
+			fprintf(stderr, "pullfs: cannot serve the control socket: %s\n",
+				strerror(-r));
+			goto out_unmount;
 		}
 	}
 	cfg = fuse_loop_cfg_create();
@@ -1638,8 +1629,7 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
 	/* Lookups waiting for pulls are answered from the pulls' threads:
 	 * they end before the session does. */
 	manager_drain(fs->manager);
-	control_stop(fs->control);
-	fs->control = NULL;
+	control_stop(fs->opts.control);
 	if (stopper_started) {
 		if (write(stop_pipe[1], "x", 1) < 0) {
 			/* the thread was woken by a signal already */

@@ -6,13 +6,14 @@
 
 struct manager;
 struct fuse_args;
+struct control;
 
 struct fs_options {
 	double content_timeout;	  /* entry/attr timeout inside images; 0: 1 day */
 	double image_timeout;	  /* entry timeout of images/<ref>; 0: 60 s */
 	double namespace_timeout; /* entry/attr timeout of the namespace; 0: 1 s */
 	unsigned max_threads;	  /* FUSE worker threads; 0: 32 */
-	const char *control_socket; /* NULL: <cache>/control.sock */
+	struct control *control;  /* bound, served while mounted; NULL: none */
 	bool debug;		  /* -d: FUSE messages on stderr */
 };
 

@@ -17,11 +17,14 @@
 #include <sys/resource.h>
 #include <sys/vfs.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "config.h"
 #include "credentials.h"
 #include "conffile.h"
+#include "control.h"
+#include "errname.h"
 #include "fs.h"
 #include "hosts.h"
 #include "macro.h"
@@ -194,68 +197,185 @@ static void usage_error(const char *fmt, ...)
 	exit(EXIT_USAGE);
 }
 
+static void out_of_memory(void) __attribute__((noreturn));
+
+/* Before the daemon runs, nothing is worth going on without memory. */
+static void out_of_memory(void)
+{
+	fputs("pullfs: out of memory\n", stderr);
+	exit(1);
+}
+
 static char *xstrdup(const char *s)
 {
 	char *d = strdup(s);
 
-	if (!d) {
-		fputs("pullfs: out of memory\n", stderr);
-		exit(1);
-	}
+	if (!d)
+		out_of_memory();
 	return d;
 }
 
-static unsigned parse_uint(const char *opt, const char *v, unsigned max)
+/* Option values are checked by hand rather than by strtoul(3) and
+ * strtod(3) alone, which also take blanks, signs, hex, exponents, "nan"
+ * and "inf".  Each parser returns 0, or -EINVAL with the reason in
+ * errbuf: the caller says where the value came from. */
+
+static int invalid_value(const char *name, const char *v, char *errbuf, size_t errlen)
 {
-	char *end;
+	return errbuf_fail(-EINVAL, errbuf, errlen, "invalid value \"%s\" for %s", v, name);
+}
+
+/* Digits only, min to max. */
+static int parse_uint(const char *name, const char *v, unsigned min, unsigned max,
+		      unsigned *ret, char *errbuf, size_t errlen)
+{
 	unsigned long n;
 
+	if (!*v || v[strspn(v, "0123456789")])
+		return invalid_value(name, v, errbuf, errlen);
 	errno = 0;
-	n = strtoul(v, &end, 10);
-	if (errno || end == v || *end || n > max || v[0] == '-')
-		usage_error("invalid value \"%s\" for %s", v, opt);
-	return (unsigned)n;
+	n = strtoul(v, NULL, 10);
+	if (errno || n < min || n > max)
+		return errbuf_fail(-EINVAL, errbuf, errlen,
+				   "%s must be between %u and %u, not \"%s\"", name, min, max, v);
+	*ret = (unsigned)n;
+	return 0;
 }
 
-/* "1073741824", "512M", "20G", "1.5T" (binary multiples). */
-static uint64_t parse_bytes(const char *opt, const char *v)
+/* "12" or "1.5": the length of the number at the start of v, 0 if none. */
+static size_t decimal_len(const char *v)
 {
-	char *end;
-	double n;
+	size_t n = strspn(v, "0123456789");
 
-	errno = 0;
-	n = strtod(v, &end);
-	if (errno || end == v || n < 0 || v[0] == '-')
-		usage_error("invalid size \"%s\" for %s", v, opt);
+	if (n > 0 && v[n] == '.' && v[n + 1] >= '0' && v[n + 1] <= '9')
+		n += 1 + strspn(v + n + 1, "0123456789");
+	return n;
+}
+
+/* Pull starts per second: 0 (no limit), or 0.001 to 1e6 -- below that,
+ * the token bucket's interval does not fit its clock. */
+static int parse_qps(const char *name, const char *v, double *ret, char *errbuf,
+		     size_t errlen)
+{
+	size_t n = decimal_len(v);
+	double q;
+
+	if (n == 0 || v[n])
+		return invalid_value(name, v, errbuf, errlen);
+	q = strtod(v, NULL);
+	if (q != 0 && (q < 0.001 || q > 1e6))
+		return errbuf_fail(-EINVAL, errbuf, errlen,
+				   "%s must be 0, or between 0.001 and 1000000, not \"%s\"", name, v);
+	*ret = q;
+	return 0;
+}
+
+/* "1073741824", "512M", "20G", "1.5TiB" (binary multiples; a fraction
+ * only with one). */
+static int parse_bytes(const char *name, const char *v, uint64_t *ret, char *errbuf,
+		       size_t errlen)
+{
+	size_t n = decimal_len(v);
+	const char *end = v + n;
+	double bytes;
+
+	if (n == 0 || (memchr(v, '.', n) && !(*end && strchr("KkMmGgTt", *end))))
+		return invalid_value(name, v, errbuf, errlen);
+	bytes = strtod(v, NULL);
 	switch (*end) {
-	case 'T': case 't': n *= 1024.0; /* fall through */
-	case 'G': case 'g': n *= 1024.0; /* fall through */
-	case 'M': case 'm': n *= 1024.0; /* fall through */
-	case 'K': case 'k': n *= 1024.0; end++; break;
-	case '\0': break;
-	default: usage_error("invalid size \"%s\" for %s", v, opt);
+	case 'T': case 't': bytes *= 1024.0; /* fall through */
+	case 'G': case 'g': bytes *= 1024.0; /* fall through */
+	case 'M': case 'm': bytes *= 1024.0; /* fall through */
+	case 'K': case 'k': bytes *= 1024.0; end++;
+		if (*end == 'i')
+			end++;
+		break;
 	}
-	if (*end == 'i' && end[-1] != '\0')
-		end++;
 	if (*end == 'B' || *end == 'b')
 		end++;
-	if (*end || n > 1.8e19)
-		usage_error("invalid size \"%s\" for %s", v, opt);
-	return (uint64_t)n;
+	/* 2^64: the first value a uint64_t cannot hold. */
+	if (*end || bytes >= 18446744073709551616.0)
+		return invalid_value(name, v, errbuf, errlen);
+	*ret = (uint64_t)bytes;
+	return 0;
 }
 
-static void apply_option(struct settings *s, int opt, const char *name,
-			 const char *v);
+static int parse_flag(const char *name, const char *v, bool *ret, char *errbuf,
+		      size_t errlen)
+{
+	if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "1"))
+		*ret = true;
+	else if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "0"))
+		*ret = false;
+	else
+		return errbuf_fail(-EINVAL, errbuf, errlen, "%s must be true or false", name);
+	return 0;
+}
+
+static bool option_is_path(int opt)
+{
+	return opt == OPT_CACHE || opt == OPT_EVENTS_LOG || opt == OPT_AUTH_FILE ||
+	       opt == OPT_CONTROL_SOCKET || opt == OPT_CONFIG;
+}
+
+/* Paths are kept absolute, resolved against the working directory at
+ * start: the daemon moves to / once it serves, and opens some of them
+ * only then (the events log on SIGHUP, the control socket's default). */
+static int absolute_path(const char *name, const char *v, char **ret, char *errbuf,
+			 size_t errlen)
+{
+	_cleanup_free_ char *cwd = NULL;
+
+	if (v[0] == '/') {
+		*ret = xstrdup(v);
+		return 0;
+	}
+	cwd = getcwd(NULL, 0);
+	if (!cwd)
+		return errbuf_fail(negative_errno(), errbuf, errlen,
+				   "cannot resolve %s \"%s\": working directory: %s", name, v,
+				   strerror(errno));
+	while (v[0] == '.' && v[1] == '/')
+		v += 2 + strspn(v + 2, "/");
+	if (!strcmp(v, "."))
+		v = "";
+	if (asprintf(ret, "%s%s%s", cwd, *v && strcmp(cwd, "/") ? "/" : "", v) < 0)
+		out_of_memory();
+	return 0;
+}
+
+static void set_string(char **field, char *v)
+{
+	free(*field);
+	*field = v;
+}
+
+static int append_string(char ***v, size_t *n, const char *s)
+{
+	char **nv = realloc(*v, (*n + 1) * sizeof(**v));
+
+	if (!nv)
+		return -ENOMEM;
+	*v = nv;
+	(*v)[(*n)++] = xstrdup(s);
+	return 0;
+}
+
+static int apply_option(struct settings *s, const struct option *o, const char *v,
+			char *errbuf, size_t errlen);
 static void load_config(struct settings *s, const char *path);
 
 /* -o values: pullfs's own options may be given there too, spelled with
  * "_" or "-" ("cache=/var/lib/pullfs,insecure_registry=host:5000"), which
  * is how mount(8) and fstab entries of type fuse.pullfs pass them; the
- * rest are FUSE mount options. */
-static void apply_mount_options(struct settings *s, const char *v)
+ * rest are FUSE mount options.  A flag given as key=value takes a
+ * boolean, so that "foreground=false" does not turn it on. */
+static int apply_mount_options(struct settings *s, const char *v, char *errbuf,
+			       size_t errlen)
 {
 	_cleanup_free_ char *copy = xstrdup(v);
 	char *save = NULL;
+	int r;
 
 	for (char *item = strtok_r(copy, ",", &save); item;
 	     item = strtok_r(NULL, ",", &save)) {
@@ -275,14 +395,19 @@ static void apply_mount_options(struct settings *s, const char *v)
 					break;
 		}
 		if (o && o->name && o->val != 'h' && o->val != 'V') {
-			if (o->val == OPT_CONFIG)
-				load_config(s, eq ? eq + 1 : "");
-			else if (o->has_arg == no_argument)
-				apply_option(s, o->val, o->name, NULL);
-			else if (!eq)
-				usage_error("option \"%s\" needs a value", key);
-			else
-				apply_option(s, o->val, o->name, eq + 1);
+			bool on = true;
+
+			if (o->has_arg == no_argument && eq) {
+				r = parse_flag(o->name, eq + 1, &on, errbuf, errlen);
+				if (r < 0)
+					return r;
+			}
+			if (o->has_arg == no_argument && !on)
+				continue;
+			r = apply_option(s, o, o->has_arg == no_argument ? NULL : eq ? eq + 1 : "",
+					 errbuf, errlen);
+			if (r < 0)
+				return r;
 			continue;
 		}
 		if (!s->fuse_opts) {
@@ -290,157 +415,130 @@ static void apply_mount_options(struct settings *s, const char *v)
 		} else {
 			char *j;
 			if (asprintf(&j, "%s,%s", s->fuse_opts, item) < 0)
-				usage_error("out of memory");
+				return -ENOMEM;
 			free(s->fuse_opts);
 			s->fuse_opts = j;
 		}
 	}
+	return 0;
 }
 
-static void set_string(char **field, const char *v)
-{
-	free(*field);
-	*field = xstrdup(v);
-}
+static const struct option mount_options_option = { "o", required_argument, NULL, 'o' };
 
-static void apply_option(struct settings *s, int opt, const char *name,
-			 const char *v)
+/* One option from the command line, -o or the config file.  Returns 0,
+ * or -errno with a one-line reason in errbuf. */
+static int apply_option(struct settings *s, const struct option *o, const char *v,
+			char *errbuf, size_t errlen)
 {
-	switch (opt) {
+	const char *name = o->name;
+	char *path = NULL;
+	unsigned n;
+	int r;
+
+	if (o->has_arg == required_argument && (!v || !*v))
+		return errbuf_fail(-EINVAL, errbuf, errlen, "%s needs a value", name);
+	if (option_is_path(o->val)) {
+		r = absolute_path(name, v, &path, errbuf, errlen);
+		if (r < 0)
+			return r;
+	}
+
+	switch (o->val) {
 	case 'f':
 		s->foreground = true;
-		break;
+		return 0;
 	case 'd':
 		s->debug = s->foreground = true;
-		break;
+		return 0;
 	case OPT_CACHE:
-		set_string(&s->cache_dir, v);
-		break;
+		set_string(&s->cache_dir, path);
+		return 0;
 	case OPT_EVENTS_LOG:
-		set_string(&s->events_log, v);
-		break;
+		set_string(&s->events_log, path);
+		return 0;
+	case OPT_AUTH_FILE:
+		set_string(&s->auth_file, path);
+		return 0;
+	case OPT_CONTROL_SOCKET:
+		set_string(&s->control_socket, path);
+		return 0;
+	case OPT_CONFIG:
+		load_config(s, path);
+		free(path);
+		return 0;
 	case OPT_PULL_POLICY:
 		if (pull_policy_parse(v, &s->pull_policy) < 0)
-			usage_error("invalid pull policy \"%s\" (always, if-not-present, never)", v);
-		break;
-	case OPT_INSECURE: {
-		char **n = realloc(s->insecure, (s->n_insecure + 1) * sizeof(*n));
-		if (!n)
-			usage_error("out of memory");
-		s->insecure = n;
-		s->insecure[s->n_insecure++] = xstrdup(v);
-		break;
-	}
+			return errbuf_fail(-EINVAL, errbuf, errlen,
+					   "invalid pull policy \"%s\" (always, if-not-present, never)", v);
+		return 0;
+	case OPT_INSECURE:
+		if (!hosts_name_is_sane(v))
+			return errbuf_fail(-EINVAL, errbuf, errlen,
+					   "invalid registry host \"%s\" for %s", v, name);
+		return append_string(&s->insecure, &s->n_insecure, v);
 	case OPT_PLATFORM:
-		set_string(&s->platform, v);
-		break;
+		set_string(&s->platform, xstrdup(v));
+		return 0;
+	case OPT_POLICY_RULE:
+		return append_string(&s->rules, &s->n_rules, v);
+	case OPT_PIN:
+		return append_string(&s->pins, &s->n_pins, v);
 	case OPT_MAX_DOWNLOADS:
-		s->max_downloads = parse_uint(name, v, 16);
-		if (s->max_downloads == 0)
-			usage_error("%s must be at least 1", name);
-		break;
+		return parse_uint(name, v, 1, 16, &s->max_downloads, errbuf, errlen);
 	case OPT_REVALIDATE:
-		s->revalidate_s = parse_uint(name, v, 86400 * 365);
-		if (!s->revalidate_s)
-			usage_error("%s must be at least 1", name);
-		break;
-	case OPT_POLICY_RULE: {
-		char **n = realloc(s->rules, (s->n_rules + 1) * sizeof(*n));
-		if (!n)
-			usage_error("out of memory");
-		s->rules = n;
-		s->rules[s->n_rules++] = xstrdup(v);
-		break;
-	}
+		return parse_uint(name, v, 1, 86400 * 365, &s->revalidate_s, errbuf, errlen);
 	case OPT_BACKOFF_INITIAL:
-		s->backoff_initial_s = parse_uint(name, v, 86400);
-		if (!s->backoff_initial_s)
-			usage_error("%s must be at least 1", name);
-		break;
+		return parse_uint(name, v, 1, 86400, &s->backoff_initial_s, errbuf, errlen);
 	case OPT_BACKOFF_MAX:
-		s->backoff_max_s = parse_uint(name, v, 86400);
-		if (!s->backoff_max_s)
-			usage_error("%s must be at least 1", name);
-		break;
-	case OPT_REGISTRY_QPS: {
-		char *end;
-		errno = 0;
-		s->registry_qps = strtod(v, &end);
-		if (errno || end == v || *end || s->registry_qps < 0 || s->registry_qps > 1e6)
-			usage_error("invalid value \"%s\" for %s", v, name);
-		break;
-	}
+		return parse_uint(name, v, 1, 86400, &s->backoff_max_s, errbuf, errlen);
+	case OPT_REGISTRY_QPS:
+		return parse_qps(name, v, &s->registry_qps, errbuf, errlen);
 	case OPT_REGISTRY_BURST:
-		s->registry_burst = parse_uint(name, v, 100000);
-		if (!s->registry_burst)
-			usage_error("%s must be at least 1", name);
-		break;
+		return parse_uint(name, v, 1, 100000, &s->registry_burst, errbuf, errlen);
 	case OPT_QPS_FAIL_FAST:
 		s->qps_fail_fast = true;
-		break;
-	case OPT_AUTH_FILE:
-		set_string(&s->auth_file, v);
-		break;
+		return 0;
 	case OPT_CONNECT_TIMEOUT:
-		s->connect_timeout_ms = (long)parse_uint(name, v, 3600) * 1000;
-		if (!s->connect_timeout_ms)
-			usage_error("%s must be at least 1", name);
-		break;
+		r = parse_uint(name, v, 1, 3600, &n, errbuf, errlen);
+		if (r == 0)
+			s->connect_timeout_ms = (long)n * 1000;
+		return r;
 	case OPT_LOW_SPEED_TIMEOUT:
-		s->low_speed_time_s = parse_uint(name, v, 3600);
-		if (!s->low_speed_time_s)
-			usage_error("%s must be at least 1", name);
-		break;
+		r = parse_uint(name, v, 1, 3600, &n, errbuf, errlen);
+		if (r == 0)
+			s->low_speed_time_s = n;
+		return r;
 	case OPT_MAX_PARALLEL:
-		s->max_parallel = parse_uint(name, v, 64);
-		if (!s->max_parallel)
-			usage_error("%s must be at least 1", name);
-		break;
+		return parse_uint(name, v, 1, 64, &s->max_parallel, errbuf, errlen);
 	case OPT_CACHE_MAX_BYTES:
-		s->cache_max_bytes = parse_bytes(name, v);
-		break;
+		return parse_bytes(name, v, &s->cache_max_bytes, errbuf, errlen);
 	case OPT_GC_HIGH:
-		s->gc_high = parse_uint(name, v, 100);
-		if (!s->gc_high)
-			usage_error("%s must be between 1 and 100", name);
-		break;
+		return parse_uint(name, v, 1, 100, &s->gc_high, errbuf, errlen);
 	case OPT_GC_LOW:
-		s->gc_low = parse_uint(name, v, 100);
-		if (!s->gc_low)
-			usage_error("%s must be between 1 and 100", name);
-		break;
+		return parse_uint(name, v, 1, 100, &s->gc_low, errbuf, errlen);
 	case OPT_GC_MIN_AGE:
 		/* 0 is allowed here: "no minimum" (tests, tiny nodes). */
-		s->gc_min_age_s = parse_uint(name, v, 86400 * 365);
-		if (!s->gc_min_age_s)
+		r = parse_uint(name, v, 0, 86400 * 365, &s->gc_min_age_s, errbuf, errlen);
+		if (r == 0 && !s->gc_min_age_s)
 			s->gc_min_age_s = UINT32_MAX; /* marker, mapped below */
-		break;
-	case OPT_PIN: {
-		char **n = realloc(s->pins, (s->n_pins + 1) * sizeof(*n));
-		if (!n)
-			usage_error("out of memory");
-		s->pins = n;
-		s->pins[s->n_pins++] = xstrdup(v);
-		break;
-	}
-	case OPT_CONTROL_SOCKET:
-		set_string(&s->control_socket, v);
-		break;
+		return r;
 	case 'o':
-		apply_mount_options(s, v);
-		break;
+		return apply_mount_options(s, v, errbuf, errlen);
 	default:
-		usage_error("unknown option \"%s\"", name);
+		return errbuf_fail(-EINVAL, errbuf, errlen, "unknown option \"%s\"", name);
 	}
 }
 
 /* One line of the config file: registry sections go to the hosts table,
- * the rest are long options. */
+ * the rest are long options.  The file may be read from anywhere (fstab,
+ * a unit file), so its paths must be absolute, as in the sections. */
 static int config_line(void *userdata, const char *section, const char *key,
 		       const char *val, char *errbuf, size_t errlen)
 {
 	struct settings *s = userdata;
 	const struct option *o;
+	bool on;
+	int r;
 
 	if (section[0]) {
 		if (!s->hosts && registry_hosts_new(&s->hosts) < 0)
@@ -450,22 +548,21 @@ static int config_line(void *userdata, const char *section, const char *key,
 	for (o = long_options; o->name; o++)
 		if (!strcmp(o->name, key))
 			break;
-	if (!o->name || o->val == 'h' || o->val == 'V' || o->val == OPT_CONFIG) {
-		snprintf(errbuf, errlen, "unknown key \"%s\"", key);
-		return -EINVAL;
-	}
+	if (!o->name || o->val == 'h' || o->val == 'V' || o->val == OPT_CONFIG)
+		return errbuf_fail(-EINVAL, errbuf, errlen, "unknown key \"%s\"", key);
 	if (o->has_arg == no_argument) {
-		if (!strcmp(val, "true") || !strcmp(val, "yes") || !strcmp(val, "1"))
-			apply_option(s, o->val, o->name, NULL);
-		return 0;
+		r = parse_flag(o->name, val, &on, errbuf, errlen);
+		return r < 0 || !on ? r : apply_option(s, o, NULL, errbuf, errlen);
 	}
-	apply_option(s, o->val, o->name, val);
-	return 0;
+	if (option_is_path(o->val) && *val && *val != '/')
+		return errbuf_fail(-EINVAL, errbuf, errlen, "%s needs an absolute path", key);
+	return apply_option(s, o, val, errbuf, errlen);
 }
 
-/* The config file (fs/config.h has the syntax): options as "key = value"
+/* The config file (fs/conffile.h has the syntax): options as "key = value"
  * with the long option names as keys, [registry "HOST"] sections for
- * hosts.h.  The command line wins over the file. */
+ * hosts.h.  The command line wins over the file.  Exits on an error, with
+ * the file and line. */
 static void load_config(struct settings *s, const char *path)
 {
 	FILE *f = fopen(path, "re");
@@ -516,19 +613,30 @@ static char *default_cache_dir(void)
 		return xstrdup("/var/lib/pullfs");
 	if (xdg && *xdg == '/') {
 		if (asprintf(&p, "%s/pullfs", xdg) < 0)
-			return NULL;
+			out_of_memory();
 		return p;
 	}
-	if (!home || !*home)
-		usage_error("cannot find a cache directory: set --cache or HOME");
+	if (!home || *home != '/')
+		usage_error("cannot find a cache directory: set --cache, or HOME to an absolute path");
 	if (asprintf(&p, "%s/.cache/pullfs", home) < 0)
-		return NULL;
+		out_of_memory();
 	return p;
+}
+
+static const struct option *option_by_val(int val)
+{
+	if (val == 'o')
+		return &mount_options_option;
+	for (const struct option *o = long_options; o->name; o++)
+		if (o->val == val)
+			return o;
+	return NULL;
 }
 
 static void parse_command_line(struct settings *s, int argc, char **argv)
 {
 	const char *config = NULL;
+	char why[512] = "";
 	int c;
 
 	/* First pass: only --config, so that the file is applied before the
@@ -538,8 +646,8 @@ static void parse_command_line(struct settings *s, int argc, char **argv)
 	while ((c = getopt_long(argc, argv, ":hVfdo:", long_options, NULL)) != -1)
 		if (c == OPT_CONFIG)
 			config = optarg;
-	if (config)
-		load_config(s, config);
+	if (config && apply_option(s, option_by_val(OPT_CONFIG), config, why, sizeof(why)) < 0)
+		usage_error("%s", why);
 
 	/* 0, not 1: glibc's getopt only starts over completely from 0. */
 	optind = 0;
@@ -559,25 +667,42 @@ static void parse_command_line(struct settings *s, int argc, char **argv)
 			usage_error("unrecognized option \"%s\"", argv[optind - 1]);
 		case ':':
 			usage_error("option \"%s\" needs a value", argv[optind - 1]);
-		default: {
-			const char *name = "?";
-			for (const struct option *o = long_options; o->name; o++)
-				if (o->val == c)
-					name = o->name;
-			apply_option(s, c, name, optarg);
-		}
+		default:
+			if (apply_option(s, option_by_val(c), optarg, why, sizeof(why)) < 0)
+				usage_error("%s", why[0] ? why : "out of memory");
 		}
 	}
 	/* "pullfs MOUNTPOINT", or "pullfs SOURCE MOUNTPOINT" as mount(8)
 	 * helpers call it for fstab entries of type fuse.pullfs. */
-	if (argc - optind == 1)
-		s->mountpoint = xstrdup(argv[optind]);
-	else if (argc - optind == 2)
-		s->mountpoint = xstrdup(argv[optind + 1]);
-	else if (argc - optind == 0)
+	if (argc - optind == 0)
 		usage_error("missing MOUNTPOINT");
-	else
+	if (argc - optind > 2)
 		usage_error("too many arguments");
+	/* Made absolute, "" would be the working directory. */
+	if (!argv[argc - 1][0])
+		usage_error("empty MOUNTPOINT");
+	if (absolute_path("mountpoint", argv[argc - 1], &s->mountpoint, why, sizeof(why)) < 0)
+		usage_error("%s", why);
+}
+
+/* What no single option can check.  Exits on a problem. */
+static void check_settings(struct settings *s)
+{
+	struct sockaddr_un sa;
+
+	/* manager.h's defaults for what was not set. */
+	if ((s->gc_low ?: 80) > (s->gc_high ?: 85))
+		usage_error("gc-low-percent must not be above gc-high-percent");
+	if ((s->backoff_initial_s ?: 10) > (s->backoff_max_s ?: 300))
+		usage_error("backoff-initial must not be above backoff-max");
+	if (!s->cache_dir)
+		s->cache_dir = default_cache_dir();
+	if (!s->control_socket && asprintf(&s->control_socket, "%s/control.sock", s->cache_dir) < 0)
+		out_of_memory();
+	if (strlen(s->control_socket) >= sizeof(sa.sun_path))
+		usage_error("control socket path \"%s\" is longer than %zu bytes: "
+			    "choose a shorter one with control-socket",
+			    s->control_socket, sizeof(sa.sun_path) - 1);
 }
 
 /* A daemon killed with -9 leaves its mount behind, answering ENOTCONN;
@@ -662,6 +787,7 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct manager *m = NULL;
 	struct fs *fs = NULL;
+	struct control *ctl = NULL;
 	struct credentials *creds = NULL;
 	_cleanup_free_ char *opts = NULL;
 	char errbuf[512] = "";
@@ -669,13 +795,8 @@ int main(int argc, char **argv)
 	int r;
 
 	parse_command_line(&s, argc, argv);
+	check_settings(&s);
 	raise_fd_limit();
-	if (!s.cache_dir)
-		s.cache_dir = default_cache_dir();
-	if (!s.cache_dir) {
-		fputs("pullfs: out of memory\n", stderr);
-		goto done;
-	}
 	/* A reader that goes away mid-transfer must not kill the daemon. */
 	signal(SIGPIPE, SIG_IGN);
 
@@ -707,12 +828,6 @@ int main(int argc, char **argv)
 	mo.gc_no_min_age = s.gc_min_age_s == UINT32_MAX;
 	mo.pins = (const char *const *)s.pins;
 	mo.n_pins = s.n_pins;
-	if (s.gc_high && s.gc_low && s.gc_low > s.gc_high) {
-		fprintf(stderr, "pullfs: --gc-low-percent must not be above --gc-high-percent (see pullfs --help)\n");
-		status = EXIT_USAGE;
-		goto done;
-	}
-	fo.control_socket = s.control_socket;
 	fo.debug = s.debug;
 	mo.registry_hosts = s.hosts;
 	mo.credentials = creds;
@@ -726,6 +841,19 @@ int main(int argc, char **argv)
 		fprintf(stderr, "pullfs: %s\n", errbuf[0] ? errbuf : strerror(-r));
 		goto done;
 	}
+	/* Bound before the mount, so that a socket that cannot be served
+	 * stops the start with a message, not the daemon's service. */
+	errbuf[0] = '\0';
+	r = control_new(s.control_socket, m, &ctl, errbuf, sizeof(errbuf));
+	if (r < 0) {
+		if (errbuf[0])
+			fprintf(stderr, "pullfs: %s\n", errbuf);
+		else
+			fprintf(stderr, "pullfs: cannot serve the control socket \"%s\": %s\n",
+				s.control_socket, strerror(-r));
+		goto done;
+	}
+	fo.control = ctl;
 	r = fs_new(m, &fo, &fs);
 	if (r < 0) {
 		fprintf(stderr, "pullfs: %s\n", strerror(-r));
@@ -755,6 +883,7 @@ out:
 		status = 0;
 done:
 	fuse_opt_free_args(&args);
+	control_free(ctl);
 	fs_free(fs);
 	manager_free(m);
 	credentials_free(creds);

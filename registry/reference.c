@@ -83,7 +83,7 @@ static bool domain_component_valid(const char *s, size_t n)
 	return true;
 }
 
-static bool port_valid(const char *s, size_t n)
+static bool port_syntax_valid(const char *s, size_t n)
 {
 	if (n == 0)
 		return false;
@@ -93,11 +93,26 @@ static bool port_valid(const char *s, size_t n)
 	return true;
 }
 
+/* docker's grammar stops at [0-9]+; a port outside 1..65535 would only
+ * fail later, as a URL curl refuses, with the wrong errno. */
+static bool port_in_range(const char *s, size_t n)
+{
+	unsigned long port = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		port = port * 10 + (unsigned long)(s[i] - '0');
+		if (port > 65535)
+			return false;
+	}
+	return port > 0;
+}
+
 /* Splits a domain into host and optional port.  *ret_host_len covers the
- * host including IPv6 brackets; returns false on bad syntax.  When
- * ret_has_dot is set it tells whether a dotted host name was seen. */
-static bool domain_scan(const char *s, size_t n, size_t *ret_host_len,
-			bool *ret_has_dot)
+ * host including IPv6 brackets; returns false on bad syntax, and, with
+ * check_port, on a port outside 1..65535.  When ret_has_dot is set it
+ * tells whether a dotted host name was seen. */
+static bool domain_scan(const char *s, size_t n, bool check_port,
+			size_t *ret_host_len, bool *ret_has_dot)
 {
 	size_t host_len;
 	bool has_dot = false;
@@ -128,8 +143,11 @@ static bool domain_scan(const char *s, size_t n, size_t *ret_host_len,
 	}
 
 	if (host_len < n) {
-		if (s[host_len] != ':' ||
-		    !port_valid(s + host_len + 1, n - host_len - 1))
+		const char *port = s + host_len + 1;
+		size_t port_len = n - host_len - 1;
+
+		if (s[host_len] != ':' || !port_syntax_valid(port, port_len) ||
+		    (check_port && !port_in_range(port, port_len)))
 			return false;
 	}
 
@@ -143,7 +161,7 @@ static bool domain_valid(const char *s, size_t n)
 {
 	size_t host_len;
 
-	return domain_scan(s, n, &host_len, NULL);
+	return domain_scan(s, n, true, &host_len, NULL);
 }
 
 /* Components separated by single "/"; no empty components. */
@@ -322,7 +340,10 @@ bool reference_component_is_host(const char *component)
 	if (!component)
 		return false;
 	n = strlen(component);
-	if (!domain_scan(component, n, &host_len, &has_dot))
+	/* Only the shape: "127.0.0.1:99999" still names a host, so that its
+	 * images fail as invalid references rather than read as docker.io
+	 * short names. */
+	if (!domain_scan(component, n, false, &host_len, &has_dot))
 		return false;
 	if (component[0] == '[' || has_dot)
 		return true;

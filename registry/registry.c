@@ -77,7 +77,7 @@ struct registry {
 
 enum body_kind {
 	BODY_NONE,   /* HEAD: no body expected */
-	BODY_BUFFER, /* manifest: into buf, at most buf_max bytes */
+	BODY_BUFFER, /* manifest or token: into buf, at most buf_max bytes */
 	BODY_SINK,   /* blob: hashed, counted and handed to sink */
 };
 
@@ -91,6 +91,7 @@ struct request {
 
 	char *buf;
 	size_t len, cap, buf_max;
+	const char *buf_what; /* BODY_BUFFER: what it holds, for messages */
 
 	registry_sink_fn sink;
 	void *userdata;
@@ -588,7 +589,7 @@ static size_t body_buffer(struct request *q, long status, const char *data,
 
 		request_where_now(q, where, sizeof(where));
 		error_set(q->err, status, -EBADMSG,
-			  "manifest from %s is larger than %zu bytes", where,
+			  "%s from %s is larger than %zu bytes", q->buf_what, where,
 			  q->buf_max);
 		return body_abort(q, -EBADMSG);
 	}
@@ -1140,8 +1141,8 @@ static int token_fetch(struct registry *r, const struct hosts_endpoint *ep,
 		       const struct credential *cred, char **ret_token,
 		       int64_t *ret_expires_s, struct registry_error *err)
 {
-	struct request q = { .err = err, .kind = BODY_BUFFER,
-			     .buf_max = AUTH_TOKEN_BODY_MAX, .wipe_body = true };
+	struct request q = { .err = err, .kind = BODY_BUFFER, .buf_max = AUTH_TOKEN_BODY_MAX,
+			     .buf_what = "token response", .wipe_body = true };
 	struct registry_auth basic = { 0 };
 	_cleanup_free_ char *url = NULL;
 	char *post = NULL;
@@ -1474,8 +1475,8 @@ int registry_get_manifest(struct registry *r, const char *domain,
 {
 	_cleanup_(curl_slist_free_allp) struct curl_slist *headers = NULL;
 	_cleanup_(registry_manifest_freep) struct registry_manifest *m = NULL;
-	struct request q = { .err = err, .kind = BODY_BUFFER,
-			     .buf_max = MANIFEST_MAX_BYTES };
+	struct request q = { .err = err, .kind = BODY_BUFFER, .buf_max = MANIFEST_MAX_BYTES,
+			     .buf_what = "manifest" };
 	char digest[DIGEST_STRING_MAX];
 	bool by_digest;
 	int k;

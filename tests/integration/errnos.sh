@@ -8,7 +8,9 @@
 #    the room left; nothing left behind in CACHE/tmp, the space given back,
 #    an image cached before still served; with room again (and the
 #    back-off window over) the same lookup succeeds;
-#  - EACCES: a registry with htpasswd authentication and no credentials.
+#  - EACCES: a registry with htpasswd authentication and no credentials;
+#  - EINVAL for a registry port outside 1..65535 (the reference grammar
+#    refuses it; curl would have refused the URL with EIO).
 source "$(dirname "$0")/lib.sh"
 source "$INTEGRATION_DIR/images.sh"
 
@@ -29,6 +31,12 @@ for ref in "$REGISTRY/test/busybox:nope" "$REGISTRY/test/nothere:1"; do
     assert_errno ENOENT "$MNT/images/$ref"
     wait_event Failed "$ref"
     assert_eq ENOENT "$(events field Failed "$ref" errno)" "errno of the Failed event for $ref"
+done
+
+# ---- EINVAL: ports out of range
+for ref in 127.0.0.1:99999/test/x:1 127.0.0.1:0/test/x:1 "localhost:65536/test/x:1"; do
+    assert_errno EINVAL "$MNT/images/$ref"
+    wait_event InspectFailed "$ref"
 done
 
 # ---- ENOSPC

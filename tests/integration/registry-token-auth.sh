@@ -4,7 +4,9 @@
 # public repositories; Basic credentials and an identity token (OAuth2
 # refresh-token grant) for the rest; one token per scope for a whole pull;
 # a token the registry stops accepting is fetched again on the next 401;
-# no password or token in the events log or the daemon's output.
+# a token answer over 64 KiB fails the pull with EBADMSG, named as the
+# token response it is; no password or token in the events log or the
+# daemon's output.
 source "$(dirname "$0")/lib.sh"
 source "$INTEGRATION_DIR/images.sh"
 source "$INTEGRATION_DIR/regservers.sh"
@@ -23,7 +25,7 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=pullfs-token \
 pass='T0ken-Pa55word'
 refresh='refresh-9f8e7d6c'
 start_token_server --key "$WORK/token-key.pem" --cert "$WORK/token-cert.pem" \
-    --user "bob:$pass" --refresh-token "$refresh" --jwt-lifetime -54
+    --user "bob:$pass" --refresh-token "$refresh" --jwt-lifetime -54 --huge-prefix huge/
 start_registry_as TOKREG "$REGISTRY_STORAGE" "auth:
   token:
     realm: http://127.0.0.1:$TOKEN_PORT/token
@@ -44,6 +46,14 @@ assert_eq 1 "$(token_requests public/busybox)" "token requests for public/busybo
 assert_errno EACCES "$MNT/images/$host/test/busybox:1"
 wait_event Failed "$host/test/busybox:1"
 assert_eq EACCES "$(events field Failed "$host/test/busybox:1" errno)" "errno of the Failed event"
+# The token server pads its answer for huge/ past the 64 KiB cap.
+assert_errno EBADMSG "$MNT/images/$host/huge/busybox:1"
+wait_event Failed "$host/huge/busybox:1"
+msg=$(events field Failed "$host/huge/busybox:1" message)
+assert_contains "token response from 127.0.0.1:$TOKEN_PORT" "$msg" "Failed event of an oversized token answer"
+assert_contains "larger than 65536 bytes" "$msg" "Failed event of an oversized token answer"
+# ("manifest: " before it is the step of the pull, which is right.)
+assert_not_contains "manifest from" "$msg" "Failed event of an oversized token answer"
 unmount_pullfs
 
 # ---- Basic credentials for the token server; one token for the pull

@@ -4,6 +4,8 @@
 GET /token?service=&scope= with optional Basic credentials, or POST /token
 with the OAuth2 refresh-token grant.  Anonymous callers get pull on
 repositories under --public-prefix, authenticated ones pull on anything.
+A scope naming a repository under --huge-prefix gets a well-formed answer
+padded past the 64 KiB a client should accept.
 Tokens are RS256 JWTs with the signing certificate in the x5c header, which
 the registry checks against its rootcertbundle.  One JSON line per request
 goes to --log (including the token issued, so that a test can look for it
@@ -34,6 +36,7 @@ def main():
     ap.add_argument("--public-prefix", default="public/")
     ap.add_argument("--jwt-lifetime", type=int, default=300)
     ap.add_argument("--expires-in", type=int, default=300)
+    ap.add_argument("--huge-prefix", default="")
     a = ap.parse_args()
 
     key = serialization.load_pem_private_key(open(a.key, "rb").read(), None)
@@ -76,8 +79,11 @@ def main():
                 f.write(json.dumps({"method": method, "user": user, "scope": " ".join(scopes),
                                     "how": how, "granted": [x["name"] for x in access],
                                     "token": tok}) + "\n")
-            self.answer(200, {"token": tok, "access_token": tok, "expires_in": a.expires_in,
-                              "issued_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            body = {"token": tok, "access_token": tok, "expires_in": a.expires_in,
+                    "issued_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            if a.huge_prefix and any(":" + a.huge_prefix in scope for scope in scopes):
+                body["padding"] = "x" * (80 << 10)
+            self.answer(200, body)
 
         def refuse(self, method, why):
             with lock, open(a.log, "a") as f:
