@@ -56,13 +56,13 @@ wait_for 20 _pid_gone "$dead" || fail "a killed lookup of q/dead:1 did not end"
 stat "$P/b:1" >/dev/null 2>&1 &
 b=$!
 wait_for 20 held_at_least 1 'q/b/blobs' || fail "the pull of q/b:1 never reached its blobs"
-as_nobody stat "$P/c:1" >/dev/null 2>&1 &
+setpriv --reuid 65534 --regid 65534 --clear-groups stat "$P/c:1" >/dev/null 2>&1 &
 c=$!
-as_nobody stat "$P/d:1" >/dev/null 2>&1 &
+setpriv --reuid 65534 --regid 65534 --clear-groups stat "$P/d:1" >/dev/null 2>&1 &
 d=$!
 queued() { [ "$(status 's["queues"]["pulls_queued"]')" = "$1" ]; }
 wait_for 20 queued 2 || fail "q/c:1 and q/d:1 did not queue behind q/b:1: $(status 's["queues"]')"
-kill -INT "$c" "$d"
+kill -TERM "$c" "$d"
 wait_for 20 _pid_gone "$c" || fail "an interrupted lookup of q/c:1 did not end"
 wait_for 20 _pid_gone "$d" || fail "an interrupted lookup of q/d:1 did not end"
 wait_event PullAbandoned "$PROXY/q/c:1"
@@ -79,7 +79,7 @@ assert_eq 0 "$(event_count Failed "$PROXY/q/c:1")" "Failed events for the abando
 
 # ---- 3. one user's pulls are capped; another user's pull goes on
 for i in $(seq 2 13); do
-    as_nobody stat "$P/dead:$i" >"$WORK/dead$i.out" 2>&1 &
+    setpriv --reuid 65534 --regid 65534 --clear-groups stat "$P/dead:$i" >"$WORK/dead$i.out" 2>&1 &
     echo $! >>"$WORK/dead.pids"
 done
 # Eight hang in the registry; four are refused at once.
