@@ -51,6 +51,8 @@ struct settings {
 	unsigned registry_burst;
 	bool qps_fail_fast;
 	unsigned max_parallel;
+	unsigned max_names_per_user;
+	unsigned max_pulls_per_user;
 	char *auth_file;
 	long connect_timeout_ms;
 	long low_speed_time_s;
@@ -80,6 +82,8 @@ enum {
 	OPT_REGISTRY_BURST,
 	OPT_QPS_FAIL_FAST,
 	OPT_MAX_PARALLEL,
+	OPT_MAX_NAMES_PER_USER,
+	OPT_MAX_PULLS_PER_USER,
 	OPT_AUTH_FILE,
 	OPT_CONNECT_TIMEOUT,
 	OPT_LOW_SPEED_TIMEOUT,
@@ -111,6 +115,8 @@ static const struct option long_options[] = {
 	{ "registry-burst", required_argument, NULL, OPT_REGISTRY_BURST },
 	{ "pull-qps-fail-fast", no_argument, NULL, OPT_QPS_FAIL_FAST },
 	{ "max-parallel-pulls", required_argument, NULL, OPT_MAX_PARALLEL },
+	{ "max-names-per-user", required_argument, NULL, OPT_MAX_NAMES_PER_USER },
+	{ "max-pulls-per-user", required_argument, NULL, OPT_MAX_PULLS_PER_USER },
 	{ "auth-file", required_argument, NULL, OPT_AUTH_FILE },
 	{ "connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT },
 	{ "low-speed-timeout", required_argument, NULL, OPT_LOW_SPEED_TIMEOUT },
@@ -161,6 +167,8 @@ static void usage(FILE *f)
 		"      --pull-qps-fail-fast     fail pulls over the rate with EAGAIN instead\n"
 		"                               of queueing them (the kubelet's behaviour)\n"
 		"      --max-parallel-pulls N   images pulled at once (default 1: serialised)\n"
+		"      --max-names-per-user N   image names a user other than root may hold (256)\n"
+		"      --max-pulls-per-user N   pulls a user other than root may start at once (8)\n"
 		"      --auth-file FILE         registry credentials, docker config.json format\n"
 		"                               (default $DOCKER_CONFIG/config.json, else\n"
 		"                               ~/.docker/config.json)\n"
@@ -510,6 +518,10 @@ static int apply_option(struct settings *s, const struct option *o, const char *
 		return r;
 	case OPT_MAX_PARALLEL:
 		return parse_uint(name, v, 1, 64, &s->max_parallel, errbuf, errlen);
+	case OPT_MAX_NAMES_PER_USER:
+		return parse_uint(name, v, 1, 1u << 20, &s->max_names_per_user, errbuf, errlen);
+	case OPT_MAX_PULLS_PER_USER:
+		return parse_uint(name, v, 1, 1024, &s->max_pulls_per_user, errbuf, errlen);
 	case OPT_CACHE_MAX_BYTES:
 		return parse_bytes(name, v, &s->cache_max_bytes, errbuf, errlen);
 	case OPT_GC_HIGH:
@@ -820,6 +832,8 @@ int main(int argc, char **argv)
 	mo.registry_burst = s.registry_burst;
 	mo.pull_qps_fail_fast = s.qps_fail_fast;
 	mo.max_parallel_pulls = s.max_parallel;
+	mo.max_names_per_user = s.max_names_per_user;
+	mo.max_pulls_per_user = s.max_pulls_per_user;
 	mo.cache_max_bytes = s.cache_max_bytes;
 	mo.gc_high_percent = s.gc_high;
 	mo.gc_low_percent = s.gc_low;

@@ -651,14 +651,17 @@ static int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest
 			r = -EBADMSG;
 			goto out;
 		}
-		if (!index) {
-			index = TAKE_PTR(mf);
-			raw_index = TAKE_PTR(raw);
-		} else {
-			manifest_free(TAKE_PTR(mf));
-			registry_manifest_free(TAKE_PTR(raw));
-		}
+		/* d points into mf, which lives until the next is fetched. */
+		struct manifest *cur = TAKE_PTR(mf);
+		struct registry_manifest *cur_raw = TAKE_PTR(raw);
 		r = fetch_manifest(p, d->digest, d, &raw, &mf);
+		if (!index) {
+			index = cur;
+			raw_index = cur_raw;
+		} else {
+			manifest_free(cur);
+			registry_manifest_free(cur_raw);
+		}
 		if (r < 0)
 			goto out;
 	}

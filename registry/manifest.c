@@ -455,10 +455,16 @@ const struct descriptor *manifest_select_platform(const struct manifest *m,
 	for (size_t i = 0; i < m->n_manifests; i++) {
 		const struct descriptor *d = &m->manifests[i];
 
-		if (media_type_is_index(d->media_type) &&
-		    (!d->platform.os || !d->platform.architecture ||
-		     (strcmp(d->platform.os, p->os) == 0 &&
-		      strcmp(d->platform.architecture, p->architecture) == 0)))
+		const char *have;
+
+		if (!media_type_is_index(d->media_type))
+			continue;
+		if (!d->platform.os || !d->platform.architecture)
+			return d;
+		have = variant_normalise(d->platform.architecture, d->platform.variant);
+		if (strcmp(d->platform.os, p->os) == 0 &&
+		    strcmp(d->platform.architecture, p->architecture) == 0 &&
+		    (!have || str_eq(have, want)))
 			return d;
 	}
 	return NULL;

@@ -78,9 +78,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			FUZZ_CHECK(m->kind == MANIFEST_INDEX);
 			FUZZ_CHECK(d >= m->manifests &&
 				   d < m->manifests + m->n_manifests);
-			FUZZ_CHECK(strcmp(d->platform.os, p.os) == 0);
-			FUZZ_CHECK(strcmp(d->platform.architecture,
-					  p.architecture) == 0);
+			/* A nested index may name no platform; anything
+			 * else chosen is for this one. */
+			if (d->platform.os && d->platform.architecture) {
+				FUZZ_CHECK(strcmp(d->platform.os, p.os) == 0);
+				FUZZ_CHECK(strcmp(d->platform.architecture,
+						  p.architecture) == 0);
+			} else {
+				FUZZ_CHECK(d->media_type &&
+					   (strstr(d->media_type, "index") ||
+					    strstr(d->media_type, "list")));
+			}
 		}
 		platform_done(&p);
 	}

@@ -36,5 +36,28 @@ got=$(events field Pulled "$ref" digest)
 ref=$REGISTRY/test/multi-docker:1
 assert_eq "$arch" "$(cat "$MNT/images/$ref/platform")" "/platform of $ref"
 
+# An index whose entry is another index (valid OCI) is followed; a chain
+# deeper than four indexes is refused with EBADMSG.
+python3 - "$REGISTRY" "$index_digest" <<'PY' || fail "pushing nested indexes"
+import hashlib, json, sys, urllib.request
+reg, digest = sys.argv[1], sys.argv[2]
+IDX = "application/vnd.oci.image.index.v1+json"
+def get(ref):
+    req = urllib.request.Request(f"http://{reg}/v2/test/multi/manifests/{ref}", headers={"Accept": IDX})
+    return urllib.request.urlopen(req).read()
+size = len(get(digest))
+for level in range(1, 7):
+    body = json.dumps({"schemaVersion": 2, "mediaType": IDX, "manifests": [
+        {"mediaType": IDX, "digest": digest, "size": size}]}).encode()
+    req = urllib.request.Request(f"http://{reg}/v2/test/multi/manifests/nest{level}", data=body,
+                                 method="PUT", headers={"Content-Type": IDX})
+    urllib.request.urlopen(req).read()
+    digest, size = "sha256:" + hashlib.sha256(body).hexdigest(), len(body)
+PY
+assert_eq "$arch" "$(cat "$MNT/images/$REGISTRY/test/multi:nest1/platform")" "/platform through an index in an index"
+assert_eq "$arch" "$(cat "$MNT/images/$REGISTRY/test/multi:nest3/platform")" "/platform through four indexes"
+assert_errno EBADMSG "$MNT/images/$REGISTRY/test/multi:nest6"
+assert_contains "deeper than 4" "$(events field Failed "$REGISTRY/test/multi:nest6" message)" "Failed message of a deep chain"
+
 unmount_pullfs
 log "PASS"

@@ -495,7 +495,14 @@ static const struct select_case select_cases[] = {
 	{ ARM_V6_ONLY, "linux", "arm", NULL, D_ARMV6 },
 	{ NO_PLATFORM, "linux", "amd64", NULL, NULL },
 	{ ONLY_ATTEST, "linux", "amd64", NULL, NULL },
-	{ WRONG_TYPE, "linux", "amd64", NULL, NULL },
+	/* A nested index for the platform, or for none, is for the caller to
+	 * follow; an image that fits comes first; attestations never. */
+	{ WRONG_TYPE, "linux", "amd64", NULL, D_NESTED },
+	{ WRONG_TYPE, "linux", "arm64", NULL, NULL },
+	{ IDX(ENTRY(MEDIA_OCI_INDEX, D_NESTED, "")), "linux", "arm64", NULL, D_NESTED },
+	{ IDX(ENTRY(MEDIA_OCI_INDEX, D_NESTED, "") "," ENTRY(MEDIA_OCI_MANIFEST, D_AMD64,
+							      PLAT("linux", "amd64"))),
+	  "linux", "amd64", NULL, D_AMD64 },
 	{ IDX(""), "linux", "amd64", NULL, NULL },
 };
 
