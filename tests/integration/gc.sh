@@ -86,4 +86,25 @@ exec 7<&-
 layers=$(ls "$CACHE/layers" | wc -l)
 assert_eq 1 "$layers" "layers left in the cache"
 unmount_pullfs
+
+# A process standing in an image, with no file open, keeps reading it
+# after the image is removed: packs are opened on demand, and a layer
+# deleted while a loaded image still uses it is kept open first.
+rm -rf "$CACHE"
+mount_pullfs --gc-min-age 0
+ls "$edge" >/dev/null
+(cd "$edge/opq" && while [ ! -e "$WORK/go" ]; do sleep 0.05; done && cat upper1 >"$WORK/read-after-rm") &
+reader=$!
+wait_for 20 test -d "/proc/$reader/cwd/." || fail "the reader did not start"
+PYTHONPATH=$INTEGRATION_DIR py - "$CACHE/control.sock" "$REGISTRY" <<'PY' || fail "rm of an image a process stands in"
+import sys
+import ctlsock
+r = ctlsock.ask(sys.argv[1], {"op": "rm", "references": [sys.argv[2] + "/test/edge:1"]})
+assert r["ok"], r
+PY
+assert_eq 0 "$(ls "$CACHE/layers" | wc -l)" "layers left after rm"
+touch "$WORK/go"
+wait "$reader" || fail "reading in a removed image failed"
+assert_eq upper "$(cat "$WORK/read-after-rm")" "content read in a removed image"
+unmount_pullfs
 log "PASS"
