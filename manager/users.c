@@ -47,16 +47,20 @@ void users_release_locked(struct manager *m, uid_t uid)
 		free(strmap_remove(m->users, key));
 }
 
-/* A limit was hit: true when the event is due, false when one was
- * written for this user a moment ago. */
-static bool limit_event_due(struct user_usage *u)
+/* A limit was hit: -EAGAIN, with the event's message in msg, or "" when
+ * one was written for this user a moment ago. */
+static int refuse(struct user_usage *u, uid_t uid, unsigned limit,
+		  const char *what, const char *until, char *msg, size_t len)
 {
 	int64_t now = manager_wall_ms();
 
-	if (u->warned_ms && now - u->warned_ms < LIMIT_EVENT_INTERVAL_MS)
-		return false;
-	u->warned_ms = now;
-	return true;
+	msg[0] = '\0';
+	if (!u->warned_ms || now - u->warned_ms >= LIMIT_EVENT_INTERVAL_MS) {
+		u->warned_ms = now;
+		snprintf(msg, len, "uid %lu has %u %s, its limit: %s",
+			 (unsigned long)uid, limit, what, until);
+	}
+	return -EAGAIN;
 }
 
 int users_admit_name_locked(struct manager *m, uid_t uid, char *msg, size_t len)
@@ -70,12 +74,8 @@ int users_admit_name_locked(struct manager *m, uid_t uid, char *msg, size_t len)
 		names_collect_locked(m, uid, 0);
 	if (u->names < limit)
 		return 0;
-	msg[0] = '\0';
-	if (limit_event_due(u))
-		snprintf(msg, len,
-			 "uid %lu has %u image names in use, its limit: a new name is refused until one is no longer used",
-			 (unsigned long)uid, limit);
-	return -EAGAIN;
+	return refuse(u, uid, limit, "image names in use",
+		      "a new name is refused until one is no longer used", msg, len);
 }
 
 int users_admit_pull_locked(struct manager *m, uid_t uid, char *msg, size_t len)
@@ -85,16 +85,11 @@ int users_admit_pull_locked(struct manager *m, uid_t uid, char *msg, size_t len)
 
 	if (!u)
 		return -ENOMEM;
-	if (u->pulls < limit) {
-		u->pulls++;
-		return 0;
-	}
-	msg[0] = '\0';
-	if (limit_event_due(u))
-		snprintf(msg, len,
-			 "uid %lu has %u pulls in progress, its limit: a further pull is refused until one ends",
-			 (unsigned long)uid, limit);
-	return -EAGAIN;
+	if (u->pulls >= limit)
+		return refuse(u, uid, limit, "pulls in progress",
+			      "a further pull is refused until one ends", msg, len);
+	u->pulls++;
+	return 0;
 }
 
 struct collect_ctx {
