@@ -70,6 +70,12 @@ assert_op_errno EROFS rename "$root/etc/passwd" "$root/etc/passwd2"
 assert_op_errno EROFS link "$root/etc/passwd" "$root/etc/passwd2"
 assert_op_errno EROFS symlink "$root/newlink"
 assert_op_errno EROFS mknod "$root/newfifo"
+# In the namespace every valid name already is a directory (a docker.io
+# repository prefix, a host), so mkdir gets EEXIST: the kernel decides that
+# from the lookup, before it would say EROFS, as on any read-only
+# filesystem.
+assert_op_errno EEXIST mkdir "$MNT/images/x"
+assert_op_errno EEXIST mkdir "$MNT/images/$REGISTRY/test"
 assert_op_errno EROFS chmod "$root/etc/passwd"
 assert_op_errno EROFS chown "$root/etc/passwd"
 assert_op_errno EROFS utime "$root/etc/passwd"
