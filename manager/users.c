@@ -70,8 +70,13 @@ int users_admit_name_locked(struct manager *m, uid_t uid, char *msg, size_t len)
 
 	if (!u)
 		return -ENOMEM;
-	if (u->names >= limit)
+	if (u->names >= limit) {
 		names_collect_locked(m, uid, 0);
+		/* Collecting may have let go of the usage record itself. */
+		u = users_get_locked(m, uid);
+		if (!u)
+			return -ENOMEM;
+	}
 	if (u->names < limit)
 		return 0;
 	return refuse(u, uid, limit, "image names in use",
