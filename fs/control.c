@@ -96,6 +96,11 @@ static json_t *handle(struct control *c, json_t *req)
 		if (!ref)
 			return failure(-EINVAL, "inspect needs \"reference\"");
 		r = manager_inspect(c->manager, ref, &ans, err, sizeof(err));
+	} else if (!strcmp(op, "pull")) {
+		const char *ref = json_string_value(json_object_get(req, "reference"));
+		if (!ref)
+			return failure(-EINVAL, "pull needs \"reference\"");
+		r = manager_pull_background(c->manager, ref, &ans, err, sizeof(err));
 	} else if (!strcmp(op, "rm")) {
 		json_t *refs = json_object_get(req, "references");
 		size_t n = json_array_size(refs);

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1423,51 +1424,33 @@ bool ensure_call_cancel(struct ensure_call *call)
 	return true;
 }
 
-struct sync_wait {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool done;
-	int result;
-	struct image *img;
-};
-
-static void sync_done(void *userdata, int r, struct image *img)
+int manager_pull_background(struct manager *m, const char *reference,
+			    void **ret_json, char *errbuf, size_t errlen)
 {
-	struct sync_wait *w = userdata;
-
-	pthread_mutex_lock(&w->lock);
-	w->done = true;
-	w->result = r;
-	w->img = img;
-	pthread_cond_signal(&w->cond);
-	pthread_mutex_unlock(&w->lock);
-}
-
-int manager_ensure(struct manager *m, const char *reference,
-		   const struct caller *who, struct image **ret)
-{
-	struct sync_wait w = { .lock = PTHREAD_MUTEX_INITIALIZER,
-			       .cond = PTHREAD_COND_INITIALIZER };
-	struct ensure_call *call;
-	struct image *img;
+	_cleanup_free_ char *canonical = NULL;
+	struct reference *ref = NULL;
+	struct image *img = NULL;
 	int r;
 
-	r = ensure_begin(m, reference, who, true, sync_done, &w, &call, &img);
-	if (r == 1) {
-		*ret = img;
-		return 0;
-	}
-	if (r < 0)
+	r = reference_parse(reference, REFERENCE_DEFAULT_TAG, &ref);
+	if (r < 0) {
+		snprintf(errbuf, errlen, "invalid reference \"%s\"", reference);
 		return r;
-	pthread_mutex_lock(&w.lock);
-	while (!w.done)
-		pthread_cond_wait(&w.cond, &w.lock);
-	pthread_mutex_unlock(&w.lock);
-	pthread_cond_destroy(&w.cond);
-	pthread_mutex_destroy(&w.lock);
-	if (w.result == 0)
-		*ret = w.img;
-	return w.result;
+	}
+	canonical = reference_to_string(ref);
+	reference_free(ref);
+	if (!canonical)
+		return -ENOMEM;
+	r = ensure_begin(m, canonical, NULL, true, NULL, NULL, NULL, &img);
+	if (r < 0) {
+		snprintf(errbuf, errlen, "cannot pull \"%s\": %s", canonical, strerror(-r));
+		return r;
+	}
+	if (r == 1)
+		image_unref(img, 1);
+	*ret_json = json_pack("{s:b, s:s, s:b}", "ok", 1, "reference", canonical,
+			      "present", r == 1);
+	return *ret_json ? 0 : -ENOMEM;
 }
 
 /* ---- listing --------------------------------------------------------- */

@@ -121,10 +121,13 @@ int manager_ensure_start(struct manager *m, const char *reference,
 			 struct image **ret_img);
 bool ensure_call_cancel(struct ensure_call *call);
 
-/* The same, blocking until the answer, for tools and tests.  Returns 0
- * with an image reference for the caller, or -errno. */
-int manager_ensure(struct manager *m, const char *reference,
-		   const struct caller *who, struct image **ret);
+/* The operator's background pull (pullfsctl pull --background): ensure
+ * with no caller, which completes even though nobody waits for it.
+ * Returns 0 at once with {ok, reference, present} (void * = json_t *),
+ * or -errno with a reason in errbuf (an invalid reference, back-off, a
+ * full queue). */
+int manager_pull_background(struct manager *m, const char *reference,
+			    void **ret_json, char *errbuf, size_t errlen);
 
 /* True when host is a registry the manager knows by name: an insecure
  * registry from the options or the domain of a cached image. */

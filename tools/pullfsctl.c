@@ -922,7 +922,7 @@ static void job_report_failure(const struct job *j, const json_t *status)
 
 static void pull_usage(FILE *f)
 {
-	fputs("Usage: pullfsctl [-m MOUNT] pull [--plain] [--quiet] REFERENCE...\n"
+	fputs("Usage: pullfsctl [-m MOUNT] pull [--plain] [--quiet] [--background] REFERENCE...\n"
 	      "\n"
 	      "Make sure each image is in the cache, by looking it up through the mount\n"
 	      "(MOUNT/images/REFERENCE), so the daemon's pull policy, back-off and\n"
@@ -937,7 +937,14 @@ static void pull_usage(FILE *f)
 	      "while downloading) and one \"REFERENCE: done DIGEST SIZE in TIME\" line per\n"
 	      "image.\n"
 	      "\n"
+	      "With --background, the daemon is asked over the control socket to pull\n"
+	      "each image and the command returns at once, printing \"REFERENCE: present\"\n"
+	      "or \"REFERENCE: pulling\": such a pull completes even though no process\n"
+	      "waits for it, where a queued pull whose lookups were all interrupted\n"
+	      "leaves the queue.  Watch it with pullfsctl status or events.\n"
+	      "\n"
 	      "Options:\n"
+	      "  -b, --background  ask the daemon to pull, do not wait\n"
 	      "      --plain    plain lines even on a terminal\n"
 	      "  -q, --quiet    print nothing but errors\n"
 	      "  -h, --help     show this help\n"
@@ -950,26 +957,54 @@ static void pull_usage(FILE *f)
 	      f);
 }
 
+/* pull --background: one control request per reference. */
+static int pull_background(int n, char **refs, bool quiet)
+{
+	int failed = 0;
+
+	for (int i = 0; i < n; i++) {
+		_cleanup_json_ json_t *req = json_pack("{s:s, s:s}", "op", "pull",
+							"reference", refs[i]);
+		_cleanup_json_ json_t *a = NULL;
+
+		if (!req || control_call(req, &a) < 0)
+			return EXIT_FAILED;
+		if (!json_is_true(json_object_get(a, "ok"))) {
+			control_failure("pull", a);
+			failed = 1;
+			continue;
+		}
+		if (!quiet)
+			printf("%s: %s\n", jstr(a, "reference"),
+			       json_is_true(json_object_get(a, "present")) ? "present" : "pulling");
+	}
+	return failed ? EXIT_FAILED : 0;
+}
+
 static int cmd_pull(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "help", no_argument, NULL, 'h' },
 		{ "plain", no_argument, NULL, 'p' },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "background", no_argument, NULL, 'b' },
 		{ NULL, 0, NULL, 0 },
 	};
 	_cleanup_free_ struct job *jobs = NULL;
 	_cleanup_json_ json_t *last_status = NULL;
-	bool plain = false, quiet = false, tty;
+	bool plain = false, quiet = false, background = false, tty;
 	size_t n, drawn = 0, started = 0;
 	int c, failed = 0;
 	struct statfs sf;
 
-	while ((c = getopt_long(argc, argv, "+hq", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+hqb", opts, NULL)) != -1) {
 		switch (c) {
 		case 'h':
 			pull_usage(stdout);
 			return 0;
+		case 'b':
+			background = true;
+			break;
 		case 'p':
 			plain = true;
 			break;
@@ -982,6 +1017,8 @@ static int cmd_pull(int argc, char **argv)
 	}
 	if (optind >= argc)
 		return usage_error("pull", "pull needs at least one REFERENCE");
+	if (background)
+		return pull_background(argc - optind, argv + optind, quiet);
 	if (statfs(mount_dir(), &sf) < 0 || (uint32_t)sf.f_type != FUSE_SUPER_MAGIC) {
 		explain_mount_error(mount_dir(), -ENOTCONN);
 		return EXIT_FAILED;

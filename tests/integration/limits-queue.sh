@@ -6,13 +6,16 @@
 #     directory, succeed while its lookup hangs, and that lookup dies at
 #     once when killed;
 #  2. pulls queued for the slot that nobody waits for any more leave the
-#     queue (PullAbandoned, no back-off), and the pull holding the slot
+#     queue (PullAbandoned, no back-off), the operator's background pull
+#     (pullfsctl pull --background) stays, and the pull holding the slot
 #     finishes;
 #  3. one user other than root cannot start more than 8 pulls (EAGAIN and a
 #     UserLimit event naming the uid), and another user's pull succeeds.
 # Everything here is a hang detector, not a timing.
 source "$(dirname "$0")/lib.sh"
+source "$INTEGRATION_DIR/ctl.sh"
 
+need_pullfsctl
 need_fuse
 need_cmd setpriv
 start_registry
@@ -22,11 +25,11 @@ python3 - "$INTEGRATION_DIR" "$WORK" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[1])
 import mktar as m
-for name in ["dead", "a", "b", "c", "d", "ok", "ok2"]:
+for name in ["dead", "a", "b", "c", "d", "e", "ok", "ok2"]:
     with open(f"{sys.argv[2]}/{name}.tar", "wb") as f:
         f.write(m.directory("etc/") + m.member("etc/id", f"{name}\n") + m.end())
 PY
-for name in dead a b c d ok ok2; do echo "q/$name:1 $WORK/$name.tar"; done |
+for name in dead a b c d e ok ok2; do echo "q/$name:1 $WORK/$name.tar"; done |
     python3 "$INTEGRATION_DIR/rawpush.py" "$REGISTRY" - >/dev/null || fail "pushing the images"
 for i in $(seq 2 13); do echo "q/dead:$i $WORK/dead.tar"; done |
     python3 "$INTEGRATION_DIR/rawpush.py" "$REGISTRY" - >/dev/null || fail "pushing q/dead tags"
@@ -69,10 +72,16 @@ wait_event PullAbandoned "$PROXY/q/c:1"
 wait_event PullAbandoned "$PROXY/q/d:1"
 wait_for 20 queued 0 || fail "abandoned pulls still queued: $(status 's["queues"]')"
 assert_eq 2 "$(status 's["queues"]["pulls_abandoned"]')" "pulls that left the queue"
+# The operator's background pull stays queued with nobody waiting.
+assert_eq "$PROXY/q/e:1: pulling" "$("$PULLFSCTL" -m "$MNT" pull --background "$PROXY/q/e:1")" "pullfsctl pull --background"
+wait_for 20 queued 1 || fail "the background pull of q/e:1 did not queue: $(status 's["queues"]')"
 alive "$b" || fail "the pull holding the slot ended early"
 touch "$WORK/open-b"
 wait "$b" || fail "the lookup of q/b:1 failed"
 assert_eq b "$(cat "$P/b:1/etc/id")" "content of q/b:1"
+wait_event Pulled "$PROXY/q/e:1"
+assert_eq 2 "$(status 's["queues"]["pulls_abandoned"]')" "pulls that left the queue, the background one not among them"
+assert_eq "$PROXY/q/e:1: present" "$("$PULLFSCTL" -m "$MNT" pull --background "$PROXY/q/e:1")" "pullfsctl pull --background of a cached image"
 # Leaving the queue is no failure: no back-off, the next lookup pulls.
 assert_eq c "$(as_nobody timeout 60 cat "$P/c:1/etc/id")" "q/c:1 pulled after its first pull left the queue"
 assert_eq 0 "$(event_count Failed "$PROXY/q/c:1")" "Failed events for the abandoned q/c:1"
