@@ -1,0 +1,184 @@
+/* packs: one struct per layer digest, descriptors opened on demand and
+ * closed least recently used first beyond the bound, never while a read
+ * holds them, and kept open (pinned) across the deletion of their layer. */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cache.h"
+#include "packs.h"
+
+#define N_LAYERS 6
+
+struct fixture {
+	char dir[64];
+	struct cache *cache;
+	char digests[N_LAYERS][80];
+};
+
+static void layer_path(const struct fixture *f, int i, char *buf, size_t len,
+		       const char *file)
+{
+	snprintf(buf, len, "%s/layers/%s%s%s", f->dir, f->digests[i] + 7,
+		 file ? "/" : "", file ? file : "");
+}
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	char err[256], path[256];
+
+	strcpy(f->dir, "/tmp/test-packs.XXXXXX");
+	assert_non_null(mkdtemp(f->dir));
+	assert_int_equal(cache_open(f->dir, &f->cache, err, sizeof(err)), 0);
+	for (int i = 0; i < N_LAYERS; i++) {
+		snprintf(f->digests[i], sizeof(f->digests[i]), "sha256:%064x", i + 1);
+		layer_path(f, i, path, sizeof(path), NULL);
+		assert_int_equal(mkdir(path, 0700), 0);
+		layer_path(f, i, path, sizeof(path), "pack");
+		FILE *p = fopen(path, "w");
+		assert_non_null(p);
+		fprintf(p, "layer %d", i);
+		fclose(p);
+	}
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+	char cmd[128];
+
+	cache_close(f->cache);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
+	assert_int_equal(system(cmd), 0);
+	free(f);
+	return 0;
+}
+
+static void read_layer(struct packs *p, struct pack *pk, int i)
+{
+	char buf[32] = "", want[32];
+	int fd = pack_fd_get(p, pk);
+
+	assert_true(fd >= 0);
+	assert_true(pread(fd, buf, sizeof(buf) - 1, 0) > 0);
+	snprintf(want, sizeof(want), "layer %d", i);
+	assert_string_equal(buf, want);
+	pack_fd_put(p, pk);
+}
+
+static void test_one_struct_per_digest(void **state)
+{
+	struct fixture *f = *state;
+	struct packs *p;
+	struct pack *a, *b;
+
+	assert_int_equal(packs_new(f->cache, 4, &p), 0);
+	assert_int_equal(packs_get(p, f->digests[0], &a), 0);
+	assert_int_equal(packs_get(p, f->digests[0], &b), 0);
+	assert_ptr_equal(a, b);
+	/* Getting a pack opens nothing; a read does, once. */
+	assert_int_equal(packs_open_count(p), 0);
+	read_layer(p, a, 0);
+	read_layer(p, b, 0);
+	assert_int_equal(packs_open_count(p), 1);
+	packs_put(p, a);
+	assert_int_equal(packs_open_count(p), 1);
+	packs_put(p, b);
+	/* The last image let go: closed and forgotten. */
+	assert_int_equal(packs_open_count(p), 0);
+	packs_free(p);
+}
+
+static void test_bound_and_lru(void **state)
+{
+	struct fixture *f = *state;
+	struct packs *p;
+	struct pack *pk[N_LAYERS];
+	int held;
+
+	assert_int_equal(packs_new(f->cache, 3, &p), 0);
+	for (int i = 0; i < N_LAYERS; i++)
+		assert_int_equal(packs_get(p, f->digests[i], &pk[i]), 0);
+	for (int i = 0; i < N_LAYERS; i++) {
+		read_layer(p, pk[i], i);
+		assert_true(packs_open_count(p) <= 3);
+	}
+	assert_int_equal(packs_open_count(p), 3);
+	/* Reads of every layer again still work: reopened on demand. */
+	for (int i = 0; i < N_LAYERS; i++)
+		read_layer(p, pk[i], i);
+	assert_int_equal(packs_open_count(p), 3);
+
+	/* A descriptor held by a read is never closed, even over the bound. */
+	held = pack_fd_get(p, pk[0]);
+	assert_true(held >= 0);
+	for (int i = 1; i < N_LAYERS; i++)
+		read_layer(p, pk[i], i);
+	assert_true(fcntl(held, F_GETFD) >= 0);
+	char c;
+	assert_int_equal(pread(held, &c, 1, 0), 1);
+	pack_fd_put(p, pk[0]);
+	assert_true(packs_open_count(p) <= 3);
+
+	for (int i = 0; i < N_LAYERS; i++)
+		packs_put(p, pk[i]);
+	assert_int_equal(packs_open_count(p), 0);
+	packs_free(p);
+}
+
+static void test_pin_survives_deletion(void **state)
+{
+	struct fixture *f = *state;
+	struct packs *p;
+	struct pack *pk, *other;
+	char path[256];
+
+	assert_int_equal(packs_new(f->cache, 1, &p), 0);
+	assert_int_equal(packs_get(p, f->digests[2], &pk), 0);
+	/* Never read before: pinning opens it. */
+	packs_pin(p, f->digests[2]);
+	assert_int_equal(packs_open_count(p), 1);
+	/* Pinning a layer no image uses does nothing. */
+	packs_pin(p, f->digests[3]);
+	assert_int_equal(packs_open_count(p), 1);
+	layer_path(f, 2, path, sizeof(path), "pack");
+	assert_int_equal(unlink(path), 0);
+	/* Reads of other layers over the bound do not close a pinned one. */
+	assert_int_equal(packs_get(p, f->digests[4], &other), 0);
+	read_layer(p, other, 4);
+	read_layer(p, other, 4);
+	read_layer(p, pk, 2);
+	packs_put(p, other);
+	/* An unpinned layer that is gone cannot be opened. */
+	layer_path(f, 5, path, sizeof(path), "pack");
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(packs_get(p, f->digests[5], &other), 0);
+	assert_int_equal(pack_fd_get(p, other), -ENOENT);
+	packs_put(p, other);
+	packs_put(p, pk);
+	assert_int_equal(packs_open_count(p), 0);
+	packs_free(p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_one_struct_per_digest, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bound_and_lru, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pin_survives_deletion, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
