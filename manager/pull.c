@@ -1,0 +1,490 @@
+/* The pull pipeline; see pull.h. */
+#include "pull.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "digest.h"
+#include "errname.h"
+#include "fault.h"
+#include "layer.h"
+#include "macro.h"
+#include "manifest.h"
+#include "puller.h"
+#include "reference.h"
+#include "registry.h"
+
+#define CONFIG_MAX_BYTES (16u << 20)
+/* Indexes naming indexes: how deep a pull follows them. */
+#define INDEX_MAX_DEPTH 4
+
+void pull_fail(struct pull *p, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (p->errmsg[0])
+		return; /* the first reason is the one that matters */
+	va_start(ap, fmt);
+	vsnprintf(p->errmsg, sizeof(p->errmsg), fmt, ap);
+	va_end(ap);
+}
+
+static int registry_failed(struct pull *p, int r, const struct registry_error *e,
+			   const char *what)
+{
+	pull_fail(p, "%s: %s", what, e->message[0] ? e->message : strerror(-r));
+	return r;
+}
+
+/* Sink that writes into the pipe feeding the unpacker. */
+struct pipe_sink_state {
+	const atomic_bool *cancelled_flag;
+	struct pull_progress *progress;
+	int fd;
+	uint64_t written;
+};
+
+static int pipe_sink(void *userdata, const void *buf, size_t len)
+{
+	struct pipe_sink_state *ps = userdata;
+	int fd = ps->fd;
+	const char *s = buf;
+
+	ps->written += len;
+	atomic_fetch_add(&ps->progress->bytes_done, len);
+	if (atomic_load(ps->cancelled_flag))
+		return -ECANCELED;
+	if (ps->written > (64u << 10))
+		fault_point("mid-blob");
+
+	while (len > 0) {
+		ssize_t n = write(fd, s, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return negative_errno();
+		}
+		s += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+struct unpack_job {
+	int in_fd;
+	int pack_fd;
+	enum layer_compression compression;
+	struct layer_index *index;
+	int result;
+	char errmsg[256];
+};
+
+static void *unpack_thread(void *arg)
+{
+	struct unpack_job *j = arg;
+	char buf[64 << 10];
+
+	j->result = layer_unpack(j->in_fd, j->compression, j->pack_fd, NULL,
+				 &j->index, j->errmsg, sizeof(j->errmsg));
+	/* libarchive stops at the end-of-archive blocks; whatever padding
+	 * follows must still reach the hasher for the digest to check out. */
+	if (j->result == 0)
+		while (read(j->in_fd, buf, sizeof(buf)) > 0)
+			;
+	close(j->in_fd);
+	j->in_fd = -1;
+	return NULL;
+}
+
+/* Downloads, verifies and unpacks one layer in a single streaming pass:
+ * this thread moves bytes from the registry through SHA-256 into a pipe,
+ * another inflates and unpacks them, so the two cores overlap.  Nothing is
+ * published unless the digest matched and the tar was sound. */
+static int fetch_layer(struct pull *p, const struct descriptor *d)
+{
+	struct manager *m = p->m;
+	_cleanup_free_ char *stage = NULL;
+	_cleanup_close_ int dirfd = -1, pack = -1, idx = -1;
+	struct unpack_job job = { .in_fd = -1 };
+	struct registry_error rerr = { 0 };
+	enum layer_compression comp;
+	pthread_t th;
+	int pfd[2];
+	char prefix[32];
+	int r, ur;
+
+	r = layer_media_type_compression(d->media_type, &comp);
+	if (r < 0) {
+		pull_fail(p, "layer %s has unsupported media type \"%s\"",
+			  d->digest, d->media_type);
+		return -EBADMSG;
+	}
+	snprintf(prefix, sizeof(prefix), "layer-%.12s", digest_hex(d->digest));
+	r = cache_stage_new(m->cache, prefix, &stage, &dirfd);
+	if (r < 0) {
+		pull_fail(p, "cannot create staging directory: %s", strerror(-r));
+		return r;
+	}
+	pack = openat(dirfd, "pack", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (pack < 0) {
+		r = negative_errno();
+		pull_fail(p, "cannot create layer pack: %s", strerror(-r));
+		goto fail;
+	}
+	if (pipe2(pfd, O_CLOEXEC) < 0) {
+		r = negative_errno();
+		goto fail;
+	}
+	fcntl(pfd[1], F_SETPIPE_SZ, 1 << 20);
+	job.in_fd = pfd[0];
+	job.pack_fd = pack;
+	job.compression = comp;
+	r = pthread_create(&th, NULL, unpack_thread, &job);
+	if (r != 0) {
+		close(pfd[0]);
+		close(pfd[1]);
+		r = -r;
+		goto fail;
+	}
+	struct pipe_sink_state ps = { .fd = pfd[1], .progress = p->progress,
+				      .cancelled_flag = &m->cancelled };
+	r = registry_get_blob(m->registry, p->ref->domain, p->repo, d->digest,
+			      d->size, pipe_sink, &ps, &rerr);
+	close(pfd[1]);
+	pthread_join(th, NULL);
+	ur = job.result;
+	if (r < 0 && ur < 0 && (r == -EPIPE || r == -EBADMSG)) {
+		/* The unpacker gave up first; its reason is the real one. */
+		r = ur;
+		pull_fail(p, "layer %s: %s", d->digest, job.errmsg);
+		goto fail;
+	}
+	if (r < 0) {
+		registry_failed(p, r, &rerr, d->digest);
+		goto fail;
+	}
+	if (ur < 0) {
+		r = ur;
+		pull_fail(p, "layer %s: %s", d->digest,
+			  job.errmsg[0] ? job.errmsg : strerror(-ur));
+		goto fail;
+	}
+	idx = openat(dirfd, "index", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (idx < 0) {
+		r = negative_errno();
+		goto fail;
+	}
+	r = layer_index_write(job.index, idx);
+	if (r < 0) {
+		pull_fail(p, "cannot write layer index: %s", strerror(-r));
+		goto fail;
+	}
+	layer_index_free(job.index);
+	job.index = NULL;
+	fault_point("mid-unpack");
+	r = cache_layer_publish(m->cache, stage, d->digest);
+	if (r < 0) {
+		pull_fail(p, "cannot publish layer %s: %s", d->digest, strerror(-r));
+		goto fail;
+	}
+	fault_point("layer");
+	atomic_fetch_add(&p->progress->layers_done, 1);
+	return 0;
+fail:
+	layer_index_free(job.index);
+	cache_stage_discard(m->cache, stage);
+	return r;
+}
+
+struct layer_queue {
+	struct pull *pull;
+	const struct manifest *mf;
+	pthread_mutex_t lock;
+	size_t next;
+	int result;
+};
+
+static void *layer_worker(void *arg)
+{
+	struct layer_queue *q = arg;
+
+	for (;;) {
+		size_t i;
+		int r;
+
+		pthread_mutex_lock(&q->lock);
+		if (q->result < 0 || q->next >= q->mf->n_layers) {
+			pthread_mutex_unlock(&q->lock);
+			return NULL;
+		}
+		i = q->next++;
+		pthread_mutex_unlock(&q->lock);
+
+		if (cache_layer_present(q->pull->m->cache, q->mf->layers[i].digest)) {
+			atomic_fetch_add(&q->pull->progress->layers_done, 1);
+			atomic_fetch_add(&q->pull->progress->bytes_done, q->mf->layers[i].size);
+			continue;
+		}
+		r = fetch_layer(q->pull, &q->mf->layers[i]);
+		if (r < 0) {
+			pthread_mutex_lock(&q->lock);
+			if (q->result == 0)
+				q->result = r;
+			pthread_mutex_unlock(&q->lock);
+		}
+	}
+}
+
+static int fetch_layers(struct pull *p, const struct manifest *mf)
+{
+	struct layer_queue q = { .pull = p, .mf = mf };
+	unsigned n = p->m->opts.max_concurrent_downloads;
+	pthread_t th[16];
+	unsigned started = 0;
+
+	if (n == 0)
+		n = 3;
+	n = MIN(n, ARRAY_SIZE(th));
+	if (n > mf->n_layers)
+		n = (unsigned)mf->n_layers;
+	pthread_mutex_init(&q.lock, NULL);
+	/* The calling thread works too, so one layer needs no new thread. */
+	for (unsigned i = 1; i < n; i++)
+		if (pthread_create(&th[started], NULL, layer_worker, &q) == 0)
+			started++;
+	layer_worker(&q);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	pthread_mutex_destroy(&q.lock);
+	return q.result;
+}
+
+struct config_buf {
+	char *data;
+	size_t len;
+};
+
+static int config_sink(void *userdata, const void *buf, size_t len)
+{
+	struct config_buf *c = userdata;
+	char *n;
+
+	if (c->len + len > CONFIG_MAX_BYTES)
+		return -EBADMSG;
+	n = realloc(c->data, c->len + len + 1);
+	if (!n)
+		return -ENOMEM;
+	memcpy(n + c->len, buf, len);
+	c->data = n;
+	c->len += len;
+	return 0;
+}
+
+static int fetch_config(struct pull *p, const struct descriptor *d)
+{
+	struct config_buf c = { 0 };
+	struct registry_error rerr = { 0 };
+	int r;
+
+	if (cache_blob_read(p->m->cache, d->digest, CONFIG_MAX_BYTES, &c.data,
+			    &c.len) == 0) {
+		free(c.data);
+		return 0;
+	}
+	if (d->size > CONFIG_MAX_BYTES) {
+		pull_fail(p, "config %s is larger than %u bytes", d->digest,
+			  CONFIG_MAX_BYTES);
+		return -EBADMSG;
+	}
+	r = registry_get_blob(p->m->registry, p->ref->domain, p->repo,
+			      d->digest, d->size, config_sink, &c, &rerr);
+	if (r < 0) {
+		free(c.data);
+		return registry_failed(p, r, &rerr, "config");
+	}
+	r = cache_blob_write(p->m->cache, d->digest, c.data ? c.data : "", c.len);
+	free(c.data);
+	if (r < 0)
+		pull_fail(p, "cannot store config: %s", strerror(-r));
+	return r;
+}
+
+/* GETs a manifest and parses it; when expected is set (a descriptor from
+ * an index) the size must match too. */
+static int fetch_manifest(struct pull *p, const char *target,
+			  const struct descriptor *expected,
+			  struct registry_manifest **ret_raw,
+			  struct manifest **ret)
+{
+	struct registry_manifest *raw = NULL;
+	struct registry_error rerr = { 0 };
+	char why[256] = "";
+	int r;
+
+	r = registry_get_manifest(p->m->registry, p->ref->domain, p->repo,
+				  target, &raw, &rerr);
+	if (r < 0)
+		return registry_failed(p, r, &rerr, "manifest");
+	if (expected && raw->len != expected->size) {
+		pull_fail(p, "manifest %s: size %zu, index says %llu",
+			  expected->digest, raw->len,
+			  (unsigned long long)expected->size);
+		registry_manifest_free(raw);
+		return -EBADMSG;
+	}
+	r = manifest_parse(raw->body, raw->len, raw->media_type, ret, why,
+			   sizeof(why));
+	if (r < 0) {
+		pull_fail(p, "%s", why[0] ? why : "malformed manifest");
+		registry_manifest_free(raw);
+		return r;
+	}
+	*ret_raw = raw;
+	return 0;
+}
+
+static void platform_string(const struct platform *pl, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/%s%s%s", pl->os, pl->architecture,
+		 pl->variant ? "/" : "", pl->variant ? pl->variant : "");
+}
+
+/* A pull takes its slot only once the registry has answered for the
+ * manifest: a registry that does not answer holds no slot, so it delays
+ * the pulls from other registries by nothing, whatever the number of
+ * slots (the kubelet's serial puller holds its one slot for the whole
+ * pull).  Waiting for the slot, a pull that nobody waits for any more
+ * leaves the queue. */
+static int pull_slot_enter(struct pull *p)
+{
+	struct manager *m = p->m;
+	int r;
+
+	atomic_store(&p->progress->state, PULL_WAITING);
+	r = puller_enter(m->puller, &p->flight->abandon);
+	if (r == 0) {
+		p->has_slot = true;
+		atomic_store(&p->progress->state, PULL_DOWNLOADING);
+		return 0;
+	}
+	if (r == -EAGAIN)
+		pull_fail(p, "too many pulls waiting");
+	else if (!atomic_load(&m->cancelled))
+		p->abandoned = true;
+	else
+		pull_fail(p, "shutting down");
+	return r;
+}
+
+/* The whole transfer for one reference; publishes the reference file last.
+ * On success *ret_digest / *ret_index_digest name what was published. */
+int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest,
+		      uint64_t *ret_size)
+{
+	struct manager *m = p->m;
+	struct registry_manifest *raw = NULL, *raw_index = NULL;
+	struct manifest *mf = NULL, *index = NULL;
+	const char *target = p->ref->digest ? p->ref->digest : p->ref->tag;
+	uint64_t size;
+	int r;
+
+	r = fetch_manifest(p, target, NULL, &raw, &mf);
+	if (r < 0)
+		goto out;
+	/* An index may name further indexes (valid OCI, rare): follow them
+	 * to a bounded depth, keeping the outermost as the one the
+	 * reference names. */
+	for (unsigned depth = 0; mf->kind == MANIFEST_INDEX; depth++) {
+		const struct descriptor *d = manifest_select_platform(mf, &m->platform);
+		if (!d) {
+			char pl[128];
+			platform_string(&m->platform, pl, sizeof(pl));
+			pull_fail(p, "no manifest for platform %s in %s", pl, raw->digest);
+			r = -ENOEXEC;
+			goto out;
+		}
+		if (depth == INDEX_MAX_DEPTH) {
+			pull_fail(p, "index %s nests indexes deeper than %u levels",
+				  raw_index->digest, INDEX_MAX_DEPTH);
+			r = -EBADMSG;
+			goto out;
+		}
+		/* d points into mf, which lives until the next is fetched. */
+		struct manifest *cur = TAKE_PTR(mf);
+		struct registry_manifest *cur_raw = TAKE_PTR(raw);
+		r = fetch_manifest(p, d->digest, d, &raw, &mf);
+		if (!index) {
+			index = cur;
+			raw_index = cur_raw;
+		} else {
+			manifest_free(cur);
+			registry_manifest_free(cur_raw);
+		}
+		if (r < 0)
+			goto out;
+	}
+	for (size_t i = 0; i < mf->n_layers; i++) {
+		enum layer_compression c;
+		if (layer_media_type_compression(mf->layers[i].media_type, &c) < 0) {
+			pull_fail(p, "layer %s has unsupported media type \"%s\"",
+				  mf->layers[i].digest, mf->layers[i].media_type);
+			r = -EBADMSG;
+			goto out;
+		}
+	}
+	fault_point("manifest");
+	r = pull_slot_enter(p);
+	if (r < 0)
+		goto out;
+	{
+		uint64_t total = mf->config.size;
+		for (size_t i = 0; i < mf->n_layers; i++)
+			total += mf->layers[i].size;
+		atomic_store(&p->progress->bytes_total, total);
+		atomic_store(&p->progress->layers_total, (unsigned)mf->n_layers);
+	}
+	r = fetch_config(p, &mf->config);
+	if (r < 0)
+		goto out;
+	fault_point("config");
+	r = fetch_layers(p, mf);
+	if (r < 0)
+		goto out;
+	r = cache_blob_write(m->cache, raw->digest, raw->body, raw->len);
+	if (r == 0 && raw_index)
+		r = cache_blob_write(m->cache, raw_index->digest, raw_index->body,
+				     raw_index->len);
+	if (r < 0) {
+		pull_fail(p, "cannot store manifest: %s", strerror(-r));
+		goto out;
+	}
+	size = mf->config.size;
+	for (size_t i = 0; i < mf->n_layers; i++)
+		size += mf->layers[i].size;
+	*ret_digest = strdup(raw->digest);
+	*ret_index_digest = raw_index ? strdup(raw_index->digest) : NULL;
+	if (!*ret_digest || (raw_index && !*ret_index_digest)) {
+		free(*ret_digest);
+		free(*ret_index_digest);
+		r = -ENOMEM;
+		goto out;
+	}
+	*ret_size = size;
+out:
+	if (p->has_slot)
+		puller_leave(m->puller);
+	p->has_slot = false;
+	registry_manifest_free(raw);
+	registry_manifest_free(raw_index);
+	manifest_free(mf);
+	manifest_free(index);
+	return r;
+}

@@ -1,0 +1,38 @@
+/* The pull pipeline: manifest (following indexes), a pull slot, config
+ * and layers, each layer in one streaming pass from the registry through
+ * SHA-256 into the unpacker.  Private to manager/: ensure (manager.c)
+ * decides whether to pull and publishes what a pull fetched. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "manager-private.h"
+
+struct reference;
+
+#define PULL_ERRMSG_MAX 512
+
+struct pull {
+	struct pull_progress *progress;
+	struct flight *flight;
+	struct manager *m;
+	const struct reference *ref;
+	const char *canonical;
+	char *repo;
+	bool has_slot;	/* holds a pull slot (puller.h) */
+	bool abandoned; /* left the queue: nobody waits for it */
+	char errmsg[PULL_ERRMSG_MAX];
+};
+
+/* Records why the pull failed; the first reason wins. */
+void pull_fail(struct pull *p, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* The whole transfer for p->ref: everything but the reference file, which
+ * the caller publishes.  Returns 0 with the manifest digest, the index it
+ * was picked from (or NULL) and the image's size; or -errno with the
+ * reason in p->errmsg, or p->abandoned set when it left the queue.
+ * Blocks for as long as the transfer takes. */
+int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest,
+	       uint64_t *ret_size);
