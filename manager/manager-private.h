@@ -17,6 +17,7 @@ struct backoff;
 struct throttle;
 struct puller;
 struct strmap;
+struct reference;
 struct pack;
 struct packs;
 
@@ -215,6 +216,31 @@ int users_admit_pull_locked(struct manager *m, uid_t uid, char *msg, size_t len)
  * uid's names when uid is not (uid_t)-1.  Returns how many references
  * went. */
 size_t names_collect_locked(struct manager *m, uid_t uid, int64_t idle_ms);
+
+/* What one flight's decision came to, for the metrics. */
+struct ensure_outcome {
+	bool present;	    /* the reference was cached before */
+	bool pull_required; /* the registry had to be asked */
+	bool pulled;	    /* a pull ran and succeeded */
+	int failed;	    /* errno of a failed pull, 0 */
+	bool abandoned;	    /* left the queue with nobody waiting */
+	double seconds;	    /* of the pull */
+	uint64_t bytes;	    /* transferred by the pull */
+};
+
+/* manager.c, for flight.c: the clock in seconds, the effective pull
+ * policy, the decision of one flight (from the cache, or a pull), and the
+ * rate-limited "already present" event. */
+int64_t manager_now_s(const struct manager *m);
+double manager_now_f(const struct manager *m);
+enum pull_policy manager_policy_of(const struct manager *m,
+				   const struct reference *ref, const char *canonical);
+int manager_decide(struct manager *m, const struct reference *ref,
+		   const char *canonical, enum pull_policy policy,
+		   const struct caller *who, double t_wait, struct flight *f,
+		   struct ensure_outcome *out, struct image **ret);
+void manager_present_event(struct manager *m, const char *canonical,
+			   const char *digest, const struct caller *who);
 
 /* gc.c: true when usage is over the high threshold. */
 bool gc_needed(struct manager *m);
