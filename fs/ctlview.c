@@ -1,0 +1,192 @@
+/* The counters of FUSE requests and the control view in the mount:
+ * .pullfs/status (JSON) and .pullfs/metrics (Prometheus text), each made
+ * afresh at open. */
+#include "fs-private.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "control.h"
+#include "macro.h"
+#include "manager.h"
+
+static const char *const fsop_names[FSOP_COUNT] = {
+	"lookup", "getattr", "readlink", "open", "read", "opendir",
+	"readdir", "readdirplus", "getxattr", "listxattr", "forget", "other",
+};
+
+static const double fsop_bucket_bounds[FSOP_BUCKETS] = {
+	1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1, 10,
+};
+
+int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void fsop_done(struct fs *fs, enum fsop op, int64_t start_ns)
+{
+	struct fsop_stats *st = &fs->ops[op];
+	int64_t d = mono_ns() - start_ns;
+	double secs = (double)d / 1e9;
+	unsigned b = 0;
+
+	while (b < FSOP_BUCKETS && secs > fsop_bucket_bounds[b])
+		b++;
+	atomic_fetch_add(&st->count, 1);
+	atomic_fetch_add(&st->sum_ns, (uint64_t)d);
+	atomic_fetch_add(&st->buckets[b], 1);
+}
+
+void ctl_stat(struct fs *fs, fuse_ino_t ino, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_mtim = st->st_ctim = st->st_atim = fs->started;
+	st->st_blksize = 4096;
+	if (ino == INO_CTL_DIR) {
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = 2;
+	} else {
+		/* Made at open; read with direct I/O, so no size is needed. */
+		st->st_mode = S_IFREG | 0444;
+		st->st_nlink = 1;
+	}
+}
+
+void ctl_reply_entry(fuse_req_t req, struct fs *fs, fuse_ino_t ino)
+{
+	struct fuse_entry_param e = { 0 };
+
+	e.ino = ino;
+	e.generation = 1;
+	ctl_stat(fs, ino, &e.attr);
+	e.attr_timeout = e.entry_timeout = 1.0;
+	fuse_reply_entry(req, &e);
+}
+
+static json_t *fs_status(struct fs *fs)
+{
+	void *j = NULL;
+	json_t *o;
+
+	if (manager_status(fs->manager, &j) < 0)
+		return NULL;
+	o = j;
+	json_object_set_new(o, "pid", json_integer(getpid()));
+	if (fs->mountpoint)
+		json_object_set_new(o, "mountpoint", json_string(fs->mountpoint));
+	if (fs->opts.control)
+		json_object_set_new(o, "control_socket",
+				    json_string(control_path(fs->opts.control)));
+	return o;
+}
+
+void *ctl_status_for_control(void *userdata)
+{
+	return fs_status(userdata);
+}
+
+static void fs_metrics(struct fs *fs, FILE *f)
+{
+	manager_metrics(fs->manager, f);
+	fputs("# HELP pullfs_fuse_operations_total FUSE requests served, by operation.\n"
+	      "# TYPE pullfs_fuse_operations_total counter\n", f);
+	for (unsigned i = 0; i < FSOP_COUNT; i++)
+		fprintf(f, "pullfs_fuse_operations_total{op=\"%s\"} %llu\n", fsop_names[i],
+			(unsigned long long)atomic_load(&fs->ops[i].count));
+	fputs("# HELP pullfs_fuse_operation_duration_seconds Time to serve FUSE requests, by operation.\n"
+	      "# TYPE pullfs_fuse_operation_duration_seconds histogram\n", f);
+	for (unsigned i = 0; i < FSOP_COUNT; i++) {
+		uint64_t cum = 0;
+		for (unsigned b = 0; b < FSOP_BUCKETS; b++) {
+			cum += atomic_load(&fs->ops[i].buckets[b]);
+			fprintf(f, "pullfs_fuse_operation_duration_seconds_bucket{op=\"%s\",le=\"%g\"} %llu\n",
+				fsop_names[i], fsop_bucket_bounds[b], (unsigned long long)cum);
+		}
+		cum += atomic_load(&fs->ops[i].buckets[FSOP_BUCKETS]);
+		fprintf(f, "pullfs_fuse_operation_duration_seconds_bucket{op=\"%s\",le=\"+Inf\"} %llu\n"
+			   "pullfs_fuse_operation_duration_seconds_sum{op=\"%s\"} %.9f\n"
+			   "pullfs_fuse_operation_duration_seconds_count{op=\"%s\"} %llu\n",
+			fsop_names[i], (unsigned long long)cum, fsop_names[i],
+			(double)atomic_load(&fs->ops[i].sum_ns) / 1e9, fsop_names[i],
+			(unsigned long long)cum);
+	}
+}
+
+struct ctlbuf {
+	char *data;
+	size_t len;
+};
+
+void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
+		     struct fuse_file_info *fi)
+{
+	struct ctlbuf *b = calloc(1, sizeof(*b));
+	FILE *f;
+
+	if (!b) {
+		reply_err(req, -ENOMEM);
+		return;
+	}
+	f = open_memstream(&b->data, &b->len);
+	if (!f) {
+		free(b);
+		reply_err(req, -ENOMEM);
+		return;
+	}
+	if (ino == INO_CTL_STATUS) {
+		json_t *o = fs_status(fs);
+		if (o) {
+			json_dumpf(o, f, JSON_INDENT(2));
+			fputc('\n', f);
+			json_decref(o);
+		}
+	} else {
+		fs_metrics(fs, f);
+	}
+	fclose(f);
+	fi->fh = (uint64_t)(uintptr_t)b;
+	fi->direct_io = 1;
+	fuse_reply_open(req, fi);
+}
+
+/* A RELEASE can come while a READ of the same handle is still being
+ * answered (the reader was killed mid-request), so both hold this lock
+ * while they touch the buffer. */
+static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void ctl_read(fuse_req_t req, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct ctlbuf *b;
+
+	pthread_mutex_lock(&ctl_lock);
+	b = (struct ctlbuf *)(uintptr_t)fi->fh;
+	if (!b || off < 0 || (size_t)off >= b->len)
+		fuse_reply_buf(req, NULL, 0);
+	else
+		fuse_reply_buf(req, b->data + off, MIN(size, b->len - (size_t)off));
+	pthread_mutex_unlock(&ctl_lock);
+}
+
+
+void ctl_release(struct fuse_file_info *fi)
+{
+	pthread_mutex_lock(&ctl_lock);
+	struct ctlbuf *b = (struct ctlbuf *)(uintptr_t)fi->fh;
+	if (b) {
+		free(b->data);
+		free(b);
+	}
+	pthread_mutex_unlock(&ctl_lock);
+}

@@ -1,0 +1,150 @@
+/* What the files of fs/ share: the filesystem's state, its node numbers
+ * and the counters of FUSE requests.  Only for fs/. */
+#pragma once
+
+#define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
+
+#include <fuse_lowlevel.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <pthread.h>
+#include <time.h>
+
+#include "fs.h"
+#include "manager.h"
+
+struct strmap;
+
+#define INO_IMAGE_BIT (UINT64_C(1) << 63)
+/* The control view: small fixed numbers, below any heap address and with
+ * the image bit clear. */
+#define INO_CTL_DIR 0x100u
+#define INO_CTL_STATUS 0x200u
+#define INO_CTL_METRICS 0x300u
+#define CTL_DIR_NAME ".pullfs"
+
+/* FUSE operations counted for the metrics. */
+enum fsop {
+	FSOP_LOOKUP,
+	FSOP_GETATTR,
+	FSOP_READLINK,
+	FSOP_OPEN,
+	FSOP_READ,
+	FSOP_OPENDIR,
+	FSOP_READDIR,
+	FSOP_READDIRPLUS,
+	FSOP_GETXATTR,
+	FSOP_LISTXATTR,
+	FSOP_FORGET,
+	FSOP_OTHER,
+	FSOP_COUNT,
+};
+
+#define FSOP_BUCKETS 7
+struct fsop_stats {
+	atomic_uint_fast64_t count;
+	atomic_uint_fast64_t sum_ns;
+	atomic_uint_fast64_t buckets[FSOP_BUCKETS + 1];
+};
+
+enum nskind {
+	NS_DIR,
+	NS_SYMLINK,
+};
+
+/* Namespace nodes are interned by path: one path, one node, one inode
+ * number for as long as the kernel knows it.  A second node for a path
+ * the kernel still holds would make the image directory below it appear
+ * under two parents, which the kernel refuses (ESTALE). */
+struct nsnode {
+	uint64_t nlookup; /* fs.ns_lock */
+	char *key;	  /* path below images/, "" for images/ itself */
+	bool permanent;	 /* images/ itself: never freed */
+	enum nskind kind;
+	bool short_form; /* below a docker.io short name: closing names are symlinks */
+	unsigned depth;	 /* path components below images/ */
+	char *prefix;	 /* NS_DIR: canonical components so far, "" for images/ */
+	char *target;	 /* NS_SYMLINK */
+};
+
+struct fs {
+	struct manager *manager;
+	struct fs_options opts;
+	struct nsnode images; /* images/ */
+	struct timespec started;
+	struct fuse_session *session;
+	char *mountpoint;
+	pthread_mutex_t ns_lock;
+	struct strmap *nsnodes; /* key -> struct nsnode *; ns_lock */
+	struct fsop_stats ops[FSOP_COUNT];
+};
+
+/* The one place where a negative errno becomes a FUSE reply. */
+static inline void reply_err(fuse_req_t req, int r)
+{
+	fuse_reply_err(req, r < 0 ? -r : r);
+}
+
+static inline bool ino_is_ctl(fuse_ino_t ino)
+{
+	return ino == INO_CTL_DIR || ino == INO_CTL_STATUS || ino == INO_CTL_METRICS;
+}
+
+static inline struct fs *fs_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static inline bool ino_is_image(fuse_ino_t ino)
+{
+	return (ino & INO_IMAGE_BIT) != 0;
+}
+
+static inline fuse_ino_t node_ino(const struct image *img, const struct tinode *t)
+{
+	return INO_IMAGE_BIT | (fuse_ino_t)image_id(img) << 32 | tinode_index(t);
+}
+
+/* The node an image ino names, and its image; NULL for an ino the kernel
+ * should not have (it holds a reference on every image it asks about). */
+static inline const struct tinode *ino_node(struct fs *fs, fuse_ino_t ino,
+				     struct image **ret_img)
+{
+	struct image *img = manager_image(fs->manager,
+					  (uint32_t)((ino & ~INO_IMAGE_BIT) >> 32));
+
+	*ret_img = img;
+	return img ? image_inode(img, (uint32_t)ino) : NULL;
+}
+
+static inline struct nsnode *ino_nsnode(fuse_ino_t ino)
+{
+	return (struct nsnode *)(uintptr_t)ino;
+}
+
+static inline void image_stat(fuse_ino_t ino, const struct tinode *t, struct stat *st)
+{
+	tinode_fill_stat(t, st);
+	st->st_ino = ino;
+}
+
+/* namespace.c: images/ and the directories below it down to the name that
+ * closes a reference, whose lookup runs ensure.  ns_lookup() returns true
+ * when the lookup was timed by its own (later) answer. */
+void ns_stat(struct fs *fs, fuse_ino_t ino, const struct nsnode *n, struct stat *st);
+void nsnode_free(struct nsnode *n);
+void nsnode_forget(struct fs *fs, struct nsnode *n, uint64_t count);
+bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char *name);
+
+/* ctlview.c: the request counters, and the control view (.pullfs/status
+ * and .pullfs/metrics, made at open and read with direct I/O). */
+int64_t mono_ns(void);
+void fsop_done(struct fs *fs, enum fsop op, int64_t start_ns);
+void ctl_stat(struct fs *fs, fuse_ino_t ino, struct stat *st);
+void ctl_reply_entry(fuse_req_t req, struct fs *fs, fuse_ino_t ino);
+void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_info *fi);
+void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
+void ctl_release(struct fuse_file_info *fi);
+/* The status document for the control socket (a json_t *). */
+void *ctl_status_for_control(void *fs);

@@ -1,0 +1,398 @@
+/* The namespace: images/, the registry hosts and repository directories
+ * below it (interned by path), docker.io short forms as symlinks, and the
+ * lookup of the name that closes a reference, which runs ensure without
+ * holding a worker thread. */
+#include "fs-private.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "macro.h"
+#include "manager.h"
+#include "reference.h"
+#include "strmap.h"
+
+void ns_stat(struct fs *fs, fuse_ino_t ino, const struct nsnode *n,
+	     struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_uid = 0;
+	st->st_gid = 0;
+	st->st_mtim = st->st_ctim = st->st_atim = fs->started;
+	st->st_blksize = 4096;
+	if (n && n->kind == NS_SYMLINK) {
+		st->st_mode = S_IFLNK | 0777;
+		st->st_nlink = 1;
+		st->st_size = (off_t)strlen(n->target);
+	} else {
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = 2;
+		st->st_size = 4096;
+	}
+}
+
+static struct nsnode *nsnode_new(enum nskind kind, bool short_form,
+				 unsigned depth, char *prefix, char *target)
+{
+	struct nsnode *n = calloc(1, sizeof(*n));
+
+	if (!n) {
+		free(prefix);
+		free(target);
+		return NULL;
+	}
+	n->nlookup = 1;
+	n->kind = kind;
+	n->short_form = short_form;
+	n->depth = depth;
+	n->prefix = prefix;
+	n->target = target;
+	return n;
+}
+
+void nsnode_free(struct nsnode *n)
+{
+	free(n->key);
+	free(n->prefix);
+	free(n->target);
+	free(n);
+}
+
+void nsnode_forget(struct fs *fs, struct nsnode *n, uint64_t count)
+{
+	if (n->permanent)
+		return;
+	pthread_mutex_lock(&fs->ns_lock);
+	if (n->nlookup <= count) {
+		if (strmap_get(fs->nsnodes, n->key) == n)
+			strmap_remove(fs->nsnodes, n->key);
+		nsnode_free(n);
+	} else {
+		n->nlookup -= count;
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+}
+
+/* The node already known for key with one more lookup, or NULL. */
+static struct nsnode *nsnode_find(struct fs *fs, const char *key)
+{
+	struct nsnode *n;
+
+	pthread_mutex_lock(&fs->ns_lock);
+	n = strmap_get(fs->nsnodes, key);
+	if (n)
+		n->nlookup++;
+	pthread_mutex_unlock(&fs->ns_lock);
+	return n;
+}
+
+/* Makes the fresh node n the one for key, or, when another lookup won
+ * the race, frees n and returns that one (with a lookup taken). */
+static struct nsnode *nsnode_intern(struct fs *fs, const char *key, struct nsnode *n)
+{
+	struct nsnode *other;
+
+	if (!n)
+		return NULL;
+	n->key = strdup(key);
+	if (!n->key) {
+		nsnode_free(n);
+		return NULL;
+	}
+	pthread_mutex_lock(&fs->ns_lock);
+	other = strmap_get(fs->nsnodes, key);
+	if (other) {
+		other->nlookup++;
+	} else if (strmap_put(fs->nsnodes, key, n) < 0) {
+		pthread_mutex_unlock(&fs->ns_lock);
+		nsnode_free(n);
+		return NULL;
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+	if (other) {
+		nsnode_free(n);
+		return other;
+	}
+	return n;
+}
+
+static char *join(const char *a, const char *b)
+{
+	char *s;
+
+	if (!*a)
+		return strdup(b);
+	if (asprintf(&s, "%s/%s", a, b) < 0)
+		return NULL;
+	return s;
+}
+
+/* A docker.io short name in path form: a symlink to the canonical path,
+ * so `images/alpine:3.19` and `images/docker.io/library/alpine:3.19` are
+ * one image, one pull, one set of inodes. */
+static int short_form_symlink(const struct nsnode *parent, const char *name,
+			      struct nsnode **ret)
+{
+	_cleanup_free_ char *full = NULL, *canonical = NULL;
+	struct reference *ref = NULL;
+	char *target;
+	size_t len;
+	int r;
+
+	full = join(parent->prefix, name);
+	if (!full)
+		return -ENOMEM;
+	r = reference_parse(full, 0, &ref);
+	if (r < 0)
+		return r;
+	canonical = reference_to_string(ref);
+	reference_free(ref);
+	if (!canonical)
+		return -ENOMEM;
+	len = 3 * parent->depth + strlen(canonical) + 1;
+	target = malloc(len);
+	if (!target)
+		return -ENOMEM;
+	target[0] = '\0';
+	for (unsigned i = 0; i < parent->depth; i++)
+		strcat(target, "../");
+	strcat(target, canonical);
+	*ret = nsnode_new(NS_SYMLINK, true, parent->depth + 1, NULL, target);
+	return *ret ? 0 : -ENOMEM;
+}
+
+static void caller_of(fuse_req_t req, struct caller *c)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	char path[64];
+	int fd;
+
+	memset(c, 0, sizeof(*c));
+	c->pid = ctx->pid;
+	c->uid = ctx->uid;
+	c->gid = ctx->gid;
+	snprintf(path, sizeof(path), "/proc/%ld/comm", (long)ctx->pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t n = read(fd, c->comm, sizeof(c->comm) - 1);
+		if (n > 0) {
+			c->comm[n] = '\0';
+			c->comm[strcspn(c->comm, "\n")] = '\0';
+		}
+		close(fd);
+	}
+}
+
+static void reply_image_root(fuse_req_t req, struct fs *fs, struct image *img)
+{
+	struct fuse_entry_param e = { 0 };
+	const struct tinode *root = image_root(img);
+
+	e.ino = node_ino(img, root);
+	e.generation = 1;
+	image_stat(e.ino, root, &e.attr);
+	e.attr_timeout = fs->opts.content_timeout;
+	e.entry_timeout = fs->opts.image_timeout;
+	/* The reference from ensure becomes the kernel's lookup reference. */
+	if (fuse_reply_entry(req, &e) != 0)
+		image_unref(img, 1);
+}
+
+static void reply_nsnode(fuse_req_t req, struct fs *fs, struct nsnode *n)
+{
+	struct fuse_entry_param e = { 0 };
+
+	e.ino = (fuse_ino_t)(uintptr_t)n;
+	e.generation = 1;
+	ns_stat(fs, e.ino, n, &e.attr);
+	e.attr_timeout = fs->opts.namespace_timeout;
+	e.entry_timeout = fs->opts.namespace_timeout;
+	if (fuse_reply_entry(req, &e) != 0)
+		nsnode_forget(fs, n, 1);
+}
+
+/* A lookup of images/<ref> waiting for ensure.  No worker thread waits
+ * with it: the flight's end answers it from the flight's thread, or an
+ * interrupt answers EINTR at once, and a lookup never waits for another
+ * reference's pull.  Which of the two answers is decided under lc.lock;
+ * the request's own lock, which libfuse holds around every interrupt
+ * callback and fuse_req_interrupt_func() takes, keeps the callback from
+ * running once the flight's end has unregistered it. */
+struct lookup_call {
+	pthread_mutex_t lock;
+	atomic_int refs; /* the handler's and the pending ensure's */
+	fuse_req_t req;
+	struct fs *fs;
+	struct ensure_call *call; /* lock */
+	bool interrupted;	  /* lock */
+	bool finished;		  /* lock: the answer is decided */
+	uint64_t parent;
+	int64_t start_ns;
+	char name[];
+};
+
+static void lookup_call_put(struct lookup_call *lc)
+{
+	if (atomic_fetch_sub(&lc->refs, 1) == 1) {
+		pthread_mutex_destroy(&lc->lock);
+		free(lc);
+	}
+}
+
+static void lookup_reply(struct lookup_call *lc, int r, struct image *img)
+{
+	struct fs *fs = lc->fs;
+
+	if (r < 0) {
+		reply_err(lc->req, r);
+	} else {
+		image_note_dentry(img, lc->parent, lc->name);
+		reply_image_root(lc->req, fs, img);
+	}
+	fsop_done(fs, FSOP_LOOKUP, lc->start_ns);
+}
+
+static void lookup_done(void *userdata, int r, struct image *img)
+{
+	struct lookup_call *lc = userdata;
+
+	/* The handler may still be between starting ensure and recording
+	 * the call: wait for it. */
+	pthread_mutex_lock(&lc->lock);
+	lc->finished = true;
+	pthread_mutex_unlock(&lc->lock);
+	fuse_req_interrupt_func(lc->req, NULL, NULL);
+	lookup_reply(lc, r, img);
+	lookup_call_put(lc);
+}
+
+/* Called with the request's lock held. */
+static void lookup_interrupt(fuse_req_t req, void *data)
+{
+	struct lookup_call *lc = data;
+	bool claimed = false;
+
+	pthread_mutex_lock(&lc->lock);
+	lc->interrupted = true;
+	if (lc->call && !lc->finished && ensure_call_cancel(lc->call))
+		claimed = lc->finished = true;
+	pthread_mutex_unlock(&lc->lock);
+	if (claimed) {
+		lookup_reply(lc, -EINTR, NULL);
+		lookup_call_put(lc);
+	}
+}
+
+/* Returns true when the answer is left to the flight or an interrupt. */
+static bool image_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
+			 const char *name)
+{
+	_cleanup_free_ char *full = join(parent->prefix, name);
+	struct lookup_call *lc;
+	struct ensure_call *call;
+	struct image *img = NULL;
+	struct caller who;
+	bool claimed = false;
+	int r;
+
+	lc = full ? calloc(1, sizeof(*lc) + strlen(name) + 1) : NULL;
+	if (!lc) {
+		reply_err(req, -ENOMEM);
+		return false;
+	}
+	pthread_mutex_init(&lc->lock, NULL);
+	atomic_init(&lc->refs, 2);
+	lc->req = req;
+	lc->fs = fs;
+	lc->parent = (uint64_t)(uintptr_t)parent;
+	lc->start_ns = mono_ns();
+	strcpy(lc->name, name);
+	caller_of(req, &who);
+	/* Registered first: an interrupt that came already is noted now. */
+	fuse_req_interrupt_func(req, lookup_interrupt, lc);
+	pthread_mutex_lock(&lc->lock);
+	r = manager_ensure_start(fs->manager, full, &who, lookup_done, lc, &call, &img);
+	if (r != 0) {
+		lc->finished = true;
+	} else {
+		lc->call = call;
+		if (lc->interrupted && ensure_call_cancel(call))
+			claimed = lc->finished = true;
+	}
+	pthread_mutex_unlock(&lc->lock);
+	if (r == 0 && !claimed) {
+		lookup_call_put(lc);
+		return true;
+	}
+	fuse_req_interrupt_func(req, NULL, NULL);
+	lookup_reply(lc, claimed ? -EINTR : r, img);
+	lookup_call_put(lc);
+	lookup_call_put(lc);
+	return true;
+}
+
+bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
+	       const char *name)
+{
+	_cleanup_free_ char *key = NULL;
+	struct nsnode *n = NULL;
+	bool is_host, closes;
+	int r;
+
+	if (parent->kind != NS_DIR) {
+		reply_err(req, -ENOTDIR);
+		return false;
+	}
+	/* Path form: a registry host opens the reference only in the first
+	 * position; elsewhere, and for names that are not hosts, the docker.io
+	 * short-name rules apply. */
+	is_host = parent->depth == 0 && (reference_component_is_host(name) ||
+					 manager_is_known_host(fs->manager, name));
+	closes = !is_host && reference_component_closes(name);
+	if (closes && parent->depth > 0 && !parent->short_form)
+		return image_lookup(req, fs, parent, name);
+
+	key = join(parent->key, name);
+	if (!key) {
+		reply_err(req, -ENOMEM);
+		return false;
+	}
+	n = nsnode_find(fs, key);
+	if (n) {
+		reply_nsnode(req, fs, n);
+		return false;
+	}
+	if (is_host) {
+		char *prefix = strdup(name);
+		n = prefix ? nsnode_new(NS_DIR, false, 1, prefix, NULL) : NULL;
+	} else if (closes) {
+		r = short_form_symlink(parent, name, &n);
+		if (r < 0) {
+			reply_err(req, r);
+			return false;
+		}
+	} else if (!reference_path_component_is_valid(name)) {
+		reply_err(req, -EINVAL);
+		return false;
+	} else {
+		bool short_form = parent->depth == 0 || parent->short_form;
+		char *prefix = parent->depth == 0 ? join(REFERENCE_DEFAULT_DOMAIN, name)
+						  : join(parent->prefix, name);
+		n = prefix ? nsnode_new(NS_DIR, short_form, parent->depth + 1, prefix, NULL)
+			   : NULL;
+	}
+	n = nsnode_intern(fs, key, n);
+	if (!n) {
+		reply_err(req, -ENOMEM);
+		return false;
+	}
+	reply_nsnode(req, fs, n);
+	return false;
+}
+
