@@ -48,7 +48,7 @@ log "300 images read: at most $max descriptors open"
 [ "$max" -lt 200 ] || fail "$max descriptors open after 300 images (limit 256)"
 
 # 2,000 references more: names of the pulled digests, read once each.
-while read -r ref digest; do echo "${ref%%:*} $digest"; done <"$WORK/digests" | head -300 >"$WORK/pairs"
+awk 'NR <= 300 { sub(/:[^:]*$/, "", $1); print $1, $2 }' "$WORK/digests" >"$WORK/pairs"
 python3 - "$MNT/images/$REGISTRY" "$WORK/pairs" <<'PY' || fail "reading 2,000 references"
 import sys
 root, pairs = sys.argv[1], [l.split() for l in open(sys.argv[2])]
