@@ -141,6 +141,27 @@ bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char 
  * and .pullfs/metrics, made at open and read with direct I/O). */
 int64_t mono_ns(void);
 void fsop_done(struct fs *fs, enum fsop op, int64_t start_ns);
+
+/* Times a request handler from its first line to its return, for the
+ * metrics: `_timed_(FSOP_X);` first in a handler whose request is `req`.
+ * fs is read at once, since the reply frees req; clear timer_.fs when the
+ * answer comes later and is timed there. */
+struct op_timer {
+	struct fs *fs;
+	enum fsop op;
+	int64_t start_ns;
+};
+
+static inline void op_timer_done(struct op_timer *t)
+{
+	if (t->fs)
+		fsop_done(t->fs, t->op, t->start_ns);
+}
+
+#define _timed_(fsop)                                                          \
+	struct op_timer timer_ __attribute__((cleanup(op_timer_done))) = {     \
+		.fs = fuse_req_userdata(req), .op = (fsop), .start_ns = mono_ns(), \
+	}
 void ctl_stat(struct fs *fs, fuse_ino_t ino, struct stat *st);
 void ctl_reply_entry(fuse_req_t req, struct fs *fs, fuse_ino_t ino);
 void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_info *fi);

@@ -129,22 +129,25 @@ static void forget_one(struct fs *fs, fuse_ino_t ino, uint64_t nlookup)
 		nsnode_forget(fs, ino_nsnode(ino), nlookup);
 }
 
-static void do_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
+	_timed_(FSOP_FORGET);
 	forget_one(fs_of(req), ino, nlookup);
 	fuse_reply_none(req);
 }
 
-static void do_forget_multi(fuse_req_t req, size_t count,
+static void op_forget_multi(fuse_req_t req, size_t count,
 			    struct fuse_forget_data *forgets)
 {
+	_timed_(FSOP_FORGET);
 	for (size_t i = 0; i < count; i++)
 		forget_one(fs_of(req), forgets[i].ino, forgets[i].nlookup);
 	fuse_reply_none(req);
 }
 
-static void do_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	_timed_(FSOP_GETATTR);
 	struct fs *fs = fs_of(req);
 	struct stat st;
 
@@ -169,8 +172,9 @@ static void do_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	}
 }
 
-static void do_readlink(fuse_req_t req, fuse_ino_t ino)
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
+	_timed_(FSOP_READLINK);
 	if (ino == FUSE_ROOT_ID || ino_is_ctl(ino)) {
 		reply_err(req, -EINVAL);
 	} else if (ino_is_image(ino)) {
@@ -189,8 +193,9 @@ static void do_readlink(fuse_req_t req, fuse_ino_t ino)
 	}
 }
 
-static void do_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	_timed_(FSOP_OPEN);
 	if ((fi->flags & O_ACCMODE) != O_RDONLY ||
 	    (fi->flags & (O_TRUNC | O_APPEND | O_CREAT))) {
 		reply_err(req, -EROFS);
@@ -239,9 +244,10 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_err(req, 0);
 }
 
-static void do_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
+	_timed_(FSOP_READ);
 	const struct tinode *t;
 	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(0);
 	struct image *img;
@@ -322,8 +328,9 @@ static void listing_free(struct nslisting *l)
 	free(l);
 }
 
-static void do_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	_timed_(FSOP_OPENDIR);
 	struct fs *fs = fs_of(req);
 	struct nslisting *l;
 	int r;
@@ -494,21 +501,24 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 			   (struct nslisting *)(uintptr_t)fi->fh, plus);
 }
 
-static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
+	_timed_(FSOP_READDIR);
 	readdir_common(req, ino, size, off, fi, false);
 }
 
-static void do_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 			   off_t off, struct fuse_file_info *fi)
 {
+	_timed_(FSOP_READDIRPLUS);
 	readdir_common(req, ino, size, off, fi, true);
 }
 
-static void do_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			size_t size)
 {
+	_timed_(FSOP_GETXATTR);
 	const struct tree_xattr *x;
 
 	if (!ino_is_image(ino)) {
@@ -532,8 +542,9 @@ static void do_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		fuse_reply_buf(req, x->value, x->size);
 }
 
-static void do_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
+	_timed_(FSOP_LISTXATTR);
 	const struct tinode *t;
 	_cleanup_free_ char *buf = NULL;
 	size_t len = 0, pos = 0;
@@ -644,114 +655,14 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	reply_err(req, -EROFS);
 }
 
-/* Every request is timed for the metrics; fs is taken before the reply,
- * which frees req. */
+/* Every request is timed for the metrics (see _timed_); a lookup that
+ * waits for a pull is timed by its answer instead. */
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct fs *fs = fs_of(req);
-	int64_t t = mono_ns();
+	_timed_(FSOP_LOOKUP);
 
-	if (!do_lookup(req, parent, name))
-		fsop_done(fs, FSOP_LOOKUP, t);
-}
-
-static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	struct fs *fs = fs_of(req);
-	int64_t t = mono_ns();
-
-	do_getattr(req, ino, fi);
-	fsop_done(fs, FSOP_GETATTR, t);
-}
-
-static void op_readlink(fuse_req_t req, fuse_ino_t ino)
-{
-	struct fs *fs = fs_of(req);
-	int64_t t = mono_ns();
-
-	do_readlink(req, ino);
-	fsop_done(fs, FSOP_READLINK, t);
-}
-
-static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	struct fs *fs = fs_of(req);
-	int64_t t = mono_ns();
-
-	do_open(req, ino, fi);
-	fsop_done(fs, FSOP_OPEN, t);
-}
-
-static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
-{
-	struct fs *fs = fs_of(req);
-	int64_t t = mono_ns();
-
-	do_read(req, ino, size, off, fi);
-	fsop_done(fs, FSOP_READ, t);
-}
-
-static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	struct fs *fs = fs_of(req);
-	int64_t t = mono_ns();
-
-	do_opendir(req, ino, fi);
-	fsop_done(fs, FSOP_OPENDIR, t);
-}
-
-static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
-{
-	struct fs *fs = fs_of(req);
-	int64_t t = mono_ns();
-
-	do_readdir(req, ino, size, off, fi);
-	fsop_done(fs, FSOP_READDIR, t);
-}
-
-static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
-{
-	struct fs *fs = fs_of(req);
-	int64_t t = mono_ns();
-
-	do_readdirplus(req, ino, size, off, fi);
-	fsop_done(fs, FSOP_READDIRPLUS, t);
-}
-
-static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
-{
-	struct fs *fs = fs_of(req);
-	int64_t t = mono_ns();
-
-	do_getxattr(req, ino, name, size);
-	fsop_done(fs, FSOP_GETXATTR, t);
-}
-
-static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
-{
-	struct fs *fs = fs_of(req);
-	int64_t t = mono_ns();
-
-	do_listxattr(req, ino, size);
-	fsop_done(fs, FSOP_LISTXATTR, t);
-}
-
-static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
-{
-	struct fs *fs = fs_of(req);
-	int64_t t = mono_ns();
-
-	do_forget(req, ino, nlookup);
-	fsop_done(fs, FSOP_FORGET, t);
-}
-
-static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
-{
-	struct fs *fs = fs_of(req);
-	int64_t t = mono_ns();
-
-	do_forget_multi(req, count, forgets);
-	fsop_done(fs, FSOP_FORGET, t);
+	if (do_lookup(req, parent, name))
+		timer_.fs = NULL;
 }
 
 static const struct fuse_lowlevel_ops fs_ops = {

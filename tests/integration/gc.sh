@@ -31,6 +31,11 @@ py "$INTEGRATION_DIR/promcheck.py" "$MNT/.pullfs/metrics" \
     pullfs_gc_freed_bytes_total pullfs_fuse_operations_total \
     pullfs_fuse_operation_duration_seconds || fail "metrics exposition"
 grep -q '^pullfs_pulls_total{result="success"} 2$' "$MNT/.pullfs/metrics" || fail "two successful pulls in the metrics"
+# Requests are counted, the lookups that waited for pulls included.
+for op in lookup opendir; do
+    grep -qE '^pullfs_fuse_operations_total\{op="'$op'"\} [1-9]' "$MNT/.pullfs/metrics" || fail "no $op request counted"
+done
+grep -qE '^pullfs_fuse_operation_duration_seconds_bucket\{op="lookup",le="10"\} [1-9]' "$MNT/.pullfs/metrics" || fail "no lookup in the duration histogram"
 unmount_pullfs
 
 # A budget where both fit under the low mark only without busybox:
