@@ -483,19 +483,15 @@ int manager_pull_background(struct manager *m, const char *reference,
 			    void **ret_json, char *errbuf, size_t errlen)
 {
 	_cleanup_free_ char *canonical = NULL;
-	struct reference *ref = NULL;
 	struct image *img = NULL;
 	int r;
 
-	r = reference_parse(reference, REFERENCE_DEFAULT_TAG, &ref);
+	r = manager_canonical(reference, &canonical);
 	if (r < 0) {
-		snprintf(errbuf, errlen, "invalid reference \"%s\"", reference);
+		if (r == -EINVAL)
+			snprintf(errbuf, errlen, "invalid reference \"%s\"", reference);
 		return r;
 	}
-	canonical = reference_to_string(ref);
-	reference_free(ref);
-	if (!canonical)
-		return -ENOMEM;
 	r = ensure_begin(m, canonical, NULL, true, NULL, NULL, NULL, &img);
 	if (r < 0) {
 		snprintf(errbuf, errlen, "cannot pull \"%s\": %s", canonical, strerror(-r));

@@ -416,18 +416,6 @@ int manager_gc(struct manager *m, uint64_t to_bytes, void **ret_json,
 	return r;
 }
 
-static int canonicalize(const char *s, char **ret)
-{
-	struct reference *ref = NULL;
-	int r = reference_parse(s, REFERENCE_DEFAULT_TAG, &ref);
-
-	if (r < 0)
-		return r;
-	*ret = reference_to_string(ref);
-	reference_free(ref);
-	return *ret ? 0 : -ENOMEM;
-}
-
 int manager_remove(struct manager *m, const char *const *references, size_t n,
 		   void **ret_json, char *errbuf, size_t errlen)
 {
@@ -444,7 +432,7 @@ int manager_remove(struct manager *m, const char *const *references, size_t n,
 	if (!canon)
 		return -ENOMEM;
 	for (size_t i = 0; i < n && r == 0; i++) {
-		r = canonicalize(references[i], &canon[i]);
+		r = manager_canonical(references[i], &canon[i]);
 		if (r == -EINVAL)
 			snprintf(errbuf, errlen, "invalid reference \"%s\"", references[i]);
 	}

@@ -231,6 +231,10 @@ struct ensure_outcome {
 /* manager.c, for flight.c: the clock in seconds, the effective pull
  * policy, the decision of one flight (from the cache, or a pull), and the
  * rate-limited "already present" event. */
+/* The canonical form of a reference given in any form the grammar
+ * accepts (the default tag added): 0 with a new string, -EINVAL,
+ * -ENOMEM. */
+int manager_canonical(const char *reference, char **ret);
 int64_t manager_now_s(const struct manager *m);
 double manager_now_f(const struct manager *m);
 enum pull_policy manager_policy_of(const struct manager *m,

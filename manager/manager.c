@@ -118,6 +118,18 @@ void manager_emit(struct manager *m, enum event_type type, const char *reason,
 			       });
 }
 
+int manager_canonical(const char *reference, char **ret)
+{
+	struct reference *ref = NULL;
+	int r = reference_parse(reference, REFERENCE_DEFAULT_TAG, &ref);
+
+	if (r < 0)
+		return r;
+	*ret = reference_to_string(ref);
+	reference_free(ref);
+	return *ret ? 0 : -ENOMEM;
+}
+
 /* ---- images ---------------------------------------------------------- */
 
 /* Returns reference's image for manifest digest, with a reference for the

@@ -315,7 +315,6 @@ static json_t *descriptor_json(const struct descriptor *d)
 int manager_inspect(struct manager *m, const char *reference, void **ret_json,
 		    char *errbuf, size_t errlen)
 {
-	struct reference *ref = NULL;
 	_cleanup_free_ char *canonical = NULL, *digest = NULL, *index_digest = NULL;
 	_cleanup_free_ char *mbuf = NULL, *cbuf = NULL;
 	struct manifest *mf = NULL;
@@ -323,15 +322,12 @@ int manager_inspect(struct manager *m, const char *reference, void **ret_json,
 	json_t *o = NULL, *layers, *config;
 	int r;
 
-	r = reference_parse(reference, REFERENCE_DEFAULT_TAG, &ref);
+	r = manager_canonical(reference, &canonical);
 	if (r < 0) {
-		snprintf(errbuf, errlen, "invalid reference \"%s\"", reference);
+		if (r == -EINVAL)
+			snprintf(errbuf, errlen, "invalid reference \"%s\"", reference);
 		return r;
 	}
-	canonical = reference_to_string(ref);
-	reference_free(ref);
-	if (!canonical)
-		return -ENOMEM;
 	pthread_mutex_lock(&m->lock);
 	struct refstate *rs = strmap_get(m->refs, canonical);
 	if (rs) {
