@@ -2,6 +2,7 @@
  * .pullfs/status (JSON) and .pullfs/metrics (Prometheus text), each made
  * afresh at open. */
 #include "fs-private.h"
+#include "fuseio.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -99,6 +100,19 @@ void *ctl_status_for_control(void *userdata)
 static void fs_metrics(struct fs *fs, FILE *f)
 {
 	manager_metrics(fs->manager, f);
+	fprintf(f, "# HELP pullfs_passthrough Whether files stored as objects are read by the kernel directly (FUSE passthrough).\n"
+		   "# TYPE pullfs_passthrough gauge\n"
+		   "pullfs_passthrough %d\n"
+		   "# HELP pullfs_passthrough_opens_total Opens served in passthrough.\n"
+		   "# TYPE pullfs_passthrough_opens_total counter\n"
+		   "pullfs_passthrough_opens_total %llu\n"
+		   "# HELP pullfs_backing_files Backing files registered with the kernel now.\n"
+		   "# TYPE pullfs_backing_files gauge\n"
+		   "pullfs_backing_files %u\n",
+		fuseio_passthrough() && !fs->opts.no_passthrough &&
+			!atomic_load(&fs->passthrough_refused),
+		(unsigned long long)atomic_load(&fs->passthrough_opens),
+		files_backing_count(fs));
 	fputs("# HELP pullfs_fuse_operations_total FUSE requests served, by operation.\n"
 	      "# TYPE pullfs_fuse_operations_total counter\n", f);
 	for (unsigned i = 0; i < FSOP_COUNT; i++)

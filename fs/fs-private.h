@@ -78,6 +78,11 @@ struct fs {
 	pthread_mutex_t ns_lock;
 	struct strmap *nsnodes; /* key -> struct nsnode *; ns_lock */
 	struct fsop_stats ops[FSOP_COUNT];
+	/* files.c: backing files of objects open in passthrough */
+	pthread_mutex_t backing_lock;
+	struct strmap *backings; /* object hex -> struct backing *; backing_lock */
+	atomic_bool passthrough_refused;
+	atomic_uint_fast64_t passthrough_opens;
 };
 
 /* The one place where a negative errno becomes a FUSE reply. */
@@ -128,6 +133,16 @@ static inline void image_stat(fuse_ino_t ino, const struct tinode *t, struct sta
 	tinode_fill_stat(t, st);
 	st->st_ino = ino;
 }
+
+/* files.c: regular files of images.  file_release() takes img NULL when
+ * the image is gone (the file is still released). */
+void file_open(fuse_req_t req, struct fs *fs, struct image *img,
+	       const struct tinode *t, struct fuse_file_info *fi);
+void file_read(fuse_req_t req, struct image *img, const struct tinode *t,
+	       size_t size, off_t off, struct fuse_file_info *fi);
+void file_release(struct fs *fs, struct image *img, struct fuse_file_info *fi);
+/* Backing files registered with the kernel now. */
+unsigned files_backing_count(struct fs *fs);
 
 /* namespace.c: images/ and the directories below it down to the name that
  * closes a reference, whose lookup runs ensure.  ns_lookup() returns true

@@ -223,13 +223,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		reply_err(req, -ENXIO);
 		return;
 	}
-	fi->keep_cache = 1;
-	fi->noflush = 1;
-	fi->fh = 0;
-	/* Counted before the reply: GC must never see the file closed. */
-	image_open(img);
-	if (fuse_reply_open(req, fi) != 0)
-		image_close(img);
+	file_open(req, fs_of(req), img, t, fi);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -238,8 +232,9 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		ctl_release(fi);
 	} else if (ino_is_image(ino)) {
 		struct image *img;
-		if (ino_node(fs_of(req), ino, &img))
-			image_close(img);
+		if (!ino_node(fs_of(req), ino, &img))
+			img = NULL;
+		file_release(fs_of(req), img, fi);
 	}
 	fuse_reply_err(req, 0);
 }
@@ -249,9 +244,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	_timed_(FSOP_READ);
 	const struct tinode *t;
-	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(0);
 	struct image *img;
-	int fd;
 
 	if (ino == INO_CTL_STATUS || ino == INO_CTL_METRICS) {
 		ctl_read(req, size, off, fi);
@@ -266,23 +259,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_err(req, -ESTALE);
 		return;
 	}
-	if (off < 0 || (uint64_t)off >= t->size) {
-		fuse_reply_buf(req, NULL, 0);
-		return;
-	}
-	if (size > t->size - (uint64_t)off)
-		size = (size_t)(t->size - (uint64_t)off);
-	fd = image_file_fd(img, t);
-	if (fd < 0) {
-		reply_err(req, -EIO);
-		return;
-	}
-	buf.buf[0].size = size;
-	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-	buf.buf[0].fd = fd;
-	buf.buf[0].pos = (off_t)(t->data_off + (uint64_t)off);
-	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
-	image_file_fd_put(img, t);
+	file_read(req, img, t, size, off, fi);
 }
 
 /* Directory listings of namespace directories are taken once, at opendir,
@@ -712,8 +689,12 @@ int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
 	if (fs->opts.max_threads == 0)
 		fs->opts.max_threads = 32;
 	pthread_mutex_init(&fs->ns_lock, NULL);
+	pthread_mutex_init(&fs->backing_lock, NULL);
 	fs->nsnodes = strmap_new();
-	if (!fs->nsnodes) {
+	fs->backings = strmap_new();
+	if (!fs->nsnodes || !fs->backings) {
+		strmap_free(fs->nsnodes);
+		strmap_free(fs->backings);
 		free(fs);
 		return -ENOMEM;
 	}
@@ -732,6 +713,12 @@ static int free_nsnode_entry(void *userdata, const char *key, void *value)
 	return 0;
 }
 
+static int free_backing_entry(void *userdata, const char *key, void *value)
+{
+	free(value);
+	return 0;
+}
+
 void fs_free(struct fs *fs)
 {
 	if (!fs)
@@ -742,6 +729,12 @@ void fs_free(struct fs *fs)
 		strmap_foreach(fs->nsnodes, free_nsnode_entry, NULL);
 	strmap_free(fs->nsnodes);
 	pthread_mutex_destroy(&fs->ns_lock);
+	/* backing files of files still open at the unmount: the kernel
+	 * dropped its references with the connection */
+	if (fs->backings)
+		strmap_foreach(fs->backings, free_backing_entry, NULL);
+	strmap_free(fs->backings);
+	pthread_mutex_destroy(&fs->backing_lock);
 	free(fs);
 }
 
@@ -827,7 +820,9 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
 	}
 	/* op_init asks for FUSE_CAP_PARALLEL_DIROPS, which libfuse before
 	 * 3.17 does not pass on to the kernel. */
-	struct fuseio_options io = { .parallel_dirops = true, .debug = fs->opts.debug };
+	struct fuseio_options io = { .parallel_dirops = true,
+				     .passthrough = !fs->opts.no_passthrough,
+				     .debug = fs->opts.debug };
 	r = fuseio_attach(fs->session, &io);
 	if (r < 0)
 		goto out_unmount;

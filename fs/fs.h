@@ -15,6 +15,7 @@ struct fs_options {
 	unsigned max_threads;	  /* FUSE worker threads; 0: 32 */
 	struct control *control;  /* bound, served while mounted; NULL: none */
 	bool debug;		  /* -d: FUSE messages on stderr */
+	bool no_passthrough;	  /* read objects through the daemon too */
 };
 
 struct fs;

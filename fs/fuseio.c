@@ -3,7 +3,12 @@
  * for the INIT exchange.  read() notes the unique id of FUSE_INIT and the
  * flags the kernel offered; writev() adds to the INIT reply the offered
  * flags pullfs wants but libfuse does not send.  Any other message costs
- * a comparison on the way in and a load and a comparison on the way out. */
+ * a comparison on the way in and a load and a comparison on the way out,
+ * plus a thread-local load for OPEN replies to be sent in passthrough.
+ *
+ * Passthrough (protocol 7.40, kernel 6.9) is not in the installed headers
+ * (7.38): its constants and the two structures it extends are defined
+ * here, by the layout the kernel reads. */
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
 
 #include "fuseio.h"
@@ -15,14 +20,54 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <errno.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+#define PFS_FUSE_PASSTHROUGH (UINT64_C(1) << 37)
+#define PFS_FOPEN_PASSTHROUGH (1u << 7)
+
+/* struct fuse_init_out of 7.40: max_stack_depth took the first unused
+ * word after flags2. */
+struct pfs_init_out {
+	uint32_t major, minor, max_readahead, flags;
+	uint16_t max_background, congestion_threshold;
+	uint32_t max_write, time_gran;
+	uint16_t max_pages, map_alignment;
+	uint32_t flags2, max_stack_depth;
+	uint32_t unused[6];
+};
+
+/* struct fuse_open_out of 7.40: backing_id took the padding. */
+struct pfs_open_out {
+	uint64_t fh;
+	uint32_t open_flags;
+	int32_t backing_id;
+};
+
+struct pfs_backing_map {
+	int32_t fd;
+	uint32_t flags;
+	uint64_t padding;
+};
+
+#define PFS_DEV_IOC_BACKING_OPEN _IOW(229, 1, struct pfs_backing_map)
+#define PFS_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
+
+_Static_assert(sizeof(struct pfs_init_out) == 64, "fuse_init_out is 64 bytes");
+_Static_assert(sizeof(struct pfs_open_out) == 16, "fuse_open_out is 16 bytes");
 
 /* Written by fuseio_attach() before the session loop starts its threads,
  * read-only afterwards. */
 static uint64_t init_wanted; /* FUSE_* INIT flags, flags2 in the high word */
 static bool debug;
+static int dev_fd = -1;
+/* Set once the INIT reply granting passthrough went out. */
+static atomic_bool passthrough_on;
+/* The backing id for the OPEN reply this thread is about to send. */
+static _Thread_local int open_backing_id;
 
 /* The pending INIT exchange: init_add is stored before init_unique
  * (release) and read after it (acquire).  0: none pending.  A notification
@@ -61,30 +106,63 @@ static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 static ssize_t write_init_reply(int fd, const struct iovec *iov, int count, uint64_t add)
 {
 	const struct fuse_out_header *out = iov[0].iov_base;
-	struct fuse_init_out init = { 0 };
+	struct pfs_init_out init = { 0 };
 	struct iovec v[2];
 	size_t len;
 	bool ext;
+	ssize_t n;
 
 	if (count != 2 || out->error != 0)
 		return writev(fd, iov, count);
 	len = iov[1].iov_len;
-	if (len > sizeof(init) || len < offsetof(struct fuse_init_out, flags) + sizeof(init.flags))
+	if (len > sizeof(init) || len < offsetof(struct pfs_init_out, flags) + sizeof(init.flags))
 		return writev(fd, iov, count);
 	memcpy(&init, iov[1].iov_base, len);
-	/* flags2 only where the kernel reads it: an extended reply. */
-	ext = (init.flags & FUSE_INIT_EXT) &&
-	      len >= offsetof(struct fuse_init_out, flags2) + sizeof(init.flags2);
+	/* flags2 only where the kernel reads it: an extended reply, which
+	 * may be made one when the kernel offered it. */
+	ext = len >= offsetof(struct pfs_init_out, flags2) + sizeof(init.flags2) &&
+	      ((init.flags & FUSE_INIT_EXT) || (add & FUSE_INIT_EXT));
+	if (!ext)
+		add &= ~(PFS_FUSE_PASSTHROUGH | FUSE_INIT_EXT);
+	/* Passthrough needs a stacking depth the kernel can check backing
+	 * files against: 1, files on a plain filesystem. */
+	if ((add & PFS_FUSE_PASSTHROUGH) &&
+	    len >= offsetof(struct pfs_init_out, max_stack_depth) + sizeof(init.max_stack_depth))
+		init.max_stack_depth = 1;
+	else
+		add &= ~PFS_FUSE_PASSTHROUGH;
 	init.flags |= (uint32_t)add;
 	if (ext)
 		init.flags2 |= (uint32_t)(add >> 32);
 	if (debug)
 		fuse_log(FUSE_LOG_DEBUG,
-			 "fuseio: INIT reply flags=0x%08" PRIx32 " flags2=0x%08" PRIx32 "\n",
-			 init.flags, init.flags2);
+			 "fuseio: INIT reply flags=0x%08" PRIx32 " flags2=0x%08" PRIx32
+			 " max_stack_depth=%" PRIu32 "\n",
+			 init.flags, init.flags2, init.max_stack_depth);
 	v[0] = iov[0];
 	v[1].iov_base = &init;
 	v[1].iov_len = len;
+	n = writev(fd, v, 2);
+	if (n >= 0 && (add & PFS_FUSE_PASSTHROUGH))
+		atomic_store(&passthrough_on, true);
+	return n;
+}
+
+/* An OPEN reply to be sent in passthrough (fuseio_reply_open_backing). */
+static ssize_t write_open_reply(int fd, const struct iovec *iov, int count, int backing_id)
+{
+	struct pfs_open_out o;
+	struct iovec v[2];
+
+	if (count != 2 || iov[1].iov_len != sizeof(o))
+		return writev(fd, iov, count);
+	memcpy(&o, iov[1].iov_base, sizeof(o));
+	o.open_flags |= PFS_FOPEN_PASSTHROUGH;
+	o.open_flags &= ~(uint32_t)FOPEN_KEEP_CACHE;
+	o.backing_id = backing_id;
+	v[0] = iov[0];
+	v[1].iov_base = &o;
+	v[1].iov_len = sizeof(o);
 	return writev(fd, v, 2);
 }
 
@@ -97,6 +175,8 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 	    atomic_compare_exchange_strong(&init_unique, &pending, 0))
 		return write_init_reply(fd, iov, count,
 					atomic_load_explicit(&init_add, memory_order_relaxed));
+	if (open_backing_id > 0)
+		return write_open_reply(fd, iov, count, open_backing_id);
 	return writev(fd, iov, count);
 }
 
@@ -117,7 +197,48 @@ int fuseio_attach(struct fuse_session *se, const struct fuseio_options *opts)
 	};
 
 	init_wanted = opts->parallel_dirops ? FUSE_PARALLEL_DIROPS : 0;
+	if (opts->passthrough)
+		init_wanted |= PFS_FUSE_PASSTHROUGH | FUSE_INIT_EXT;
 	debug = opts->debug;
+	dev_fd = fuse_session_fd(se);
 	atomic_store(&init_unique, 0);
+	atomic_store(&passthrough_on, false);
 	return fuse_session_custom_io(se, &io, fuse_session_fd(se));
+}
+
+bool fuseio_passthrough(void)
+{
+	return atomic_load_explicit(&passthrough_on, memory_order_relaxed);
+}
+
+int fuseio_backing_open(int fd)
+{
+	struct pfs_backing_map map = { .fd = fd };
+	int id;
+
+	if (!fuseio_passthrough())
+		return -EOPNOTSUPP;
+	id = ioctl(dev_fd, PFS_DEV_IOC_BACKING_OPEN, &map);
+	if (id < 0)
+		return -errno;
+	return id > 0 ? id : -EIO;
+}
+
+void fuseio_backing_close(int backing_id)
+{
+	uint32_t id = (uint32_t)backing_id;
+
+	ioctl(dev_fd, PFS_DEV_IOC_BACKING_CLOSE, &id);
+}
+
+int fuseio_reply_open_backing(fuse_req_t req, const struct fuse_file_info *fi,
+			      int backing_id)
+{
+	int r;
+
+	/* libfuse writes the reply from this thread, inside the call */
+	open_backing_id = backing_id;
+	r = fuse_reply_open(req, fi);
+	open_backing_id = 0;
+	return r;
 }

@@ -50,6 +50,7 @@ struct settings {
 	double registry_qps;
 	unsigned registry_burst;
 	bool qps_fail_fast;
+	bool no_passthrough;
 	unsigned max_parallel;
 	unsigned max_names_per_user;
 	unsigned max_pulls_per_user;
@@ -81,6 +82,7 @@ enum {
 	OPT_REGISTRY_QPS,
 	OPT_REGISTRY_BURST,
 	OPT_QPS_FAIL_FAST,
+	OPT_NO_PASSTHROUGH,
 	OPT_MAX_PARALLEL,
 	OPT_MAX_NAMES_PER_USER,
 	OPT_MAX_PULLS_PER_USER,
@@ -114,6 +116,7 @@ static const struct option long_options[] = {
 	{ "registry-qps", required_argument, NULL, OPT_REGISTRY_QPS },
 	{ "registry-burst", required_argument, NULL, OPT_REGISTRY_BURST },
 	{ "pull-qps-fail-fast", no_argument, NULL, OPT_QPS_FAIL_FAST },
+	{ "no-passthrough", no_argument, NULL, OPT_NO_PASSTHROUGH },
 	{ "max-parallel-pulls", required_argument, NULL, OPT_MAX_PARALLEL },
 	{ "max-names-per-user", required_argument, NULL, OPT_MAX_NAMES_PER_USER },
 	{ "max-pulls-per-user", required_argument, NULL, OPT_MAX_PULLS_PER_USER },
@@ -166,6 +169,9 @@ static void usage(FILE *f)
 		"      --registry-burst N       pull starts allowed at once (default 10)\n"
 		"      --pull-qps-fail-fast     fail pulls over the rate with EAGAIN instead\n"
 		"                               of queueing them (the kubelet's behaviour)\n"
+		"      --no-passthrough         read large files through the daemon, not by\n"
+		"                               FUSE passthrough (default: passthrough\n"
+		"                               where the kernel and privileges allow)\n"
 		"      --max-parallel-pulls N   images pulled at once (default 1: serialised)\n"
 		"      --max-names-per-user N   image names a user other than root may hold (256)\n"
 		"      --max-pulls-per-user N   pulls a user other than root may start at once (8)\n"
@@ -506,6 +512,9 @@ static int apply_option(struct settings *s, const struct option *o, const char *
 	case OPT_QPS_FAIL_FAST:
 		s->qps_fail_fast = true;
 		return 0;
+	case OPT_NO_PASSTHROUGH:
+		s->no_passthrough = true;
+		return 0;
 	case OPT_CONNECT_TIMEOUT:
 		r = parse_uint(name, v, 1, 3600, &n, errbuf, errlen);
 		if (r == 0)
@@ -843,6 +852,7 @@ int main(int argc, char **argv)
 	mo.pins = (const char *const *)s.pins;
 	mo.n_pins = s.n_pins;
 	fo.debug = s.debug;
+	fo.no_passthrough = s.no_passthrough;
 	mo.registry_hosts = s.hosts;
 	mo.credentials = creds;
 	mo.connect_timeout_ms = s.connect_timeout_ms;

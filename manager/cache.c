@@ -1,4 +1,4 @@
-#include "cache.h"
+#include "cache-private.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -16,14 +16,6 @@
 #include "fileio.h"
 #include "macro.h"
 
-struct cache {
-	int dirfd;
-	int lockfd;
-	int blobs_fd;  /* blobs/sha256 */
-	int layers_fd; /* layers */
-	int refs_fd;   /* refs */
-	int tmp_fd;    /* tmp */
-};
 
 static int mkdirat_p(int dirfd, const char *name)
 {
@@ -60,7 +52,7 @@ static int mkdir_parents(const char *path)
 
 /* A DIR stream over a directory fd we keep: readdir(3) needs one of its
  * own, positioned at the start. */
-static int dir_stream(int dirfd, DIR **ret)
+int dir_stream(int dirfd, DIR **ret)
 {
 	int fd = dup(dirfd);
 	DIR *d;
@@ -80,7 +72,7 @@ static int dir_stream(int dirfd, DIR **ret)
 
 /* Removes every entry of directory fd `dfd` (recursing one level is all
  * tmp/ ever needs, but deeper trees are handled too). */
-static void empty_dir(int dfd)
+void empty_dir(int dfd)
 {
 	DIR *d;
 	struct dirent *de;
@@ -121,7 +113,7 @@ int cache_open(const char *dir, struct cache **ret, char *errbuf,
 	if (!c)
 		return -ENOMEM;
 	c->dirfd = c->lockfd = c->blobs_fd = c->layers_fd = c->refs_fd =
-		c->tmp_fd = -1;
+		c->tmp_fd = c->objects_fd = -1;
 
 	c->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (c->dirfd < 0) {
@@ -144,7 +136,7 @@ int cache_open(const char *dir, struct cache **ret, char *errbuf,
 		goto fail;
 	}
 	static const char *const dirs[] = { "blobs", "blobs/sha256", "layers",
-					    "refs", "tmp" };
+					    "objects", "refs", "tmp" };
 	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
 		r = mkdirat_p(c->dirfd, dirs[i]);
 		if (r < 0) {
@@ -156,6 +148,7 @@ int cache_open(const char *dir, struct cache **ret, char *errbuf,
 	if ((r = c->blobs_fd = open_dir(c->dirfd, "blobs/sha256")) < 0 ||
 	    (r = c->layers_fd = open_dir(c->dirfd, "layers")) < 0 ||
 	    (r = c->refs_fd = open_dir(c->dirfd, "refs")) < 0 ||
+	    (r = c->objects_fd = open_dir(c->dirfd, "objects")) < 0 ||
 	    (r = c->tmp_fd = open_dir(c->dirfd, "tmp")) < 0) {
 		snprintf(errbuf, errlen, "cannot open cache layout in \"%s\": %s",
 			 dir, strerror(-r));
@@ -179,7 +172,8 @@ void cache_close(struct cache *c)
 		empty_dir(c->tmp_fd);
 		close(c->tmp_fd);
 	}
-	int fds[] = { c->blobs_fd, c->layers_fd, c->refs_fd, c->lockfd, c->dirfd };
+	int fds[] = { c->blobs_fd, c->layers_fd, c->refs_fd, c->objects_fd,
+		      c->lockfd, c->dirfd };
 	for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
@@ -315,8 +309,10 @@ int cache_layer_read_index(struct cache *c, const char *digest,
 	return layer_index_read(idx, ret);
 }
 
-int cache_stage_new(struct cache *c, const char *prefix, char **ret_name,
-		    int *ret_dirfd)
+static void cache_stage_discard(struct cache *c, const char *name);
+
+static int cache_stage_new(struct cache *c, const char *prefix, char **ret_name,
+			   int *ret_dirfd)
 {
 	char name[128];
 	int fd;
@@ -344,7 +340,7 @@ int cache_stage_new(struct cache *c, const char *prefix, char **ret_name,
 	return 0;
 }
 
-void cache_stage_discard(struct cache *c, const char *name)
+static void cache_stage_discard(struct cache *c, const char *name)
 {
 	int fd = openat(c->tmp_fd, name,
 			O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -356,19 +352,73 @@ void cache_stage_discard(struct cache *c, const char *name)
 	unlinkat(c->tmp_fd, name, AT_REMOVEDIR);
 }
 
-int cache_layer_publish(struct cache *c, const char *name, const char *digest)
+int cache_layer_stage(struct cache *c, const char *digest,
+		      struct cache_layer_stage *st)
 {
+	char prefix[32];
+	int r;
+
+	*st = (struct cache_layer_stage){ .dirfd = -1, .pack_fd = -1 };
 	if (!digest_is_valid(digest))
 		return -EINVAL;
-	if (renameat(c->tmp_fd, name, c->layers_fd, digest_hex(digest)) == 0)
-		return 0;
-	if (errno == EEXIST || errno == ENOTEMPTY) {
-		/* Another pull of a sharing image won the race; its copy is
-		 * as good as ours. */
-		cache_stage_discard(c, name);
-		return 0;
+	snprintf(prefix, sizeof(prefix), "layer-%.12s", digest_hex(digest));
+	r = cache_stage_new(c, prefix, &st->name, &st->dirfd);
+	if (r < 0)
+		return r;
+	st->pack_fd = openat(st->dirfd, "pack",
+			     O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (st->pack_fd < 0) {
+		r = negative_errno();
+		cache_layer_abandon(c, st);
+		return r;
 	}
-	return negative_errno();
+	return 0;
+}
+
+void cache_layer_abandon(struct cache *c, struct cache_layer_stage *st)
+{
+	if (st->pack_fd >= 0)
+		close(st->pack_fd);
+	if (st->dirfd >= 0)
+		close(st->dirfd);
+	if (st->name)
+		cache_stage_discard(c, st->name);
+	free(st->name);
+	*st = (struct cache_layer_stage){ .dirfd = -1, .pack_fd = -1 };
+}
+
+int cache_layer_commit(struct cache *c, struct cache_layer_stage *st,
+		       const char *digest, const struct layer_index *li)
+{
+	_cleanup_close_ int idx = -1;
+	int r;
+
+	if (!digest_is_valid(digest)) {
+		r = -EINVAL;
+		goto out;
+	}
+	idx = openat(st->dirfd, "index",
+		     O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (idx < 0) {
+		r = negative_errno();
+		goto out;
+	}
+	r = layer_index_write(li, idx);
+	if (r == 0)
+		r = objects_enter(c, st->dirfd, li);
+	if (r < 0)
+		goto out;
+	if (renameat(c->tmp_fd, st->name, c->layers_fd, digest_hex(digest)) == 0) {
+		free(st->name); /* published: nothing left to discard */
+		st->name = NULL;
+	} else if (errno != EEXIST && errno != ENOTEMPTY) {
+		/* (EEXIST: another pull of a sharing image won the race;
+		 * its copy is as good as ours) */
+		r = negative_errno();
+	}
+out:
+	cache_layer_abandon(c, st);
+	return r;
 }
 
 void cache_ref_done(struct cache_ref *r)
@@ -509,7 +559,7 @@ int cache_statfs(struct cache *c, uint64_t *ret_total, uint64_t *ret_free)
 	return 0;
 }
 
-static uint64_t file_bytes(int dirfd, const char *name)
+uint64_t file_bytes(int dirfd, const char *name)
 {
 	struct stat st;
 
@@ -528,7 +578,8 @@ uint64_t cache_layer_bytes(struct cache *c, const char *digest)
 	snprintf(path, sizeof(path), "%s/pack", digest_hex(digest));
 	n = file_bytes(c->layers_fd, path);
 	snprintf(path, sizeof(path), "%s/index", digest_hex(digest));
-	return n + file_bytes(c->layers_fd, path);
+	return n + file_bytes(c->layers_fd, path) +
+	       objects_layer_bytes(c, digest, false);
 }
 
 uint64_t cache_blob_bytes(struct cache *c, const char *digest)
@@ -586,7 +637,14 @@ static int usage_layer(void *userdata, const char *digest)
 {
 	struct usage_ctx *u = userdata;
 
-	u->bytes += cache_layer_bytes(u->c, digest);
+	char path[DIGEST_HEX_LEN + 16];
+
+	/* objects shared through objects/ are counted there, once */
+	snprintf(path, sizeof(path), "%s/pack", digest_hex(digest));
+	u->bytes += file_bytes(u->c->layers_fd, path);
+	snprintf(path, sizeof(path), "%s/index", digest_hex(digest));
+	u->bytes += file_bytes(u->c->layers_fd, path);
+	u->bytes += objects_layer_bytes(u->c, digest, true);
 	u->layers++;
 	return 0;
 }
@@ -607,6 +665,12 @@ int cache_usage(struct cache *c, uint64_t *ret_bytes, unsigned *ret_layers)
 	r = cache_foreach_layer(c, usage_layer, &u);
 	if (r == 0)
 		r = cache_foreach_blob(c, usage_blob, &u);
+	if (r == 0) {
+		struct cache_objects_stats os;
+
+		r = cache_objects_stats(c, &os);
+		u.bytes += os.bytes;
+	}
 	if (r < 0)
 		return r;
 	*ret_bytes = u.bytes;
@@ -626,6 +690,40 @@ int cache_layer_remove(struct cache *c, const char *digest)
 		return negative_errno();
 	cache_stage_discard(c, name);
 	return 0;
+}
+
+int cache_layer_retire(struct cache *c, const char *digest, char **ret_name,
+		       int *ret_dirfd)
+{
+	char name[DIGEST_HEX_LEN + 32];
+	int fd;
+
+	if (!digest_is_valid(digest))
+		return -EINVAL;
+	fd = open_dir(c->layers_fd, digest_hex(digest));
+	if (fd < 0)
+		return fd;
+	snprintf(name, sizeof(name), "gone.%.12s.%08x", digest_hex(digest),
+		 (unsigned)random());
+	if (renameat(c->layers_fd, digest_hex(digest), c->tmp_fd, name) < 0) {
+		int r = negative_errno();
+
+		close(fd);
+		return r;
+	}
+	*ret_name = strdup(name);
+	if (!*ret_name) {
+		cache_stage_discard(c, name);
+		close(fd);
+		return -ENOMEM;
+	}
+	*ret_dirfd = fd;
+	return 0;
+}
+
+void cache_retired_discard(struct cache *c, const char *name)
+{
+	cache_stage_discard(c, name);
 }
 
 int cache_blob_remove(struct cache *c, const char *digest)

@@ -4,14 +4,18 @@
  *
  *   lock                 flock()ed by the daemon that owns the cache
  *   blobs/sha256/HEX     verified small blobs: manifests, indexes, configs
- *   layers/HEX/pack      unpacked layer: every regular file's bytes
+ *   layers/HEX/pack      unpacked layer: the bytes of its small regular files
+ *   layers/HEX/o.OBJ     unpacked layer: a hard link to each object it uses
  *   layers/HEX/index     unpacked layer: entries (layer_index_write format)
+ *   objects/OBJ          the content store's index: one link per object,
+ *                        OBJ the hex SHA-256 of a file's content (objects.c)
  *   refs/HEX             one per cached reference (HEX = sha256 of the
  *                        reference string): JSON {reference, digest, ...}
  *   tmp/                 work in progress; emptied at every start
  *
  * Publishing is a rename into place, so a kill at any moment leaves either
- * the old state or the new one.  A reference file is written last: an
+ * the old state or the new one.  A layer's objects are entered into
+ * objects/ before the layer itself is published.  A reference file is written last: an
  * image is visible only once everything it needs is in place. */
 #pragma once
 
@@ -48,17 +52,47 @@ int cache_layer_open_pack(struct cache *c, const char *digest);
 int cache_layer_read_index(struct cache *c, const char *digest,
 			   struct layer_index **ret);
 
-/* A fresh directory tmp/<prefix>.XXXXXX for staging.  Returns 0 with its
- * name (caller frees) and an O_DIRECTORY fd. */
-int cache_stage_new(struct cache *c, const char *prefix, char **ret_name,
-		    int *ret_dirfd);
-/* Removes a staging directory and the files in it (it holds no
- * subdirectories).  Never fails loudly. */
-void cache_stage_discard(struct cache *c, const char *name);
-/* Moves staging directory `name` to layers/HEX of digest.  When the layer
- * appeared meanwhile, the staged copy is discarded and 0 returned. */
-int cache_layer_publish(struct cache *c, const char *name,
-			const char *digest);
+/* Regular files at least this big become objects of their own: about
+ * a third of the files of a Debian system, 98 % of its bytes. */
+#define CACHE_OBJECT_MIN_SIZE (16u << 10)
+
+/* A layer being unpacked: a staging directory under tmp/ with the pack
+ * open for writing and the directory objects are written to
+ * (struct layer_objects). */
+struct cache_layer_stage {
+	char *name;
+	int dirfd;
+	int pack_fd;
+};
+int cache_layer_stage(struct cache *c, const char *digest,
+		      struct cache_layer_stage *st);
+/* Writes the index, enters the layer's objects into the content store
+ * (sharing stored copies of the same content) and publishes the layer as
+ * layers/HEX of digest.  When the layer appeared meanwhile, the staged copy
+ * is discarded and 0 returned.  The stage is finished either way. */
+int cache_layer_commit(struct cache *c, struct cache_layer_stage *st,
+		       const char *digest, const struct layer_index *li);
+/* Throws a stage away (safe on a zeroed or finished one). */
+void cache_layer_abandon(struct cache *c, struct cache_layer_stage *st);
+
+/* An object of a layer (struct tinode's object), read-only: the fd or
+ * -errno. */
+int cache_layer_open_object(struct cache *c, const char *layer_digest,
+			    const char *object);
+
+/* The same, from the directory of a retired layer (cache_layer_retire). */
+int cache_object_openat(int layer_dirfd, const char *object);
+
+struct cache_objects_stats {
+	uint64_t objects;      /* distinct contents stored */
+	uint64_t bytes;	       /* their allocated bytes */
+	uint64_t uses;	       /* layers using them, summed */
+	uint64_t shared_bytes; /* bytes that would be stored again without
+				* sharing */
+};
+int cache_objects_stats(struct cache *c, struct cache_objects_stats *ret);
+/* Deletes the objects no layer uses any more.  Returns 0 or -errno. */
+int cache_objects_sweep(struct cache *c, uint64_t *ret_freed);
 
 struct cache_ref {
 	char *reference; /* canonical */
@@ -84,6 +118,13 @@ uint64_t cache_blob_bytes(struct cache *c, const char *digest);
  * then deleted.  Returns 0 or -errno (-ENOENT when absent). */
 int cache_layer_remove(struct cache *c, const char *digest);
 int cache_blob_remove(struct cache *c, const char *digest);
+/* Removes a layer that is still being read: moved out of layers/ into
+ * tmp/ with its files kept, returning its new name there (caller frees)
+ * and an O_DIRECTORY fd of it.  cache_retired_discard() deletes it when
+ * nothing reads it any more; tmp/ is emptied at the next start anyway. */
+int cache_layer_retire(struct cache *c, const char *digest, char **ret_name,
+		       int *ret_dirfd);
+void cache_retired_discard(struct cache *c, const char *name);
 /* Calls fn with the digest of every layer / blob in the cache. */
 int cache_foreach_layer(struct cache *c,
 			int (*fn)(void *userdata, const char *digest),

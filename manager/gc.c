@@ -211,10 +211,9 @@ static int sweep_layer(void *userdata, const char *digest)
 	if (strmap_get(s->keep, digest))
 		return 0;
 	/* A loaded image may still read from it (an open file, a working
-	 * directory): its pack stays open. */
-	packs_pin(s->m->packs, digest);
+	 * directory): then it is only moved aside (packs.h). */
 	n = cache_layer_bytes(s->m->cache, digest);
-	if (cache_layer_remove(s->m->cache, digest) == 0)
+	if (packs_remove_layer(s->m->packs, digest) == 0)
 		s->freed += n;
 	return 0;
 }
@@ -252,6 +251,9 @@ static uint64_t sweep(struct manager *m)
 		s.keep = k.keep;
 		cache_foreach_layer(m->cache, sweep_layer, &s);
 		cache_foreach_blob(m->cache, sweep_blob, &s);
+		/* objects only removed layers used: their bytes were counted
+		 * with those layers (cache_layer_bytes) */
+		cache_objects_sweep(m->cache, NULL);
 	}
 	strmap_free(k.keep);
 	return s.freed;

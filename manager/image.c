@@ -352,6 +352,16 @@ int image_file_fd(struct image *img, const struct tinode *file)
 	return pack_fd_get(img->manager->packs, c->packs[file->layer]);
 }
 
+int image_object_open(struct image *img, const struct tinode *file)
+{
+	struct image_content *c = img->content;
+
+	if (!file->object || file->layer >= c->n_layers)
+		return -EIO;
+	return pack_object_open(img->manager->packs, c->packs[file->layer],
+				file->object);
+}
+
 void image_file_fd_put(struct image *img, const struct tinode *file)
 {
 	pack_fd_put(img->manager->packs, img->content->packs[file->layer]);

@@ -6,6 +6,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 #include <wchar.h>
 #include <zlib.h>
 
+#include "digest.h"
 #include "gzsrc.h"
 #include "layer-private.h"
 #include "fileio.h"
@@ -181,6 +183,7 @@ static int pathset_add(struct pathset *ps, const char *s)
 struct unpack {
 	struct archive *a;
 	int data_fd;
+	const struct layer_objects *objs;
 	uint64_t pack_end;
 	uint64_t expanded;
 	uint64_t headers;
@@ -198,6 +201,7 @@ void layer_entry_clear(struct layer_entry *e)
 {
 	free(e->path);
 	free(e->link);
+	free(e->object);
 	for (uint32_t i = 0; i < e->n_xattrs; i++) {
 		free(e->xattrs[i].name);
 		free(e->xattrs[i].value);
@@ -337,10 +341,12 @@ static int layer_copy_xattrs(struct unpack *u, struct archive_entry *ae,
 	return 0;
 }
 
-/* Streams one regular file's bytes to the end of the pack.  Blocks are
- * written at their own offsets, so the gaps libarchive reports for sparse
- * entries stay holes in the pack. */
-static int layer_copy_data(struct unpack *u, struct layer_entry *e)
+/* Hands the data blocks of the current entry to fn in order, after
+ * checking that they lie inside the entry's size. */
+static int layer_each_block(struct unpack *u, struct layer_entry *e,
+			    int (*fn)(void *userdata, const void *buf,
+				      size_t size, uint64_t off),
+			    void *userdata)
 {
 	for (;;) {
 		const void *buf;
@@ -360,11 +366,123 @@ static int layer_copy_data(struct unpack *u, struct layer_entry *e)
 					  "layer: data of \"%.200s\" exceeds "
 					  "its size",
 					  e->path);
-		r = layer_pwrite_all(u->data_fd, buf, size,
-				     e->data_off + (uint64_t)off);
+		r = fn(userdata, buf, size, (uint64_t)off);
 		if (r < 0)
 			return r;
 	}
+}
+
+struct pack_copy {
+	int fd;
+	uint64_t base;
+};
+
+static int pack_block(void *userdata, const void *buf, size_t size,
+		      uint64_t off)
+{
+	struct pack_copy *pc = userdata;
+
+	return layer_pwrite_all(pc->fd, buf, size, pc->base + off);
+}
+
+/* An object being written: the bytes go to fd at their own offsets and
+ * through the hasher in file order, the gaps of a sparse file as zeros. */
+struct object_copy {
+	int fd;
+	struct hasher *h;
+	uint64_t hashed; /* bytes of the file hashed so far */
+	const char *path;
+	struct unpack *u;
+};
+
+static void object_hash_zeros(struct object_copy *oc, uint64_t n)
+{
+	static const char zeros[64 << 10];
+
+	while (n > 0) {
+		size_t k = (size_t)MIN(n, (uint64_t)sizeof(zeros));
+
+		hasher_update(oc->h, zeros, k);
+		n -= k;
+	}
+}
+
+static int object_block(void *userdata, const void *buf, size_t size,
+			uint64_t off)
+{
+	struct object_copy *oc = userdata;
+
+	/* libarchive reports the blocks of an entry in order; a block
+	 * going backwards would make the digest a lie. */
+	if (off < oc->hashed)
+		return layer_fail(oc->u->errbuf, oc->u->errlen,
+				  "layer: data of \"%.200s\" out of order",
+				  oc->path);
+	object_hash_zeros(oc, off - oc->hashed);
+	hasher_update(oc->h, buf, size);
+	oc->hashed = off + size;
+	return layer_pwrite_all(oc->fd, buf, size, off);
+}
+
+/* Streams one regular file into an object of its own (struct
+ * layer_objects): written under a temporary name, hashed on the way, and
+ * renamed to "o.<hex digest>"; a second file of the layer with the same
+ * content just replaces the first under that name. */
+static int layer_copy_object(struct unpack *u, struct layer_entry *e)
+{
+	int dirfd = u->objs->dirfd;
+	char tmp[32], name[DIGEST_HEX_LEN + 3], digest[DIGEST_STRING_MAX];
+	struct object_copy oc = {.path = e->path, .u = u};
+	int r;
+
+	snprintf(tmp, sizeof(tmp), "t.%" PRIu64, u->headers);
+	oc.fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+		       0444);
+	if (oc.fd < 0)
+		return layer_write_error();
+	oc.h = hasher_new();
+	if (!oc.h) {
+		r = -ENOMEM;
+		goto out;
+	}
+	r = layer_each_block(u, e, object_block, &oc);
+	if (r < 0)
+		goto out;
+	object_hash_zeros(&oc, e->size - oc.hashed);
+	/* the trailing hole of a sparse file */
+	if (ftruncate(oc.fd, (off_t)e->size) < 0) {
+		r = layer_write_error();
+		goto out;
+	}
+	hasher_final(oc.h, digest);
+	e->object = strdup(digest_hex(digest));
+	if (!e->object) {
+		r = -ENOMEM;
+		goto out;
+	}
+	snprintf(name, sizeof(name), "o.%s", e->object);
+	if (renameat(dirfd, tmp, dirfd, name) < 0)
+		r = layer_write_error();
+out:
+	hasher_free(oc.h);
+	close(oc.fd);
+	if (r < 0)
+		unlinkat(dirfd, tmp, 0);
+	return r;
+}
+
+/* Streams one regular file's bytes to the end of the pack, or into an
+ * object when it is large enough.  Blocks are written at their own
+ * offsets, so the gaps libarchive reports for sparse entries stay holes. */
+static int layer_copy_data(struct unpack *u, struct layer_entry *e)
+{
+	struct pack_copy pc = {.fd = u->data_fd, .base = e->data_off};
+
+	if (u->objs && e->size > 0 && e->size >= u->objs->min_size) {
+		e->data_off = 0;
+		return layer_copy_object(u, e);
+	}
+	return layer_each_block(u, e, pack_block, &pc);
 }
 
 static int layer_classify(struct unpack *u, struct archive_entry *ae,
@@ -636,7 +754,8 @@ static int layer_next(struct unpack *u, struct archive_entry *ae)
 			layer_entry_clear(&e);
 			return r;
 		}
-		u->pack_end = e.data_off + e.size;
+		if (!e.object)
+			u->pack_end = e.data_off + e.size;
 	}
 	r = layer_push(u, &e);
 	if (r < 0) {
@@ -658,6 +777,7 @@ static int layer_next(struct unpack *u, struct archive_entry *ae)
 }
 
 int layer_unpack(int in_fd, enum layer_compression c, int data_fd,
+		 const struct layer_objects *objs,
 		 const struct layer_limits *lim, struct layer_index **ret,
 		 char *errbuf, size_t errlen)
 {
@@ -665,6 +785,7 @@ int layer_unpack(int in_fd, enum layer_compression c, int data_fd,
 	_cleanup_(layer_index_freep) struct layer_index *li = NULL;
 	struct unpack u = {
 		.data_fd = data_fd,
+		.objs = objs,
 		.max_entries = LAYER_DEFAULT_MAX_ENTRIES,
 		.max_expanded = LAYER_DEFAULT_MAX_EXPANDED,
 		.max_path = LAYER_DEFAULT_MAX_PATH,

@@ -41,6 +41,10 @@ struct layer_entry {
 	uint32_t mtime_nsec;
 	uint64_t size;	   /* regular files: apparent size */
 	uint64_t data_off; /* regular files: offset of the content in the pack */
+	/* Regular files stored as objects of their own (struct
+	 * layer_objects): the lowercase hex SHA-256 of the content, and
+	 * data_off is 0.  NULL: the content is in the pack. */
+	char *object;
 	uint64_t rdev;	   /* devices: makedev(major, minor) */
 	char *link;	   /* symlink target (verbatim) or hardlink target path */
 	struct layer_xattr *xattrs;
@@ -59,9 +63,20 @@ struct layer_limits {
 	uint32_t max_path;	     /* bytes in a path; 0: 4096 */
 };
 
+/* Where regular files of at least min_size bytes go instead of the pack:
+ * each becomes a file of its own in dirfd called "o." followed by the hex
+ * SHA-256 of its content, so that identical files share one name and a
+ * file can back a FUSE passthrough open (its offsets are the file's).
+ * min_size 0 puts every non-empty regular file there. */
+struct layer_objects {
+	int dirfd;
+	uint64_t min_size;
+};
+
 /* Reads the layer tar stream from in_fd (read from its current offset to
  * the end), decompressing per c, appends file contents to data_fd (which
- * must be empty; sparse files keep their holes) and returns the index.
+ * must be empty; sparse files keep their holes), or to objects in
+ * objs->dirfd when objs is not NULL, and returns the index.
  * Rejects with -EBADMSG, and a reason in errbuf: corrupt compression or
  * tar (gzip CRC and length trailers are verified), ".." components,
  * absolute names, hardlinks to paths not seen earlier in the layer or
@@ -70,6 +85,7 @@ struct layer_limits {
  * other than the opaque marker) are dropped; an xattr given twice keeps
  * its last value.  Blocks. */
 int layer_unpack(int in_fd, enum layer_compression c, int data_fd,
+		 const struct layer_objects *objs,
 		 const struct layer_limits *lim, struct layer_index **ret,
 		 char *errbuf, size_t errlen);
 

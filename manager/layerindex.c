@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "digest.h"
 #include "fileio.h"
 #include "layer-private.h"
 #include "macro.h"
@@ -18,13 +19,16 @@
  *   "PFSLIDX1" u32 version u32 flags(0) u64 n_entries u64 data_size
  *   per entry: u8 type, u32 mode, u32 uid, u32 gid, i64 mtime_sec,
  *     u32 mtime_nsec, u64 size, u64 data_off, u64 rdev,
- *     str path, str link, u32 n_xattrs, { str name, bytes value }*
+ *     str path, str link, str object (version 2 only),
+ *     u32 n_xattrs, { str name, bytes value }*
  *   u32 crc32 of everything before it
  * str/bytes: u32 length then the bytes; a str of length 0xffffffff is
  * NULL.  Strings never contain NUL. */
 
 #define LIDX_MAGIC "PFSLIDX1"
-#define LIDX_VERSION 1u
+/* Version 1 (before objects) is still read: all its files are in the
+ * pack. */
+#define LIDX_VERSION 2u
 #define LIDX_NULL_STR UINT32_MAX
 #define LIDX_HEADER_SIZE (8 + 4 + 4 + 8 + 8)
 /* Smallest possible entry: the type byte, four u32 (mode, uid, gid,
@@ -152,6 +156,7 @@ int layer_index_write(const struct layer_index *li, int fd)
 		wbuf_u64(&b, e->rdev);
 		wbuf_str(&b, e->path);
 		wbuf_str(&b, e->link);
+		wbuf_str(&b, e->object);
 		wbuf_u32(&b, e->n_xattrs);
 		for (uint32_t j = 0; j < e->n_xattrs; j++) {
 			wbuf_str(&b, e->xattrs[j].name);
@@ -257,8 +262,18 @@ static int rbuf_str(struct rbuf *r, bool nullable, char **ret)
 	return 0;
 }
 
-static int layer_index_parse_entry(struct rbuf *r, uint64_t data_size,
-				   struct layer_entry *e)
+static bool object_name_ok(const char *s)
+{
+	size_t n = 0;
+
+	for (; s[n]; n++)
+		if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f')))
+			return false;
+	return n == DIGEST_HEX_LEN;
+}
+
+static int layer_index_parse_entry(struct rbuf *r, uint32_t version,
+				   uint64_t data_size, struct layer_entry *e)
 {
 	uint32_t n_xattrs;
 	int k;
@@ -275,9 +290,6 @@ static int layer_index_parse_entry(struct rbuf *r, uint64_t data_size,
 	if (r->bad || e->type > LAYER_ENTRY_OPAQUE || e->mode > 07777 ||
 	    e->mtime_nsec >= 1000000000u)
 		return -EBADMSG;
-	if (e->type == LAYER_ENTRY_REG &&
-	    (e->data_off > data_size || e->size > data_size - e->data_off))
-		return -EBADMSG;
 
 	k = rbuf_str(r, false, &e->path);
 	if (k < 0)
@@ -292,6 +304,17 @@ static int layer_index_parse_entry(struct rbuf *r, uint64_t data_size,
 		return -EBADMSG;
 	if (e->type == LAYER_ENTRY_HARDLINK &&
 	    (e->link[0] == '\0' || !layer_path_components_ok(e->link)))
+		return -EBADMSG;
+	if (version >= 2) {
+		k = rbuf_str(r, true, &e->object);
+		if (k < 0)
+			return k;
+	}
+	if (e->object && (e->type != LAYER_ENTRY_REG || e->data_off != 0 ||
+			  e->size == 0 || !object_name_ok(e->object)))
+		return -EBADMSG;
+	if (e->type == LAYER_ENTRY_REG && !e->object &&
+	    (e->data_off > data_size || e->size > data_size - e->data_off))
 		return -EBADMSG;
 	if (e->path[0] == '\0' && e->type != LAYER_ENTRY_DIR &&
 	    e->type != LAYER_ENTRY_OPAQUE)
@@ -337,7 +360,7 @@ static int layer_index_parse(const uint8_t *data, size_t len,
 {
 	_cleanup_(layer_index_freep) struct layer_index *li = NULL;
 	struct rbuf r = {.p = data, .len = len};
-	uint32_t stored;
+	uint32_t stored, version;
 	uint64_t n;
 
 	if (len < LIDX_HEADER_SIZE + 4 || memcmp(data, LIDX_MAGIC, 8) != 0)
@@ -349,7 +372,8 @@ static int layer_index_parse(const uint8_t *data, size_t len,
 	r.len = len - 4;
 
 	rbuf_take(&r, 8);
-	if (rbuf_u32(&r) != LIDX_VERSION || rbuf_u32(&r) != 0)
+	version = rbuf_u32(&r);
+	if (version < 1 || version > LIDX_VERSION || rbuf_u32(&r) != 0)
 		return -EBADMSG;
 	n = rbuf_u64(&r);
 	li = calloc(1, sizeof(*li));
@@ -365,7 +389,7 @@ static int layer_index_parse(const uint8_t *data, size_t len,
 	}
 	for (; li->n_entries < n; li->n_entries++) {
 		/* counted first so a half-parsed entry is freed too */
-		int k = layer_index_parse_entry(&r, li->data_size,
+		int k = layer_index_parse_entry(&r, version, li->data_size,
 						&li->entries[li->n_entries]);
 
 		if (k < 0) {

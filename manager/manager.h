@@ -202,6 +202,10 @@ const char *image_digest(const struct image *img);
  * (-ENOENT: it is gone).  May block on openat(). */
 int image_file_fd(struct image *img, const struct tinode *file);
 void image_file_fd_put(struct image *img, const struct tinode *file);
+/* For a regular file stored as an object (file->object): a read-only
+ * descriptor of its own content, offsets as in the file, owned by the
+ * caller; -errno when it cannot be opened.  May block on openat(). */
+int image_object_open(struct image *img, const struct tinode *file);
 /* Open regular files of the image, counted by the filesystem: GC and rm
  * leave an image with open files alone. */
 void image_open(struct image *img);

@@ -18,6 +18,8 @@ struct pack {
 	unsigned users; /* reads holding the fd; packs.lock */
 	int fd;		/* -1 when closed; packs.lock */
 	bool pinned;	/* the layer was deleted: never close; packs.lock */
+	int dirfd;	/* pinned: the retired layer directory, for objects */
+	char *retired;	/* pinned: its name in the cache's tmp/ */
 	/* Idle open descriptors, least recently used first; packs.lock. */
 	struct pack *idle_prev, *idle_next;
 	bool idle;
@@ -109,6 +111,7 @@ int packs_get(struct packs *p, const char *digest, struct pack **ret)
 		}
 		memcpy(pk->digest, digest, len + 1);
 		pk->fd = -1;
+		pk->dirfd = -1;
 	}
 	pk->refs++;
 	pthread_mutex_unlock(&p->lock);
@@ -124,6 +127,11 @@ void packs_put(struct packs *p, struct pack *pk)
 	if (--pk->refs == 0) {
 		close_locked(p, pk);
 		strmap_remove(p->by_digest, pk->digest);
+		if (pk->dirfd >= 0)
+			close(pk->dirfd);
+		if (pk->retired)
+			cache_retired_discard(p->cache, pk->retired);
+		free(pk->retired);
 		free(pk);
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -168,26 +176,49 @@ void pack_fd_put(struct packs *p, struct pack *pk)
 	pthread_mutex_unlock(&p->lock);
 }
 
-void packs_pin(struct packs *p, const char *digest)
+int packs_remove_layer(struct packs *p, const char *digest)
 {
 	struct pack *pk;
+	int r;
 
 	pthread_mutex_lock(&p->lock);
 	pk = strmap_get(p->by_digest, digest);
-	if (pk && !pk->pinned) {
-		if (pk->fd < 0) {
-			int fd = cache_layer_open_pack(p->cache, pk->digest);
-			if (fd >= 0) {
-				pk->fd = fd;
-				p->n_open++;
-			}
+	if (!pk || pk->pinned) {
+		pthread_mutex_unlock(&p->lock);
+		return pk ? 0 : cache_layer_remove(p->cache, digest);
+	}
+	if (pk->fd < 0) {
+		int fd = cache_layer_open_pack(p->cache, pk->digest);
+
+		if (fd < 0) {
+			pthread_mutex_unlock(&p->lock);
+			return fd;
 		}
-		if (pk->fd >= 0) {
-			idle_unlink_locked(p, pk);
-			pk->pinned = true;
-		}
+		pk->fd = fd;
+		p->n_open++;
+	}
+	r = cache_layer_retire(p->cache, digest, &pk->retired, &pk->dirfd);
+	if (r == 0) {
+		idle_unlink_locked(p, pk);
+		pk->pinned = true;
 	}
 	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+int pack_object_open(struct packs *p, struct pack *pk, const char *object)
+{
+	int dirfd, fd;
+
+	pthread_mutex_lock(&p->lock);
+	dirfd = pk->dirfd;
+	pthread_mutex_unlock(&p->lock);
+	/* (a pinned pack's dirfd stays open until the last put, which
+	 * cannot happen while the caller holds its image) */
+	if (dirfd < 0)
+		return cache_layer_open_object(p->cache, pk->digest, object);
+	fd = cache_object_openat(dirfd, object);
+	return fd;
 }
 
 unsigned packs_open_count(struct packs *p)

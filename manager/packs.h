@@ -9,8 +9,11 @@
  * are closed, least recently used first, beyond max_open.
  *
  * A layer that garbage collection deletes while a loaded image still names
- * it is pinned first: its descriptor stays open, so a process reading from
- * (or standing in) that image keeps the content it started with.
+ * it is pinned instead: its pack stays open and its directory is only
+ * moved out of the cache's layers/ (cache_layer_retire), so a process
+ * reading from (or standing in) that image keeps the content it started
+ * with, objects included; the directory goes when the last image lets go
+ * (or with tmp/ at the next start).
  *
  * Thread-safe: one mutex, held for a table lookup and, on a miss, an
  * openat(). */
@@ -36,9 +39,13 @@ void packs_put(struct packs *p, struct pack *pk);
 int pack_fd_get(struct packs *p, struct pack *pk);
 void pack_fd_put(struct packs *p, struct pack *pk);
 
-/* Before the layer's files are deleted: when a loaded image uses it, open
- * its descriptor and keep it open until the last image lets go. */
-void packs_pin(struct packs *p, const char *digest);
+/* A read-only descriptor of an object of the layer (tinode.object), owned
+ * by the caller; -errno when it cannot be opened. */
+int pack_object_open(struct packs *p, struct pack *pk, const char *object);
+
+/* Garbage collection's removal of a layer: deleted when no loaded image
+ * uses it, else pinned (above).  Returns 0 or -errno. */
+int packs_remove_layer(struct packs *p, const char *digest);
 
 /* Descriptors open now, for the metrics. */
 unsigned packs_open_count(struct packs *p);

@@ -81,6 +81,7 @@ static int pipe_sink(void *userdata, const void *buf, size_t len)
 struct unpack_job {
 	int in_fd;
 	int pack_fd;
+	struct layer_objects objects;
 	enum layer_compression compression;
 	struct layer_index *index;
 	int result;
@@ -92,7 +93,7 @@ static void *unpack_thread(void *arg)
 	struct unpack_job *j = arg;
 	char buf[64 << 10];
 
-	j->result = layer_unpack(j->in_fd, j->compression, j->pack_fd, NULL,
+	j->result = layer_unpack(j->in_fd, j->compression, j->pack_fd, &j->objects, NULL,
 				 &j->index, j->errmsg, sizeof(j->errmsg));
 	/* libarchive stops at the end-of-archive blocks; whatever padding
 	 * follows must still reach the hasher for the digest to check out. */
@@ -111,14 +112,12 @@ static void *unpack_thread(void *arg)
 static int fetch_layer(struct pull *p, const struct descriptor *d)
 {
 	struct manager *m = p->m;
-	_cleanup_free_ char *stage = NULL;
-	_cleanup_close_ int dirfd = -1, pack = -1, idx = -1;
+	struct cache_layer_stage stage;
 	struct unpack_job job = { .in_fd = -1 };
 	struct registry_error rerr = { 0 };
 	enum layer_compression comp;
 	pthread_t th;
 	int pfd[2];
-	char prefix[32];
 	int r, ur;
 
 	r = layer_media_type_compression(d->media_type, &comp);
@@ -127,17 +126,10 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 			  d->digest, d->media_type);
 		return -EBADMSG;
 	}
-	snprintf(prefix, sizeof(prefix), "layer-%.12s", digest_hex(d->digest));
-	r = cache_stage_new(m->cache, prefix, &stage, &dirfd);
+	r = cache_layer_stage(m->cache, d->digest, &stage);
 	if (r < 0) {
-		pull_fail(p, "cannot create staging directory: %s", strerror(-r));
+		pull_fail(p, "cannot stage layer %s: %s", d->digest, strerror(-r));
 		return r;
-	}
-	pack = openat(dirfd, "pack", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (pack < 0) {
-		r = negative_errno();
-		pull_fail(p, "cannot create layer pack: %s", strerror(-r));
-		goto fail;
 	}
 	if (pipe2(pfd, O_CLOEXEC) < 0) {
 		r = negative_errno();
@@ -145,7 +137,9 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 	}
 	fcntl(pfd[1], F_SETPIPE_SZ, 1 << 20);
 	job.in_fd = pfd[0];
-	job.pack_fd = pack;
+	job.pack_fd = stage.pack_fd;
+	job.objects.dirfd = stage.dirfd;
+	job.objects.min_size = CACHE_OBJECT_MIN_SIZE;
 	job.compression = comp;
 	r = pthread_create(&th, NULL, unpack_thread, &job);
 	if (r != 0) {
@@ -177,20 +171,10 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 			  job.errmsg[0] ? job.errmsg : strerror(-ur));
 		goto fail;
 	}
-	idx = openat(dirfd, "index", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (idx < 0) {
-		r = negative_errno();
-		goto fail;
-	}
-	r = layer_index_write(job.index, idx);
-	if (r < 0) {
-		pull_fail(p, "cannot write layer index: %s", strerror(-r));
-		goto fail;
-	}
+	fault_point("mid-unpack");
+	r = cache_layer_commit(m->cache, &stage, d->digest, job.index);
 	layer_index_free(job.index);
 	job.index = NULL;
-	fault_point("mid-unpack");
-	r = cache_layer_publish(m->cache, stage, d->digest);
 	if (r < 0) {
 		pull_fail(p, "cannot publish layer %s: %s", d->digest, strerror(-r));
 		goto fail;
@@ -200,7 +184,7 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 	return 0;
 fail:
 	layer_index_free(job.index);
-	cache_stage_discard(m->cache, stage);
+	cache_layer_abandon(m->cache, &stage);
 	return r;
 }
 

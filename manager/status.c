@@ -159,6 +159,16 @@ int manager_status(struct manager *m, void **ret_json)
 	throttle_get_stats(m->throttle, &ts);
 	cache_usage(m->cache, &bytes, &layers);
 	cache_statfs(m->cache, &fs_total, &fs_free);
+	struct cache_objects_stats os;
+	if (cache_objects_stats(m->cache, &os) < 0)
+		os = (struct cache_objects_stats){ 0 };
+	/* files stored once however many layers hold them (cache.h) */
+	json_object_set_new(o, "objects",
+			    json_pack("{s:I, s:I, s:I, s:I}", "count",
+				      (json_int_t)os.objects, "bytes",
+				      (json_int_t)os.bytes, "uses",
+				      (json_int_t)os.uses, "shared_bytes",
+				      (json_int_t)os.shared_bytes));
 
 	json_object_set_new(o, "version", json_string(PULLFS_VERSION));
 	json_object_set_new(o, "cache_dir", json_string(m->cache_dir));
@@ -216,6 +226,20 @@ void manager_metrics(struct manager *m, FILE *f)
 	puller_get_stats(m->puller, &ps);
 	throttle_get_stats(m->throttle, &ts);
 	cache_usage(m->cache, &bytes, &layers);
+	struct cache_objects_stats os;
+	if (cache_objects_stats(m->cache, &os) < 0)
+		os = (struct cache_objects_stats){ 0 };
+	fprintf(f, "# HELP pullfs_objects Distinct file contents stored as objects.\n"
+		   "# TYPE pullfs_objects gauge\n"
+		   "pullfs_objects %llu\n"
+		   "# HELP pullfs_object_bytes Bytes the objects take on disk.\n"
+		   "# TYPE pullfs_object_bytes gauge\n"
+		   "pullfs_object_bytes %llu\n"
+		   "# HELP pullfs_object_shared_bytes Bytes stored once that layers hold more than once.\n"
+		   "# TYPE pullfs_object_shared_bytes gauge\n"
+		   "pullfs_object_shared_bytes %llu\n",
+		(unsigned long long)os.objects, (unsigned long long)os.bytes,
+		(unsigned long long)os.shared_bytes);
 
 	fputs("# HELP pullfs_image_pull_duration_seconds Duration of successful image pulls.\n"
 	      "# TYPE pullfs_image_pull_duration_seconds histogram\n", f);

@@ -554,6 +554,9 @@ static void tree_fill_inode(struct tree *t, const struct bnode *n,
 		ti->layer = n->layer;
 		ti->size = e->size;
 		ti->data_off = e->data_off;
+		if (e->object)
+			ti->object = arena_put(cursor, e->object,
+					       strlen(e->object));
 	}
 	if (n->type == LAYER_ENTRY_CHR || n->type == LAYER_ENTRY_BLK)
 		ti->rdev = e->rdev;
@@ -588,6 +591,8 @@ static size_t tree_inode_bytes(const struct bnode *n, size_t *n_xattrs)
 		return 0;
 	if (n->type == LAYER_ENTRY_SYMLINK && e->link)
 		bytes += strlen(e->link) + 1;
+	if (n->type == LAYER_ENTRY_REG && e->object)
+		bytes += strlen(e->object) + 1;
 	for (uint32_t i = 0; i < e->n_xattrs; i++)
 		bytes += strlen(e->xattrs[i].name) + 1 + e->xattrs[i].size + 1;
 	*n_xattrs += e->n_xattrs;

@@ -29,6 +29,9 @@ struct tinode {
 	uint16_t layer; /* regular files: which layer's pack holds the data */
 	uint64_t size;	   /* regular files: bytes; symlinks: strlen(link) */
 	uint64_t data_off; /* regular files: offset in that pack */
+	/* regular files stored as an object of that layer: the hex
+	 * SHA-256 of the content (layer.h, cache.h); NULL: in the pack */
+	const char *object;
 	uint64_t rdev;
 	const char *link; /* symlinks: target, verbatim */
 	const struct tree_xattr *xattrs;

@@ -154,7 +154,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(write(in, data, size) == (ssize_t)size);
 	FUZZ_CHECK(lseek(in, 0, SEEK_SET) == 0);
 
-	r = layer_unpack(in, LAYER_UNCOMPRESSED, pack, &lim, &li, err,
+	r = layer_unpack(in, LAYER_UNCOMPRESSED, pack, NULL, &lim, &li, err,
 			 sizeof(err));
 	if (r < 0) {
 		FUZZ_CHECK(r == -EBADMSG || r == -ENOMEM);

@@ -152,7 +152,7 @@ static int unpack(struct fixture *f, enum layer_compression c,
 	layer_index_free(f->li);
 	f->li = NULL;
 	f->err[0] = '\0';
-	return layer_unpack(f->tar_fd, c, f->pack_fd, lim, &f->li, f->err,
+	return layer_unpack(f->tar_fd, c, f->pack_fd, NULL, lim, &f->li, f->err,
 			    sizeof(f->err));
 }
 

@@ -1,6 +1,7 @@
 /* packs: one struct per layer digest, descriptors opened on demand and
  * closed least recently used first beyond the bound, never while a read
  * holds them, and kept open (pinned) across the deletion of their layer. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -138,37 +139,77 @@ static void test_bound_and_lru(void **state)
 	packs_free(p);
 }
 
-static void test_pin_survives_deletion(void **state)
+static int count_retired(const struct fixture *f)
+{
+	char path[128];
+	struct dirent *de;
+	int n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "%s/tmp", f->dir);
+	d = opendir(path);
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		n += strncmp(de->d_name, "gone.", 5) == 0;
+	closedir(d);
+	return n;
+}
+
+static void test_removed_while_used(void **state)
 {
 	struct fixture *f = *state;
+	static const char object[] =
+		"00000000000000000000000000000000000000000000000000000000000000aa";
 	struct packs *p;
 	struct pack *pk, *other;
-	char path[256];
+	char path[256], buf[16] = "";
+	FILE *o;
+	int fd;
+
+	/* an object of layer 2 */
+	snprintf(path, sizeof(path), "%s/layers/%s/o.%s", f->dir,
+		 f->digests[2] + 7, object);
+	o = fopen(path, "w");
+	assert_non_null(o);
+	fputs("object bytes", o);
+	fclose(o);
 
 	assert_int_equal(packs_new(f->cache, 1, &p), 0);
 	assert_int_equal(packs_get(p, f->digests[2], &pk), 0);
-	/* Never read before: pinning opens it. */
-	packs_pin(p, f->digests[2]);
+	/* In use: moved aside, never read before, so its pack is opened. */
+	assert_int_equal(packs_remove_layer(p, f->digests[2]), 0);
 	assert_int_equal(packs_open_count(p), 1);
-	/* Pinning a layer no image uses does nothing. */
-	packs_pin(p, f->digests[3]);
+	layer_path(f, 2, path, sizeof(path), NULL);
+	assert_int_equal(access(path, F_OK), -1);
+	assert_int_equal(count_retired(f), 1);
+	/* A layer no image uses is deleted. */
+	assert_int_equal(packs_remove_layer(p, f->digests[3]), 0);
+	layer_path(f, 3, path, sizeof(path), NULL);
+	assert_int_equal(access(path, F_OK), -1);
 	assert_int_equal(packs_open_count(p), 1);
-	layer_path(f, 2, path, sizeof(path), "pack");
-	assert_int_equal(unlink(path), 0);
-	/* Reads of other layers over the bound do not close a pinned one. */
+	/* Reads of other layers over the bound do not close a pinned one,
+	 * and its objects still open. */
 	assert_int_equal(packs_get(p, f->digests[4], &other), 0);
 	read_layer(p, other, 4);
 	read_layer(p, other, 4);
 	read_layer(p, pk, 2);
+	fd = pack_object_open(p, pk, object);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, buf, 6, 0), 6);
+	assert_string_equal(buf, "object");
+	close(fd);
 	packs_put(p, other);
 	/* An unpinned layer that is gone cannot be opened. */
 	layer_path(f, 5, path, sizeof(path), "pack");
 	assert_int_equal(unlink(path), 0);
 	assert_int_equal(packs_get(p, f->digests[5], &other), 0);
 	assert_int_equal(pack_fd_get(p, other), -ENOENT);
+	assert_int_equal(pack_object_open(p, other, object), -ENOENT);
 	packs_put(p, other);
+	/* The last user gone, so is the retired directory. */
 	packs_put(p, pk);
 	assert_int_equal(packs_open_count(p), 0);
+	assert_int_equal(count_retired(f), 0);
 	packs_free(p);
 }
 
@@ -177,7 +218,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_one_struct_per_digest, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bound_and_lru, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_pin_survives_deletion, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_removed_while_used, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

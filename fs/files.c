@@ -1,0 +1,221 @@
+/* Regular files of images: open, read, release.
+ *
+ * A file stored in its layer's pack is read by the daemon (READ requests,
+ * spliced from the pack) and kept in the page cache of the FUSE inode
+ * across opens.  A file stored as an object of its own (cache.h) is opened
+ * in passthrough when the kernel accepted it at INIT: the object becomes
+ * the file's backing file and the kernel reads it directly, so no READ
+ * reaches the daemon and the bytes live once in the page cache, the
+ * object's, shared by every image and layer holding the same content.
+ *
+ * The kernel refuses two backing files for one inode, and it attaches an
+ * inode to the backing file of its first open until the last one closes;
+ * so backing ids are kept per object, registered at the first open of any
+ * file with that content and closed with the last.  Every open of an
+ * object is in passthrough or none is: after a refused registration
+ * (no CAP_SYS_ADMIN, the cache on a stacked filesystem) passthrough is off
+ * for the rest of the mount, and objects are read like packs. */
+#include "fs-private.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fuseio.h"
+#include "strmap.h"
+
+struct backing {
+	int id;
+	unsigned opens; /* fs.backing_lock */
+};
+
+/* fi->fh of an open object; packs have fh 0. */
+struct ofile {
+	int fd;		   /* read through the daemon; -1 in passthrough */
+	const char *object; /* passthrough: the key of its backing */
+};
+
+static bool passthrough_usable(struct fs *fs)
+{
+	return !fs->opts.no_passthrough && fuseio_passthrough() &&
+	       !atomic_load_explicit(&fs->passthrough_refused, memory_order_relaxed);
+}
+
+/* The backing id of an object, registered from fd when it has none yet.
+ * Returns the id, or -errno when the kernel refused. */
+static int backing_get(struct fs *fs, const char *object, int fd)
+{
+	struct backing *b;
+	int r;
+
+	pthread_mutex_lock(&fs->backing_lock);
+	b = strmap_get(fs->backings, object);
+	if (!b) {
+		r = fuseio_backing_open(fd);
+		if (r < 0) {
+			pthread_mutex_unlock(&fs->backing_lock);
+			return r;
+		}
+		b = calloc(1, sizeof(*b));
+		if (!b || strmap_put(fs->backings, object, b) < 0) {
+			fuseio_backing_close(r);
+			free(b);
+			pthread_mutex_unlock(&fs->backing_lock);
+			return -ENOMEM;
+		}
+		b->id = r;
+	}
+	b->opens++;
+	r = b->id;
+	pthread_mutex_unlock(&fs->backing_lock);
+	return r;
+}
+
+static void backing_put(struct fs *fs, const char *object)
+{
+	struct backing *b;
+
+	pthread_mutex_lock(&fs->backing_lock);
+	b = strmap_get(fs->backings, object);
+	if (b && --b->opens == 0) {
+		strmap_remove(fs->backings, object);
+		fuseio_backing_close(b->id);
+		free(b);
+	}
+	pthread_mutex_unlock(&fs->backing_lock);
+}
+
+static void open_object(fuse_req_t req, struct fs *fs, struct image *img,
+			const struct tinode *t, struct fuse_file_info *fi)
+{
+	struct ofile *of = malloc(sizeof(*of));
+	int fd, id = 0;
+
+	if (!of) {
+		reply_err(req, -ENOMEM);
+		return;
+	}
+	fd = image_object_open(img, t);
+	if (fd < 0) {
+		free(of);
+		reply_err(req, fd == -ENOMEM || fd == -EMFILE || fd == -ENFILE ? fd : -EIO);
+		return;
+	}
+	*of = (struct ofile){ .fd = fd };
+	if (passthrough_usable(fs)) {
+		id = backing_get(fs, t->object, fd);
+		if (id == -EPERM || id == -EOPNOTSUPP || id == -EINVAL ||
+		    id == -ELOOP) {
+			/* (ELOOP: the backing file's filesystem stacks too
+			 * deep) never better for the next file either */
+			atomic_store(&fs->passthrough_refused, true);
+			id = 0;
+		} else if (id < 0) {
+			close(fd);
+			free(of);
+			reply_err(req, id);
+			return;
+		}
+	}
+	if (id > 0) {
+		close(fd);
+		of->fd = -1;
+		of->object = t->object; /* lives as long as the image */
+		fi->keep_cache = 0;
+	}
+	fi->fh = (uint64_t)(uintptr_t)of;
+	/* Counted before the reply: GC must never see the file closed. */
+	image_open(img);
+	if ((id > 0 ? fuseio_reply_open_backing(req, fi, id) : fuse_reply_open(req, fi)) != 0) {
+		image_close(img);
+		if (id > 0)
+			backing_put(fs, t->object);
+		else
+			close(fd);
+		free(of);
+		return;
+	}
+	if (id > 0)
+		atomic_fetch_add_explicit(&fs->passthrough_opens, 1, memory_order_relaxed);
+}
+
+void file_open(fuse_req_t req, struct fs *fs, struct image *img,
+	       const struct tinode *t, struct fuse_file_info *fi)
+{
+	fi->keep_cache = 1;
+	fi->noflush = 1;
+	fi->fh = 0;
+	if (t->object) {
+		open_object(req, fs, img, t, fi);
+		return;
+	}
+	image_open(img);
+	if (fuse_reply_open(req, fi) != 0)
+		image_close(img);
+}
+
+void file_read(fuse_req_t req, struct image *img, const struct tinode *t,
+	       size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(0);
+	struct ofile *of = (struct ofile *)(uintptr_t)fi->fh;
+	int fd, own = -1;
+	uint64_t base = 0;
+
+	if (off < 0 || (uint64_t)off >= t->size) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	if (size > t->size - (uint64_t)off)
+		size = (size_t)(t->size - (uint64_t)off);
+	if (of && of->fd >= 0) {
+		fd = of->fd;
+	} else if (t->object) {
+		/* a passthrough open the kernel still sends a READ for */
+		fd = own = image_object_open(img, t);
+	} else {
+		fd = image_file_fd(img, t);
+		base = t->data_off;
+	}
+	if (fd < 0) {
+		reply_err(req, -EIO);
+		return;
+	}
+	buf.buf[0].size = size;
+	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	buf.buf[0].fd = fd;
+	buf.buf[0].pos = (off_t)(base + (uint64_t)off);
+	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+	if (own >= 0)
+		close(own);
+	else if (!t->object)
+		image_file_fd_put(img, t);
+}
+
+void file_release(struct fs *fs, struct image *img, struct fuse_file_info *fi)
+{
+	struct ofile *of = (struct ofile *)(uintptr_t)fi->fh;
+
+	if (of) {
+		if (of->fd >= 0)
+			close(of->fd);
+		else
+			backing_put(fs, of->object);
+		free(of);
+	}
+	if (img)
+		image_close(img);
+}
+
+unsigned files_backing_count(struct fs *fs)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&fs->backing_lock);
+	n = (unsigned)strmap_size(fs->backings);
+	pthread_mutex_unlock(&fs->backing_lock);
+	return n;
+}

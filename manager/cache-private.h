@@ -1,0 +1,36 @@
+/* What the files of the cache (cache.c: layout, blobs, layers, references;
+ * objects.c: the content store) share. */
+#pragma once
+
+#include <dirent.h>
+#include <stdint.h>
+
+#include "cache.h"
+
+struct cache {
+	int dirfd;
+	int lockfd;
+	int blobs_fd;	/* blobs/sha256 */
+	int layers_fd;	/* layers */
+	int objects_fd; /* objects */
+	int refs_fd;	/* refs */
+	int tmp_fd;	/* tmp */
+};
+
+/* A DIR stream over a duplicate of dirfd (the caller closes the stream,
+ * dirfd stays open).  0 or -errno. */
+int dir_stream(int dirfd, DIR **ret);
+/* Removes every file of a directory (one level of subdirectories too). */
+void empty_dir(int dfd);
+/* Allocated bytes of a file; 0 when absent. */
+uint64_t file_bytes(int dirfd, const char *name);
+
+/* Allocated bytes of the objects of layer digest: with shared false, only
+ * those no other layer holds (what removing the layer frees); with shared
+ * true, only those that are not in objects/ (the others are counted
+ * there). */
+uint64_t objects_layer_bytes(struct cache *c, const char *digest,
+			     bool shared);
+/* Enters the objects of a staged layer into objects/, replacing each that
+ * is already there by a link to the stored one. */
+int objects_enter(struct cache *c, int stage_fd, const struct layer_index *li);

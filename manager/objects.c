@@ -1,0 +1,206 @@
+/* The content store: regular files big enough to be worth it are kept as
+ * files of their own, one per distinct content, so that the kernel can
+ * read them directly (FUSE passthrough) and identical files of different
+ * layers and images are one inode on disk and one copy in the page cache.
+ *
+ * A layer directory holds a hard link "o.<hex>" to each object it uses;
+ * those links are what keeps an object alive, and what the filesystem
+ * opens.  objects/<hex> is the index that lets the next layer with the
+ * same content link to the stored copy instead of keeping its own: an
+ * object whose only link is its index entry belongs to no layer and is
+ * swept.  Losing an index entry (a sweep racing a commit) costs sharing,
+ * never content, because layers never read through objects/. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache-private.h"
+#include "digest.h"
+#include "fileio.h"
+#include "macro.h"
+
+#define OBJECT_PREFIX "o."
+
+static bool is_object_name(const char *name)
+{
+	return strncmp(name, OBJECT_PREFIX, 2) == 0 &&
+	       strlen(name + 2) == DIGEST_HEX_LEN;
+}
+
+/* One object of a staged layer: shares the stored copy when there is one,
+ * else becomes the stored copy. */
+static int object_enter(struct cache *c, int stage_fd, const char *hex)
+{
+	char mine[DIGEST_HEX_LEN + 3], theirs[DIGEST_HEX_LEN + 3];
+
+	snprintf(mine, sizeof(mine), OBJECT_PREFIX "%s", hex);
+	snprintf(theirs, sizeof(theirs), "d.%s", hex);
+	for (int attempt = 0; attempt < 2; attempt++) {
+		if (linkat(c->objects_fd, hex, stage_fd, theirs, 0) == 0) {
+			/* the stored inode replaces the staged copy */
+			if (renameat(stage_fd, theirs, stage_fd, mine) < 0) {
+				int r = negative_errno();
+
+				unlinkat(stage_fd, theirs, 0);
+				return r;
+			}
+			return 0;
+		}
+		if (errno != ENOENT)
+			return negative_errno();
+		if (linkat(stage_fd, mine, c->objects_fd, hex, 0) == 0)
+			return 0;
+		/* EEXIST: another layer entered the same content meanwhile */
+		if (errno != EEXIST)
+			return negative_errno();
+	}
+	return 0; /* keep our own copy: correct, only not shared */
+}
+
+int objects_enter(struct cache *c, int stage_fd, const struct layer_index *li)
+{
+	for (size_t i = 0; i < li->n_entries; i++) {
+		const struct layer_entry *e = &li->entries[i];
+		int r;
+
+		if (!e->object)
+			continue;
+		/* an object used twice in the layer is entered twice: the
+		 * second time it links to itself, which changes nothing */
+		r = object_enter(c, stage_fd, e->object);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static bool object_name_ok(const char *object)
+{
+	return strlen(object) == DIGEST_HEX_LEN && !strchr(object, '/');
+}
+
+int cache_layer_open_object(struct cache *c, const char *layer_digest,
+			    const char *object)
+{
+	char path[2 * DIGEST_HEX_LEN + 8];
+	int fd;
+
+	if (!digest_is_valid(layer_digest) || !object_name_ok(object))
+		return -EINVAL;
+	snprintf(path, sizeof(path), "%s/" OBJECT_PREFIX "%s",
+		 digest_hex(layer_digest), object);
+	fd = openat(c->layers_fd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	return fd < 0 ? negative_errno() : fd;
+}
+
+int cache_object_openat(int layer_dirfd, const char *object)
+{
+	char name[DIGEST_HEX_LEN + 3];
+	int fd;
+
+	if (!object_name_ok(object))
+		return -EINVAL;
+	snprintf(name, sizeof(name), OBJECT_PREFIX "%s", object);
+	fd = openat(layer_dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	return fd < 0 ? negative_errno() : fd;
+}
+
+uint64_t objects_layer_bytes(struct cache *c, const char *digest, bool shared)
+{
+	_cleanup_close_ int dfd = -1;
+	struct dirent *de;
+	uint64_t bytes = 0;
+	DIR *d;
+
+	if (!digest_is_valid(digest))
+		return 0;
+	dfd = openat(c->layers_fd, digest_hex(digest),
+		     O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || dir_stream(dfd, &d) < 0)
+		return 0;
+	while ((de = readdir(d))) {
+		struct stat st;
+
+		if (!is_object_name(de->d_name) ||
+		    fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		/* links: this layer, the index entry, other layers */
+		if (shared ? st.st_nlink == 1 : st.st_nlink <= 2)
+			bytes += (uint64_t)st.st_blocks * 512;
+	}
+	closedir(d);
+	return bytes;
+}
+
+/* Calls fn for every entry of objects/ with its stat. */
+static int objects_each(struct cache *c,
+			int (*fn)(struct cache *c, const char *hex,
+				  const struct stat *st, void *userdata),
+			void *userdata)
+{
+	struct dirent *de;
+	DIR *d;
+	int r = dir_stream(c->objects_fd, &d);
+
+	if (r < 0)
+		return r;
+	while (r == 0 && (de = readdir(d))) {
+		struct stat st;
+
+		if (strlen(de->d_name) != DIGEST_HEX_LEN ||
+		    fstatat(c->objects_fd, de->d_name, &st,
+			    AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		r = fn(c, de->d_name, &st, userdata);
+	}
+	closedir(d);
+	return r;
+}
+
+static int stats_one(struct cache *c, const char *hex, const struct stat *st,
+		     void *userdata)
+{
+	struct cache_objects_stats *s = userdata;
+
+	(void)c;
+	(void)hex;
+	if (st->st_nlink < 2)
+		return 0; /* garbage, swept by the next collection */
+	s->objects++;
+	s->bytes += (uint64_t)st->st_blocks * 512;
+	s->uses += st->st_nlink - 1;
+	s->shared_bytes += (uint64_t)(st->st_nlink - 2) * (uint64_t)st->st_size;
+	return 0;
+}
+
+int cache_objects_stats(struct cache *c, struct cache_objects_stats *ret)
+{
+	*ret = (struct cache_objects_stats){ 0 };
+	return objects_each(c, stats_one, ret);
+}
+
+static int sweep_one(struct cache *c, const char *hex, const struct stat *st,
+		     void *userdata)
+{
+	uint64_t *freed = userdata;
+
+	if (st->st_nlink != 1)
+		return 0;
+	if (unlinkat(c->objects_fd, hex, 0) == 0)
+		*freed += (uint64_t)st->st_blocks * 512;
+	return 0;
+}
+
+int cache_objects_sweep(struct cache *c, uint64_t *ret_freed)
+{
+	uint64_t freed = 0;
+	int r = objects_each(c, sweep_one, &freed);
+
+	if (ret_freed)
+		*ret_freed = freed;
+	return r;
+}
