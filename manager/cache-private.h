@@ -25,12 +25,18 @@ void empty_dir(int dfd);
 /* Allocated bytes of a file; 0 when absent. */
 uint64_t file_bytes(int dirfd, const char *name);
 
-/* Allocated bytes of the objects of layer digest: with shared false, only
- * those no other layer holds (what removing the layer frees); with shared
- * true, only those that are not in objects/ (the others are counted
- * there). */
+/* A set of inode numbers, to count shared objects once. */
+struct inoset {
+	uint64_t *slots;
+	size_t n, cap;
+};
+void inoset_done(struct inoset *set);
+
+/* Allocated bytes of the objects of layer digest: with seen NULL, only
+ * those no other layer holds (what removing the layer frees); else those
+ * not in seen yet, which are added to it. */
 uint64_t objects_layer_bytes(struct cache *c, const char *digest,
-			     bool shared);
+			     struct inoset *seen);
 /* Enters the objects of a staged layer into objects/, replacing each that
  * is already there by a link to the stored one. */
 int objects_enter(struct cache *c, int stage_fd, const struct layer_index *li);

@@ -579,7 +579,7 @@ uint64_t cache_layer_bytes(struct cache *c, const char *digest)
 	n = file_bytes(c->layers_fd, path);
 	snprintf(path, sizeof(path), "%s/index", digest_hex(digest));
 	return n + file_bytes(c->layers_fd, path) +
-	       objects_layer_bytes(c, digest, false);
+	       objects_layer_bytes(c, digest, NULL);
 }
 
 uint64_t cache_blob_bytes(struct cache *c, const char *digest)
@@ -629,6 +629,7 @@ int cache_foreach_blob(struct cache *c,
 
 struct usage_ctx {
 	struct cache *c;
+	struct inoset seen;
 	uint64_t bytes;
 	unsigned layers;
 };
@@ -639,12 +640,12 @@ static int usage_layer(void *userdata, const char *digest)
 
 	char path[DIGEST_HEX_LEN + 16];
 
-	/* objects shared through objects/ are counted there, once */
+	/* objects shared by several layers are counted once */
 	snprintf(path, sizeof(path), "%s/pack", digest_hex(digest));
 	u->bytes += file_bytes(u->c->layers_fd, path);
 	snprintf(path, sizeof(path), "%s/index", digest_hex(digest));
 	u->bytes += file_bytes(u->c->layers_fd, path);
-	u->bytes += objects_layer_bytes(u->c, digest, true);
+	u->bytes += objects_layer_bytes(u->c, digest, &u->seen);
 	u->layers++;
 	return 0;
 }
@@ -665,12 +666,7 @@ int cache_usage(struct cache *c, uint64_t *ret_bytes, unsigned *ret_layers)
 	r = cache_foreach_layer(c, usage_layer, &u);
 	if (r == 0)
 		r = cache_foreach_blob(c, usage_blob, &u);
-	if (r == 0) {
-		struct cache_objects_stats os;
-
-		r = cache_objects_stats(c, &os);
-		u.bytes += os.bytes;
-	}
+	inoset_done(&u.seen);
 	if (r < 0)
 		return r;
 	*ret_bytes = u.bytes;

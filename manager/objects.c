@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -109,7 +110,46 @@ int cache_object_openat(int layer_dirfd, const char *object)
 	return fd < 0 ? negative_errno() : fd;
 }
 
-uint64_t objects_layer_bytes(struct cache *c, const char *digest, bool shared)
+static bool inoset_add(struct inoset *set, uint64_t ino)
+{
+	if (set->n * 2 >= set->cap) {
+		size_t cap = set->cap ? set->cap * 2 : 1024;
+		uint64_t *slots = calloc(cap, sizeof(*slots));
+
+		if (!slots)
+			return true; /* counted twice rather than not at all */
+		for (size_t i = 0; i < set->cap; i++)
+			if (set->slots[i])
+				for (size_t j = set->slots[i] * 0x9e3779b97f4a7c15u % cap;;
+				     j = (j + 1) % cap)
+					if (!slots[j]) {
+						slots[j] = set->slots[i];
+						break;
+					}
+		free(set->slots);
+		set->slots = slots;
+		set->cap = cap;
+	}
+	ino++; /* 0 marks a free slot */
+	for (size_t j = ino * 0x9e3779b97f4a7c15u % set->cap;; j = (j + 1) % set->cap) {
+		if (set->slots[j] == ino)
+			return false;
+		if (!set->slots[j]) {
+			set->slots[j] = ino;
+			set->n++;
+			return true;
+		}
+	}
+}
+
+void inoset_done(struct inoset *set)
+{
+	free(set->slots);
+	*set = (struct inoset){ 0 };
+}
+
+uint64_t objects_layer_bytes(struct cache *c, const char *digest,
+			     struct inoset *seen)
 {
 	_cleanup_close_ int dfd = -1;
 	struct dirent *de;
@@ -129,7 +169,7 @@ uint64_t objects_layer_bytes(struct cache *c, const char *digest, bool shared)
 		    fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
 		/* links: this layer, the index entry, other layers */
-		if (shared ? st.st_nlink == 1 : st.st_nlink <= 2)
+		if (seen ? inoset_add(seen, (uint64_t)st.st_ino) : st.st_nlink <= 2)
 			bytes += (uint64_t)st.st_blocks * 512;
 	}
 	closedir(d);
