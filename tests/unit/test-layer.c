@@ -518,6 +518,10 @@ static void assert_same_index(const struct layer_index *a,
 			assert_string_equal(x->link, y->link);
 		else
 			assert_null(y->link);
+		if (x->object)
+			assert_string_equal(x->object, y->object);
+		else
+			assert_null(y->object);
 		assert_int_equal(x->n_xattrs, y->n_xattrs);
 		for (uint32_t j = 0; j < x->n_xattrs; j++) {
 			assert_string_equal(x->xattrs[j].name,
@@ -705,10 +709,95 @@ static void test_index_hostile_content(void **state)
 #undef PUT64
 }
 
+/* Files at the size threshold and above become objects named by their
+ * digest; smaller ones stay in the pack; holes stay holes; identical
+ * content is one name; the index keeps the object names. */
+static void test_unpack_objects(void **state)
+{
+	struct fixture *f = *state;
+	char dir[] = "/tmp/test-layer-objects.XXXXXX";
+	static char big[20000];
+	const struct member m[] = {
+		{.path = "small", .data = "tiny", .size = 4},
+		{.path = "big", .data = big, .size = sizeof(big)},
+		{.path = "again", .data = big, .size = sizeof(big)},
+		{.path = "link", .hardlink = "big"},
+		{.path = "sparse", .size = 1 << 20, .sparse_off = 65536,
+		 .sparse_len = 4096},
+	};
+	struct layer_objects objs = {.min_size = 16384};
+	const struct layer_entry *e, *g;
+	struct layer_index *back = NULL;
+	char name[80], cmd[128];
+	struct stat st;
+	int fd, idx;
+
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (char)(i * 7);
+	assert_non_null(mkdtemp(dir));
+	objs.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(objs.dirfd >= 0);
+	write_tar(f->tar_fd, LAYER_UNCOMPRESSED, m, sizeof(m) / sizeof(m[0]));
+	f->err[0] = '\0';
+	assert_int_equal(layer_unpack(f->tar_fd, LAYER_UNCOMPRESSED, f->pack_fd,
+				      &objs, NULL, &f->li, f->err,
+				      sizeof(f->err)),
+			 0);
+	/* the small file alone is in the pack */
+	assert_int_equal(f->li->data_size, 4);
+	assert_null(find(f->li, "small", LAYER_ENTRY_REG)->object);
+	e = find(f->li, "big", LAYER_ENTRY_REG);
+	g = find(f->li, "again", LAYER_ENTRY_REG);
+	assert_non_null(e->object);
+	assert_string_equal(e->object, g->object);
+	/* named by the SHA-256 of the content, as sha256sum computes it */
+	{
+		FILE *p;
+		char line[128];
+
+		snprintf(cmd, sizeof(cmd), "sha256sum %s/o.%s", dir, e->object);
+		p = popen(cmd, "r");
+		assert_non_null(p);
+		assert_non_null(fgets(line, sizeof(line), p));
+		pclose(p);
+		line[64] = '\0';
+		assert_string_equal(line, e->object);
+	}
+	snprintf(name, sizeof(name), "o.%s", e->object);
+	fd = openat(objs.dirfd, name, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	assert_int_equal(st.st_size, sizeof(big));
+	close(fd);
+	/* the sparse file: its own object, holes kept */
+	e = find(f->li, "sparse", LAYER_ENTRY_REG);
+	assert_non_null(e->object);
+	snprintf(name, sizeof(name), "o.%s", e->object);
+	assert_int_equal(fstatat(objs.dirfd, name, &st, 0), 0);
+	assert_int_equal(st.st_size, 1 << 20);
+	assert_true((uint64_t)st.st_blocks * 512 < (1 << 19));
+	/* two objects, no temporary file left */
+	snprintf(cmd, sizeof(cmd), "test $(ls %s | wc -l) = 2", dir);
+	assert_int_equal(system(cmd), 0);
+	/* the object names survive the index file */
+	idx = memfd("idx");
+	assert_int_equal(layer_index_write(f->li, idx), 0);
+	assert_int_equal(lseek(idx, 0, SEEK_SET), 0);
+	assert_int_equal(layer_index_read(idx, &back), 0);
+	assert_same_index(f->li, back);
+	layer_index_free(back);
+	close(idx);
+	close(objs.dirfd);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_unpack_rich, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_unpack_objects, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_unpack_sparse, setup,
 						teardown),
