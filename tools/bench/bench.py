@@ -142,6 +142,36 @@ def rss_kib(pid):
     return 0
 
 
+def fuse_requests(mnt):
+    """FUSE requests served so far, by operation, from the metrics."""
+    out = {}
+    with open(os.path.join(mnt, ".pullfs", "metrics")) as f:
+        for line in f:
+            if line.startswith("pullfs_fuse_operations_total{"):
+                k, v = line.split()
+                out[k.split('"')[1]] = int(v)
+    return out
+
+
+def requests_delta(a, b):
+    """Requests between two snapshots, less what a snapshot costs itself
+    (measured by two in a row)."""
+    mnt = requests_delta.mnt
+    s1 = fuse_requests(mnt)
+    s2 = fuse_requests(mnt)
+    own = {k: s2[k] - s1.get(k, 0) for k in s2}
+    d = {k: max(0, b[k] - a.get(k, 0) - own.get(k, 0)) for k in b}
+    return {k: v for k, v in d.items() if v}
+
+
+def cached_kib():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Cached:"):
+                return int(line.split()[1])
+    return 0
+
+
 # ------------------------------------------------------------------ peers
 
 class Pullfs:
@@ -305,9 +335,14 @@ def cold_run(cls):
             res["rss_after_pull_kib"] = rss_kib(peer.proc.pid)
         drop_caches()
         res["chroot_true"] = timed(["chroot", root, "/bin/true"])
+        req0 = fuse_requests(peer.mnt) if cls is Pullfs else None
         t0 = time.perf_counter()
         r = run(["chroot", root, "dpkg", "--verify"], check=False, stdout=subprocess.PIPE)
         res["dpkg_verify"] = time.perf_counter() - t0
+        if req0 is not None:
+            req1 = fuse_requests(peer.mnt)
+            requests_delta.mnt = peer.mnt
+            res["dpkg_requests"] = requests_delta(req0, req1)
         if r.returncode != 0 or r.stdout.strip():
             raise RuntimeError(f"{cls.name}: dpkg --verify is not clean: {r.stdout[:400]!r}")
     finally:
@@ -319,8 +354,9 @@ def cold_run(cls):
 # ------------------------------------------------------------------- warm
 
 def list_tree(root):
-    """Relative paths of every entry, and of regular files >= 1 MiB."""
-    paths, large = [], []
+    """Relative paths of every entry, of every regular file, and of regular
+    files >= 1 MiB."""
+    paths, large, regular = [], [], []
     for d, dirs, files in os.walk(root):
         rel = os.path.relpath(d, root)
         for n in dirs + files:
@@ -329,9 +365,11 @@ def list_tree(root):
         for n in files:
             full = os.path.join(d, n)
             st = os.lstat(full)
-            if (st.st_mode & 0o170000) == 0o100000 and st.st_size >= (1 << 20):
-                large.append(os.path.relpath(full, root))
-    return paths, sorted(large)
+            if (st.st_mode & 0o170000) == 0o100000:
+                regular.append(os.path.relpath(full, root))
+                if st.st_size >= (1 << 20):
+                    large.append(os.path.relpath(full, root))
+    return paths, sorted(large), sorted(regular)
 
 
 def read_files(root, files, repeat=1):
@@ -385,14 +423,38 @@ def warm(runs):
     _mounts.append(fov)
     trees = {"pullfs": pullfs_root, "native": native_root, "fuse-overlayfs": fov}
 
-    paths, large = list_tree(native_root)
+    paths, large, regular = list_tree(native_root)
     listfile = os.path.join(WORK, "paths.txt")
     with open(listfile, "w") as f:
         f.write("\n".join(paths) + "\n")
     res["entries"] = len(paths)
     res["large_files"] = len(large)
+    res["regular_files"] = len(regular)
     try:
         for name, root in trees.items():
+            # Every file read once, from a cold page cache and dentry
+            # cache, and the page cache it leaves behind.
+            colds, cached = [], []
+            for _ in range(runs):
+                drop_caches()
+                c0 = cached_kib()
+                total, secs = read_files(root, regular)
+                colds.append(secs)
+                cached.append(cached_kib() - c0)
+            res[f"readall_cold_{name}"] = colds
+            res[f"cache_kib_{name}"] = cached
+            res["readall_bytes"] = total
+            # The same warm; for pullfs, the requests it took.
+            read_files(root, regular)
+            req0 = fuse_requests(pfs.mnt) if name == "pullfs" else None
+            warms = []
+            for _ in range(runs):
+                warms.append(read_files(root, regular)[1])
+            if req0 is not None:
+                req1 = fuse_requests(pfs.mnt)
+                requests_delta.mnt = pfs.mnt
+                res["readall_requests"] = requests_delta(req0, req1)
+            res[f"readall_warm_{name}"] = warms
             # Warm up: one read of everything and one walk.
             read_files(root, large)
             find_ls(root)
@@ -408,12 +470,44 @@ def warm(runs):
             res[f"find_{name}"] = finds
             res[f"storm_{name}"] = storms
         res["rss_after_walk_kib"] = rss_kib(pfs.proc.pid)
+        big_file(res, runs, pfs, nbase)
     finally:
         umount(fov)
         pfs.stop()
         drop_ext4(pbase)
         drop_ext4(nbase)
     return res
+
+
+def big_file(res, runs, pfs, nbase):
+    """The first read of a large file already in the cache: its image is
+    pulled once, then the file is read with the page cache dropped."""
+    big_ref = os.environ.get("BIG_IMAGE")
+    if not big_ref:
+        return
+    src = os.environ["BIG_FILE"]
+    proot = os.path.join(pfs.mnt, "images", f"{REGISTRY}/{big_ref}")
+    os.stat(proot)
+    native = os.path.join(nbase, "big.bin")
+    run(["cp", src, native])
+    fov = os.path.join(WORK, "fuse-overlayfs-big")
+    os.makedirs(fov, exist_ok=True)
+    run(["fuse-overlayfs", "-o", f"lowerdir={nbase}", fov])
+    _mounts.append(fov)
+    files = {"pullfs": os.path.join(proot, "big.bin"), "native": native,
+             "fuse-overlayfs": os.path.join(fov, "big.bin")}
+    try:
+        for name, path in files.items():
+            ts = []
+            for _ in range(runs):
+                drop_caches()
+                d, f = os.path.split(path)
+                os.stat(d)
+                ts.append(read_files(d, [f])[1])
+            res[f"big_{name}"] = ts
+        res["big_bytes"] = os.stat(native).st_size
+    finally:
+        umount(fov)
 
 
 # ------------------------------------------------------------------ report
@@ -459,6 +553,38 @@ def report(cold, w, runs):
             qm = mm(w[f"{key}_{peer}"])
             out.append(f"| {what} | {fmt_s(pm[0])} / {fmt_s(pm[1])} | {peer} | "
                        f"{fmt_s(qm[0])} / {fmt_s(qm[1])} | {pm[1] / qm[1]:.2f} |")
+    nall = w["readall_bytes"]
+    for key, what in (("readall_warm", f"warm read of every file once ({w['regular_files']} files, {nall / 1e6:.0f} MB)"),
+                      ("readall_cold", "cold read of every file once (after drop_caches)")):
+        pm = mm(w[f"{key}_pullfs"])
+        for peer in ("native", "fuse-overlayfs"):
+            qm = mm(w[f"{key}_{peer}"])
+            out.append(f"| {what} | {fmt_s(pm[0])} / {fmt_s(pm[1])} | {peer} | "
+                       f"{fmt_s(qm[0])} / {fmt_s(qm[1])} | {pm[1] / qm[1]:.2f} |")
+    pc = statistics.median(w["cache_kib_pullfs"]) / 1024
+    for peer in ("native", "fuse-overlayfs"):
+        qc = statistics.median(w[f"cache_kib_{peer}"]) / 1024
+        out.append(f"| page cache after reading every file once (Cached delta, median) | {pc:.0f} MiB | {peer} | "
+                   f"{qc:.0f} MiB | {pc / qc:.2f} |")
+    if "big_pullfs" in w:
+        nb = w["big_bytes"]
+        pr = [nb / s / 1e6 for s in w["big_pullfs"]]
+        for peer in ("native", "fuse-overlayfs"):
+            qr = [nb / s / 1e6 for s in w[f"big_{peer}"]]
+            out.append(f"| first read of a {nb >> 20} MiB file in the cache (after drop_caches), MB/s max / median | "
+                       f"{max(pr):.0f} / {statistics.median(pr):.0f} | {peer} | "
+                       f"{max(qr):.0f} / {statistics.median(qr):.0f} | "
+                       f"{statistics.median(pr) / statistics.median(qr):.2f} (throughput) |")
+    rq = w.get("readall_requests", {})
+    nreads = runs * w["regular_files"]
+    out.append("| FUSE requests per file, warm read of every file | "
+               f"{sum(rq.values()) / nreads:.2f} ({', '.join(f'{k} {v / nreads:.2f}' for k, v in sorted(rq.items()))}) | | | |")
+    dq = [r.get("dpkg_requests", {}) for r in cold["pullfs"]]
+    if dq and dq[0]:
+        tot = statistics.median([sum(d.values()) for d in dq])
+        out.append("| FUSE requests, cold dpkg --verify (median of runs) | "
+                   f"{tot:.0f} ({tot / w['regular_files']:.2f} per file of the image; "
+                   f"{', '.join(f'{k} {v}' for k, v in sorted(dq[0].items()))} in run 1) | | | |")
     rss = [r["rss_after_pull_kib"] for r in cold["pullfs"]]
     out.append(f"| pullfs daemon RSS: after the cold pull | {max(rss) / 1024:.1f} MiB (max) | | | |")
     out.append(f"| pullfs daemon RSS: image cached, after the warm walk and reads | "
