@@ -38,8 +38,15 @@ static int object_enter(struct cache *c, int stage_fd, const char *hex)
 {
 	char mine[DIGEST_HEX_LEN + 3], theirs[DIGEST_HEX_LEN + 3];
 
+	struct stat a, b;
+
 	snprintf(mine, sizeof(mine), OBJECT_PREFIX "%s", hex);
 	snprintf(theirs, sizeof(theirs), "d.%s", hex);
+	/* entered already (the layer uses the content twice) */
+	if (fstatat(c->objects_fd, hex, &a, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    fstatat(stage_fd, mine, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+		return 0;
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if (linkat(c->objects_fd, hex, stage_fd, theirs, 0) == 0) {
 			/* the stored inode replaces the staged copy */
@@ -70,8 +77,6 @@ int objects_enter(struct cache *c, int stage_fd, const struct layer_index *li)
 
 		if (!e->object)
 			continue;
-		/* an object used twice in the layer is entered twice: the
-		 * second time it links to itself, which changes nothing */
 		r = object_enter(c, stage_fd, e->object);
 		if (r < 0)
 			return r;

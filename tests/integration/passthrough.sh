@@ -32,6 +32,7 @@ def layer(name, files):
             i = tarfile.TarInfo(path); i.size = len(data); i.mode = 0o644; i.mtime = 1700000000
             t.addfile(i, io.BytesIO(data))
 layer("a.tar", [("data/big.bin", big), ("data/small.txt", b"small\n"),
+                ("data/dup1.bin", big), ("data/dup2.bin", big),
                 (("data/big.link", "data/big.bin"), None), ("data/sparse.bin", sparse)])
 layer("b.tar", [("data/copy.bin", big), ("data/other.bin", other)])
 PY
@@ -55,6 +56,7 @@ r0=$(reads)
 r1=$(reads)
 cmp "$a/big.bin" "$WORK/big.bin" || fail "big.bin differs"
 cmp "$a/big.link" "$WORK/big.bin" || fail "the hardlink to big.bin differs"
+cmp "$a/dup2.bin" "$WORK/big.bin" || fail "a second copy of big.bin in its layer differs"
 cmp "$b/copy.bin" "$WORK/big.bin" || fail "copy.bin differs"
 cmp "$b/other.bin" "$WORK/other.bin" || fail "other.bin differs"
 cmp "$a/sparse.bin" "$WORK/sparse.bin" || fail "sparse.bin differs"
@@ -69,7 +71,7 @@ with open(sys.argv[1], "rb") as f, open(sys.argv[2], "rb") as g:
     assert mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)[:] == g.read()
 PY
 
-# One object for the three names of big.bin's content, in two layers;
+# One object for the five names of big.bin's content, in two layers;
 # the small file is in no object.
 sum=$(sha256sum "$WORK/big.bin" | cut -d' ' -f1)
 [ -f "$CACHE/objects/$sum" ] || fail "no object named by the content digest"
