@@ -19,7 +19,8 @@
 
 static const char *const fsop_names[FSOP_COUNT] = {
 	"lookup", "getattr", "readlink", "open", "read", "opendir",
-	"readdir", "readdirplus", "getxattr", "listxattr", "forget", "other",
+	"readdir", "readdirplus", "getxattr", "listxattr", "forget", "release",
+	"other",
 };
 
 static const double fsop_bucket_bounds[FSOP_BUCKETS] = {
@@ -106,7 +107,7 @@ static void fs_metrics(struct fs *fs, FILE *f)
 		   "# HELP pullfs_passthrough_opens_total Opens served in passthrough.\n"
 		   "# TYPE pullfs_passthrough_opens_total counter\n"
 		   "pullfs_passthrough_opens_total %llu\n"
-		   "# HELP pullfs_backing_files Backing files registered with the kernel now.\n"
+		   "# HELP pullfs_backing_files Backing files registered with the kernel now (open or kept for the next open).\n"
 		   "# TYPE pullfs_backing_files gauge\n"
 		   "pullfs_backing_files %u\n",
 		fuseio_passthrough() && !fs->opts.no_passthrough &&

@@ -11,7 +11,10 @@
  * The kernel refuses two backing files for one inode, and it attaches an
  * inode to the backing file of its first open until the last one closes;
  * so backing ids are kept per object, registered at the first open of any
- * file with that content and closed with the last.  Every open of an
+ * file with that content.  One that no open file uses any more stays
+ * registered, up to BACKING_IDLE_MAX of them, least recently used first
+ * out: opening a file again then costs the daemon a table lookup and the
+ * reply, not an openat() and two ioctls.  Every open of an
  * object is in passthrough or none is: after a refused registration
  * (no CAP_SYS_ADMIN, the cache on a stacked filesystem) passthrough is off
  * for the rest of the mount, and objects are read like packs. */
@@ -27,10 +30,41 @@
 #include "fuseio.h"
 #include "strmap.h"
 
+#define BACKING_IDLE_MAX 4096
+
 struct backing {
 	int id;
 	unsigned opens; /* fs.backing_lock */
+	/* registered and unused, in fs.backing_idle; fs.backing_lock */
+	struct backing *idle_prev, *idle_next;
+	bool idle;
+	char object[];
 };
+
+static void idle_unlink(struct fs *fs, struct backing *b)
+{
+	if (!b->idle)
+		return;
+	if (b->idle_prev)
+		b->idle_prev->idle_next = b->idle_next;
+	else
+		fs->backing_idle_head = b->idle_next;
+	if (b->idle_next)
+		b->idle_next->idle_prev = b->idle_prev;
+	else
+		fs->backing_idle_tail = b->idle_prev;
+	b->idle_prev = b->idle_next = NULL;
+	b->idle = false;
+	fs->backing_idle_n--;
+}
+
+static void backing_drop(struct fs *fs, struct backing *b)
+{
+	idle_unlink(fs, b);
+	strmap_remove(fs->backings, b->object);
+	fuseio_backing_close(b->id);
+	free(b);
+}
 
 /* fi->fh of an open object; packs have fh 0. */
 struct ofile {
@@ -54,13 +88,17 @@ static int backing_get(struct fs *fs, const char *object, int fd)
 	pthread_mutex_lock(&fs->backing_lock);
 	b = strmap_get(fs->backings, object);
 	if (!b) {
+		size_t len = strlen(object);
+
 		r = fuseio_backing_open(fd);
 		if (r < 0) {
 			pthread_mutex_unlock(&fs->backing_lock);
 			return r;
 		}
-		b = calloc(1, sizeof(*b));
-		if (!b || strmap_put(fs->backings, object, b) < 0) {
+		b = calloc(1, sizeof(*b) + len + 1);
+		if (b)
+			memcpy(b->object, object, len + 1);
+		if (!b || strmap_put(fs->backings, b->object, b) < 0) {
 			fuseio_backing_close(r);
 			free(b);
 			pthread_mutex_unlock(&fs->backing_lock);
@@ -68,10 +106,29 @@ static int backing_get(struct fs *fs, const char *object, int fd)
 		}
 		b->id = r;
 	}
+	idle_unlink(fs, b);
 	b->opens++;
 	r = b->id;
 	pthread_mutex_unlock(&fs->backing_lock);
 	return r;
+}
+
+/* The backing id of an object already registered, taken for one more
+ * open; 0 when there is none. */
+static int backing_get_registered(struct fs *fs, const char *object)
+{
+	struct backing *b;
+	int id = 0;
+
+	pthread_mutex_lock(&fs->backing_lock);
+	b = strmap_get(fs->backings, object);
+	if (b) {
+		idle_unlink(fs, b);
+		b->opens++;
+		id = b->id;
+	}
+	pthread_mutex_unlock(&fs->backing_lock);
+	return id;
 }
 
 static void backing_put(struct fs *fs, const char *object)
@@ -81,9 +138,15 @@ static void backing_put(struct fs *fs, const char *object)
 	pthread_mutex_lock(&fs->backing_lock);
 	b = strmap_get(fs->backings, object);
 	if (b && --b->opens == 0) {
-		strmap_remove(fs->backings, object);
-		fuseio_backing_close(b->id);
-		free(b);
+		b->idle = true;
+		b->idle_prev = fs->backing_idle_tail;
+		if (fs->backing_idle_tail)
+			fs->backing_idle_tail->idle_next = b;
+		else
+			fs->backing_idle_head = b;
+		fs->backing_idle_tail = b;
+		if (++fs->backing_idle_n > BACKING_IDLE_MAX)
+			backing_drop(fs, fs->backing_idle_head);
 	}
 	pthread_mutex_unlock(&fs->backing_lock);
 }
@@ -92,11 +155,17 @@ static void open_object(fuse_req_t req, struct fs *fs, struct image *img,
 			const struct tinode *t, struct fuse_file_info *fi)
 {
 	struct ofile *of = malloc(sizeof(*of));
-	int fd, id = 0;
+	int fd = -1, id = 0;
 
 	if (!of) {
 		reply_err(req, -ENOMEM);
 		return;
+	}
+	*of = (struct ofile){ .fd = -1 };
+	if (passthrough_usable(fs)) {
+		id = backing_get_registered(fs, t->object);
+		if (id > 0)
+			goto reply;
 	}
 	fd = image_object_open(img, t);
 	if (fd < 0) {
@@ -120,8 +189,10 @@ static void open_object(fuse_req_t req, struct fs *fs, struct image *img,
 			return;
 		}
 	}
-	if (id > 0) {
+	if (id > 0)
 		close(fd);
+reply:
+	if (id > 0) {
 		of->fd = -1;
 		of->object = t->object; /* lives as long as the image */
 		fi->keep_cache = 0;

@@ -37,6 +37,7 @@ enum fsop {
 	FSOP_GETXATTR,
 	FSOP_LISTXATTR,
 	FSOP_FORGET,
+	FSOP_RELEASE,
 	FSOP_OTHER,
 	FSOP_COUNT,
 };
@@ -81,6 +82,8 @@ struct fs {
 	/* files.c: backing files of objects open in passthrough */
 	pthread_mutex_t backing_lock;
 	struct strmap *backings; /* object hex -> struct backing *; backing_lock */
+	struct backing *backing_idle_head, *backing_idle_tail; /* backing_lock */
+	unsigned backing_idle_n;			      /* backing_lock */
 	atomic_bool passthrough_refused;
 	atomic_uint_fast64_t passthrough_opens;
 };

@@ -228,6 +228,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	_timed_(FSOP_RELEASE);
 	if (ino == INO_CTL_STATUS || ino == INO_CTL_METRICS) {
 		ctl_release(fi);
 	} else if (ino_is_image(ino)) {
