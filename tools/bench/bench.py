@@ -471,6 +471,7 @@ def warm(runs):
             res[f"storm_{name}"] = storms
         res["rss_after_walk_kib"] = rss_kib(pfs.proc.pid)
         big_file(res, runs, pfs, nbase)
+        second_version(res, pfs)
     finally:
         umount(fov)
         pfs.stop()
@@ -508,6 +509,26 @@ def big_file(res, runs, pfs, nbase):
         res["big_bytes"] = os.stat(native).st_size
     finally:
         umount(fov)
+
+
+def cache_status(pfs):
+    with open(os.path.join(pfs.mnt, ".pullfs", "status")) as f:
+        st = json.load(f)
+    return st
+
+
+def second_version(res, pfs):
+    """Files stored once: the cache before and after pulling a second
+    version of the image (another layer digest, nearly the same files)."""
+    ref = os.environ.get("V2_IMAGE")
+    if not ref:
+        return
+    before = cache_status(pfs)
+    os.stat(os.path.join(pfs.mnt, "images", f"{REGISTRY}/{ref}"))
+    after = cache_status(pfs)
+    res["v2"] = {"before": before["cache"]["bytes"],
+                 "after": after["cache"]["bytes"],
+                 "objects_before": before.get("objects"), "objects_after": after.get("objects")}
 
 
 # ------------------------------------------------------------------ report
@@ -585,6 +606,13 @@ def report(cold, w, runs):
         out.append("| FUSE requests, cold dpkg --verify (median of runs) | "
                    f"{tot:.0f} ({tot / w['regular_files']:.2f} per file of the image; "
                    f"{', '.join(f'{k} {v}' for k, v in sorted(dq[0].items()))} in run 1) | | | |")
+    v2 = w.get("v2")
+    if v2 and v2["objects_after"]:
+        oa = v2["objects_after"]
+        out.append(f"| second version of the image (one file added, new layer digest): cache growth | "
+                   f"{(v2['after'] - v2['before']) / 2**20:.1f} MiB | without sharing | "
+                   f"{(v2['after'] - v2['before'] + oa['shared_bytes']) / 2**20:.1f} MiB | "
+                   f"{oa['shared_bytes'] / 2**20:.0f} MiB stored once |")
     rss = [r["rss_after_pull_kib"] for r in cold["pullfs"]]
     out.append(f"| pullfs daemon RSS: after the cold pull | {max(rss) / 1024:.1f} MiB (max) | | | |")
     out.append(f"| pullfs daemon RSS: image cached, after the warm walk and reads | "
