@@ -54,3 +54,23 @@ int read_full(int fd, size_t max, char **ret, size_t *ret_len)
 		*ret_len = len;
 	return 0;
 }
+
+int write_full(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return negative_errno();
+		}
+		if (n == 0)
+			return -EIO;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}

@@ -1,4 +1,5 @@
-/* Reading a whole file into memory, with a cap: the one loop the cache,
+/* Whole reads and writes: reading a file into memory with a cap, and
+ * writing a buffer through short writes and EINTR -- the loops the cache,
  * the layer index and the tools all need. */
 #pragma once
 
@@ -9,3 +10,9 @@
  * NULL).  Returns 0, -EFBIG when there are more than max bytes, -ENOMEM,
  * or the -errno of read(2).  The caller frees *ret. */
 int read_full(int fd, size_t max, char **ret, size_t *ret_len);
+
+/* Writes all len bytes of buf to fd, again after a short write or EINTR.
+ * Blocks as write(2) does.  Returns 0, or the -errno of write(2) (-EIO
+ * when it wrote nothing without an error); part of buf may have been
+ * written then. */
+int write_full(int fd, const void *buf, size_t len);

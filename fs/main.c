@@ -29,6 +29,7 @@
 #include "hosts.h"
 #include "macro.h"
 #include "manager.h"
+#include "units.h"
 
 #define EXIT_USAGE 2
 
@@ -243,27 +244,16 @@ static int invalid_value(const char *name, const char *v, char *errbuf, size_t e
 static int parse_uint(const char *name, const char *v, unsigned min, unsigned max,
 		      unsigned *ret, char *errbuf, size_t errlen)
 {
-	unsigned long n;
+	uint64_t n;
+	int r = parse_uint64(v, &n);
 
-	if (!*v || v[strspn(v, "0123456789")])
+	if (r == -EINVAL)
 		return invalid_value(name, v, errbuf, errlen);
-	errno = 0;
-	n = strtoul(v, NULL, 10);
-	if (errno || n < min || n > max)
+	if (r < 0 || n < min || n > max)
 		return errbuf_fail(-EINVAL, errbuf, errlen,
 				   "%s must be between %u and %u, not \"%s\"", name, min, max, v);
 	*ret = (unsigned)n;
 	return 0;
-}
-
-/* "12" or "1.5": the length of the number at the start of v, 0 if none. */
-static size_t decimal_len(const char *v)
-{
-	size_t n = strspn(v, "0123456789");
-
-	if (n > 0 && v[n] == '.' && v[n + 1] >= '0' && v[n + 1] <= '9')
-		n += 1 + strspn(v + n + 1, "0123456789");
-	return n;
 }
 
 /* Pull starts per second: 0 (no limit), or 0.001 to 1e6 -- below that,
@@ -284,33 +274,12 @@ static int parse_qps(const char *name, const char *v, double *ret, char *errbuf,
 	return 0;
 }
 
-/* "1073741824", "512M", "20G", "1.5TiB" (binary multiples; a fraction
- * only with one). */
+/* units.h has the grammar: "20G", "1.5TiB". */
 static int parse_bytes(const char *name, const char *v, uint64_t *ret, char *errbuf,
 		       size_t errlen)
 {
-	size_t n = decimal_len(v);
-	const char *end = v + n;
-	double bytes;
-
-	if (n == 0 || (memchr(v, '.', n) && !(*end && strchr("KkMmGgTt", *end))))
+	if (parse_size(v, ret) < 0)
 		return invalid_value(name, v, errbuf, errlen);
-	bytes = strtod(v, NULL);
-	switch (*end) {
-	case 'T': case 't': bytes *= 1024.0; /* fall through */
-	case 'G': case 'g': bytes *= 1024.0; /* fall through */
-	case 'M': case 'm': bytes *= 1024.0; /* fall through */
-	case 'K': case 'k': bytes *= 1024.0; end++;
-		if (*end == 'i')
-			end++;
-		break;
-	}
-	if (*end == 'B' || *end == 'b')
-		end++;
-	/* 2^64: the first value a uint64_t cannot hold. */
-	if (*end || bytes >= 18446744073709551616.0)
-		return invalid_value(name, v, errbuf, errlen);
-	*ret = (uint64_t)bytes;
 	return 0;
 }
 

@@ -9,7 +9,6 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
-#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -31,6 +30,7 @@
 #include "fileio.h"
 #include "macro.h"
 #include "reference.h"
+#include "units.h"
 
 #define EXIT_FAILED 1
 #define EXIT_USAGE 2
@@ -86,50 +86,6 @@ static int usage_error(const char *cmd, const char *fmt, ...)
 
 /* ------------------------------------------------------------ formatting */
 
-static void format_size(double bytes, char *buf, size_t len)
-{
-	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB" };
-	size_t u = 0;
-
-	if (bytes < 1024) {
-		snprintf(buf, len, "%.0f B", bytes < 0 ? 0 : bytes);
-		return;
-	}
-	bytes /= 1024;
-	while (bytes >= 1024 && u + 1 < ARRAY_SIZE(units)) {
-		bytes /= 1024;
-		u++;
-	}
-	snprintf(buf, len, bytes < 10 ? "%.1f %s" : "%.0f %s", bytes, units[u]);
-}
-
-/* Like kubectl's HumanDuration: "45s", "3m12s", "47m", "5h3m", "2d4h". */
-static void format_duration(double seconds, char *buf, size_t len)
-{
-	long long s = (long long)seconds, m, h;
-
-	if (s < 0)
-		s = 0;
-	m = s / 60;
-	h = s / 3600;
-	if (s < 120)
-		snprintf(buf, len, "%llds", s);
-	else if (m < 10)
-		snprintf(buf, len, s % 60 ? "%lldm%llds" : "%lldm", m, s % 60);
-	else if (m < 180)
-		snprintf(buf, len, "%lldm", m);
-	else if (h < 8)
-		snprintf(buf, len, m % 60 ? "%lldh%lldm" : "%lldh", h, m % 60);
-	else if (h < 48)
-		snprintf(buf, len, "%lldh", h);
-	else if (h < 192)
-		snprintf(buf, len, h % 24 ? "%lldd%lldh" : "%lldd", h / 24, h % 24);
-	else if (h < 24 * 365 * 2)
-		snprintf(buf, len, "%lldd", h / 24);
-	else
-		snprintf(buf, len, "%lldy", h / (24 * 365));
-}
-
 static double now_realtime(void)
 {
 	struct timespec ts;
@@ -180,71 +136,6 @@ static int parse_rfc3339(const char *s, double *ret)
 	if (*p)
 		return -EINVAL;
 	*ret = (double)timegm(&tm) - (double)off + frac;
-	return 0;
-}
-
-/* "90", "90s", "5m", "1h30m", "2d": seconds. */
-static int parse_duration(const char *s, double *ret)
-{
-	double total = 0;
-
-	if (!*s)
-		return -EINVAL;
-	while (*s) {
-		char *end;
-		double v = strtod(s, &end);
-
-		if (end == s || v < 0)
-			return -EINVAL;
-		switch (*end) {
-		case '\0':
-		case 's':
-			break;
-		case 'm':
-			v *= 60;
-			break;
-		case 'h':
-			v *= 3600;
-			break;
-		case 'd':
-			v *= 86400;
-			break;
-		default:
-			return -EINVAL;
-		}
-		total += v;
-		s = *end ? end + 1 : end;
-	}
-	*ret = total;
-	return 0;
-}
-
-/* "1000000", "512K", "2.5GiB", "1G": bytes, binary multiples. */
-static int parse_bytes(const char *s, uint64_t *ret)
-{
-	static const char *const suffixes = "KMGTP";
-	char *end;
-	double v;
-	const char *u;
-
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || v < 0 || s[0] == '-')
-		return -EINVAL;
-	if (*end) {
-		u = strchr(suffixes, *end == 'k' ? 'K' : *end);
-		if (!u)
-			return -EINVAL;
-		v *= pow(1024, (double)(u - suffixes + 1));
-		end++;
-		if (!strcmp(end, "iB") || !strcmp(end, "B") || !strcmp(end, "i"))
-			end += strlen(end);
-		if (*end)
-			return -EINVAL;
-	}
-	if (v > 1.8e19)
-		return -ERANGE;
-	*ret = (uint64_t)v;
 	return 0;
 }
 
@@ -425,21 +316,6 @@ static int status_load(json_t **ret)
 	return 0;
 }
 
-static int write_all(int fd, const char *buf, size_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, buf, len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return negative_errno();
-		}
-		buf += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* One request on the control socket: one line of JSON out, one back.
  * Blocks until the daemon answers.  Prints the reason when the daemon
  * cannot be reached; an answer with "ok": false is returned as it is. */
@@ -484,9 +360,9 @@ static int control_call(json_t *req, json_t **ret)
 	line = json_dumps(req, JSON_COMPACT);
 	if (!line)
 		return -ENOMEM;
-	r = write_all(fd, line, strlen(line));
+	r = write_full(fd, line, strlen(line));
 	if (r >= 0)
-		r = write_all(fd, "\n", 1);
+		r = write_full(fd, "\n", 1);
 	if (r < 0) {
 		err_msg("cannot send to the control socket \"%s\": %s", path, strerror(-r));
 		return r;
@@ -1482,7 +1358,7 @@ static int cmd_gc(int argc, char **argv)
 			gc_usage(stdout);
 			return 0;
 		case 't':
-			if (parse_bytes(optarg, &to) < 0)
+			if (parse_size(optarg, &to) < 0)
 				return usage_error("gc", "invalid size \"%s\"", optarg);
 			have_to = true;
 			break;
