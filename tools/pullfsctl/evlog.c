@@ -1,0 +1,144 @@
+/* Reading the events log the daemon writes (JSON Lines, docs/events.md):
+ * filters, the latest failure of an image, and following the log across
+ * rotation like tail -F. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pullfsctl.h"
+
+bool event_matches(const json_t *ev, const struct event_filter *f)
+{
+	const char *image = jstr(ev, "image"), *reason = jstr(ev, "reason"), *t;
+	double when;
+
+	if (f->reason && (!reason || strcasecmp(reason, f->reason)))
+		return false;
+	if (f->image) {
+		size_t n = strlen(f->image);
+		if (!image || strncmp(image, f->image, n))
+			return false;
+		if (f->image_exact ? image[n] != '\0' : (image[n] != ':' && image[n] != '@' && image[n]))
+			return false;
+	}
+	if (f->since > 0) {
+		t = jstr(ev, "time");
+		if (!t || parse_rfc3339(t, &when) < 0 || when < f->since)
+			return false;
+	}
+	return true;
+}
+
+json_t *event_parse(const char *line)
+{
+	json_t *j = json_loads(line, JSON_DISABLE_EOF_CHECK, NULL);
+
+	if (!json_is_object(j)) {
+		json_decref(j);
+		return NULL;
+	}
+	return j;
+}
+
+json_t *events_last_failure(const char *path, const char *image)
+{
+	_cleanup_fclose_ FILE *f = NULL;
+	_cleanup_free_ char *line = NULL;
+	json_t *best = NULL;
+	size_t cap = 0;
+	struct stat st;
+
+	if (!path)
+		return NULL;
+	f = fopen(path, "re");
+	if (!f)
+		return NULL;
+	/* Only the tail matters; a log of many megabytes is not read whole. */
+	if (fstat(fileno(f), &st) == 0 && st.st_size > (off_t)(4u << 20)) {
+		fseeko(f, st.st_size - (off_t)(4u << 20), SEEK_SET);
+		if (getline(&line, &cap, f) < 0)
+			return NULL;
+	}
+	while (getline(&line, &cap, f) > 0) {
+		json_t *ev;
+		const char *im, *reason, *type;
+
+		if (!strstr(line, image))
+			continue;
+		ev = event_parse(line);
+		if (!ev)
+			continue;
+		im = jstr(ev, "image");
+		reason = jstr(ev, "reason");
+		type = jstr(ev, "type");
+		if (im && !strcmp(im, image) &&
+		    ((type && !strcmp(type, "Warning")) || jstr(ev, "errno") ||
+		     (reason && (!strcmp(reason, "BackOff") || !strcmp(reason, "Failed"))))) {
+			json_decref(best);
+			best = ev;
+		} else {
+			json_decref(ev);
+		}
+	}
+	return best;
+}
+
+int events_follow(const char *path, int fd, const struct event_filter *f, event_fn fn,
+		  void *userdata)
+{
+	_cleanup_free_ char *buf = NULL;
+	size_t len = 0;
+	struct stat st_fd, st_path;
+
+	buf = malloc(EVENT_LINE_MAX + 1);
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		ssize_t n;
+		char *nl;
+
+		if (fd >= 0) {
+			n = read(fd, buf + len, EVENT_LINE_MAX - len);
+			if (n < 0 && errno != EINTR)
+				return negative_errno();
+			if (n > 0) {
+				len += (size_t)n;
+				while ((nl = memchr(buf, '\n', len))) {
+					*nl = '\0';
+					json_t *ev = event_parse(buf);
+					if (ev && event_matches(ev, f))
+						fn(buf, ev, userdata);
+					json_decref(ev);
+					len -= (size_t)(nl + 1 - buf);
+					memmove(buf, nl + 1, len);
+				}
+				if (len == EVENT_LINE_MAX)
+					len = 0; /* a line that long is not an event */
+				continue;
+			}
+		}
+		/* At the end: rotated, truncated, or just nothing new? */
+		poll(NULL, 0, 250);
+		if (stat(path, &st_path) < 0)
+			continue;
+		if (fd >= 0 && fstat(fd, &st_fd) == 0) {
+			if (st_fd.st_ino == st_path.st_ino && st_fd.st_dev == st_path.st_dev) {
+				if (st_path.st_size < lseek(fd, 0, SEEK_CUR)) {
+					lseek(fd, 0, SEEK_SET);
+					len = 0;
+				}
+				continue;
+			}
+			/* Rotated: whatever the old file still had was read
+			 * above; carry on with the new one from its start. */
+			close(fd);
+		}
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		len = 0;
+	}
+}
