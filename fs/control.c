@@ -31,8 +31,6 @@
 
 #define REQUEST_MAX_KIB 64
 #define REQUEST_MAX (REQUEST_MAX_KIB * 1024u)
-#define STRINGIFY_(x) #x
-#define STRINGIFY(x) STRINGIFY_(x)
 
 enum conn_state {
 	CONN_FREE,    /* no thread */
