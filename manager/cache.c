@@ -221,23 +221,6 @@ bool cache_blob_present(struct cache *c, const char *digest)
 	       faccessat(c->blobs_fd, digest_hex(digest), F_OK, 0) == 0;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return negative_errno();
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* Writes buf to tmp/ and renames it to name in dirfd. */
 static int write_atomic(struct cache *c, int dirfd, const char *name,
 			const void *buf, size_t len)
@@ -256,7 +239,7 @@ static int write_atomic(struct cache *c, int dirfd, const char *name,
 		if (errno != EEXIST || attempt > 100)
 			return negative_errno();
 	}
-	r = write_all(fd, buf, len);
+	r = write_full(fd, buf, len);
 	if (r == 0 && renameat(c->tmp_fd, tmpname, dirfd, name) < 0)
 		r = negative_errno();
 	if (r < 0)

@@ -16,6 +16,7 @@
 #include "errname.h"
 #include "fault.h"
 #include "layer.h"
+#include "fileio.h"
 #include "macro.h"
 #include "manifest.h"
 #include "puller.h"
@@ -55,8 +56,6 @@ struct pipe_sink_state {
 static int pipe_sink(void *userdata, const void *buf, size_t len)
 {
 	struct pipe_sink_state *ps = userdata;
-	int fd = ps->fd;
-	const char *s = buf;
 
 	ps->written += len;
 	atomic_fetch_add(&ps->progress->bytes_done, len);
@@ -64,18 +63,7 @@ static int pipe_sink(void *userdata, const void *buf, size_t len)
 		return -ECANCELED;
 	if (ps->written > (64u << 10))
 		fault_point("mid-blob");
-
-	while (len > 0) {
-		ssize_t n = write(fd, s, len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return negative_errno();
-		}
-		s += n;
-		len -= (size_t)n;
-	}
-	return 0;
+	return write_full(ps->fd, buf, len);
 }
 
 struct unpack_job {
