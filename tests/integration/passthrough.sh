@@ -79,6 +79,8 @@ assert_eq 3 "$(stat -c %h "$CACHE/objects/$sum")" "links to the shared object (i
 assert_eq 3 "$(ls "$CACHE/objects" | wc -l)" "distinct objects (big, other, sparse)"
 shared=$(py -c 'import json,sys; print(json.load(open(sys.argv[1]))["objects"]["shared_bytes"])' "$MNT/.pullfs/status")
 assert_eq $((1 << 20)) "$shared" "bytes stored once for two layers"
+"$PULLFSCTL" --mount "$MNT" status | grep -q '^Objects: *3 files .* 1.0 MiB stored once' ||
+    fail "pullfsctl status does not report the objects: $("$PULLFSCTL" --mount "$MNT" status)"
 
 # A process standing in an image keeps reading its objects after the
 # image is removed and collected.

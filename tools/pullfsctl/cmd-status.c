@@ -32,7 +32,7 @@ int cmd_status(int argc, char **argv)
 	};
 	_cleanup_json_ json_t *st = NULL;
 	_cleanup_table_ struct table *pt = NULL, *bt = NULL;
-	const json_t *q, *cache, *pulls, *backoff, *e;
+	const json_t *q, *cache, *objs, *pulls, *backoff, *e;
 	char a[32], b[32], d[32];
 	bool json = false;
 	size_t i;
@@ -83,6 +83,13 @@ int cmd_status(int argc, char **argv)
 	} else {
 		printf("GC:          above %.0f%% of the filesystem, down to %.0f%%\n",
 		       jnum(cache, "gc_high_percent"), jnum(cache, "gc_low_percent"));
+	}
+	objs = json_object_get(st, "objects");
+	if (objs && jnum(objs, "count") > 0) {
+		format_size(jnum(objs, "bytes"), a, sizeof(a));
+		format_size(jnum(objs, "shared_bytes"), b, sizeof(b));
+		printf("Objects:     %.0f files of 16 KiB or more, %s, used %.0f times; %s stored once for several layers\n",
+		       jnum(objs, "count"), a, jnum(objs, "uses"), b);
 	}
 	q = json_object_get(st, "queues");
 	printf("Pulls:       %.0f running (at most %.0f at once), %.0f queued, %.0f waiting for the throttle\n",
