@@ -129,8 +129,7 @@ int layer_index_write(const struct layer_index *li, int fd)
 {
 	_cleanup_free_ uint8_t *data = NULL;
 	struct wbuf b = {0};
-	const uint8_t *p;
-	size_t left;
+	int r;
 
 	wbuf_put(&b, LIDX_MAGIC, 8);
 	wbuf_u32(&b, LIDX_VERSION);
@@ -168,22 +167,8 @@ int layer_index_write(const struct layer_index *li, int fd)
 	if (b.oom)
 		return -ENOMEM;
 
-	p = b.p;
-	left = b.len;
-	while (left > 0) {
-		ssize_t n = write(fd, p, left);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return layer_write_error();
-		}
-		if (n == 0)
-			return -EIO;
-		p += n;
-		left -= (size_t)n;
-	}
-	return 0;
+	r = write_full(fd, b.p, b.len);
+	return r == -ENOSPC || r == -EDQUOT ? -ENOSPC : r < 0 ? -EIO : 0;
 }
 
 struct rbuf {
