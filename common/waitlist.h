@@ -3,8 +3,8 @@
  * stack for as long as it waits, so joining never allocates and a waiter
  * can leave from any place in the line, not only the head.
  *
- * Not thread-safe: the lock of the struct that embeds the list protects
- * the list and every node on it.  A waiter's abandon flag is the one
+ * A struct dlist of struct dlist_node.  Not thread-safe: the lock of the
+ * struct that embeds the list protects the list and every node on it.  A waiter's abandon flag is the one
  * thing set from outside that lock. */
 #pragma once
 
@@ -14,14 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct waitlist_node {
-	struct waitlist_node *prev, *next;
-};
-
-struct waitlist {
-	struct waitlist_node *head, *tail;
-	unsigned len; /* nodes on the list */
-};
+#include "dlist.h"
 
 /* Whether a caller, on entry or woken in the line, must give up: returns
  * -ECANCELED when the owner is shutting down, or when the caller's abandon
@@ -38,19 +31,7 @@ static inline int waitlist_cancelled(bool shutdown, const atomic_bool *abandon,
 	return 0;
 }
 
-static inline void waitlist_push(struct waitlist *l, struct waitlist_node *n)
-{
-	n->prev = l->tail;
-	n->next = NULL;
-	if (l->tail)
-		l->tail->next = n;
-	else
-		l->head = n;
-	l->tail = n;
-	l->len++;
-}
-
-static inline bool waitlist_is_head(const struct waitlist *l, const struct waitlist_node *n)
+static inline bool waitlist_is_head(const struct dlist *l, const struct dlist_node *n)
 {
 	return l->head == n;
 }
@@ -58,19 +39,10 @@ static inline bool waitlist_is_head(const struct waitlist *l, const struct waitl
 /* Takes n, which must be on l, off the list.  Returns true when n was the
  * head: the next in line, if any, is now the head and must be woken to
  * see it. */
-static inline bool waitlist_remove(struct waitlist *l, struct waitlist_node *n)
+static inline bool waitlist_remove(struct dlist *l, struct dlist_node *n)
 {
 	bool was_head = l->head == n;
 
-	if (n->prev)
-		n->prev->next = n->next;
-	else
-		l->head = n->next;
-	if (n->next)
-		n->next->prev = n->prev;
-	else
-		l->tail = n->prev;
-	n->prev = n->next = NULL;
-	l->len--;
+	dlist_remove(l, n);
 	return was_head;
 }

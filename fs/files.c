@@ -35,32 +35,13 @@
 struct backing {
 	int id;
 	unsigned opens; /* fs.backing_lock */
-	/* registered and unused, in fs.backing_idle; fs.backing_lock */
-	struct backing *idle_prev, *idle_next;
-	bool idle;
+	struct dlist_node idle; /* registered and unused; fs.backing_lock */
 	char object[];
 };
 
-static void idle_unlink(struct fs *fs, struct backing *b)
-{
-	if (!b->idle)
-		return;
-	if (b->idle_prev)
-		b->idle_prev->idle_next = b->idle_next;
-	else
-		fs->backing_idle_head = b->idle_next;
-	if (b->idle_next)
-		b->idle_next->idle_prev = b->idle_prev;
-	else
-		fs->backing_idle_tail = b->idle_prev;
-	b->idle_prev = b->idle_next = NULL;
-	b->idle = false;
-	fs->backing_idle_n--;
-}
-
 static void backing_drop(struct fs *fs, struct backing *b)
 {
-	idle_unlink(fs, b);
+	dlist_remove(&fs->backing_idle, &b->idle);
 	strmap_remove(fs->backings, b->object);
 	fuseio_backing_close(b->id);
 	free(b);
@@ -106,7 +87,7 @@ static int backing_get(struct fs *fs, const char *object, int fd)
 		}
 		b->id = r;
 	}
-	idle_unlink(fs, b);
+	dlist_remove(&fs->backing_idle, &b->idle);
 	b->opens++;
 	r = b->id;
 	pthread_mutex_unlock(&fs->backing_lock);
@@ -123,7 +104,7 @@ static int backing_get_registered(struct fs *fs, const char *object)
 	pthread_mutex_lock(&fs->backing_lock);
 	b = strmap_get(fs->backings, object);
 	if (b) {
-		idle_unlink(fs, b);
+		dlist_remove(&fs->backing_idle, &b->idle);
 		b->opens++;
 		id = b->id;
 	}
@@ -138,15 +119,10 @@ static void backing_put(struct fs *fs, const char *object)
 	pthread_mutex_lock(&fs->backing_lock);
 	b = strmap_get(fs->backings, object);
 	if (b && --b->opens == 0) {
-		b->idle = true;
-		b->idle_prev = fs->backing_idle_tail;
-		if (fs->backing_idle_tail)
-			fs->backing_idle_tail->idle_next = b;
-		else
-			fs->backing_idle_head = b;
-		fs->backing_idle_tail = b;
-		if (++fs->backing_idle_n > BACKING_IDLE_MAX)
-			backing_drop(fs, fs->backing_idle_head);
+		dlist_push(&fs->backing_idle, &b->idle);
+		if (fs->backing_idle.len > BACKING_IDLE_MAX)
+			backing_drop(fs, dlist_entry(fs->backing_idle.head,
+						     struct backing, idle));
 	}
 	pthread_mutex_unlock(&fs->backing_lock);
 }

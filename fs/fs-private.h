@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "dlist.h"
 #include "fs.h"
 #include "manager.h"
 
@@ -82,8 +83,7 @@ struct fs {
 	/* files.c: backing files of objects open in passthrough */
 	pthread_mutex_t backing_lock;
 	struct strmap *backings; /* object hex -> struct backing *; backing_lock */
-	struct backing *backing_idle_head, *backing_idle_tail; /* backing_lock */
-	unsigned backing_idle_n;			      /* backing_lock */
+	struct dlist backing_idle; /* unused ones, oldest first; backing_lock */
 	atomic_bool passthrough_refused;
 	atomic_uint_fast64_t passthrough_opens;
 };

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "dlist.h"
 #include "strmap.h"
 
 #define PACKS_DEFAULT_MAX_OPEN 256
@@ -20,9 +21,8 @@ struct pack {
 	bool pinned;	/* the layer was deleted: never close; packs.lock */
 	int dirfd;	/* pinned: the retired layer directory, for objects */
 	char *retired;	/* pinned: its name in the cache's tmp/ */
-	/* Idle open descriptors, least recently used first; packs.lock. */
-	struct pack *idle_prev, *idle_next;
-	bool idle;
+	/* in packs.idle while its descriptor is open and unused */
+	struct dlist_node idle;
 	char digest[];
 };
 
@@ -31,7 +31,7 @@ struct packs {
 	unsigned max_open;
 	pthread_mutex_t lock;
 	struct strmap *by_digest; /* digest -> struct pack *; lock */
-	struct pack *idle_head, *idle_tail; /* lock */
+	struct dlist idle; /* open, unused: least recently used first; lock */
 	unsigned n_open;		    /* lock */
 };
 
@@ -64,18 +64,7 @@ void packs_free(struct packs *p)
 
 static void idle_unlink_locked(struct packs *p, struct pack *pk)
 {
-	if (!pk->idle)
-		return;
-	if (pk->idle_prev)
-		pk->idle_prev->idle_next = pk->idle_next;
-	else
-		p->idle_head = pk->idle_next;
-	if (pk->idle_next)
-		pk->idle_next->idle_prev = pk->idle_prev;
-	else
-		p->idle_tail = pk->idle_prev;
-	pk->idle_prev = pk->idle_next = NULL;
-	pk->idle = false;
+	dlist_remove(&p->idle, &pk->idle);
 }
 
 static void close_locked(struct packs *p, struct pack *pk)
@@ -91,8 +80,8 @@ static void close_locked(struct packs *p, struct pack *pk)
 /* Closes idle descriptors, oldest first, down to the bound. */
 static void trim_locked(struct packs *p)
 {
-	while (p->n_open > p->max_open && p->idle_head)
-		close_locked(p, p->idle_head);
+	while (p->n_open > p->max_open && p->idle.head)
+		close_locked(p, dlist_entry(p->idle.head, struct pack, idle));
 }
 
 int packs_get(struct packs *p, const char *digest, struct pack **ret)
@@ -163,14 +152,7 @@ void pack_fd_put(struct packs *p, struct pack *pk)
 {
 	pthread_mutex_lock(&p->lock);
 	if (--pk->users == 0 && !pk->pinned) {
-		pk->idle = true;
-		pk->idle_prev = p->idle_tail;
-		pk->idle_next = NULL;
-		if (p->idle_tail)
-			p->idle_tail->idle_next = pk;
-		else
-			p->idle_head = pk;
-		p->idle_tail = pk;
+		dlist_push(&p->idle, &pk->idle);
 		trim_locked(p);
 	}
 	pthread_mutex_unlock(&p->lock);

@@ -18,7 +18,7 @@ struct puller {
 	unsigned running;
 	/* Only the head of the line may take a free slot, which keeps the
 	 * queue FIFO. */
-	struct waitlist waiters;
+	struct dlist waiters;
 	bool shutdown;
 	uint64_t entered;
 	uint64_t refused;
@@ -51,7 +51,7 @@ void puller_free(struct puller *p)
 
 int puller_enter(struct puller *p, const atomic_bool *abandon)
 {
-	struct waitlist_node me;
+	struct dlist_node me = { 0 };
 	int r = 0;
 
 	pthread_mutex_lock(&p->lock);
@@ -69,7 +69,7 @@ int puller_enter(struct puller *p, const atomic_bool *abandon)
 		goto out;
 	}
 
-	waitlist_push(&p->waiters, &me);
+	dlist_push(&p->waiters, &me);
 	for (;;) {
 		r = waitlist_cancelled(p->shutdown, abandon, &p->abandoned);
 		if (r < 0)

@@ -26,7 +26,7 @@ struct throttle {
 	int64_t tat_ns; /* theoretical arrival time of the next token */
 	/* Only the head of the line may take a token, which is what makes
 	 * the queue FIFO; it alone does the timed wait for it. */
-	struct waitlist waiters;
+	struct dlist waiters;
 	bool shutdown;
 	uint64_t granted;
 	uint64_t refused;
@@ -153,7 +153,7 @@ static void wait_real_ns(struct throttle *t, int64_t ns)
 
 int throttle_acquire(struct throttle *t, const atomic_bool *abandon)
 {
-	struct waitlist_node me;
+	struct dlist_node me = { 0 };
 	int64_t wait;
 	int r;
 
@@ -176,7 +176,7 @@ int throttle_acquire(struct throttle *t, const atomic_bool *abandon)
 		goto out;
 	}
 
-	waitlist_push(&t->waiters, &me);
+	dlist_push(&t->waiters, &me);
 	for (;;) {
 		r = waitlist_cancelled(t->shutdown, abandon, &t->abandoned);
 		if (r < 0)
