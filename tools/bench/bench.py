@@ -559,43 +559,39 @@ def report(cold, w, runs):
             qm = mm([r[key] for r in cold[peer]])
             out.append(f"| {what} | {fmt_s(pm[0])} / {fmt_s(pm[1])} | {peer} | "
                        f"{fmt_s(qm[0])} / {fmt_s(qm[1])} | {pm[1] / qm[1]:.2f} |")
+    warm_peers = ("native", "fuse-overlayfs")
+
+    def time_rows(key, what):
+        pm = mm(w[f"{key}_pullfs"])
+        for peer in warm_peers:
+            qm = mm(w[f"{key}_{peer}"])
+            out.append(f"| {what} | {fmt_s(pm[0])} / {fmt_s(pm[1])} | {peer} | "
+                       f"{fmt_s(qm[0])} / {fmt_s(qm[1])} | {pm[1] / qm[1]:.2f} |")
+
+    def rate_rows(key, nbytes, what):
+        pr = [nbytes / s / 1e6 for s in w[f"{key}_pullfs"]]
+        for peer in warm_peers:
+            qr = [nbytes / s / 1e6 for s in w[f"{key}_{peer}"]]
+            out.append(f"| {what}, MB/s max / median | "
+                       f"{max(pr):.0f} / {statistics.median(pr):.0f} | {peer} | "
+                       f"{max(qr):.0f} / {statistics.median(qr):.0f} | "
+                       f"{statistics.median(pr) / statistics.median(qr):.2f} (throughput) |")
+
     nbytes = w["read_bytes"]
-    pr = [nbytes / s / 1e6 for s in w["read_pullfs"]]
-    for peer in ("native", "fuse-overlayfs"):
-        qr = [nbytes / s / 1e6 for s in w[f"read_{peer}"]]
-        out.append(f"| warm read, {w['large_files']} files >= 1 MiB read 10 times ({nbytes / 1e6:.0f} MB), MB/s max / median | "
-                   f"{max(pr):.0f} / {statistics.median(pr):.0f} | {peer} | "
-                   f"{max(qr):.0f} / {statistics.median(qr):.0f} | "
-                   f"{statistics.median(pr) / statistics.median(qr):.2f} (throughput) |")
-    for key, what in (("find", f"warm find -ls ({w['entries']} entries)"),
-                      ("storm", "warm lstat storm, 8 threads x 5 rounds")):
-        pm = mm(w[f"{key}_pullfs"])
-        for peer in ("native", "fuse-overlayfs"):
-            qm = mm(w[f"{key}_{peer}"])
-            out.append(f"| {what} | {fmt_s(pm[0])} / {fmt_s(pm[1])} | {peer} | "
-                       f"{fmt_s(qm[0])} / {fmt_s(qm[1])} | {pm[1] / qm[1]:.2f} |")
+    rate_rows("read", nbytes, f"warm read, {w['large_files']} files >= 1 MiB read 10 times ({nbytes / 1e6:.0f} MB)")
+    time_rows("find", f"warm find -ls ({w['entries']} entries)")
+    time_rows("storm", "warm lstat storm, 8 threads x 5 rounds")
     nall = w["readall_bytes"]
-    for key, what in (("readall_warm", f"warm read of every file once ({w['regular_files']} files, {nall / 1e6:.0f} MB)"),
-                      ("readall_cold", "cold read of every file once (after drop_caches)")):
-        pm = mm(w[f"{key}_pullfs"])
-        for peer in ("native", "fuse-overlayfs"):
-            qm = mm(w[f"{key}_{peer}"])
-            out.append(f"| {what} | {fmt_s(pm[0])} / {fmt_s(pm[1])} | {peer} | "
-                       f"{fmt_s(qm[0])} / {fmt_s(qm[1])} | {pm[1] / qm[1]:.2f} |")
+    time_rows("readall_warm", f"warm read of every file once ({w['regular_files']} files, {nall / 1e6:.0f} MB)")
+    time_rows("readall_cold", "cold read of every file once (after drop_caches)")
     pc = statistics.median(w["cache_kib_pullfs"]) / 1024
-    for peer in ("native", "fuse-overlayfs"):
+    for peer in warm_peers:
         qc = statistics.median(w[f"cache_kib_{peer}"]) / 1024
         out.append(f"| page cache after reading every file once (Cached delta, median) | {pc:.0f} MiB | {peer} | "
                    f"{qc:.0f} MiB | {pc / qc:.2f} |")
     if "big_pullfs" in w:
         nb = w["big_bytes"]
-        pr = [nb / s / 1e6 for s in w["big_pullfs"]]
-        for peer in ("native", "fuse-overlayfs"):
-            qr = [nb / s / 1e6 for s in w[f"big_{peer}"]]
-            out.append(f"| first read of a {nb >> 20} MiB file in the cache (after drop_caches), MB/s max / median | "
-                       f"{max(pr):.0f} / {statistics.median(pr):.0f} | {peer} | "
-                       f"{max(qr):.0f} / {statistics.median(qr):.0f} | "
-                       f"{statistics.median(pr) / statistics.median(qr):.2f} (throughput) |")
+        rate_rows("big", nb, f"first read of a {nb >> 20} MiB file in the cache (after drop_caches)")
     rq = w.get("readall_requests", {})
     nreads = runs * w["regular_files"]
     out.append("| FUSE requests per file, warm read of every file | "
