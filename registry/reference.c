@@ -375,3 +375,18 @@ bool reference_path_component_is_valid(const char *component)
 {
 	return component && path_component_valid(component, strlen(component));
 }
+
+bool reference_domain_is_valid(const char *domain)
+{
+	return domain && domain_valid(domain, strlen(domain));
+}
+
+bool reference_path_is_valid(const char *path)
+{
+	return path && path_valid(path, strlen(path));
+}
+
+bool reference_tag_is_valid(const char *tag)
+{
+	return tag && tag_valid(tag, strlen(tag));
+}

@@ -54,3 +54,10 @@ bool reference_component_closes(const char *component);
 /* True when component is a valid repository path component on its own
  * (lowercase alphanumerics separated by ".", "_", "__" or runs of "-"). */
 bool reference_path_component_is_valid(const char *component);
+
+/* The parts of a parsed reference, each checked on its own against the
+ * grammar: a domain ("127.0.0.1:5000", ports 1..65535), a repository path
+ * ("library/alpine") and a tag.  NULL is not valid. */
+bool reference_domain_is_valid(const char *domain);
+bool reference_path_is_valid(const char *path);
+bool reference_tag_is_valid(const char *tag);

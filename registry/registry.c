@@ -25,6 +25,7 @@
 #include "hosts.h"
 #include "macro.h"
 #include "manifest.h"
+#include "reference.h"
 #include "retry.h"
 #include "strmap.h"
 
@@ -40,7 +41,6 @@
 #define LOW_SPEED_BYTES_PER_S 1024L
 #define DEFAULT_CONNECT_TIMEOUT_MS 10000L
 #define DEFAULT_LOW_SPEED_TIME_S 30L
-#define TAG_MAX 128
 #define MAX_RESUMES 20u
 #define HELPER_TIMEOUT_MS 10000
 #define CRED_CACHE_TTL_NS (300LL * 1000000000LL)
@@ -297,45 +297,14 @@ static const char *api_host(const char *domain)
 
 /* The pieces of a URL come from references that were parsed already, but
  * a stray '?', '#', '@' or "/../" here would change which host or path
- * curl asks for, so the characters are checked again. */
-static bool repo_is_sane(const char *s)
-{
-	bool component_start = true;
-
-	if (!*s)
-		return false;
-	for (; *s; s++) {
-		bool alnum = (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9');
-
-		if (component_start && !alnum)
-			return false;
-		if (!alnum && !strchr("._-/", *s))
-			return false;
-		component_start = *s == '/';
-	}
-	return !component_start;
-}
-
-static bool tag_is_sane(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (n == 0 || n > TAG_MAX || s[0] == '.' || s[0] == '-')
-		return false;
-	for (; *s; s++)
-		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-		      (*s >= '0' && *s <= '9') || strchr("._-", *s)))
-			return false;
-	return true;
-}
-
+ * curl asks for, so they are checked against the grammar again. */
 static int check_names(const char *domain, const char *repo,
 		       struct registry_error *err)
 {
-	if (!domain || !hosts_name_is_sane(domain))
+	if (!reference_domain_is_valid(domain))
 		return error_set(err, 0, -EINVAL, "invalid registry host \"%s\"",
 				 domain ? domain : "");
-	if (!repo || !repo_is_sane(repo))
+	if (!reference_path_is_valid(repo))
 		return error_set(err, 0, -EINVAL, "invalid repository \"%s\"",
 				 repo ? repo : "");
 	return 0;
@@ -350,7 +319,7 @@ static int check_manifest_ref(const char *ref, bool *ret_by_digest,
 		*ret_by_digest = true;
 		return 0;
 	}
-	if (!ref || !tag_is_sane(ref))
+	if (!reference_tag_is_valid(ref))
 		return error_set(err, 0, -EINVAL, "invalid tag \"%s\"", ref ? ref : "");
 	*ret_by_digest = false;
 	return 0;

@@ -380,6 +380,65 @@ static void test_path_component_is_valid(void **state)
 			 path_component_cases, ARRAY_SIZE(path_component_cases));
 }
 
+static const struct bool_case domain_cases[] = {
+	{ "docker.io", true },
+	{ "127.0.0.1:5000", true },
+	{ "[::1]:5000", true },
+	{ "localhost", true },
+	{ "127.0.0.1:0", false },
+	{ "127.0.0.1:65536", false },
+	{ "host/x", false },
+	{ "host?x", false },
+	{ "user@host", false },
+	{ "", false },
+	{ NULL, false },
+};
+
+static const struct bool_case path_cases[] = {
+	{ "library/alpine", true },
+	{ "a/b/c", true },
+	{ "a", true },
+	{ "a//b", false },
+	{ "a/../b", false },
+	{ "/a", false },
+	{ "a/", false },
+	{ "a?b", false },
+	{ "A/b", false },
+	{ "", false },
+	{ NULL, false },
+};
+
+static const struct bool_case tag_cases[] = {
+	{ "latest", true },
+	{ "3.19", true },
+	{ "_x", true },
+	{ "V1-rc.2", true },
+	{ ".x", false },
+	{ "-x", false },
+	{ "a/b", false },
+	{ "a#b", false },
+	{ "", false },
+	{ NULL, false },
+};
+
+static void test_parts_are_valid(void **state)
+{
+	char tag[REFERENCE_TAG_MAX + 2];
+
+	check_bool_table("reference_domain_is_valid", reference_domain_is_valid,
+			 domain_cases, ARRAY_SIZE(domain_cases));
+	check_bool_table("reference_path_is_valid", reference_path_is_valid,
+			 path_cases, ARRAY_SIZE(path_cases));
+	check_bool_table("reference_tag_is_valid", reference_tag_is_valid,
+			 tag_cases, ARRAY_SIZE(tag_cases));
+	memset(tag, 'a', REFERENCE_TAG_MAX);
+	tag[REFERENCE_TAG_MAX] = '\0';
+	assert_true(reference_tag_is_valid(tag));
+	tag[REFERENCE_TAG_MAX] = 'a';
+	tag[REFERENCE_TAG_MAX + 1] = '\0';
+	assert_false(reference_tag_is_valid(tag));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -390,6 +449,7 @@ int main(void)
 		cmocka_unit_test(test_component_is_host),
 		cmocka_unit_test(test_component_closes),
 		cmocka_unit_test(test_path_component_is_valid),
+		cmocka_unit_test(test_parts_are_valid),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
