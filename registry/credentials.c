@@ -1,12 +1,16 @@
 /* docker config.json credentials and docker-credential-<name> helpers.
  * A helper is spawned directly (no shell), gets the server URL on stdin,
- * answers JSON on stdout, and is killed if it takes too long. */
+ * answers JSON on stdout, and is killed if it takes too long.  A cache in
+ * front of the lookup keeps what it answered per host for a while, since a
+ * registry with Basic authentication wants the credentials on every
+ * request. */
 #include "credentials.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdint.h>
@@ -20,6 +24,7 @@
 #include <unistd.h>
 
 #include "macro.h"
+#include "strmap.h"
 
 #define CONFIG_MAX_BYTES (4u << 20)
 #define HELPER_OUTPUT_MAX (64u << 10)
@@ -528,4 +533,96 @@ int credentials_lookup(const struct credentials *c, const char *host,
 	if (c->store)
 		return helper_get(c->store, want, helper_timeout_ms, ret);
 	return -ENOENT;
+}
+
+struct cache_entry {
+	int found; /* 0, or -ENOENT for "none" */
+	struct credential cred;
+	int64_t at_ms;
+};
+
+struct credentials_cache {
+	const struct credentials *creds; /* borrowed, read-only */
+	int64_t ttl_ms;
+	pthread_mutex_t lock;
+	struct strmap *entries; /* protected by lock; host -> struct cache_entry */
+};
+
+static int cache_entry_free(void *userdata, const char *key, void *value)
+{
+	struct cache_entry *e = value;
+
+	credential_clear(&e->cred);
+	free(e);
+	return 0;
+}
+
+int credentials_cache_new(const struct credentials *c, int64_t ttl_ms,
+			  struct credentials_cache **ret)
+{
+	struct credentials_cache *cc = calloc(1, sizeof(*cc));
+
+	if (!cc)
+		return -ENOMEM;
+	cc->entries = strmap_new();
+	if (!cc->entries || pthread_mutex_init(&cc->lock, NULL) != 0) {
+		strmap_free(cc->entries);
+		free(cc);
+		return -ENOMEM;
+	}
+	cc->creds = c;
+	cc->ttl_ms = ttl_ms;
+	*ret = cc;
+	return 0;
+}
+
+void credentials_cache_free(struct credentials_cache *cc)
+{
+	if (!cc)
+		return;
+	strmap_foreach(cc->entries, cache_entry_free, NULL);
+	strmap_free(cc->entries);
+	pthread_mutex_destroy(&cc->lock);
+	free(cc);
+}
+
+int credentials_cache_lookup(struct credentials_cache *cc, const char *host,
+			     int helper_timeout_ms, struct credential *ret)
+{
+	struct cache_entry *e, *fresh;
+	int64_t now = now_ms();
+	int k;
+
+	if (!cc->creds)
+		return -ENOENT;
+	pthread_mutex_lock(&cc->lock);
+	e = strmap_get(cc->entries, host);
+	if (e && now - e->at_ms < cc->ttl_ms) {
+		k = e->found == 0 ? cred_copy(&e->cred, ret) : e->found;
+		pthread_mutex_unlock(&cc->lock);
+		return k;
+	}
+	pthread_mutex_unlock(&cc->lock);
+
+	/* A helper may take seconds: run it without the lock. */
+	k = credentials_lookup(cc->creds, host, helper_timeout_ms, ret);
+	if (k < 0 && k != -ENOENT)
+		return k;
+	fresh = calloc(1, sizeof(*fresh));
+	if (!fresh)
+		return k;
+	fresh->found = k;
+	fresh->at_ms = now;
+	if (k == 0 && cred_copy(ret, &fresh->cred) < 0) {
+		free(fresh);
+		return k;
+	}
+	pthread_mutex_lock(&cc->lock);
+	e = strmap_get(cc->entries, host);
+	if (strmap_put(cc->entries, host, fresh) < 0)
+		cache_entry_free(NULL, NULL, fresh);
+	else if (e)
+		cache_entry_free(NULL, NULL, e);
+	pthread_mutex_unlock(&cc->lock);
+	return k;
 }

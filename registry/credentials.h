@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct credential {
 	char *username;
@@ -47,3 +48,20 @@ int credentials_lookup(const struct credentials *c, const char *host,
 /* How a host is written as a key of "auths" after stripping scheme and
  * path, docker.io's aliases folded to "docker.io", into out.  Pure. */
 void credentials_normalize_host(const char *key, char *out, size_t outlen);
+
+struct credentials_cache;
+
+/* A thread-safe cache in front of credentials_lookup(): the answer for a
+ * host (a credential, or that there is none) is kept for ttl_ms on the
+ * monotonic clock.  c may be NULL (every lookup: -ENOENT) and is borrowed:
+ * it must outlive the cache.  Returns 0 or -ENOMEM. */
+int credentials_cache_new(const struct credentials *c, int64_t ttl_ms,
+			  struct credentials_cache **ret);
+void credentials_cache_free(struct credentials_cache *cc);
+
+/* credentials_lookup() through the cache; a helper runs without the
+ * cache's lock held, so two threads may both run it for one host.  Blocks
+ * for at most helper_timeout_ms.  Same returns; failures other than
+ * -ENOENT are not cached. */
+int credentials_cache_lookup(struct credentials_cache *cc, const char *host,
+			     int helper_timeout_ms, struct credential *ret);

@@ -43,7 +43,7 @@
 #define DEFAULT_LOW_SPEED_TIME_S 30L
 #define MAX_RESUMES 20u
 #define HELPER_TIMEOUT_MS 10000
-#define CRED_CACHE_TTL_NS (300LL * 1000000000LL)
+#define CRED_CACHE_TTL_MS (300LL * 1000)
 
 struct registry {
 	char **insecure_hosts;
@@ -56,12 +56,10 @@ struct registry {
 	struct retry_policy retry;
 	const atomic_bool *cancel; /* borrowed; may be NULL */
 	struct auth_cache *auth;		    /* locks itself */
-	/* Credentials per host as the lookup (maybe a helper) gave them,
-	 * for CRED_CACHE_TTL_NS: a Basic registry is asked for them on every
-	 * request. */
-	pthread_mutex_t cred_lock;
-	bool cred_lock_ready;
-	struct strmap *cred_cache; /* protected by cred_lock; host -> struct cred_entry */
+	/* Credentials per host as the lookup (maybe a helper) gave them:
+	 * a Basic registry is asked for them on every request.  Locks
+	 * itself. */
+	struct credentials_cache *creds;
 
 	/* DNS cache and TLS sessions, shared by every handle; libcurl takes
 	 * share_locks[kind] around each access. */
@@ -151,21 +149,6 @@ static void curl_freep(char **p)
 	curl_free(*p);
 }
 #define _cleanup_curl_free_ _cleanup_(curl_freep)
-
-struct cred_entry {
-	int found; /* 0, or -ENOENT for "none" */
-	struct credential cred;
-	int64_t at_ns;
-};
-
-static int cred_entry_free_cb(void *userdata, const char *key, void *value)
-{
-	struct cred_entry *e = value;
-
-	credential_clear(&e->cred);
-	free(e);
-	return 0;
-}
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
 static CURLcode global_rc = CURLE_FAILED_INIT;
@@ -372,11 +355,7 @@ int registry_new(const struct registry_options *opts, struct registry **ret)
 		r->retry.base_ms = opts->retry_base_ms;
 	if (auth_cache_new(&r->auth) < 0)
 		goto fail;
-	if (pthread_mutex_init(&r->cred_lock, NULL) != 0)
-		goto fail;
-	r->cred_lock_ready = true;
-	r->cred_cache = strmap_new();
-	if (!r->cred_cache)
+	if (credentials_cache_new(r->credentials, CRED_CACHE_TTL_MS, &r->creds) < 0)
 		goto fail;
 	if (opts && opts->user_agent)
 		r->user_agent = strdup(opts->user_agent);
@@ -441,12 +420,7 @@ void registry_free(struct registry *r)
 	free(r->insecure_hosts);
 	free(r->user_agent);
 	auth_cache_free(r->auth);
-	if (r->cred_cache) {
-		strmap_foreach(r->cred_cache, cred_entry_free_cb, NULL);
-		strmap_free(r->cred_cache);
-	}
-	if (r->cred_lock_ready)
-		pthread_mutex_destroy(&r->cred_lock);
+	credentials_cache_free(r->creds);
 	free(r);
 }
 
@@ -1042,59 +1016,8 @@ static void request_done(struct request *q)
 static int creds_for(struct registry *r, const struct hosts_endpoint *ep,
 		     const char *domain, struct credential *ret)
 {
-	const char *host = ep->mirror ? ep->host : domain;
-	struct cred_entry *e, *fresh;
-	int64_t now = mono_ns();
-	int k;
-
-	if (!r->credentials)
-		return -ENOENT;
-	pthread_mutex_lock(&r->cred_lock);
-	e = strmap_get(r->cred_cache, host);
-	if (e && now - e->at_ns < CRED_CACHE_TTL_NS) {
-		k = e->found;
-		if (k == 0) {
-			struct credential c = { 0 };
-
-			if ((e->cred.username && !(c.username = strdup(e->cred.username))) ||
-			    (e->cred.password && !(c.password = strdup(e->cred.password))) ||
-			    (e->cred.identity_token &&
-			     !(c.identity_token = strdup(e->cred.identity_token)))) {
-				credential_clear(&c);
-				k = -ENOMEM;
-			} else {
-				*ret = c;
-			}
-		}
-		pthread_mutex_unlock(&r->cred_lock);
-		return k;
-	}
-	pthread_mutex_unlock(&r->cred_lock);
-
-	/* A helper may take seconds: run it without the lock. */
-	k = credentials_lookup(r->credentials, host, HELPER_TIMEOUT_MS, ret);
-	if (k < 0 && k != -ENOENT)
-		return k;
-	fresh = calloc(1, sizeof(*fresh));
-	if (!fresh)
-		return k;
-	fresh->found = k;
-	fresh->at_ns = now;
-	if (k == 0 && ((ret->username && !(fresh->cred.username = strdup(ret->username))) ||
-		       (ret->password && !(fresh->cred.password = strdup(ret->password))) ||
-		       (ret->identity_token &&
-			!(fresh->cred.identity_token = strdup(ret->identity_token))))) {
-		cred_entry_free_cb(NULL, NULL, fresh);
-		return k;
-	}
-	pthread_mutex_lock(&r->cred_lock);
-	e = strmap_get(r->cred_cache, host);
-	if (strmap_put(r->cred_cache, host, fresh) < 0)
-		cred_entry_free_cb(NULL, NULL, fresh);
-	else if (e)
-		cred_entry_free_cb(NULL, NULL, e);
-	pthread_mutex_unlock(&r->cred_lock);
-	return k;
+	return credentials_cache_lookup(r->creds, ep->mirror ? ep->host : domain,
+					HELPER_TIMEOUT_MS, ret);
 }
 
 static void realm_describe(const char *realm, char *out, size_t outlen)

@@ -121,6 +121,32 @@ static void test_missing_file(void **state)
 	assert_non_null(strstr(why, "/nonexistent/pullfs/config.json"));
 }
 
+static void test_cache(void **state)
+{
+	struct credentials *c = parse(
+		"{\"auths\":{\"registry.example.com:5000\":"
+		"{\"username\":\"bob\",\"password\":\"secret\"}}}");
+	struct credentials_cache *cc = NULL, *none = NULL;
+	struct credential cr = { 0 };
+
+	assert_int_equal(credentials_cache_new(c, 60000, &cc), 0);
+	/* Twice: the second answer comes from the cache, a copy of its own. */
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(credentials_cache_lookup(cc, "registry.example.com:5000", 0, &cr), 0);
+		assert_string_equal(cr.username, "bob");
+		assert_string_equal(cr.password, "secret");
+		credential_clear(&cr);
+		assert_int_equal(credentials_cache_lookup(cc, "quay.io", 0, &cr), -ENOENT);
+	}
+	credentials_cache_free(cc);
+
+	assert_int_equal(credentials_cache_new(NULL, 60000, &none), 0);
+	assert_int_equal(credentials_cache_lookup(none, "quay.io", 0, &cr), -ENOENT);
+	credentials_cache_free(none);
+	credentials_cache_free(NULL);
+	credentials_free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -129,6 +155,7 @@ int main(void)
 		cmocka_unit_test(test_malformed),
 		cmocka_unit_test(test_helpers_parse),
 		cmocka_unit_test(test_missing_file),
+		cmocka_unit_test(test_cache),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
