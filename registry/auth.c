@@ -1,6 +1,8 @@
-/* WWW-Authenticate parsing, token responses and the bearer token cache.
- * Everything here is reached with bytes a server chose, so every length is
- * capped and every token is checked before it can go into a header. */
+/* WWW-Authenticate parsing, token responses, the bearer token cache, and
+ * the answer to a challenge: Basic credentials, or a token fetched from
+ * the challenge's realm.  Everything here is reached with bytes a server
+ * chose, so every length is capped and every token is checked before it
+ * can go into a header. */
 #include "auth.h"
 
 #include <errno.h>
@@ -10,11 +12,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
+#include "credentials.h"
+#include "errname.h"
+#include "hosts.h"
 #include "macro.h"
+#include "request.h"
 #include "strmap.h"
 
 #define CACHE_MAX_ENTRIES 1024u
+#define HELPER_TIMEOUT_MS 10000
 
 struct token_entry {
 	char *token;
@@ -407,4 +415,186 @@ int auth_cache_recall(struct auth_cache *c, const char *host,
 	}
 	pthread_mutex_unlock(&c->lock);
 	return r;
+}
+
+/* ---- answering a challenge ------------------------------------------ */
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* application/x-www-form-urlencoded, and query strings: everything but
+ * the unreserved characters percent-encoded.  NULL on allocation
+ * failure. */
+static char *form_escape(const char *s)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	char *out = malloc(strlen(s) * 3 + 1), *o = out;
+
+	if (!out)
+		return NULL;
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		    (c >= '0' && c <= '9') || strchr("-._~", c)) {
+			*o++ = (char)c;
+		} else {
+			*o++ = '%';
+			*o++ = hex[c >> 4];
+			*o++ = hex[c & 15];
+		}
+	}
+	*o = '\0';
+	return out;
+}
+
+/* The credential for an endpoint: for the registry itself, the one of its
+ * reference domain; a mirror only gets its own, so that a registry's
+ * credentials never reach a mirror.  Returns 0, -ENOENT or -errno. */
+static int creds_for(const struct auth_source *src, const struct hosts_endpoint *ep,
+		     const char *domain, struct credential *ret)
+{
+	return credentials_cache_lookup(src->creds, ep->mirror ? ep->host : domain,
+					HELPER_TIMEOUT_MS, ret);
+}
+
+/* Asks the challenge's realm for a token for scope: GET with Basic
+ * credentials (or none), or the OAuth2 refresh-token grant as a POST when
+ * the credential is an identity token. */
+static int token_fetch(const struct auth_source *src, const struct hosts_endpoint *ep,
+		       const struct auth_challenge *ch, const char *scope,
+		       const struct credential *cred, char **ret_token,
+		       int64_t *ret_expires_s, struct registry_error *err)
+{
+	struct request q = { .err = err, .kind = BODY_BUFFER, .buf_max = AUTH_TOKEN_BODY_MAX,
+			     .buf_what = "token response", .wipe_body = true };
+	struct transport_auth basic = { 0 };
+	_cleanup_free_ char *url = NULL;
+	_cleanup_free_ char *e_service = NULL, *e_scope = NULL, *e_user = NULL;
+	char *post = NULL, *e_refresh = NULL;
+	char realm[TRANSPORT_WHERE_MAX];
+	struct hosts_endpoint tep = *ep;
+	bool identity = cred && cred->identity_token;
+	int k;
+
+	transport_describe_url(ch->realm, realm, sizeof(realm));
+	snprintf(q.where, sizeof(q.where), "%s", realm);
+	/* Credentials go to the realm only as safely as to the registry. */
+	if (ep->https && strncasecmp(ch->realm, "https://", 8) != 0)
+		return registry_error_set(err, 401, -EACCES,
+					  "token realm %s of %s is not HTTPS", realm, ep->host);
+	tep.https = strncasecmp(ch->realm, "https://", 8) == 0;
+
+	e_service = form_escape(ch->service);
+	e_scope = form_escape(scope);
+	if (cred && cred->username)
+		e_user = form_escape(cred->username);
+	if (identity)
+		e_refresh = form_escape(cred->identity_token);
+	if (!e_service || !e_scope || (cred && cred->username && !e_user) ||
+	    (identity && !e_refresh)) {
+		k = registry_error_set(err, 0, -ENOMEM, "out of memory");
+		goto out;
+	}
+	if (identity) {
+		if (asprintf(&post, "grant_type=refresh_token&service=%s&scope=%s&client_id=pullfs&refresh_token=%s",
+			     e_service, e_scope, e_refresh) < 0) {
+			post = NULL;
+			k = registry_error_set(err, 0, -ENOMEM, "out of memory");
+			goto out;
+		}
+		url = strdup(ch->realm);
+	} else {
+		if (asprintf(&url, "%s%cservice=%s&scope=%s%s%s", ch->realm,
+			     strchr(ch->realm, '?') ? '&' : '?', e_service, e_scope,
+			     e_user ? "&account=" : "", e_user ? e_user : "") < 0)
+			url = NULL;
+		if (cred && cred->username) {
+			basic.username = cred->username;
+			basic.password = cred->password;
+		}
+	}
+	if (!url) {
+		k = registry_error_set(err, 0, -ENOMEM, "out of memory");
+		goto out;
+	}
+
+	k = request_perform(src->transport, &q, post ? "POST" : "GET", url, &tep,
+			    &basic, NULL, post);
+	if (k < 0) {
+		long status = q.resp.status;
+
+		/* Whatever the token server said, say it in our words: its
+		 * body may echo what it was sent. */
+		if (status == 401 || status == 403)
+			k = registry_error_set(err, status, -EACCES, "token server %s refused %s",
+					       realm, cred ? "the credentials" : "anonymous access");
+		else if (status >= 400)
+			k = registry_error_set(err, status, k, "token server %s answered HTTP %ld",
+					       realm, status);
+		goto out;
+	}
+	k = auth_token_parse(q.buf ? q.buf : "", q.len, ret_token, ret_expires_s, NULL);
+	if (k == -EBADMSG)
+		k = registry_error_set(err, q.resp.status, -EACCES,
+				       "token server %s sent no usable token", realm);
+	else if (k < 0)
+		k = registry_error_set(err, q.resp.status, k, "out of memory");
+out:
+	if (post) {
+		explicit_bzero(post, strlen(post));
+		free(post);
+	}
+	auth_secret_free(e_refresh);
+	request_done(&q);
+	return k;
+}
+
+int auth_answer(const struct auth_source *src, const struct hosts_endpoint *ep,
+		const char *domain, const char *repo,
+		const struct auth_challenge *ch, bool force,
+		struct transport_auth *ret_auth, char **token,
+		struct credential *cred, struct registry_error *err)
+{
+	_cleanup_free_ char *scope = NULL;
+	int64_t expires_s = 0, now;
+	int k;
+
+	*ret_auth = (struct transport_auth){ 0 };
+	if (ch->scheme == AUTH_SCHEME_BASIC) {
+		k = creds_for(src, ep, domain, cred);
+		if (k == -ENOENT || (k == 0 && !cred->username))
+			return 0;
+		if (k < 0)
+			return registry_error_set(err, 0, k, "cannot get credentials for %s: %s",
+						  ep->mirror ? ep->host : domain, errno_name(k));
+		ret_auth->username = cred->username;
+		ret_auth->password = cred->password;
+		return 0;
+	}
+
+	if (auth_scope_pull(repo, &scope) < 0)
+		return registry_error_set(err, 0, -ENOMEM, "out of memory");
+	now = mono_ns();
+	if (!force && auth_cache_get(src->tokens, ch->realm, ch->service, scope, now, token) == 0) {
+		ret_auth->bearer_token = *token;
+		return 0;
+	}
+	k = creds_for(src, ep, domain, cred);
+	if (k < 0 && k != -ENOENT)
+		return registry_error_set(err, 0, k, "cannot get credentials for %s: %s",
+					  ep->mirror ? ep->host : domain, errno_name(k));
+	k = token_fetch(src, ep, ch, scope, k == 0 ? cred : NULL, token, &expires_s, err);
+	if (k < 0)
+		return k;
+	/* Renew a little early, so that a token is not sent as it expires. */
+	(void)auth_cache_put(src->tokens, ch->realm, ch->service, scope, *token,
+			     now + (expires_s - MIN(expires_s / 10, (int64_t)30)) * 1000000000LL);
+	ret_auth->bearer_token = *token;
+	return 0;
 }

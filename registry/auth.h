@@ -1,7 +1,7 @@
-/* Registry authentication pieces that need no network: parsing a
- * WWW-Authenticate challenge, parsing a token server's answer, and the
- * cache of bearer tokens keyed by realm, service and scope.  registry.c
- * does the HTTP around them. */
+/* Registry authentication: parsing a WWW-Authenticate challenge and a
+ * token server's answer, the cache of bearer tokens keyed by realm,
+ * service and scope, and answering a challenge with credentials or a
+ * token from the realm (the one part that goes to the network). */
 #pragma once
 
 #include <stdbool.h>
@@ -82,3 +82,35 @@ int auth_cache_remember(struct auth_cache *c, const char *host,
 			const struct auth_challenge *ch);
 int auth_cache_recall(struct auth_cache *c, const char *host,
 		      struct auth_challenge *ret);
+
+struct credential;
+struct credentials_cache;
+struct hosts_endpoint;
+struct registry_error;
+struct registry_transport;
+struct transport_auth;
+
+/* Where the answer to a challenge comes from; all borrowed. */
+struct auth_source {
+	const struct registry_transport *transport; /* for the token realm */
+	struct auth_cache *tokens;
+	struct credentials_cache *creds;
+};
+
+/* What a request to endpoint ep (of the registry of reference domain,
+ * for repository repo) carries after challenge ch: for Basic the
+ * credentials of the host (a mirror only ever gets its own), for Bearer a
+ * token for "repository:<repo>:pull" from the cache or, when there is
+ * none or force says the cached one just failed, from the realm (a GET,
+ * or the refresh-token grant with an identity token) and then cached.
+ * Fills ret_auth with pointers into *token and *cred, which the caller
+ * owns and frees (auth_secret_free(), credential_clear()) after the
+ * request.  Blocks (a credential helper, the token server).  Returns 0
+ * (ret_auth may stay empty: Basic without credentials), or -EACCES (the
+ * realm refused or sent no token, or is not HTTPS for an HTTPS registry),
+ * the errno of the token request, -ENOMEM, with err filled. */
+int auth_answer(const struct auth_source *src, const struct hosts_endpoint *ep,
+		const char *domain, const char *repo,
+		const struct auth_challenge *ch, bool force,
+		struct transport_auth *ret_auth, char **token,
+		struct credential *cred, struct registry_error *err);

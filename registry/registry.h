@@ -1,5 +1,5 @@
 /* The registry client: Docker Registry HTTP API v2 / OCI distribution over
- * libcurl.  Fetches manifests into capped buffers and streams blobs to a
+ * libcurl, or over a transport the caller supplies (transport.h).  Fetches manifests into capped buffers and streams blobs to a
  * caller-supplied sink while hashing them; a blob is reported good only
  * when its digest and size match the descriptor.  HTTP statuses and curl
  * errors become negative errno values here and nowhere else. */
@@ -18,6 +18,7 @@ struct registry_error {
 
 struct registry_hosts;
 struct credentials;
+struct registry_transport;
 
 struct registry_options {
 	/* Hosts ("127.0.0.1:5000", "localhost:5000") spoken to over plain
@@ -41,6 +42,10 @@ struct registry_options {
 	/* When set and true, every transfer in progress stops and every call
 	 * fails with -ECANCELED (the daemon is stopping).  Borrowed. */
 	const atomic_bool *cancel;
+	/* How requests are made (transport.h); NULL: libcurl, with the
+	 * timeouts and user agent above (which a given transport ignores).
+	 * Borrowed: must outlive the client. */
+	const struct registry_transport *transport;
 };
 
 struct registry;

@@ -1,0 +1,297 @@
+/* A request's body and its outcome.  The transport hands over the body of
+ * a 2xx response; here it is checked against what was asked (a blob's
+ * announced length, the start of a partial answer), capped, hashed and
+ * passed on, and the status of a failed response becomes the errno of
+ * the table in registry.h. */
+#include "request.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "digest.h"
+#include "errname.h"
+#include "macro.h"
+#include "retry.h"
+
+static int body_buffer(struct request *q, const struct transport_response *resp,
+		       const char *data, size_t n)
+{
+	if (n > q->buf_max - q->len)
+		return registry_error_set(q->err, resp->status, -EBADMSG,
+					  "%s from %s is larger than %zu bytes",
+					  q->buf_what, resp->where, q->buf_max);
+	if (q->len + n > q->cap) {
+		size_t cap = MAX(q->cap * 2, (size_t)16384);
+		char *p;
+
+		cap = MIN(MAX(cap, q->len + n), q->buf_max);
+		p = realloc(q->buf, cap + 1);
+		if (!p)
+			return registry_error_set(q->err, resp->status, -ENOMEM,
+						  "out of memory");
+		q->buf = p;
+		q->cap = cap;
+	}
+	memcpy(q->buf + q->len, data, n);
+	q->len += n;
+	return TRANSPORT_BODY_MORE;
+}
+
+/* The first bytes of a blob response: is it the part we asked for (206
+ * from the first byte we lack), the whole blob (200: skip to that byte),
+ * or something else? */
+static int body_sink_start(struct request *q, const struct transport_response *resp)
+{
+	uint64_t from = q->offset + q->got, expect;
+	int64_t cl = resp->content_length;
+
+	q->length_seen = true;
+	if (resp->status == 206) {
+		if (!q->ranged && q->got == 0)
+			return registry_error_set(q->err, resp->status, -EBADMSG,
+						  "%s sends a partial blob unasked", resp->where);
+		if (resp->range_start < 0 || (uint64_t)resp->range_start != from)
+			return registry_error_set(q->err, resp->status, -EBADMSG,
+						  "%s answers a Range request from byte %" PRIu64
+						  " with another range", resp->where, from);
+		expect = q->size - q->got;
+	} else {
+		/* A 200 to a Range request: the whole blob. */
+		q->skip = from;
+		expect = q->blob_size;
+	}
+	/* A wrong Content-Length is known before the first byte is worth
+	 * downloading. */
+	if (cl < 0 || (uint64_t)cl == expect)
+		return 0;
+	if (q->ranged && resp->status == 206)
+		return registry_error_set(q->err, resp->status, -EBADMSG,
+					  "%s announces %" PRIu64 " bytes for a range of %" PRIu64,
+					  resp->where, (uint64_t)cl, expect);
+	return registry_error_set(q->err, resp->status, -EBADMSG,
+				  "%s announces %" PRIu64 " bytes, the descriptor says %" PRIu64,
+				  resp->where, (uint64_t)cl + (resp->status == 206 ? q->got : 0),
+				  q->blob_size);
+}
+
+static int body_sink(struct request *q, const struct transport_response *resp,
+		     const char *data, size_t n)
+{
+	bool enough = false;
+	int r;
+
+	if (!q->length_seen) {
+		r = body_sink_start(q, resp);
+		if (r < 0)
+			return r;
+	}
+	if (q->skip > 0) {
+		size_t d = (size_t)MIN((uint64_t)n, q->skip);
+
+		q->skip -= d;
+		data += d;
+		n -= d;
+		if (n == 0)
+			return TRANSPORT_BODY_MORE;
+	}
+	if ((uint64_t)n > q->size - q->got) {
+		/* The rest of a whole blob sent for a range is not wanted. */
+		if (!q->ranged || resp->status == 206)
+			return registry_error_set(q->err, resp->status, -EBADMSG,
+						  "%s sends more than the %" PRIu64 " bytes %s",
+						  resp->where, q->size,
+						  q->ranged ? "of the range" : "of the descriptor");
+		n = (size_t)(q->size - q->got);
+	}
+	if (q->ranged && resp->status != 206 && q->got + n == q->size)
+		enough = true;
+	if (q->hasher)
+		hasher_update(q->hasher, data, n);
+	q->got += n;
+	r = q->sink(q->userdata, data, n);
+	if (r < 0) {
+		q->sink_failed = true;
+		return registry_error_set(q->err, resp->status, r, "blob sink failed: %s",
+					  errno_name(r));
+	}
+	return enough ? TRANSPORT_BODY_ENOUGH : TRANSPORT_BODY_MORE;
+}
+
+static int request_body(void *userdata, const struct transport_response *resp,
+			const void *data, size_t n)
+{
+	struct request *q = userdata;
+	int r;
+
+	switch (q->kind) {
+	case BODY_BUFFER:
+		r = body_buffer(q, resp, data, n);
+		break;
+	case BODY_SINK:
+		r = body_sink(q, resp, data, n);
+		break;
+	case BODY_NONE:
+	default:
+		return TRANSPORT_BODY_MORE;
+	}
+	if (r < 0)
+		q->failure = r;
+	return r;
+}
+
+/* The registry's own explanation, {"errors":[{"code":..., "message":...}]},
+ * as "CODE: message"; false when the body is not that. */
+static bool error_body_describe(const struct transport_response *resp, char *out,
+				size_t outlen)
+{
+	json_auto_t *root = NULL;
+	json_t *first;
+	const char *code, *msg;
+
+	if (!resp->error_body || resp->error_len == 0)
+		return false;
+	root = json_loadb(resp->error_body, resp->error_len, 0, NULL);
+	first = json_array_get(json_object_get(root, "errors"), 0);
+	code = json_string_value(json_object_get(first, "code"));
+	msg = json_string_value(json_object_get(first, "message"));
+	if (!code && !msg)
+		return false;
+	if (code && msg)
+		snprintf(out, outlen, "%s: %s", code, msg);
+	else
+		snprintf(out, outlen, "%s", code ? code : msg);
+	return true;
+}
+
+static int status_to_errno(long status)
+{
+	switch (status) {
+	case 404:
+		return -ENOENT;
+	case 401:
+	case 403:
+		return -EACCES;
+	case 502:
+	case 503:
+	case 504:
+		return -EHOSTUNREACH;
+	default:
+		/* 429 included: retried, then EIO. */
+		return -EIO;
+	}
+}
+
+static void request_reset(struct request *q)
+{
+	transport_response_reset(&q->resp);
+	q->transport_r = 0;
+	q->failure = 0;
+	q->length_seen = false;
+	q->skip = 0;
+	q->retry_after_ms = -1;
+	q->have_challenge = false;
+	if (q->kind == BODY_BUFFER) {
+		if (q->wipe_body && q->buf)
+			explicit_bzero(q->buf, q->len);
+		q->len = 0;
+	}
+}
+
+/* What the response said about authentication and about when to come
+ * back. */
+static void request_capture(struct request *q)
+{
+	const struct transport_response *resp = &q->resp;
+
+	if (resp->status == 401) {
+		for (size_t i = 0; i < resp->n_challenges; i++) {
+			struct auth_challenge ch;
+
+			if (auth_challenge_parse(resp->challenges[i], &ch) < 0)
+				continue;
+			/* Bearer wins over Basic when a server offers both. */
+			if (!q->have_challenge || ch.scheme == AUTH_SCHEME_BEARER) {
+				q->challenge = ch;
+				q->have_challenge = true;
+			}
+		}
+	}
+	if (retry_status_is_transient(resp->status) && resp->retry_after)
+		q->retry_after_ms = retry_after_parse(resp->retry_after, time(NULL));
+}
+
+static int request_finish(struct request *q)
+{
+	const struct transport_response *resp = &q->resp;
+	char why[400];
+
+	if (q->failure < 0)
+		return q->failure;
+	if (resp->status >= 400) {
+		if (error_body_describe(resp, why, sizeof(why)))
+			return registry_error_set(q->err, resp->status,
+						  status_to_errno(resp->status), "%s", why);
+		return registry_error_set(q->err, resp->status, status_to_errno(resp->status),
+					  "HTTP %ld from %s", resp->status, resp->where);
+	}
+	if (q->transport_r < 0)
+		return q->transport_r;
+	if (resp->status < 200 || resp->status > 299)
+		return registry_error_set(q->err, resp->status, -EIO,
+					  "unexpected HTTP %ld from %s", resp->status,
+					  resp->where);
+	return 0;
+}
+
+int request_perform(const struct registry_transport *t, struct request *q,
+		    const char *method, const char *url,
+		    const struct hosts_endpoint *ep,
+		    const struct transport_auth *auth, const char *accept,
+		    const char *post_fields)
+{
+	struct transport_request req = {
+		.url = url,
+		.ep = ep,
+		.method = method,
+		.accept = accept,
+		.post_fields = post_fields,
+		.auth = auth ? *auth : (struct transport_auth){ 0 },
+		.body = request_body,
+		.userdata = q,
+	};
+	int k;
+
+	request_reset(q);
+	if (q->kind == BODY_SINK && (q->ranged || q->got > 0)) {
+		req.has_range = true;
+		req.range_start = q->offset + q->got;
+		req.range_end = q->ranged ? q->offset + q->size - 1 : TRANSPORT_RANGE_OPEN;
+	}
+	q->transport_r = t->perform(t, &req, &q->resp, q->err);
+	k = request_finish(q);
+	request_capture(q);
+	return k;
+}
+
+bool request_is_transient(const struct request *q)
+{
+	if (q->failure < 0)
+		return false; /* a callback judged the response */
+	if (retry_status_is_transient(q->resp.status))
+		return true;
+	if (q->resp.status >= 400)
+		return false;
+	return q->transport_r < 0 && q->resp.transient;
+}
+
+void request_done(struct request *q)
+{
+	if (q->wipe_body && q->buf)
+		explicit_bzero(q->buf, q->len);
+	free(q->buf);
+	transport_response_reset(&q->resp);
+}

@@ -1,0 +1,77 @@
+/* One registry request over a transport: where its body goes (a capped
+ * buffer for manifests and tokens, a hashing sink for blobs, nothing for
+ * HEAD), and how its outcome becomes one negative errno and one line of
+ * text.  Internal to registry/. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "auth.h"
+#include "registry.h"
+#include "transport.h"
+
+enum body_kind {
+	BODY_NONE,   /* HEAD: no body expected */
+	BODY_BUFFER, /* manifest or token: into buf, at most buf_max bytes */
+	BODY_SINK,   /* blob: counted, maybe hashed, and handed to sink */
+};
+
+/* State of one request across its attempts (retries, resumes, the next
+ * mirror).  Set up by the caller with designated initialisers; released
+ * with request_done(). */
+struct request {
+	struct registry_error *err;
+	char where[TRANSPORT_WHERE_MAX]; /* of the URL asked for, for messages */
+
+	enum body_kind kind;
+
+	/* BODY_BUFFER */
+	char *buf; /* one spare byte past len for a NUL */
+	size_t len, cap, buf_max;
+	const char *buf_what; /* what it holds, for messages */
+	bool wipe_body;	      /* it holds a secret (a token response) */
+
+	/* BODY_SINK: bytes [offset, offset + size) of a blob of blob_size
+	 * bytes; ranged: the caller asked for a range (always sent), else
+	 * the whole blob (a Range only to resume). */
+	registry_sink_fn sink;
+	void *userdata;
+	struct hasher *hasher; /* NULL: not hashed */
+	uint64_t blob_size;
+	uint64_t offset;
+	uint64_t size;
+	bool ranged;
+	uint64_t got;	  /* bytes handed to the sink */
+	bool sink_failed; /* the sink said no: nothing is retried */
+
+	/* Of the last attempt. */
+	struct transport_response resp;
+	int transport_r;  /* what the transport returned */
+	int failure;	  /* set by a body callback that stopped the transfer */
+	bool length_seen; /* the start of the 2xx body was checked */
+	uint64_t skip;	  /* bytes of this response before the ones wanted */
+	int64_t retry_after_ms; /* -1: the response had none */
+	bool have_challenge;
+	struct auth_challenge challenge; /* of a 401 */
+};
+
+/* One attempt: method ("GET", "HEAD", "POST") of url at ep, with auth
+ * (may be NULL) and accept / post_fields (may be NULL).  A BODY_SINK
+ * request asks for the bytes it still lacks with a Range.  Blocks.
+ * Returns 0 for a 2xx response whose body went where q says, or -errno
+ * with q->err filled: a body callback's failure first, then the errno of
+ * an HTTP error status (404: -ENOENT, 401/403: -EACCES, 502/503/504:
+ * -EHOSTUNREACH, others -EIO), then the transport's failure. */
+int request_perform(const struct registry_transport *t, struct request *q,
+		    const char *method, const char *url,
+		    const struct hosts_endpoint *ep,
+		    const struct transport_auth *auth, const char *accept,
+		    const char *post_fields);
+
+/* Whether the failure of the last attempt may go away by itself: a 429,
+ * 500, 502, 503 or 504, or a connection that failed or broke. */
+bool request_is_transient(const struct request *q);
+
+void request_done(struct request *q);

@@ -1,0 +1,78 @@
+/* What every transport shares: the response it fills, the description of
+ * a URL for messages, and the one-line error detail. */
+#include "transport.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "registry.h"
+
+void transport_response_reset(struct transport_response *resp)
+{
+	free(resp->content_type);
+	free(resp->docker_digest);
+	free(resp->retry_after);
+	for (size_t i = 0; i < resp->n_challenges; i++)
+		free(resp->challenges[i]);
+	free(resp->error_body);
+	*resp = (struct transport_response){ .content_length = -1, .range_start = -1 };
+}
+
+void transport_describe_url(const char *url, char *out, size_t outlen)
+{
+	const char *p, *auth_end, *at, *path, *end;
+
+	if (!url || (strncasecmp(url, "http://", 7) != 0 &&
+		     strncasecmp(url, "https://", 8) != 0)) {
+		snprintf(out, outlen, "(unknown host)");
+		return;
+	}
+	p = strstr(url, "://") + 3;
+	auth_end = p + strcspn(p, "/?#");
+	/* User info ends at the last '@' of the authority. */
+	at = memrchr(p, '@', (size_t)(auth_end - p));
+	if (at)
+		p = at + 1;
+	if (p == auth_end) {
+		snprintf(out, outlen, "(unknown host)");
+		return;
+	}
+	path = auth_end;
+	end = path + strcspn(path, "?#");
+	snprintf(out, outlen, "%.*s%.*s%s", (int)(auth_end - p), p,
+		 (int)(end - path), path, end == path ? "/" : "");
+}
+
+/* Error text may come from the network: keep it to one printable line. */
+static void message_sanitize(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || (unsigned char)*s == 0x7f)
+			*s = ' ';
+}
+
+int registry_error_set(struct registry_error *err, long status, int r,
+		       const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err)
+		return r;
+	err->http_status = (int)status;
+	va_start(ap, fmt);
+	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	va_end(ap);
+	message_sanitize(err->message);
+	return r;
+}
+
+void registry_error_clear(struct registry_error *err)
+{
+	if (!err)
+		return;
+	err->http_status = 0;
+	err->message[0] = '\0';
+}
