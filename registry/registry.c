@@ -520,3 +520,25 @@ out:
 	request_done(&q);
 	return k;
 }
+
+int registry_get_blob_range(struct registry *r, const char *domain,
+			    const char *repo, const char *digest, uint64_t size,
+			    uint64_t offset, uint64_t length,
+			    registry_sink_fn sink, void *userdata,
+			    struct registry_error *err)
+{
+	struct request q = { .err = err, .kind = BODY_SINK, .sink = sink,
+			     .userdata = userdata, .blob_size = size, .offset = offset,
+			     .size = length, .ranged = true };
+	int k;
+
+	if (offset > size || length > size - offset) {
+		registry_error_clear(err);
+		return registry_error_set(err, 0, -EINVAL,
+					  "bytes %" PRIu64 "+%" PRIu64 " are outside a blob of %" PRIu64,
+					  offset, length, size);
+	}
+	k = blob_run(r, &q, domain, repo, digest);
+	request_done(&q);
+	return k;
+}

@@ -9,7 +9,6 @@
 #include "transport.h"
 
 #include <curl/curl.h>
-#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -341,11 +340,7 @@ static int call_setup(struct curl_call *cc, const struct curl_slist *headers)
 	if (strcmp(req->method, "POST") == 0)
 		SETOPT(c, CURLOPT_POSTFIELDS, req->post_fields ? req->post_fields : "");
 	if (req->has_range) {
-		if (req->range_end == TRANSPORT_RANGE_OPEN)
-			snprintf(range, sizeof(range), "%" PRIu64 "-", req->range_start);
-		else
-			snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64,
-				 req->range_start, req->range_end);
+		transport_range_format(req, range, sizeof(range));
 		SETOPT(c, CURLOPT_RANGE, range);
 	}
 	if (auth_apply(c, &req->auth) != CURLE_OK)

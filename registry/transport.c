@@ -2,6 +2,7 @@
  * a URL for messages, and the one-line error detail. */
 #include "transport.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,16 @@ void transport_describe_url(const char *url, char *out, size_t outlen)
 	end = path + strcspn(path, "?#");
 	snprintf(out, outlen, "%.*s%.*s%s", (int)(auth_end - p), p,
 		 (int)(end - path), path, end == path ? "/" : "");
+}
+
+void transport_range_format(const struct transport_request *req, char *out,
+			    size_t outlen)
+{
+	if (req->range_end == TRANSPORT_RANGE_OPEN)
+		snprintf(out, outlen, "%" PRIu64 "-", req->range_start);
+	else
+		snprintf(out, outlen, "%" PRIu64 "-%" PRIu64, req->range_start,
+			 req->range_end);
 }
 
 /* Error text may come from the network: keep it to one printable line. */

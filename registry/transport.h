@@ -104,6 +104,11 @@ void transport_response_reset(struct transport_response *resp);
 
 /* Helpers for transports. */
 
+/* The value of the Range request's "bytes=" ("A-B", or "A-" when open),
+ * into out (at least 48 bytes). */
+void transport_range_format(const struct transport_request *req, char *out,
+			    size_t outlen);
+
 /* "host[:port]/path" of url, as in transport_response.where; "(unknown
  * host)" when url is not an http(s) URL. */
 void transport_describe_url(const char *url, char *out, size_t outlen);
