@@ -825,6 +825,8 @@ int manager_new(const struct manager_options *opts, struct manager **ret,
 	ro.credentials = opts->credentials;
 	ro.connect_timeout_ms = opts->connect_timeout_ms;
 	ro.low_speed_time_s = opts->low_speed_time_s;
+	ro.transport = opts->registry_transport;
+	ro.max_retries = opts->registry_max_retries;
 	r = registry_new(&ro, &m->registry);
 	if (r < 0) {
 		snprintf(errbuf, errlen, "cannot set up the registry client: %s",

@@ -28,6 +28,7 @@ int pull_policy_parse(const char *s, enum pull_policy *ret);
 const char *pull_policy_name(enum pull_policy p); /* "Always", ... */
 
 struct registry_hosts;
+struct registry_transport;
 struct credentials;
 
 struct manager_options {
@@ -62,6 +63,10 @@ struct manager_options {
 	const struct credentials *credentials;
 	long connect_timeout_ms;     /* 0: 10 s */
 	long low_speed_time_s;	     /* 0: 30 s */
+	/* For tests: the registry's transport (registry/transport.h; NULL:
+	 * libcurl), borrowed; retries of a failed request (0: 3, < 0: none). */
+	const struct registry_transport *registry_transport;
+	int registry_max_retries;
 	/* Garbage collection (see gc.c). */
 	uint64_t cache_max_bytes;    /* byte budget; 0: the cache filesystem's size */
 	unsigned gc_high_percent;    /* start above this share of the budget; 0: 85 */
