@@ -1,12 +1,13 @@
 #!/bin/bash
 # Policy Always (SPEC §3 step 9, README "Ensure" steps 3 and 9), with
-# --revalidate-interval 1:
-#  - a ":latest" tag re-pushed with other content: once the interval has
-#    passed, a new lookup sees the new image (a second Pulling/Pulled with
-#    the new digest), while a file of the old image that was open before
-#    keeps reading the old content through its descriptor;
-#  - revalidation that finds the same digest transfers nothing: a manifest
-#    HEAD, no manifest GET, no blob GET.
+# --revalidate-interval 1, as a mount shows it: a ":latest" tag re-pushed
+# with other content is, once the interval has passed, a new image for a
+# new lookup (a second Pulling/Pulled with the new digest), while a file of
+# the old image that was open before keeps reading the old content through
+# its descriptor.  Revalidation that finds the same digest (a HEAD and
+# nothing else), and the interval itself, are unit-tested on a fake
+# registry and a hand-moved clock: tests/unit/test-ensure.c,
+# test_always_revalidates and test_moved_tag.
 source "$(dirname "$0")/lib.sh"
 source "$INTEGRATION_DIR/images.sh"
 
@@ -47,17 +48,7 @@ $digest_b" "$(event_fields Pulled "$ref" digest | uniq)" "digests of the Pulled 
 assert_eq "$bb_sha" "$(sha256sum <&3 | cut -d' ' -f1)" "sha256 of the old /bin/busybox read through a descriptor held across the move"
 exec 3<&-
 
-# ---- same digest at the next revalidation: nothing transferred
-t_seen=$(now)
-mark=$(registry_mark)
-sleep_until "$(plus "$t_seen" 1.3)"
-assert_eq edge "$(cat "$root/etc/hostname")" "/etc/hostname of $ref, revalidated"
-assert_errno OK "$root"
-heads=$(registry_count HEAD /v2/test/app/manifests/latest "$mark")
-[ "$heads" -ge 1 ] || fail "no manifest HEAD for test/app:latest after the revalidation interval (the tag was not re-resolved)"
-assert_eq 0 "$(registry_count GET /v2/test/app/manifests/ "$mark")" "manifest GETs at a revalidation with the same digest"
-assert_eq 0 "$(registry_count GET /v2/test/app/blobs/ "$mark")" "blob GETs at a revalidation with the same digest"
-assert_eq 2 "$(event_count Pulling "$ref")" "Pulling events after a revalidation with the same digest"
+assert_eq 2 "$(event_count Pulling "$ref")" "Pulling events for two digests"
 assert_eq 0 "$(event_count Failed "$ref")" "Failed events for $ref"
 events check >&2 || fail "malformed events in $EVENTS"
 unmount_pullfs
