@@ -87,16 +87,16 @@ static const char *api_host(const char *domain)
 
 /* The pieces of a URL come from references that were parsed already, but
  * a stray '?', '#', '@' or "/../" here would change which host or path
- * curl asks for, so they are checked against the grammar again. */
+ * the transport asks for, so they are checked against the grammar again. */
 static int check_names(const char *domain, const char *repo,
 		       struct registry_error *err)
 {
 	if (!reference_domain_is_valid(domain))
 		return registry_error_set(err, 0, -EINVAL, "invalid registry host \"%s\"",
-				 domain ? domain : "");
+					  domain ? domain : "");
 	if (!reference_path_is_valid(repo))
 		return registry_error_set(err, 0, -EINVAL, "invalid repository \"%s\"",
-				 repo ? repo : "");
+					  repo ? repo : "");
 	return 0;
 }
 
@@ -532,12 +532,10 @@ int registry_get_blob_range(struct registry *r, const char *domain,
 			     .size = length, .ranged = true };
 	int k;
 
-	if (offset > size || length > size - offset) {
-		registry_error_clear(err);
+	if (offset > size || length > size - offset)
 		return registry_error_set(err, 0, -EINVAL,
 					  "bytes %" PRIu64 "+%" PRIu64 " are outside a blob of %" PRIu64,
 					  offset, length, size);
-	}
 	k = blob_run(r, &q, domain, repo, digest);
 	request_done(&q);
 	return k;
