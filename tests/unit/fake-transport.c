@@ -334,9 +334,11 @@ static int fake_perform(const struct registry_transport *t,
 	bool found, manifest;
 	int k;
 
-	assert_non_null(path);
-	path = strchr(path + 3, '/');
-	assert_non_null(path);
+	path = path ? strchr(path + 3, '/') : NULL;
+	if (!path) {
+		fail_msg("not a URL the fake serves: %s", req->url);
+		return -EINVAL;
+	}
 	if (req->has_range) {
 		memcpy(range, " bytes=", 7);
 		transport_range_format(req, range + 7, sizeof(range) - 7);
