@@ -43,6 +43,7 @@ struct fake_transport {
 	struct fake_fault *faults;   /* protected by lock, in the order added */
 	char *log[LOG_MAX];	     /* protected by lock */
 	unsigned n_log;
+	char *challenge;      /* protected by lock */
 	unsigned held;	      /* protected by lock */
 	unsigned release_gen; /* protected by lock */
 };
@@ -142,6 +143,20 @@ void fake_put_manifest(struct fake_transport *f, const char *repo, const char *t
 	}
 	if (ret_digest)
 		memcpy(ret_digest, digest, DIGEST_STRING_MAX);
+}
+
+void fake_put(struct fake_transport *f, const char *path, const char *media_type,
+	      const char *data)
+{
+	put(f, path, media_type, data, strlen(data), "");
+}
+
+void fake_set_challenge(struct fake_transport *f, const char *challenge)
+{
+	pthread_mutex_lock(&f->lock);
+	free(f->challenge);
+	f->challenge = xstrdup(challenge);
+	pthread_mutex_unlock(&f->lock);
 }
 
 void fake_remove(struct fake_transport *f, const char *path)
@@ -259,7 +274,8 @@ static const char *error_code(long status, bool manifest)
 	}
 }
 
-static void error_response(struct transport_response *resp, long status, bool manifest)
+static void error_response(struct transport_response *resp, long status, bool manifest,
+			   const char *challenge)
 {
 	resp->status = status;
 	if (asprintf(&resp->error_body,
@@ -268,7 +284,7 @@ static void error_response(struct transport_response *resp, long status, bool ma
 		fail_msg("out of memory");
 	resp->error_len = strlen(resp->error_body);
 	if (status == 401) {
-		resp->challenges[0] = xstrdup("Basic realm=\"fake\"");
+		resp->challenges[0] = xstrdup(challenge);
 		resp->n_challenges = 1;
 	}
 }
@@ -290,7 +306,7 @@ static int serve(const struct transport_request *req, struct transport_response 
 		if (req->range_end != TRANSPORT_RANGE_OPEN && req->range_end < end)
 			end = req->range_end;
 		if (start >= o->len) {
-			error_response(resp, 416, false);
+			error_response(resp, 416, false, NULL);
 			return 0;
 		}
 		resp->status = 206;
@@ -330,7 +346,8 @@ static int fake_perform(const struct registry_transport *t,
 	struct fake_object o = { 0 };
 	struct fake_fault fault;
 	const char *path = strstr(req->url, "://");
-	char line[1024], objpath[512], range[64] = "";
+	char line[1024], objpath[512], range[64] = "", who[160] = "";
+	_cleanup_free_ char *challenge = NULL;
 	bool found, manifest;
 	int k;
 
@@ -344,7 +361,11 @@ static int fake_perform(const struct registry_transport *t,
 		transport_range_format(req, range + 7, sizeof(range) - 7);
 	}
 	snprintf(objpath, sizeof(objpath), "%.*s", (int)strcspn(path, "?"), path);
-	snprintf(line, sizeof(line), "%s %s%s", req->method, objpath, range);
+	if (req->auth.bearer_token)
+		snprintf(who, sizeof(who), " bearer=%s", req->auth.bearer_token);
+	else if (req->auth.username)
+		snprintf(who, sizeof(who), " user=%s", req->auth.username);
+	snprintf(line, sizeof(line), "%s %s%s%s", req->method, objpath, range, who);
 	transport_describe_url(req->url, resp->where, sizeof(resp->where));
 	manifest = strstr(path, "/manifests/") != NULL;
 
@@ -360,6 +381,7 @@ static int fake_perform(const struct registry_transport *t,
 		f->held--;
 	}
 	found = object_copy_locked(f, objpath, &o);
+	challenge = xstrdup(f->challenge ? f->challenge : "Basic realm=\"fake\"");
 	pthread_mutex_unlock(&f->lock);
 
 	switch (fault.kind) {
@@ -375,14 +397,14 @@ static int fake_perform(const struct registry_transport *t,
 		break;
 	case FAKE_STATUS:
 		if (fault.arg) {
-			error_response(resp, fault.arg, manifest);
+			error_response(resp, fault.arg, manifest, challenge);
 			k = 0;
 			break;
 		}
 		/* fall through */
 	default:
 		if (!found) {
-			error_response(resp, 404, manifest);
+			error_response(resp, 404, manifest, challenge);
 			k = 0;
 			break;
 		}
@@ -416,6 +438,7 @@ void fake_transport_free(struct fake_transport *f)
 		object_free(o);
 	}
 	faults_free(f->faults);
+	free(f->challenge);
 	for (unsigned i = 0; i < f->n_log; i++)
 		free(f->log[i]);
 	pthread_cond_destroy(&f->cond);

@@ -28,6 +28,11 @@ void fake_put_blob(struct fake_transport *f, const char *repo, const void *data,
 void fake_put_manifest(struct fake_transport *f, const char *repo, const char *tag,
 		       const char *media_type, const char *body,
 		       char ret_digest[DIGEST_STRING_MAX]);
+/* Serves data at path (a token realm's "/token"; a query is ignored). */
+void fake_put(struct fake_transport *f, const char *path, const char *media_type,
+	      const char *data);
+/* The WWW-Authenticate of a 401 (default "Basic realm=\"fake\""). */
+void fake_set_challenge(struct fake_transport *f, const char *challenge);
 /* Stops serving the object at path ("/v2/app/manifests/1"). */
 void fake_remove(struct fake_transport *f, const char *path);
 
@@ -44,8 +49,9 @@ enum fake_fault_kind {
 };
 
 /* The next `times` requests (-1: every one) whose log line ("GET
- * /v2/app/manifests/1", with " bytes=A-B" when ranged) contains match
- * get the fault; the first matching fault with times left wins. */
+ * /v2/app/manifests/1", with " bytes=A-B" when ranged, " user=NAME" or
+ * " bearer=TOKEN" when it carries credentials) contains match get the
+ * fault; the first matching fault with times left wins. */
 void fake_fault(struct fake_transport *f, const char *match,
 		enum fake_fault_kind kind, long arg, int times);
 void fake_clear_faults(struct fake_transport *f);

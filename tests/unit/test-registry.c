@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "credentials.h"
 #include "fake-transport.h"
 #include "macro.h"
 #include "manifest.h"
@@ -323,6 +324,135 @@ static void test_blob_range(void **state)
 						 0, 10, collect, &c, &err), -EACCES);
 }
 
+/* A second client, with credentials for DOMAIN. */
+static struct registry *client_with_credentials(struct fixture *f, struct credentials **ret_creds)
+{
+	static const char json[] =
+		"{\"auths\":{\"" DOMAIN "\":{\"username\":\"bob\",\"password\":\"secret\"}}}";
+	struct registry *r = NULL;
+	char why[256];
+
+	assert_int_equal(credentials_parse(json, strlen(json), ret_creds, why, sizeof(why)), 0);
+	assert_int_equal(registry_new(&(struct registry_options){
+					      .transport = fake_transport_get(f->fake),
+					      .credentials = *ret_creds,
+					      .max_retries = -1,
+				      },
+				      &r),
+			 0);
+	return r;
+}
+
+static void test_basic_auth(void **state)
+{
+	struct fixture *f = *state;
+	struct credentials *creds = NULL;
+	struct registry *r = client_with_credentials(f, &creds);
+	struct registry_manifest *m = NULL;
+	struct registry_error err;
+
+	/* A 401 answered once with the credentials; the next request
+	 * carries them at once. */
+	fake_fault(f->fake, "GET /v2/team/app/manifests/1", FAKE_STATUS, 401, 1);
+	assert_int_equal(registry_get_manifest(r, DOMAIN, REPO, "1", &m, &err), 0);
+	registry_manifest_free(m);
+	assert_int_equal(fake_count(f->fake, "GET /v2/team/app/manifests/1 user=bob"), 1);
+	assert_int_equal(registry_get_manifest(r, DOMAIN, REPO, "1", &m, &err), 0);
+	registry_manifest_free(m);
+	assert_int_equal(fake_count(f->fake, "GET "), 3);
+	assert_int_equal(fake_count(f->fake, "GET /v2/team/app/manifests/1 user=bob"), 2);
+
+	/* Refused: EACCES, not a loop. */
+	fake_fault(f->fake, "user=bob", FAKE_STATUS, 401, -1);
+	assert_int_equal(registry_get_manifest(r, DOMAIN, REPO, "1", &m, &err), -EACCES);
+	assert_non_null(strstr(err.message, "refused the credentials"));
+
+	/* Without credentials there is nothing to answer with. */
+	fake_fault(f->fake, "GET /v2/team/app/manifests/1", FAKE_STATUS, 401, 1);
+	assert_int_equal(registry_get_manifest(f->r, DOMAIN, REPO, "1", &m, &err), -EACCES);
+	assert_non_null(strstr(err.message, "no credentials"));
+	registry_free(r);
+	credentials_free(creds);
+}
+
+static void test_token_auth(void **state)
+{
+	struct fixture *f = *state;
+	struct credentials *creds = NULL;
+	struct registry *r = client_with_credentials(f, &creds);
+	struct registry_error err;
+	struct collected c = { 0 };
+
+	fake_set_challenge(f->fake, "Bearer realm=\"https://auth.test/token\",service=\"" DOMAIN "\"");
+	fake_put(f->fake, "/token", "application/json", "{\"token\":\"t-1\",\"expires_in\":300}");
+	fake_fault(f->fake, "GET /v2/team/app/blobs/", FAKE_STATUS, 401, 1);
+	assert_int_equal(registry_get_blob(r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, collect,
+					   &c, &err), 0);
+	free(c.data);
+	c = (struct collected){ 0 };
+	/* The token asked for with the credentials, then sent. */
+	assert_int_equal(fake_count(f->fake, "GET /token user=bob"), 1);
+	assert_int_equal(fake_count(f->fake, "GET /v2/team/app/blobs/"), 2);
+	assert_int_equal(fake_count(f->fake, " bearer=t-1"), 1);
+
+	/* Cached: the next request carries it without a 401 first. */
+	range_ok(f, 0, 1); /* the client without credentials is unaffected */
+	assert_int_equal(registry_get_blob_range(r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, 0, 10,
+						 collect, &c, &err), 0);
+	free(c.data);
+	c = (struct collected){ 0 };
+	assert_int_equal(fake_count(f->fake, " bearer=t-1"), 2);
+	assert_int_equal(fake_count(f->fake, "GET /token"), 1);
+
+	/* A token server that refuses: EACCES in our words. */
+	fake_fault(f->fake, "bearer=t-1", FAKE_STATUS, 401, -1);
+	fake_fault(f->fake, "GET /token", FAKE_STATUS, 403, -1);
+	assert_int_equal(registry_get_blob_range(r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, 0, 10,
+						 collect, &c, &err), -EACCES);
+	assert_non_null(strstr(err.message, "token server auth.test/token refused the credentials"));
+	registry_free(r);
+	credentials_free(creds);
+
+	/* Credentials go to a realm only as safely as to the registry. */
+	r = client_with_credentials(f, &creds);
+	fake_set_challenge(f->fake, "Bearer realm=\"http://auth.test/token\",service=\"" DOMAIN "\"");
+	fake_fault(f->fake, "GET /v2/team/app/blobs/", FAKE_STATUS, 401, 1);
+	assert_int_equal(registry_get_blob_range(r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, 0, 10,
+						 collect, &c, &err), -EACCES);
+	assert_non_null(strstr(err.message, "is not HTTPS"));
+	assert_int_equal(fake_count(f->fake, "GET /token"), 2);
+	registry_free(r);
+	credentials_free(creds);
+}
+
+struct url_case {
+	const char *url;
+	const char *where;
+};
+
+static const struct url_case url_cases[] = {
+	{ "https://registry.test/v2/a/manifests/1", "registry.test/v2/a/manifests/1" },
+	{ "http://127.0.0.1:5000/v2/a/blobs/x?ns=docker.io", "127.0.0.1:5000/v2/a/blobs/x" },
+	{ "https://user:pass@store.test/blob?X-Signature=secret#f", "store.test/blob" },
+	{ "https://[::1]:5000/token", "[::1]:5000/token" },
+	{ "https://auth.test", "auth.test/" },
+	{ "https://auth.test?x=1", "auth.test/" },
+	{ "ftp://auth.test/x", "(unknown host)" },
+	{ "https://", "(unknown host)" },
+	{ NULL, "(unknown host)" },
+};
+
+/* What messages say of a URL never carries user info or a query. */
+static void test_describe_url(void **state)
+{
+	char out[TRANSPORT_WHERE_MAX];
+
+	for (size_t i = 0; i < ARRAY_SIZE(url_cases); i++) {
+		transport_describe_url(url_cases[i].url, out, sizeof(out));
+		assert_string_equal(out, url_cases[i].where);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -333,6 +463,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_blob, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_blob_resume, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_blob_range, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_basic_auth, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_token_auth, setup, teardown),
+		cmocka_unit_test(test_describe_url),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
