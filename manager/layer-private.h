@@ -5,7 +5,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "errname.h"
 #include "layer.h"
+
+/* Everything wrong with layer content is EBADMSG, with a reason. */
+#define layer_fail(errbuf, errlen, ...) errbuf_fail(-EBADMSG, errbuf, errlen, __VA_ARGS__)
 
 /* Linux limit: a longer name could never be served anyway. */
 #define LAYER_NAME_MAX 255u

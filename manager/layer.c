@@ -48,8 +48,6 @@ static void archive_read_freep(struct archive **a)
 		archive_read_free(*a);
 }
 
-/* Everything wrong with layer content is EBADMSG, with a reason. */
-#define layer_fail(errbuf, errlen, ...) errbuf_fail(-EBADMSG, errbuf, errlen, __VA_ARGS__)
 
 /* ---- unpacking ------------------------------------------------------- */
 

@@ -12,8 +12,6 @@
 #include "layer-private.h"
 #include "macro.h"
 
-/* Everything wrong with layer content is EBADMSG, with a reason. */
-#define layer_fail(errbuf, errlen, ...) errbuf_fail(-EBADMSG, errbuf, errlen, __VA_ARGS__)
 
 /* ---- path rules ------------------------------------------------------ */
 
