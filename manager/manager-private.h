@@ -171,6 +171,9 @@ struct manager {
 
 	void (*forget_dentry)(void *userdata, uint64_t parent, const char *name);
 	void *forget_userdata;
+	/* manager_set_names_changed(); lock */
+	void (*names_changed)(void *userdata, const char *reference);
+	void *names_userdata;
 
 	/* the background GC thread */
 	pthread_t gc_thread;

@@ -211,6 +211,8 @@ void refstate_drop_locked(struct manager *m, const char *reference)
 	image_drop_locked(m, reference);
 	if (!rs)
 		return;
+	if (m->names_changed)
+		m->names_changed(m->names_userdata, reference);
 	if (rs->ephemeral) {
 		struct user_usage *u = users_get_locked(m, rs->uid);
 		if (u && u->names > 0)
@@ -242,6 +244,8 @@ static int refstate_set(struct manager *m, const char *reference,
 			free(id);
 			return -ENOMEM;
 		}
+		if (m->names_changed)
+			m->names_changed(m->names_userdata, reference);
 	}
 	_cleanup_free_ char *old = rs->digest;
 	free(rs->index_digest);
@@ -550,6 +554,16 @@ int manager_list(struct manager *m, const char *prefix,
 	r = c.error ? c.error : strmap_foreach(c.seen, list_emit_one, &e);
 	strmap_free(c.seen);
 	return r;
+}
+
+void manager_set_names_changed(struct manager *m,
+			       void (*fn)(void *userdata, const char *reference),
+			       void *userdata)
+{
+	pthread_mutex_lock(&m->lock);
+	m->names_changed = fn;
+	m->names_userdata = userdata;
+	pthread_mutex_unlock(&m->lock);
 }
 
 struct host_ctx {

@@ -170,6 +170,16 @@ void manager_set_forget_dentry(struct manager *m,
 					  const char *name),
 			       void *userdata);
 
+/* The filesystem's hook for cached listings: fn(userdata, reference) is
+ * called whenever a reference comes into or goes out of what
+ * manager_list() shows, with manager locks held, so it must only take
+ * note (no blocking, no call into the manager).  After the call that sets
+ * it returns, the previous hook is no longer running nor called: set NULL
+ * before its userdata goes away. */
+void manager_set_names_changed(struct manager *m,
+			       void (*fn)(void *userdata, const char *reference),
+			       void *userdata);
+
 /* A JSON document for MOUNT/.pullfs/status (docs/control.md), without the
  * fields only the filesystem knows.  Returns 0 with a new json_t * (as
  * void * to keep jansson out of this header) or -ENOMEM. */
