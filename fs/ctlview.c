@@ -19,8 +19,8 @@
 
 static const char *const fsop_names[FSOP_COUNT] = {
 	"lookup", "getattr", "readlink", "open", "read", "opendir",
-	"readdir", "readdirplus", "getxattr", "listxattr", "forget", "release",
-	"other",
+	"readdir", "readdirplus", "releasedir", "getxattr", "listxattr", "forget",
+	"release", "other",
 };
 
 static const double fsop_bucket_bounds[FSOP_BUCKETS] = {

@@ -35,6 +35,7 @@ enum fsop {
 	FSOP_OPENDIR,
 	FSOP_READDIR,
 	FSOP_READDIRPLUS,
+	FSOP_RELEASEDIR,
 	FSOP_GETXATTR,
 	FSOP_LISTXATTR,
 	FSOP_FORGET,
@@ -68,6 +69,9 @@ struct nsnode {
 	unsigned depth;	 /* path components below images/ */
 	char *prefix;	 /* NS_DIR: canonical components so far, "" for images/ */
 	char *target;	 /* NS_SYMLINK */
+	/* NS_DIR: when its listing last changed, as the kernel's check of
+	 * a cached listing wants it; fs.ns_lock. */
+	struct timespec mtime;
 };
 
 struct fs {
@@ -79,6 +83,16 @@ struct fs {
 	char *mountpoint;
 	pthread_mutex_t ns_lock;
 	struct strmap *nsnodes; /* key -> struct nsnode *; ns_lock */
+	/* The kernel opens directories itself (no OPENDIR requests). */
+	bool no_opendir;
+	/* Namespace directories whose listings changed, by key, waiting
+	 * for the notifier thread to invalidate them in the kernel. */
+	pthread_mutex_t notify_lock;
+	pthread_cond_t notify_cond;
+	struct strmap *notify_keys; /* notify_lock */
+	bool notify_stop;	    /* notify_lock */
+	pthread_t notifier;
+	bool notifier_started;
 	struct fsop_stats ops[FSOP_COUNT];
 	/* files.c: backing files of objects open in passthrough */
 	pthread_mutex_t backing_lock;
@@ -154,6 +168,15 @@ void ns_stat(struct fs *fs, fuse_ino_t ino, const struct nsnode *n, struct stat 
 void nsnode_free(struct nsnode *n);
 void nsnode_forget(struct fs *fs, struct nsnode *n, uint64_t count);
 bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char *name);
+/* A READDIR(PLUS) of the root, .pullfs/ or a namespace directory. */
+void ns_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size,
+		off_t off, bool plus);
+/* The notifier: a thread that tells the kernel to drop its cached
+ * listings of the namespace directories above a name that came or went.
+ * ns_notifier_start() after the mount and the daemon's fork; 0 or
+ * -errno.  ns_notifier_stop() before the session ends; it waits. */
+int ns_notifier_start(struct fs *fs);
+void ns_notifier_stop(struct fs *fs);
 
 /* ctlview.c: the request counters, and the control view (.pullfs/status
  * and .pullfs/metrics, made at open and read with direct I/O). */

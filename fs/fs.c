@@ -48,6 +48,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * keep what it read across opens. */
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+	((struct fs *)userdata)->no_opendir = conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT;
 }
 
 /* Returns true when the lookup was timed by its own answer. */
@@ -263,156 +264,34 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	file_read(req, img, t, size, off, fi);
 }
 
-/* Directory listings of namespace directories are taken once, at opendir,
- * so that offsets stay meaningful while the cache changes. */
-struct nslisting {
-	bool files; /* entries are regular files (the control view) */
-	char **names;
-	bool *is_image;
-	size_t n, cap;
-};
-
-static int listing_add(void *userdata, const char *name, bool is_image)
-{
-	struct nslisting *l = userdata;
-
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16;
-		char **names = realloc(l->names, cap * sizeof(*names));
-		if (!names)
-			return -ENOMEM;
-		l->names = names;
-		bool *im = realloc(l->is_image, cap * sizeof(*im));
-		if (!im)
-			return -ENOMEM;
-		l->is_image = im;
-		l->cap = cap;
-	}
-	l->names[l->n] = strdup(name);
-	if (!l->names[l->n])
-		return -ENOMEM;
-	l->is_image[l->n++] = is_image;
-	return 0;
-}
-
-static void listing_free(struct nslisting *l)
-{
-	if (!l)
-		return;
-	for (size_t i = 0; i < l->n; i++)
-		free(l->names[i]);
-	free(l->names);
-	free(l->is_image);
-	free(l);
-}
-
+/* No OPENDIR round trips: a kernel that can do without (no_opendir) is
+ * told so by the first OPENDIR's ENOSYS, and from then on opens
+ * directories itself, keeps their listings in its cache (FOPEN_CACHE_DIR |
+ * FOPEN_KEEP_CACHE), and sends no RELEASEDIR.  Listings are therefore made
+ * at each READDIR from the inode alone; namespace listings, which change,
+ * are invalidated by the notifier (namespace.c). */
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	_timed_(FSOP_OPENDIR);
 	struct fs *fs = fs_of(req);
-	struct nslisting *l;
-	int r;
 
+	if (fs->no_opendir) {
+		reply_err(req, -ENOSYS);
+		return;
+	}
 	fi->fh = 0;
 	if (ino_is_image(ino)) {
-		struct image *img;
-		const struct tinode *t = ino_node(fs, ino, &img);
-		if (!t) {
-			reply_err(req, -ESTALE);
-			return;
-		}
-		if (!S_ISDIR(t->mode)) {
-			reply_err(req, -ENOTDIR);
-			return;
-		}
 		fi->cache_readdir = 1;
 		fi->keep_cache = 1;
-		fuse_reply_open(req, fi);
-		return;
 	}
-	l = calloc(1, sizeof(*l));
-	if (!l) {
-		reply_err(req, -ENOMEM);
-		return;
-	}
-	if (ino == FUSE_ROOT_ID) {
-		r = listing_add(l, "images", false);
-	} else if (ino == INO_CTL_DIR) {
-		l->files = true;
-		r = listing_add(l, "status", false);
-		if (r == 0)
-			r = listing_add(l, "metrics", false);
-	} else if (ino_is_ctl(ino)) {
-		listing_free(l);
-		reply_err(req, -ENOTDIR);
-		return;
-	} else {
-		struct nsnode *n = ino_nsnode(ino);
-		if (n->kind != NS_DIR) {
-			listing_free(l);
-			reply_err(req, -ENOTDIR);
-			return;
-		}
-		/* Short-form directories list nothing: their content lives
-		 * under the canonical docker.io path. */
-		r = n->short_form ? 0 : manager_list(fs->manager, n->prefix, listing_add, l);
-	}
-	if (r < 0) {
-		listing_free(l);
-		reply_err(req, r);
-		return;
-	}
-	fi->fh = (uint64_t)(uintptr_t)l;
 	fuse_reply_open(req, fi);
 }
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
-	listing_free((struct nslisting *)(uintptr_t)fi->fh);
+	_timed_(FSOP_RELEASEDIR);
 	fuse_reply_err(req, 0);
-}
-
-/* Synthetic inode numbers for namespace listings: the kernel does not
- * instantiate those entries (no lookup count is taken), it only shows
- * the number in d_ino. */
-static ino_t name_ino(const char *s)
-{
-	uint64_t h = 1469598103934665603ULL;
-
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-	return (ino_t)(h & ~(uint64_t)7) | 4;
-}
-
-static void ns_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
-		       size_t size, off_t off, struct nslisting *l, bool plus)
-{
-	_cleanup_free_ char *buf = calloc(1, size);
-	size_t used = 0;
-
-	if (!buf) {
-		reply_err(req, -ENOMEM);
-		return;
-	}
-	for (off_t i = off; i < (off_t)l->n + 2; i++) {
-		const char *name = i == 0 ? "." : i == 1 ? ".." : l->names[i - 2];
-		struct fuse_entry_param e = { 0 };
-		size_t n;
-
-		e.attr.st_mode = l->files && i >= 2 ? S_IFREG | 0444 : S_IFDIR | 0555;
-		e.attr.st_ino = i < 2 ? ino : name_ino(name);
-		if (plus)
-			n = fuse_add_direntry_plus(req, buf + used, size - used,
-						   name, &e, i + 1);
-		else
-			n = fuse_add_direntry(req, buf + used, size - used, name,
-					      &e.attr, i + 1);
-		if (n > size - used)
-			break;
-		used += n;
-	}
-	fuse_reply_buf(req, buf, used);
 }
 
 static void image_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
@@ -475,8 +354,7 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 	if (ino_is_image(ino))
 		image_readdir(req, fs, ino, size, off, plus);
 	else
-		ns_readdir(req, fs, ino, size, off,
-			   (struct nslisting *)(uintptr_t)fi->fh, plus);
+		ns_readdir(req, fs, ino, size, off, plus);
 }
 
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -691,12 +569,13 @@ int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
 		fs->opts.max_threads = 32;
 	pthread_mutex_init(&fs->ns_lock, NULL);
 	pthread_mutex_init(&fs->backing_lock, NULL);
+	pthread_mutex_init(&fs->notify_lock, NULL);
+	pthread_cond_init(&fs->notify_cond, NULL);
 	fs->nsnodes = strmap_new();
 	fs->backings = strmap_new();
-	if (!fs->nsnodes || !fs->backings) {
-		strmap_free(fs->nsnodes);
-		strmap_free(fs->backings);
-		free(fs);
+	fs->notify_keys = strmap_new();
+	if (!fs->nsnodes || !fs->backings || !fs->notify_keys) {
+		fs_free(fs);
 		return -ENOMEM;
 	}
 	fs->images.key = (char *)"";
@@ -704,6 +583,7 @@ int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
 	fs->images.kind = NS_DIR;
 	fs->images.prefix = (char *)"";
 	clock_gettime(CLOCK_REALTIME, &fs->started);
+	fs->images.mtime = fs->started;
 	*ret = fs;
 	return 0;
 }
@@ -729,6 +609,7 @@ void fs_free(struct fs *fs)
 	if (fs->nsnodes)
 		strmap_foreach(fs->nsnodes, free_nsnode_entry, NULL);
 	strmap_free(fs->nsnodes);
+	strmap_free(fs->notify_keys);
 	pthread_mutex_destroy(&fs->ns_lock);
 	/* backing files of files still open at the unmount: the kernel
 	 * dropped its references with the connection */
@@ -736,6 +617,8 @@ void fs_free(struct fs *fs)
 		strmap_foreach(fs->backings, free_backing_entry, NULL);
 	strmap_free(fs->backings);
 	pthread_mutex_destroy(&fs->backing_lock);
+	pthread_mutex_destroy(&fs->notify_lock);
+	pthread_cond_destroy(&fs->notify_cond);
 	free(fs);
 }
 
@@ -834,6 +717,9 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
 	/* Threads only now: fuse_daemonize forks. */
 	fs->mountpoint = realpath(mountpoint, NULL);
 	manager_set_forget_dentry(fs->manager, forget_dentry, fs);
+	r = ns_notifier_start(fs);
+	if (r < 0)
+		goto out_unmount;
 	pthread_t stopper;
 	bool stopper_started = stop_pipe[0] >= 0 &&
 			       pthread_create(&stopper, NULL, stop_thread, fs->manager) == 0;
@@ -873,6 +759,7 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
 		pthread_join(stopper, NULL);
 	}
 out_unmount:
+	ns_notifier_stop(fs);
 	fuse_session_unmount(fs->session);
 out_signals:
 	fuse_remove_signal_handlers(fs->session);

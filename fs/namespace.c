@@ -35,6 +35,11 @@ void ns_stat(struct fs *fs, fuse_ino_t ino, const struct nsnode *n,
 		st->st_nlink = 2;
 		st->st_size = 4096;
 	}
+	if (n && n->kind == NS_DIR) {
+		pthread_mutex_lock(&fs->ns_lock);
+		st->st_mtim = st->st_ctim = n->mtime;
+		pthread_mutex_unlock(&fs->ns_lock);
+	}
 }
 
 static struct nsnode *nsnode_new(enum nskind kind, bool short_form,
@@ -100,6 +105,7 @@ static struct nsnode *nsnode_intern(struct fs *fs, const char *key, struct nsnod
 
 	if (!n)
 		return NULL;
+	n->mtime = fs->started;
 	n->key = strdup(key);
 	if (!n->key) {
 		nsnode_free(n);
@@ -396,3 +402,281 @@ bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 	return false;
 }
 
+
+/* ---- invalidation of cached listings --------------------------------- */
+
+/* The manager's names_changed hook: notes the directories above
+ * reference ("", "host", "host/repo", ...) for the notifier.  Called with
+ * the manager's lock held.  When memory is short the note is lost and
+ * the kernel shows the old listing until the directory's attributes time
+ * out. */
+static void names_changed(void *userdata, const char *reference)
+{
+	struct fs *fs = userdata;
+	_cleanup_free_ char *key = strdup(reference);
+	char *slash;
+
+	if (!key)
+		return;
+	pthread_mutex_lock(&fs->notify_lock);
+	if (!fs->notify_stop) {
+		strmap_put(fs->notify_keys, "", NULL);
+		for (slash = key; (slash = strchr(slash, '/')); *slash++ = '/') {
+			*slash = '\0';
+			strmap_put(fs->notify_keys, key, NULL);
+		}
+		pthread_cond_signal(&fs->notify_cond);
+	}
+	pthread_mutex_unlock(&fs->notify_lock);
+}
+
+struct inval_batch {
+	struct fs *fs;
+	struct timespec now;
+	fuse_ino_t *inos;
+	size_t n;
+};
+
+/* Bumps the mtime of the node for key, if the kernel knows one, and
+ * picks its ino.  fs.ns_lock held. */
+static int inval_pick(void *userdata, const char *key, void *value)
+{
+	struct inval_batch *b = userdata;
+	struct nsnode *n = *key ? strmap_get(b->fs->nsnodes, key) : &b->fs->images;
+
+	if (n && n->kind == NS_DIR && !n->short_form) {
+		n->mtime = b->now;
+		b->inos[b->n++] = (fuse_ino_t)(uintptr_t)n;
+	}
+	return 0;
+}
+
+/* Sends the invalidations from a thread of its own: never from a request
+ * handler, nor under a lock a request handler may wait for.  A node the
+ * kernel forgets meanwhile makes an invalidation it ignores (ENOENT). */
+static void *notifier(void *arg)
+{
+	struct fs *fs = arg;
+
+	pthread_mutex_lock(&fs->notify_lock);
+	for (;;) {
+		while (!fs->notify_stop && strmap_size(fs->notify_keys) == 0)
+			pthread_cond_wait(&fs->notify_cond, &fs->notify_lock);
+		if (fs->notify_stop)
+			break;
+		struct strmap *keys = fs->notify_keys, *fresh = strmap_new();
+		if (!fresh) {
+			/* Try again with the same keys later. */
+			pthread_mutex_unlock(&fs->notify_lock);
+			sleep(1);
+			pthread_mutex_lock(&fs->notify_lock);
+			continue;
+		}
+		fs->notify_keys = fresh;
+		pthread_mutex_unlock(&fs->notify_lock);
+
+		struct inval_batch b = { .fs = fs };
+		b.inos = calloc(strmap_size(keys), sizeof(*b.inos));
+		clock_gettime(CLOCK_REALTIME, &b.now);
+		if (b.inos) {
+			pthread_mutex_lock(&fs->ns_lock);
+			strmap_foreach(keys, inval_pick, &b);
+			pthread_mutex_unlock(&fs->ns_lock);
+		}
+		strmap_free(keys);
+		for (size_t i = 0; i < b.n; i++)
+			fuse_lowlevel_notify_inval_inode(fs->session, b.inos[i], 0, 0);
+		free(b.inos);
+		pthread_mutex_lock(&fs->notify_lock);
+	}
+	pthread_mutex_unlock(&fs->notify_lock);
+	return NULL;
+}
+
+int ns_notifier_start(struct fs *fs)
+{
+	int r = pthread_create(&fs->notifier, NULL, notifier, fs);
+
+	if (r != 0)
+		return -r;
+	fs->notifier_started = true;
+	manager_set_names_changed(fs->manager, names_changed, fs);
+	return 0;
+}
+
+void ns_notifier_stop(struct fs *fs)
+{
+	manager_set_names_changed(fs->manager, NULL, NULL);
+	if (!fs->notifier_started)
+		return;
+	pthread_mutex_lock(&fs->notify_lock);
+	fs->notify_stop = true;
+	pthread_cond_signal(&fs->notify_cond);
+	pthread_mutex_unlock(&fs->notify_lock);
+	pthread_join(fs->notifier, NULL);
+	fs->notifier_started = false;
+}
+
+/* ---- listings --------------------------------------------------------- */
+
+/* Namespace listings are made afresh at every READDIR, since no handle
+ * carries them from OPENDIR (there is none).  Each name's offset is a
+ * cookie hashed from the name, and a listing is walked in cookie order,
+ * so a later READDIR resumes after the last name it returned even when
+ * names came or went in between: a name added or removed meanwhile is
+ * seen or missed, never another one twice.  (Two names with one 62-bit
+ * cookie would hide the second when a reply ends between them.) */
+struct nsentry {
+	uint64_t cookie; /* > 2: 1 and 2 are "." and ".." */
+	bool file;	 /* a regular file (the control view) */
+	char name[];
+};
+
+struct nslisting {
+	struct nsentry **e;
+	size_t n, cap;
+	bool files;
+};
+
+static uint64_t name_hash(const char *s)
+{
+	uint64_t h = UINT64_C(1469598103934665603);
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
+	return h;
+}
+
+static int listing_add(void *userdata, const char *name, bool is_image)
+{
+	struct nslisting *l = userdata;
+	size_t len = strlen(name);
+	struct nsentry *e;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		struct nsentry **n = realloc(l->e, cap * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		l->e = n;
+		l->cap = cap;
+	}
+	e = malloc(sizeof(*e) + len + 1);
+	if (!e)
+		return -ENOMEM;
+	e->cookie = (name_hash(name) >> 2) + 3;
+	e->file = l->files;
+	memcpy(e->name, name, len + 1);
+	l->e[l->n++] = e;
+	return 0;
+}
+
+static void listing_done(struct nslisting *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->e[i]);
+	free(l->e);
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+	const struct nsentry *x = *(struct nsentry *const *)a;
+	const struct nsentry *y = *(struct nsentry *const *)b;
+
+	if (x->cookie != y->cookie)
+		return x->cookie < y->cookie ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+/* The names in namespace directory ino, sorted by cookie. */
+static int ns_list(struct fs *fs, fuse_ino_t ino, struct nslisting *l)
+{
+	int r;
+
+	if (ino == FUSE_ROOT_ID) {
+		r = listing_add(l, "images", false);
+	} else if (ino == INO_CTL_DIR) {
+		l->files = true;
+		r = listing_add(l, "status", false);
+		if (r == 0)
+			r = listing_add(l, "metrics", false);
+	} else if (ino_is_ctl(ino)) {
+		r = -ENOTDIR;
+	} else {
+		const struct nsnode *n = ino_nsnode(ino);
+		if (n->kind != NS_DIR)
+			r = -ENOTDIR;
+		else if (n->short_form)
+			/* Short forms list nothing: their content lives under
+			 * the canonical docker.io path. */
+			r = 0;
+		else
+			r = manager_list(fs->manager, n->prefix, listing_add, l);
+	}
+	if (r == 0 && l->n > 1)
+		qsort(l->e, l->n, sizeof(*l->e), entry_cmp);
+	return r;
+}
+
+/* The kernel does not instantiate namespace entries from a listing (no
+ * lookup count is taken); d_ino only has to be plausible. */
+static ino_t name_ino(const char *s)
+{
+	return (ino_t)(name_hash(s) & ~(uint64_t)7) | 4;
+}
+
+void ns_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size,
+		off_t off, bool plus)
+{
+	struct nslisting l = { 0 };
+	_cleanup_free_ char *buf = NULL;
+	size_t used = 0, i = 0;
+	int r;
+
+	r = ns_list(fs, ino, &l);
+	if (r < 0) {
+		listing_done(&l);
+		reply_err(req, r);
+		return;
+	}
+	buf = calloc(1, size);
+	if (!buf) {
+		listing_done(&l);
+		reply_err(req, -ENOMEM);
+		return;
+	}
+	/* Skip what an earlier READDIR returned. */
+	while (i < l.n && (off_t)l.e[i]->cookie <= off)
+		i++;
+	for (off_t dot = off; dot < 2; dot++) {
+		struct fuse_entry_param e = { 0 };
+		const char *name = dot == 0 ? "." : "..";
+		size_t n;
+
+		e.attr.st_mode = S_IFDIR | 0555;
+		e.attr.st_ino = ino;
+		n = plus ? fuse_add_direntry_plus(req, buf + used, size - used, name, &e, dot + 1)
+			 : fuse_add_direntry(req, buf + used, size - used, name, &e.attr, dot + 1);
+		if (n > size - used)
+			goto out;
+		used += n;
+	}
+	for (; i < l.n; i++) {
+		struct fuse_entry_param e = { 0 };
+		const struct nsentry *x = l.e[i];
+		size_t n;
+
+		e.attr.st_mode = x->file ? S_IFREG | 0444 : S_IFDIR | 0555;
+		e.attr.st_ino = name_ino(x->name);
+		n = plus ? fuse_add_direntry_plus(req, buf + used, size - used, x->name, &e,
+						  (off_t)x->cookie)
+			 : fuse_add_direntry(req, buf + used, size - used, x->name, &e.attr,
+					     (off_t)x->cookie);
+		if (n > size - used)
+			break;
+		used += n;
+	}
+out:
+	listing_done(&l);
+	fuse_reply_buf(req, buf, used);
+}
