@@ -123,13 +123,18 @@ static inline bool ino_is_image(fuse_ino_t ino)
 	return (ino & INO_IMAGE_BIT) != 0;
 }
 
+/* An image node: the image bit, the image's key (31 bits, never 0) and
+ * the node's index in the image's tree.  A pure function of the name, the
+ * manifest digest and the path in the image, the same in every run of the
+ * daemon (manager.h). */
 static inline fuse_ino_t node_ino(const struct image *img, const struct tinode *t)
 {
-	return INO_IMAGE_BIT | (fuse_ino_t)image_id(img) << 32 | tinode_index(t);
+	return INO_IMAGE_BIT | (fuse_ino_t)image_key(img) << 32 | tinode_index(t);
 }
 
-/* The node an image ino names, and its image; NULL for an ino the kernel
- * should not have (it holds a reference on every image it asks about). */
+/* The node an image ino names, and its image; NULL for an ino that names
+ * no node of a live image (the kernel holds a reference on every image it
+ * asks about, so only a forged or stale ino). */
 static inline const struct tinode *ino_node(struct fs *fs, fuse_ino_t ino,
 				     struct image **ret_img)
 {

@@ -1,14 +1,16 @@
 /* FUSE low-level operations.
  *
  * Three kinds of node, told apart by the inode number alone so the hot
- * path needs no table: FUSE_ROOT_ID; namespace nodes (images/ and the
+ * path needs no lock: FUSE_ROOT_ID; namespace nodes (images/ and the
  * host / repository directories below it, plus docker.io short-form
  * symlinks), whose ino is the address of a struct nsnode; and nodes inside
- * an image, whose ino has the top bit set, the image's id in the bits
- * below and the node's index in its tree in the low 32 bits, so two names
- * of one digest share the tree and still differ in every node id.  Every
- * lookup the kernel holds on an image node holds a reference on its image,
- * so an image lives exactly as long as the kernel can still ask about it. */
+ * an image, whose ino has the top bit set, the image's key in the bits
+ * below and the node's index in its tree in the low 32 bits (node_ino()),
+ * so two names of one digest share the tree and still differ in every
+ * node id, and one name of one digest has the same node ids in every run.
+ * Every lookup the kernel holds on an image node holds a reference on its
+ * image, so an image lives exactly as long as the kernel can still ask
+ * about it. */
 #include "fs-private.h"
 
 #include <errno.h>
@@ -108,7 +110,7 @@ static bool do_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	struct fuse_entry_param e = { 0 };
 	e.ino = node_ino(img, t);
-	e.generation = 1;
+	e.generation = image_generation(img);
 	image_stat(e.ino, t, &e.attr);
 	e.attr_timeout = e.entry_timeout = fs->opts.content_timeout;
 	image_ref(img, 1);
@@ -325,7 +327,7 @@ static void image_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 			name = dir->child_names[i - 2];
 		}
 		e.ino = node_ino(img, t);
-		e.generation = 1;
+		e.generation = image_generation(img);
 		image_stat(e.ino, t, &e.attr);
 		e.attr_timeout = e.entry_timeout = fs->opts.content_timeout;
 		if (plus) {

@@ -201,7 +201,7 @@ static void reply_image_root(fuse_req_t req, struct fs *fs, struct image *img)
 	const struct tinode *root = image_root(img);
 
 	e.ino = node_ino(img, root);
-	e.generation = 1;
+	e.generation = image_generation(img);
 	image_stat(e.ino, root, &e.attr);
 	e.attr_timeout = fs->opts.content_timeout;
 	e.entry_timeout = fs->opts.image_timeout;

@@ -429,7 +429,7 @@ static int ref_parse(const char *buf, size_t len, struct cache_ref *ret)
 {
 	json_t *o = json_loadb(buf, len, 0, NULL);
 	const char *ref, *dig, *idx;
-	json_int_t at = 0;
+	json_int_t at = 0, key = 0;
 	int r = -EBADMSG;
 
 	if (!o)
@@ -439,12 +439,16 @@ static int ref_parse(const char *buf, size_t len, struct cache_ref *ret)
 	idx = json_string_value(json_object_get(o, "index_digest"));
 	if (json_is_integer(json_object_get(o, "pulled_at")))
 		at = json_integer_value(json_object_get(o, "pulled_at"));
+	if (json_is_integer(json_object_get(o, "image_key")))
+		key = json_integer_value(json_object_get(o, "image_key"));
 	if (ref && dig && digest_is_valid(dig) && (!idx || digest_is_valid(idx))) {
 		memset(ret, 0, sizeof(*ret));
 		ret->reference = strdup(ref);
 		ret->digest = strdup(dig);
 		ret->index_digest = idx ? strdup(idx) : NULL;
 		ret->pulled_at = at;
+		/* Out of range: as if absent, the key is derived again. */
+		ret->image_key = key > 0 && key <= UINT32_C(0x7fffffff) ? (uint32_t)key : 0;
 		if (!ret->reference || !ret->digest || (idx && !ret->index_digest)) {
 			cache_ref_done(ret);
 			r = -ENOMEM;
@@ -510,6 +514,8 @@ int cache_ref_save(struct cache *c, const struct cache_ref *r)
 		return -ENOMEM;
 	if (r->index_digest)
 		json_object_set_new(o, "index_digest", json_string(r->index_digest));
+	if (r->image_key)
+		json_object_set_new(o, "image_key", json_integer(r->image_key));
 	s = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	if (!s)

@@ -99,6 +99,7 @@ struct cache_ref {
 	char *digest;	 /* manifest digest (the platform's image manifest) */
 	char *index_digest; /* the index it was picked from, or NULL */
 	int64_t pulled_at;  /* unix seconds */
+	uint32_t image_key; /* the key of its view (imagekeys.h); 0: none stored */
 };
 void cache_ref_done(struct cache_ref *r);
 

@@ -1,8 +1,8 @@
-/* Images as the filesystem sees them: a small object per name, with an id
- * that makes its node ids, over content shared by every name of one
- * manifest digest.  A further name of a cached digest costs an id and a
- * few dozen bytes, and no descriptor: packs are opened on demand (packs.h).
- */
+/* Images as the filesystem sees them: a small object per name, with a key
+ * that makes its node ids (imagekeys.h), over content shared by every name
+ * of one manifest digest.  A further name of a cached digest costs a key
+ * and a few dozen bytes, and no descriptor: packs are opened on demand
+ * (packs.h). */
 #include "manager.h"
 
 #include <errno.h>
@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cache.h"
+#include "imagekeys.h"
 #include "layer.h"
 #include "macro.h"
 #include "manifest.h"
@@ -148,78 +149,78 @@ static int content_get(struct manager *m, const char *digest,
 	return 0;
 }
 
-/* ---- ids -------------------------------------------------------------- */
+/* ---- keys ------------------------------------------------------------ */
 
-static _Atomic(struct image *) *id_slot(struct manager *m, uint32_t id, bool create)
+struct taken_ctx {
+	struct manager *m;
+	const char *reference;
+	uint32_t key;
+	bool taken;
+};
+
+static int key_stored(void *userdata, const char *key, void *value)
 {
-	_Atomic(struct image *) *chunk;
-	uint32_t ci = id / IMAGE_ID_CHUNK;
+	struct taken_ctx *c = userdata;
+	const struct refstate *rs = value;
 
-	if (ci >= IMAGE_ID_CHUNKS)
-		return NULL;
-	chunk = atomic_load(&m->images_by_id[ci]);
-	if (!chunk && create) {
-		/* Under id_lock: only one thread allocates a chunk. */
-		chunk = calloc(IMAGE_ID_CHUNK, sizeof(*chunk));
-		if (chunk)
-			atomic_store(&m->images_by_id[ci], chunk);
+	if (rs->key == c->key && strcmp(rs->reference, c->reference) != 0) {
+		c->taken = true;
+		return 1;
 	}
-	return chunk ? &chunk[id % IMAGE_ID_CHUNK] : NULL;
-}
-
-static int id_alloc(struct manager *m, struct image *img)
-{
-	_Atomic(struct image *) *slot;
-	uint32_t id;
-
-	pthread_mutex_lock(&m->id_lock);
-	if (m->n_free_ids > 0) {
-		id = m->free_ids[--m->n_free_ids];
-	} else if (m->next_id < IMAGE_ID_CHUNK * IMAGE_ID_CHUNKS) {
-		id = m->next_id;
-	} else {
-		pthread_mutex_unlock(&m->id_lock);
-		return -EMFILE;
-	}
-	slot = id_slot(m, id, true);
-	if (!slot) {
-		if (id != m->next_id)
-			m->n_free_ids++;
-		pthread_mutex_unlock(&m->id_lock);
-		return -ENOMEM;
-	}
-	if (id == m->next_id)
-		m->next_id++;
-	img->id = id;
-	atomic_store(slot, img);
-	pthread_mutex_unlock(&m->id_lock);
 	return 0;
 }
 
-static void id_release(struct manager *m, uint32_t id)
+/* A key stored for another name is kept for it even while it has no
+ * view.  Linear in the names: keys are taken only when a view is made.
+ * manager.lock held. */
+static bool key_taken(void *userdata, uint32_t key)
 {
-	pthread_mutex_lock(&m->id_lock);
-	atomic_store(id_slot(m, id, false), NULL);
-	if (m->n_free_ids == m->cap_free_ids) {
-		size_t cap = m->cap_free_ids ? m->cap_free_ids * 2 : 64;
-		uint32_t *n = realloc(m->free_ids, cap * sizeof(*n));
-		if (!n) {
-			/* The id is lost, not reused: harmless. */
-			pthread_mutex_unlock(&m->id_lock);
-			return;
-		}
-		m->free_ids = n;
-		m->cap_free_ids = cap;
-	}
-	m->free_ids[m->n_free_ids++] = id;
-	pthread_mutex_unlock(&m->id_lock);
+	struct taken_ctx *c = userdata;
+
+	c->key = key;
+	c->taken = false;
+	strmap_foreach(c->m->refs, key_stored, c);
+	return c->taken;
 }
 
-struct image *manager_image(struct manager *m, uint32_t id)
+/* Gives img the key that reference's state stores for digest, or else
+ * the one derived from both, or else the next free one, and makes it
+ * findable. */
+static int key_assign(struct manager *m, const char *reference, const char *digest,
+		      struct image *img)
 {
-	_Atomic(struct image *) *slot = id_slot(m, id, false);
+	struct taken_ctx c = { .m = m, .reference = reference };
+	uint32_t preferred;
+	int r;
 
-	return slot ? atomic_load(slot) : NULL;
+	pthread_mutex_lock(&m->lock);
+	const struct refstate *rs = strmap_get(m->refs, reference);
+	if (rs && rs->key && !strcmp(rs->digest, digest))
+		preferred = rs->key;
+	else
+		preferred = imagekey_derive(reference, digest);
+	pthread_mutex_lock(&m->keys_lock);
+	r = imagekeys_pick(m->keys, preferred, key_taken, &c, &img->key);
+	if (r == 0)
+		r = imagekeys_insert(m->keys, img->key, img);
+	pthread_mutex_unlock(&m->keys_lock);
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}
+
+static void key_release(struct manager *m, uint32_t key)
+{
+	pthread_mutex_lock(&m->keys_lock);
+	imagekeys_remove(m->keys, key);
+	pthread_mutex_unlock(&m->keys_lock);
+}
+
+struct image *manager_image(struct manager *m, uint32_t key)
+{
+	struct image *img = imagekeys_get(m->keys, key);
+
+	/* A slot emptied and filled again meanwhile holds another image. */
+	return img && img->key == key ? img : NULL;
 }
 
 /* ---- names ------------------------------------------------------------ */
@@ -228,7 +229,8 @@ static void image_free(struct image *img)
 {
 	struct manager *m = img->manager;
 
-	id_release(m, img->id);
+	if (img->key)
+		key_release(m, img->key);
 	while (img->dentries) {
 		struct image_dentry *d = img->dentries;
 		img->dentries = d->next;
@@ -238,8 +240,8 @@ static void image_free(struct image *img)
 	free(img);
 }
 
-int image_load(struct manager *m, const char *digest, struct image **ret,
-	       char *errbuf, size_t errlen)
+int image_load(struct manager *m, const char *reference, const char *digest,
+	       struct image **ret, char *errbuf, size_t errlen)
 {
 	struct image *img = calloc(1, sizeof(*img));
 	int r;
@@ -252,8 +254,9 @@ int image_load(struct manager *m, const char *digest, struct image **ret,
 		return r;
 	}
 	img->manager = m;
+	img->generation = imagekey_generation(digest);
 	atomic_init(&img->refcount, 1);
-	r = id_alloc(m, img);
+	r = key_assign(m, reference, digest, img);
 	if (r < 0) {
 		content_put(m, img->content);
 		free(img);
@@ -263,22 +266,15 @@ int image_load(struct manager *m, const char *digest, struct image **ret,
 	return 0;
 }
 
+static void free_left(void *userdata, uint32_t key, void *value)
+{
+	image_free(value);
+}
+
 void images_free_all(struct manager *m)
 {
-	for (uint32_t ci = 0; ci < IMAGE_ID_CHUNKS; ci++) {
-		_Atomic(struct image *) *chunk = atomic_load(&m->images_by_id[ci]);
-		if (!chunk)
-			continue;
-		for (uint32_t i = 0; i < IMAGE_ID_CHUNK; i++) {
-			struct image *img = atomic_load(&chunk[i]);
-			if (img)
-				image_free(img);
-		}
-		free(chunk);
-		atomic_store(&m->images_by_id[ci], NULL);
-	}
-	free(m->free_ids);
-	m->free_ids = NULL;
+	if (m->keys)
+		imagekeys_foreach(m->keys, free_left, NULL);
 }
 
 void image_ref(struct image *img, uint64_t n)
@@ -323,9 +319,14 @@ void image_note_dentry(struct image *img, uint64_t parent, const char *name)
 	pthread_mutex_unlock(&m->lock);
 }
 
-uint32_t image_id(const struct image *img)
+uint32_t image_key(const struct image *img)
 {
-	return img->id;
+	return img->key;
+}
+
+uint32_t image_generation(const struct image *img)
+{
+	return img->generation;
 }
 
 const struct tinode *image_root(const struct image *img)

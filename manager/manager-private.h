@@ -20,10 +20,9 @@ struct strmap;
 struct reference;
 struct pack;
 struct packs;
+struct imagekeys;
 
 #define PULL_DURATION_BUCKETS 18
-#define IMAGE_ID_CHUNK 4096u
-#define IMAGE_ID_CHUNKS 4096u
 
 /* What one image manifest loads into, shared by every name of that
  * digest: the merged tree and the packs of its layers.  Immutable once
@@ -38,14 +37,15 @@ struct image_content {
 };
 
 /* One name of an image: images/<reference>/ as the kernel knows it.  A few
- * dozen bytes, since the content is shared; each name has its own id, so
+ * dozen bytes, since the content is shared; each name has its own key, so
  * that every directory the kernel sees has one parent. */
 struct image {
 	atomic_uint_fast64_t refcount;
 	atomic_uint open_files; /* regular files the filesystem has open */
 	struct manager *manager;
 	struct image_content *content;
-	uint32_t id; /* manager.images_by_id slot: part of every node id */
+	uint32_t key;	     /* in manager.keys: part of every node id */
+	uint32_t generation; /* from the manifest digest, never 0 */
 	/* Where the kernel has this image's root as a dentry, so that GC can
 	 * ask it to forget; under manager.lock. */
 	struct image_dentry *dentries;
@@ -70,6 +70,9 @@ struct refstate {
 	 * counted against that user's limit, and collected when idle. */
 	bool ephemeral;
 	uid_t uid; /* who created it, when ephemeral */
+	/* The image key of (reference, digest), as stored in the cache or
+	 * derived; image.c gives it to the view it makes when free. */
+	uint32_t key;
 };
 
 enum pull_state {
@@ -154,13 +157,10 @@ struct manager {
 	pthread_mutex_t content_lock;
 	struct strmap *contents; /* digest -> struct image_content *; content_lock */
 	struct packs *packs;
-	/* Every live image by id, read without locks by the filesystem:
-	 * chunks allocated on first use and kept to the end. */
-	_Atomic(_Atomic(struct image *) *) images_by_id[IMAGE_ID_CHUNKS];
-	pthread_mutex_t id_lock;
-	uint32_t *free_ids; /* id_lock */
-	size_t n_free_ids, cap_free_ids; /* id_lock */
-	uint32_t next_id; /* id_lock */
+	/* Every live image by key, read without locks by the filesystem;
+	 * written under keys_lock (taken after lock when both are). */
+	struct imagekeys *keys;
+	pthread_mutex_t keys_lock;
 	struct strmap *flights; /* reference -> struct flight *; lock */
 	struct strmap *users;	/* decimal uid -> struct user_usage *; lock */
 	/* Broadcast when the last flight job ends; lock. */
@@ -196,12 +196,14 @@ void manager_emit(struct manager *m, enum event_type type, const char *reason,
 void image_drop_locked(struct manager *m, const char *reference);
 
 /* image.c: the image named reference for manifest digest, loading the
- * content when no other name holds it.  Returns 0 with a new image (one
+ * content when no other name holds it, with the key reference's state
+ * stores for digest or one derived from both, or the next free one (see
+ * imagekeys.h).  Takes manager.lock.  Returns 0 with a new image (one
  * reference for the caller), -ENOENT when something is missing from the
- * cache, -EBADMSG (reason in errbuf), -ENOMEM, -EMFILE when no id is
+ * cache, -EBADMSG (reason in errbuf), -ENOMEM, -EMFILE when no key is
  * left. */
-int image_load(struct manager *m, const char *digest, struct image **ret,
-	       char *errbuf, size_t errlen);
+int image_load(struct manager *m, const char *reference, const char *digest,
+	       struct image **ret, char *errbuf, size_t errlen);
 /* image.c: frees what the kernel still held when the mount went away. */
 void images_free_all(struct manager *m);
 void refstate_free(struct refstate *rs);

@@ -31,6 +31,7 @@
 #include "puller.h"
 #include "reference.h"
 #include "hosts.h"
+#include "imagekeys.h"
 #include "registry.h"
 #include "strmap.h"
 #include "throttle.h"
@@ -132,6 +133,35 @@ int manager_canonical(const char *reference, char **ret)
 
 /* ---- images ---------------------------------------------------------- */
 
+/* The key stored for reference and digest was taken when img was made
+ * (by a view of other content, or an older view of this one the kernel
+ * still holds), so img has the next free one: that one is stored, so
+ * that the next run of the daemon gives the same.  Returns true with the
+ * reference file to write in *ret when the name is not ephemeral.  Lock
+ * held. */
+static bool key_moved_locked(struct manager *m, const char *reference,
+			     const char *digest, const struct image *img,
+			     struct cache_ref *ret)
+{
+	struct refstate *rs = strmap_get(m->refs, reference);
+
+	if (!rs || rs->key == image_key(img) || strcmp(rs->digest, digest) != 0)
+		return false;
+	rs->key = image_key(img);
+	if (rs->ephemeral)
+		return false;
+	ret->reference = strdup(rs->reference);
+	ret->digest = strdup(rs->digest);
+	ret->index_digest = rs->index_digest ? strdup(rs->index_digest) : NULL;
+	ret->pulled_at = rs->pulled_at;
+	ret->image_key = rs->key;
+	if (!ret->reference || !ret->digest || (rs->index_digest && !ret->index_digest)) {
+		cache_ref_done(ret);
+		return false;
+	}
+	return true;
+}
+
 /* Returns reference's image for manifest digest, with a reference for the
  * caller, loading it when needed.  Every reference gets an image of its
  * own, even when two name one digest: each is a separate directory tree
@@ -142,7 +172,9 @@ int manager_canonical(const char *reference, char **ret)
 static int image_get(struct manager *m, const char *reference, const char *digest,
 		     struct image **ret, char *errbuf, size_t errlen)
 {
+	struct cache_ref cr = { 0 };
 	struct image *img, *other;
+	bool save = false;
 	int r;
 
 	pthread_mutex_lock(&m->lock);
@@ -157,7 +189,7 @@ static int image_get(struct manager *m, const char *reference, const char *diges
 		return 0;
 	}
 
-	r = image_load(m, digest, &img, errbuf, errlen);
+	r = image_load(m, reference, digest, &img, errbuf, errlen);
 	if (r < 0)
 		return r;
 
@@ -176,8 +208,15 @@ static int image_get(struct manager *m, const char *reference, const char *diges
 		image_ref(img, 1); /* the table's reference */
 		if (other)
 			image_unref(other, 1);
+		save = key_moved_locked(m, reference, digest, img, &cr);
 	}
 	pthread_mutex_unlock(&m->lock);
+	if (save) {
+		/* Not saved: the same key after a restart is then likely,
+		 * not sure. */
+		(void)cache_ref_save(m->cache, &cr);
+		cache_ref_done(&cr);
+	}
 	*ret = img;
 	return 0;
 }
@@ -262,7 +301,7 @@ static int refstate_set(struct manager *m, const char *reference,
  * first, as the publish step of a pull, and a name root uses becomes
  * permanent. */
 static int publish_ref(struct manager *m, const char *reference,
-		       const char *digest, const char *index_digest,
+		       const char *digest, const char *index_digest, uint32_t key,
 		       const struct caller *who)
 {
 	bool ephemeral = who && who->uid != 0;
@@ -282,6 +321,7 @@ static int publish_ref(struct manager *m, const char *reference,
 			.digest = (char *)digest,
 			.index_digest = (char *)index_digest,
 			.pulled_at = time(NULL),
+			.image_key = key,
 		};
 		r = cache_ref_save(m->cache, &cr);
 		if (r < 0)
@@ -291,6 +331,7 @@ static int publish_ref(struct manager *m, const char *reference,
 	r = refstate_set(m, reference, digest, index_digest);
 	if (r == 0) {
 		struct refstate *rs = strmap_get(m->refs, reference);
+		rs->key = key;
 		if (rs->ephemeral && !ephemeral) {
 			struct user_usage *u = users_get_locked(m, rs->uid);
 			if (u && u->names > 0)
@@ -366,7 +407,7 @@ int manager_decide(struct manager *m, const struct reference *ref,
 	if (!known && ref->digest && cache_blob_present(m->cache, ref->digest)) {
 		struct image *img;
 		if (image_get(m, canonical, ref->digest, &img, errbuf, sizeof(errbuf)) == 0) {
-			publish_ref(m, canonical, ref->digest, NULL, who);
+			publish_ref(m, canonical, ref->digest, NULL, image_key(img), who);
 			manager_present_event(m, canonical, ref->digest, who);
 			*ret = img;
 			return 0;
@@ -446,7 +487,7 @@ int manager_decide(struct manager *m, const struct reference *ref,
 	if (r == 0)
 		r = image_get(m, canonical, digest, ret, errbuf, sizeof(errbuf));
 	if (r == 0) {
-		r = publish_ref(m, canonical, digest, index_digest, who);
+		r = publish_ref(m, canonical, digest, index_digest, image_key(*ret), who);
 		if (r < 0) {
 			image_unref(*ret, 1);
 			pull_fail(&p, "cannot record reference: %s", strerror(-r));
@@ -643,6 +684,11 @@ static int load_refs(struct manager *m)
 			struct refstate *rs = strmap_get(m->refs, refs[i].reference);
 			rs->pulled_at = refs[i].pulled_at;
 			rs->last_used_ms = refs[i].pulled_at * 1000;
+			/* A file from before keys were stored: derived, as
+			 * when it was written. */
+			rs->key = refs[i].image_key ? refs[i].image_key
+						    : imagekey_derive(refs[i].reference,
+								      refs[i].digest);
 		}
 		cache_ref_done(&refs[i]);
 	}
@@ -750,9 +796,9 @@ int manager_new(const struct manager_options *opts, struct manager **ret,
 	pthread_cond_init(&m->gc_cond, NULL);
 	pthread_cond_init(&m->flight_cond, NULL);
 	pthread_mutex_init(&m->content_lock, NULL);
-	pthread_mutex_init(&m->id_lock, NULL);
+	pthread_mutex_init(&m->keys_lock, NULL);
 	m->recent = strmap_new();
-	if (!m->recent) {
+	if (!m->recent || imagekeys_new(&m->keys) < 0) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -916,7 +962,8 @@ void manager_free(struct manager *m)
 	strmap_free(m->contents);
 	packs_free(m->packs);
 	pthread_mutex_destroy(&m->content_lock);
-	pthread_mutex_destroy(&m->id_lock);
+	imagekeys_free(m->keys);
+	pthread_mutex_destroy(&m->keys_lock);
 	throttle_free(m->throttle);
 	puller_free(m->puller);
 	backoff_free(m->backoff);

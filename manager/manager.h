@@ -201,13 +201,18 @@ int manager_gc(struct manager *m, uint64_t to_bytes, void **ret_json,
 /* Images: immutable once returned; refcounted; safe from any thread. */
 void image_ref(struct image *img, uint64_t n);
 void image_unref(struct image *img, uint64_t n);
-/* Every live image has a small id of its own, unique while it lives (two
- * names of one digest have two), and every node of its tree an index
- * (tinode_index()); together they make the filesystem's node ids.
- * manager_image() finds a live image by id without locks, NULL when
- * none: valid while the caller holds a reference (the kernel's). */
-uint32_t image_id(const struct image *img);
-struct image *manager_image(struct manager *m, uint32_t id);
+/* Every live image has a key of its own (imagekeys.h), derived from its
+ * name and manifest digest and stored with the name in the cache, so the
+ * same name and digest have the same key in every run of the daemon; two
+ * names of one digest have two.  With the index of a node in its tree
+ * (tinode_index()) it makes the filesystem's node ids.  manager_image()
+ * finds a live image by key without locks, NULL when none: valid while the
+ * caller holds a reference (the kernel's).  image_generation() is
+ * derived from the manifest digest: a key that comes back for other
+ * content comes back with another generation (almost surely). */
+uint32_t image_key(const struct image *img);
+uint32_t image_generation(const struct image *img);
+struct image *manager_image(struct manager *m, uint32_t key);
 const struct tinode *image_root(const struct image *img);
 /* Node `index` of the image's tree, or NULL when out of range. */
 const struct tinode *image_inode(const struct image *img, uint32_t index);
