@@ -18,8 +18,9 @@
 struct strmap;
 
 #define INO_IMAGE_BIT (UINT64_C(1) << 63)
-/* The control view: small fixed numbers, below any heap address and with
- * the image bit clear. */
+/* Namespace nodes: this bit and a hash of the path (namespace.c). */
+#define INO_NS_BIT (UINT64_C(1) << 62)
+/* The control view: small fixed numbers, with neither bit. */
 #define INO_CTL_DIR 0x100u
 #define INO_CTL_STATUS 0x200u
 #define INO_CTL_METRICS 0x300u
@@ -62,6 +63,7 @@ enum nskind {
  * under two parents, which the kernel refuses (ESTALE). */
 struct nsnode {
 	uint64_t nlookup; /* fs.ns_lock */
+	fuse_ino_t ino;
 	char *key;	  /* path below images/, "" for images/ itself */
 	bool permanent;	 /* images/ itself: never freed */
 	enum nskind kind;
@@ -83,6 +85,7 @@ struct fs {
 	char *mountpoint;
 	pthread_mutex_t ns_lock;
 	struct strmap *nsnodes; /* key -> struct nsnode *; ns_lock */
+	struct strmap *nsinos;	/* ino in hex -> struct nsnode *; ns_lock */
 	/* The kernel opens directories itself (no OPENDIR requests). */
 	bool no_opendir;
 	/* Namespace directories whose listings changed, by key, waiting
@@ -145,11 +148,6 @@ static inline const struct tinode *ino_node(struct fs *fs, fuse_ino_t ino,
 	return img ? image_inode(img, (uint32_t)ino) : NULL;
 }
 
-static inline struct nsnode *ino_nsnode(fuse_ino_t ino)
-{
-	return (struct nsnode *)(uintptr_t)ino;
-}
-
 static inline void image_stat(fuse_ino_t ino, const struct tinode *t, struct stat *st)
 {
 	tinode_fill_stat(t, st);
@@ -167,8 +165,12 @@ void file_release(struct fs *fs, struct image *img, struct fuse_file_info *fi);
 unsigned files_backing_count(struct fs *fs);
 
 /* namespace.c: images/ and the directories below it down to the name that
- * closes a reference, whose lookup runs ensure.  ns_lookup() returns true
- * when the lookup was timed by its own (later) answer. */
+ * closes a reference, whose lookup runs ensure.  ns_init() sets up images/
+ * and the tables (0 or -ENOMEM).  ino_nsnode() is the namespace node ino
+ * names, NULL for an ino that names none.  ns_lookup() returns true when
+ * the lookup was timed by its own (later) answer. */
+int ns_init(struct fs *fs);
+struct nsnode *ino_nsnode(struct fs *fs, fuse_ino_t ino);
 void ns_stat(struct fs *fs, fuse_ino_t ino, const struct nsnode *n, struct stat *st);
 void nsnode_free(struct nsnode *n);
 void nsnode_forget(struct fs *fs, struct nsnode *n, uint64_t count);

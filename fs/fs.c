@@ -1,16 +1,16 @@
 /* FUSE low-level operations.
  *
  * Three kinds of node, told apart by the inode number alone so the hot
- * path needs no lock: FUSE_ROOT_ID; namespace nodes (images/ and the
- * host / repository directories below it, plus docker.io short-form
- * symlinks), whose ino is the address of a struct nsnode; and nodes inside
- * an image, whose ino has the top bit set, the image's key in the bits
- * below and the node's index in its tree in the low 32 bits (node_ino()),
- * so two names of one digest share the tree and still differ in every
- * node id, and one name of one digest has the same node ids in every run.
- * Every lookup the kernel holds on an image node holds a reference on its
- * image, so an image lives exactly as long as the kernel can still ask
- * about it. */
+ * path (image nodes) needs no lock: FUSE_ROOT_ID; namespace nodes
+ * (images/ and the host / repository directories below it, plus
+ * docker.io short-form symlinks), whose ino is a hash of the path
+ * (namespace.c); and nodes inside an image, whose ino has the top bit
+ * set, the image's key in the bits below and the node's index in its tree
+ * in the low 32 bits (node_ino()), so two names of one digest share the
+ * tree and still differ in every node id, and one name of one digest has
+ * the same node ids in every run.  Every lookup the kernel holds on an
+ * image node holds a reference on its image, so an image lives exactly
+ * as long as the kernel can still ask about it. */
 #include "fs-private.h"
 
 #include <errno.h>
@@ -78,7 +78,7 @@ static bool do_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (parent == FUSE_ROOT_ID) {
 		if (!strcmp(name, "images")) {
 			struct fuse_entry_param e = { 0 };
-			e.ino = (fuse_ino_t)(uintptr_t)&fs->images;
+			e.ino = fs->images.ino;
 			ns_stat(fs, e.ino, &fs->images, &e.attr);
 			e.attr_timeout = e.entry_timeout = fs->opts.content_timeout;
 			fuse_reply_entry(req, &e);
@@ -87,8 +87,14 @@ static bool do_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		reply_err(req, -ENOENT);
 		return false;
 	}
-	if (!ino_is_image(parent))
-		return ns_lookup(req, fs, ino_nsnode(parent), name);
+	if (!ino_is_image(parent)) {
+		struct nsnode *n = ino_nsnode(fs, parent);
+		if (!n) {
+			reply_err(req, -ESTALE);
+			return false;
+		}
+		return ns_lookup(req, fs, n, name);
+	}
 
 	struct image *img;
 	const struct tinode *dir = ino_node(fs, parent, &img), *t;
@@ -128,8 +134,11 @@ static void forget_one(struct fs *fs, fuse_ino_t ino, uint64_t nlookup)
 	if (ino_is_image(ino)) {
 		if (ino_node(fs, ino, &img))
 			image_unref(img, nlookup);
-	} else
-		nsnode_forget(fs, ino_nsnode(ino), nlookup);
+	} else {
+		struct nsnode *n = ino_nsnode(fs, ino);
+		if (n)
+			nsnode_forget(fs, n, nlookup);
+	}
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -170,7 +179,12 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		image_stat(ino, t, &st);
 		fuse_reply_attr(req, &st, fs->opts.content_timeout);
 	} else {
-		ns_stat(fs, ino, ino_nsnode(ino), &st);
+		struct nsnode *n = ino_nsnode(fs, ino);
+		if (!n) {
+			reply_err(req, -ESTALE);
+			return;
+		}
+		ns_stat(fs, ino, n, &st);
 		fuse_reply_attr(req, &st, fs->opts.namespace_timeout);
 	}
 }
@@ -188,8 +202,8 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 		else
 			reply_err(req, -EINVAL);
 	} else {
-		struct nsnode *n = ino_nsnode(ino);
-		if (n->kind == NS_SYMLINK)
+		struct nsnode *n = ino_nsnode(fs_of(req), ino);
+		if (n && n->kind == NS_SYMLINK)
 			fuse_reply_readlink(req, n->target);
 		else
 			reply_err(req, -EINVAL);
@@ -573,19 +587,13 @@ int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
 	pthread_mutex_init(&fs->backing_lock, NULL);
 	pthread_mutex_init(&fs->notify_lock, NULL);
 	pthread_cond_init(&fs->notify_cond, NULL);
-	fs->nsnodes = strmap_new();
+	clock_gettime(CLOCK_REALTIME, &fs->started);
 	fs->backings = strmap_new();
 	fs->notify_keys = strmap_new();
-	if (!fs->nsnodes || !fs->backings || !fs->notify_keys) {
+	if (!fs->backings || !fs->notify_keys || ns_init(fs) < 0) {
 		fs_free(fs);
 		return -ENOMEM;
 	}
-	fs->images.key = (char *)"";
-	fs->images.permanent = true;
-	fs->images.kind = NS_DIR;
-	fs->images.prefix = (char *)"";
-	clock_gettime(CLOCK_REALTIME, &fs->started);
-	fs->images.mtime = fs->started;
 	*ret = fs;
 	return 0;
 }
@@ -611,6 +619,7 @@ void fs_free(struct fs *fs)
 	if (fs->nsnodes)
 		strmap_foreach(fs->nsnodes, free_nsnode_entry, NULL);
 	strmap_free(fs->nsnodes);
+	strmap_free(fs->nsinos);
 	strmap_free(fs->notify_keys);
 	pthread_mutex_destroy(&fs->ns_lock);
 	/* backing files of files still open at the unmount: the kernel

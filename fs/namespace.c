@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,14 +70,83 @@ void nsnode_free(struct nsnode *n)
 	free(n);
 }
 
+/* ---- node ids ---------------------------------------------------------- */
+
+static uint64_t name_hash(const char *s)
+{
+	uint64_t h = UINT64_C(1469598103934665603);
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
+	return h;
+}
+
+static void ino_name(fuse_ino_t ino, char name[20])
+{
+	snprintf(name, 20, "%" PRIx64, (uint64_t)ino);
+}
+
+/* A namespace node's id is a hash of its path, so that a path has the same
+ * id in every run of the daemon; one that collides with a live node's
+ * probes on.  fs.ns_lock held (or no other thread yet). */
+static int nsnode_assign_ino(struct fs *fs, struct nsnode *n)
+{
+	fuse_ino_t ino = INO_NS_BIT | (name_hash(n->key) & (INO_NS_BIT - 1));
+	char name[20];
+
+	for (;;) {
+		ino_name(ino, name);
+		if (!strmap_get(fs->nsinos, name))
+			break;
+		ino = INO_NS_BIT | ((ino + 1) & (INO_NS_BIT - 1));
+	}
+	if (strmap_put(fs->nsinos, name, n) < 0)
+		return -ENOMEM;
+	n->ino = ino;
+	return 0;
+}
+
+struct nsnode *ino_nsnode(struct fs *fs, fuse_ino_t ino)
+{
+	struct nsnode *n;
+	char name[20];
+
+	if ((ino & (INO_IMAGE_BIT | INO_NS_BIT)) != INO_NS_BIT)
+		return NULL;
+	ino_name(ino, name);
+	pthread_mutex_lock(&fs->ns_lock);
+	n = strmap_get(fs->nsinos, name);
+	pthread_mutex_unlock(&fs->ns_lock);
+	return n;
+}
+
+int ns_init(struct fs *fs)
+{
+	fs->nsnodes = strmap_new();
+	fs->nsinos = strmap_new();
+	if (!fs->nsnodes || !fs->nsinos)
+		return -ENOMEM;
+	fs->images.key = (char *)"";
+	fs->images.permanent = true;
+	fs->images.kind = NS_DIR;
+	fs->images.prefix = (char *)"";
+	fs->images.mtime = fs->started;
+	return nsnode_assign_ino(fs, &fs->images);
+}
+
 void nsnode_forget(struct fs *fs, struct nsnode *n, uint64_t count)
 {
+	char name[20];
+
 	if (n->permanent)
 		return;
 	pthread_mutex_lock(&fs->ns_lock);
 	if (n->nlookup <= count) {
 		if (strmap_get(fs->nsnodes, n->key) == n)
 			strmap_remove(fs->nsnodes, n->key);
+		ino_name(n->ino, name);
+		if (strmap_get(fs->nsinos, name) == n)
+			strmap_remove(fs->nsinos, name);
 		nsnode_free(n);
 	} else {
 		n->nlookup -= count;
@@ -115,7 +185,14 @@ static struct nsnode *nsnode_intern(struct fs *fs, const char *key, struct nsnod
 	other = strmap_get(fs->nsnodes, key);
 	if (other) {
 		other->nlookup++;
+	} else if (nsnode_assign_ino(fs, n) < 0) {
+		pthread_mutex_unlock(&fs->ns_lock);
+		nsnode_free(n);
+		return NULL;
 	} else if (strmap_put(fs->nsnodes, key, n) < 0) {
+		char name[20];
+		ino_name(n->ino, name);
+		strmap_remove(fs->nsinos, name);
 		pthread_mutex_unlock(&fs->ns_lock);
 		nsnode_free(n);
 		return NULL;
@@ -214,7 +291,7 @@ static void reply_nsnode(fuse_req_t req, struct fs *fs, struct nsnode *n)
 {
 	struct fuse_entry_param e = { 0 };
 
-	e.ino = (fuse_ino_t)(uintptr_t)n;
+	e.ino = n->ino;
 	e.generation = 1;
 	ns_stat(fs, e.ino, n, &e.attr);
 	e.attr_timeout = fs->opts.namespace_timeout;
@@ -316,7 +393,7 @@ static bool image_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 	atomic_init(&lc->refs, 2);
 	lc->req = req;
 	lc->fs = fs;
-	lc->parent = (uint64_t)(uintptr_t)parent;
+	lc->parent = parent->ino;
 	lc->start_ns = mono_ns();
 	strcpy(lc->name, name);
 	caller_of(req, &who);
@@ -402,7 +479,6 @@ bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 	return false;
 }
 
-
 /* ---- invalidation of cached listings --------------------------------- */
 
 /* The manager's names_changed hook: notes the directories above
@@ -446,7 +522,7 @@ static int inval_pick(void *userdata, const char *key, void *value)
 
 	if (n && n->kind == NS_DIR && !n->short_form) {
 		n->mtime = b->now;
-		b->inos[b->n++] = (fuse_ino_t)(uintptr_t)n;
+		b->inos[b->n++] = n->ino;
 	}
 	return 0;
 }
@@ -538,15 +614,6 @@ struct nslisting {
 	bool files;
 };
 
-static uint64_t name_hash(const char *s)
-{
-	uint64_t h = UINT64_C(1469598103934665603);
-
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
-	return h;
-}
-
 static int listing_add(void *userdata, const char *name, bool is_image)
 {
 	struct nslisting *l = userdata;
@@ -603,8 +670,10 @@ static int ns_list(struct fs *fs, fuse_ino_t ino, struct nslisting *l)
 	} else if (ino_is_ctl(ino)) {
 		r = -ENOTDIR;
 	} else {
-		const struct nsnode *n = ino_nsnode(ino);
-		if (n->kind != NS_DIR)
+		const struct nsnode *n = ino_nsnode(fs, ino);
+		if (!n)
+			r = -ESTALE;
+		else if (n->kind != NS_DIR)
 			r = -ENOTDIR;
 		else if (n->short_form)
 			/* Short forms list nothing: their content lives under
