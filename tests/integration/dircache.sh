@@ -50,9 +50,10 @@ for name in sorted(names):
 PY
 }
 # ops_between BEFORE AFTER: the operations counted in between, "op n" a line
-# (reading the metrics between the two snapshots costs an open and reads).
+# (reading the metrics between the two snapshots costs an open, reads and
+# a release).
 ops_between() {
-    join "$1" "$2" | awk '$1 != "open" && $1 != "read" && $3 != $2 { print $1, $3 - $2 }'
+    join "$1" "$2" | awk '$1 != "open" && $1 != "read" && $1 != "release" && $3 != $2 { print $1, $3 - $2 }'
 }
 
 # ---- namespace listings follow the names
