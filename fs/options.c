@@ -131,6 +131,9 @@ static const struct opt options[] = {
 	{ "no-passthrough", 0, KIND_FLAG, EVERYWHERE, AT(fo.no_passthrough),
 	  .help = "read large files through the daemon, not by FUSE passthrough (default: "
 		  "passthrough where the kernel and privileges allow)" },
+	{ "no-lazy", 0, KIND_FLAG, EVERYWHERE, AT(mo.no_lazy),
+	  .help = "pull eStargz and zstd:chunked layers whole before the lookup returns, "
+		  "instead of from their table of contents with files fetched when read" },
 	{ "max-parallel-pulls", 0, KIND_UINT, EVERYWHERE, AT(mo.max_parallel_pulls), .min = 1,
 	  .max = 64, .def = "1: serialised", .help = "images pulled at once" },
 	{ "max-names-per-user", 0, KIND_UINT, EVERYWHERE, AT(mo.max_names_per_user), .min = 1,

@@ -39,4 +39,5 @@ uint64_t objects_layer_bytes(struct cache *c, const char *digest,
 			     struct inoset *seen);
 /* Enters the objects of a staged layer into objects/, replacing each that
  * is already there by a link to the stored one. */
-int objects_enter(struct cache *c, int stage_fd, const struct layer_index *li);
+int objects_enter(struct cache *c, int stage_fd, const struct layer_index *li,
+		  bool lazy);

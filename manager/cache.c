@@ -370,8 +370,9 @@ void cache_layer_abandon(struct cache *c, struct cache_layer_stage *st)
 	*st = (struct cache_layer_stage){ .dirfd = -1, .pack_fd = -1 };
 }
 
-int cache_layer_commit(struct cache *c, struct cache_layer_stage *st,
-		       const char *digest, const struct layer_index *li)
+static int layer_commit(struct cache *c, struct cache_layer_stage *st,
+			const char *digest, const struct layer_index *li,
+			bool lazy)
 {
 	_cleanup_close_ int idx = -1;
 	int r;
@@ -388,7 +389,7 @@ int cache_layer_commit(struct cache *c, struct cache_layer_stage *st,
 	}
 	r = layer_index_write(li, idx);
 	if (r == 0)
-		r = objects_enter(c, st->dirfd, li);
+		r = objects_enter(c, st->dirfd, li, lazy);
 	if (r < 0)
 		goto out;
 	if (renameat(c->tmp_fd, st->name, c->layers_fd, digest_hex(digest)) == 0) {
@@ -402,6 +403,48 @@ int cache_layer_commit(struct cache *c, struct cache_layer_stage *st,
 out:
 	cache_layer_abandon(c, st);
 	return r;
+}
+
+int cache_layer_commit(struct cache *c, struct cache_layer_stage *st,
+		       const char *digest, const struct layer_index *li)
+{
+	return layer_commit(c, st, digest, li, false);
+}
+
+static int write_stage_file(int dirfd, const char *name, const void *buf,
+			    size_t len)
+{
+	_cleanup_close_ int fd = openat(dirfd, name,
+					O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+					0600);
+
+	if (fd < 0)
+		return negative_errno();
+	return write_full(fd, buf, len);
+}
+
+int cache_layer_commit_lazy(struct cache *c, struct cache_layer_stage *st,
+			    const char *digest, const struct layer_index *li,
+			    const char *lazy_text, const void *toc,
+			    size_t toc_len)
+{
+	int r = write_stage_file(st->dirfd, "toc", toc, toc_len);
+
+	if (r == 0)
+		r = write_stage_file(st->dirfd, "lazy", lazy_text,
+				     strlen(lazy_text));
+	if (r < 0) {
+		cache_layer_abandon(c, st);
+		return r;
+	}
+	return layer_commit(c, st, digest, li, true);
+}
+
+int cache_layer_open_dir(struct cache *c, const char *digest)
+{
+	if (!digest_is_valid(digest))
+		return -EINVAL;
+	return open_dir(c->layers_fd, digest_hex(digest));
 }
 
 void cache_ref_done(struct cache_ref *r)

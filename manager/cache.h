@@ -72,6 +72,14 @@ int cache_layer_stage(struct cache *c, const char *digest,
  * is discarded and 0 returned.  The stage is finished either way. */
 int cache_layer_commit(struct cache *c, struct cache_layer_stage *st,
 		       const char *digest, const struct layer_index *li);
+/* The same for a lazy layer (lazy.h): the index from its table of
+ * contents, with the "lazy" and "toc" files; objects that are already
+ * stored (another layer has the content) are linked in at once, the
+ * others come later. */
+int cache_layer_commit_lazy(struct cache *c, struct cache_layer_stage *st,
+			    const char *digest, const struct layer_index *li,
+			    const char *lazy_text, const void *toc,
+			    size_t toc_len);
 /* Throws a stage away (safe on a zeroed or finished one). */
 void cache_layer_abandon(struct cache *c, struct cache_layer_stage *st);
 
@@ -79,6 +87,12 @@ void cache_layer_abandon(struct cache *c, struct cache_layer_stage *st);
  * -errno. */
 int cache_layer_open_object(struct cache *c, const char *layer_digest,
 			    const char *object);
+
+/* An O_DIRECTORY fd of the published layer digest, or -errno. */
+int cache_layer_open_dir(struct cache *c, const char *digest);
+/* Enters the object o.OBJ of a layer directory into the content store
+ * (or replaces it by the stored copy).  Returns 0 or -errno. */
+int cache_object_enter(struct cache *c, int layer_dirfd, const char *object);
 
 /* The same, from the directory of a retired layer (cache_layer_retire). */
 int cache_object_openat(int layer_dirfd, const char *object);

@@ -15,6 +15,7 @@
 #include "layer.h"
 #include "macro.h"
 #include "manifest.h"
+#include "lazy.h"
 #include "packs.h"
 #include "strmap.h"
 #include "manager-private.h"
@@ -101,6 +102,7 @@ static int content_load(struct manager *m, const char *digest,
 	if (r < 0)
 		goto out;
 	c->refs = 1;
+	content_complete_lazy(m, c);
 	*ret = TAKE_PTR(c);
 out:
 	for (size_t i = 0; i < n_idx; i++)
@@ -361,6 +363,99 @@ int image_object_open(struct image *img, const struct tinode *file)
 		return -EIO;
 	return pack_object_open(img->manager->packs, c->packs[file->layer],
 				file->object);
+}
+
+bool image_file_lazy(struct image *img, const struct tinode *file)
+{
+	struct image_content *c = img->content;
+
+	return file->object && file->layer < c->n_layers &&
+	       pack_was_lazy(img->manager->packs, c->packs[file->layer]);
+}
+
+ssize_t image_lazy_read(struct image *img, const struct tinode *file,
+			uint64_t off, size_t size, void *buf)
+{
+	struct image_content *c = img->content;
+	struct lazy_layer *l;
+	ssize_t n;
+	int fd;
+
+	if (!file->object || file->layer >= c->n_layers)
+		return -EIO;
+	l = pack_lazy(img->manager->packs, c->packs[file->layer]);
+	if (l)
+		return lazy_read(l, img->manager->registry, file->object, off,
+				 size, buf);
+	/* complete since */
+	fd = image_object_open(img, file);
+	if (fd < 0)
+		return fd;
+	n = pread(fd, buf, size, (off_t)off);
+	if (n < 0)
+		n = negative_errno();
+	close(fd);
+	return n;
+}
+
+struct completion {
+	struct manager *m;
+	struct pack *pack;
+	struct lazy_layer *lazy;
+};
+
+static void *complete_thread(void *arg)
+{
+	struct completion *cp = arg;
+	struct manager *m = cp->m;
+	int r = lazy_layer_complete(cp->lazy, m->registry, &m->cancelled);
+
+	if (r < 0 && r != -ECANCELED)
+		manager_emit(m, EVENT_WARNING, "LazyFetchFailed", NULL, NULL, r,
+			     NULL, "Fetching the rest of a lazy layer failed: %s (files are fetched when read)",
+			     strerror(-r));
+	packs_put(m->packs, cp->pack);
+	free(cp);
+	pthread_mutex_lock(&m->lock);
+	if (--m->jobs_running == 0)
+		pthread_cond_broadcast(&m->flight_cond);
+	pthread_mutex_unlock(&m->lock);
+	return NULL;
+}
+
+/* Background completion of the lazy layers of a content just loaded. */
+static void content_complete_lazy(struct manager *m, struct image_content *c)
+{
+	for (size_t i = 0; i < c->n_layers; i++) {
+		struct lazy_layer *l = pack_lazy(m->packs, c->packs[i]);
+		struct completion *cp;
+		pthread_attr_t attr;
+		pthread_t th;
+
+		if (!l || atomic_load(&m->cancelled) ||
+		    !pack_claim_completion(m->packs, c->packs[i]))
+			continue;
+		cp = malloc(sizeof(*cp));
+		if (!cp) {
+			packs_put(m->packs, c->packs[i]);
+			continue;
+		}
+		*cp = (struct completion){ .m = m, .pack = c->packs[i], .lazy = l };
+		pthread_mutex_lock(&m->lock);
+		m->jobs_running++;
+		pthread_mutex_unlock(&m->lock);
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		if (pthread_create(&th, &attr, complete_thread, cp) != 0) {
+			free(cp);
+			packs_put(m->packs, c->packs[i]);
+			pthread_mutex_lock(&m->lock);
+			if (--m->jobs_running == 0)
+				pthread_cond_broadcast(&m->flight_cond);
+			pthread_mutex_unlock(&m->lock);
+		}
+		pthread_attr_destroy(&attr);
+	}
 }
 
 void image_file_fd_put(struct image *img, const struct tinode *file)

@@ -49,6 +49,8 @@ struct manager_options {
 	double registry_qps;	    /* pull starts per second; 0: no limit */
 	unsigned registry_burst;    /* 0: 10 */
 	bool pull_qps_fail_fast;    /* refuse with EAGAIN instead of queueing */
+	/* pull eStargz and zstd:chunked layers whole too (lazy.h) */
+	bool no_lazy;
 	unsigned max_parallel_pulls; /* 0: 1, serialised like the kubelet */
 	unsigned max_queued_pulls;   /* waiters for a pull slot or a token; 0: 100 */
 	/* Limits per user other than root (users.c). */
@@ -226,6 +228,12 @@ void image_file_fd_put(struct image *img, const struct tinode *file);
  * descriptor of its own content, offsets as in the file, owned by the
  * caller; -errno when it cannot be opened.  May block on openat(). */
 int image_object_open(struct image *img, const struct tinode *file);
+/* Files of lazy layers: whether the file's layer was lazy when this
+ * process first looked (never passthrough then), and a read of it that
+ * fetches what is missing.  Returns the bytes read or -errno; blocks. */
+bool image_file_lazy(struct image *img, const struct tinode *file);
+ssize_t image_lazy_read(struct image *img, const struct tinode *file,
+			uint64_t off, size_t size, void *buf);
 /* Open regular files of the image, counted by the filesystem: GC and rm
  * leave an image with open files alone. */
 void image_open(struct image *img);

@@ -34,7 +34,8 @@ static bool is_object_name(const char *name)
 
 /* One object of a staged layer: shares the stored copy when there is one,
  * else becomes the stored copy. */
-static int object_enter(struct cache *c, int stage_fd, const char *hex)
+static int object_enter(struct cache *c, int stage_fd, const char *hex,
+			bool lazy)
 {
 	char mine[DIGEST_HEX_LEN + 3], theirs[DIGEST_HEX_LEN + 3];
 
@@ -62,6 +63,9 @@ static int object_enter(struct cache *c, int stage_fd, const char *hex)
 			return negative_errno();
 		if (linkat(stage_fd, mine, c->objects_fd, hex, 0) == 0)
 			return 0;
+		/* a lazy layer has no copy of its own yet */
+		if (errno == ENOENT && lazy)
+			return 0;
 		/* EEXIST: another layer entered the same content meanwhile */
 		if (errno != EEXIST)
 			return negative_errno();
@@ -69,7 +73,8 @@ static int object_enter(struct cache *c, int stage_fd, const char *hex)
 	return 0; /* keep our own copy: correct, only not shared */
 }
 
-int objects_enter(struct cache *c, int stage_fd, const struct layer_index *li)
+int objects_enter(struct cache *c, int stage_fd, const struct layer_index *li,
+		  bool lazy)
 {
 	for (size_t i = 0; i < li->n_entries; i++) {
 		const struct layer_entry *e = &li->entries[i];
@@ -77,7 +82,7 @@ int objects_enter(struct cache *c, int stage_fd, const struct layer_index *li)
 
 		if (!e->object)
 			continue;
-		r = object_enter(c, stage_fd, e->object);
+		r = object_enter(c, stage_fd, e->object, lazy);
 		if (r < 0)
 			return r;
 	}
@@ -101,6 +106,13 @@ int cache_layer_open_object(struct cache *c, const char *layer_digest,
 		 digest_hex(layer_digest), object);
 	fd = openat(c->layers_fd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	return fd < 0 ? negative_errno() : fd;
+}
+
+int cache_object_enter(struct cache *c, int layer_dirfd, const char *object)
+{
+	if (!object_name_ok(object))
+		return -EINVAL;
+	return object_enter(c, layer_dirfd, object, false);
 }
 
 int cache_object_openat(int layer_dirfd, const char *object)

@@ -10,6 +10,7 @@
 
 #include "cache.h"
 #include "dlist.h"
+#include "lazy.h"
 #include "strmap.h"
 
 #define PACKS_DEFAULT_MAX_OPEN 256
@@ -20,6 +21,9 @@ struct pack {
 	int fd;		/* -1 when closed; packs.lock */
 	bool pinned;	/* the layer was deleted: never close; packs.lock */
 	int dirfd;	/* pinned: the retired layer directory, for objects */
+	/* lazy layers (lazy.h): loaded at the first read; packs.lock */
+	struct lazy_layer *lazy;
+	bool lazy_checked, was_lazy, completing;
 	char *retired;	/* pinned: its name in the cache's tmp/ */
 	/* in packs.idle while its descriptor is open and unused */
 	struct dlist_node idle;
@@ -118,6 +122,7 @@ void packs_put(struct packs *p, struct pack *pk)
 		strmap_remove(p->by_digest, pk->digest);
 		if (pk->dirfd >= 0)
 			close(pk->dirfd);
+		lazy_layer_free(pk->lazy);
 		if (pk->retired)
 			cache_retired_discard(p->cache, pk->retired);
 		free(pk->retired);
@@ -156,6 +161,46 @@ void pack_fd_put(struct packs *p, struct pack *pk)
 		trim_locked(p);
 	}
 	pthread_mutex_unlock(&p->lock);
+}
+
+struct lazy_layer *pack_lazy(struct packs *p, struct pack *pk)
+{
+	struct lazy_layer *l;
+
+	pthread_mutex_lock(&p->lock);
+	if (!pk->lazy_checked) {
+		pk->lazy_checked = true;
+		if (lazy_layer_open(p->cache, pk->digest, &pk->lazy) < 0)
+			pk->lazy = NULL;
+		pk->was_lazy = pk->lazy != NULL;
+	}
+	l = pk->lazy;
+	pthread_mutex_unlock(&p->lock);
+	return l;
+}
+
+bool pack_was_lazy(struct packs *p, struct pack *pk)
+{
+	bool r;
+
+	pack_lazy(p, pk);
+	pthread_mutex_lock(&p->lock);
+	r = pk->was_lazy;
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+bool pack_claim_completion(struct packs *p, struct pack *pk)
+{
+	bool mine;
+
+	pthread_mutex_lock(&p->lock);
+	mine = pk->lazy && !pk->completing;
+	pk->completing = true;
+	if (mine)
+		pk->refs++; /* held by the completion */
+	pthread_mutex_unlock(&p->lock);
+	return mine;
 }
 
 int packs_remove_layer(struct packs *p, const char *digest)

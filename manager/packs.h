@@ -19,6 +19,8 @@
  * openat(). */
 #pragma once
 
+#include <stdbool.h>
+
 struct cache;
 struct packs;
 struct pack;
@@ -42,6 +44,18 @@ void pack_fd_put(struct packs *p, struct pack *pk);
 /* A read-only descriptor of an object of the layer (tinode.object), owned
  * by the caller; -errno when it cannot be opened. */
 int pack_object_open(struct packs *p, struct pack *pk, const char *object);
+
+/* The lazy state of the layer (lazy.h), loaded at the first call; NULL
+ * for a layer that was complete when first asked.  Lives as long as the
+ * pack. */
+struct lazy_layer *pack_lazy(struct packs *p, struct pack *pk);
+/* Whether the layer was lazy when first asked (its files then are never
+ * opened in passthrough while this process runs: the kernel cannot switch
+ * an inode it has open through the daemon). */
+bool pack_was_lazy(struct packs *p, struct pack *pk);
+/* True once per lazy layer, for the caller to complete it in the
+ * background: the caller then holds a reference (packs_put() it). */
+bool pack_claim_completion(struct packs *p, struct pack *pk);
 
 /* Garbage collection's removal of a layer: deleted when no loaded image
  * uses it, else pinned (above).  Returns 0 or -errno. */

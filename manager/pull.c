@@ -1,5 +1,6 @@
 /* The pull pipeline; see pull.h. */
 #include "pull.h"
+#include "lazy.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -97,6 +98,66 @@ static void *unpack_thread(void *arg)
  * this thread moves bytes from the registry through SHA-256 into a pipe,
  * another inflates and unpacks them, so the two cores overlap.  Nothing is
  * published unless the digest matched and the tar was sound. */
+/* A layer with a table of contents is published from it alone (lazy.h):
+ * its files come when they are read.  Returns 0 when it was, 1 when the
+ * layer is to be pulled whole (no TOC, or one that is not usable: said in
+ * a Warning event), -errno when staging failed. */
+static int try_lazy(struct pull *p, const struct descriptor *d)
+{
+	struct manager *m = p->m;
+	struct lazy_source src = { .domain = (char *)p->ref->domain,
+				   .repo = p->repo };
+	struct cache_layer_stage stage;
+	_cleanup_free_ char *tocbuf = NULL, *text = NULL;
+	struct toc *toc = NULL;
+	size_t toclen;
+	char err[256] = "";
+	int r;
+
+	if (m->opts.no_lazy)
+		return 1;
+	r = toc_layer_from_descriptor(d, &src.tl, err, sizeof(err));
+	if (r == 0 && src.tl.format == TOC_NONE)
+		return 1;
+	if (r == 0)
+		r = lazy_fetch_toc(m->registry, &src, d->digest, &toc, &tocbuf,
+				   &toclen, err, sizeof(err));
+	/* every file with content must be named by its digest: that is
+	 * what a chunk-by-chunk fetch is checked against in the end */
+	for (size_t i = 0; r == 0 && i < toc->index->n_entries; i++) {
+		const struct layer_entry *e = &toc->index->entries[i];
+
+		if (e->type == LAYER_ENTRY_REG && e->size > 0 && !e->object) {
+			snprintf(err, sizeof(err),
+				 "\"%.200s\" has no digest in the table of contents",
+				 e->path);
+			r = -EBADMSG;
+		}
+	}
+	if (r == 0)
+		r = lazy_source_format(&src, &text);
+	if (r < 0) {
+		manager_emit(m, EVENT_WARNING, "LazyPullFailed", p->canonical,
+			     d->digest, r, NULL,
+			     "Layer %s of \"%s\" is pulled whole: %s", d->digest,
+			     p->canonical, err[0] ? err : strerror(-r));
+		toc_free(toc);
+		return 1;
+	}
+	r = cache_layer_stage(m->cache, d->digest, &stage);
+	if (r == 0)
+		r = cache_layer_commit_lazy(m->cache, &stage, d->digest,
+					    toc->index, text, tocbuf, toclen);
+	toc_free(toc);
+	if (r < 0) {
+		pull_fail(p, "cannot publish lazy layer %s: %s", d->digest,
+			  strerror(-r));
+		return r;
+	}
+	atomic_fetch_add(&p->progress->layers_done, 1);
+	return 0;
+}
+
 static int fetch_layer(struct pull *p, const struct descriptor *d)
 {
 	struct manager *m = p->m;
@@ -205,7 +266,9 @@ static void *layer_worker(void *arg)
 			atomic_fetch_add(&q->pull->progress->bytes_done, q->mf->layers[i].size);
 			continue;
 		}
-		r = fetch_layer(q->pull, &q->mf->layers[i]);
+		r = try_lazy(q->pull, &q->mf->layers[i]);
+		if (r > 0)
+			r = fetch_layer(q->pull, &q->mf->layers[i]);
 		if (r < 0) {
 			pthread_mutex_lock(&q->lock);
 			if (q->result == 0)

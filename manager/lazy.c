@@ -1,0 +1,569 @@
+/* Lazy layers; see lazy.h and docs/content-store.md. */
+#include "lazy.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "digest.h"
+#include "errname.h"
+#include "fileio.h"
+#include "macro.h"
+#include "registry.h"
+#include "strmap.h"
+
+/* One Range request fetches at most this many compressed bytes of
+ * adjacent missing chunks. */
+#define LAZY_RUN_MAX (4u << 20)
+
+enum { CHUNK_MISSING, CHUNK_FETCHING, CHUNK_PRESENT };
+
+struct lazy_file {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	const struct toc_chunk *chunks; /* the toc's */
+	size_t n;
+	uint8_t *state; /* per chunk; lock */
+	uint64_t size;
+	int fd;	   /* p.OBJ, still the object's inode once renamed */
+	int mapfd; /* p.OBJ.map; -1 once complete */
+	bool complete;
+	char object[DIGEST_HEX_LEN + 1];
+};
+
+struct lazy_layer {
+	int dirfd;
+	struct cache *cache;
+	struct lazy_source src;
+	char *blob_digest;
+	struct toc *toc;
+	pthread_mutex_t lock;
+	struct strmap *entry_of; /* object -> entry index + 1; read-only */
+	struct strmap *files;	 /* object -> struct lazy_file *; lock */
+};
+
+/* ---- fetching the TOC ------------------------------------------------ */
+
+struct membuf {
+	char *data;
+	size_t len, cap;
+};
+
+static int membuf_sink(void *userdata, const void *buf, size_t len)
+{
+	struct membuf *b = userdata;
+
+	if (len > b->cap - b->len)
+		return -EBADMSG; /* more than the range asked for */
+	memcpy(b->data + b->len, buf, len);
+	b->len += len;
+	return 0;
+}
+
+static int fetch_range(struct registry *reg, const struct lazy_source *src,
+		       const char *digest, uint64_t off, uint64_t len,
+		       struct membuf *b, char *errbuf, size_t errlen)
+{
+	struct registry_error rerr = { 0 };
+	int r;
+
+	b->data = malloc(len ? len : 1);
+	b->len = 0;
+	b->cap = len;
+	if (!b->data)
+		return -ENOMEM;
+	r = registry_get_blob_range(reg, src->domain, src->repo, digest,
+				    src->tl.blob_size, off, len, membuf_sink, b,
+				    &rerr);
+	if (r == 0 && b->len != len)
+		r = -EBADMSG;
+	if (r < 0) {
+		if (errbuf)
+			snprintf(errbuf, errlen, "range %" PRIu64 "+%" PRIu64 " of %s: %s",
+				 off, len, digest,
+				 rerr.message[0] ? rerr.message : strerror(-r));
+		free(b->data);
+		b->data = NULL;
+	}
+	return r;
+}
+
+int lazy_fetch_toc(struct registry *reg, struct lazy_source *src,
+		   const char *blob_digest, struct toc **ret_toc,
+		   char **ret_buf, size_t *ret_len, char *errbuf,
+		   size_t errlen)
+{
+	struct membuf tail = { 0 }, body = { 0 };
+	uint64_t n = MIN((uint64_t)TOC_TAIL_BYTES, src->tl.blob_size);
+	int r;
+
+	r = fetch_range(reg, src, blob_digest, src->tl.blob_size - n, n, &tail,
+			errbuf, errlen);
+	if (r < 0)
+		return r;
+	r = toc_locate(&src->tl, tail.data, tail.len, &src->where, errbuf, errlen);
+	free(tail.data);
+	if (r < 0)
+		return r;
+	if (src->where.length > TOC_MAX_BYTES)
+		return errbuf_fail(-EBADMSG, errbuf, errlen,
+				   "table of contents of %" PRIu64 " bytes",
+				   src->where.length);
+	r = fetch_range(reg, src, blob_digest, src->where.offset,
+			src->where.length, &body, errbuf, errlen);
+	if (r < 0)
+		return r;
+	r = toc_parse(&src->tl, &src->where, body.data, body.len, NULL, ret_toc,
+		      errbuf, errlen);
+	if (r < 0) {
+		free(body.data);
+		return r;
+	}
+	*ret_buf = body.data;
+	*ret_len = body.len;
+	return 0;
+}
+
+/* ---- the "lazy" file ------------------------------------------------- */
+
+int lazy_source_format(const struct lazy_source *s, char **ret)
+{
+	int n = asprintf(ret,
+			 "%d %" PRIu64 " %s %" PRIu64 " %" PRIu64 " %" PRIu64
+			 " %d %" PRIu64 " %" PRIu64 "\n%s\n%s\n",
+			 (int)s->tl.format, s->tl.blob_size,
+			 s->tl.digest[0] ? s->tl.digest : "-", s->tl.zc_offset,
+			 s->tl.zc_length, s->tl.zc_uncompressed,
+			 s->tl.stargz_files ? 1 : 0, s->where.offset,
+			 s->where.length, s->domain, s->repo);
+
+	return n < 0 ? -ENOMEM : 0;
+}
+
+int lazy_source_parse(const char *text, struct lazy_source *ret)
+{
+	struct lazy_source s = { 0 };
+	int format, stargz, used = 0;
+	char digest[DIGEST_STRING_MAX], domain[256], repo[256];
+
+	if (sscanf(text,
+		   "%d %" SCNu64 " %71s %" SCNu64 " %" SCNu64 " %" SCNu64
+		   " %d %" SCNu64 " %" SCNu64 " %255s %255s%n",
+		   &format, &s.tl.blob_size, digest, &s.tl.zc_offset,
+		   &s.tl.zc_length, &s.tl.zc_uncompressed, &stargz,
+		   &s.where.offset, &s.where.length, domain, repo, &used) != 11 ||
+	    (format != TOC_ESTARGZ && format != TOC_ZSTD_CHUNKED))
+		return -EBADMSG;
+	s.tl.format = (enum toc_format)format;
+	s.tl.stargz_files = stargz != 0;
+	if (strcmp(digest, "-") != 0)
+		snprintf(s.tl.digest, sizeof(s.tl.digest), "%s", digest);
+	s.domain = strdup(domain);
+	s.repo = strdup(repo);
+	if (!s.domain || !s.repo) {
+		lazy_source_done(&s);
+		return -ENOMEM;
+	}
+	*ret = s;
+	return 0;
+}
+
+void lazy_source_done(struct lazy_source *s)
+{
+	free(s->domain);
+	free(s->repo);
+	s->domain = s->repo = NULL;
+}
+
+/* ---- a lazy layer ---------------------------------------------------- */
+
+static int read_layer_file(int dirfd, const char *name, size_t max,
+			   char **ret, size_t *ret_len)
+{
+	_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return negative_errno();
+	return read_full(fd, max, ret, ret_len);
+}
+
+static void lazy_file_free(struct lazy_file *f)
+{
+	if (!f)
+		return;
+	if (f->fd >= 0)
+		close(f->fd);
+	if (f->mapfd >= 0)
+		close(f->mapfd);
+	free(f->state);
+	pthread_mutex_destroy(&f->lock);
+	pthread_cond_destroy(&f->cond);
+	free(f);
+}
+
+static int free_file_entry(void *userdata, const char *key, void *value)
+{
+	lazy_file_free(value);
+	return 0;
+}
+
+void lazy_layer_free(struct lazy_layer *l)
+{
+	if (!l)
+		return;
+	if (l->files)
+		strmap_foreach(l->files, free_file_entry, NULL);
+	strmap_free(l->files);
+	strmap_free(l->entry_of);
+	toc_free(l->toc);
+	lazy_source_done(&l->src);
+	free(l->blob_digest);
+	if (l->dirfd >= 0)
+		close(l->dirfd);
+	pthread_mutex_destroy(&l->lock);
+	free(l);
+}
+
+int lazy_layer_open(struct cache *c, const char *digest,
+		    struct lazy_layer **ret)
+{
+	_cleanup_free_ char *text = NULL, *tocbuf = NULL;
+	size_t len, toclen;
+	struct lazy_layer *l;
+	char err[256];
+	int r;
+
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	pthread_mutex_init(&l->lock, NULL);
+	l->cache = c;
+	l->dirfd = cache_layer_open_dir(c, digest);
+	if (l->dirfd < 0) {
+		r = l->dirfd;
+		goto fail;
+	}
+	r = read_layer_file(l->dirfd, "lazy", 4096, &text, &len);
+	if (r < 0)
+		goto fail; /* -ENOENT: complete */
+	r = lazy_source_parse(text, &l->src);
+	if (r < 0)
+		goto fail;
+	r = read_layer_file(l->dirfd, "toc", TOC_MAX_BYTES, &tocbuf, &toclen);
+	if (r < 0)
+		goto fail;
+	r = toc_parse(&l->src.tl, &l->src.where, tocbuf, toclen, NULL, &l->toc,
+		      err, sizeof(err));
+	if (r < 0)
+		goto fail;
+	l->blob_digest = strdup(digest);
+	l->entry_of = strmap_new();
+	l->files = strmap_new();
+	if (!l->blob_digest || !l->entry_of || !l->files) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	for (size_t i = 0; i < l->toc->index->n_entries; i++) {
+		const char *o = l->toc->index->entries[i].object;
+
+		if (o && !strmap_get(l->entry_of, o) &&
+		    strmap_put(l->entry_of, o, (void *)(uintptr_t)(i + 1)) < 0) {
+			r = -ENOMEM;
+			goto fail;
+		}
+	}
+	*ret = l;
+	return 0;
+fail:
+	lazy_layer_free(l);
+	return r == -EFBIG ? -EBADMSG : r;
+}
+
+/* The state of the file with content object, made at its first use from
+ * what is on disk. */
+static int lazy_file_get(struct lazy_layer *l, const char *object,
+			 struct lazy_file **ret)
+{
+	char name[DIGEST_HEX_LEN + 8];
+	struct lazy_file *f;
+	size_t i;
+	int r = 0;
+
+	pthread_mutex_lock(&l->lock);
+	f = strmap_get(l->files, object);
+	if (f)
+		goto out;
+	i = (size_t)(uintptr_t)strmap_get(l->entry_of, object);
+	if (i == 0) {
+		r = -ENOENT;
+		goto out;
+	}
+	i--;
+	f = calloc(1, sizeof(*f));
+	if (!f) {
+		r = -ENOMEM;
+		goto out;
+	}
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_cond_init(&f->cond, NULL);
+	f->fd = f->mapfd = -1;
+	snprintf(f->object, sizeof(f->object), "%s", object);
+	f->chunks = toc_entry_chunks(l->toc, i, &f->n);
+	f->size = l->toc->index->entries[i].size;
+	f->state = calloc(f->n ? f->n : 1, 1);
+	if (!f->state) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	f->fd = cache_object_openat(l->dirfd, object);
+	if (f->fd >= 0) {
+		f->complete = true; /* fetched before, or shared at publishing */
+		goto put;
+	}
+	snprintf(name, sizeof(name), "p.%s", object);
+	f->fd = openat(l->dirfd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	snprintf(name, sizeof(name), "p.%s.map", object);
+	f->mapfd = openat(l->dirfd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (f->fd < 0 || f->mapfd < 0) {
+		r = negative_errno();
+		goto fail;
+	}
+	if (ftruncate(f->fd, (off_t)f->size) < 0) {
+		r = negative_errno();
+		goto fail;
+	}
+	/* chunks written before a restart; anything else in the map is
+	 * taken as missing */
+	for (size_t k = 0; k < f->n; k++) {
+		char c;
+
+		if (pread(f->mapfd, &c, 1, (off_t)k) == 1 && c == '1')
+			f->state[k] = CHUNK_PRESENT;
+	}
+put:
+	if (strmap_put(l->files, f->object, f) < 0) {
+		r = -ENOMEM;
+		goto fail;
+	}
+out:
+	pthread_mutex_unlock(&l->lock);
+	*ret = f;
+	return r;
+fail:
+	pthread_mutex_unlock(&l->lock);
+	lazy_file_free(f);
+	return r;
+}
+
+/* Fetches chunks a..e (adjacent in the blob) with one Range request and
+ * writes each, verified, at its place; the map byte follows the data. */
+static int fetch_run(struct lazy_layer *l, struct registry *reg,
+		     struct lazy_file *f, size_t a, size_t e)
+{
+	const struct toc_chunk *first = &f->chunks[a], *last = &f->chunks[e];
+	uint64_t start = first->blob_offset;
+	struct membuf b = { 0 };
+	char err[256];
+	void *dst = NULL;
+	int r;
+
+	r = fetch_range(reg, &l->src, l->blob_digest, start,
+			last->blob_offset + last->blob_length - start, &b, NULL, 0);
+	if (r < 0)
+		return r;
+	for (size_t k = a; k <= e && r == 0; k++) {
+		const struct toc_chunk *c = &f->chunks[k];
+		void *n = realloc(dst, c->size);
+
+		if (!n) {
+			r = -ENOMEM;
+			break;
+		}
+		dst = n;
+		r = toc_chunk_decompress(l->src.tl.format, c,
+					 b.data + (c->blob_offset - start),
+					 c->blob_length, dst, err, sizeof(err));
+		if (r < 0) {
+			r = -EIO; /* the registry sent what the TOC does not say */
+			break;
+		}
+		if (pwrite(f->fd, dst, c->size, (off_t)c->offset) != (ssize_t)c->size ||
+		    pwrite(f->mapfd, "1", 1, (off_t)k) != 1)
+			r = errno == ENOSPC ? -ENOSPC : -EIO;
+	}
+	free(dst);
+	free(b.data);
+	return r;
+}
+
+/* Every chunk is there: the whole file must hash to its name before it
+ * becomes an object.  f->lock held. */
+static int finish_file(struct lazy_layer *l, struct lazy_file *f)
+{
+	char digest[DIGEST_STRING_MAX], name[DIGEST_HEX_LEN + 8],
+		done[DIGEST_HEX_LEN + 8];
+	struct hasher *h = hasher_new();
+	char *buf = malloc(1 << 20);
+	uint64_t off = 0;
+	int r = 0;
+
+	if (!h || !buf) {
+		r = -ENOMEM;
+		goto out;
+	}
+	while (off < f->size) {
+		ssize_t n = pread(f->fd, buf, (size_t)MIN(f->size - off, (uint64_t)(1 << 20)),
+				  (off_t)off);
+
+		if (n <= 0) {
+			r = -EIO;
+			goto out;
+		}
+		hasher_update(h, buf, (size_t)n);
+		off += (uint64_t)n;
+	}
+	hasher_final(h, digest);
+	if (strcmp(digest_hex(digest), f->object) != 0) {
+		/* fetch it all again next time */
+		for (size_t k = 0; k < f->n; k++)
+			f->state[k] = CHUNK_MISSING;
+		if (ftruncate(f->mapfd, 0) < 0)
+			r = -EIO;
+		r = -EIO;
+		goto out;
+	}
+	fchmod(f->fd, 0444);
+	snprintf(name, sizeof(name), "p.%s", f->object);
+	snprintf(done, sizeof(done), "o.%s", f->object);
+	if (renameat(l->dirfd, name, l->dirfd, done) < 0) {
+		r = negative_errno();
+		goto out;
+	}
+	snprintf(name, sizeof(name), "p.%s.map", f->object);
+	unlinkat(l->dirfd, name, 0);
+	close(f->mapfd);
+	f->mapfd = -1;
+	f->complete = true;
+	/* shared with the layers that have the same content (failure only
+	 * costs sharing) */
+	cache_object_enter(l->cache, l->dirfd, f->object);
+out:
+	hasher_free(h);
+	free(buf);
+	return r;
+}
+
+/* Makes chunks a..b of f present. */
+static int ensure_chunks(struct lazy_layer *l, struct registry *reg,
+			 struct lazy_file *f, size_t a, size_t b)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&f->lock);
+	while (!f->complete && f->n > 0) {
+		size_t k = a, e;
+		uint64_t run;
+
+		while (k <= b && f->state[k] == CHUNK_PRESENT)
+			k++;
+		if (k > b)
+			break;
+		if (f->state[k] == CHUNK_FETCHING) {
+			pthread_cond_wait(&f->cond, &f->lock);
+			continue;
+		}
+		/* claim the missing chunks after k that the same request
+		 * can bring */
+		e = k;
+		run = f->chunks[k].blob_length;
+		while (e + 1 <= b && f->state[e + 1] == CHUNK_MISSING &&
+		       f->chunks[e + 1].blob_offset ==
+			       f->chunks[e].blob_offset + f->chunks[e].blob_length &&
+		       run + f->chunks[e + 1].blob_length <= LAZY_RUN_MAX) {
+			e++;
+			run += f->chunks[e].blob_length;
+		}
+		for (size_t j = k; j <= e; j++)
+			f->state[j] = CHUNK_FETCHING;
+		pthread_mutex_unlock(&f->lock);
+		r = fetch_run(l, reg, f, k, e);
+		pthread_mutex_lock(&f->lock);
+		for (size_t j = k; j <= e; j++)
+			f->state[j] = r == 0 ? CHUNK_PRESENT : CHUNK_MISSING;
+		pthread_cond_broadcast(&f->cond);
+		if (r < 0)
+			break;
+	}
+	if (r == 0 && !f->complete) {
+		bool all = true;
+
+		for (size_t k = 0; k < f->n && all; k++)
+			all = f->state[k] == CHUNK_PRESENT;
+		if (all)
+			r = finish_file(l, f);
+	}
+	pthread_mutex_unlock(&f->lock);
+	return r;
+}
+
+ssize_t lazy_read(struct lazy_layer *l, struct registry *reg,
+		  const char *object, uint64_t off, size_t size, void *buf)
+{
+	struct lazy_file *f;
+	size_t a = 0, b;
+	ssize_t n;
+	int r;
+
+	r = lazy_file_get(l, object, &f);
+	if (r < 0)
+		return r;
+	if (off >= f->size || size == 0)
+		return 0;
+	size = (size_t)MIN((uint64_t)size, f->size - off);
+	if (!f->complete && f->n > 0) {
+		while (a + 1 < f->n && f->chunks[a + 1].offset <= off)
+			a++;
+		b = a;
+		while (b + 1 < f->n && f->chunks[b + 1].offset < off + size)
+			b++;
+		r = ensure_chunks(l, reg, f, a, b);
+		if (r < 0)
+			return r;
+	}
+	n = pread(f->fd, buf, size, (off_t)off);
+	return n < 0 ? negative_errno() : n;
+}
+
+int lazy_layer_complete(struct lazy_layer *l, struct registry *reg,
+			const atomic_bool *cancel)
+{
+	const struct layer_index *li = l->toc->index;
+	bool all = true;
+
+	for (size_t i = 0; i < li->n_entries; i++) {
+		const struct layer_entry *e = &li->entries[i];
+		struct lazy_file *f;
+		int r;
+
+		if (!e->object)
+			continue;
+		if (cancel && atomic_load(cancel))
+			return -ECANCELED;
+		r = lazy_file_get(l, e->object, &f);
+		if (r == 0 && !f->complete)
+			r = ensure_chunks(l, reg, f, 0, f->n ? f->n - 1 : 0);
+		if (r < 0)
+			return r;
+		all = all && f->complete;
+	}
+	if (all && unlinkat(l->dirfd, "lazy", 0) < 0 && errno != ENOENT)
+		return negative_errno();
+	return 0;
+}

@@ -1,0 +1,70 @@
+/* Lazy layers: a layer with a table of contents (toc.h) is published from
+ * its TOC alone, and its files are fetched chunk by chunk when they are
+ * read, or in the background.  See docs/content-store.md.
+ *
+ * In the layer directory, beside the index made from the TOC:
+ *   lazy         what is needed to fetch (format, TOC place, registry and
+ *                repository); present while some file is not complete
+ *   toc          the verified TOC bytes, parsed again at load
+ *   p.OBJ        a file being fetched: sparse, written chunk by chunk
+ *   p.OBJ.map    one byte per chunk of it, '1' once the chunk is written
+ * A file whose chunks are all there is checked against its digest and
+ * becomes the object o.OBJ, like the files of a full unpack. */
+#pragma once
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "toc.h"
+
+struct cache;
+struct registry;
+struct lazy_layer;
+
+/* Where a lazy layer's content comes from. */
+struct lazy_source {
+	struct toc_layer tl;
+	struct toc_range where;
+	char *domain;
+	char *repo;
+};
+
+/* Fetches and verifies the TOC of blob_digest from src (tl, domain, repo):
+ * the tail of the blob, then the TOC's range, which goes to src->where.
+ * Returns 0 with the parsed toc and its raw bytes (caller frees both), or
+ * -errno with a reason in errbuf (-EBADMSG: malformed or not matching its
+ * digest). */
+int lazy_fetch_toc(struct registry *reg, struct lazy_source *src,
+		   const char *blob_digest, struct toc **ret_toc,
+		   char **ret_buf, size_t *ret_len, char *errbuf,
+		   size_t errlen);
+
+/* The "lazy" file's text for src, and back.  Returns 0 or -ENOMEM /
+ * -EBADMSG. */
+int lazy_source_format(const struct lazy_source *src, char **ret);
+int lazy_source_parse(const char *text, struct lazy_source *ret);
+void lazy_source_done(struct lazy_source *src);
+
+/* Opens the lazy state of layer digest: -ENOENT when the layer is not
+ * lazy (complete, or absent), -EBADMSG when its files are damaged. */
+int lazy_layer_open(struct cache *c, const char *digest,
+		    struct lazy_layer **ret);
+void lazy_layer_free(struct lazy_layer *l);
+
+/* Reads size bytes at off of the layer's file with content object into
+ * buf, fetching the chunks that are missing (merged into few Range
+ * requests, each chunk verified before it is written).  Readers of one
+ * chunk share its fetch.  Returns the bytes read (short only at the end
+ * of the file), or -errno: -EIO for a chunk the registry sent wrong,
+ * the registry's errno otherwise.  Blocks. */
+ssize_t lazy_read(struct lazy_layer *l, struct registry *reg,
+		  const char *object, uint64_t off, size_t size, void *buf);
+
+/* Fetches every missing chunk of the layer, file by file, and marks the
+ * layer complete (removes "lazy") once every file is an object.  Stops
+ * with -ECANCELED when *cancel becomes true.  Returns 0 or -errno. */
+int lazy_layer_complete(struct lazy_layer *l, struct registry *reg,
+			const atomic_bool *cancel);
