@@ -141,6 +141,52 @@ static void descriptor_done(struct descriptor *d)
 	free(d->media_type);
 	free(d->digest);
 	platform_done(&d->platform);
+	for (size_t i = 0; i < d->n_annotations; i++) {
+		free(d->annotations[i].key);
+		free(d->annotations[i].value);
+	}
+	free(d->annotations);
+}
+
+/* The annotations object: a map of strings to strings (OCI image spec),
+ * anything else is refused rather than half-read. */
+static int annotations_parse(struct parse_ctx *ctx, json_t *obj,
+			     const char *where, struct descriptor *d)
+{
+	const char *key;
+	json_t *v;
+	size_t n;
+
+	if (!json_is_object(obj))
+		return fail(ctx, "%sannotations is not an object", where);
+	n = json_object_size(obj);
+	if (n == 0)
+		return 0;
+	/* bounded by MANIFEST_MAX_BYTES like every array here */
+	d->annotations = calloc(n, sizeof(*d->annotations));
+	if (!d->annotations)
+		return -ENOMEM;
+	json_object_foreach(obj, key, v) {
+		struct annotation *a = &d->annotations[d->n_annotations];
+
+		if (!json_is_string(v))
+			return fail(ctx, "%sannotations.%.100s is not a string",
+				    where, key);
+		a->key = strdup(key);
+		a->value = strdup(json_string_value(v));
+		d->n_annotations++;
+		if (!a->key || !a->value)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+const char *descriptor_annotation(const struct descriptor *d, const char *key)
+{
+	for (size_t i = 0; i < d->n_annotations; i++)
+		if (strcmp(d->annotations[i].key, key) == 0)
+			return d->annotations[i].value;
+	return NULL;
 }
 
 /* The platform object of an index entry. */
@@ -179,7 +225,7 @@ static int descriptor_parse(struct parse_ctx *ctx, json_t *obj,
 			    struct descriptor *d)
 {
 	const char *media_type, *digest;
-	json_t *size, *platform;
+	json_t *size, *platform, *annotations;
 	json_int_t sz;
 	int r;
 
@@ -214,6 +260,13 @@ static int descriptor_parse(struct parse_ctx *ctx, json_t *obj,
 	    dup_string(digest, &d->digest) < 0)
 		return -ENOMEM;
 	d->size = (uint64_t)sz;
+
+	annotations = json_object_get(obj, "annotations");
+	if (annotations) {
+		r = annotations_parse(ctx, annotations, where, d);
+		if (r < 0)
+			return r;
+	}
 
 	platform = json_object_get(obj, "platform");
 	if (!with_platform || !platform)

@@ -42,11 +42,20 @@ struct platform {
 	char *variant;	    /* "v8" or NULL */
 };
 
+struct annotation {
+	char *key;
+	char *value;
+};
+
 struct descriptor {
 	char *media_type;
 	char *digest; /* validated "sha256:..." */
 	uint64_t size;
 	struct platform platform; /* index entries only; fields may be NULL */
+	/* The descriptor's own annotations, in document order (the lazy
+	 * formats name their table of contents there). */
+	struct annotation *annotations;
+	size_t n_annotations;
 };
 
 enum manifest_kind {
@@ -73,6 +82,9 @@ struct manifest {
 int manifest_parse(const char *body, size_t len, const char *content_type,
 		   struct manifest **ret, char *errbuf, size_t errlen);
 void manifest_free(struct manifest *m);
+
+/* The value of annotation key on d (borrowed from d), NULL when absent. */
+const char *descriptor_annotation(const struct descriptor *d, const char *key);
 
 /* Picks the best entry of an index for platform p: os and architecture
  * must match; the variant must match when both sides name one (an entry

@@ -261,6 +261,9 @@ struct bad_case {
 #define IMG(layers) "{\"schemaVersion\":2," CFG ",\"layers\":[" layers "]}"
 #define IDX(entries) "{\"schemaVersion\":2,\"manifests\":[" entries "]}"
 #define L_OK LAYER(MEDIA_OCI_LAYER_GZIP, D_L0, "1")
+#define LAYER_ANN(members)                                                    \
+	"{\"mediaType\":\"x\",\"digest\":\"" D_L0 "\",\"size\":1,"         \
+	"\"annotations\":{" members "}}"
 
 static const struct bad_case bad_cases[] = {
 	{ "", NULL, "empty document" },
@@ -325,6 +328,12 @@ static const struct bad_case bad_cases[] = {
 	{ IMG("{\"mediaType\":\"x\",\"digest\":5,\"size\":1}"), NULL,
 	  "layers[0].digest is not a string" },
 	{ IMG(LAYER("x", D_L0, "-1")), NULL, "layers[0].size is negative" },
+	{ IMG(LAYER_ANN("\"a\":1")), NULL, "layers[0].annotations.a is not a string" },
+	{ IMG(L_OK "," LAYER_ANN("\"a\":\"b\",\"c\":null")), NULL,
+	  "layers[1].annotations.c is not a string" },
+	{ IMG("{\"mediaType\":\"x\",\"digest\":\"" D_L0 "\",\"size\":1,\"annotations\":[]}"),
+	  NULL, "layers[0].annotations is not an object" },
+	{ IMG(LAYER_ANN("\"a\":\"b\",\"a\":\"c\"")), NULL, NULL },
 	{ IMG(LAYER("x", D_L0, "1.5")), NULL, "layers[0].size is not an integer" },
 	{ IMG(LAYER("x", D_L0, "\"1\"")), NULL, "layers[0].size is not an integer" },
 	{ IMG(LAYER("x", D_L0, "99999999999999999999")), NULL, NULL },
@@ -381,6 +390,38 @@ static void test_malformed(void **state)
 				 -EBADMSG);
 		assert_null(m);
 	}
+}
+
+/* Layer annotations are kept (the lazy formats put their table of
+ * contents there); the manifest's own are not a descriptor's. */
+static void test_annotations(void **state)
+{
+	static const char body[] =
+		"{\"schemaVersion\":2," CFG ",\"layers\":["
+		"{\"mediaType\":\"" MEDIA_OCI_LAYER_ZSTD "\",\"digest\":\"" D_L0
+		"\",\"size\":10,\"annotations\":{"
+		"\"io.github.containers.zstd-chunked.manifest-position\":\"1:2:3:1\","
+		"\"k\":\"\",\"x\":\"\\u00fc\"}}," L_OK "],"
+		"\"annotations\":{\"top\":\"level\"}}";
+	_cleanup_(manifest_freep) struct manifest *m = NULL;
+	char err[256];
+
+	assert_int_equal(parse(body, NULL, &m, err, sizeof(err)), 0);
+	assert_int_equal(m->n_layers, 2);
+	assert_int_equal(m->layers[0].n_annotations, 3);
+	assert_string_equal(m->layers[0].annotations[0].key,
+			    "io.github.containers.zstd-chunked.manifest-position");
+	assert_string_equal(
+		descriptor_annotation(&m->layers[0],
+				      "io.github.containers.zstd-chunked.manifest-position"),
+		"1:2:3:1");
+	assert_string_equal(descriptor_annotation(&m->layers[0], "k"), "");
+	assert_string_equal(descriptor_annotation(&m->layers[0], "x"), "\xc3\xbc");
+	assert_null(descriptor_annotation(&m->layers[0], "top"));
+	assert_null(descriptor_annotation(&m->layers[0], "K"));
+	assert_int_equal(m->layers[1].n_annotations, 0);
+	assert_null(descriptor_annotation(&m->layers[1], "k"));
+	assert_null(descriptor_annotation(&m->config, "top"));
 }
 
 static void test_errbuf_truncated(void **state)
@@ -661,6 +702,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_oci_manifest),
+		cmocka_unit_test(test_annotations),
 		cmocka_unit_test(test_docker_manifest),
 		cmocka_unit_test(test_oci_index),
 		cmocka_unit_test(test_docker_list),
