@@ -27,20 +27,9 @@
 #include "errname.h"
 #include "macro.h"
 
-#define LAYER_DEFAULT_MAX_ENTRIES UINT64_C(1000000)
-#define LAYER_DEFAULT_MAX_EXPANDED (UINT64_C(64) << 30)
-#define LAYER_DEFAULT_MAX_PATH 4096u
-/* Linux limits: a longer name or xattr could never be served anyway. */
-#define LAYER_XATTR_NAME_MAX 255u
-#define LAYER_XATTR_SIZE_MAX 65536u
-#define LAYER_XATTRS_PER_ENTRY 1024u
 /* libarchive hands out blocks of this size; large blocks mean few reads
  * from a pipe or a socket-backed fd. */
 #define LAYER_READ_BLOCK (1u << 20)
-
-#define WH_PREFIX ".wh."
-#define WH_OPAQUE ".wh..wh..opq"
-#define WH_META_PREFIX ".wh..wh."
 
 static void archive_read_freep(struct archive **a)
 {
@@ -62,8 +51,7 @@ struct unpack {
 	uint32_t max_path;
 	struct layer_index *li;
 	size_t cap;
-	struct pathset seen; /* every non-directory entry: hardlink targets */
-	struct pathset dirs; /* every directory entry */
+	struct layer_places places;
 	char *errbuf;
 	size_t errlen;
 };
@@ -389,40 +377,6 @@ static int layer_classify(struct unpack *u, struct archive_entry *ae,
 	return 0;
 }
 
-/* Recognises the overlay markers in the entry's final component.  Returns
- * 1 when the entry is an aufs-internal file to skip. */
-static int layer_whiteout(struct unpack *u, struct layer_entry *e)
-{
-	char *base = strrchr(e->path, '/');
-	size_t dirlen;
-	const char *victim;
-	char *s;
-
-	base = base ? base + 1 : e->path;
-	if (strncmp(base, WH_PREFIX, strlen(WH_PREFIX)) != 0)
-		return 0;
-	dirlen = base == e->path ? 0 : (size_t)(base - e->path - 1);
-
-	if (strcmp(base, WH_OPAQUE) == 0) {
-		e->type = LAYER_ENTRY_OPAQUE;
-		e->path[dirlen] = '\0';
-		return 0;
-	}
-	if (strncmp(base, WH_META_PREFIX, strlen(WH_META_PREFIX)) == 0)
-		return 1;
-
-	victim = base + strlen(WH_PREFIX);
-	if (victim[0] == '\0' || strcmp(victim, ".") == 0 ||
-	    strcmp(victim, "..") == 0)
-		return layer_fail(u->errbuf, u->errlen,
-				  "layer: bad whiteout \"%.200s\"", e->path);
-	/* Removing the prefix only shortens the path: rebuild in place. */
-	s = e->path + (base - e->path);
-	memmove(s, victim, strlen(victim) + 1);
-	e->type = LAYER_ENTRY_WHITEOUT;
-	return 0;
-}
-
 static int layer_fill_entry(struct unpack *u, struct archive_entry *ae,
 			    struct layer_entry *e)
 {
@@ -455,7 +409,7 @@ static int layer_fill_entry(struct unpack *u, struct archive_entry *ae,
 	nsec = archive_entry_mtime_nsec(ae);
 	e->mtime_nsec = nsec >= 0 && nsec < 1000000000 ? (uint32_t)nsec : 0;
 
-	r = layer_whiteout(u, e);
+	r = layer_whiteout(e, u->errbuf, u->errlen);
 	if (r != 0)
 		return r;
 	if (e->type == LAYER_ENTRY_WHITEOUT || e->type == LAYER_ENTRY_OPAQUE)
@@ -473,17 +427,10 @@ static int layer_fill_entry(struct unpack *u, struct archive_entry *ae,
 					  "layer: unreadable hardlink target");
 		if (r < 0)
 			return r;
-		r = layer_normalise(hl, u->max_path, &e->link, u->errbuf,
-				    u->errlen);
+		r = layer_hardlink_target(&u->places, hl, u->max_path, e,
+					  u->errbuf, u->errlen);
 		if (r < 0)
 			return r;
-		if (!pathset_has(&u->seen, e->link))
-			return layer_fail(u->errbuf, u->errlen,
-					  "layer: hardlink \"%.200s\" to "
-					  "\"%.200s\", not an earlier file of "
-					  "the layer",
-					  e->path, e->link);
-		e->type = LAYER_ENTRY_HARDLINK;
 	} else {
 		r = layer_classify(u, ae, e);
 		if (r < 0)
@@ -550,40 +497,6 @@ static int layer_fill_entry(struct unpack *u, struct archive_entry *ae,
 	return layer_copy_xattrs(u, ae, e);
 }
 
-/* Within one layer a path names one thing.  A second entry for a path
- * (other than a directory given again) and an entry below a path that the
- * layer made a symlink or a file are refused: extractors disagree about
- * which copy wins and whether "a/x" after a symlink "a" goes through the
- * link, and such disagreement is how content hides from scanners or
- * lands outside the root.  Whiteouts only act on lower layers, so they
- * may share a path with an entry of their own layer. */
-static int layer_check_place(struct unpack *u, struct layer_entry *e)
-{
-	bool marker = e->type == LAYER_ENTRY_WHITEOUT ||
-		      e->type == LAYER_ENTRY_OPAQUE;
-
-	if (!marker && (pathset_has(&u->seen, e->path) ||
-			(e->type != LAYER_ENTRY_DIR &&
-			 pathset_has(&u->dirs, e->path))))
-		return layer_fail(u->errbuf, u->errlen,
-				  "layer: \"%.200s\" appears more than once",
-				  e->path);
-	for (char *s = strchr(e->path, '/'); s; s = strchr(s + 1, '/')) {
-		bool below;
-
-		*s = '\0';
-		below = pathset_has(&u->seen, e->path);
-		*s = '/';
-		if (below)
-			return layer_fail(u->errbuf, u->errlen,
-					  "layer: \"%.200s\" is below \"%.*s\", "
-					  "which is not a directory",
-					  e->path, (int)MIN(s - e->path, 200),
-					  e->path);
-	}
-	return 0;
-}
-
 static int layer_push(struct unpack *u, struct layer_entry *e)
 {
 	struct layer_index *li = u->li;
@@ -614,7 +527,7 @@ static int layer_next(struct unpack *u, struct archive_entry *ae)
 
 	r = layer_fill_entry(u, ae, &e);
 	if (r == 0)
-		r = layer_check_place(u, &e);
+		r = layer_places_check(&u->places, &e, u->errbuf, u->errlen);
 	if (r != 0) {
 		layer_entry_clear(&e);
 		return r < 0 ? r : 0;
@@ -633,18 +546,9 @@ static int layer_next(struct unpack *u, struct archive_entry *ae)
 		layer_entry_clear(&e);
 		return r;
 	}
-	switch (e.type) {
-	case LAYER_ENTRY_DIR:
-		return pathset_add(&u->dirs,
-				   u->li->entries[u->li->n_entries - 1].path);
-	case LAYER_ENTRY_WHITEOUT:
-	case LAYER_ENTRY_OPAQUE:
-		return 0;
-	default:
-		/* the entries own the string; the set borrows it */
-		return pathset_add(&u->seen,
-				   u->li->entries[u->li->n_entries - 1].path);
-	}
+	/* the entries own the string; the set borrows it */
+	return layer_places_add(&u->places,
+				&u->li->entries[u->li->n_entries - 1]);
 }
 
 int layer_unpack(int in_fd, enum layer_compression c, int data_fd,
@@ -755,8 +659,7 @@ out:
 	/* the archive reads through gz until it is closed */
 	archive_read_free(TAKE_PTR(a));
 	gzsrc_free(&gz);
-	free(u.seen.slots);
-	free(u.dirs.slots);
+	layer_places_done(&u.places);
 	return r;
 }
 

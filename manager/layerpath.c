@@ -1,6 +1,8 @@
-/* The rules for names in layers: normalising a tar name, and the set of
- * paths a layer has shown so far.  Shared by the unpacker and the
- * table-of-contents readers of lazy layers. */
+/* The rules for names in layers: normalising a tar name, the overlay
+ * markers, and the paths a layer may place once it has placed others.
+ * Shared by the unpacker and the table-of-contents readers of lazy
+ * layers, so that a lazily read layer is the same tree as an unpacked
+ * one. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -11,6 +13,10 @@
 #include "errname.h"
 #include "layer-private.h"
 #include "macro.h"
+
+#define WH_PREFIX ".wh."
+#define WH_OPAQUE ".wh..wh..opq"
+#define WH_META_PREFIX ".wh..wh."
 
 
 /* ---- path rules ------------------------------------------------------ */
@@ -136,3 +142,111 @@ int pathset_add(struct pathset *ps, const char *s)
 	return 0;
 }
 
+
+/* ---- overlay markers ---------------------------------------------------- */
+
+int layer_whiteout(struct layer_entry *e, char *errbuf, size_t errlen)
+{
+	char *base = strrchr(e->path, '/');
+	size_t dirlen;
+	const char *victim;
+	char *s;
+
+	base = base ? base + 1 : e->path;
+	if (strncmp(base, WH_PREFIX, strlen(WH_PREFIX)) != 0)
+		return 0;
+	dirlen = base == e->path ? 0 : (size_t)(base - e->path - 1);
+
+	if (strcmp(base, WH_OPAQUE) == 0) {
+		e->type = LAYER_ENTRY_OPAQUE;
+		e->path[dirlen] = '\0';
+		return 0;
+	}
+	if (strncmp(base, WH_META_PREFIX, strlen(WH_META_PREFIX)) == 0)
+		return 1;
+
+	victim = base + strlen(WH_PREFIX);
+	if (victim[0] == '\0' || strcmp(victim, ".") == 0 ||
+	    strcmp(victim, "..") == 0)
+		return layer_fail(errbuf, errlen,
+				  "layer: bad whiteout \"%.200s\"", e->path);
+	/* Removing the prefix only shortens the path: rebuild in place. */
+	s = e->path + (base - e->path);
+	memmove(s, victim, strlen(victim) + 1);
+	e->type = LAYER_ENTRY_WHITEOUT;
+	return 0;
+}
+
+/* ---- places a layer has taken ------------------------------------------- */
+
+int layer_hardlink_target(const struct layer_places *pl, const char *raw,
+			  uint32_t max_path, struct layer_entry *e,
+			  char *errbuf, size_t errlen)
+{
+	int r = layer_normalise(raw, max_path, &e->link, errbuf, errlen);
+
+	if (r < 0)
+		return r;
+	if (!pathset_has(&pl->seen, e->link))
+		return layer_fail(errbuf, errlen,
+				  "layer: hardlink \"%.200s\" to \"%.200s\", "
+				  "not an earlier file of the layer",
+				  e->path, e->link);
+	e->type = LAYER_ENTRY_HARDLINK;
+	return 0;
+}
+
+/* Within one layer a path names one thing.  A second entry for a path
+ * (other than a directory given again) and an entry below a path that the
+ * layer made a symlink or a file are refused: extractors disagree about
+ * which copy wins and whether "a/x" after a symlink "a" goes through the
+ * link, and such disagreement is how content hides from scanners or
+ * lands outside the root.  Whiteouts only act on lower layers, so they
+ * may share a path with an entry of their own layer. */
+int layer_places_check(const struct layer_places *pl, struct layer_entry *e,
+		       char *errbuf, size_t errlen)
+{
+	bool marker = e->type == LAYER_ENTRY_WHITEOUT ||
+		      e->type == LAYER_ENTRY_OPAQUE;
+
+	if (!marker && (pathset_has(&pl->seen, e->path) ||
+			(e->type != LAYER_ENTRY_DIR &&
+			 pathset_has(&pl->dirs, e->path))))
+		return layer_fail(errbuf, errlen,
+				  "layer: \"%.200s\" appears more than once",
+				  e->path);
+	for (char *s = strchr(e->path, '/'); s; s = strchr(s + 1, '/')) {
+		bool below;
+
+		*s = '\0';
+		below = pathset_has(&pl->seen, e->path);
+		*s = '/';
+		if (below)
+			return layer_fail(errbuf, errlen,
+					  "layer: \"%.200s\" is below \"%.*s\", "
+					  "which is not a directory",
+					  e->path, (int)MIN(s - e->path, 200),
+					  e->path);
+	}
+	return 0;
+}
+
+int layer_places_add(struct layer_places *pl, const struct layer_entry *e)
+{
+	switch (e->type) {
+	case LAYER_ENTRY_DIR:
+		return pathset_add(&pl->dirs, e->path);
+	case LAYER_ENTRY_WHITEOUT:
+	case LAYER_ENTRY_OPAQUE:
+		return 0;
+	default:
+		return pathset_add(&pl->seen, e->path);
+	}
+}
+
+void layer_places_done(struct layer_places *pl)
+{
+	free(pl->seen.slots);
+	free(pl->dirs.slots);
+	*pl = (struct layer_places){0};
+}
