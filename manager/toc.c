@@ -1,0 +1,654 @@
+/* The two lazy formats as far as bytes go: which annotations name the
+ * table of contents, which footer places it, how it is compressed and
+ * which bytes its digest covers, and how one chunk of a file comes out of
+ * the blob.  The entries themselves are read in tocjson.c.
+ *
+ * eStargz: a gzip stream of many members; the table is the JSON file
+ * "stargz.index.json", the only entry of a tar in the last member but the
+ * footer, an empty gzip member whose extra field spells the table's
+ * offset.  The annotation is the digest of the JSON.
+ * zstd:chunked: zstd frames; the table is zstd-compressed JSON in a
+ * skippable frame, placed by an annotation, whose digest (of the
+ * compressed bytes) is another annotation. */
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include "errname.h"
+#include "macro.h"
+#include "toc-private.h"
+#include "units.h"
+
+#define ESTARGZ_FOOTER 51u
+#define ESTARGZ_FOOTER_LEGACY 47u
+#define ESTARGZ_TOC_NAME "stargz.index.json"
+/* room for the tar header(s), padding and end blocks around the JSON */
+#define ESTARGZ_TAR_SLACK (64u << 10)
+
+/* A skippable frame's header, magic and length, before the table. */
+#define ZSTD_SKIPPABLE_HEADER 8u
+#define ZSTD_FOOTER_OLD 48u /* 40 bytes of content */
+#define ZSTD_FOOTER_NEW 72u /* 64 bytes of content, tar-split included */
+#define ZSTD_MANIFEST_TYPE_CRFS 1u
+
+static const unsigned char zstd_skippable_magic[4] = {0x50, 0x2a, 0x4d, 0x18};
+/* The footer's own magic: containers/storage changed one letter's case
+ * when the tar-split part was added. */
+static const char zstd_footer_magic_old[8] = "GnUlInUx";
+static const char zstd_footer_magic_new[8] = "GNUlInUx";
+
+static uint64_t le64(const unsigned char *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static uint32_t le32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+
+/* ---- the descriptor ----------------------------------------------------- */
+
+/* "offset:length:uncompressed:type", decimal, type 1. */
+static int zstd_position_parse(const char *s, struct toc_layer *tl,
+			       char *errbuf, size_t errlen)
+{
+	uint64_t v[4];
+	char buf[128];
+	char *p = buf;
+
+	if (strlen(s) >= sizeof(buf))
+		goto bad;
+	strcpy(buf, s);
+	for (size_t i = 0; i < ARRAY_SIZE(v); i++) {
+		char *colon = strchr(p, ':');
+
+		if ((i < 3) != !!colon)
+			goto bad;
+		if (colon)
+			*colon = '\0';
+		if (parse_uint64(p, &v[i]) < 0)
+			goto bad;
+		p = colon + 1;
+	}
+	if (v[3] != ZSTD_MANIFEST_TYPE_CRFS)
+		return toc_fail(errbuf, errlen,
+				"toc: zstd:chunked manifest of type %" PRIu64
+				", not 1",
+				v[3]);
+	if (v[1] == 0 || v[2] == 0 || v[0] < ZSTD_SKIPPABLE_HEADER ||
+	    v[0] > tl->blob_size || v[1] > tl->blob_size - v[0])
+		return toc_fail(errbuf, errlen,
+				"toc: zstd:chunked manifest at %" PRIu64
+				"+%" PRIu64 " is not inside the %" PRIu64
+				" byte blob",
+				v[0], v[1], tl->blob_size);
+	if (v[2] > TOC_MAX_BYTES || v[1] > ZSTD_compressBound(TOC_MAX_BYTES))
+		return toc_fail(errbuf, errlen,
+				"toc: zstd:chunked manifest larger than %u "
+				"bytes",
+				TOC_MAX_BYTES);
+	tl->zc_offset = v[0];
+	tl->zc_length = v[1];
+	tl->zc_uncompressed = v[2];
+	return 0;
+bad:
+	return toc_fail(errbuf, errlen,
+			"toc: bad zstd:chunked manifest position \"%.100s\"", s);
+}
+
+static int toc_digest_copy(const char *value, const char *key,
+			   struct toc_layer *tl, char *errbuf, size_t errlen)
+{
+	if (!digest_is_valid(value))
+		return toc_fail(errbuf, errlen,
+				"toc: annotation %s is not a sha256 digest", key);
+	strcpy(tl->digest, value);
+	return 0;
+}
+
+int toc_layer_from_descriptor(const struct descriptor *d,
+			      struct toc_layer *ret, char *errbuf,
+			      size_t errlen)
+{
+	struct toc_layer tl = {.format = TOC_NONE, .blob_size = d->size};
+	enum layer_compression c;
+	const char *v, *pos, *key = TOC_ZSTD_CHECKSUM;
+	int r;
+
+	if (errbuf && errlen > 0)
+		errbuf[0] = '\0';
+	if (layer_media_type_compression(d->media_type, &c) < 0)
+		goto out;
+
+	if (c == LAYER_GZIP && (v = descriptor_annotation(d, TOC_ESTARGZ_DIGEST))) {
+		r = toc_digest_copy(v, TOC_ESTARGZ_DIGEST, &tl, errbuf, errlen);
+		if (r < 0)
+			return r;
+		tl.format = TOC_ESTARGZ;
+		tl.stargz_files = true;
+	} else if (c == LAYER_ZSTD) {
+		v = descriptor_annotation(d, TOC_ZSTD_CHECKSUM);
+		pos = descriptor_annotation(d, TOC_ZSTD_POSITION);
+		if (!v && !pos) {
+			key = TOC_ZSTD_CHECKSUM_OLD;
+			v = descriptor_annotation(d, TOC_ZSTD_CHECKSUM_OLD);
+			pos = descriptor_annotation(d, TOC_ZSTD_POSITION_OLD);
+		}
+		if (!v && !pos)
+			goto out;
+		if (!v || !pos)
+			return toc_fail(errbuf, errlen,
+					"toc: zstd:chunked layer without its "
+					"manifest %s",
+					v ? "position" : "checksum");
+		r = toc_digest_copy(v, key, &tl, errbuf, errlen);
+		if (r < 0)
+			return r;
+		r = zstd_position_parse(pos, &tl, errbuf, errlen);
+		if (r < 0)
+			return r;
+		tl.format = TOC_ZSTD_CHUNKED;
+		/* stargz-snapshotter's zstd:chunked is eStargz in zstd */
+		tl.stargz_files = descriptor_annotation(d, TOC_ESTARGZ_DIGEST);
+	}
+out:
+	*ret = tl;
+	return 0;
+}
+
+/* ---- the footer ------------------------------------------------------- */
+
+/* An empty gzip member whose extra field is xlen bytes ending in
+ * "%016xSTARGZ": returns 0 with the offset it spells, -EBADMSG when p is
+ * not one. */
+static int estargz_footer_parse(const unsigned char *p, size_t len,
+				uint64_t *ret)
+{
+	static const unsigned char empty_block_and_trailer[13] = {
+		1, 0, 0, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0};
+	const unsigned char *hex;
+	size_t xlen = len - 10 - 2 - sizeof(empty_block_and_trailer);
+	uint64_t off = 0;
+
+	if (p[0] != 0x1f || p[1] != 0x8b || p[2] != 8 || p[3] != 4 ||
+	    p[10] != (xlen & 0xff) || p[11] != xlen >> 8)
+		return -EBADMSG;
+	if (len == ESTARGZ_FOOTER) {
+		/* an RFC 1952 subfield: 'S' 'G', its length */
+		if (p[12] != 'S' || p[13] != 'G' || p[14] != 22 || p[15] != 0)
+			return -EBADMSG;
+		hex = p + 16;
+	} else {
+		hex = p + 12;
+	}
+	if (memcmp(hex + 16, "STARGZ", 6) != 0 ||
+	    memcmp(p + len - sizeof(empty_block_and_trailer),
+		   empty_block_and_trailer,
+		   sizeof(empty_block_and_trailer)) != 0)
+		return -EBADMSG;
+	for (int i = 0; i < 16; i++) {
+		int c = hex[i], d;
+
+		if (c >= '0' && c <= '9')
+			d = c - '0';
+		else if (c >= 'a' && c <= 'f')
+			d = c - 'a' + 10;
+		else if (c >= 'A' && c <= 'F')
+			d = c - 'A' + 10;
+		else
+			return -EBADMSG;
+		off = off << 4 | (uint64_t)d;
+	}
+	*ret = off;
+	return 0;
+}
+
+static int estargz_locate(const struct toc_layer *tl, const unsigned char *tail,
+			  size_t tail_len, struct toc_range *ret,
+			  char *errbuf, size_t errlen)
+{
+	static const size_t sizes[] = {ESTARGZ_FOOTER, ESTARGZ_FOOTER_LEGACY};
+
+	for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+		size_t n = sizes[i];
+		uint64_t off;
+
+		if (!tail || tail_len < n || tl->blob_size < n ||
+		    estargz_footer_parse(tail + tail_len - n, n, &off) < 0)
+			continue;
+		if (off >= tl->blob_size - n)
+			return toc_fail(errbuf, errlen,
+					"toc: eStargz footer places the table "
+					"at %" PRIu64 ", past the end of the "
+					"%" PRIu64 " byte blob",
+					off, tl->blob_size);
+		ret->offset = off;
+		ret->length = tl->blob_size - n - off;
+		return 0;
+	}
+	return toc_fail(errbuf, errlen, "toc: no eStargz footer at the end "
+					"of the blob");
+}
+
+/* The annotation places the manifest; a footer, when the tail shows one,
+ * says the same or the blob is not what the manifest describes. */
+static int zstd_locate(const struct toc_layer *tl, const unsigned char *tail,
+		       size_t tail_len, struct toc_range *ret, char *errbuf,
+		       size_t errlen)
+{
+	static const struct {
+		size_t size;
+		const char *magic;
+	} footers[] = {
+		{ZSTD_FOOTER_OLD, zstd_footer_magic_old},
+		{ZSTD_FOOTER_NEW, zstd_footer_magic_new},
+	};
+
+	for (size_t i = 0; tail && i < ARRAY_SIZE(footers); i++) {
+		size_t n = footers[i].size;
+		const unsigned char *f = tail + tail_len - n;
+
+		if (tail_len < n ||
+		    memcmp(tail + tail_len - 8, footers[i].magic, 8) != 0 ||
+		    memcmp(f, zstd_skippable_magic, 4) != 0 ||
+		    le32(f + 4) != n - ZSTD_SKIPPABLE_HEADER)
+			continue;
+		f += ZSTD_SKIPPABLE_HEADER;
+		if (le64(f) != tl->zc_offset || le64(f + 8) != tl->zc_length ||
+		    le64(f + 16) != tl->zc_uncompressed ||
+		    le64(f + 24) != ZSTD_MANIFEST_TYPE_CRFS)
+			return toc_fail(errbuf, errlen,
+					"toc: zstd:chunked footer disagrees "
+					"with the manifest position "
+					"annotation");
+		break;
+	}
+	ret->offset = tl->zc_offset;
+	ret->length = tl->zc_length;
+	return 0;
+}
+
+int toc_locate(const struct toc_layer *tl, const void *tail, size_t tail_len,
+	       struct toc_range *ret, char *errbuf, size_t errlen)
+{
+	if (errbuf && errlen > 0)
+		errbuf[0] = '\0';
+	if (tail_len > tl->blob_size)
+		return toc_fail(errbuf, errlen,
+				"toc: %zu bytes of tail from a %" PRIu64
+				" byte blob",
+				tail_len, tl->blob_size);
+	switch (tl->format) {
+	case TOC_ESTARGZ:
+		return estargz_locate(tl, tail, tail_len, ret, errbuf, errlen);
+	case TOC_ZSTD_CHUNKED:
+		return zstd_locate(tl, tail, tail_len, ret, errbuf, errlen);
+	default:
+		return -EINVAL;
+	}
+}
+
+/* ---- the table -------------------------------------------------------- */
+
+static void inflate_endp(z_stream **z)
+{
+	if (*z) {
+		inflateEnd(*z);
+		free(*z);
+	}
+}
+
+static int inflate_begin(z_stream **ret)
+{
+	z_stream *z = calloc(1, sizeof(*z));
+
+	if (!z)
+		return -ENOMEM;
+	/* 16 + 15: one gzip member, header and trailer checked */
+	if (inflateInit2(z, 16 + MAX_WBITS) != Z_OK) {
+		free(z);
+		return -ENOMEM;
+	}
+	*ret = z;
+	return 0;
+}
+
+/* zlib counts in uInt: feed a large buffer in steps. */
+static void inflate_feed(z_stream *z, const unsigned char **in, size_t *left)
+{
+	if (z->avail_in == 0 && *left > 0) {
+		uInt n = (uInt)MIN(*left, (size_t)UINT32_MAX);
+
+		z->next_in = (unsigned char *)*in;
+		z->avail_in = n;
+		*in += n;
+		*left -= n;
+	}
+}
+
+/* The whole gzip member of the table, which must fill the range: the tar
+ * in it, uncompressed, into a new buffer. */
+static int estargz_inflate_toc(const unsigned char *buf, size_t len,
+			       unsigned char **ret, size_t *ret_len,
+			       char *errbuf, size_t errlen)
+{
+	_cleanup_(inflate_endp) z_stream *z = NULL;
+	_cleanup_free_ unsigned char *out = NULL;
+	size_t cap = TOC_MAX_BYTES + ESTARGZ_TAR_SLACK;
+	int r, zr;
+
+	r = inflate_begin(&z);
+	if (r < 0)
+		return r;
+	out = malloc(cap);
+	if (!out)
+		return -ENOMEM;
+	z->next_out = out;
+	z->avail_out = (uInt)cap;
+	do {
+		inflate_feed(z, &buf, &len);
+		zr = inflate(z, Z_NO_FLUSH);
+	} while (zr == Z_OK && z->avail_out > 0 &&
+		 (z->avail_in > 0 || len > 0));
+	if (zr != Z_STREAM_END) {
+		if (z->avail_out == 0)
+			return toc_fail(errbuf, errlen,
+					"toc: eStargz table larger than %u "
+					"bytes",
+					TOC_MAX_BYTES);
+		return toc_fail(errbuf, errlen,
+				"toc: eStargz table is not one whole gzip "
+				"member%s%s",
+				z->msg ? ": " : "", z->msg ? z->msg : "");
+	}
+	if (z->avail_in > 0 || len > 0)
+		return toc_fail(errbuf, errlen,
+				"toc: bytes after the gzip member of the eStargz "
+				"table");
+	*ret_len = cap - z->avail_out;
+	*ret = TAKE_PTR(out);
+	return 0;
+}
+
+static void archive_read_freep(struct archive **a)
+{
+	if (*a)
+		archive_read_free(*a);
+}
+
+/* The JSON out of the table's tar: its first entry, a regular file named
+ * stargz.index.json.  Returns a new buffer. */
+static int estargz_toc_json(const unsigned char *tar, size_t tar_len,
+			    char **ret, size_t *ret_len, char *errbuf,
+			    size_t errlen)
+{
+	_cleanup_(archive_read_freep) struct archive *a = NULL;
+	_cleanup_free_ char *json = NULL;
+	struct archive_entry *ae;
+	const char *name;
+	la_int64_t size;
+	la_ssize_t n;
+
+	a = archive_read_new();
+	if (!a)
+		return -ENOMEM;
+	if (archive_read_support_format_tar(a) != ARCHIVE_OK ||
+	    archive_read_support_filter_none(a) != ARCHIVE_OK)
+		return -ENOMEM;
+	if (archive_read_open_memory(a, tar, tar_len) != ARCHIVE_OK ||
+	    archive_read_next_header(a, &ae) != ARCHIVE_OK)
+		return toc_fail(errbuf, errlen,
+				"toc: the eStargz table is not a tar entry");
+	name = archive_entry_pathname(ae);
+	if (!name || strcmp(name, ESTARGZ_TOC_NAME) != 0 ||
+	    archive_entry_filetype(ae) != AE_IFREG)
+		return toc_fail(errbuf, errlen,
+				"toc: the eStargz table's tar entry is not a "
+				"file named " ESTARGZ_TOC_NAME);
+	size = archive_entry_size(ae);
+	if (size <= 0 || size > (la_int64_t)TOC_MAX_BYTES)
+		return toc_fail(errbuf, errlen,
+				"toc: eStargz table of %" PRId64 " bytes",
+				(int64_t)size);
+	json = malloc((size_t)size);
+	if (!json)
+		return -ENOMEM;
+	n = archive_read_data(a, json, (size_t)size);
+	if (n != size)
+		return toc_fail(errbuf, errlen,
+				"toc: the eStargz table's tar entry is cut "
+				"short");
+	*ret = TAKE_PTR(json);
+	*ret_len = (size_t)size;
+	return 0;
+}
+
+static int toc_digest_check(const void *buf, size_t len, const char *want,
+			    const char *what, char *errbuf, size_t errlen)
+{
+	char have[DIGEST_STRING_MAX];
+	int r = digest_buffer(buf, len, have);
+
+	if (r < 0)
+		return r;
+	if (strcmp(have, want) != 0)
+		return toc_fail(errbuf, errlen,
+				"toc: %s has digest %s, the manifest says %s",
+				what, have, want);
+	return 0;
+}
+
+int toc_parse(const struct toc_layer *tl, const struct toc_range *where,
+	      const void *buf, size_t len, const struct layer_limits *lim,
+	      struct toc **ret, char *errbuf, size_t errlen)
+{
+	_cleanup_free_ unsigned char *tar = NULL;
+	_cleanup_free_ char *json = NULL;
+	size_t tar_len = 0, json_len = 0;
+	uint64_t data_end;
+	int r;
+
+	if (errbuf && errlen > 0)
+		errbuf[0] = '\0';
+	if (len != where->length || where->offset > tl->blob_size ||
+	    where->length > tl->blob_size - where->offset)
+		return toc_fail(errbuf, errlen,
+				"toc: %zu bytes given for a table of %" PRIu64
+				" at %" PRIu64,
+				len, where->length, where->offset);
+
+	switch (tl->format) {
+	case TOC_ESTARGZ:
+		r = estargz_inflate_toc(buf, len, &tar, &tar_len, errbuf,
+					errlen);
+		if (r < 0)
+			return r;
+		r = estargz_toc_json(tar, tar_len, &json, &json_len, errbuf,
+				     errlen);
+		if (r < 0)
+			return r;
+		r = toc_digest_check(json, json_len, tl->digest,
+				     "the eStargz table", errbuf, errlen);
+		if (r < 0)
+			return r;
+		data_end = where->offset;
+		break;
+	case TOC_ZSTD_CHUNKED: {
+		size_t n;
+
+		r = toc_digest_check(buf, len, tl->digest,
+				     "the zstd:chunked manifest", errbuf,
+				     errlen);
+		if (r < 0)
+			return r;
+		if (tl->zc_uncompressed > TOC_MAX_BYTES)
+			return toc_fail(errbuf, errlen,
+					"toc: zstd:chunked manifest larger "
+					"than %u bytes",
+					TOC_MAX_BYTES);
+		json_len = (size_t)tl->zc_uncompressed;
+		json = malloc(json_len);
+		if (!json)
+			return -ENOMEM;
+		n = ZSTD_decompress(json, json_len, buf, len);
+		if (ZSTD_isError(n) || n != json_len)
+			return toc_fail(errbuf, errlen,
+					"toc: zstd:chunked manifest does not "
+					"decompress to %zu bytes%s%s",
+					json_len, ZSTD_isError(n) ? ": " : "",
+					ZSTD_isError(n) ? ZSTD_getErrorName(n)
+							: "");
+		/* the manifest's skippable frame header comes first */
+		data_end = where->offset - MIN(where->offset,
+					       (uint64_t)ZSTD_SKIPPABLE_HEADER);
+		break;
+	}
+	default:
+		return -EINVAL;
+	}
+	return toc_from_json(tl, json, json_len, data_end, lim, ret,
+			     errbuf, errlen);
+}
+
+/* ---- chunks ----------------------------------------------------------- */
+
+static int gzip_chunk(const struct toc_chunk *c, const unsigned char *src,
+		      size_t src_len, unsigned char *dst, char *errbuf,
+		      size_t errlen)
+{
+	_cleanup_(inflate_endp) z_stream *z = NULL;
+	unsigned char scratch[16 << 10];
+	uint64_t skip = c->inner_offset, want = c->size;
+	int r, zr = Z_OK;
+
+	r = inflate_begin(&z);
+	if (r < 0)
+		return r;
+	/* The member goes on past the chunk (tar headers of the next
+	 * entries, other files sharing it): stop once the chunk is out. */
+	while (skip > 0 || want > 0) {
+		if (skip > 0) {
+			z->next_out = scratch;
+			z->avail_out = (uInt)MIN(skip, (uint64_t)sizeof(scratch));
+		} else {
+			z->next_out = dst;
+			z->avail_out = (uInt)MIN(want, (uint64_t)UINT32_MAX);
+		}
+		inflate_feed(z, &src, &src_len);
+		{
+			uInt before = z->avail_out;
+
+			zr = inflate(z, Z_NO_FLUSH);
+			if (skip > 0) {
+				skip -= before - z->avail_out;
+			} else {
+				want -= before - z->avail_out;
+				dst += before - z->avail_out;
+			}
+			if (zr != Z_OK)
+				break;
+		}
+	}
+	if (skip > 0 || want > 0)
+		return toc_fail(errbuf, errlen,
+				"toc: gzip chunk at %" PRIu64 " %s",
+				c->blob_offset,
+				zr == Z_OK || zr == Z_BUF_ERROR ||
+						zr == Z_STREAM_END
+					? "ends early"
+					: "is corrupt");
+	return 0;
+}
+
+static void zstd_dctx_freep(ZSTD_DCtx **d)
+{
+	ZSTD_freeDCtx(*d);
+}
+
+/* Like gzip_chunk: the frames may go on past the chunk (stargz's own zstd
+ * writer puts the next tar header in the chunk's frame). */
+static int zstd_chunk(const struct toc_chunk *c, const unsigned char *src,
+		      size_t src_len, unsigned char *dst, char *errbuf,
+		      size_t errlen)
+{
+	_cleanup_(zstd_dctx_freep) ZSTD_DCtx *d = ZSTD_createDCtx();
+	unsigned char scratch[16 << 10];
+	ZSTD_inBuffer in = {src, src_len, 0};
+	uint64_t skip = c->inner_offset, want = c->size;
+	size_t zr = 0;
+
+	if (!d)
+		return -ENOMEM;
+	while (skip > 0 || want > 0) {
+		ZSTD_outBuffer out;
+
+		if (skip > 0)
+			out = (ZSTD_outBuffer){scratch,
+					       (size_t)MIN(skip, (uint64_t)sizeof(scratch)), 0};
+		else
+			out = (ZSTD_outBuffer){dst, (size_t)want, 0};
+		zr = ZSTD_decompressStream(d, &out, &in);
+		if (ZSTD_isError(zr))
+			break;
+		if (skip > 0) {
+			skip -= out.pos;
+		} else {
+			want -= out.pos;
+			dst += out.pos;
+		}
+		if (out.pos == 0 && in.pos == in.size)
+			break;
+	}
+	if (skip > 0 || want > 0)
+		return toc_fail(errbuf, errlen,
+				"toc: zstd chunk at %" PRIu64 " %s%s",
+				c->blob_offset,
+				ZSTD_isError(zr) ? "is corrupt: " : "ends early",
+				ZSTD_isError(zr) ? ZSTD_getErrorName(zr) : "");
+	return 0;
+}
+
+int toc_chunk_decompress(enum toc_format f, const struct toc_chunk *c,
+			 const void *src, size_t src_len, void *dst,
+			 char *errbuf, size_t errlen)
+{
+	int r;
+
+	if (errbuf && errlen > 0)
+		errbuf[0] = '\0';
+	if (src_len != c->blob_length)
+		return toc_fail(errbuf, errlen,
+				"toc: %zu bytes given for a chunk of %" PRIu64,
+				src_len, c->blob_length);
+	if (c->size > SIZE_MAX)
+		return -ENOMEM;
+	switch (f) {
+	case TOC_ESTARGZ:
+		r = gzip_chunk(c, src, src_len, dst, errbuf, errlen);
+		if (r < 0)
+			return r;
+		break;
+	case TOC_ZSTD_CHUNKED:
+		r = zstd_chunk(c, src, src_len, dst, errbuf, errlen);
+		if (r < 0)
+			return r;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (c->digest[0])
+		return toc_digest_check(dst, (size_t)c->size, c->digest,
+					"chunk", errbuf, errlen);
+	return 0;
+}

@@ -1,0 +1,836 @@
+/* The entries of a lazy image's table of contents.  eStargz and
+ * zstd:chunked share one JSON shape (inherited from stargz): an array of
+ * entries in tar order, a regular file followed by "chunk" entries for
+ * the rest of its content.  Each entry becomes a struct layer_entry under
+ * the rules of layerrules.c, each file's chunks are checked to cover it
+ * exactly, and every chunk's compressed bytes are placed in the blob:
+ *   eStargz: a chunk starts a gzip member at `offset` (or lies
+ *     `innerOffset` bytes into one), which ends where the next member of
+ *     the blob starts, the last one where the table starts;
+ *   zstd:chunked: a chunk is the zstd frames from `offset` to the next
+ *     chunk's offset, the last one to the file's `endOffset`. */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sysmacros.h>
+
+#include "errname.h"
+#include "layer-private.h"
+#include "macro.h"
+#include "toc-private.h"
+
+/* A chunk larger than this is refused (the layer is then pulled whole):
+ * callers decompress a chunk into memory. */
+#define TOC_MAX_CHUNK (256u << 20)
+
+#define ESTARGZ_PREFETCH_LANDMARK ".prefetch.landmark"
+#define ESTARGZ_NO_PREFETCH_LANDMARK ".no.prefetch.landmark"
+#define ESTARGZ_TOC_NAME "stargz.index.json"
+
+struct build {
+	enum toc_format f;
+	bool stargz_files;
+	uint64_t data_end;
+	uint64_t max_entries, max_expanded, expanded;
+	uint32_t max_path;
+	struct toc *t;
+	size_t cap_entries, cap_chunks;
+	size_t *first; /* becomes t->first_chunk */
+	size_t cap_first;
+	struct layer_places places;
+	/* the file whose "chunk" entries may follow */
+	bool open;
+	const char *open_name; /* its name as the JSON spells it */
+	size_t open_first;     /* its first chunk in t->chunks */
+	uint64_t open_size, open_end;
+	const char *open_digest; /* of the whole file, or NULL */
+	bool open_kept;		 /* an entry of the tree, not a marker */
+	/* eStargz: gzip members of content no entry keeps (the landmarks,
+	 * whiteouts with data), which still end the members before them */
+	uint64_t *orphans;
+	size_t n_orphans, cap_orphans;
+	size_t where; /* index of the JSON entry being read */
+	char *errbuf;
+	size_t errlen;
+};
+
+#define bfail(b, fmt, ...)                                                    \
+	toc_fail((b)->errbuf, (b)->errlen, "toc: entries[%zu]: " fmt,         \
+		 (b)->where, ##__VA_ARGS__)
+
+static void *grow(void *p, size_t *cap, size_t need, size_t size)
+{
+	size_t n;
+	void *q;
+
+	if (need <= *cap)
+		return p;
+	n = MAX(*cap * 2, MAX(need, (size_t)64));
+	q = reallocarray(p, n, size);
+	if (q)
+		*cap = n;
+	return q;
+}
+
+/* ---- JSON members ------------------------------------------------------- */
+
+/* An optional integer member in [0, max]; absent is 0. */
+static int get_uint(struct build *b, json_t *o, const char *key, uint64_t max,
+		    uint64_t *ret)
+{
+	json_t *v = json_object_get(o, key);
+	json_int_t n;
+
+	*ret = 0;
+	if (!v)
+		return 0;
+	if (!json_is_integer(v))
+		return bfail(b, "%s is not an integer", key);
+	n = json_integer_value(v);
+	if (n < 0 || (uint64_t)n > max)
+		return bfail(b, "%s %" PRId64 " is out of range", key,
+			     (int64_t)n);
+	*ret = (uint64_t)n;
+	return 0;
+}
+
+/* An optional string member; absent is NULL. */
+static int get_str(struct build *b, json_t *o, const char *key,
+		   const char **ret)
+{
+	json_t *v = json_object_get(o, key);
+
+	*ret = NULL;
+	if (!v)
+		return 0;
+	if (!json_is_string(v))
+		return bfail(b, "%s is not a string", key);
+	*ret = json_string_value(v);
+	return 0;
+}
+
+static int get_digest(struct build *b, json_t *o, const char *key,
+		      const char **ret)
+{
+	int r = get_str(b, o, key, ret);
+
+	if (r < 0)
+		return r;
+	if (*ret && !digest_is_valid(*ret))
+		return bfail(b, "%s is not a sha256 digest", key);
+	return 0;
+}
+
+static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
+{
+	/* days since 1970-01-01 in the proleptic Gregorian calendar, with
+	 * March as the first month so that leap days come last */
+	int64_t era, yoe, doy, doe;
+
+	y -= m <= 2;
+	era = (y >= 0 ? y : y - 399) / 400;
+	yoe = y - era * 400;
+	doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+	doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+	return era * 146097 + doe - 719468;
+}
+
+static bool digits(const char *s, size_t n, unsigned *ret)
+{
+	unsigned v = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+		v = v * 10 + (unsigned)(s[i] - '0');
+	}
+	*ret = v;
+	return true;
+}
+
+/* RFC 3339 as Go writes it: "2006-01-02T15:04:05[.999999999](Z|+07:00)". */
+static int rfc3339_parse(const char *s, int64_t *ret_sec, uint32_t *ret_nsec)
+{
+	static const unsigned mdays[] = {31, 29, 31, 30, 31, 30,
+					 31, 31, 30, 31, 30, 31};
+	unsigned y, mo, d, h, mi, se, nsec = 0, oh = 0, om = 0;
+	int64_t off = 0, sec;
+	const char *p;
+
+	if (strlen(s) < 20 || !digits(s, 4, &y) || s[4] != '-' ||
+	    !digits(s + 5, 2, &mo) || s[7] != '-' || !digits(s + 8, 2, &d) ||
+	    s[10] != 'T' || !digits(s + 11, 2, &h) || s[13] != ':' ||
+	    !digits(s + 14, 2, &mi) || s[16] != ':' ||
+	    !digits(s + 17, 2, &se))
+		return -EBADMSG;
+	if (mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] || h > 23 ||
+	    mi > 59 || se > 59)
+		return -EBADMSG;
+	if (mo == 2 && d == 29 && !(y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)))
+		return -EBADMSG;
+	p = s + 19;
+	if (*p == '.') {
+		unsigned n = 0, scale = 100000000;
+
+		for (p++; *p >= '0' && *p <= '9'; p++, n++) {
+			nsec += (unsigned)(*p - '0') * scale;
+			scale /= 10;
+		}
+		if (n == 0)
+			return -EBADMSG;
+	}
+	if (*p == 'Z') {
+		p++;
+	} else if (*p == '+' || *p == '-') {
+		if (!digits(p + 1, 2, &oh) || p[3] != ':' ||
+		    !digits(p + 4, 2, &om) || oh > 23 || om > 59)
+			return -EBADMSG;
+		off = (int64_t)(oh * 3600 + om * 60) * (*p == '-' ? -1 : 1);
+		p += 6;
+	} else {
+		return -EBADMSG;
+	}
+	if (*p != '\0')
+		return -EBADMSG;
+	sec = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se;
+	*ret_sec = sec - off;
+	*ret_nsec = nsec;
+	return 0;
+}
+
+static int base64_value(int c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	if (c == '+')
+		return 62;
+	if (c == '/')
+		return 63;
+	return -1;
+}
+
+/* Standard base64 with padding, as Go's encoding/json writes []byte.
+ * Returns the decoded length, or -1. */
+static ssize_t base64_decode(const char *s, size_t len, unsigned char *out)
+{
+	size_t n = 0;
+
+	if (len % 4 != 0)
+		return -1;
+	for (size_t i = 0; i < len; i += 4) {
+		int v[4];
+		size_t pad = 0;
+
+		for (size_t k = 0; k < 4; k++) {
+			if (s[i + k] == '=' && i + 4 == len && k >= 2) {
+				v[k] = 0;
+				pad++;
+				continue;
+			}
+			if (pad)
+				return -1;
+			v[k] = base64_value((unsigned char)s[i + k]);
+			if (v[k] < 0)
+				return -1;
+		}
+		if (pad == 2 && s[i + 3] != '=')
+			return -1;
+		out[n++] = (unsigned char)(v[0] << 2 | v[1] >> 4);
+		if (pad < 2)
+			out[n++] = (unsigned char)(v[1] << 4 | v[2] >> 2);
+		if (pad < 1)
+			out[n++] = (unsigned char)(v[2] << 6 | v[3]);
+	}
+	return (ssize_t)n;
+}
+
+static int get_xattrs(struct build *b, json_t *o, struct layer_entry *e)
+{
+	json_t *x = json_object_get(o, "xattrs"), *v;
+	const char *name;
+	size_t n;
+
+	if (!x)
+		return 0;
+	if (!json_is_object(x))
+		return bfail(b, "xattrs is not an object");
+	n = json_object_size(x);
+	if (n == 0)
+		return 0;
+	if (n > LAYER_XATTRS_PER_ENTRY)
+		return bfail(b, "more than %u xattrs", LAYER_XATTRS_PER_ENTRY);
+	e->xattrs = calloc(n, sizeof(*e->xattrs));
+	if (!e->xattrs)
+		return -ENOMEM;
+	json_object_foreach(x, name, v) {
+		struct layer_xattr *xa = &e->xattrs[e->n_xattrs];
+		size_t len;
+		ssize_t size;
+
+		if (!json_is_string(v))
+			return bfail(b, "xattr \"%.100s\" is not a string",
+				     name);
+		len = json_string_length(v);
+		if (name[0] == '\0' || strlen(name) > LAYER_XATTR_NAME_MAX ||
+		    len / 4 * 3 > LAYER_XATTR_SIZE_MAX + 2)
+			return bfail(b, "bad xattr \"%.100s\"", name);
+		xa->name = strdup(name);
+		/* +1 so a zero-length value still owns a distinct pointer */
+		xa->value = malloc(len / 4 * 3 + 1);
+		e->n_xattrs++;
+		if (!xa->name || !xa->value)
+			return -ENOMEM;
+		size = base64_decode(json_string_value(v), len, xa->value);
+		if (size < 0 || size > (ssize_t)LAYER_XATTR_SIZE_MAX)
+			return bfail(b, "xattr \"%.100s\" is not base64 of at "
+					"most %u bytes",
+				     name, LAYER_XATTR_SIZE_MAX);
+		xa->size = (uint32_t)size;
+	}
+	return 0;
+}
+
+/* ---- chunks -------------------------------------------------------------- */
+
+/* One chunk of the open file from an entry ("reg" for the first). */
+static int chunk_add(struct build *b, json_t *o, const struct layer_entry *e)
+{
+	struct toc *t = b->t;
+	struct toc_chunk *c;
+	const char *digest, *type;
+	uint64_t end;
+	int r;
+
+	t->chunks = grow(t->chunks, &b->cap_chunks, t->n_chunks + 1,
+			 sizeof(*t->chunks));
+	if (!t->chunks)
+		return -ENOMEM;
+	c = &t->chunks[t->n_chunks];
+	*c = (struct toc_chunk){0};
+	if ((r = get_uint(b, o, "chunkOffset", INT64_MAX, &c->offset)) < 0 ||
+	    (r = get_uint(b, o, "chunkSize", TOC_MAX_CHUNK, &c->size)) < 0 ||
+	    (r = get_uint(b, o, "offset", INT64_MAX, &c->blob_offset)) < 0 ||
+	    (r = get_uint(b, o, "endOffset", INT64_MAX, &end)) < 0 ||
+	    (r = get_uint(b, o, "innerOffset", INT64_MAX, &c->inner_offset)) < 0 ||
+	    (r = get_digest(b, o, "chunkDigest", &digest)) < 0 ||
+	    (r = get_str(b, o, "chunkType", &type)) < 0)
+		return r;
+	if (b->f == TOC_ZSTD_CHUNKED) {
+		if (type && type[0] && strcmp(type, "zeros") != 0)
+			return bfail(b, "unknown chunkType \"%.50s\"", type);
+		/* a file's endOffset ends its last chunk; a chunk's own
+		 * (written by no tool yet) ends that chunk */
+		if (e)
+			b->open_end = end;
+		else
+			c->blob_length = end; /* made a length by file_close */
+	}
+	if (digest)
+		strcpy(c->digest, digest);
+	t->n_chunks++;
+	return 0;
+}
+
+/* The open file is complete: its chunks must tile it. */
+static int file_close(struct build *b)
+{
+	struct toc *t = b->t;
+	struct toc_chunk *cs = t->chunks + b->open_first;
+	size_t n = t->n_chunks - b->open_first;
+	uint64_t at = 0;
+
+	if (!b->open)
+		return 0;
+	b->open = false;
+	for (size_t i = 0; i < n; i++) {
+		struct toc_chunk *c = &cs[i];
+		uint64_t next = i + 1 < n ? cs[i + 1].offset : b->open_size;
+
+		if (c->offset != at || next < at)
+			return toc_fail(b->errbuf, b->errlen,
+					"toc: chunks of \"%.200s\" do not "
+					"follow each other",
+					b->open_name);
+		/* a size of 0 is "up to the next chunk" */
+		if (c->size == 0)
+			c->size = next - at;
+		if (c->size == 0 || c->size != next - at ||
+		    c->size > TOC_MAX_CHUNK)
+			return toc_fail(b->errbuf, b->errlen,
+					"toc: chunk at %" PRIu64 " of \"%.200s\" "
+					"has a bad size",
+					at, b->open_name);
+		at += c->size;
+		if (b->f == TOC_ZSTD_CHUNKED) {
+			uint64_t end = c->blob_length;
+
+			if (end == 0)
+				end = i + 1 < n ? cs[i + 1].blob_offset
+						: b->open_end;
+			/* no end given (stargz's writer): member_ends() */
+			c->blob_length = end ? end - c->blob_offset : 0;
+			if (end && end <= c->blob_offset)
+				return toc_fail(b->errbuf, b->errlen,
+						"toc: chunk at %" PRIu64
+						" of \"%.200s\" ends before it "
+						"starts",
+						c->offset, b->open_name);
+		}
+	}
+	if (at != b->open_size)
+		return toc_fail(b->errbuf, b->errlen,
+				"toc: chunks of \"%.200s\" cover %" PRIu64
+				" of its %" PRIu64 " bytes",
+				b->open_name, at, b->open_size);
+	/* a file in one piece: its digest is the chunk's */
+	if (n == 1 && !cs[0].digest[0] && b->open_digest)
+		strcpy(cs[0].digest, b->open_digest);
+	if (b->open_kept)
+		return 0;
+	/* content of something that is not a file of the tree: only where
+	 * its gzip members start matters */
+	for (size_t i = 0; i < n; i++) {
+		b->orphans = grow(b->orphans, &b->cap_orphans,
+				  b->n_orphans + 1, sizeof(*b->orphans));
+		if (!b->orphans)
+			return -ENOMEM;
+		b->orphans[b->n_orphans++] = cs[i].blob_offset;
+	}
+	t->n_chunks = b->open_first;
+	return 0;
+}
+
+/* ---- entries ------------------------------------------------------------- */
+
+static const struct {
+	const char *name;
+	enum layer_entry_type type;
+} entry_types[] = {
+	{"reg", LAYER_ENTRY_REG},	  {"dir", LAYER_ENTRY_DIR},
+	{"symlink", LAYER_ENTRY_SYMLINK}, {"hardlink", LAYER_ENTRY_HARDLINK},
+	{"char", LAYER_ENTRY_CHR},	  {"block", LAYER_ENTRY_BLK},
+	{"fifo", LAYER_ENTRY_FIFO},
+};
+
+static int entry_type(struct build *b, const char *s,
+		      enum layer_entry_type *ret)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(entry_types); i++)
+		if (strcmp(s, entry_types[i].name) == 0) {
+			*ret = entry_types[i].type;
+			return 0;
+		}
+	return bfail(b, "unknown type \"%.50s\"", s);
+}
+
+/* eStargz's own files: the table and the landmarks are no part of the
+ * image's tree. */
+static bool estargz_own(const struct layer_entry *e)
+{
+	return strcmp(e->path, ESTARGZ_TOC_NAME) == 0 ||
+	       strcmp(e->path, ESTARGZ_PREFETCH_LANDMARK) == 0 ||
+	       strcmp(e->path, ESTARGZ_NO_PREFETCH_LANDMARK) == 0;
+}
+
+static int entry_fill(struct build *b, json_t *o, const char *name,
+		      enum layer_entry_type type, struct layer_entry *e)
+{
+	const char *mtime, *link, *digest;
+	uint64_t v, major, minor;
+	int r;
+
+	r = layer_normalise(name, b->max_path, &e->path, b->errbuf, b->errlen);
+	if (r < 0)
+		return r;
+	e->type = (uint8_t)type;
+	if ((r = get_uint(b, o, "mode", UINT32_MAX, &v)) < 0)
+		return r;
+	e->mode = (uint32_t)v & 07777;
+	if ((r = get_uint(b, o, "uid", UINT32_MAX, &v)) < 0)
+		return r;
+	e->uid = (uint32_t)v;
+	if ((r = get_uint(b, o, "gid", UINT32_MAX, &v)) < 0)
+		return r;
+	e->gid = (uint32_t)v;
+	if ((r = get_str(b, o, "modtime", &mtime)) < 0)
+		return r;
+	if (mtime && rfc3339_parse(mtime, &e->mtime_sec, &e->mtime_nsec) < 0)
+		return bfail(b, "modtime \"%.50s\" is not RFC 3339", mtime);
+
+	r = layer_whiteout(e, b->errbuf, b->errlen);
+	if (r != 0)
+		return r;
+	if (e->type == LAYER_ENTRY_WHITEOUT || e->type == LAYER_ENTRY_OPAQUE)
+		return 0;
+
+	if ((r = get_str(b, o, "linkName", &link)) < 0)
+		return r;
+	switch (type) {
+	case LAYER_ENTRY_SYMLINK:
+		if (!link)
+			return bfail(b, "symlink without linkName");
+		if (strlen(link) > b->max_path)
+			return bfail(b, "symlink target longer than %" PRIu32
+					" bytes",
+				     b->max_path);
+		e->link = strdup(link);
+		if (!e->link)
+			return -ENOMEM;
+		break;
+	case LAYER_ENTRY_HARDLINK:
+		if (!link)
+			return bfail(b, "hardlink without linkName");
+		r = layer_hardlink_target(&b->places, link, b->max_path, e,
+					  b->errbuf, b->errlen);
+		if (r < 0)
+			return r;
+		break;
+	case LAYER_ENTRY_CHR:
+	case LAYER_ENTRY_BLK:
+		if ((r = get_uint(b, o, "devMajor", UINT32_MAX, &major)) < 0 ||
+		    (r = get_uint(b, o, "devMinor", UINT32_MAX, &minor)) < 0)
+			return r;
+		e->rdev = makedev((unsigned)major, (unsigned)minor);
+		break;
+	case LAYER_ENTRY_REG:
+		if ((r = get_uint(b, o, "size", INT64_MAX, &e->size)) < 0)
+			return r;
+		if (e->size > b->max_expanded - b->expanded)
+			return bfail(b, "more than %" PRIu64
+					" bytes of file content",
+				     b->max_expanded);
+		b->expanded += e->size;
+		if ((r = get_digest(b, o, "digest", &digest)) < 0)
+			return r;
+		if (digest && e->size > 0) {
+			e->object = strdup(digest_hex(digest));
+			if (!e->object)
+				return -ENOMEM;
+		}
+		break;
+	default:
+		break;
+	}
+	if (e->type != LAYER_ENTRY_DIR && e->path[0] == '\0')
+		return bfail(b, "root entry is not a directory");
+	return get_xattrs(b, o, e);
+}
+
+static int entry_push(struct build *b, struct layer_entry *e)
+{
+	struct layer_index *li = b->t->index;
+
+	if (li->n_entries >= b->max_entries)
+		return toc_fail(b->errbuf, b->errlen,
+				"toc: more than %" PRIu64 " entries",
+				b->max_entries);
+	li->entries = grow(li->entries, &b->cap_entries, li->n_entries + 1,
+			   sizeof(*li->entries));
+	if (!li->entries)
+		return -ENOMEM;
+	b->first = grow(b->first, &b->cap_first, li->n_entries + 2,
+			sizeof(*b->first));
+	if (!b->first)
+		return -ENOMEM;
+	/* a file's first chunk is already there */
+	b->first[li->n_entries] = e->type == LAYER_ENTRY_REG && e->size > 0
+					  ? b->open_first
+					  : b->t->n_chunks;
+	li->entries[li->n_entries++] = *e;
+	return layer_places_add(&b->places, &li->entries[li->n_entries - 1]);
+}
+
+static int entry_next(struct build *b, json_t *o)
+{
+	struct layer_entry e = {0};
+	enum layer_entry_type type = LAYER_ENTRY_REG;
+	const char *name, *tname;
+	bool reg, kept = true;
+	int r;
+
+	if (!json_is_object(o))
+		return bfail(b, "not an object");
+	if ((r = get_str(b, o, "name", &name)) < 0 ||
+	    (r = get_str(b, o, "type", &tname)) < 0)
+		return r;
+	if (!name || !tname)
+		return bfail(b, "without %s", name ? "type" : "name");
+
+	if (strcmp(tname, "chunk") == 0) {
+		if (!b->open || strcmp(name, b->open_name) != 0)
+			return bfail(b, "chunk of \"%.200s\", which is not the "
+					"file before it",
+				     name);
+		return chunk_add(b, o, NULL);
+	}
+	r = file_close(b);
+	if (r < 0)
+		return r;
+	r = entry_type(b, tname, &type);
+	if (r < 0)
+		return r;
+
+	r = entry_fill(b, o, name, type, &e);
+	if (r == 1) {
+		kept = false; /* an aufs internal */
+		r = 0;
+	}
+	if (r == 0 && kept && b->stargz_files && estargz_own(&e)) {
+		if (strcmp(e.path, ESTARGZ_PREFETCH_LANDMARK) == 0)
+			r = get_uint(b, o, "offset", INT64_MAX,
+				     &b->t->prefetch_end);
+		kept = false;
+	}
+	if (r == 0 && kept)
+		r = layer_places_check(&b->places, &e, b->errbuf, b->errlen);
+	if (r < 0) {
+		layer_entry_clear(&e);
+		return r;
+	}
+
+	/* a file with content opens for its chunks, whatever becomes of
+	 * the entry: its gzip members still bound the others */
+	reg = type == LAYER_ENTRY_REG;
+	if (reg) {
+		uint64_t size = e.size;
+
+		if (e.type != LAYER_ENTRY_REG &&
+		    (r = get_uint(b, o, "size", INT64_MAX, &size)) < 0) {
+			layer_entry_clear(&e);
+			return r;
+		}
+		b->open = true;
+		b->open_name = name;
+		b->open_first = b->t->n_chunks;
+		b->open_size = size;
+		b->open_end = 0;
+		b->open_kept = kept && e.type == LAYER_ENTRY_REG;
+		b->open_digest = NULL;
+		get_digest(b, o, "digest", &b->open_digest);
+		if (size > 0) {
+			r = chunk_add(b, o, &e);
+			if (r < 0) {
+				layer_entry_clear(&e);
+				return r;
+			}
+		}
+	}
+	if (!kept) {
+		layer_entry_clear(&e);
+		return 0;
+	}
+	r = entry_push(b, &e);
+	if (r < 0)
+		layer_entry_clear(&e);
+	return r;
+}
+
+/* ---- the blob -------------------------------------------------------------- */
+
+static int u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int chunk_place_cmp(const void *a, const void *b)
+{
+	const struct toc_chunk *x = *(const struct toc_chunk *const *)a;
+	const struct toc_chunk *y = *(const struct toc_chunk *const *)b;
+
+	if (x->blob_offset != y->blob_offset)
+		return x->blob_offset < y->blob_offset ? -1 : 1;
+	return x->inner_offset < y->inner_offset   ? -1
+	       : x->inner_offset > y->inner_offset ? 1
+						   : 0;
+}
+
+/* Where a chunk's compressed bytes end when the table does not say (all
+ * of eStargz, stargz's zstd): where the next gzip member or zstd frame of
+ * the blob starts, the last one where the table starts.  Every chunk must
+ * lie before the table. */
+static int member_ends(struct build *b)
+{
+	struct toc *t = b->t;
+	_cleanup_free_ uint64_t *starts = NULL;
+	size_t n = 0;
+
+	starts = reallocarray(NULL, t->n_chunks + b->n_orphans + 1,
+			      sizeof(*starts));
+	if (!starts)
+		return -ENOMEM;
+	for (size_t i = 0; i < t->n_chunks; i++)
+		starts[n++] = t->chunks[i].blob_offset;
+	for (size_t i = 0; i < b->n_orphans; i++)
+		starts[n++] = b->orphans[i];
+	qsort(starts, n, sizeof(*starts), u64_cmp);
+	for (size_t i = 0; i < t->n_chunks; i++) {
+		struct toc_chunk *c = &t->chunks[i];
+		uint64_t *k, end = b->data_end;
+
+		if (c->blob_offset >= b->data_end ||
+		    c->blob_length > b->data_end - c->blob_offset)
+			return toc_fail(b->errbuf, b->errlen,
+					"toc: chunk at %" PRIu64 " of the blob "
+					"is not before the table at %" PRIu64,
+					c->blob_offset, b->data_end);
+		if (c->blob_length)
+			continue;
+		k = bsearch(&c->blob_offset, starts, n, sizeof(*starts),
+			    u64_cmp);
+		/* bsearch may land on any of equal starts: go past them */
+		while (k + 1 < starts + n && k[1] == c->blob_offset)
+			k++;
+		if (k + 1 < starts + n)
+			end = k[1];
+		c->blob_length = end - c->blob_offset;
+	}
+	return 0;
+}
+
+/* No two chunks share compressed bytes, but for eStargz's small files
+ * that share one gzip member at distinct inner offsets. */
+static int chunks_disjoint(struct build *b)
+{
+	struct toc *t = b->t;
+	_cleanup_free_ struct toc_chunk **order = NULL;
+
+	if (t->n_chunks < 2)
+		return 0;
+	order = reallocarray(NULL, t->n_chunks, sizeof(*order));
+	if (!order)
+		return -ENOMEM;
+	for (size_t i = 0; i < t->n_chunks; i++)
+		order[i] = &t->chunks[i];
+	qsort(order, t->n_chunks, sizeof(*order), chunk_place_cmp);
+	for (size_t i = 1; i < t->n_chunks; i++) {
+		const struct toc_chunk *x = order[i - 1], *y = order[i];
+		bool ok;
+
+		if (x->blob_offset == y->blob_offset)
+			ok = x->inner_offset + x->size <= y->inner_offset;
+		else
+			ok = x->blob_length <= y->blob_offset - x->blob_offset;
+		if (!ok)
+			return toc_fail(b->errbuf, b->errlen,
+					"toc: chunks at %" PRIu64 " and %" PRIu64
+					" of the blob overlap",
+					x->blob_offset, y->blob_offset);
+	}
+	return 0;
+}
+
+int toc_from_json(const struct toc_layer *tl, const char *json, size_t len,
+		  uint64_t data_end, const struct layer_limits *lim,
+		  struct toc **ret, char *errbuf, size_t errlen)
+{
+	_cleanup_(json_decrefp) json_t *root = NULL;
+	struct build b = {
+		.f = tl->format,
+		.stargz_files = tl->stargz_files,
+		.data_end = data_end,
+		.max_entries = LAYER_DEFAULT_MAX_ENTRIES,
+		.max_expanded = LAYER_DEFAULT_MAX_EXPANDED,
+		.max_path = LAYER_DEFAULT_MAX_PATH,
+		.errbuf = errbuf,
+		.errlen = errlen,
+	};
+	json_t *version, *entries;
+	json_error_t jerr;
+	int r;
+
+	if (lim) {
+		if (lim->max_entries)
+			b.max_entries = lim->max_entries;
+		if (lim->max_expanded_bytes)
+			b.max_expanded = lim->max_expanded_bytes;
+		if (lim->max_path)
+			b.max_path = lim->max_path;
+	}
+	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root) {
+		if (json_error_code(&jerr) == json_error_out_of_memory)
+			return -ENOMEM;
+		return toc_fail(errbuf, errlen,
+				"toc: invalid JSON at line %d column %d: %s",
+				jerr.line, jerr.column, jerr.text);
+	}
+	if (!json_is_object(root))
+		return toc_fail(errbuf, errlen, "toc: not a JSON object");
+	version = json_object_get(root, "version");
+	if (!json_is_integer(version) || json_integer_value(version) != 1)
+		return toc_fail(errbuf, errlen, "toc: version is not 1");
+	entries = json_object_get(root, "entries");
+	if (!json_is_array(entries))
+		return toc_fail(errbuf, errlen, "toc: entries is not an array");
+
+	b.t = calloc(1, sizeof(*b.t));
+	if (!b.t)
+		return -ENOMEM;
+	b.t->format = tl->format;
+	b.t->index = calloc(1, sizeof(*b.t->index));
+	if (!b.t->index) {
+		r = -ENOMEM;
+		goto out;
+	}
+	for (b.where = 0; b.where < json_array_size(entries); b.where++) {
+		r = entry_next(&b, json_array_get(entries, b.where));
+		if (r < 0)
+			goto out;
+	}
+	r = file_close(&b);
+	if (r < 0)
+		goto out;
+	r = member_ends(&b);
+	if (r < 0)
+		goto out;
+	r = chunks_disjoint(&b);
+	if (r < 0)
+		goto out;
+
+	b.first = grow(b.first, &b.cap_first, b.t->index->n_entries + 1,
+		       sizeof(*b.first));
+	if (!b.first) {
+		r = -ENOMEM;
+		goto out;
+	}
+	b.first[b.t->index->n_entries] = b.t->n_chunks;
+	b.t->first_chunk = TAKE_PTR(b.first);
+	*ret = TAKE_PTR(b.t);
+	r = 0;
+out:
+	toc_free(b.t);
+	free(b.first);
+	free(b.orphans);
+	layer_places_done(&b.places);
+	return r;
+}
+
+void toc_free(struct toc *t)
+{
+	if (!t)
+		return;
+	layer_index_free(t->index);
+	free(t->chunks);
+	free(t->first_chunk);
+	free(t);
+}
+
+const struct toc_chunk *toc_entry_chunks(const struct toc *t, size_t i,
+					 size_t *ret_n)
+{
+	if (i >= t->index->n_entries) {
+		*ret_n = 0;
+		return NULL;
+	}
+	*ret_n = t->first_chunk[i + 1] - t->first_chunk[i];
+	return t->chunks + t->first_chunk[i];
+}
