@@ -519,7 +519,9 @@ static int entry_fill(struct build *b, json_t *o, const char *name,
 	return get_xattrs(b, o, e);
 }
 
-static int entry_push(struct build *b, struct layer_entry *e)
+/* first: where the entry's chunks start in t->chunks (a file's are there
+ * already; anything else has none). */
+static int entry_push(struct build *b, struct layer_entry *e, size_t first)
 {
 	struct layer_index *li = b->t->index;
 
@@ -535,10 +537,7 @@ static int entry_push(struct build *b, struct layer_entry *e)
 			sizeof(*b->first));
 	if (!b->first)
 		return -ENOMEM;
-	/* a file's first chunk is already there */
-	b->first[li->n_entries] = e->type == LAYER_ENTRY_REG && e->size > 0
-					  ? b->open_first
-					  : b->t->n_chunks;
+	b->first[li->n_entries] = first;
 	li->entries[li->n_entries++] = *e;
 	return layer_places_add(&b->places, &li->entries[li->n_entries - 1]);
 }
@@ -595,10 +594,11 @@ static int entry_next(struct build *b, json_t *o)
 	 * the entry: its gzip members still bound the others */
 	reg = type == LAYER_ENTRY_REG;
 	if (reg) {
-		uint64_t size = e.size;
+		uint64_t size;
 
-		if (e.type != LAYER_ENTRY_REG &&
-		    (r = get_uint(b, o, "size", INT64_MAX, &size)) < 0) {
+		/* e.size only for what stays a file: markers have content
+		 * too, sometimes */
+		if ((r = get_uint(b, o, "size", INT64_MAX, &size)) < 0) {
 			layer_entry_clear(&e);
 			return r;
 		}
@@ -608,21 +608,21 @@ static int entry_next(struct build *b, json_t *o)
 		b->open_size = size;
 		b->open_end = 0;
 		b->open_kept = kept && e.type == LAYER_ENTRY_REG;
-		b->open_digest = NULL;
-		get_digest(b, o, "digest", &b->open_digest);
-		if (size > 0) {
+		r = get_digest(b, o, "digest", &b->open_digest);
+		if (r == 0 && size > 0)
 			r = chunk_add(b, o, &e);
-			if (r < 0) {
-				layer_entry_clear(&e);
-				return r;
-			}
+		if (r < 0) {
+			layer_entry_clear(&e);
+			return r;
 		}
 	}
 	if (!kept) {
 		layer_entry_clear(&e);
 		return 0;
 	}
-	r = entry_push(b, &e);
+	/* a file's own chunks are there already; an entry that is not a
+	 * file of the tree has none, as its orphans go at file_close() */
+	r = entry_push(b, &e, b->open ? b->open_first : b->t->n_chunks);
 	if (r < 0)
 		layer_entry_clear(&e);
 	return r;

@@ -893,6 +893,10 @@ static void test_wellformed(void **state)
 		E("{\"type\":\"dir\",\"name\":\"d\"},{\"type\":\"dir\",\"name\":\"d/\"}"),
 		E(REG("a", "") ",{\"type\":\"hardlink\",\"name\":\"b\",\"linkName\":\"./a\"}"),
 		E(REG("a/.wh.b", "") "," REG("a/.wh..wh..opq", "") "," REG("a", "")),
+		/* markers with content (found by fuzz-toc) */
+		E(REG(".wh.b", ",\"size\":3,\"offset\":8,\"endOffset\":20") ","
+		  REG(".wh..wh.x", ",\"size\":3,\"offset\":20,\"endOffset\":30") ","
+		  "{\"type\":\"dir\",\"name\":\"d\"}"),
 		"{\"version\":1,\"entries\":[],\"tarSplitDigest\":\"sha256:x\",\"other\":{}}",
 	};
 
