@@ -79,7 +79,8 @@ static int zstd_position_parse(const char *s, struct toc_layer *tl,
 			*colon = '\0';
 		if (parse_uint64(p, &v[i]) < 0)
 			goto bad;
-		p = colon + 1;
+		if (colon)
+			p = colon + 1;
 	}
 	if (v[3] != ZSTD_MANIFEST_TYPE_CRFS)
 		return toc_fail(errbuf, errlen,

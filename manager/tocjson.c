@@ -342,13 +342,16 @@ static int chunk_add(struct build *b, json_t *o, const struct layer_entry *e)
 static int file_close(struct build *b)
 {
 	struct toc *t = b->t;
-	struct toc_chunk *cs = t->chunks + b->open_first;
+	struct toc_chunk *cs;
 	size_t n = t->n_chunks - b->open_first;
 	uint64_t at = 0;
 
 	if (!b->open)
 		return 0;
 	b->open = false;
+	if (n == 0)
+		return 0;
+	cs = t->chunks + b->open_first;
 	for (size_t i = 0; i < n; i++) {
 		struct toc_chunk *c = &cs[i];
 		uint64_t next = i + 1 < n ? cs[i + 1].offset : b->open_size;
