@@ -2,9 +2,8 @@
  * tocjson.c (the JSON entries) share. */
 #pragma once
 
+#include "layer-private.h" /* layer_fail() */
 #include "toc.h"
-
-#define toc_fail(errbuf, errlen, ...) errbuf_fail(-EBADMSG, errbuf, errlen, __VA_ARGS__)
 
 /* Builds the toc from the verified JSON of a table of contents (json,
  * len; not NUL-terminated).  Every chunk must end at or before data_end,

@@ -83,37 +83,37 @@ static int zstd_position_parse(const char *s, struct toc_layer *tl,
 			p = colon + 1;
 	}
 	if (v[3] != ZSTD_MANIFEST_TYPE_CRFS)
-		return toc_fail(errbuf, errlen,
-				"toc: zstd:chunked manifest of type %" PRIu64
-				", not 1",
-				v[3]);
+		return layer_fail(errbuf, errlen,
+				  "toc: zstd:chunked manifest of type %" PRIu64
+				  ", not 1",
+				  v[3]);
 	if (v[1] == 0 || v[2] == 0 || v[0] < ZSTD_SKIPPABLE_HEADER ||
 	    v[0] > tl->blob_size || v[1] > tl->blob_size - v[0])
-		return toc_fail(errbuf, errlen,
-				"toc: zstd:chunked manifest at %" PRIu64
-				"+%" PRIu64 " is not inside the %" PRIu64
-				" byte blob",
-				v[0], v[1], tl->blob_size);
+		return layer_fail(errbuf, errlen,
+				  "toc: zstd:chunked manifest at %" PRIu64
+				  "+%" PRIu64 " is not inside the %" PRIu64
+				  " byte blob",
+				  v[0], v[1], tl->blob_size);
 	if (v[2] > TOC_MAX_BYTES || v[1] > ZSTD_compressBound(TOC_MAX_BYTES))
-		return toc_fail(errbuf, errlen,
-				"toc: zstd:chunked manifest larger than %u "
-				"bytes",
-				TOC_MAX_BYTES);
+		return layer_fail(errbuf, errlen,
+				  "toc: zstd:chunked manifest larger than %u "
+				  "bytes",
+				  TOC_MAX_BYTES);
 	tl->zc_offset = v[0];
 	tl->zc_length = v[1];
 	tl->zc_uncompressed = v[2];
 	return 0;
 bad:
-	return toc_fail(errbuf, errlen,
-			"toc: bad zstd:chunked manifest position \"%.100s\"", s);
+	return layer_fail(errbuf, errlen,
+			  "toc: bad zstd:chunked manifest position \"%.100s\"", s);
 }
 
 static int toc_digest_copy(const char *value, const char *key,
 			   struct toc_layer *tl, char *errbuf, size_t errlen)
 {
 	if (!digest_is_valid(value))
-		return toc_fail(errbuf, errlen,
-				"toc: annotation %s is not a sha256 digest", key);
+		return layer_fail(errbuf, errlen,
+				  "toc: annotation %s is not a sha256 digest", key);
 	strcpy(tl->digest, value);
 	return 0;
 }
@@ -149,10 +149,10 @@ int toc_layer_from_descriptor(const struct descriptor *d,
 		if (!v && !pos)
 			goto out;
 		if (!v || !pos)
-			return toc_fail(errbuf, errlen,
-					"toc: zstd:chunked layer without its "
-					"manifest %s",
-					v ? "position" : "checksum");
+			return layer_fail(errbuf, errlen,
+					  "toc: zstd:chunked layer without its "
+					  "manifest %s",
+					  v ? "position" : "checksum");
 		r = toc_digest_copy(v, key, &tl, errbuf, errlen);
 		if (r < 0)
 			return r;
@@ -229,16 +229,16 @@ static int estargz_locate(const struct toc_layer *tl, const unsigned char *tail,
 		    estargz_footer_parse(tail + tail_len - n, n, &off) < 0)
 			continue;
 		if (off >= tl->blob_size - n)
-			return toc_fail(errbuf, errlen,
-					"toc: eStargz footer places the table "
-					"at %" PRIu64 ", past the end of the "
-					"%" PRIu64 " byte blob",
-					off, tl->blob_size);
+			return layer_fail(errbuf, errlen,
+					  "toc: eStargz footer places the table "
+					  "at %" PRIu64 ", past the end of the "
+					  "%" PRIu64 " byte blob",
+					  off, tl->blob_size);
 		ret->offset = off;
 		ret->length = tl->blob_size - n - off;
 		return 0;
 	}
-	return toc_fail(errbuf, errlen, "toc: no eStargz footer at the end "
+	return layer_fail(errbuf, errlen, "toc: no eStargz footer at the end "
 					"of the blob");
 }
 
@@ -269,10 +269,10 @@ static int zstd_locate(const struct toc_layer *tl, const unsigned char *tail,
 		if (le64(f) != tl->zc_offset || le64(f + 8) != tl->zc_length ||
 		    le64(f + 16) != tl->zc_uncompressed ||
 		    le64(f + 24) != ZSTD_MANIFEST_TYPE_CRFS)
-			return toc_fail(errbuf, errlen,
-					"toc: zstd:chunked footer disagrees "
-					"with the manifest position "
-					"annotation");
+			return layer_fail(errbuf, errlen,
+					  "toc: zstd:chunked footer disagrees "
+					  "with the manifest position "
+					  "annotation");
 		break;
 	}
 	ret->offset = tl->zc_offset;
@@ -286,10 +286,10 @@ int toc_locate(const struct toc_layer *tl, const void *tail, size_t tail_len,
 	if (errbuf && errlen > 0)
 		errbuf[0] = '\0';
 	if (tail_len > tl->blob_size)
-		return toc_fail(errbuf, errlen,
-				"toc: %zu bytes of tail from a %" PRIu64
-				" byte blob",
-				tail_len, tl->blob_size);
+		return layer_fail(errbuf, errlen,
+				  "toc: %zu bytes of tail from a %" PRIu64
+				  " byte blob",
+				  tail_len, tl->blob_size);
 	switch (tl->format) {
 	case TOC_ESTARGZ:
 		return estargz_locate(tl, tail, tail_len, ret, errbuf, errlen);
@@ -364,19 +364,19 @@ static int estargz_inflate_toc(const unsigned char *buf, size_t len,
 		 (z->avail_in > 0 || len > 0));
 	if (zr != Z_STREAM_END) {
 		if (z->avail_out == 0)
-			return toc_fail(errbuf, errlen,
-					"toc: eStargz table larger than %u "
-					"bytes",
-					TOC_MAX_BYTES);
-		return toc_fail(errbuf, errlen,
-				"toc: eStargz table is not one whole gzip "
-				"member%s%s",
-				z->msg ? ": " : "", z->msg ? z->msg : "");
+			return layer_fail(errbuf, errlen,
+					  "toc: eStargz table larger than %u "
+					  "bytes",
+					  TOC_MAX_BYTES);
+		return layer_fail(errbuf, errlen,
+				  "toc: eStargz table is not one whole gzip "
+				  "member%s%s",
+				  z->msg ? ": " : "", z->msg ? z->msg : "");
 	}
 	if (z->avail_in > 0 || len > 0)
-		return toc_fail(errbuf, errlen,
-				"toc: bytes after the gzip member of the eStargz "
-				"table");
+		return layer_fail(errbuf, errlen,
+				  "toc: bytes after the gzip member of the eStargz "
+				  "table");
 	*ret_len = cap - z->avail_out;
 	*ret = TAKE_PTR(out);
 	return 0;
@@ -409,27 +409,27 @@ static int estargz_toc_json(const unsigned char *tar, size_t tar_len,
 		return -ENOMEM;
 	if (archive_read_open_memory(a, tar, tar_len) != ARCHIVE_OK ||
 	    archive_read_next_header(a, &ae) != ARCHIVE_OK)
-		return toc_fail(errbuf, errlen,
-				"toc: the eStargz table is not a tar entry");
+		return layer_fail(errbuf, errlen,
+				  "toc: the eStargz table is not a tar entry");
 	name = archive_entry_pathname(ae);
 	if (!name || strcmp(name, ESTARGZ_TOC_NAME) != 0 ||
 	    archive_entry_filetype(ae) != AE_IFREG)
-		return toc_fail(errbuf, errlen,
-				"toc: the eStargz table's tar entry is not a "
-				"file named " ESTARGZ_TOC_NAME);
+		return layer_fail(errbuf, errlen,
+				  "toc: the eStargz table's tar entry is not a "
+				  "file named " ESTARGZ_TOC_NAME);
 	size = archive_entry_size(ae);
 	if (size <= 0 || size > (la_int64_t)TOC_MAX_BYTES)
-		return toc_fail(errbuf, errlen,
-				"toc: eStargz table of %" PRId64 " bytes",
-				(int64_t)size);
+		return layer_fail(errbuf, errlen,
+				  "toc: eStargz table of %" PRId64 " bytes",
+				  (int64_t)size);
 	json = malloc((size_t)size);
 	if (!json)
 		return -ENOMEM;
 	n = archive_read_data(a, json, (size_t)size);
 	if (n != size)
-		return toc_fail(errbuf, errlen,
-				"toc: the eStargz table's tar entry is cut "
-				"short");
+		return layer_fail(errbuf, errlen,
+				  "toc: the eStargz table's tar entry is cut "
+				  "short");
 	*ret = TAKE_PTR(json);
 	*ret_len = (size_t)size;
 	return 0;
@@ -444,9 +444,9 @@ static int toc_digest_check(const void *buf, size_t len, const char *want,
 	if (r < 0)
 		return r;
 	if (strcmp(have, want) != 0)
-		return toc_fail(errbuf, errlen,
-				"toc: %s has digest %s, the manifest says %s",
-				what, have, want);
+		return layer_fail(errbuf, errlen,
+				  "toc: %s has digest %s, the manifest says %s",
+				  what, have, want);
 	return 0;
 }
 
@@ -464,10 +464,10 @@ int toc_parse(const struct toc_layer *tl, const struct toc_range *where,
 		errbuf[0] = '\0';
 	if (len != where->length || where->offset > tl->blob_size ||
 	    where->length > tl->blob_size - where->offset)
-		return toc_fail(errbuf, errlen,
-				"toc: %zu bytes given for a table of %" PRIu64
-				" at %" PRIu64,
-				len, where->length, where->offset);
+		return layer_fail(errbuf, errlen,
+				  "toc: %zu bytes given for a table of %" PRIu64
+				  " at %" PRIu64,
+				  len, where->length, where->offset);
 
 	switch (tl->format) {
 	case TOC_ESTARGZ:
@@ -494,21 +494,21 @@ int toc_parse(const struct toc_layer *tl, const struct toc_range *where,
 		if (r < 0)
 			return r;
 		if (tl->zc_uncompressed > TOC_MAX_BYTES)
-			return toc_fail(errbuf, errlen,
-					"toc: zstd:chunked manifest larger "
-					"than %u bytes",
-					TOC_MAX_BYTES);
+			return layer_fail(errbuf, errlen,
+					  "toc: zstd:chunked manifest larger "
+					  "than %u bytes",
+					  TOC_MAX_BYTES);
 		json_len = (size_t)tl->zc_uncompressed;
 		json = malloc(json_len);
 		if (!json)
 			return -ENOMEM;
 		n = ZSTD_decompress(json, json_len, buf, len);
 		if (ZSTD_isError(n) || n != json_len)
-			return toc_fail(errbuf, errlen,
-					"toc: zstd:chunked manifest does not "
-					"decompress to %zu bytes%s%s",
-					json_len, ZSTD_isError(n) ? ": " : "",
-					ZSTD_isError(n) ? ZSTD_getErrorName(n)
+			return layer_fail(errbuf, errlen,
+					  "toc: zstd:chunked manifest does not "
+					  "decompress to %zu bytes%s%s",
+					  json_len, ZSTD_isError(n) ? ": " : "",
+					  ZSTD_isError(n) ? ZSTD_getErrorName(n)
 							: "");
 		/* the manifest's skippable frame header comes first */
 		data_end = where->offset - MIN(where->offset,
@@ -562,10 +562,10 @@ static int gzip_chunk(const struct toc_chunk *c, const unsigned char *src,
 		}
 	}
 	if (skip > 0 || want > 0)
-		return toc_fail(errbuf, errlen,
-				"toc: gzip chunk at %" PRIu64 " %s",
-				c->blob_offset,
-				zr == Z_OK || zr == Z_BUF_ERROR ||
+		return layer_fail(errbuf, errlen,
+				  "toc: gzip chunk at %" PRIu64 " %s",
+				  c->blob_offset,
+				  zr == Z_OK || zr == Z_BUF_ERROR ||
 						zr == Z_STREAM_END
 					? "ends early"
 					: "is corrupt");
@@ -612,11 +612,11 @@ static int zstd_chunk(const struct toc_chunk *c, const unsigned char *src,
 			break;
 	}
 	if (skip > 0 || want > 0)
-		return toc_fail(errbuf, errlen,
-				"toc: zstd chunk at %" PRIu64 " %s%s",
-				c->blob_offset,
-				ZSTD_isError(zr) ? "is corrupt: " : "ends early",
-				ZSTD_isError(zr) ? ZSTD_getErrorName(zr) : "");
+		return layer_fail(errbuf, errlen,
+				  "toc: zstd chunk at %" PRIu64 " %s%s",
+				  c->blob_offset,
+				  ZSTD_isError(zr) ? "is corrupt: " : "ends early",
+				  ZSTD_isError(zr) ? ZSTD_getErrorName(zr) : "");
 	return 0;
 }
 
@@ -629,9 +629,9 @@ int toc_chunk_decompress(enum toc_format f, const struct toc_chunk *c,
 	if (errbuf && errlen > 0)
 		errbuf[0] = '\0';
 	if (src_len != c->blob_length)
-		return toc_fail(errbuf, errlen,
-				"toc: %zu bytes given for a chunk of %" PRIu64,
-				src_len, c->blob_length);
+		return layer_fail(errbuf, errlen,
+				  "toc: %zu bytes given for a chunk of %" PRIu64,
+				  src_len, c->blob_length);
 	if (c->size > SIZE_MAX)
 		return -ENOMEM;
 	switch (f) {

@@ -125,8 +125,8 @@ int toc_parse(const struct toc_layer *tl, const struct toc_range *where,
 
 void toc_free(struct toc *t);
 
-/* The chunks of entry i of t->index (borrowed); *ret_n is 0 for entries
- * without content. */
+/* The chunks of entry i of t->index (borrowed); NULL with *ret_n 0 for
+ * entries without content. */
 const struct toc_chunk *toc_entry_chunks(const struct toc *t, size_t i,
 					 size_t *ret_n);
 

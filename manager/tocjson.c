@@ -58,8 +58,8 @@ struct build {
 };
 
 #define bfail(b, fmt, ...)                                                    \
-	toc_fail((b)->errbuf, (b)->errlen, "toc: entries[%zu]: " fmt,         \
-		 (b)->where, ##__VA_ARGS__)
+	layer_fail((b)->errbuf, (b)->errlen, "toc: entries[%zu]: " fmt,         \
+		   (b)->where, ##__VA_ARGS__)
 
 static void *grow(void *p, size_t *cap, size_t need, size_t size)
 {
@@ -357,19 +357,19 @@ static int file_close(struct build *b)
 		uint64_t next = i + 1 < n ? cs[i + 1].offset : b->open_size;
 
 		if (c->offset != at || next < at)
-			return toc_fail(b->errbuf, b->errlen,
-					"toc: chunks of \"%.200s\" do not "
-					"follow each other",
-					b->open_name);
+			return layer_fail(b->errbuf, b->errlen,
+					  "toc: chunks of \"%.200s\" do not "
+					  "follow each other",
+					  b->open_name);
 		/* a size of 0 is "up to the next chunk" */
 		if (c->size == 0)
 			c->size = next - at;
 		if (c->size == 0 || c->size != next - at ||
 		    c->size > TOC_MAX_CHUNK)
-			return toc_fail(b->errbuf, b->errlen,
-					"toc: chunk at %" PRIu64 " of \"%.200s\" "
-					"has a bad size",
-					at, b->open_name);
+			return layer_fail(b->errbuf, b->errlen,
+					  "toc: chunk at %" PRIu64 " of \"%.200s\" "
+					  "has a bad size",
+					  at, b->open_name);
 		at += c->size;
 		if (b->f == TOC_ZSTD_CHUNKED) {
 			uint64_t end = c->blob_length;
@@ -380,11 +380,11 @@ static int file_close(struct build *b)
 			/* no end given (stargz's writer): member_ends() */
 			c->blob_length = end ? end - c->blob_offset : 0;
 			if (end && end <= c->blob_offset)
-				return toc_fail(b->errbuf, b->errlen,
-						"toc: chunk at %" PRIu64
-						" of \"%.200s\" ends before it "
-						"starts",
-						c->offset, b->open_name);
+				return layer_fail(b->errbuf, b->errlen,
+						  "toc: chunk at %" PRIu64
+						  " of \"%.200s\" ends before it "
+						  "starts",
+						  c->offset, b->open_name);
 		}
 	}
 	/* the last chunk ends at the file's size: the chunks tile it */
@@ -529,9 +529,9 @@ static int entry_push(struct build *b, struct layer_entry *e, size_t first)
 	struct layer_index *li = b->t->index;
 
 	if (li->n_entries >= b->max_entries)
-		return toc_fail(b->errbuf, b->errlen,
-				"toc: more than %" PRIu64 " entries",
-				b->max_entries);
+		return layer_fail(b->errbuf, b->errlen,
+				  "toc: more than %" PRIu64 " entries",
+				  b->max_entries);
 	li->entries = grow(li->entries, &b->cap_entries, li->n_entries + 1,
 			   sizeof(*li->entries));
 	if (!li->entries)
@@ -631,7 +631,7 @@ static int entry_next(struct build *b, json_t *o)
 	return r;
 }
 
-/* ---- the blob -------------------------------------------------------------- */
+/* ---- the blob ------------------------------------------------------------ */
 
 static int u64_cmp(const void *a, const void *b)
 {
@@ -677,10 +677,10 @@ static int member_ends(struct build *b)
 
 		if (c->blob_offset >= b->data_end ||
 		    c->blob_length > b->data_end - c->blob_offset)
-			return toc_fail(b->errbuf, b->errlen,
-					"toc: chunk at %" PRIu64 " of the blob "
-					"is not before the table at %" PRIu64,
-					c->blob_offset, b->data_end);
+			return layer_fail(b->errbuf, b->errlen,
+					  "toc: chunk at %" PRIu64 " of the blob "
+					  "is not before the table at %" PRIu64,
+					  c->blob_offset, b->data_end);
 		if (c->blob_length)
 			continue;
 		k = bsearch(&c->blob_offset, starts, n, sizeof(*starts),
@@ -719,10 +719,10 @@ static int chunks_disjoint(struct build *b)
 		else
 			ok = x->blob_length <= y->blob_offset - x->blob_offset;
 		if (!ok)
-			return toc_fail(b->errbuf, b->errlen,
-					"toc: chunks at %" PRIu64 " and %" PRIu64
-					" of the blob overlap",
-					x->blob_offset, y->blob_offset);
+			return layer_fail(b->errbuf, b->errlen,
+					  "toc: chunks at %" PRIu64 " and %" PRIu64
+					  " of the blob overlap",
+					  x->blob_offset, y->blob_offset);
 	}
 	return 0;
 }
@@ -758,18 +758,18 @@ int toc_from_json(const struct toc_layer *tl, const char *json, size_t len,
 	if (!root) {
 		if (json_error_code(&jerr) == json_error_out_of_memory)
 			return -ENOMEM;
-		return toc_fail(errbuf, errlen,
-				"toc: invalid JSON at line %d column %d: %s",
-				jerr.line, jerr.column, jerr.text);
+		return layer_fail(errbuf, errlen,
+				  "toc: invalid JSON at line %d column %d: %s",
+				  jerr.line, jerr.column, jerr.text);
 	}
 	if (!json_is_object(root))
-		return toc_fail(errbuf, errlen, "toc: not a JSON object");
+		return layer_fail(errbuf, errlen, "toc: not a JSON object");
 	version = json_object_get(root, "version");
 	if (!json_is_integer(version) || json_integer_value(version) != 1)
-		return toc_fail(errbuf, errlen, "toc: version is not 1");
+		return layer_fail(errbuf, errlen, "toc: version is not 1");
 	entries = json_object_get(root, "entries");
 	if (!json_is_array(entries))
-		return toc_fail(errbuf, errlen, "toc: entries is not an array");
+		return layer_fail(errbuf, errlen, "toc: entries is not an array");
 
 	b.t = calloc(1, sizeof(*b.t));
 	if (!b.t)
@@ -831,5 +831,5 @@ const struct toc_chunk *toc_entry_chunks(const struct toc *t, size_t i,
 		return NULL;
 	}
 	*ret_n = t->first_chunk[i + 1] - t->first_chunk[i];
-	return t->chunks + t->first_chunk[i];
+	return *ret_n ? t->chunks + t->first_chunk[i] : NULL;
 }
