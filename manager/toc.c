@@ -346,7 +346,9 @@ static int estargz_inflate_toc(const unsigned char *buf, size_t len,
 {
 	_cleanup_(inflate_endp) z_stream *z = NULL;
 	_cleanup_free_ unsigned char *out = NULL;
-	size_t cap = TOC_MAX_BYTES + ESTARGZ_TAR_SLACK;
+	const size_t max = TOC_MAX_BYTES + ESTARGZ_TAR_SLACK;
+	/* JSON compresses about tenfold: start near that, grow to max */
+	size_t cap = MIN(max, MAX(len * 16, (size_t)ESTARGZ_TAR_SLACK)), have = 0;
 	int r, zr;
 
 	r = inflate_begin(&z);
@@ -355,29 +357,39 @@ static int estargz_inflate_toc(const unsigned char *buf, size_t len,
 	out = malloc(cap);
 	if (!out)
 		return -ENOMEM;
-	z->next_out = out;
-	z->avail_out = (uInt)cap;
-	do {
+	for (;;) {
+		if (have == cap) {
+			unsigned char *n;
+
+			if (cap == max)
+				return layer_fail(errbuf, errlen,
+						  "toc: eStargz table larger "
+						  "than %u bytes",
+						  TOC_MAX_BYTES);
+			cap = MIN(cap * 2, max);
+			n = realloc(out, cap);
+			if (!n)
+				return -ENOMEM;
+			out = n;
+		}
+		z->next_out = out + have;
+		z->avail_out = (uInt)(cap - have);
 		inflate_feed(z, &buf, &len);
 		zr = inflate(z, Z_NO_FLUSH);
-	} while (zr == Z_OK && z->avail_out > 0 &&
-		 (z->avail_in > 0 || len > 0));
-	if (zr != Z_STREAM_END) {
-		if (z->avail_out == 0)
+		have = cap - z->avail_out;
+		if (zr == Z_STREAM_END)
+			break;
+		if (zr != Z_OK)
 			return layer_fail(errbuf, errlen,
-					  "toc: eStargz table larger than %u "
-					  "bytes",
-					  TOC_MAX_BYTES);
-		return layer_fail(errbuf, errlen,
-				  "toc: eStargz table is not one whole gzip "
-				  "member%s%s",
-				  z->msg ? ": " : "", z->msg ? z->msg : "");
+					  "toc: eStargz table is not one whole "
+					  "gzip member%s%s",
+					  z->msg ? ": " : "", z->msg ? z->msg : "");
 	}
 	if (z->avail_in > 0 || len > 0)
 		return layer_fail(errbuf, errlen,
-				  "toc: bytes after the gzip member of the eStargz "
-				  "table");
-	*ret_len = cap - z->avail_out;
+				  "toc: bytes after the gzip member of the "
+				  "eStargz table");
+	*ret_len = have;
 	*ret = TAKE_PTR(out);
 	return 0;
 }

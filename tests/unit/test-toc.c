@@ -956,6 +956,24 @@ static void test_estargz_toc_shape(void **state)
 	free(tar.p);
 	free(b.p);
 
+	/* a member that inflates past the limit */
+	{
+		size_t n = TOC_MAX_BYTES + (128u << 10);
+		char *zeros = calloc(1, n);
+
+		assert_non_null(zeros);
+		b = (struct blob){0};
+		put_gzip(&b, zeros, n);
+		free(zeros);
+		tl.blob_size = b.len + 51;
+		where = (struct toc_range){0, b.len};
+		assert_int_equal(toc_parse(&tl, &where, b.p, b.len, NULL, &t,
+					   err, sizeof(err)),
+				 -EBADMSG);
+		assert_non_null(strstr(err, "larger than"));
+		free(b.p);
+	}
+
 	/* not gzip at all */
 	tl.blob_size = 1000;
 	where = (struct toc_range){0, 100};
