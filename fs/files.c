@@ -51,6 +51,7 @@ static void backing_drop(struct fs *fs, struct backing *b)
 struct ofile {
 	int fd;		   /* read through the daemon; -1 in passthrough */
 	const char *object; /* passthrough: the key of its backing */
+	bool lazy;	   /* a file of a lazy layer: image_lazy_read() */
 };
 
 static bool passthrough_usable(struct fs *fs)
@@ -138,6 +139,11 @@ static void open_object(fuse_req_t req, struct fs *fs, struct image *img,
 		return;
 	}
 	*of = (struct ofile){ .fd = -1 };
+	if (image_file_lazy(img, t)) {
+		/* fetched as it is read; cached by the kernel like a pack's */
+		of->lazy = true;
+		goto reply;
+	}
 	if (passthrough_usable(fs)) {
 		id = backing_get_registered(fs, t->object);
 		if (id > 0)
@@ -204,6 +210,24 @@ void file_open(fuse_req_t req, struct fs *fs, struct image *img,
 		image_close(img);
 }
 
+static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t,
+		      size_t size, off_t off)
+{
+	char *buf = malloc(size ? size : 1);
+	ssize_t n;
+
+	if (!buf) {
+		reply_err(req, -ENOMEM);
+		return;
+	}
+	n = image_lazy_read(img, t, (uint64_t)off, size, buf);
+	if (n < 0)
+		reply_err(req, n == -ENOMEM || n == -ENOSPC || n == -EINTR ? (int)n : -EIO);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+	free(buf);
+}
+
 void file_read(fuse_req_t req, struct image *img, const struct tinode *t,
 	       size_t size, off_t off, struct fuse_file_info *fi)
 {
@@ -218,6 +242,10 @@ void file_read(fuse_req_t req, struct image *img, const struct tinode *t,
 	}
 	if (size > t->size - (uint64_t)off)
 		size = (size_t)(t->size - (uint64_t)off);
+	if (of && of->lazy) {
+		read_lazy(req, img, t, size, off);
+		return;
+	}
 	if (of && of->fd >= 0) {
 		fd = of->fd;
 	} else if (t->object) {
@@ -249,7 +277,7 @@ void file_release(struct fs *fs, struct image *img, struct fuse_file_info *fi)
 	if (of) {
 		if (of->fd >= 0)
 			close(of->fd);
-		else
+		else if (of->object)
 			backing_put(fs, of->object);
 		free(of);
 	}

@@ -61,6 +61,8 @@ static int manifest_load_cached(struct manager *m, const char *digest,
 }
 
 /* Reads the manifest and the layer indexes and builds the tree. */
+static void content_complete_lazy(struct manager *m, struct image_content *c);
+
 static int content_load(struct manager *m, const char *digest,
 			struct image_content **ret, char *errbuf, size_t errlen)
 {

@@ -75,3 +75,10 @@ static inline void layer_index_freep(struct layer_index **li)
 {
 	layer_index_free(*li);
 }
+
+/* eStargz's own files, at the root of its layers: the table of contents
+ * and the prefetch landmarks are no part of the image's tree. */
+#define ESTARGZ_TOC_NAME "stargz.index.json"
+#define ESTARGZ_PREFETCH_LANDMARK ".prefetch.landmark"
+#define ESTARGZ_NO_PREFETCH_LANDMARK ".no.prefetch.landmark"
+bool layer_is_estargz_own(const char *path);

@@ -526,6 +526,9 @@ static int layer_next(struct unpack *u, struct archive_entry *ae)
 				  u->max_entries);
 
 	r = layer_fill_entry(u, ae, &e);
+	if (r == 0 && u->objs && u->objs->drop_estargz_own &&
+	    layer_is_estargz_own(e.path))
+		r = 1; /* skipped, its data with it */
 	if (r == 0)
 		r = layer_places_check(&u->places, &e, u->errbuf, u->errlen);
 	if (r != 0) {

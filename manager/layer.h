@@ -71,6 +71,9 @@ struct layer_limits {
 struct layer_objects {
 	int dirfd;
 	uint64_t min_size;
+	/* an eStargz layer pulled whole: its table of contents and
+	 * landmark files are left out, as a lazy pull leaves them */
+	bool drop_estargz_own;
 };
 
 /* Reads the layer tar stream from in_fd (read from its current offset to

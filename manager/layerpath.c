@@ -250,3 +250,10 @@ void layer_places_done(struct layer_places *pl)
 	free(pl->dirs.slots);
 	*pl = (struct layer_places){0};
 }
+
+bool layer_is_estargz_own(const char *path)
+{
+	return strcmp(path, ESTARGZ_TOC_NAME) == 0 ||
+	       strcmp(path, ESTARGZ_PREFETCH_LANDMARK) == 0 ||
+	       strcmp(path, ESTARGZ_NO_PREFETCH_LANDMARK) == 0;
+}

@@ -189,6 +189,13 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 	job.pack_fd = stage.pack_fd;
 	job.objects.dirfd = stage.dirfd;
 	job.objects.min_size = CACHE_OBJECT_MIN_SIZE;
+	{
+		struct toc_layer tl;
+
+		job.objects.drop_estargz_own =
+			toc_layer_from_descriptor(d, &tl, NULL, 0) == 0 &&
+			tl.stargz_files;
+	}
 	job.compression = comp;
 	r = pthread_create(&th, NULL, unpack_thread, &job);
 	if (r != 0) {

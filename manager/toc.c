@@ -26,7 +26,6 @@
 
 #define ESTARGZ_FOOTER 51u
 #define ESTARGZ_FOOTER_LEGACY 47u
-#define ESTARGZ_TOC_NAME "stargz.index.json"
 /* room for the tar header(s), padding and end blocks around the JSON */
 #define ESTARGZ_TAR_SLACK (64u << 10)
 

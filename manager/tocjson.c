@@ -27,8 +27,6 @@
 #define TOC_MAX_CHUNK (256u << 20)
 
 #define ESTARGZ_PREFETCH_LANDMARK ".prefetch.landmark"
-#define ESTARGZ_NO_PREFETCH_LANDMARK ".no.prefetch.landmark"
-#define ESTARGZ_TOC_NAME "stargz.index.json"
 
 struct build {
 	enum toc_format f;
@@ -429,13 +427,9 @@ static int entry_type(struct build *b, const char *s,
 	return bfail(b, "unknown type \"%.50s\"", s);
 }
 
-/* eStargz's own files: the table and the landmarks are no part of the
- * image's tree. */
 static bool estargz_own(const struct layer_entry *e)
 {
-	return strcmp(e->path, ESTARGZ_TOC_NAME) == 0 ||
-	       strcmp(e->path, ESTARGZ_PREFETCH_LANDMARK) == 0 ||
-	       strcmp(e->path, ESTARGZ_NO_PREFETCH_LANDMARK) == 0;
+	return layer_is_estargz_own(e->path);
 }
 
 static int entry_fill(struct build *b, json_t *o, const char *name,

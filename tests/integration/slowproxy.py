@@ -13,8 +13,9 @@ Each rule's ERE is searched in "METHOD PATH" of a request:
 
 so a test can make a pull slow, or stop it at a known point and let it go
 on when it chooses.  --log gets one line per request when it arrives
-("held METHOD PATH" for those a rule holds back) and one when it was
-answered ("done METHOD PATH STATUS"), flushed at once.
+("held METHOD PATH" for those a rule holds back; "range METHOD PATH
+bytes=A-B" for a Range request) and one when it was answered ("done
+METHOD PATH STATUS"), flushed at once.
 """
 
 import argparse
@@ -68,6 +69,8 @@ class Proxy(http.server.BaseHTTPRequestHandler):
         cfg = self.server.cfg
         what = "%s %s" % (self.command, self.path)
         self.note("request " + what)
+        if self.headers.get("Range"):
+            self.note("range %s %s" % (what, self.headers.get("Range")))
         self.hold(what)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None

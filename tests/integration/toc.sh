@@ -9,6 +9,7 @@
 # chunk and a wrong digest in the descriptor must be refused.
 . "$(dirname "$0")/lib.sh"
 . "$INTEGRATION_DIR/images.sh"
+. "$INTEGRATION_DIR/containerd.sh"
 
 need_root
 need_cmd containerd ctr ctr-remote curl python3 cmp
@@ -22,37 +23,6 @@ plain=$WORK/edge-plain
 _skopeo copy --dest-decompress "oci:$(layout_of edge):1" "dir:$plain"
 _skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd:chunked \
     "dir:$plain" "docker://$REGISTRY/test/edge-chunked:1"
-
-# start_containerd: a private containerd (no CRI) with its own root, state
-# and socket under $WORK; sets CTD_SOCK.
-start_containerd() {
-    local dir=$WORK/ctd _
-    mkdir -p "$dir"
-    CTD_SOCK=$dir/c.sock
-    cat >"$dir/config.toml" <<EOF
-version = 2
-root = "$dir/root"
-state = "$dir/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-[grpc]
-  address = "$CTD_SOCK"
-[ttrpc]
-  address = "$CTD_SOCK.ttrpc"
-[debug]
-  address = "$CTD_SOCK.debug"
-[metrics]
-  address = ""
-EOF
-    containerd --config "$dir/config.toml" >"$dir/containerd.log" 2>&1 &
-    track_pid $!
-    wait_for 30 ctr -a "$CTD_SOCK" version >/dev/null 2>&1 ||
-        { tail -n 20 "$dir/containerd.log" >&2; fail "the private containerd did not come up"; }
-}
-
-ctr_remote() {
-    timeout 300 ctr-remote -a "$CTD_SOCK" -n pullfs-toc "$@" >>"$WORK/ctr-remote.log" 2>&1 ||
-        { tail -n 20 "$WORK/ctr-remote.log" >&2; fail "ctr-remote $* failed"; }
-}
 
 log "eStargz and stargz's zstd:chunked by ctr-remote"
 start_containerd

@@ -1,0 +1,106 @@
+#!/bin/bash
+# Lazy images: the edge image as eStargz (ctr-remote) and as zstd:chunked
+# (skopeo).  The lookup publishes every layer from its table of contents
+# (a few Range requests, no whole-blob GET), the tree is the one a full
+# pull gives, a read fetches and verifies what it needs, the rest comes in
+# the background, and once complete the image is served with the registry
+# gone.  A table that does not verify makes the layer be pulled whole, with
+# a warning.
+. "$(dirname "$0")/lib.sh"
+. "$INTEGRATION_DIR/images.sh"
+. "$INTEGRATION_DIR/containerd.sh"
+
+need_root
+need_cmd containerd ctr ctr-remote
+start_registry
+push_edge test/edge:1
+
+plain=$WORK/edge-plain
+_skopeo copy --dest-decompress "oci:$(layout_of edge):1" "dir:$plain"
+_skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd:chunked \
+    "dir:$plain" "docker://$REGISTRY/test/edge-chunked:1"
+start_containerd
+ctr_remote images pull --plain-http "$REGISTRY/test/edge:1"
+ctr_remote images convert --oci --estargz --estargz-chunk-size 1000000 \
+    "$REGISTRY/test/edge:1" "$REGISTRY/test/edge-esgz:1"
+ctr_remote images push --plain-http "$REGISTRY/test/edge-esgz:1"
+
+# whole_blob_gets REPO: GETs of a whole layer blob (no Range) by pullfs,
+# from the registry's log and a proxy's: the proxy in front of the
+# registry notes the Range header.
+start_slowproxy
+mount_pullfs --insecure-registry "$PROXY"
+img() { echo "$MNT/images/$PROXY/test/$1"; }
+
+# A table of contents that does not match the manifest's digest is never
+# used: the layer is pulled whole, with a warning saying why.
+py - "http://$REGISTRY" <<'PY' || fail "cannot push the image with a wrong TOC digest"
+import json, sys, urllib.request
+base = sys.argv[1] + "/v2/test/edge-esgz/manifests/"
+accept = "application/vnd.oci.image.manifest.v1+json"
+m = json.load(urllib.request.urlopen(urllib.request.Request(base + "1", headers={"Accept": accept})))
+a = m["layers"][0]["annotations"]
+a["containerd.io/snapshot/stargz/toc.digest"] = "sha256:" + "0" * 64
+req = urllib.request.Request(base + "badtoc", data=json.dumps(m).encode(), method="PUT",
+                             headers={"Content-Type": accept})
+urllib.request.urlopen(req)
+PY
+py "$INTEGRATION_DIR/treecmp.py" "$(img edge:1)" "$(img edge-esgz:badtoc)" ||
+    fail "the image with a wrong TOC digest differs"
+grep LazyPullFailed "$EVENTS" | grep -q 'pulled whole' || fail "no LazyPullFailed warning"
+# (the other layers of that image were lazy; the test goes on from a
+# clean cache)
+unmount_pullfs
+rm -rf "$CACHE"
+: >"$PROXY_LOG"
+: >"$EVENTS"
+mount_pullfs --insecure-registry "$PROXY"
+
+for ref in edge-esgz:1 edge-chunked:1; do
+    log "$ref"
+    root=$(img "$ref")
+    ls "$root" >/dev/null || fail "lookup of $ref"
+    ! grep -q '"reason":"LazyPullFailed"' "$EVENTS" ||
+        fail "a layer of $ref was pulled whole: $(grep LazyPullFailed "$EVENTS")"
+    # published from the TOCs: every layer directory says it is lazy
+    n=$(registry_manifest "test/$ref" | py -c 'import json,sys; print(len(json.load(sys.stdin)["layers"]))')
+    for d in $(registry_manifest "test/$ref" | py -c '
+import json, sys
+for l in json.load(sys.stdin)["layers"]: print(l["digest"].split(":")[1])'); do
+        [ -f "$CACHE/layers/$d/toc" ] || fail "$ref: layer $d was not published from its table of contents"
+    done
+    # the same tree as the plain image, content included: reading fetches
+    py "$INTEGRATION_DIR/treecmp.py" "$(img edge:1)" "$root" ||
+        fail "$ref: the lazy tree differs from the plain image's"
+done
+# No whole-blob GET of a lazy image's layer: only ranges (the config is a
+# blob too, fetched whole).
+py - "$PROXY_LOG" "$(registry_manifest test/edge-esgz:1)" "$(registry_manifest test/edge-chunked:1)" <<'PY' ||
+import json, sys
+layers = {l["digest"] for m in sys.argv[2:] for l in json.loads(m)["layers"]}
+requests = [l.split()[2] for l in open(sys.argv[1]) if l.startswith("request GET ")]
+ranges = [l.split()[2] for l in open(sys.argv[1]) if l.startswith("range GET ")]
+whole = [p for p in requests if p.rsplit("/", 1)[-1] in layers]
+assert len(whole) == len([p for p in ranges if p.rsplit("/", 1)[-1] in layers]), "a layer fetched whole"
+assert whole, "no range request at all"
+PY
+    fail "a lazy layer blob was fetched whole: $(grep -E '^(request|range) GET .*/blobs/' "$PROXY_LOG" | head -20)"
+
+# At least the tail and the table of each of the six layers came by range.
+[ "$(grep -c '^range GET ' "$PROXY_LOG")" -ge 12 ] || fail "fewer range requests than tables: $(grep -c '^range GET ' "$PROXY_LOG")"
+
+# The background completes every lazy layer: no "lazy" marker, no partial
+# file left.
+complete() { ! ls "$CACHE"/layers/*/lazy >/dev/null 2>&1 && ! ls "$CACHE"/layers/*/p.* >/dev/null 2>&1; }
+wait_for 60 complete || fail "lazy layers not completed: $(ls "$CACHE"/layers/*/lazy "$CACHE"/layers/*/p.* 2>&1 | head)"
+unmount_pullfs
+
+# Complete: served with the registry gone, the same tree.
+stop_registry
+mount_pullfs --insecure-registry "$PROXY" --pull-policy if-not-present
+for ref in edge-esgz:1 edge-chunked:1; do
+    py "$INTEGRATION_DIR/treecmp.py" "$(img edge:1)" "$(img "$ref")" ||
+        fail "$ref after completion, registry gone: differs"
+done
+unmount_pullfs
+log "PASS"
