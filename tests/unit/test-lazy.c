@@ -1,0 +1,287 @@
+/* Unit tests for manager/lazy: a zstd:chunked layer built here is served by
+ * the fake registry, published from its table of contents into a cache in
+ * a temporary directory, and read chunk by chunk: reads fetch only what
+ * they need, with few requests; readers of one chunk share its fetch; a
+ * chunk the registry sends wrong is never served; what was fetched
+ * survives a restart; completion makes every file an object. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include "cache.h"
+#include "fake-transport.h"
+#include "lazy.h"
+#include "registry.h"
+#include "tocblob.h"
+
+#define CHUNK 4096
+#define NCHUNKS 5
+
+struct fixture {
+	char dir[64];
+	struct cache *cache;
+	struct fake_transport *fake;
+	struct registry *reg;
+	char blob[DIGEST_STRING_MAX];
+	char object[DIGEST_HEX_LEN + 1];
+	unsigned char content[CHUNK * NCHUNKS];
+};
+
+/* A layer with one file of five zstd frames and its table. */
+static void make_layer(struct fixture *f)
+{
+	struct blob b = { 0 };
+	struct toc_layer tl;
+	struct toc *toc = NULL;
+	struct cache_layer_stage st;
+	struct lazy_source src = { .domain = "registry.test", .repo = "app" };
+	size_t at[NCHUNKS], end;
+	char d[DIGEST_STRING_MAX], cd[NCHUNKS][DIGEST_STRING_MAX], err[256];
+	char json[8192], *text = NULL, *tocbuf;
+	size_t n, toclen;
+
+	for (size_t i = 0; i < sizeof(f->content); i++)
+		f->content[i] = (unsigned char)(i * 131 + i / 97);
+	blob_zeros(&b, 64);
+	for (int k = 0; k < NCHUNKS; k++) {
+		at[k] = put_zstd(&b, f->content + k * CHUNK, CHUNK);
+		sha256(f->content + k * CHUNK, CHUNK, cd[k]);
+	}
+	end = b.len;
+	blob_zeros(&b, 32);
+	sha256(f->content, sizeof(f->content), d);
+	snprintf(f->object, sizeof(f->object), "%s", digest_hex(d));
+	n = (size_t)snprintf(json, sizeof(json),
+			     "{\"version\":1,\"entries\":["
+			     "{\"type\":\"dir\",\"name\":\"./\",\"mode\":493},"
+			     "{\"type\":\"reg\",\"name\":\"./f\",\"mode\":420,\"size\":%zu,"
+			     "\"digest\":\"%s\",\"offset\":%zu,\"endOffset\":%zu,"
+			     "\"chunkSize\":%d,\"chunkDigest\":\"%s\"}",
+			     sizeof(f->content), d, at[0], end, CHUNK, cd[0]);
+	for (int k = 1; k < NCHUNKS; k++)
+		n += (size_t)snprintf(json + n, sizeof(json) - n,
+				      ",{\"type\":\"chunk\",\"name\":\"./f\",\"offset\":%zu,"
+				      "\"chunkOffset\":%d,\"chunkSize\":%d,\"chunkDigest\":\"%s\"}",
+				      at[k], k * CHUNK, CHUNK, cd[k]);
+	snprintf(json + n, sizeof(json) - n, "]}");
+	put_zstd_end(&b, json, &tl);
+	fake_put_blob(f->fake, "app", b.p, b.len, f->blob);
+
+	/* what the pull does: fetch and verify the table, publish from it */
+	src.tl = tl;
+	assert_int_equal(lazy_fetch_toc(f->reg, &src, f->blob, &toc, &tocbuf,
+					&toclen, err, sizeof(err)),
+			 0);
+	assert_int_equal(lazy_source_format(&src, &text), 0);
+	assert_int_equal(cache_layer_stage(f->cache, f->blob, &st), 0);
+	assert_int_equal(cache_layer_commit_lazy(f->cache, &st, f->blob,
+						 toc->index, text, tocbuf,
+						 toclen),
+			 0);
+	toc_free(toc);
+	free(tocbuf);
+	free(text);
+	free(b.p);
+}
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	struct registry_options ro = { .max_retries = 0 };
+	char err[256];
+
+	assert_non_null(f);
+	strcpy(f->dir, "/tmp/test-lazy.XXXXXX");
+	assert_non_null(mkdtemp(f->dir));
+	assert_int_equal(cache_open(f->dir, &f->cache, err, sizeof(err)), 0);
+	f->fake = fake_transport_new();
+	ro.transport = fake_transport_get(f->fake);
+	assert_int_equal(registry_new(&ro, &f->reg), 0);
+	make_layer(f);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+	char cmd[128];
+
+	registry_free(f->reg);
+	fake_transport_free(f->fake);
+	cache_close(f->cache);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
+	assert_int_equal(system(cmd), 0);
+	free(f);
+	return 0;
+}
+
+static unsigned ranges(struct fixture *f)
+{
+	char m[128];
+
+	snprintf(m, sizeof(m), "GET /v2/app/blobs/%s bytes=", f->blob);
+	return fake_count(f->fake, m);
+}
+
+static bool layer_has(struct fixture *f, const char *prefix, const char *suffix)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "%s/layers/%s/%s%s%s", f->dir,
+		 digest_hex(f->blob), prefix, f->object, suffix);
+	return access(path, F_OK) == 0;
+}
+
+static void test_read_fetches_what_it_needs(void **state)
+{
+	struct fixture *f = *state;
+	struct lazy_layer *l;
+	unsigned char buf[CHUNK * 2];
+	unsigned before = ranges(f);
+
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, &l), 0);
+	/* the middle of chunk 1 and the start of chunk 2: one request */
+	assert_int_equal(lazy_read(l, f->reg, f->object, CHUNK + 100, CHUNK, buf),
+			 CHUNK);
+	assert_memory_equal(buf, f->content + CHUNK + 100, CHUNK);
+	assert_int_equal(ranges(f), before + 1);
+	/* again: no request */
+	assert_int_equal(lazy_read(l, f->reg, f->object, CHUNK, 100, buf), 100);
+	assert_memory_equal(buf, f->content + CHUNK, 100);
+	assert_int_equal(ranges(f), before + 1);
+	/* past the end: short, then nothing */
+	assert_int_equal(lazy_read(l, f->reg, f->object, sizeof(f->content) - 10,
+				   100, buf),
+			 10);
+	assert_int_equal(lazy_read(l, f->reg, f->object, sizeof(f->content), 100, buf),
+			 0);
+	assert_true(layer_has(f, "p.", ""));
+	assert_false(layer_has(f, "o.", ""));
+	/* a file of another content is not in this layer */
+	assert_int_equal(lazy_read(l, f->reg, "00", 0, 1, buf), -ENOENT);
+	lazy_layer_free(l);
+}
+
+struct reader {
+	struct fixture *f;
+	struct lazy_layer *l;
+	ssize_t r;
+	unsigned char buf[100];
+};
+
+static void *read_chunk0(void *arg)
+{
+	struct reader *rd = arg;
+
+	rd->r = lazy_read(rd->l, rd->f->reg, rd->f->object, 10, sizeof(rd->buf),
+			  rd->buf);
+	return NULL;
+}
+
+static void test_readers_share_a_fetch(void **state)
+{
+	struct fixture *f = *state;
+	struct reader rd[4];
+	pthread_t th[4];
+	struct lazy_layer *l;
+	unsigned before = ranges(f);
+
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, &l), 0);
+	fake_fault(f->fake, "bytes=", FAKE_HOLD, 0, -1);
+	for (int i = 0; i < 4; i++) {
+		rd[i] = (struct reader){ .f = f, .l = l };
+		assert_int_equal(pthread_create(&th[i], NULL, read_chunk0, &rd[i]), 0);
+	}
+	fake_wait_held(f->fake, 1);
+	usleep(50 * 1000); /* the others are waiting for the chunk now */
+	fake_release(f->fake);
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(rd[i].r, sizeof(rd[i].buf));
+		assert_memory_equal(rd[i].buf, f->content + 10, sizeof(rd[i].buf));
+	}
+	assert_int_equal(ranges(f), before + 1);
+	fake_clear_faults(f->fake);
+	lazy_layer_free(l);
+}
+
+static void test_wrong_chunk_never_served(void **state)
+{
+	struct fixture *f = *state;
+	struct lazy_layer *l;
+	unsigned char buf[64];
+
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, &l), 0);
+	fake_fault(f->fake, "bytes=", FAKE_CORRUPT, 0, 1);
+	assert_int_equal(lazy_read(l, f->reg, f->object, 3 * CHUNK, sizeof(buf), buf),
+			 -EIO);
+	/* fetched again, right this time */
+	assert_int_equal(lazy_read(l, f->reg, f->object, 3 * CHUNK, sizeof(buf), buf),
+			 sizeof(buf));
+	assert_memory_equal(buf, f->content + 3 * CHUNK, sizeof(buf));
+	/* a registry that is down: its errno, nothing served */
+	fake_fault(f->fake, "bytes=", FAKE_REFUSE, 0, -1);
+	assert_int_equal(lazy_read(l, f->reg, f->object, 0, sizeof(buf), buf),
+			 -EHOSTUNREACH);
+	fake_clear_faults(f->fake);
+	lazy_layer_free(l);
+}
+
+static void test_restart_and_complete(void **state)
+{
+	struct fixture *f = *state;
+	struct lazy_layer *l;
+	unsigned char buf[CHUNK];
+	unsigned before;
+	char path[256];
+	int fd;
+
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, &l), 0);
+	assert_int_equal(lazy_read(l, f->reg, f->object, 0, 10, buf), 10);
+	lazy_layer_free(l);
+	/* a new process: chunk 0 is on disk, the registry is not asked */
+	before = ranges(f);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, &l), 0);
+	assert_int_equal(lazy_read(l, f->reg, f->object, 100, 100, buf), 100);
+	assert_memory_equal(buf, f->content + 100, 100);
+	assert_int_equal(ranges(f), before);
+	/* the rest: the file becomes an object, the layer complete */
+	assert_int_equal(lazy_layer_complete(l, f->reg, NULL), 0);
+	assert_true(layer_has(f, "o.", ""));
+	assert_false(layer_has(f, "p.", ""));
+	assert_false(layer_has(f, "p.", ".map"));
+	lazy_layer_free(l);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, &l), -ENOENT);
+	snprintf(path, sizeof(path), "%s/objects/%s", f->dir, f->object);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, buf, sizeof(buf), 2 * CHUNK), sizeof(buf));
+	assert_memory_equal(buf, f->content + 2 * CHUNK, sizeof(buf));
+	close(fd);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_read_fetches_what_it_needs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_readers_share_a_fetch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wrong_chunk_never_served, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_restart_and_complete, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
