@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,22 +211,73 @@ void file_open(fuse_req_t req, struct fs *fs, struct image *img,
 		image_close(img);
 }
 
+/* A read of a lazy file waiting for its chunks.  An interrupt answers
+ * EINTR at once; the fetch goes on in the worker and serves the next
+ * reader.  Which answer goes out is decided under lock; libfuse holds the
+ * request's own lock around the interrupt callback, and unregistering it
+ * takes that lock, so once the worker has unregistered it no callback runs
+ * (and one that lost the race has not touched the request). */
+struct lazy_call {
+	pthread_mutex_t lock;
+	bool registered;  /* lock: the callback may answer */
+	bool interrupted; /* lock: before it was registered */
+	bool answered;	  /* lock */
+};
+
+static void lazy_interrupt(fuse_req_t req, void *data)
+{
+	struct lazy_call *lc = data;
+	bool mine = false;
+
+	pthread_mutex_lock(&lc->lock);
+	/* libfuse calls back from inside the registration when the
+	 * interrupt came first: the request may not be answered from there */
+	if (!lc->registered)
+		lc->interrupted = true;
+	else if (!lc->answered)
+		mine = lc->answered = true;
+	pthread_mutex_unlock(&lc->lock);
+	if (mine)
+		fuse_reply_err(req, EINTR);
+}
+
 static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t,
 		      size_t size, off_t off)
 {
+	struct lazy_call lc = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	char *buf = malloc(size ? size : 1);
 	ssize_t n;
+	bool mine;
 
 	if (!buf) {
 		reply_err(req, -ENOMEM);
 		return;
 	}
+	fuse_req_interrupt_func(req, lazy_interrupt, &lc);
+	pthread_mutex_lock(&lc.lock);
+	lc.registered = true;
+	mine = lc.interrupted;
+	pthread_mutex_unlock(&lc.lock);
+	if (mine) {
+		fuse_req_interrupt_func(req, NULL, NULL);
+		fuse_reply_err(req, EINTR);
+		free(buf);
+		return;
+	}
 	n = image_lazy_read(img, t, (uint64_t)off, size, buf);
-	if (n < 0)
-		reply_err(req, n == -ENOMEM || n == -ENOSPC || n == -EINTR ? (int)n : -EIO);
-	else
-		fuse_reply_buf(req, buf, (size_t)n);
+	pthread_mutex_lock(&lc.lock);
+	mine = !lc.answered;
+	lc.answered = true;
+	pthread_mutex_unlock(&lc.lock);
+	if (mine) {
+		fuse_req_interrupt_func(req, NULL, NULL);
+		if (n < 0)
+			reply_err(req, n == -ENOMEM || n == -ENOSPC ? (int)n : -EIO);
+		else
+			fuse_reply_buf(req, buf, (size_t)n);
+	}
 	free(buf);
+	pthread_mutex_destroy(&lc.lock);
 }
 
 void file_read(fuse_req_t req, struct image *img, const struct tinode *t,

@@ -50,6 +50,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * keep what it read across opens. */
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+	/* O_DIRECT reads as requests the reader waits for, which the kernel
+	 * interrupts when a signal comes (a read of a lazy file can wait
+	 * for the network): asynchronous ones it cannot. */
+	conn->want &= ~FUSE_CAP_ASYNC_DIO;
 	((struct fs *)userdata)->no_opendir = conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT;
 }
 

@@ -25,10 +25,10 @@ ctr_remote images convert --oci --estargz --estargz-chunk-size 1000000 \
     "$REGISTRY/test/edge:1" "$REGISTRY/test/edge-esgz:1"
 ctr_remote images push --plain-http "$REGISTRY/test/edge-esgz:1"
 
-# whole_blob_gets REPO: GETs of a whole layer blob (no Range) by pullfs,
-# from the registry's log and a proxy's: the proxy in front of the
-# registry notes the Range header.
-start_slowproxy
+# The proxy in front of the registry notes each Range request; its gate
+# holds every blob request while $WORK/open is missing.
+touch "$WORK/open"
+start_slowproxy --gate "GET /v2/test/edge-[a-z]+/blobs/=$WORK/open"
 mount_pullfs --insecure-registry "$PROXY"
 img() { echo "$MNT/images/$PROXY/test/$1"; }
 
@@ -93,6 +93,47 @@ PY
 # file left.
 complete() { ! ls "$CACHE"/layers/*/lazy >/dev/null 2>&1 && ! ls "$CACHE"/layers/*/p.* >/dev/null 2>&1; }
 wait_for 60 complete || fail "lazy layers not completed: $(ls "$CACHE"/layers/*/lazy "$CACHE"/layers/*/p.* 2>&1 | head)"
+unmount_pullfs
+
+# A reader waiting for its chunks is interrupted at once (EINTR), and the
+# fetch goes on for the next reader: from a fresh cache, the image is
+# looked up, then blob requests are held; a read of the 5 MiB file (with
+# O_DIRECT: one READ request, which the kernel interrupts) waits; a
+# signal it handles ends it while the request is still held.
+rm -rf "$CACHE"
+: >"$PROXY_LOG"
+mount_pullfs --insecure-registry "$PROXY"
+ls "$(img edge-esgz:1)" >/dev/null || fail "lookup of edge-esgz:1 from a fresh cache"
+rm -f "$WORK/open"
+python3 - "$(img edge-esgz:1)/large" "$WORK/interrupted" 2>"$WORK/reader.err" <<'PY' &
+import mmap, os, signal, sys
+def stop(sig, frame):
+    raise InterruptedError
+signal.signal(signal.SIGUSR1, stop)
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT)
+buf = mmap.mmap(-1, 1 << 20)
+open(sys.argv[2] + ".ready", "w").close()
+try:
+    n = os.preadv(fd, [buf], 2 << 20)
+    open(sys.argv[2], "w").write("read %d bytes\n" % n)
+except InterruptedError:
+    open(sys.argv[2], "w").write("EINTR\n")
+except OSError as e:
+    open(sys.argv[2], "w").write("%s\n" % e)
+PY
+reader=$!
+held() { [ "$(proxy_count held 'GET /v2/test/edge-esgz/blobs/')" -ge 1 ]; }
+wait_for 20 held || fail "no chunk request held"
+wait_for 20 test -e "$WORK/interrupted.ready" || fail "the reader did not start"
+sleep 0.5 # (in the read; if not yet, the signal only ends it sooner)
+kill -USR1 "$reader"
+wait_for 10 _pid_gone "$reader" ||
+    fail "an interrupted lazy read did not end (state $(sed 's/^.*) //' "/proc/$reader/stat" | cut -d' ' -f1))"
+assert_eq EINTR "$(cat "$WORK/interrupted" 2>/dev/null)" "how the interrupted read ended ($(cat "$WORK/reader.err"))"
+touch "$WORK/open"
+cmp "$(img edge-esgz:1)/large" "$(img edge:1)/large" || fail "large after the interrupted read"
+ls "$(img edge-chunked:1)" >/dev/null || fail "lookup of edge-chunked:1 from a fresh cache"
+wait_for 60 complete || fail "lazy layers not completed after the interrupted read"
 unmount_pullfs
 
 # Complete: served with the registry gone, the same tree.
