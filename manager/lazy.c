@@ -41,6 +41,7 @@ struct lazy_file {
 struct lazy_layer {
 	int dirfd;
 	struct cache *cache;
+	struct lazy_stats *stats;
 	struct lazy_source src;
 	char *blob_digest;
 	struct toc *toc;
@@ -232,7 +233,7 @@ void lazy_layer_free(struct lazy_layer *l)
 }
 
 int lazy_layer_open(struct cache *c, const char *digest,
-		    struct lazy_layer **ret)
+		    struct lazy_stats *stats, struct lazy_layer **ret)
 {
 	_cleanup_free_ char *text = NULL, *tocbuf = NULL;
 	size_t len, toclen;
@@ -245,6 +246,7 @@ int lazy_layer_open(struct cache *c, const char *digest,
 		return -ENOMEM;
 	pthread_mutex_init(&l->lock, NULL);
 	l->cache = c;
+	l->stats = stats;
 	l->dirfd = cache_layer_open_dir(c, digest);
 	if (l->dirfd < 0) {
 		r = l->dirfd;
@@ -376,6 +378,13 @@ static int fetch_run(struct lazy_layer *l, struct registry *reg,
 
 	r = fetch_range(reg, &l->src, l->blob_digest, start,
 			last->blob_offset + last->blob_length - start, &b, NULL, 0);
+	if (l->stats) {
+		atomic_fetch_add(&l->stats->fetches, 1);
+		if (r < 0)
+			atomic_fetch_add(&l->stats->failures, 1);
+		else
+			atomic_fetch_add(&l->stats->bytes, b.len);
+	}
 	if (r < 0)
 		return r;
 	for (size_t k = a; k <= e && r == 0; k++) {
@@ -451,6 +460,8 @@ static int finish_file(struct lazy_layer *l, struct lazy_file *f)
 	close(f->mapfd);
 	f->mapfd = -1;
 	f->complete = true;
+	if (l->stats)
+		atomic_fetch_add(&l->stats->files_complete, 1);
 	/* shared with the layers that have the same content (failure only
 	 * costs sharing) */
 	cache_object_enter(l->cache, l->dirfd, f->object);
@@ -563,7 +574,36 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg,
 			return r;
 		all = all && f->complete;
 	}
-	if (all && unlinkat(l->dirfd, "lazy", 0) < 0 && errno != ENOENT)
-		return negative_errno();
+	if (!all)
+		return 0;
+	if (unlinkat(l->dirfd, "lazy", 0) < 0)
+		return errno == ENOENT ? 0 : negative_errno();
+	if (l->stats)
+		atomic_fetch_add(&l->stats->layers_complete, 1);
 	return 0;
+}
+
+void lazy_stats_metrics(const struct lazy_stats *s, FILE *f)
+{
+	fprintf(f,
+		"# HELP pullfs_lazy_fetches_total Range requests for chunks of lazy layers.\n"
+		"# TYPE pullfs_lazy_fetches_total counter\n"
+		"pullfs_lazy_fetches_total %llu\n"
+		"# HELP pullfs_lazy_fetched_bytes_total Compressed bytes fetched for lazy layers.\n"
+		"# TYPE pullfs_lazy_fetched_bytes_total counter\n"
+		"pullfs_lazy_fetched_bytes_total %llu\n"
+		"# HELP pullfs_lazy_fetch_failures_total Chunk fetches that failed (the reader got the errno).\n"
+		"# TYPE pullfs_lazy_fetch_failures_total counter\n"
+		"pullfs_lazy_fetch_failures_total %llu\n"
+		"# HELP pullfs_lazy_files_completed_total Files of lazy layers fetched whole and verified.\n"
+		"# TYPE pullfs_lazy_files_completed_total counter\n"
+		"pullfs_lazy_files_completed_total %llu\n"
+		"# HELP pullfs_lazy_layers_completed_total Lazy layers completed.\n"
+		"# TYPE pullfs_lazy_layers_completed_total counter\n"
+		"pullfs_lazy_layers_completed_total %llu\n",
+		(unsigned long long)atomic_load(&s->fetches),
+		(unsigned long long)atomic_load(&s->bytes),
+		(unsigned long long)atomic_load(&s->failures),
+		(unsigned long long)atomic_load(&s->files_complete),
+		(unsigned long long)atomic_load(&s->layers_complete));
 }

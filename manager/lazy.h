@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "toc.h"
@@ -23,6 +24,16 @@
 struct cache;
 struct registry;
 struct lazy_layer;
+
+/* What lazy fetching did, for the metrics (shared by every layer of one
+ * daemon). */
+struct lazy_stats {
+	atomic_uint_fast64_t fetches;	     /* Range requests for chunks */
+	atomic_uint_fast64_t bytes;	     /* compressed bytes they brought */
+	atomic_uint_fast64_t failures;	     /* fetches that failed */
+	atomic_uint_fast64_t files_complete; /* files that became objects */
+	atomic_uint_fast64_t layers_complete;
+};
 
 /* Where a lazy layer's content comes from. */
 struct lazy_source {
@@ -51,7 +62,7 @@ void lazy_source_done(struct lazy_source *src);
 /* Opens the lazy state of layer digest: -ENOENT when the layer is not
  * lazy (complete, or absent), -EBADMSG when its files are damaged. */
 int lazy_layer_open(struct cache *c, const char *digest,
-		    struct lazy_layer **ret);
+		    struct lazy_stats *stats, struct lazy_layer **ret);
 void lazy_layer_free(struct lazy_layer *l);
 
 /* Reads size bytes at off of the layer's file with content object into
@@ -62,6 +73,9 @@ void lazy_layer_free(struct lazy_layer *l);
  * the registry's errno otherwise.  Blocks. */
 ssize_t lazy_read(struct lazy_layer *l, struct registry *reg,
 		  const char *object, uint64_t off, size_t size, void *buf);
+
+/* The Prometheus text of the stats. */
+void lazy_stats_metrics(const struct lazy_stats *stats, FILE *f);
 
 /* Fetches every missing chunk of the layer, file by file, and marks the
  * layer complete (removes "lazy") once every file is an object.  Stops

@@ -32,6 +32,7 @@ struct pack {
 
 struct packs {
 	struct cache *cache;
+	struct lazy_stats lazy_stats;
 	unsigned max_open;
 	pthread_mutex_t lock;
 	struct strmap *by_digest; /* digest -> struct pack *; lock */
@@ -170,13 +171,19 @@ struct lazy_layer *pack_lazy(struct packs *p, struct pack *pk)
 	pthread_mutex_lock(&p->lock);
 	if (!pk->lazy_checked) {
 		pk->lazy_checked = true;
-		if (lazy_layer_open(p->cache, pk->digest, &pk->lazy) < 0)
+		if (lazy_layer_open(p->cache, pk->digest, &p->lazy_stats,
+				    &pk->lazy) < 0)
 			pk->lazy = NULL;
 		pk->was_lazy = pk->lazy != NULL;
 	}
 	l = pk->lazy;
 	pthread_mutex_unlock(&p->lock);
 	return l;
+}
+
+void packs_lazy_metrics(struct packs *p, FILE *f)
+{
+	lazy_stats_metrics(&p->lazy_stats, f);
 }
 
 bool pack_was_lazy(struct packs *p, struct pack *pk)

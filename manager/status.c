@@ -241,6 +241,7 @@ void manager_metrics(struct manager *m, FILE *f)
 		(unsigned long long)os.objects, (unsigned long long)os.bytes,
 		(unsigned long long)os.shared_bytes);
 
+	packs_lazy_metrics(m->packs, f);
 	fputs("# HELP pullfs_image_pull_duration_seconds Duration of successful image pulls.\n"
 	      "# TYPE pullfs_image_pull_duration_seconds histogram\n", f);
 	pthread_mutex_lock(&m->lock);

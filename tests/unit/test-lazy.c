@@ -153,7 +153,7 @@ static void test_read_fetches_what_it_needs(void **state)
 	unsigned char buf[CHUNK * 2];
 	unsigned before = ranges(f);
 
-	assert_int_equal(lazy_layer_open(f->cache, f->blob, &l), 0);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
 	/* the middle of chunk 1 and the start of chunk 2: one request */
 	assert_int_equal(lazy_read(l, f->reg, f->object, CHUNK + 100, CHUNK, buf),
 			 CHUNK);
@@ -200,7 +200,7 @@ static void test_readers_share_a_fetch(void **state)
 	struct lazy_layer *l;
 	unsigned before = ranges(f);
 
-	assert_int_equal(lazy_layer_open(f->cache, f->blob, &l), 0);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
 	fake_fault(f->fake, "bytes=", FAKE_HOLD, 0, -1);
 	for (int i = 0; i < 4; i++) {
 		rd[i] = (struct reader){ .f = f, .l = l };
@@ -225,7 +225,7 @@ static void test_wrong_chunk_never_served(void **state)
 	struct lazy_layer *l;
 	unsigned char buf[64];
 
-	assert_int_equal(lazy_layer_open(f->cache, f->blob, &l), 0);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
 	fake_fault(f->fake, "bytes=", FAKE_CORRUPT, 0, 1);
 	assert_int_equal(lazy_read(l, f->reg, f->object, 3 * CHUNK, sizeof(buf), buf),
 			 -EIO);
@@ -250,12 +250,12 @@ static void test_restart_and_complete(void **state)
 	char path[256];
 	int fd;
 
-	assert_int_equal(lazy_layer_open(f->cache, f->blob, &l), 0);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
 	assert_int_equal(lazy_read(l, f->reg, f->object, 0, 10, buf), 10);
 	lazy_layer_free(l);
 	/* a new process: chunk 0 is on disk, the registry is not asked */
 	before = ranges(f);
-	assert_int_equal(lazy_layer_open(f->cache, f->blob, &l), 0);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
 	assert_int_equal(lazy_read(l, f->reg, f->object, 100, 100, buf), 100);
 	assert_memory_equal(buf, f->content + 100, 100);
 	assert_int_equal(ranges(f), before);
@@ -265,7 +265,7 @@ static void test_restart_and_complete(void **state)
 	assert_false(layer_has(f, "p.", ""));
 	assert_false(layer_has(f, "p.", ".map"));
 	lazy_layer_free(l);
-	assert_int_equal(lazy_layer_open(f->cache, f->blob, &l), -ENOENT);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), -ENOENT);
 	snprintf(path, sizeof(path), "%s/objects/%s", f->dir, f->object);
 	fd = open(path, O_RDONLY);
 	assert_true(fd >= 0);
