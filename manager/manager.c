@@ -62,33 +62,6 @@ double manager_now_f(const struct manager *m)
 	return (double)clock_now_ns(m->clock) / 1e9;
 }
 
-int pull_policy_parse(const char *s, enum pull_policy *ret)
-{
-	if (!strcmp(s, "always") || !strcmp(s, "Always"))
-		*ret = PULL_ALWAYS;
-	else if (!strcmp(s, "if-not-present") || !strcmp(s, "IfNotPresent"))
-		*ret = PULL_IF_NOT_PRESENT;
-	else if (!strcmp(s, "never") || !strcmp(s, "Never"))
-		*ret = PULL_NEVER;
-	else
-		return -EINVAL;
-	return 0;
-}
-
-const char *pull_policy_name(enum pull_policy p)
-{
-	switch (p) {
-	case PULL_ALWAYS:
-		return "Always";
-	case PULL_IF_NOT_PRESENT:
-		return "IfNotPresent";
-	case PULL_NEVER:
-		return "Never";
-	default:
-		return "Default";
-	}
-}
-
 enum pull_policy manager_policy_of(const struct manager *m,
 				   const struct reference *ref, const char *canonical)
 {
@@ -721,15 +694,8 @@ static int setup_ensure(struct manager *m, const struct manager_options *opts,
 		return r;
 	for (size_t i = 0; i < opts->n_policy_rules; i++) {
 		const char *rule = opts->policy_rules[i];
-		const char *eq = strrchr(rule, '=');
-		enum pull_policy pp;
 
-		if (eq && eq != rule && pull_policy_parse(eq + 1, &pp) == 0) {
-			_cleanup_free_ char *pattern = strndup(rule, (size_t)(eq - rule));
-			r = pattern ? policy_add(m->policy, pattern, pp) : -ENOMEM;
-		} else {
-			r = policy_add_spec(m->policy, rule);
-		}
+		r = policy_add_rule(m->policy, rule);
 		if (r < 0) {
 			snprintf(errbuf, errlen,
 				 "invalid pull policy rule \"%s\" (want PATTERN=always|if-not-present|never)",

@@ -13,19 +13,8 @@
 
 #include "clock.h"
 #include "events.h"
+#include "policy.h"
 #include "tree.h"
-
-enum pull_policy {
-	PULL_POLICY_UNSET, /* kubelet rule: :latest or no tag -> Always, else IfNotPresent */
-	PULL_ALWAYS,
-	PULL_IF_NOT_PRESENT,
-	PULL_NEVER,
-};
-
-/* "always", "if-not-present", "never" (also the kubelet spellings
- * "Always", "IfNotPresent", "Never").  Returns 0 or -EINVAL. */
-int pull_policy_parse(const char *s, enum pull_policy *ret);
-const char *pull_policy_name(enum pull_policy p); /* "Always", ... */
 
 struct registry_hosts;
 struct registry_transport;

@@ -19,6 +19,33 @@ struct policy {
 	size_t allocated;
 };
 
+int pull_policy_parse(const char *s, enum pull_policy *ret)
+{
+	if (!strcmp(s, "always") || !strcmp(s, "Always"))
+		*ret = PULL_ALWAYS;
+	else if (!strcmp(s, "if-not-present") || !strcmp(s, "IfNotPresent"))
+		*ret = PULL_IF_NOT_PRESENT;
+	else if (!strcmp(s, "never") || !strcmp(s, "Never"))
+		*ret = PULL_NEVER;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+const char *pull_policy_name(enum pull_policy p)
+{
+	switch (p) {
+	case PULL_ALWAYS:
+		return "Always";
+	case PULL_IF_NOT_PRESENT:
+		return "IfNotPresent";
+	case PULL_NEVER:
+		return "Never";
+	default:
+		return "Default";
+	}
+}
+
 int policy_new(struct policy **ret)
 {
 	struct policy *p = calloc(1, sizeof(*p));
@@ -77,6 +104,18 @@ int policy_add_spec(struct policy *p, const char *spec)
 	if (pull_policy_parse(name, &pp) < 0)
 		return -EINVAL;
 	return policy_add(p, pattern, pp);
+}
+
+int policy_add_rule(struct policy *p, const char *rule)
+{
+	const char *eq = strrchr(rule, '=');
+	enum pull_policy pp;
+
+	if (eq && eq != rule && pull_policy_parse(eq + 1, &pp) == 0) {
+		_cleanup_free_ char *pattern = strndup(rule, (size_t)(eq - rule));
+		return pattern ? policy_add(p, pattern, pp) : -ENOMEM;
+	}
+	return policy_add_spec(p, rule);
 }
 
 size_t policy_count(const struct policy *p)

@@ -18,7 +18,17 @@
 
 #include <stddef.h>
 
-#include "manager.h"
+enum pull_policy {
+	PULL_POLICY_UNSET, /* kubelet rule: :latest or no tag -> Always, else IfNotPresent */
+	PULL_ALWAYS,
+	PULL_IF_NOT_PRESENT,
+	PULL_NEVER,
+};
+
+/* "always", "if-not-present", "never" (also the kubelet spellings
+ * "Always", "IfNotPresent", "Never").  Returns 0 or -EINVAL. */
+int pull_policy_parse(const char *s, enum pull_policy *ret);
+const char *pull_policy_name(enum pull_policy p); /* "Always", ... */
 
 struct policy;
 
@@ -37,6 +47,10 @@ int policy_add(struct policy *p, const char *pattern, enum pull_policy pp);
  * ("example.com/app:* never").  Returns 0, -EINVAL for anything else,
  * -ENOMEM. */
 int policy_add_spec(struct policy *p, const char *spec);
+
+/* Appends a rule of the command line, "PATTERN=POLICY", or one in the
+ * form policy_add_spec reads.  Returns 0, -EINVAL, -ENOMEM. */
+int policy_add_rule(struct policy *p, const char *rule);
 
 size_t policy_count(const struct policy *p);
 

@@ -146,6 +146,32 @@ static void test_add_spec(void **state)
 	policy_free(p);
 }
 
+static void test_add_rule(void **state)
+{
+	static const struct {
+		const char *rule;
+		int r;
+	} cases[] = {
+		{"example.com/app:*=never", 0},
+		{"docker.io/*=IfNotPresent", 0},
+		{"registry.local/* always", 0}, /* the config file's form */
+		{"=never", -EINVAL},		/* no pattern */
+		{"example.com/*=sometimes", -EINVAL},
+		{"example.com/*", -EINVAL},
+	};
+	struct policy *p = NULL;
+
+	assert_int_equal(policy_new(&p), 0);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		assert_int_equal(policy_add_rule(p, cases[i].rule), cases[i].r);
+	assert_int_equal(policy_count(p), 3);
+	assert_int_equal(policy_match(p, "example.com/app:1"), PULL_NEVER);
+	assert_int_equal(policy_match(p, "docker.io/library/alpine:latest"),
+			 PULL_IF_NOT_PRESENT);
+	assert_int_equal(policy_match(p, "registry.local/x:1"), PULL_ALWAYS);
+	policy_free(p);
+}
+
 static void test_resolve_precedence(void **state)
 {
 	struct policy *p = NULL;
@@ -183,6 +209,7 @@ int main(void)
 		cmocka_unit_test(test_add_invalid),
 		cmocka_unit_test(test_many_rules),
 		cmocka_unit_test(test_add_spec),
+		cmocka_unit_test(test_add_rule),
 		cmocka_unit_test(test_resolve_precedence),
 	};
 
