@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "manager.h"
 #include "manifest.h"
@@ -184,9 +185,33 @@ struct manager {
 	pthread_cond_t gc_cond;
 };
 
-int64_t manager_wall_s(void);
-int64_t manager_wall_ms(void);
+/* The manager's clock (clock.h, a fake one in tests) in seconds. */
+static inline int64_t manager_now_s(const struct manager *m)
+{
+	return clock_now_ns(m->clock) / CLOCK_NS_PER_SEC;
+}
 
+static inline double manager_now_f(const struct manager *m)
+{
+	return (double)clock_now_ns(m->clock) / 1e9;
+}
+
+/* The time of day, for what is stored or shown: unix seconds and
+ * milliseconds. */
+static inline int64_t manager_wall_s(void)
+{
+	return (int64_t)time(NULL);
+}
+
+static inline int64_t manager_wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Writes one event to the events log, its message formatted (emit.c). */
 void manager_emit(struct manager *m, enum event_type type, const char *reason,
 		  const char *image, const char *digest, int err,
 		  const struct caller *who, const char *fmt, ...)
@@ -240,8 +265,6 @@ struct ensure_outcome {
  * accepts (the default tag added): 0 with a new string, -EINVAL,
  * -ENOMEM. */
 int manager_canonical(const char *reference, char **ret);
-int64_t manager_now_s(const struct manager *m);
-double manager_now_f(const struct manager *m);
 enum pull_policy manager_policy_of(const struct manager *m,
 				   const struct reference *ref, const char *canonical);
 int manager_decide(struct manager *m, const struct reference *ref,

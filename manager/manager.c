@@ -39,29 +39,6 @@
 
 #define PRESENT_EVENT_INTERVAL_S 300
 
-int64_t manager_now_s(const struct manager *m)
-{
-	return clock_now_ns(m->clock) / CLOCK_NS_PER_SEC;
-}
-
-int64_t manager_wall_s(void)
-{
-	return (int64_t)time(NULL);
-}
-
-int64_t manager_wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-double manager_now_f(const struct manager *m)
-{
-	return (double)clock_now_ns(m->clock) / 1e9;
-}
-
 enum pull_policy manager_policy_of(const struct manager *m,
 				   const struct reference *ref, const char *canonical)
 {
@@ -70,27 +47,6 @@ enum pull_policy manager_policy_of(const struct manager *m,
 }
 
 #define emit manager_emit
-
-void manager_emit(struct manager *m, enum event_type type, const char *reason,
-		  const char *image, const char *digest, int err,
-		  const struct caller *who, const char *fmt, ...)
-{
-	char msg[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	events_emit(m->events, &(struct event){
-				       .type = type,
-				       .reason = reason,
-				       .image = image,
-				       .digest = digest,
-				       .message = msg,
-				       .err = err,
-				       .caller = who,
-			       });
-}
 
 int manager_canonical(const char *reference, char **ret)
 {
