@@ -217,8 +217,6 @@ void manager_emit(struct manager *m, enum event_type type, const char *reason,
 		  const struct caller *who, const char *fmt, ...)
 	__attribute__((format(printf, 8, 9)));
 
-/* Drops the table's reference to reference's image.  manager.lock held. */
-void image_drop_locked(struct manager *m, const char *reference);
 
 /* image.c: the image named reference for manifest digest, loading the
  * content when no other name holds it, with the key reference's state
@@ -231,9 +229,36 @@ int image_load(struct manager *m, const char *reference, const char *digest,
 	       struct image **ret, char *errbuf, size_t errlen);
 /* image.c: frees what the kernel still held when the mount went away. */
 void images_free_all(struct manager *m);
+
+/* refs.c: the reference state table (manager.refs) and the images handed
+ * out by name (manager.images). */
+/* The canonical form of a reference given in any form the grammar
+ * accepts (the default tag added): 0 with a new string, -EINVAL,
+ * -ENOMEM. */
+int manager_canonical(const char *reference, char **ret);
 void refstate_free(struct refstate *rs);
+/* Drops the table's reference to reference's image.  manager.lock held. */
+void image_drop_locked(struct manager *m, const char *reference);
 /* Forgets reference's state and its image; manager.lock held. */
 void refstate_drop_locked(struct manager *m, const char *reference);
+/* reference's image for manifest digest, loaded when no name holds it;
+ * one reference for the caller.  Takes manager.lock.  Returns 0, or what
+ * image_load returns. */
+int refs_image_get(struct manager *m, const char *reference, const char *digest,
+		   struct image **ret, char *errbuf, size_t errlen);
+/* Records that reference names digest now: in the cache first unless the
+ * name is ephemeral (a user other than root made it), then in the table.
+ * Takes manager.lock.  Returns 0, -ENOMEM, or the cache's -errno. */
+int refs_publish(struct manager *m, const char *reference, const char *digest,
+		 const char *index_digest, uint32_t key, const struct caller *who);
+/* The rate-limited "already present" event.  Takes manager.lock. */
+void manager_present_event(struct manager *m, const char *canonical,
+			   const char *digest, const struct caller *who);
+/* Fills the table from the references stored in the cache; at start,
+ * before any other thread runs.  Returns 0 or -errno. */
+int refs_load(struct manager *m);
+/* Frees both tables and what they hold; at the end. */
+void refs_free_all(struct manager *m);
 
 /* users.c: limits per user (manager.lock held).  users_admit_*_locked
  * return 0, or -EAGAIN with the limit event's message in msg. */
@@ -258,21 +283,13 @@ struct ensure_outcome {
 	uint64_t bytes;	    /* transferred by the pull */
 };
 
-/* manager.c, for flight.c: the clock in seconds, the effective pull
- * policy, the decision of one flight (from the cache, or a pull), and the
- * rate-limited "already present" event. */
-/* The canonical form of a reference given in any form the grammar
- * accepts (the default tag added): 0 with a new string, -EINVAL,
- * -ENOMEM. */
-int manager_canonical(const char *reference, char **ret);
+/* manager.c, for flight.c: the effective pull policy and the decision of
+ * one flight (from the cache, or a pull). */
 enum pull_policy manager_policy_of(const struct manager *m,
 				   const struct reference *ref, const char *canonical);
 int manager_decide(struct manager *m, const struct reference *ref,
 		   const char *canonical, enum pull_policy policy,
 		   const struct caller *who, double t_wait, struct flight *f,
 		   struct ensure_outcome *out, struct image **ret);
-void manager_present_event(struct manager *m, const char *canonical,
-			   const char *digest, const struct caller *who);
-
 /* gc.c: true when usage is over the high threshold. */
 bool gc_needed(struct manager *m);

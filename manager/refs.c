@@ -1,0 +1,329 @@
+/* The reference state table: what each reference names (digest, index,
+ * when it was resolved and used), the image each name hands to the
+ * filesystem, and publishing a pull's result to the cache and the table.
+ * Also the references remembered in the cache, read at start. */
+#include "manager.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache.h"
+#include "fault.h"
+#include "imagekeys.h"
+#include "macro.h"
+#include "reference.h"
+#include "strmap.h"
+#include "manager-private.h"
+
+#define PRESENT_EVENT_INTERVAL_S 300
+
+int manager_canonical(const char *reference, char **ret)
+{
+	struct reference *ref = NULL;
+	int r = reference_parse(reference, REFERENCE_DEFAULT_TAG, &ref);
+
+	if (r < 0)
+		return r;
+	*ret = reference_to_string(ref);
+	reference_free(ref);
+	return *ret ? 0 : -ENOMEM;
+}
+
+/* The key stored for reference and digest was taken when img was made
+ * (by a view of other content, or an older view of this one the kernel
+ * still holds), so img has the next free one: that one is stored, so
+ * that the next run of the daemon gives the same.  Returns true with the
+ * reference file to write in *ret when the name is not ephemeral.  Lock
+ * held. */
+static bool key_moved_locked(struct manager *m, const char *reference,
+			     const char *digest, const struct image *img,
+			     struct cache_ref *ret)
+{
+	struct refstate *rs = strmap_get(m->refs, reference);
+
+	if (!rs || rs->key == image_key(img) || strcmp(rs->digest, digest) != 0)
+		return false;
+	rs->key = image_key(img);
+	if (rs->ephemeral)
+		return false;
+	ret->reference = strdup(rs->reference);
+	ret->digest = strdup(rs->digest);
+	ret->index_digest = rs->index_digest ? strdup(rs->index_digest) : NULL;
+	ret->pulled_at = rs->pulled_at;
+	ret->image_key = rs->key;
+	if (!ret->reference || !ret->digest || (rs->index_digest && !ret->index_digest)) {
+		cache_ref_done(ret);
+		return false;
+	}
+	return true;
+}
+
+/* Returns reference's image for manifest digest, with a reference for the
+ * caller, loading it when needed.  Every reference gets an image of its
+ * own, even when two name one digest: each is a separate directory tree
+ * for the kernel, and a directory inode may have one parent only.  The
+ * content behind them is loaded once and shared (image.c).  A reference
+ * whose tag moved gets the new image; the old one lives on for whoever
+ * still holds it.  Called without the lock. */
+int refs_image_get(struct manager *m, const char *reference, const char *digest,
+		   struct image **ret, char *errbuf, size_t errlen)
+{
+	struct cache_ref cr = { 0 };
+	struct image *img, *other;
+	bool save = false;
+	int r;
+
+	pthread_mutex_lock(&m->lock);
+	img = strmap_get(m->images, reference);
+	if (img && strcmp(image_digest(img), digest) == 0)
+		image_ref(img, 1);
+	else
+		img = NULL;
+	pthread_mutex_unlock(&m->lock);
+	if (img) {
+		*ret = img;
+		return 0;
+	}
+
+	r = image_load(m, reference, digest, &img, errbuf, errlen);
+	if (r < 0)
+		return r;
+
+	pthread_mutex_lock(&m->lock);
+	other = strmap_get(m->images, reference);
+	if (other && strcmp(image_digest(other), digest) == 0) {
+		/* Loaded twice at once; keep the first. */
+		image_ref(other, 1);
+		pthread_mutex_unlock(&m->lock);
+		image_unref(img, 1);
+		*ret = other;
+		return 0;
+	}
+	r = strmap_put(m->images, reference, img);
+	if (r == 0) {
+		image_ref(img, 1); /* the table's reference */
+		if (other)
+			image_unref(other, 1);
+		save = key_moved_locked(m, reference, digest, img, &cr);
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (save) {
+		/* Not saved: the same key after a restart is then likely,
+		 * not sure. */
+		(void)cache_ref_save(m->cache, &cr);
+		cache_ref_done(&cr);
+	}
+	*ret = img;
+	return 0;
+}
+
+/* ---- references ------------------------------------------------------ */
+
+void refstate_free(struct refstate *rs)
+{
+	if (!rs)
+		return;
+	free(rs->reference);
+	free(rs->digest);
+	free(rs->index_digest);
+	free(rs);
+}
+
+/* The table lets go of reference's image (GC, rm).  Whoever still holds
+ * it (an open file, a kernel lookup) keeps it alive.  Lock held. */
+void image_drop_locked(struct manager *m, const char *reference)
+{
+	struct image *img = strmap_remove(m->images, reference);
+
+	if (img)
+		image_unref(img, 1);
+}
+
+void refstate_drop_locked(struct manager *m, const char *reference)
+{
+	struct refstate *rs = strmap_remove(m->refs, reference);
+
+	image_drop_locked(m, reference);
+	if (!rs)
+		return;
+	if (m->names_changed)
+		m->names_changed(m->names_userdata, reference);
+	if (rs->ephemeral) {
+		struct user_usage *u = users_get_locked(m, rs->uid);
+		if (u && u->names > 0)
+			u->names--;
+		users_release_locked(m, rs->uid);
+	}
+	refstate_free(rs);
+}
+
+/* Records (under the lock) what reference resolves to now. */
+static int refstate_set(struct manager *m, const char *reference,
+			const char *digest, const char *index_digest)
+{
+	struct refstate *rs = strmap_get(m->refs, reference);
+	char *d = strdup(digest);
+	char *id = index_digest ? strdup(index_digest) : NULL;
+
+	if (!d || (index_digest && !id)) {
+		free(d);
+		free(id);
+		return -ENOMEM;
+	}
+	if (!rs) {
+		rs = calloc(1, sizeof(*rs));
+		if (!rs || !(rs->reference = strdup(reference)) ||
+		    strmap_put(m->refs, reference, rs) < 0) {
+			refstate_free(rs);
+			free(d);
+			free(id);
+			return -ENOMEM;
+		}
+		if (m->names_changed)
+			m->names_changed(m->names_userdata, reference);
+	}
+	_cleanup_free_ char *old = rs->digest;
+	free(rs->index_digest);
+	rs->digest = d;
+	rs->index_digest = id;
+	rs->checked_at = manager_now_s(m);
+	rs->pulled_at = manager_wall_s();
+	rs->last_used_ms = manager_wall_ms();
+	return 0;
+}
+
+/* Records what reference names now.  A name created by a user other than
+ * root stays in memory (see users.c); any other is written to the cache
+ * first, as the publish step of a pull, and a name root uses becomes
+ * permanent. */
+int refs_publish(struct manager *m, const char *reference, const char *digest,
+		 const char *index_digest, uint32_t key, const struct caller *who)
+{
+	bool ephemeral = who && who->uid != 0;
+	int r;
+
+	fault_point("publish");
+	if (ephemeral) {
+		pthread_mutex_lock(&m->lock);
+		struct refstate *rs = strmap_get(m->refs, reference);
+		/* A permanent name stays permanent. */
+		ephemeral = !rs || rs->ephemeral;
+		pthread_mutex_unlock(&m->lock);
+	}
+	if (!ephemeral) {
+		struct cache_ref cr = {
+			.reference = (char *)reference,
+			.digest = (char *)digest,
+			.index_digest = (char *)index_digest,
+			.pulled_at = time(NULL),
+			.image_key = key,
+		};
+		r = cache_ref_save(m->cache, &cr);
+		if (r < 0)
+			return r;
+	}
+	pthread_mutex_lock(&m->lock);
+	r = refstate_set(m, reference, digest, index_digest);
+	if (r == 0) {
+		struct refstate *rs = strmap_get(m->refs, reference);
+		rs->key = key;
+		if (rs->ephemeral && !ephemeral) {
+			struct user_usage *u = users_get_locked(m, rs->uid);
+			if (u && u->names > 0)
+				u->names--;
+			users_release_locked(m, rs->uid);
+			rs->ephemeral = false;
+		} else if (ephemeral && !rs->ephemeral) {
+			struct user_usage *u = users_get_locked(m, who->uid);
+			if (u)
+				u->names++;
+			rs->ephemeral = true;
+			rs->uid = who->uid;
+		}
+	}
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}
+
+/* "already present", at most once per PRESENT_EVENT_INTERVAL_S per
+ * reference: a node looks its images up far more often than anyone
+ * wants to read about it. */
+void manager_present_event(struct manager *m, const char *canonical,
+			   const char *digest, const struct caller *who)
+{
+	int64_t now = manager_now_s(m);
+	bool due = false;
+
+	pthread_mutex_lock(&m->lock);
+	struct refstate *rs = strmap_get(m->refs, canonical);
+	if (rs && (!rs->present_event_at ||
+		   now - rs->present_event_at >= PRESENT_EVENT_INTERVAL_S)) {
+		rs->present_event_at = now;
+		due = true;
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (due)
+		manager_emit(m, EVENT_NORMAL, "Pulled", canonical, digest, 0, who,
+			     "Container image \"%s\" already present on machine", canonical);
+}
+
+int refs_load(struct manager *m)
+{
+	struct cache_ref *refs = NULL;
+	size_t n = 0;
+	int r;
+
+	r = cache_refs_load(m->cache, &refs, &n);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		if (r == 0)
+			r = refstate_set(m, refs[i].reference, refs[i].digest,
+					 refs[i].index_digest);
+		if (r == 0) {
+			struct refstate *rs = strmap_get(m->refs, refs[i].reference);
+			rs->pulled_at = refs[i].pulled_at;
+			rs->last_used_ms = refs[i].pulled_at * 1000;
+			/* A file from before keys were stored: derived, as
+			 * when it was written. */
+			rs->key = refs[i].image_key ? refs[i].image_key
+						    : imagekey_derive(refs[i].reference,
+								      refs[i].digest);
+		}
+		cache_ref_done(&refs[i]);
+	}
+	free(refs);
+	/* Revalidation of Always references starts fresh after a restart:
+	 * the first lookup re-resolves them. */
+	return r;
+}
+
+static int free_refstate(void *userdata, const char *key, void *value)
+{
+	refstate_free(value);
+	return 0;
+}
+
+static int free_image(void *userdata, const char *key, void *value)
+{
+	image_unref(value, 1);
+	return 0;
+}
+
+void refs_free_all(struct manager *m)
+{
+	if (m->refs) {
+		strmap_foreach(m->refs, free_refstate, NULL);
+		strmap_free(m->refs);
+		m->refs = NULL;
+	}
+	if (m->images) {
+		strmap_foreach(m->images, free_image, NULL);
+		strmap_free(m->images);
+		m->images = NULL;
+	}
+}
