@@ -259,6 +259,11 @@ void manager_present_event(struct manager *m, const char *canonical,
 int refs_load(struct manager *m);
 /* Frees both tables and what they hold; at the end. */
 void refs_free_all(struct manager *m);
+/* Lets go of names nobody uses: images held only by the table and not
+ * used for idle_ms, and then ephemeral references with no image.  Only
+ * uid's names when uid is not (uid_t)-1.  Returns how many references
+ * went. */
+size_t names_collect_locked(struct manager *m, uid_t uid, int64_t idle_ms);
 
 /* users.c: limits per user (manager.lock held).  users_admit_*_locked
  * return 0, or -EAGAIN with the limit event's message in msg. */
@@ -266,11 +271,6 @@ struct user_usage *users_get_locked(struct manager *m, uid_t uid);
 void users_release_locked(struct manager *m, uid_t uid);
 int users_admit_name_locked(struct manager *m, uid_t uid, char *msg, size_t len);
 int users_admit_pull_locked(struct manager *m, uid_t uid, char *msg, size_t len);
-/* Lets go of names nobody uses: images held only by the table and not
- * used for idle_ms, and then ephemeral references with no image.  Only
- * uid's names when uid is not (uid_t)-1.  Returns how many references
- * went. */
-size_t names_collect_locked(struct manager *m, uid_t uid, int64_t idle_ms);
 
 /* What one flight's decision came to, for the metrics. */
 struct ensure_outcome {

@@ -1,7 +1,8 @@
 /* The reference state table: what each reference names (digest, index,
  * when it was resolved and used), the image each name hands to the
  * filesystem, and publishing a pull's result to the cache and the table.
- * Also the references remembered in the cache, read at start. */
+ * Also the references remembered in the cache, read at start, and the
+ * collection of names nobody uses. */
 #include "manager.h"
 
 #include <errno.h>
@@ -300,6 +301,82 @@ int refs_load(struct manager *m)
 	/* Revalidation of Always references starts fresh after a restart:
 	 * the first lookup re-resolves them. */
 	return r;
+}
+
+/* ---- collecting idle names ------------------------------------------ */
+
+struct collect_ctx {
+	struct manager *m;
+	uid_t uid;
+	int64_t before_ms;
+	char **keys;
+	size_t n, cap;
+	bool images; /* first pass: images; second: references */
+};
+
+static bool collectable(const struct collect_ctx *c, const struct refstate *rs)
+{
+	return rs && (c->uid == (uid_t)-1 || (rs->ephemeral && rs->uid == c->uid)) &&
+	       rs->last_used_ms <= c->before_ms;
+}
+
+static int pick(void *userdata, const char *key, void *value)
+{
+	struct collect_ctx *c = userdata;
+	const struct refstate *rs;
+
+	if (c->images) {
+		const struct image *img = value;
+		/* The table's is the only reference: no kernel lookup, no
+		 * open file, no caller. */
+		if (atomic_load(&img->refcount) != 1 || atomic_load(&img->open_files))
+			return 0;
+		rs = strmap_get(c->m->refs, key);
+	} else {
+		rs = value;
+		if (!rs->ephemeral || strmap_get(c->m->images, key) ||
+		    strmap_get(c->m->flights, key))
+			return 0;
+	}
+	if (!collectable(c, rs) && !(c->images && !rs))
+		return 0;
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 64;
+		char **k = realloc(c->keys, cap * sizeof(*k));
+		if (!k)
+			return 0;
+		c->keys = k;
+		c->cap = cap;
+	}
+	if ((c->keys[c->n] = strdup(key)))
+		c->n++;
+	return 0;
+}
+
+size_t names_collect_locked(struct manager *m, uid_t uid, int64_t idle_ms)
+{
+	struct collect_ctx c = { .m = m, .uid = uid,
+				 .before_ms = manager_wall_ms() - idle_ms };
+	size_t dropped = 0;
+
+	/* Strings are collected first: the maps cannot change while they
+	 * are walked. */
+	c.images = true;
+	strmap_foreach(m->images, pick, &c);
+	for (size_t i = 0; i < c.n; i++) {
+		image_drop_locked(m, c.keys[i]);
+		free(c.keys[i]);
+	}
+	c.n = 0;
+	c.images = false;
+	strmap_foreach(m->refs, pick, &c);
+	for (size_t i = 0; i < c.n; i++) {
+		refstate_drop_locked(m, c.keys[i]);
+		free(c.keys[i]);
+	}
+	dropped = c.n;
+	free(c.keys);
+	return dropped;
 }
 
 static int free_refstate(void *userdata, const char *key, void *value)

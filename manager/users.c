@@ -2,9 +2,10 @@
  * allow_other mount any local user can look names up: each new name of a
  * cached digest costs memory and no network, each new pull a place in the
  * queue.  So names created by such users live in memory only, are
- * collected when nobody uses them, and are capped per user, as are the
- * pulls they start; hitting a cap refuses that user's lookup with EAGAIN
- * and says so in the events log, and never touches anyone else's. */
+ * collected when nobody uses them (refs.c), and are capped per user, as
+ * are the pulls they start; hitting a cap refuses that user's lookup with
+ * EAGAIN and says so in the events log, and never touches anyone
+ * else's. */
 #include "manager.h"
 
 #include <errno.h>
@@ -95,78 +96,4 @@ int users_admit_pull_locked(struct manager *m, uid_t uid, char *msg, size_t len)
 			      "a further pull is refused until one ends", msg, len);
 	u->pulls++;
 	return 0;
-}
-
-struct collect_ctx {
-	struct manager *m;
-	uid_t uid;
-	int64_t before_ms;
-	char **keys;
-	size_t n, cap;
-	bool images; /* first pass: images; second: references */
-};
-
-static bool collectable(const struct collect_ctx *c, const struct refstate *rs)
-{
-	return rs && (c->uid == (uid_t)-1 || (rs->ephemeral && rs->uid == c->uid)) &&
-	       rs->last_used_ms <= c->before_ms;
-}
-
-static int pick(void *userdata, const char *key, void *value)
-{
-	struct collect_ctx *c = userdata;
-	const struct refstate *rs;
-
-	if (c->images) {
-		const struct image *img = value;
-		/* The table's is the only reference: no kernel lookup, no
-		 * open file, no caller. */
-		if (atomic_load(&img->refcount) != 1 || atomic_load(&img->open_files))
-			return 0;
-		rs = strmap_get(c->m->refs, key);
-	} else {
-		rs = value;
-		if (!rs->ephemeral || strmap_get(c->m->images, key) ||
-		    strmap_get(c->m->flights, key))
-			return 0;
-	}
-	if (!collectable(c, rs) && !(c->images && !rs))
-		return 0;
-	if (c->n == c->cap) {
-		size_t cap = c->cap ? c->cap * 2 : 64;
-		char **k = realloc(c->keys, cap * sizeof(*k));
-		if (!k)
-			return 0;
-		c->keys = k;
-		c->cap = cap;
-	}
-	if ((c->keys[c->n] = strdup(key)))
-		c->n++;
-	return 0;
-}
-
-size_t names_collect_locked(struct manager *m, uid_t uid, int64_t idle_ms)
-{
-	struct collect_ctx c = { .m = m, .uid = uid,
-				 .before_ms = manager_wall_ms() - idle_ms };
-	size_t dropped = 0;
-
-	/* Strings are collected first: the maps cannot change while they
-	 * are walked. */
-	c.images = true;
-	strmap_foreach(m->images, pick, &c);
-	for (size_t i = 0; i < c.n; i++) {
-		image_drop_locked(m, c.keys[i]);
-		free(c.keys[i]);
-	}
-	c.n = 0;
-	c.images = false;
-	strmap_foreach(m->refs, pick, &c);
-	for (size_t i = 0; i < c.n; i++) {
-		refstate_drop_locked(m, c.keys[i]);
-		free(c.keys[i]);
-	}
-	dropped = c.n;
-	free(c.keys);
-	return dropped;
 }
