@@ -283,7 +283,7 @@ struct ensure_outcome {
 	uint64_t bytes;	    /* transferred by the pull */
 };
 
-/* manager.c, for flight.c: the effective pull policy and the decision of
+/* ensure.c, for flight.c: the effective pull policy and the decision of
  * one flight (from the cache, or a pull). */
 enum pull_policy manager_policy_of(const struct manager *m,
 				   const struct reference *ref, const char *canonical);
