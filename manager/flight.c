@@ -303,6 +303,9 @@ static int flight_start_locked(struct manager *m, struct reference *ref,
 	int r;
 
 	if (user && !strmap_get(m->refs, canonical)) {
+		/* At the limit: the user's idle names go first. */
+		if (users_names_full_locked(m, who->uid))
+			names_collect_locked(m, who->uid, 0);
 		r = users_admit_name_locked(m, who->uid, limit_msg, limit_len);
 		if (r < 0)
 			goto fail;

@@ -269,6 +269,9 @@ size_t names_collect_locked(struct manager *m, uid_t uid, int64_t idle_ms);
  * return 0, or -EAGAIN with the limit event's message in msg. */
 struct user_usage *users_get_locked(struct manager *m, uid_t uid);
 void users_release_locked(struct manager *m, uid_t uid);
+/* True when uid holds as many names as it may: collect its idle ones
+ * (names_collect_locked) before users_admit_name_locked. */
+bool users_names_full_locked(struct manager *m, uid_t uid);
 int users_admit_name_locked(struct manager *m, uid_t uid, char *msg, size_t len);
 int users_admit_pull_locked(struct manager *m, uid_t uid, char *msg, size_t len);
 

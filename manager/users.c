@@ -64,20 +64,28 @@ static int refuse(struct user_usage *u, uid_t uid, unsigned limit,
 	return -EAGAIN;
 }
 
+static unsigned names_limit(const struct manager *m)
+{
+	return m->opts.max_names_per_user ?: MANAGER_DEFAULT_NAMES_PER_USER;
+}
+
+bool users_names_full_locked(struct manager *m, uid_t uid)
+{
+	struct user_usage *u;
+	char key[24];
+
+	uid_key(uid, key, sizeof(key));
+	u = strmap_get(m->users, key);
+	return u && u->names >= names_limit(m);
+}
+
 int users_admit_name_locked(struct manager *m, uid_t uid, char *msg, size_t len)
 {
-	unsigned limit = m->opts.max_names_per_user ?: MANAGER_DEFAULT_NAMES_PER_USER;
+	unsigned limit = names_limit(m);
 	struct user_usage *u = users_get_locked(m, uid);
 
 	if (!u)
 		return -ENOMEM;
-	if (u->names >= limit) {
-		names_collect_locked(m, uid, 0);
-		/* Collecting may have let go of the usage record itself. */
-		u = users_get_locked(m, uid);
-		if (!u)
-			return -ENOMEM;
-	}
 	if (u->names < limit)
 		return 0;
 	return refuse(u, uid, limit, "image names in use",
