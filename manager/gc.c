@@ -529,7 +529,7 @@ static void *gc_thread(void *arg)
 	return NULL;
 }
 
-int manager_start(struct manager *m)
+int gc_start(struct manager *m)
 {
 	int r = pthread_create(&m->gc_thread, NULL, gc_thread, m);
 
@@ -546,16 +546,14 @@ int manager_start(struct manager *m)
 	return 0;
 }
 
-void manager_set_forget_dentry(struct manager *m,
-			       void (*fn)(void *userdata, uint64_t parent,
-					  const char *name),
-			       void *userdata)
+void gc_stop(struct manager *m)
 {
-	m->forget_dentry = fn;
-	m->forget_userdata = userdata;
-}
-
-const char *manager_cache_dir(const struct manager *m)
-{
-	return m->cache_dir;
+	if (!m->gc_thread_started)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->stopping = true;
+	pthread_cond_broadcast(&m->gc_cond);
+	pthread_mutex_unlock(&m->lock);
+	pthread_join(m->gc_thread, NULL);
+	m->gc_thread_started = false;
 }

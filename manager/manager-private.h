@@ -296,3 +296,8 @@ int manager_decide(struct manager *m, const struct reference *ref,
 		   struct ensure_outcome *out, struct image **ret);
 /* gc.c: true when usage is over the high threshold. */
 bool gc_needed(struct manager *m);
+/* gc.c: starts the background collector's thread (after the daemon has
+ * forked), and stops it; gc_stop does nothing when it never started.
+ * gc_start returns 0 or -errno. */
+int gc_start(struct manager *m);
+void gc_stop(struct manager *m);

@@ -154,6 +154,25 @@ void manager_drain(struct manager *m)
 	pthread_mutex_unlock(&m->lock);
 }
 
+int manager_start(struct manager *m)
+{
+	return gc_start(m);
+}
+
+void manager_set_forget_dentry(struct manager *m,
+			       void (*fn)(void *userdata, uint64_t parent,
+					  const char *name),
+			       void *userdata)
+{
+	m->forget_dentry = fn;
+	m->forget_userdata = userdata;
+}
+
+const char *manager_cache_dir(const struct manager *m)
+{
+	return m->cache_dir;
+}
+
 void manager_reopen_events(struct manager *m)
 {
 	if (m)
@@ -363,13 +382,7 @@ void manager_free(struct manager *m)
 	if (!m)
 		return;
 	manager_drain(m);
-	if (m->gc_thread_started) {
-		pthread_mutex_lock(&m->lock);
-		m->stopping = true;
-		pthread_cond_broadcast(&m->gc_cond);
-		pthread_mutex_unlock(&m->lock);
-		pthread_join(m->gc_thread, NULL);
-	}
+	gc_stop(m);
 	if (m->registry_bytes) {
 		strmap_foreach(m->registry_bytes, free_value, NULL);
 		strmap_free(m->registry_bytes);
