@@ -148,6 +148,9 @@ static inline const struct tinode *ino_node(struct fs *fs, fuse_ino_t ino,
 	return img ? image_inode(img, (uint32_t)ino) : NULL;
 }
 
+/* fs.c: the FUSE operations, with fs as their userdata. */
+extern const struct fuse_lowlevel_ops fs_ops;
+
 static inline void image_stat(fuse_ino_t ino, const struct tinode *t, struct stat *st)
 {
 	tinode_fill_stat(t, st);
