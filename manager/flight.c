@@ -359,15 +359,14 @@ fail:
 	return r;
 }
 
-/* Everything ensure does before it waits.  done NULL: nobody waits (the
- * operator's background pull).  keep: the flight completes even when
- * every caller leaves. */
-static int ensure_begin(struct manager *m, const char *reference,
+/* Everything ensure does before it waits, for a parsed reference, which
+ * it takes.  done NULL: nobody waits (the operator's background pull).
+ * keep: the flight completes even when every caller leaves. */
+static int ensure_begin(struct manager *m, struct reference *ref,
 			const struct caller *who, bool keep, ensure_done_fn *done,
 			void *userdata, struct ensure_call **ret_call,
 			struct image **ret_img)
 {
-	struct reference *ref = NULL;
 	_cleanup_free_ char *canonical = NULL;
 	struct ensure_call *call = NULL;
 	struct flight *f;
@@ -377,14 +376,6 @@ static int ensure_begin(struct manager *m, const char *reference,
 	double t_wait = manager_now_f(m);
 	int r;
 
-	r = reference_parse(reference, REFERENCE_DEFAULT_TAG, &ref);
-	if (r < 0) {
-		if (r == -EINVAL)
-			emit(m, EVENT_WARNING, errtable_reason(EINVAL), reference, NULL, EINVAL,
-			     who, "Failed to apply default image tag \"%s\": invalid reference format",
-			     reference);
-		return r;
-	}
 	canonical = reference_to_string(ref);
 	if (!canonical) {
 		reference_free(ref);
@@ -437,13 +428,38 @@ static int ensure_begin(struct manager *m, const char *reference,
 	return r;
 }
 
+/* reference parsed, or -EINVAL said in the events log. */
+static int ensure_parse(struct manager *m, const char *reference,
+			const struct caller *who, struct reference **ret)
+{
+	int r = reference_parse(reference, REFERENCE_DEFAULT_TAG, ret);
+
+	if (r == -EINVAL)
+		emit(m, EVENT_WARNING, errtable_reason(EINVAL), reference, NULL, EINVAL,
+		     who, "Failed to apply default image tag \"%s\": invalid reference format",
+		     reference);
+	return r;
+}
+
 int manager_ensure_start(struct manager *m, const char *reference,
 			 const struct caller *who, ensure_done_fn *done,
 			 void *userdata, struct ensure_call **ret_call,
 			 struct image **ret_img)
 {
-	return ensure_begin(m, reference, who, false, done, userdata, ret_call,
-			    ret_img);
+	struct reference *ref = NULL;
+	int r = ensure_parse(m, reference, who, &ref);
+
+	if (r < 0)
+		return r;
+	return ensure_begin(m, ref, who, false, done, userdata, ret_call, ret_img);
+}
+
+int manager_ensure_start_ref(struct manager *m, struct reference *ref,
+			     const struct caller *who, ensure_done_fn *done,
+			     void *userdata, struct ensure_call **ret_call,
+			     struct image **ret_img)
+{
+	return ensure_begin(m, ref, who, false, done, userdata, ret_call, ret_img);
 }
 
 bool ensure_call_cancel(struct ensure_call *call)
@@ -486,16 +502,22 @@ int manager_pull_background(struct manager *m, const char *reference,
 			    void **ret_json, char *errbuf, size_t errlen)
 {
 	_cleanup_free_ char *canonical = NULL;
+	struct reference *ref = NULL;
 	struct image *img = NULL;
 	int r;
 
-	r = manager_canonical(reference, &canonical);
+	r = reference_parse(reference, REFERENCE_DEFAULT_TAG, &ref);
 	if (r < 0) {
 		if (r == -EINVAL)
 			snprintf(errbuf, errlen, "invalid reference \"%s\"", reference);
 		return r;
 	}
-	r = ensure_begin(m, canonical, NULL, true, NULL, NULL, NULL, &img);
+	canonical = reference_to_string(ref);
+	if (!canonical) {
+		reference_free(ref);
+		return -ENOMEM;
+	}
+	r = ensure_begin(m, ref, NULL, true, NULL, NULL, NULL, &img);
 	if (r < 0) {
 		snprintf(errbuf, errlen, "cannot pull \"%s\": %s", canonical, strerror(-r));
 		return r;

@@ -16,6 +16,7 @@
 #include "policy.h"
 #include "tree.h"
 
+struct reference;
 struct registry_hosts;
 struct registry_transport;
 struct credentials;
@@ -115,6 +116,13 @@ int manager_ensure_start(struct manager *m, const char *reference,
 			 const struct caller *who, ensure_done_fn *done,
 			 void *userdata, struct ensure_call **ret_call,
 			 struct image **ret_img);
+/* The same for a reference already parsed (registry/reference.h, with
+ * the default tag), which it takes whatever it returns: the filesystem
+ * parses the path form once and hands the result on. */
+int manager_ensure_start_ref(struct manager *m, struct reference *ref,
+			     const struct caller *who, ensure_done_fn *done,
+			     void *userdata, struct ensure_call **ret_call,
+			     struct image **ret_img);
 bool ensure_call_cancel(struct ensure_call *call);
 
 /* The operator's background pull (pullfsctl pull --background): ensure
