@@ -1,7 +1,8 @@
 /* The namespace: images/, the registry hosts and repository directories
- * below it (interned by path), docker.io short forms as symlinks, and the
- * lookup of the name that closes a reference, which runs ensure without
- * holding a worker thread. */
+ * below it (interned by path), docker.io short forms as symlinks, as the
+ * path form (registry/pathform.h) makes them, and the lookup of the name
+ * that closes a reference, which runs ensure without holding a worker
+ * thread. */
 #include "fs-private.h"
 
 #include <errno.h>
@@ -15,7 +16,7 @@
 
 #include "macro.h"
 #include "manager.h"
-#include "reference.h"
+#include "pathform.h"
 #include "strmap.h"
 
 void ns_stat(struct fs *fs, fuse_ino_t ino, const struct nsnode *n,
@@ -216,40 +217,6 @@ static char *join(const char *a, const char *b)
 	return s;
 }
 
-/* A docker.io short name in path form: a symlink to the canonical path,
- * so `images/alpine:3.19` and `images/docker.io/library/alpine:3.19` are
- * one image, one pull, one set of inodes. */
-static int short_form_symlink(const struct nsnode *parent, const char *name,
-			      struct nsnode **ret)
-{
-	_cleanup_free_ char *full = NULL, *canonical = NULL;
-	struct reference *ref = NULL;
-	char *target;
-	size_t len;
-	int r;
-
-	full = join(parent->prefix, name);
-	if (!full)
-		return -ENOMEM;
-	r = reference_parse(full, 0, &ref);
-	if (r < 0)
-		return r;
-	canonical = reference_to_string(ref);
-	reference_free(ref);
-	if (!canonical)
-		return -ENOMEM;
-	len = 3 * parent->depth + strlen(canonical) + 1;
-	target = malloc(len);
-	if (!target)
-		return -ENOMEM;
-	target[0] = '\0';
-	for (unsigned i = 0; i < parent->depth; i++)
-		strcat(target, "../");
-	strcat(target, canonical);
-	*ret = nsnode_new(NS_SYMLINK, true, parent->depth + 1, NULL, target);
-	return *ret ? 0 : -ENOMEM;
-}
-
 static void caller_of(fuse_req_t req, struct caller *c)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
@@ -372,11 +339,13 @@ static void lookup_interrupt(fuse_req_t req, void *data)
 	}
 }
 
-/* Returns true when the answer is left to the flight or an interrupt. */
+/* The lookup of the name that closes a reference: step's reference,
+ * parsed, is handed to ensure (a text outside the grammar as it is, for
+ * ensure to report).  Returns true when the answer is left to the flight
+ * or an interrupt. */
 static bool image_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
-			 const char *name)
+			 const char *name, struct pathform_step *step)
 {
-	_cleanup_free_ char *full = join(parent->prefix, name);
 	struct lookup_call *lc;
 	struct ensure_call *call;
 	struct image *img = NULL;
@@ -384,7 +353,7 @@ static bool image_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 	bool claimed = false;
 	int r;
 
-	lc = full ? calloc(1, sizeof(*lc) + strlen(name) + 1) : NULL;
+	lc = calloc(1, sizeof(*lc) + strlen(name) + 1);
 	if (!lc) {
 		reply_err(req, -ENOMEM);
 		return false;
@@ -400,7 +369,12 @@ static bool image_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 	/* Registered first: an interrupt that came already is noted now. */
 	fuse_req_interrupt_func(req, lookup_interrupt, lc);
 	pthread_mutex_lock(&lc->lock);
-	r = manager_ensure_start(fs->manager, full, &who, lookup_done, lc, &call, &img);
+	if (step->ref)
+		r = manager_ensure_start_ref(fs->manager, TAKE_PTR(step->ref), &who,
+					     lookup_done, lc, &call, &img);
+	else
+		r = manager_ensure_start(fs->manager, step->text, &who, lookup_done,
+					 lc, &call, &img);
 	if (r != 0) {
 		lc->finished = true;
 	} else {
@@ -420,56 +394,67 @@ static bool image_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 	return true;
 }
 
+static bool known_host(void *userdata, const char *host)
+{
+	return manager_is_known_host(userdata, host);
+}
+
 bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 	       const char *name)
 {
+	const struct pathform_dir dir = { .depth = parent->depth,
+					  .short_form = parent->short_form,
+					  .prefix = parent->prefix };
+	struct pathform_step step;
 	_cleanup_free_ char *key = NULL;
 	struct nsnode *n = NULL;
-	bool is_host, closes;
+	bool answered_later;
 	int r;
 
 	if (parent->kind != NS_DIR) {
 		reply_err(req, -ENOTDIR);
 		return false;
 	}
-	/* Path form: a registry host opens the reference only in the first
-	 * position; elsewhere, and for names that are not hosts, the docker.io
-	 * short-name rules apply. */
-	is_host = parent->depth == 0 && (reference_component_is_host(name) ||
-					 manager_is_known_host(fs->manager, name));
-	closes = !is_host && reference_component_closes(name);
-	if (closes && parent->depth > 0 && !parent->short_form)
-		return image_lookup(req, fs, parent, name);
+	r = pathform_step(&dir, name, known_host, fs->manager, &step);
+	if (r < 0) {
+		reply_err(req, r);
+		return false;
+	}
+	if (step.kind == PATHFORM_REFERENCE) {
+		answered_later = image_lookup(req, fs, parent, name, &step);
+		pathform_step_done(&step);
+		return answered_later;
+	}
 
 	key = join(parent->key, name);
 	if (!key) {
+		pathform_step_done(&step);
 		reply_err(req, -ENOMEM);
 		return false;
 	}
 	n = nsnode_find(fs, key);
 	if (n) {
+		pathform_step_done(&step);
 		reply_nsnode(req, fs, n);
 		return false;
 	}
-	if (is_host) {
-		char *prefix = strdup(name);
-		n = prefix ? nsnode_new(NS_DIR, false, 1, prefix, NULL) : NULL;
-	} else if (closes) {
-		r = short_form_symlink(parent, name, &n);
-		if (r < 0) {
-			reply_err(req, r);
-			return false;
-		}
-	} else if (!reference_path_component_is_valid(name)) {
-		reply_err(req, -EINVAL);
+	switch (step.kind) {
+	case PATHFORM_HOST:
+	case PATHFORM_DIR:
+		n = nsnode_new(NS_DIR, step.dir.short_form, step.dir.depth,
+			       TAKE_PTR(step.dir.prefix), NULL);
+		break;
+	case PATHFORM_SHORT_LINK:
+		n = nsnode_new(NS_SYMLINK, true, step.dir.depth, NULL,
+			       TAKE_PTR(step.target));
+		break;
+	default:
+		r = step.err;
+		pathform_step_done(&step);
+		reply_err(req, r);
 		return false;
-	} else {
-		bool short_form = parent->depth == 0 || parent->short_form;
-		char *prefix = parent->depth == 0 ? join(REFERENCE_DEFAULT_DOMAIN, name)
-						  : join(parent->prefix, name);
-		n = prefix ? nsnode_new(NS_DIR, short_form, parent->depth + 1, prefix, NULL)
-			   : NULL;
 	}
+	pathform_step_done(&step);
 	n = nsnode_intern(fs, key, n);
 	if (!n) {
 		reply_err(req, -ENOMEM);
