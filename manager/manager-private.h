@@ -1,5 +1,7 @@
-/* What manager.c, gc.c and status.c share: the manager's state.  Not for
- * use outside manager/. */
+/* What the files of the manager share: its state, and the calls between
+ * them.  Calls go one way, down: manager.c (life cycle) and flight.c to
+ * gc.c and ensure.c; those and status.c to refs.c; refs.c to image.c and
+ * users.c; all of them to emit.c.  Not for use outside manager/. */
 #pragma once
 
 #include <pthread.h>
