@@ -1,5 +1,6 @@
 #include "fileio.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -72,5 +73,23 @@ int write_full(int fd, const void *buf, size_t len)
 		p += n;
 		len -= (size_t)n;
 	}
+	return 0;
+}
+
+int dir_stream(int dirfd, DIR **ret)
+{
+	int fd = dup(dirfd);
+	DIR *d;
+
+	if (fd < 0)
+		return negative_errno();
+	d = fdopendir(fd);
+	if (!d) {
+		int r = negative_errno();
+		close(fd);
+		return r;
+	}
+	rewinddir(d);
+	*ret = d;
 	return 0;
 }

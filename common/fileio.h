@@ -3,6 +3,8 @@
  * the layer index and the tools all need. */
 #pragma once
 
+#include <dirent.h>
+
 #include <stddef.h>
 
 /* Reads fd from its current offset to the end into a new buffer, NUL
@@ -16,3 +18,7 @@ int read_full(int fd, size_t max, char **ret, size_t *ret_len);
  * when it wrote nothing without an error); part of buf may have been
  * written then. */
 int write_full(int fd, const void *buf, size_t len);
+
+/* A DIR stream over a duplicate of dirfd, from its start (the caller
+ * closes the stream; dirfd stays open).  Returns 0 or -errno. */
+int dir_stream(int dirfd, DIR **ret);

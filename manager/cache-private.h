@@ -17,9 +17,6 @@ struct cache {
 	int tmp_fd;	/* tmp */
 };
 
-/* A DIR stream over a duplicate of dirfd (the caller closes the stream,
- * dirfd stays open).  0 or -errno. */
-int dir_stream(int dirfd, DIR **ret);
 /* Removes every file of a directory (one level of subdirectories too). */
 void empty_dir(int dfd);
 /* Allocated bytes of a file; 0 when absent. */

@@ -52,24 +52,6 @@ static int mkdir_parents(const char *path)
 
 /* A DIR stream over a directory fd we keep: readdir(3) needs one of its
  * own, positioned at the start. */
-int dir_stream(int dirfd, DIR **ret)
-{
-	int fd = dup(dirfd);
-	DIR *d;
-
-	if (fd < 0)
-		return negative_errno();
-	d = fdopendir(fd);
-	if (!d) {
-		int r = negative_errno();
-		close(fd);
-		return r;
-	}
-	rewinddir(d);
-	*ret = d;
-	return 0;
-}
-
 /* Removes every entry of directory fd `dfd` (recursing one level is all
  * tmp/ ever needs, but deeper trees are handled too). */
 void empty_dir(int dfd)
