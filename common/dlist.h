@@ -18,7 +18,7 @@ struct dlist {
 };
 
 /* The struct of type `type` whose member `member` is node n. */
-#define dlist_entry(n, type, member) ((type *)((char *)(n) - offsetof(type, member)))
+#define dlist_entry(n, type, member) ((type *)((char *)(n)-offsetof(type, member)))
 
 static inline void dlist_push(struct dlist *l, struct dlist_node *n)
 {

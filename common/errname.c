@@ -20,8 +20,8 @@ int errbuf_fail(int err, char *errbuf, size_t errlen, const char *fmt, ...)
 const char *errno_name(int err)
 {
 	switch (abs(err)) {
-#define X(e)                                                                  \
-	case e:                                                               \
+#define X(e)    \
+	case e: \
 		return #e;
 		X(EPERM)
 		X(ENOENT)

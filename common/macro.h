@@ -31,25 +31,25 @@ static inline void closep(int *fd)
 
 /* Defines `funcp(type **p)` that calls `func(*p)` when *p is set, for use
  * with _cleanup_(). */
-#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func)                               \
-	static inline void func##p(type *p)                                   \
-	{                                                                     \
-		if (*p)                                                       \
-			func(*p);                                             \
+#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func) \
+	static inline void func##p(type *p)     \
+	{                                       \
+		if (*p)                         \
+			func(*p);               \
 	}
 
-#define TAKE_PTR(p)                                                           \
-	({                                                                    \
-		__typeof__(p) _ptr_ = (p);                                    \
-		(p) = NULL;                                                   \
-		_ptr_;                                                        \
+#define TAKE_PTR(p)                        \
+	({                                 \
+		__typeof__(p) _ptr_ = (p); \
+		(p) = NULL;                \
+		_ptr_;                     \
 	})
 
-#define TAKE_FD(fd)                                                           \
-	({                                                                    \
-		int _fd_ = (fd);                                              \
-		(fd) = -1;                                                    \
-		_fd_;                                                         \
+#define TAKE_FD(fd)              \
+	({                       \
+		int _fd_ = (fd); \
+		(fd) = -1;       \
+		_fd_;            \
 	})
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

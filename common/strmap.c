@@ -62,8 +62,7 @@ void strmap_free(struct strmap *m)
 	free(m);
 }
 
-static struct strmap_entry **find_slot(const struct strmap *m, const char *key,
-				       uint64_t h)
+static struct strmap_entry **find_slot(const struct strmap *m, const char *key, uint64_t h)
 {
 	struct strmap_entry **p = &m->buckets[h & (m->n_buckets - 1)];
 
@@ -145,8 +144,7 @@ size_t strmap_size(const struct strmap *m)
 	return m->size;
 }
 
-int strmap_foreach(const struct strmap *m,
-		   int (*fn)(void *userdata, const char *key, void *value),
+int strmap_foreach(const struct strmap *m, int (*fn)(void *userdata, const char *key, void *value),
 		   void *userdata)
 {
 	for (size_t i = 0; i < m->n_buckets; i++)

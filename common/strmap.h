@@ -21,6 +21,5 @@ size_t strmap_size(const struct strmap *m);
 
 /* Calls fn for every entry in unspecified order; stops early and returns
  * fn's value when it is not 0.  fn must not change the map. */
-int strmap_foreach(const struct strmap *m,
-		   int (*fn)(void *userdata, const char *key, void *value),
+int strmap_foreach(const struct strmap *m, int (*fn)(void *userdata, const char *key, void *value),
 		   void *userdata);

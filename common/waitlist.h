@@ -19,8 +19,7 @@
 /* Whether a caller, on entry or woken in the line, must give up: returns
  * -ECANCELED when the owner is shutting down, or when the caller's abandon
  * flag (may be NULL) is set, which is counted in *abandoned; else 0. */
-static inline int waitlist_cancelled(bool shutdown, const atomic_bool *abandon,
-				     uint64_t *abandoned)
+static inline int waitlist_cancelled(bool shutdown, const atomic_bool *abandon, uint64_t *abandoned)
 {
 	if (shutdown)
 		return -ECANCELED;

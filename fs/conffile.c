@@ -39,8 +39,8 @@ static bool parse_section(char *line, char *out, size_t outlen)
 	return true;
 }
 
-int config_parse(FILE *f, config_fn fn, void *userdata, unsigned *ret_line,
-		 char *errbuf, size_t errlen)
+int config_parse(FILE *f, config_fn fn, void *userdata, unsigned *ret_line, char *errbuf,
+		 size_t errlen)
 {
 	char line[CONFIG_LINE_MAX];
 	char section[CONFIG_SECTION_MAX] = "";

@@ -13,12 +13,12 @@
 /* Called for each "key = value": section is "" outside any section.  A
  * value in double quotes has them removed.  Returns 0, or a negative
  * errno with a reason in errbuf to stop the parse. */
-typedef int (*config_fn)(void *userdata, const char *section, const char *key,
-			 const char *value, char *errbuf, size_t errlen);
+typedef int (*config_fn)(void *userdata, const char *section, const char *key, const char *value,
+			 char *errbuf, size_t errlen);
 
 /* Reads f to the end.  Returns 0, fn's error, or -EINVAL for a line that
  * is too long, a malformed section header or a line without "=".  On
  * failure *ret_line (may be NULL) is the 1-based line and errbuf says
  * why. */
-int config_parse(FILE *f, config_fn fn, void *userdata, unsigned *ret_line,
-		 char *errbuf, size_t errlen);
+int config_parse(FILE *f, config_fn fn, void *userdata, unsigned *ret_line, char *errbuf,
+		 size_t errlen);

@@ -61,7 +61,7 @@ struct control {
 	control_status_fn status;
 	void *userdata;
 	pthread_mutex_t lock;
-	pthread_cond_t conn_done; /* a connection became CONN_DONE */
+	pthread_cond_t conn_done;		    /* a connection became CONN_DONE */
 	struct conn conns[CONTROL_CONNECTIONS_MAX]; /* state and fds: lock */
 };
 
@@ -361,8 +361,9 @@ static void conn_add(struct control *c, int fd)
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (r < 0) {
-		answer(fd, failure(r, cn ? "no thread for this connection"
-					 : "too many control connections running requests"),
+		answer(fd,
+		       failure(r, cn ? "no thread for this connection"
+				     : "too many control connections running requests"),
 		       0);
 		close(fd);
 	}
@@ -396,8 +397,8 @@ static void *acceptor_thread(void *arg)
 	return NULL;
 }
 
-int control_new(const char *path, struct manager *m, struct control **ret,
-		char *errbuf, size_t errlen)
+int control_new(const char *path, struct manager *m, struct control **ret, char *errbuf,
+		size_t errlen)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	_cleanup_(control_freep) struct control *c = NULL;
@@ -433,13 +434,15 @@ int control_new(const char *path, struct manager *m, struct control **ret,
 	if (lstat(path, &st) == 0) {
 		if (!S_ISSOCK(st.st_mode))
 			return errbuf_fail(-EEXIST, errbuf, errlen,
-					   "control socket \"%s\" exists and is not a socket", path);
+					   "control socket \"%s\" exists and is not a socket",
+					   path);
 		/* Non-blocking: a full backlog (EAGAIN) is someone's too. */
 		probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-		if (probe >= 0 && (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0 ||
-				   errno == EAGAIN))
+		if (probe >= 0 &&
+		    (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EAGAIN))
 			return errbuf_fail(-EADDRINUSE, errbuf, errlen,
-					   "control socket \"%s\" is served by another process", path);
+					   "control socket \"%s\" is served by another process",
+					   path);
 		unlink(path);
 	}
 	mode_t old = umask(0177);
@@ -447,7 +450,8 @@ int control_new(const char *path, struct manager *m, struct control **ret,
 	umask(old);
 	if (r < 0)
 		return errbuf_fail(negative_errno(), errbuf, errlen,
-				   "cannot bind the control socket \"%s\": %s", path, strerror(errno));
+				   "cannot bind the control socket \"%s\": %s", path,
+				   strerror(errno));
 	c->bound = true;
 	if (listen(c->fd, CONTROL_CONNECTIONS_MAX) < 0)
 		return negative_errno();

@@ -25,8 +25,8 @@ typedef void *(*control_status_fn)(void *userdata);
  * a socket).  Nothing is served before control_start, so this may run
  * before the daemon forks.  Returns 0 and a new control owned by the
  * caller, or -errno with a one-line reason in errbuf. */
-int control_new(const char *path, struct manager *m, struct control **ret,
-		char *errbuf, size_t errlen);
+int control_new(const char *path, struct manager *m, struct control **ret, char *errbuf,
+		size_t errlen);
 
 /* Serves the socket from threads of its own (call after any fork).  Only
  * root and the daemon's own user may talk to it.  status makes the status

@@ -18,9 +18,8 @@
 #include "manager.h"
 
 static const char *const fsop_names[FSOP_COUNT] = {
-	"lookup", "getattr", "readlink", "open", "read", "opendir",
-	"readdir", "readdirplus", "releasedir", "getxattr", "listxattr", "forget",
-	"release", "other",
+	"lookup",      "getattr",    "readlink", "open",      "read",	"opendir", "readdir",
+	"readdirplus", "releasedir", "getxattr", "listxattr", "forget", "release", "other",
 };
 
 static const double fsop_bucket_bounds[FSOP_BUCKETS] = {
@@ -101,37 +100,41 @@ void *ctl_status_for_control(void *userdata)
 static void fs_metrics(struct fs *fs, FILE *f)
 {
 	manager_metrics(fs->manager, f);
-	fprintf(f, "# HELP pullfs_passthrough Whether files stored as objects are read by the kernel directly (FUSE passthrough).\n"
-		   "# TYPE pullfs_passthrough gauge\n"
-		   "pullfs_passthrough %d\n"
-		   "# HELP pullfs_passthrough_opens_total Opens served in passthrough.\n"
-		   "# TYPE pullfs_passthrough_opens_total counter\n"
-		   "pullfs_passthrough_opens_total %llu\n"
-		   "# HELP pullfs_backing_files Backing files registered with the kernel now (open or kept for the next open).\n"
-		   "# TYPE pullfs_backing_files gauge\n"
-		   "pullfs_backing_files %u\n",
+	fprintf(f,
+		"# HELP pullfs_passthrough Whether files stored as objects are read by the kernel directly (FUSE passthrough).\n"
+		"# TYPE pullfs_passthrough gauge\n"
+		"pullfs_passthrough %d\n"
+		"# HELP pullfs_passthrough_opens_total Opens served in passthrough.\n"
+		"# TYPE pullfs_passthrough_opens_total counter\n"
+		"pullfs_passthrough_opens_total %llu\n"
+		"# HELP pullfs_backing_files Backing files registered with the kernel now (open or kept for the next open).\n"
+		"# TYPE pullfs_backing_files gauge\n"
+		"pullfs_backing_files %u\n",
 		fuseio_passthrough() && !fs->opts.no_passthrough &&
 			!atomic_load(&fs->passthrough_refused),
-		(unsigned long long)atomic_load(&fs->passthrough_opens),
-		files_backing_count(fs));
+		(unsigned long long)atomic_load(&fs->passthrough_opens), files_backing_count(fs));
 	fputs("# HELP pullfs_fuse_operations_total FUSE requests served, by operation.\n"
-	      "# TYPE pullfs_fuse_operations_total counter\n", f);
+	      "# TYPE pullfs_fuse_operations_total counter\n",
+	      f);
 	for (unsigned i = 0; i < FSOP_COUNT; i++)
 		fprintf(f, "pullfs_fuse_operations_total{op=\"%s\"} %llu\n", fsop_names[i],
 			(unsigned long long)atomic_load(&fs->ops[i].count));
 	fputs("# HELP pullfs_fuse_operation_duration_seconds Time to serve FUSE requests, by operation.\n"
-	      "# TYPE pullfs_fuse_operation_duration_seconds histogram\n", f);
+	      "# TYPE pullfs_fuse_operation_duration_seconds histogram\n",
+	      f);
 	for (unsigned i = 0; i < FSOP_COUNT; i++) {
 		uint64_t cum = 0;
 		for (unsigned b = 0; b < FSOP_BUCKETS; b++) {
 			cum += atomic_load(&fs->ops[i].buckets[b]);
-			fprintf(f, "pullfs_fuse_operation_duration_seconds_bucket{op=\"%s\",le=\"%g\"} %llu\n",
+			fprintf(f,
+				"pullfs_fuse_operation_duration_seconds_bucket{op=\"%s\",le=\"%g\"} %llu\n",
 				fsop_names[i], fsop_bucket_bounds[b], (unsigned long long)cum);
 		}
 		cum += atomic_load(&fs->ops[i].buckets[FSOP_BUCKETS]);
-		fprintf(f, "pullfs_fuse_operation_duration_seconds_bucket{op=\"%s\",le=\"+Inf\"} %llu\n"
-			   "pullfs_fuse_operation_duration_seconds_sum{op=\"%s\"} %.9f\n"
-			   "pullfs_fuse_operation_duration_seconds_count{op=\"%s\"} %llu\n",
+		fprintf(f,
+			"pullfs_fuse_operation_duration_seconds_bucket{op=\"%s\",le=\"+Inf\"} %llu\n"
+			"pullfs_fuse_operation_duration_seconds_sum{op=\"%s\"} %.9f\n"
+			"pullfs_fuse_operation_duration_seconds_count{op=\"%s\"} %llu\n",
 			fsop_names[i], (unsigned long long)cum, fsop_names[i],
 			(double)atomic_load(&fs->ops[i].sum_ns) / 1e9, fsop_names[i],
 			(unsigned long long)cum);
@@ -143,8 +146,7 @@ struct ctlbuf {
 	size_t len;
 };
 
-void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
-		     struct fuse_file_info *fi)
+void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ctlbuf *b = calloc(1, sizeof(*b));
 	FILE *f;
@@ -180,8 +182,7 @@ void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
  * while they touch the buffer. */
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void ctl_read(fuse_req_t req, size_t size, off_t off,
-		     struct fuse_file_info *fi)
+void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	struct ctlbuf *b;
 
@@ -193,7 +194,6 @@ void ctl_read(fuse_req_t req, size_t size, off_t off,
 		fuse_reply_buf(req, b->data + off, MIN(size, b->len - (size_t)off));
 	pthread_mutex_unlock(&ctl_lock);
 }
-
 
 void ctl_release(struct fuse_file_info *fi)
 {

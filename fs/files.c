@@ -35,7 +35,7 @@
 
 struct backing {
 	int id;
-	unsigned opens; /* fs.backing_lock */
+	unsigned opens;		/* fs.backing_lock */
 	struct dlist_node idle; /* registered and unused; fs.backing_lock */
 	char object[];
 };
@@ -50,9 +50,9 @@ static void backing_drop(struct fs *fs, struct backing *b)
 
 /* fi->fh of an open object; packs have fh 0. */
 struct ofile {
-	int fd;		   /* read through the daemon; -1 in passthrough */
+	int fd;		    /* read through the daemon; -1 in passthrough */
 	const char *object; /* passthrough: the key of its backing */
-	bool lazy;	   /* a file of a lazy layer: image_lazy_read() */
+	bool lazy;	    /* a file of a lazy layer: image_lazy_read() */
 };
 
 static bool passthrough_usable(struct fs *fs)
@@ -123,14 +123,13 @@ static void backing_put(struct fs *fs, const char *object)
 	if (b && --b->opens == 0) {
 		dlist_push(&fs->backing_idle, &b->idle);
 		if (fs->backing_idle.len > BACKING_IDLE_MAX)
-			backing_drop(fs, dlist_entry(fs->backing_idle.head,
-						     struct backing, idle));
+			backing_drop(fs, dlist_entry(fs->backing_idle.head, struct backing, idle));
 	}
 	pthread_mutex_unlock(&fs->backing_lock);
 }
 
-static void open_object(fuse_req_t req, struct fs *fs, struct image *img,
-			const struct tinode *t, struct fuse_file_info *fi)
+static void open_object(fuse_req_t req, struct fs *fs, struct image *img, const struct tinode *t,
+			struct fuse_file_info *fi)
 {
 	struct ofile *of = malloc(sizeof(*of));
 	int fd = -1, id = 0;
@@ -159,8 +158,7 @@ static void open_object(fuse_req_t req, struct fs *fs, struct image *img,
 	*of = (struct ofile){ .fd = fd };
 	if (passthrough_usable(fs)) {
 		id = backing_get(fs, t->object, fd);
-		if (id == -EPERM || id == -EOPNOTSUPP || id == -EINVAL ||
-		    id == -ELOOP) {
+		if (id == -EPERM || id == -EOPNOTSUPP || id == -EINVAL || id == -ELOOP) {
 			/* (ELOOP: the backing file's filesystem stacks too
 			 * deep) never better for the next file either */
 			atomic_store(&fs->passthrough_refused, true);
@@ -196,8 +194,8 @@ reply:
 		atomic_fetch_add_explicit(&fs->passthrough_opens, 1, memory_order_relaxed);
 }
 
-void file_open(fuse_req_t req, struct fs *fs, struct image *img,
-	       const struct tinode *t, struct fuse_file_info *fi)
+void file_open(fuse_req_t req, struct fs *fs, struct image *img, const struct tinode *t,
+	       struct fuse_file_info *fi)
 {
 	fi->keep_cache = 1;
 	fi->noflush = 1;
@@ -241,8 +239,8 @@ static void lazy_interrupt(fuse_req_t req, void *data)
 		fuse_reply_err(req, EINTR);
 }
 
-static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t,
-		      size_t size, off_t off)
+static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t, size_t size,
+		      off_t off)
 {
 	struct lazy_call lc = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	char *buf = malloc(size ? size : 1);
@@ -280,8 +278,8 @@ static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t,
 	pthread_mutex_destroy(&lc.lock);
 }
 
-void file_read(fuse_req_t req, struct image *img, const struct tinode *t,
-	       size_t size, off_t off, struct fuse_file_info *fi)
+void file_read(fuse_req_t req, struct image *img, const struct tinode *t, size_t size, off_t off,
+	       struct fuse_file_info *fi)
 {
 	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(0);
 	struct ofile *of = (struct ofile *)(uintptr_t)fi->fh;

@@ -64,8 +64,8 @@ enum nskind {
 struct nsnode {
 	uint64_t nlookup; /* fs.ns_lock */
 	fuse_ino_t ino;
-	char *key;	  /* path below images/, "" for images/ itself */
-	bool permanent;	 /* images/ itself: never freed */
+	char *key;	/* path below images/, "" for images/ itself */
+	bool permanent; /* images/ itself: never freed */
 	enum nskind kind;
 	bool short_form; /* below a docker.io short name: closing names are symlinks */
 	unsigned depth;	 /* path components below images/ */
@@ -99,7 +99,7 @@ struct fs {
 	struct fsop_stats ops[FSOP_COUNT];
 	/* files.c: backing files of objects open in passthrough */
 	pthread_mutex_t backing_lock;
-	struct strmap *backings; /* object hex -> struct backing *; backing_lock */
+	struct strmap *backings;   /* object hex -> struct backing *; backing_lock */
 	struct dlist backing_idle; /* unused ones, oldest first; backing_lock */
 	atomic_bool passthrough_refused;
 	atomic_uint_fast64_t passthrough_opens;
@@ -138,11 +138,9 @@ static inline fuse_ino_t node_ino(const struct image *img, const struct tinode *
 /* The node an image ino names, and its image; NULL for an ino that names
  * no node of a live image (the kernel holds a reference on every image it
  * asks about, so only a forged or stale ino). */
-static inline const struct tinode *ino_node(struct fs *fs, fuse_ino_t ino,
-				     struct image **ret_img)
+static inline const struct tinode *ino_node(struct fs *fs, fuse_ino_t ino, struct image **ret_img)
 {
-	struct image *img = manager_image(fs->manager,
-					  (uint32_t)((ino & ~INO_IMAGE_BIT) >> 32));
+	struct image *img = manager_image(fs->manager, (uint32_t)((ino & ~INO_IMAGE_BIT) >> 32));
 
 	*ret_img = img;
 	return img ? image_inode(img, (uint32_t)ino) : NULL;
@@ -159,10 +157,10 @@ static inline void image_stat(fuse_ino_t ino, const struct tinode *t, struct sta
 
 /* files.c: regular files of images.  file_release() takes img NULL when
  * the image is gone (the file is still released). */
-void file_open(fuse_req_t req, struct fs *fs, struct image *img,
-	       const struct tinode *t, struct fuse_file_info *fi);
-void file_read(fuse_req_t req, struct image *img, const struct tinode *t,
-	       size_t size, off_t off, struct fuse_file_info *fi);
+void file_open(fuse_req_t req, struct fs *fs, struct image *img, const struct tinode *t,
+	       struct fuse_file_info *fi);
+void file_read(fuse_req_t req, struct image *img, const struct tinode *t, size_t size, off_t off,
+	       struct fuse_file_info *fi);
 void file_release(struct fs *fs, struct image *img, struct fuse_file_info *fi);
 /* Backing files registered with the kernel now. */
 unsigned files_backing_count(struct fs *fs);
@@ -179,8 +177,7 @@ void nsnode_free(struct nsnode *n);
 void nsnode_forget(struct fs *fs, struct nsnode *n, uint64_t count);
 bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char *name);
 /* A READDIR(PLUS) of the root, .pullfs/ or a namespace directory. */
-void ns_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size,
-		off_t off, bool plus);
+void ns_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size, off_t off, bool plus);
 /* The notifier: a thread that tells the kernel to drop its cached
  * listings of the namespace directories above a name that came or went.
  * ns_notifier_start() after the mount and the daemon's fork; 0 or
@@ -209,9 +206,11 @@ static inline void op_timer_done(struct op_timer *t)
 		fsop_done(t->fs, t->op, t->start_ns);
 }
 
-#define _timed_(fsop)                                                          \
-	struct op_timer timer_ __attribute__((cleanup(op_timer_done))) = {     \
-		.fs = fuse_req_userdata(req), .op = (fsop), .start_ns = mono_ns(), \
+#define _timed_(fsop)                                                      \
+	struct op_timer timer_ __attribute__((cleanup(op_timer_done))) = { \
+		.fs = fuse_req_userdata(req),                              \
+		.op = (fsop),                                              \
+		.start_ns = mono_ns(),                                     \
 	}
 void ctl_stat(struct fs *fs, fuse_ino_t ino, struct stat *st);
 void ctl_reply_entry(fuse_req_t req, struct fs *fs, fuse_ino_t ino);

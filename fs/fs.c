@@ -32,9 +32,8 @@
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
-	unsigned want = FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE |
-			FUSE_CAP_READDIRPLUS | FUSE_CAP_ASYNC_READ |
-			FUSE_CAP_PARALLEL_DIROPS | FUSE_CAP_CACHE_SYMLINKS;
+	unsigned want = FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_READDIRPLUS |
+			FUSE_CAP_ASYNC_READ | FUSE_CAP_PARALLEL_DIROPS | FUSE_CAP_CACHE_SYMLINKS;
 
 	conn->want |= conn->capable & want;
 	/* Image content never changes under an inode, so the kernel may
@@ -143,8 +142,7 @@ static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 	fuse_reply_none(req);
 }
 
-static void op_forget_multi(fuse_req_t req, size_t count,
-			    struct fuse_forget_data *forgets)
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
 {
 	_timed_(FSOP_FORGET);
 	for (size_t i = 0; i < count; i++)
@@ -208,8 +206,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	_timed_(FSOP_OPEN);
-	if ((fi->flags & O_ACCMODE) != O_RDONLY ||
-	    (fi->flags & (O_TRUNC | O_APPEND | O_CREAT))) {
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & (O_TRUNC | O_APPEND | O_CREAT))) {
 		reply_err(req, -EROFS);
 		return;
 	}
@@ -298,15 +295,14 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_open(req, fi);
 }
 
-static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
-			  struct fuse_file_info *fi)
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	_timed_(FSOP_RELEASEDIR);
 	fuse_reply_err(req, 0);
 }
 
-static void image_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
-			  size_t size, off_t off, bool plus)
+static void image_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size, off_t off,
+			  bool plus)
 {
 	struct image *img;
 	const struct tinode *dir = ino_node(fs, ino, &img);
@@ -340,11 +336,9 @@ static void image_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 		image_stat(e.ino, t, &e.attr);
 		e.attr_timeout = e.entry_timeout = fs->opts.content_timeout;
 		if (plus) {
-			n = fuse_add_direntry_plus(req, buf + used, size - used,
-						   name, &e, i + 1);
+			n = fuse_add_direntry_plus(req, buf + used, size - used, name, &e, i + 1);
 		} else {
-			n = fuse_add_direntry(req, buf + used, size - used, name,
-					      &e.attr, i + 1);
+			n = fuse_add_direntry(req, buf + used, size - used, name, &e.attr, i + 1);
 		}
 		if (n > size - used)
 			break;
@@ -375,15 +369,14 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	readdir_common(req, ino, size, off, fi, false);
 }
 
-static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
-			   off_t off, struct fuse_file_info *fi)
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			   struct fuse_file_info *fi)
 {
 	_timed_(FSOP_READDIRPLUS);
 	readdir_common(req, ino, size, off, fi, true);
 }
 
-static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
-			size_t size)
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	_timed_(FSOP_GETXATTR);
 	const struct tree_xattr *x;
@@ -463,20 +456,18 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 
 /* Every way of changing the tree.  The mount is read-only, so the kernel
  * answers most of these itself; these cover the rest. */
-static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
-		       int to_set, struct fuse_file_info *fi)
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
 {
 	reply_err(req, -EROFS);
 }
 
-static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
-		     mode_t mode, dev_t rdev)
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
 	reply_err(req, -EROFS);
 }
 
-static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
-		     mode_t mode)
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
 	reply_err(req, -EROFS);
 }
@@ -486,33 +477,30 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	reply_err(req, -EROFS);
 }
 
-static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
-		       const char *name)
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
 	reply_err(req, -EROFS);
 }
 
-static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
-		      fuse_ino_t newparent, const char *newname,
-		      unsigned int flags)
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
 {
 	reply_err(req, -EROFS);
 }
 
-static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
-		    const char *newname)
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
 	reply_err(req, -EROFS);
 }
 
-static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
-		      mode_t mode, struct fuse_file_info *fi)
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
 {
 	reply_err(req, -EROFS);
 }
 
-static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
-			const char *value, size_t size, int flags)
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+			size_t size, int flags)
 {
 	reply_err(req, -EROFS);
 }

@@ -28,5 +28,4 @@ void fs_free(struct fs *fs);
  * then unmounts.  SIGHUP reopens the events log.  Returns 0 after a clean
  * stop, or -errno (with a message printed on stderr) when mounting
  * failed. */
-int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
-	     bool foreground);
+int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, bool foreground);

@@ -231,8 +231,7 @@ void fuseio_backing_close(int backing_id)
 	ioctl(dev_fd, PFS_DEV_IOC_BACKING_CLOSE, &id);
 }
 
-int fuseio_reply_open_backing(fuse_req_t req, const struct fuse_file_info *fi,
-			      int backing_id)
+int fuseio_reply_open_backing(fuse_req_t req, const struct fuse_file_info *fi, int backing_id)
 {
 	int r;
 

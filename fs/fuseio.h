@@ -38,5 +38,4 @@ bool fuseio_passthrough(void);
 int fuseio_backing_open(int fd);
 void fuseio_backing_close(int backing_id);
 /* fuse_reply_open(), with the file opened in passthrough to backing_id. */
-int fuseio_reply_open_backing(fuse_req_t req, const struct fuse_file_info *fi,
-			      int backing_id);
+int fuseio_reply_open_backing(fuse_req_t req, const struct fuse_file_info *fi, int backing_id);

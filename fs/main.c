@@ -155,8 +155,7 @@ int main(int argc, char **argv)
 		r = -ENOMEM;
 		goto out;
 	}
-	if (fuse_opt_add_arg(&args, argv[0]) != 0 ||
-	    fuse_opt_add_arg(&args, "-o") != 0 ||
+	if (fuse_opt_add_arg(&args, argv[0]) != 0 || fuse_opt_add_arg(&args, "-o") != 0 ||
 	    fuse_opt_add_arg(&args, opts) != 0 ||
 	    (s.fo.debug && fuse_opt_add_arg(&args, "-d") != 0)) {
 		r = -ENOMEM;
@@ -165,8 +164,7 @@ int main(int argc, char **argv)
 	r = fs_serve(fs, &args, s.mountpoint, s.foreground);
 out:
 	if (r < 0)
-		fprintf(stderr, "pullfs: cannot serve \"%s\": %s\n", s.mountpoint,
-			strerror(-r));
+		fprintf(stderr, "pullfs: cannot serve \"%s\": %s\n", s.mountpoint, strerror(-r));
 	else
 		status = 0;
 done:

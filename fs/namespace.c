@@ -19,8 +19,7 @@
 #include "pathform.h"
 #include "strmap.h"
 
-void ns_stat(struct fs *fs, fuse_ino_t ino, const struct nsnode *n,
-	     struct stat *st)
+void ns_stat(struct fs *fs, fuse_ino_t ino, const struct nsnode *n, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = ino;
@@ -44,8 +43,8 @@ void ns_stat(struct fs *fs, fuse_ino_t ino, const struct nsnode *n,
 	}
 }
 
-static struct nsnode *nsnode_new(enum nskind kind, bool short_form,
-				 unsigned depth, char *prefix, char *target)
+static struct nsnode *nsnode_new(enum nskind kind, bool short_form, unsigned depth, char *prefix,
+				 char *target)
 {
 	struct nsnode *n = calloc(1, sizeof(*n));
 
@@ -343,8 +342,8 @@ static void lookup_interrupt(fuse_req_t req, void *data)
  * parsed, is handed to ensure (a text outside the grammar as it is, for
  * ensure to report).  Returns true when the answer is left to the flight
  * or an interrupt. */
-static bool image_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
-			 const char *name, struct pathform_step *step)
+static bool image_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char *name,
+			 struct pathform_step *step)
 {
 	struct lookup_call *lc;
 	struct ensure_call *call;
@@ -370,11 +369,11 @@ static bool image_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 	fuse_req_interrupt_func(req, lookup_interrupt, lc);
 	pthread_mutex_lock(&lc->lock);
 	if (step->ref)
-		r = manager_ensure_start_ref(fs->manager, TAKE_PTR(step->ref), &who,
-					     lookup_done, lc, &call, &img);
+		r = manager_ensure_start_ref(fs->manager, TAKE_PTR(step->ref), &who, lookup_done,
+					     lc, &call, &img);
 	else
-		r = manager_ensure_start(fs->manager, step->text, &who, lookup_done,
-					 lc, &call, &img);
+		r = manager_ensure_start(fs->manager, step->text, &who, lookup_done, lc, &call,
+					 &img);
 	if (r != 0) {
 		lc->finished = true;
 	} else {
@@ -399,8 +398,7 @@ static bool known_host(void *userdata, const char *host)
 	return manager_is_known_host(userdata, host);
 }
 
-bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
-	       const char *name)
+bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char *name)
 {
 	const struct pathform_dir dir = { .depth = parent->depth,
 					  .short_form = parent->short_form,
@@ -445,8 +443,7 @@ bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent,
 			       TAKE_PTR(step.dir.prefix), NULL);
 		break;
 	case PATHFORM_SHORT_LINK:
-		n = nsnode_new(NS_SYMLINK, true, step.dir.depth, NULL,
-			       TAKE_PTR(step.target));
+		n = nsnode_new(NS_SYMLINK, true, step.dir.depth, NULL, TAKE_PTR(step.target));
 		break;
 	default:
 		r = step.err;
@@ -679,8 +676,7 @@ static ino_t name_ino(const char *s)
 	return (ino_t)(name_hash(s) & ~(uint64_t)7) | 4;
 }
 
-void ns_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size,
-		off_t off, bool plus)
+void ns_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size, off_t off, bool plus)
 {
 	struct nslisting l = { 0 };
 	_cleanup_free_ char *buf = NULL;

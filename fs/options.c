@@ -74,14 +74,14 @@ static int set_pull_policy(struct settings *s, const struct opt *o, const char *
 			   size_t errlen);
 static int set_insecure(struct settings *s, const struct opt *o, const char *v, char *errbuf,
 			size_t errlen);
-static int set_connect_timeout(struct settings *s, const struct opt *o, const char *v,
-			       char *errbuf, size_t errlen);
+static int set_connect_timeout(struct settings *s, const struct opt *o, const char *v, char *errbuf,
+			       size_t errlen);
 static int set_low_speed_timeout(struct settings *s, const struct opt *o, const char *v,
 				 char *errbuf, size_t errlen);
 static int set_gc_min_age(struct settings *s, const struct opt *o, const char *v, char *errbuf,
 			  size_t errlen);
-static int set_mount_options(struct settings *s, const struct opt *o, const char *v,
-			     char *errbuf, size_t errlen);
+static int set_mount_options(struct settings *s, const struct opt *o, const char *v, char *errbuf,
+			     size_t errlen);
 static int set_nothing(struct settings *s, const struct opt *o, const char *v, char *errbuf,
 		       size_t errlen);
 
@@ -114,13 +114,13 @@ static const struct opt options[] = {
 	{ "revalidate-interval", 0, KIND_DURATION, EVERYWHERE, AT(mo.revalidate_interval_s),
 	  .min = 1, .max = 86400 * 365, .def = STRINGIFY(MANAGER_DEFAULT_REVALIDATE_S),
 	  .help = "with pull policy Always, re-resolve a tag at most this often" },
-	{ "pull-policy-rule", 0, KIND_LIST, EVERYWHERE, AT(mo.policy_rules),
-	  AT(mo.n_policy_rules), .arg = "PATTERN=POLICY",
+	{ "pull-policy-rule", 0, KIND_LIST, EVERYWHERE, AT(mo.policy_rules), AT(mo.n_policy_rules),
+	  .arg = "PATTERN=POLICY",
 	  .help = "policy for references matching the glob PATTERN; the first match wins" },
 	{ "backoff-initial", 0, KIND_DURATION, EVERYWHERE, AT(mo.backoff_initial_s), .min = 1,
 	  .max = 86400, .def = "10", .help = "refuse a failed image for this long" },
-	{ "backoff-max", 0, KIND_DURATION, EVERYWHERE, AT(mo.backoff_max_s), .min = 1,
-	  .max = 86400, .def = "300", .help = "cap of the doubling back-off" },
+	{ "backoff-max", 0, KIND_DURATION, EVERYWHERE, AT(mo.backoff_max_s), .min = 1, .max = 86400,
+	  .def = "300", .help = "cap of the doubling back-off" },
 	{ "registry-qps", 0, KIND_RATE, EVERYWHERE, AT(mo.registry_qps), .def = "5",
 	  .help = "pull starts per second, 0 = no limit" },
 	{ "registry-burst", 0, KIND_UINT, EVERYWHERE, AT(mo.registry_burst), .min = 1,
@@ -153,8 +153,8 @@ static const struct opt options[] = {
 	{ "cache-max-bytes", 0, KIND_SIZE, EVERYWHERE, AT(mo.cache_max_bytes),
 	  .help = "disk budget of the cache (e.g. 20G); default: the size of the cache's "
 		  "filesystem" },
-	{ "gc-high-percent", 0, KIND_UINT, EVERYWHERE, AT(mo.gc_high_percent), .min = 1,
-	  .max = 100, .def = "85", .help = "collect garbage above N % of the budget" },
+	{ "gc-high-percent", 0, KIND_UINT, EVERYWHERE, AT(mo.gc_high_percent), .min = 1, .max = 100,
+	  .def = "85", .help = "collect garbage above N % of the budget" },
 	{ "gc-low-percent", 0, KIND_UINT, EVERYWHERE, AT(mo.gc_low_percent), .min = 1, .max = 100,
 	  .def = "80", .help = "... down to N %" },
 	/* 0 is allowed here: "no minimum" (tests, tiny nodes). */
@@ -223,16 +223,16 @@ static int option_uint(const struct opt *o, const char *v, unsigned *ret, char *
 	if (r == -EINVAL)
 		return invalid_value(o->name, v, errbuf, errlen);
 	if (r < 0 || n < o->min || n > o->max)
-		return errbuf_fail(-EINVAL, errbuf, errlen, "%s must be between %u and %u, not \"%s\"",
-				   o->name, o->min, o->max, v);
+		return errbuf_fail(-EINVAL, errbuf, errlen,
+				   "%s must be between %u and %u, not \"%s\"", o->name, o->min,
+				   o->max, v);
 	*ret = (unsigned)n;
 	return 0;
 }
 
 /* Pull starts per second: 0 (no limit), or 0.001 to 1e6 -- below that,
  * the token bucket's interval does not fit its clock. */
-static int option_rate(const struct opt *o, const char *v, double *ret, char *errbuf,
-		       size_t errlen)
+static int option_rate(const struct opt *o, const char *v, double *ret, char *errbuf, size_t errlen)
 {
 	size_t n = decimal_len(v);
 	double q;
@@ -242,7 +242,8 @@ static int option_rate(const struct opt *o, const char *v, double *ret, char *er
 	q = strtod(v, NULL);
 	if (q != 0 && (q < 0.001 || q > 1e6))
 		return errbuf_fail(-EINVAL, errbuf, errlen,
-				   "%s must be 0, or between 0.001 and 1000000, not \"%s\"", o->name, v);
+				   "%s must be 0, or between 0.001 and 1000000, not \"%s\"",
+				   o->name, v);
 	*ret = q;
 	return 0;
 }
@@ -261,8 +262,7 @@ static int parse_flag(const char *name, const char *v, bool *ret, char *errbuf, 
 /* Paths are kept absolute, resolved against the working directory at
  * start: the daemon moves to / once it serves, and opens some of them
  * only then (the events log on SIGHUP, the control socket's default). */
-static int absolute_path(const char *name, const char *v, char **ret, char *errbuf,
-			 size_t errlen)
+static int absolute_path(const char *name, const char *v, char **ret, char *errbuf, size_t errlen)
 {
 	_cleanup_free_ char *cwd = NULL;
 
@@ -332,14 +332,14 @@ static int set_insecure(struct settings *s, const struct opt *o, const char *v, 
 			size_t errlen)
 {
 	if (!hosts_name_is_sane(v))
-		return errbuf_fail(-EINVAL, errbuf, errlen, "invalid registry host \"%s\" for %s", v,
-				   o->name);
+		return errbuf_fail(-EINVAL, errbuf, errlen, "invalid registry host \"%s\" for %s",
+				   v, o->name);
 	list_append(s, o, v);
 	return 0;
 }
 
-static int set_connect_timeout(struct settings *s, const struct opt *o, const char *v,
-			       char *errbuf, size_t errlen)
+static int set_connect_timeout(struct settings *s, const struct opt *o, const char *v, char *errbuf,
+			       size_t errlen)
 {
 	unsigned n = 0;
 	int r = option_uint(o, v, &n, errbuf, errlen);
@@ -473,8 +473,11 @@ static int set_mount_options(struct settings *s, const struct opt *unused, const
 			}
 			if (o->kind == KIND_FLAG && !on)
 				continue;
-			r = apply_option(s, o, o->kind == KIND_FLAG ? NULL : eq ? eq + 1 : "", errbuf,
-					 errlen);
+			r = apply_option(s, o,
+					 o->kind == KIND_FLAG ? NULL
+					 : eq		      ? eq + 1
+							      : "",
+					 errbuf, errlen);
 			if (r < 0)
 				return r;
 			continue;
@@ -610,8 +613,10 @@ static void usage(FILE *f)
 		else
 			n = snprintf(head, sizeof(head), "      --%s%s%s", o->name, arg ? " " : "",
 				     arg ? arg : "");
-		if (asprintf(&text, "%s%s%s%s%s", o->help, o->kind == KIND_LIST ? " (repeatable)" : "",
-			     o->def ? " (default " : "", o->def ? o->def : "", o->def ? ")" : "") < 0)
+		if (asprintf(&text, "%s%s%s%s%s", o->help,
+			     o->kind == KIND_LIST ? " (repeatable)" : "",
+			     o->def ? " (default " : "", o->def ? o->def : "",
+			     o->def ? ")" : "") < 0)
 			out_of_memory();
 		/* Two blanks at least between the option and its help. */
 		fputs(head, f);
@@ -639,7 +644,8 @@ static char *default_cache_dir(void)
 		return p;
 	}
 	if (!home || *home != '/')
-		usage_error("cannot find a cache directory: set --cache, or HOME to an absolute path");
+		usage_error(
+			"cannot find a cache directory: set --cache, or HOME to an absolute path");
 	if (asprintf(&p, "%s/.cache/pullfs", home) < 0)
 		out_of_memory();
 	return p;

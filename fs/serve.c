@@ -93,8 +93,8 @@ static void forget_dentry(void *userdata, uint64_t parent, const char *name)
 	struct fs *fs = userdata;
 
 	if (fs->session)
-		fuse_lowlevel_notify_inval_entry(fs->session, (fuse_ino_t)parent,
-						 name, strlen(name));
+		fuse_lowlevel_notify_inval_entry(fs->session, (fuse_ino_t)parent, name,
+						 strlen(name));
 }
 
 static struct manager *hup_manager;
@@ -131,8 +131,7 @@ static void *stop_thread(void *arg)
 	return NULL;
 }
 
-int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
-	     bool foreground)
+int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, bool foreground)
 {
 	struct fuse_loop_config *cfg = NULL;
 	struct sigaction sa = { 0 };
@@ -185,8 +184,8 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint,
 	if (r < 0)
 		goto out_unmount;
 	pthread_t stopper;
-	bool stopper_started = stop_pipe[0] >= 0 &&
-			       pthread_create(&stopper, NULL, stop_thread, fs->manager) == 0;
+	bool stopper_started =
+		stop_pipe[0] >= 0 && pthread_create(&stopper, NULL, stop_thread, fs->manager) == 0;
 	r = manager_start(fs->manager);
 	if (r < 0) {
 		fprintf(stderr, "pullfs: cannot start the garbage collector: %s\n", strerror(-r));

@@ -122,7 +122,7 @@ static int find_stale(void *userdata, const char *key, void *value)
  * removed one search at a time; the map only holds failing references. */
 static size_t sweep_locked(struct backoff *b, int64_t now)
 {
-	struct stale_search s = {.b = b, .now = now};
+	struct stale_search s = { .b = b, .now = now };
 	size_t n = 0;
 
 	while (strmap_foreach(b->entries, find_stale, &s)) {
@@ -247,7 +247,7 @@ static int snapshot_one(void *userdata, const char *key, void *value)
 
 int backoff_snapshot(struct backoff *b, struct backoff_entry **ret, size_t *ret_n)
 {
-	struct snapshot s = {.b = b};
+	struct snapshot s = { .b = b };
 	size_t size;
 	int r = 0;
 

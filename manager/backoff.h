@@ -47,11 +47,11 @@ struct backoff_options {
 
 /* Why a key is refused, or one entry of a snapshot. */
 struct backoff_state {
-	int64_t remaining_ns; /* until the key is allowed; 0 when it is now */
-	int64_t delay_ns;     /* the whole current window */
-	int64_t idle_ns;      /* since the last failure */
-	unsigned failures;    /* consecutive, since the entry was created */
-	int err;	      /* errno of the last failure, positive */
+	int64_t remaining_ns;	   /* until the key is allowed; 0 when it is now */
+	int64_t delay_ns;	   /* the whole current window */
+	int64_t idle_ns;	   /* since the last failure */
+	unsigned failures;	   /* consecutive, since the entry was created */
+	int err;		   /* errno of the last failure, positive */
 	char msg[BACKOFF_MSG_MAX]; /* its message, "" when none was given */
 };
 

@@ -16,7 +16,6 @@
 #include "fileio.h"
 #include "macro.h"
 
-
 static int mkdirat_p(int dirfd, const char *name)
 {
 	if (mkdirat(dirfd, name, 0700) < 0 && errno != EEXIST)
@@ -79,51 +78,48 @@ void empty_dir(int dfd)
 	closedir(d);
 }
 
-int cache_open(const char *dir, struct cache **ret, char *errbuf,
-	       size_t errlen)
+int cache_open(const char *dir, struct cache **ret, char *errbuf, size_t errlen)
 {
 	struct cache *c;
 	int r;
 
 	r = mkdir_parents(dir);
 	if (r < 0) {
-		snprintf(errbuf, errlen, "cannot create cache directory \"%s\": %s",
-			 dir, strerror(-r));
+		snprintf(errbuf, errlen, "cannot create cache directory \"%s\": %s", dir,
+			 strerror(-r));
 		return r;
 	}
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	c->dirfd = c->lockfd = c->blobs_fd = c->layers_fd = c->refs_fd =
-		c->tmp_fd = c->objects_fd = -1;
+	c->dirfd = c->lockfd = c->blobs_fd = c->layers_fd = c->refs_fd = c->tmp_fd = c->objects_fd =
+		-1;
 
 	c->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (c->dirfd < 0) {
 		r = negative_errno();
-		snprintf(errbuf, errlen, "cannot open cache directory \"%s\": %s",
-			 dir, strerror(-r));
+		snprintf(errbuf, errlen, "cannot open cache directory \"%s\": %s", dir,
+			 strerror(-r));
 		goto fail;
 	}
 	c->lockfd = openat(c->dirfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (c->lockfd < 0) {
 		r = negative_errno();
-		snprintf(errbuf, errlen, "cannot create \"%s/lock\": %s", dir,
-			 strerror(-r));
+		snprintf(errbuf, errlen, "cannot create \"%s/lock\": %s", dir, strerror(-r));
 		goto fail;
 	}
 	if (flock(c->lockfd, LOCK_EX | LOCK_NB) < 0) {
 		r = errno == EWOULDBLOCK ? -EBUSY : negative_errno();
-		snprintf(errbuf, errlen,
-			 "cache \"%s\" is in use by another pullfs", dir);
+		snprintf(errbuf, errlen, "cache \"%s\" is in use by another pullfs", dir);
 		goto fail;
 	}
-	static const char *const dirs[] = { "blobs", "blobs/sha256", "layers",
-					    "objects", "refs", "tmp" };
+	static const char *const dirs[] = { "blobs",   "blobs/sha256", "layers",
+					    "objects", "refs",	       "tmp" };
 	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
 		r = mkdirat_p(c->dirfd, dirs[i]);
 		if (r < 0) {
-			snprintf(errbuf, errlen, "cannot create \"%s/%s\": %s",
-				 dir, dirs[i], strerror(-r));
+			snprintf(errbuf, errlen, "cannot create \"%s/%s\": %s", dir, dirs[i],
+				 strerror(-r));
 			goto fail;
 		}
 	}
@@ -132,8 +128,8 @@ int cache_open(const char *dir, struct cache **ret, char *errbuf,
 	    (r = c->refs_fd = open_dir(c->dirfd, "refs")) < 0 ||
 	    (r = c->objects_fd = open_dir(c->dirfd, "objects")) < 0 ||
 	    (r = c->tmp_fd = open_dir(c->dirfd, "tmp")) < 0) {
-		snprintf(errbuf, errlen, "cannot open cache layout in \"%s\": %s",
-			 dir, strerror(-r));
+		snprintf(errbuf, errlen, "cannot open cache layout in \"%s\": %s", dir,
+			 strerror(-r));
 		goto fail;
 	}
 	/* Whatever a killed daemon left half-done is worthless: nothing in
@@ -154,8 +150,7 @@ void cache_close(struct cache *c)
 		empty_dir(c->tmp_fd);
 		close(c->tmp_fd);
 	}
-	int fds[] = { c->blobs_fd, c->layers_fd, c->refs_fd, c->objects_fd,
-		      c->lockfd, c->dirfd };
+	int fds[] = { c->blobs_fd, c->layers_fd, c->refs_fd, c->objects_fd, c->lockfd, c->dirfd };
 	for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
@@ -170,8 +165,8 @@ static int read_all(int fd, size_t max, char **ret_buf, size_t *ret_len)
 	return r == -EFBIG ? -EBADMSG : r;
 }
 
-int cache_blob_read(struct cache *c, const char *digest, size_t max,
-		    char **ret_buf, size_t *ret_len)
+int cache_blob_read(struct cache *c, const char *digest, size_t max, char **ret_buf,
+		    size_t *ret_len)
 {
 	_cleanup_close_ int fd = -1;
 	_cleanup_free_ char *buf = NULL;
@@ -199,13 +194,11 @@ int cache_blob_read(struct cache *c, const char *digest, size_t max,
 
 bool cache_blob_present(struct cache *c, const char *digest)
 {
-	return digest_is_valid(digest) &&
-	       faccessat(c->blobs_fd, digest_hex(digest), F_OK, 0) == 0;
+	return digest_is_valid(digest) && faccessat(c->blobs_fd, digest_hex(digest), F_OK, 0) == 0;
 }
 
 /* Writes buf to tmp/ and renames it to name in dirfd. */
-static int write_atomic(struct cache *c, int dirfd, const char *name,
-			const void *buf, size_t len)
+static int write_atomic(struct cache *c, int dirfd, const char *name, const void *buf, size_t len)
 {
 	char tmpname[64];
 	_cleanup_close_ int fd = -1;
@@ -214,8 +207,7 @@ static int write_atomic(struct cache *c, int dirfd, const char *name,
 	for (int attempt = 0;; attempt++) {
 		snprintf(tmpname, sizeof(tmpname), "f.%ld.%08x", (long)getpid(),
 			 (unsigned)random());
-		fd = openat(c->tmp_fd, tmpname,
-			    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		fd = openat(c->tmp_fd, tmpname, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 		if (fd >= 0)
 			break;
 		if (errno != EEXIST || attempt > 100)
@@ -229,8 +221,7 @@ static int write_atomic(struct cache *c, int dirfd, const char *name,
 	return r;
 }
 
-int cache_blob_write(struct cache *c, const char *digest, const void *buf,
-		     size_t len)
+int cache_blob_write(struct cache *c, const char *digest, const void *buf, size_t len)
 {
 	if (!digest_is_valid(digest))
 		return -EINVAL;
@@ -264,8 +255,7 @@ int cache_layer_open_pack(struct cache *c, const char *digest)
 	return layer_file_open(c, digest, "pack");
 }
 
-int cache_layer_read_index(struct cache *c, const char *digest,
-			   struct layer_index **ret)
+int cache_layer_read_index(struct cache *c, const char *digest, struct layer_index **ret)
 {
 	_cleanup_close_ int idx = layer_file_open(c, digest, "index");
 
@@ -276,15 +266,14 @@ int cache_layer_read_index(struct cache *c, const char *digest,
 
 static void cache_stage_discard(struct cache *c, const char *name);
 
-static int cache_stage_new(struct cache *c, const char *prefix, char **ret_name,
-			   int *ret_dirfd)
+static int cache_stage_new(struct cache *c, const char *prefix, char **ret_name, int *ret_dirfd)
 {
 	char name[128];
 	int fd;
 
 	for (int attempt = 0;; attempt++) {
-		snprintf(name, sizeof(name), "%.60s.%ld.%08x", prefix,
-			 (long)getpid(), (unsigned)random());
+		snprintf(name, sizeof(name), "%.60s.%ld.%08x", prefix, (long)getpid(),
+			 (unsigned)random());
 		if (mkdirat(c->tmp_fd, name, 0700) == 0)
 			break;
 		if (errno != EEXIST || attempt > 100)
@@ -307,8 +296,7 @@ static int cache_stage_new(struct cache *c, const char *prefix, char **ret_name,
 
 static void cache_stage_discard(struct cache *c, const char *name)
 {
-	int fd = openat(c->tmp_fd, name,
-			O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = openat(c->tmp_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
 	if (fd >= 0) {
 		empty_dir(fd);
@@ -317,8 +305,7 @@ static void cache_stage_discard(struct cache *c, const char *name)
 	unlinkat(c->tmp_fd, name, AT_REMOVEDIR);
 }
 
-int cache_layer_stage(struct cache *c, const char *digest,
-		      struct cache_layer_stage *st)
+int cache_layer_stage(struct cache *c, const char *digest, struct cache_layer_stage *st)
 {
 	char prefix[32];
 	int r;
@@ -330,8 +317,7 @@ int cache_layer_stage(struct cache *c, const char *digest,
 	r = cache_stage_new(c, prefix, &st->name, &st->dirfd);
 	if (r < 0)
 		return r;
-	st->pack_fd = openat(st->dirfd, "pack",
-			     O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	st->pack_fd = openat(st->dirfd, "pack", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (st->pack_fd < 0) {
 		r = negative_errno();
 		cache_layer_abandon(c, st);
@@ -352,9 +338,8 @@ void cache_layer_abandon(struct cache *c, struct cache_layer_stage *st)
 	*st = (struct cache_layer_stage){ .dirfd = -1, .pack_fd = -1 };
 }
 
-static int layer_commit(struct cache *c, struct cache_layer_stage *st,
-			const char *digest, const struct layer_index *li,
-			bool lazy)
+static int layer_commit(struct cache *c, struct cache_layer_stage *st, const char *digest,
+			const struct layer_index *li, bool lazy)
 {
 	_cleanup_close_ int idx = -1;
 	int r;
@@ -363,8 +348,7 @@ static int layer_commit(struct cache *c, struct cache_layer_stage *st,
 		r = -EINVAL;
 		goto out;
 	}
-	idx = openat(st->dirfd, "index",
-		     O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	idx = openat(st->dirfd, "index", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (idx < 0) {
 		r = negative_errno();
 		goto out;
@@ -387,34 +371,29 @@ out:
 	return r;
 }
 
-int cache_layer_commit(struct cache *c, struct cache_layer_stage *st,
-		       const char *digest, const struct layer_index *li)
+int cache_layer_commit(struct cache *c, struct cache_layer_stage *st, const char *digest,
+		       const struct layer_index *li)
 {
 	return layer_commit(c, st, digest, li, false);
 }
 
-static int write_stage_file(int dirfd, const char *name, const void *buf,
-			    size_t len)
+static int write_stage_file(int dirfd, const char *name, const void *buf, size_t len)
 {
-	_cleanup_close_ int fd = openat(dirfd, name,
-					O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-					0600);
+	_cleanup_close_ int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 
 	if (fd < 0)
 		return negative_errno();
 	return write_full(fd, buf, len);
 }
 
-int cache_layer_commit_lazy(struct cache *c, struct cache_layer_stage *st,
-			    const char *digest, const struct layer_index *li,
-			    const char *lazy_text, const void *toc,
+int cache_layer_commit_lazy(struct cache *c, struct cache_layer_stage *st, const char *digest,
+			    const struct layer_index *li, const char *lazy_text, const void *toc,
 			    size_t toc_len)
 {
 	int r = write_stage_file(st->dirfd, "toc", toc, toc_len);
 
 	if (r == 0)
-		r = write_stage_file(st->dirfd, "lazy", lazy_text,
-				     strlen(lazy_text));
+		r = write_stage_file(st->dirfd, "lazy", lazy_text, strlen(lazy_text));
 	if (r < 0) {
 		cache_layer_abandon(c, st);
 		return r;
@@ -533,8 +512,8 @@ int cache_ref_save(struct cache *c, const struct cache_ref *r)
 	ret = ref_file_name(r->reference, name);
 	if (ret < 0)
 		return ret;
-	o = json_pack("{s:s, s:s, s:I}", "reference", r->reference, "digest",
-		      r->digest, "pulled_at", (json_int_t)r->pulled_at);
+	o = json_pack("{s:s, s:s, s:I}", "reference", r->reference, "digest", r->digest,
+		      "pulled_at", (json_int_t)r->pulled_at);
 	if (!o)
 		return -ENOMEM;
 	if (r->index_digest)
@@ -592,8 +571,7 @@ uint64_t cache_layer_bytes(struct cache *c, const char *digest)
 	snprintf(path, sizeof(path), "%s/pack", digest_hex(digest));
 	n = file_bytes(c->layers_fd, path);
 	snprintf(path, sizeof(path), "%s/index", digest_hex(digest));
-	return n + file_bytes(c->layers_fd, path) +
-	       objects_layer_bytes(c, digest, NULL);
+	return n + file_bytes(c->layers_fd, path) + objects_layer_bytes(c, digest, NULL);
 }
 
 uint64_t cache_blob_bytes(struct cache *c, const char *digest)
@@ -604,8 +582,7 @@ uint64_t cache_blob_bytes(struct cache *c, const char *digest)
 }
 
 /* Calls fn("sha256:<name>") for each entry of dirfd named like a digest. */
-static int foreach_digest(int dirfd, int (*fn)(void *userdata, const char *digest),
-			  void *userdata)
+static int foreach_digest(int dirfd, int (*fn)(void *userdata, const char *digest), void *userdata)
 {
 	struct dirent *de;
 	DIR *d;
@@ -627,15 +604,13 @@ static int foreach_digest(int dirfd, int (*fn)(void *userdata, const char *diges
 	return r;
 }
 
-int cache_foreach_layer(struct cache *c,
-			int (*fn)(void *userdata, const char *digest),
+int cache_foreach_layer(struct cache *c, int (*fn)(void *userdata, const char *digest),
 			void *userdata)
 {
 	return foreach_digest(c->layers_fd, fn, userdata);
 }
 
-int cache_foreach_blob(struct cache *c,
-		       int (*fn)(void *userdata, const char *digest),
+int cache_foreach_blob(struct cache *c, int (*fn)(void *userdata, const char *digest),
 		       void *userdata)
 {
 	return foreach_digest(c->blobs_fd, fn, userdata);
@@ -702,8 +677,7 @@ int cache_layer_remove(struct cache *c, const char *digest)
 	return 0;
 }
 
-int cache_layer_retire(struct cache *c, const char *digest, char **ret_name,
-		       int *ret_dirfd)
+int cache_layer_retire(struct cache *c, const char *digest, char **ret_name, int *ret_dirfd)
 {
 	char name[DIGEST_HEX_LEN + 32];
 	int fd;
@@ -713,8 +687,7 @@ int cache_layer_retire(struct cache *c, const char *digest, char **ret_name,
 	fd = open_dir(c->layers_fd, digest_hex(digest));
 	if (fd < 0)
 		return fd;
-	snprintf(name, sizeof(name), "gone.%.12s.%08x", digest_hex(digest),
-		 (unsigned)random());
+	snprintf(name, sizeof(name), "gone.%.12s.%08x", digest_hex(digest), (unsigned)random());
 	if (renameat(c->layers_fd, digest_hex(digest), c->tmp_fd, name) < 0) {
 		int r = negative_errno();
 

@@ -30,18 +30,16 @@ struct cache;
 /* Creates the layout under dir if needed, takes the lock (-EBUSY when
  * another daemon holds it) and empties tmp/.  Returns 0 or -errno; errbuf
  * says what failed. */
-int cache_open(const char *dir, struct cache **ret, char *errbuf,
-	       size_t errlen);
+int cache_open(const char *dir, struct cache **ret, char *errbuf, size_t errlen);
 void cache_close(struct cache *c);
 
 /* Reads blob `digest` (at most max bytes) and checks it still hashes to
  * its name.  Returns 0 with a malloc'ed buffer, -ENOENT, -EBADMSG. */
-int cache_blob_read(struct cache *c, const char *digest, size_t max,
-		    char **ret_buf, size_t *ret_len);
+int cache_blob_read(struct cache *c, const char *digest, size_t max, char **ret_buf,
+		    size_t *ret_len);
 bool cache_blob_present(struct cache *c, const char *digest);
 /* Stores a verified blob atomically.  Returns 0 or -errno (-ENOSPC). */
-int cache_blob_write(struct cache *c, const char *digest, const void *buf,
-		     size_t len);
+int cache_blob_write(struct cache *c, const char *digest, const void *buf, size_t len);
 
 bool cache_layer_present(struct cache *c, const char *digest);
 /* An unpacked layer's pack, read-only and O_CLOEXEC: returns the fd or
@@ -49,8 +47,7 @@ bool cache_layer_present(struct cache *c, const char *digest);
 int cache_layer_open_pack(struct cache *c, const char *digest);
 /* An unpacked layer's index: 0, -ENOENT when absent, -EBADMSG when it is
  * damaged. */
-int cache_layer_read_index(struct cache *c, const char *digest,
-			   struct layer_index **ret);
+int cache_layer_read_index(struct cache *c, const char *digest, struct layer_index **ret);
 
 /* Regular files at least this big become objects of their own: about
  * a third of the files of a Debian system, 98 % of its bytes. */
@@ -64,29 +61,26 @@ struct cache_layer_stage {
 	int dirfd;
 	int pack_fd;
 };
-int cache_layer_stage(struct cache *c, const char *digest,
-		      struct cache_layer_stage *st);
+int cache_layer_stage(struct cache *c, const char *digest, struct cache_layer_stage *st);
 /* Writes the index, enters the layer's objects into the content store
  * (sharing stored copies of the same content) and publishes the layer as
  * layers/HEX of digest.  When the layer appeared meanwhile, the staged copy
  * is discarded and 0 returned.  The stage is finished either way. */
-int cache_layer_commit(struct cache *c, struct cache_layer_stage *st,
-		       const char *digest, const struct layer_index *li);
+int cache_layer_commit(struct cache *c, struct cache_layer_stage *st, const char *digest,
+		       const struct layer_index *li);
 /* The same for a lazy layer (lazy.h): the index from its table of
  * contents, with the "lazy" and "toc" files; objects that are already
  * stored (another layer has the content) are linked in at once, the
  * others come later. */
-int cache_layer_commit_lazy(struct cache *c, struct cache_layer_stage *st,
-			    const char *digest, const struct layer_index *li,
-			    const char *lazy_text, const void *toc,
+int cache_layer_commit_lazy(struct cache *c, struct cache_layer_stage *st, const char *digest,
+			    const struct layer_index *li, const char *lazy_text, const void *toc,
 			    size_t toc_len);
 /* Throws a stage away (safe on a zeroed or finished one). */
 void cache_layer_abandon(struct cache *c, struct cache_layer_stage *st);
 
 /* An object of a layer (struct tinode's object), read-only: the fd or
  * -errno. */
-int cache_layer_open_object(struct cache *c, const char *layer_digest,
-			    const char *object);
+int cache_layer_open_object(struct cache *c, const char *layer_digest, const char *object);
 
 /* An O_DIRECTORY fd of the published layer digest, or -errno. */
 int cache_layer_open_dir(struct cache *c, const char *digest);
@@ -109,8 +103,8 @@ int cache_objects_stats(struct cache *c, struct cache_objects_stats *ret);
 int cache_objects_sweep(struct cache *c, uint64_t *ret_freed);
 
 struct cache_ref {
-	char *reference; /* canonical */
-	char *digest;	 /* manifest digest (the platform's image manifest) */
+	char *reference;    /* canonical */
+	char *digest;	    /* manifest digest (the platform's image manifest) */
 	char *index_digest; /* the index it was picked from, or NULL */
 	int64_t pulled_at;  /* unix seconds */
 	uint32_t image_key; /* the key of its view (imagekeys.h); 0: none stored */
@@ -137,15 +131,12 @@ int cache_blob_remove(struct cache *c, const char *digest);
  * tmp/ with its files kept, returning its new name there (caller frees)
  * and an O_DIRECTORY fd of it.  cache_retired_discard() deletes it when
  * nothing reads it any more; tmp/ is emptied at the next start anyway. */
-int cache_layer_retire(struct cache *c, const char *digest, char **ret_name,
-		       int *ret_dirfd);
+int cache_layer_retire(struct cache *c, const char *digest, char **ret_name, int *ret_dirfd);
 void cache_retired_discard(struct cache *c, const char *name);
 /* Calls fn with the digest of every layer / blob in the cache. */
-int cache_foreach_layer(struct cache *c,
-			int (*fn)(void *userdata, const char *digest),
+int cache_foreach_layer(struct cache *c, int (*fn)(void *userdata, const char *digest),
 			void *userdata);
-int cache_foreach_blob(struct cache *c,
-		       int (*fn)(void *userdata, const char *digest),
+int cache_foreach_blob(struct cache *c, int (*fn)(void *userdata, const char *digest),
 		       void *userdata);
 
 /* Bytes free for unprivileged writers on the cache's filesystem. */

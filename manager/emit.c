@@ -5,9 +5,8 @@
 
 #include "manager-private.h"
 
-void manager_emit(struct manager *m, enum event_type type, const char *reason,
-		  const char *image, const char *digest, int err,
-		  const struct caller *who, const char *fmt, ...)
+void manager_emit(struct manager *m, enum event_type type, const char *reason, const char *image,
+		  const char *digest, int err, const struct caller *who, const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;

@@ -23,23 +23,22 @@
 #include "throttle.h"
 #include "manager-private.h"
 
-enum pull_policy manager_policy_of(const struct manager *m,
-				   const struct reference *ref, const char *canonical)
+enum pull_policy manager_policy_of(const struct manager *m, const struct reference *ref,
+				   const char *canonical)
 {
-	return policy_resolve(m->policy, m->opts.pull_policy, canonical,
-			      ref->tag, ref->digest);
+	return policy_resolve(m->policy, m->opts.pull_policy, canonical, ref->tag, ref->digest);
 }
 
 #define emit manager_emit
 
-int manager_decide(struct manager *m, const struct reference *ref,
-		   const char *canonical, enum pull_policy policy,
-		   const struct caller *who, double t_wait, struct flight *f,
-		   struct ensure_outcome *out, struct image **ret)
+int manager_decide(struct manager *m, const struct reference *ref, const char *canonical,
+		   enum pull_policy policy, const struct caller *who, double t_wait,
+		   struct flight *f, struct ensure_outcome *out, struct image **ret)
 {
 	struct pull_progress *progress = &f->progress;
-	struct pull p = { .m = m, .ref = ref, .canonical = canonical,
-			  .progress = progress, .flight = f };
+	struct pull p = {
+		.m = m, .ref = ref, .canonical = canonical, .progress = progress, .flight = f
+	};
 	_cleanup_free_ char *known = NULL, *known_index = NULL;
 	_cleanup_free_ char *digest = NULL, *index_digest = NULL;
 	char errbuf[256] = "";
@@ -86,8 +85,7 @@ int manager_decide(struct manager *m, const struct reference *ref,
 
 	if (!known && policy == PULL_NEVER) {
 		emit(m, EVENT_WARNING, errtable_reason(EPERM), canonical, NULL, EPERM, who,
-		     "Container image \"%s\" is not present with pull policy of Never",
-		     canonical);
+		     "Container image \"%s\" is not present with pull policy of Never", canonical);
 		return -EPERM;
 	}
 
@@ -110,10 +108,8 @@ int manager_decide(struct manager *m, const struct reference *ref,
 		struct registry_error rerr = { 0 };
 		_cleanup_free_ char *now = NULL;
 		r = registry_head_manifest(m->registry, ref->domain, ref->path,
-					   ref->digest ? ref->digest : ref->tag,
-					   &now, &rerr);
-		if (r == 0 && (!strcmp(now, known) ||
-			       (known_index && !strcmp(now, known_index)))) {
+					   ref->digest ? ref->digest : ref->tag, &now, &rerr);
+		if (r == 0 && (!strcmp(now, known) || (known_index && !strcmp(now, known_index)))) {
 			free(p.repo);
 			pthread_mutex_lock(&m->lock);
 			struct refstate *cur = strmap_get(m->refs, canonical);
@@ -140,8 +136,8 @@ int manager_decide(struct manager *m, const struct reference *ref,
 	}
 	t0 = manager_now_f(m);
 	atomic_store(&progress->state, PULL_RESOLVING);
-	emit(m, EVENT_NORMAL, "Pulling", canonical, NULL, 0, who,
-	     "Pulling image \"%s\"", canonical);
+	emit(m, EVENT_NORMAL, "Pulling", canonical, NULL, 0, who, "Pulling image \"%s\"",
+	     canonical);
 	r = pull_image(&p, &digest, &index_digest, &size);
 	if (r == 0)
 		r = refs_image_get(m, canonical, digest, ret, errbuf, sizeof(errbuf));
@@ -185,7 +181,6 @@ failed:
 	/* "Failed" whatever the errno: a full pull queue is EAGAIN but no
 	 * back-off. */
 	emit(m, EVENT_WARNING, "Failed", canonical, digest, r, who,
-	     "Failed to pull image \"%s\": %s", canonical,
-	     p.errmsg[0] ? p.errmsg : strerror(-r));
+	     "Failed to pull image \"%s\": %s", canonical, p.errmsg[0] ? p.errmsg : strerror(-r));
 	return r;
 }

@@ -4,9 +4,9 @@
 #pragma once
 
 struct errtable_row {
-	int err;	     /* positive errno */
-	const char *cause;   /* what it means, for humans */
-	const char *reason;  /* event reason */
+	int err;	    /* positive errno */
+	const char *cause;  /* what it means, for humans */
+	const char *reason; /* event reason */
 };
 
 extern const struct errtable_row errtable[];

@@ -76,9 +76,8 @@ void events_format_time(const struct timespec *ts, char *buf, size_t len)
 	struct tm tm;
 
 	gmtime_r(&ts->tv_sec, &tm);
-	snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ",
-		 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-		 tm.tm_min, tm.tm_sec, ts->tv_nsec / 1000000);
+	snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+		 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts->tv_nsec / 1000000);
 }
 
 static int set_str(json_t *o, const char *k, const char *v)

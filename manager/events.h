@@ -23,11 +23,11 @@ enum event_type {
 
 struct event {
 	enum event_type type;
-	const char *reason;  /* "Pulling", "Pulled", "Failed", ... */
-	const char *image;   /* canonical reference */
-	const char *digest;  /* NULL when unknown */
-	const char *message; /* kubelet-style sentence */
-	int err;	     /* 0, or the errno (either sign) of a failure */
+	const char *reason;	     /* "Pulling", "Pulled", "Failed", ... */
+	const char *image;	     /* canonical reference */
+	const char *digest;	     /* NULL when unknown */
+	const char *message;	     /* kubelet-style sentence */
+	int err;		     /* 0, or the errno (either sign) of a failure */
 	const struct caller *caller; /* may be NULL */
 };
 

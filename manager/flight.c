@@ -23,13 +23,12 @@
 
 #define emit manager_emit
 
-static void record_outcome_locked(struct manager *m, enum pull_policy policy,
-				  const char *domain,
+static void record_outcome_locked(struct manager *m, enum pull_policy policy, const char *domain,
 				  const struct ensure_outcome *o)
 {
 	static const double buckets[PULL_DURATION_BUCKETS] = {
-		1, 5, 10, 20, 30, 60, 120, 180, 240, 300, 360, 480, 600, 900,
-		1200, 1800, 2700, 3600,
+		1,   5,	  10,  20,  30,	 60,   120,  180,  240,
+		300, 360, 480, 600, 900, 1200, 1800, 2700, 3600,
 	};
 	struct manager_stats *st = &m->stats;
 	unsigned pi = policy >= PULL_ALWAYS && policy <= PULL_NEVER ? policy - 1 : 1;
@@ -70,8 +69,8 @@ static void touch_locked(struct manager *m, const char *canonical)
 
 /* Fast path under the lock: a cached, loaded image that needs no
  * revalidation.  Returns true and a reference in *ret when served. */
-static bool ensure_cached_locked(struct manager *m, const char *canonical,
-				 enum pull_policy policy, struct image **ret)
+static bool ensure_cached_locked(struct manager *m, const char *canonical, enum pull_policy policy,
+				 struct image **ret)
 {
 	struct refstate *rs = strmap_get(m->refs, canonical);
 	struct image *img;
@@ -137,8 +136,8 @@ static void flight_run(struct flight_job *j)
 	int r;
 
 	pthread_rwlock_rdlock(&m->gc_lock);
-	r = manager_decide(m, j->ref, j->canonical, j->policy,
-			  j->has_who ? &j->who : NULL, j->t_wait, f, &out, &img);
+	r = manager_decide(m, j->ref, j->canonical, j->policy, j->has_who ? &j->who : NULL,
+			   j->t_wait, f, &out, &img);
 	pthread_rwlock_unlock(&m->gc_lock);
 	bool want_gc = out.pulled && gc_needed(m);
 
@@ -273,8 +272,7 @@ static void recent_remember_locked(struct manager *m, const struct caller *who,
 }
 
 /* The error this process was told a moment ago, or 0. */
-static int recent_lookup_locked(struct manager *m, const struct caller *who,
-				const char *canonical)
+static int recent_lookup_locked(struct manager *m, const struct caller *who, const char *canonical)
 {
 	_cleanup_free_ char *key = NULL;
 	struct recent_failure *rf;
@@ -290,9 +288,8 @@ static int recent_lookup_locked(struct manager *m, const struct caller *who,
 /* A new flight for canonical, its job started on a thread of its own.
  * Takes ref.  manager.lock held.  A user other than root is held to the
  * per-user limits; *limit_msg says why when that refuses it. */
-static int flight_start_locked(struct manager *m, struct reference *ref,
-			       const char *canonical, enum pull_policy policy,
-			       const struct caller *who, double t_wait,
+static int flight_start_locked(struct manager *m, struct reference *ref, const char *canonical,
+			       enum pull_policy policy, const struct caller *who, double t_wait,
 			       struct flight **ret, char *limit_msg, size_t limit_len)
 {
 	bool user = who && who->uid != 0;
@@ -326,8 +323,13 @@ static int flight_start_locked(struct manager *m, struct reference *ref,
 	f->uid = user ? who->uid : 0;
 	f->progress.started_ns = manager_wall_ms() * 1000000;
 	*job = (struct flight_job){
-		.m = m, .f = f, .ref = ref, .canonical = job->canonical,
-		.policy = policy, .has_who = who != NULL, .t_wait = t_wait,
+		.m = m,
+		.f = f,
+		.ref = ref,
+		.canonical = job->canonical,
+		.policy = policy,
+		.has_who = who != NULL,
+		.t_wait = t_wait,
 	};
 	if (who)
 		job->who = *who;
@@ -362,10 +364,9 @@ fail:
 /* Everything ensure does before it waits, for a parsed reference, which
  * it takes.  done NULL: nobody waits (the operator's background pull).
  * keep: the flight completes even when every caller leaves. */
-static int ensure_begin(struct manager *m, struct reference *ref,
-			const struct caller *who, bool keep, ensure_done_fn *done,
-			void *userdata, struct ensure_call **ret_call,
-			struct image **ret_img)
+static int ensure_begin(struct manager *m, struct reference *ref, const struct caller *who,
+			bool keep, ensure_done_fn *done, void *userdata,
+			struct ensure_call **ret_call, struct image **ret_img)
 {
 	_cleanup_free_ char *canonical = NULL;
 	struct ensure_call *call = NULL;
@@ -402,8 +403,8 @@ static int ensure_begin(struct manager *m, struct reference *ref,
 	r = recent_lookup_locked(m, who, canonical);
 	f = strmap_get(m->flights, canonical);
 	if (r == 0 && !f) {
-		r = flight_start_locked(m, TAKE_PTR(ref), canonical, policy, who,
-					t_wait, &f, limit_msg, sizeof(limit_msg));
+		r = flight_start_locked(m, TAKE_PTR(ref), canonical, policy, who, t_wait, &f,
+					limit_msg, sizeof(limit_msg));
 	}
 	if (r == 0) {
 		if (keep)
@@ -429,21 +430,20 @@ static int ensure_begin(struct manager *m, struct reference *ref,
 }
 
 /* reference parsed, or -EINVAL said in the events log. */
-static int ensure_parse(struct manager *m, const char *reference,
-			const struct caller *who, struct reference **ret)
+static int ensure_parse(struct manager *m, const char *reference, const struct caller *who,
+			struct reference **ret)
 {
 	int r = reference_parse(reference, REFERENCE_DEFAULT_TAG, ret);
 
 	if (r == -EINVAL)
-		emit(m, EVENT_WARNING, errtable_reason(EINVAL), reference, NULL, EINVAL,
-		     who, "Failed to apply default image tag \"%s\": invalid reference format",
+		emit(m, EVENT_WARNING, errtable_reason(EINVAL), reference, NULL, EINVAL, who,
+		     "Failed to apply default image tag \"%s\": invalid reference format",
 		     reference);
 	return r;
 }
 
-int manager_ensure_start(struct manager *m, const char *reference,
-			 const struct caller *who, ensure_done_fn *done,
-			 void *userdata, struct ensure_call **ret_call,
+int manager_ensure_start(struct manager *m, const char *reference, const struct caller *who,
+			 ensure_done_fn *done, void *userdata, struct ensure_call **ret_call,
 			 struct image **ret_img)
 {
 	struct reference *ref = NULL;
@@ -454,9 +454,8 @@ int manager_ensure_start(struct manager *m, const char *reference,
 	return ensure_begin(m, ref, who, false, done, userdata, ret_call, ret_img);
 }
 
-int manager_ensure_start_ref(struct manager *m, struct reference *ref,
-			     const struct caller *who, ensure_done_fn *done,
-			     void *userdata, struct ensure_call **ret_call,
+int manager_ensure_start_ref(struct manager *m, struct reference *ref, const struct caller *who,
+			     ensure_done_fn *done, void *userdata, struct ensure_call **ret_call,
 			     struct image **ret_img)
 {
 	return ensure_begin(m, ref, who, false, done, userdata, ret_call, ret_img);
@@ -498,8 +497,8 @@ bool ensure_call_cancel(struct ensure_call *call)
 	return true;
 }
 
-int manager_pull_background(struct manager *m, const char *reference,
-			    void **ret_json, char *errbuf, size_t errlen)
+int manager_pull_background(struct manager *m, const char *reference, void **ret_json, char *errbuf,
+			    size_t errlen)
 {
 	_cleanup_free_ char *canonical = NULL;
 	struct reference *ref = NULL;
@@ -524,8 +523,7 @@ int manager_pull_background(struct manager *m, const char *reference,
 	}
 	if (r == 1)
 		image_unref(img, 1);
-	*ret_json = json_pack("{s:b, s:s, s:b}", "ok", 1, "reference", canonical,
-			      "present", r == 1);
+	*ret_json =
+		json_pack("{s:b, s:s, s:b}", "ok", 1, "reference", canonical, "present", r == 1);
 	return *ret_json ? 0 : -ENOMEM;
 }
-

@@ -265,7 +265,7 @@ struct forget_list {
 	struct forget_item {
 		uint64_t parent;
 		char *name;
-	} *items;
+	} * items;
 	size_t n;
 };
 
@@ -287,8 +287,7 @@ static void forget_list_run(struct manager *m, struct forget_list *l)
 {
 	for (size_t i = 0; i < l->n; i++) {
 		if (m->forget_dentry)
-			m->forget_dentry(m->forget_userdata, l->items[i].parent,
-					 l->items[i].name);
+			m->forget_dentry(m->forget_userdata, l->items[i].parent, l->items[i].name);
 		free(l->items[i].name);
 	}
 	free(l->items);
@@ -298,8 +297,7 @@ static void forget_list_run(struct manager *m, struct forget_list *l)
 
 /* Forgets reference: its file, its state, and (when nothing else names
  * it) the loaded image.  gc_lock held exclusively. */
-static int remove_reference(struct manager *m, const char *reference,
-			    struct forget_list *fl)
+static int remove_reference(struct manager *m, const char *reference, struct forget_list *fl)
 {
 	struct refstate *rs;
 	int r;
@@ -321,13 +319,13 @@ static int remove_reference(struct manager *m, const char *reference,
 
 static json_t *answer(json_t *removed, uint64_t freed, const struct budget *b)
 {
-	return json_pack("{s:b, s:o, s:I, s:I, s:I}", "ok", 1, "removed", removed,
-			 "freed_bytes", (json_int_t)freed, "usage_bytes",
-			 (json_int_t)b->usage, "budget_bytes", (json_int_t)b->budget);
+	return json_pack("{s:b, s:o, s:I, s:I, s:I}", "ok", 1, "removed", removed, "freed_bytes",
+			 (json_int_t)freed, "usage_bytes", (json_int_t)b->usage, "budget_bytes",
+			 (json_int_t)b->budget);
 }
 
-static int run_gc(struct manager *m, uint64_t to_bytes, bool manual,
-		  json_t **ret, char *errbuf, size_t errlen)
+static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **ret, char *errbuf,
+		  size_t errlen)
 {
 	struct candidate *c = NULL;
 	struct forget_list fl = { 0 };
@@ -371,8 +369,8 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual,
 		freed += got;
 		measure(m, &b);
 		json_array_append_new(removed, json_string(c[i].reference));
-		manager_emit(m, EVENT_NORMAL, "ImageGC", c[i].reference, c[i].digest,
-			     0, NULL, "Removed image \"%s\" (last used %llds ago), freed %llu bytes",
+		manager_emit(m, EVENT_NORMAL, "ImageGC", c[i].reference, c[i].digest, 0, NULL,
+			     "Removed image \"%s\" (last used %llds ago), freed %llu bytes",
 			     c[i].reference, (long long)(now - c[i].last_used_ms / 1000),
 			     (unsigned long long)(got ? got : before - MIN(b.usage, before)));
 	}
@@ -385,15 +383,17 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual,
 	m->stats.gc_removed_images += json_array_size(removed);
 	pthread_mutex_unlock(&m->lock);
 	if (b.usage > target)
-		manager_emit(m, EVENT_WARNING, "ImageGCFailed", NULL, NULL, 0, NULL,
-			     "Image garbage collection freed %llu bytes but usage is %llu bytes, over the target of %llu bytes: the rest is in use, pinned or too young",
-			     (unsigned long long)freed, (unsigned long long)b.usage,
-			     (unsigned long long)target);
+		manager_emit(
+			m, EVENT_WARNING, "ImageGCFailed", NULL, NULL, 0, NULL,
+			"Image garbage collection freed %llu bytes but usage is %llu bytes, over the target of %llu bytes: the rest is in use, pinned or too young",
+			(unsigned long long)freed, (unsigned long long)b.usage,
+			(unsigned long long)target);
 	else
-		manager_emit(m, EVENT_NORMAL, "ImageGC", NULL, NULL, 0, NULL,
-			     "Image garbage collection removed %zu images and freed %llu bytes; usage %llu of %llu bytes",
-			     json_array_size(removed), (unsigned long long)freed,
-			     (unsigned long long)b.usage, (unsigned long long)b.budget);
+		manager_emit(
+			m, EVENT_NORMAL, "ImageGC", NULL, NULL, 0, NULL,
+			"Image garbage collection removed %zu images and freed %llu bytes; usage %llu of %llu bytes",
+			json_array_size(removed), (unsigned long long)freed,
+			(unsigned long long)b.usage, (unsigned long long)b.budget);
 	r = 0;
 out:
 	pthread_rwlock_unlock(&m->gc_lock);
@@ -407,8 +407,7 @@ out:
 	return *ret ? 0 : -ENOMEM;
 }
 
-int manager_gc(struct manager *m, uint64_t to_bytes, void **ret_json,
-	       char *errbuf, size_t errlen)
+int manager_gc(struct manager *m, uint64_t to_bytes, void **ret_json, char *errbuf, size_t errlen)
 {
 	json_t *j = NULL;
 	int r = run_gc(m, to_bytes, true, &j, errbuf, errlen);
@@ -418,8 +417,8 @@ int manager_gc(struct manager *m, uint64_t to_bytes, void **ret_json,
 	return r;
 }
 
-int manager_remove(struct manager *m, const char *const *references, size_t n,
-		   void **ret_json, char *errbuf, size_t errlen)
+int manager_remove(struct manager *m, const char *const *references, size_t n, void **ret_json,
+		   char *errbuf, size_t errlen)
 {
 	struct candidate *c = NULL;
 	struct forget_list fl = { 0 };
@@ -457,8 +456,8 @@ int manager_remove(struct manager *m, const char *const *references, size_t n,
 			snprintf(errbuf, errlen, "image \"%s\" is not in the cache", canon[i]);
 			r = -ENOENT;
 		} else if (c[j].open_files) {
-			snprintf(errbuf, errlen, "image \"%s\" is in use (%u open files)",
-				 canon[i], c[j].open_files);
+			snprintf(errbuf, errlen, "image \"%s\" is in use (%u open files)", canon[i],
+				 c[j].open_files);
 			r = -EBUSY;
 		} else if (c[j].in_flight) {
 			snprintf(errbuf, errlen, "image \"%s\" is being pulled", canon[i]);
@@ -475,8 +474,8 @@ int manager_remove(struct manager *m, const char *const *references, size_t n,
 	for (size_t i = 0; i < n; i++)
 		if (remove_reference(m, canon[i], &fl) == 0) {
 			json_array_append_new(removed, json_string(canon[i]));
-			manager_emit(m, EVENT_NORMAL, "ImageRemoved", canon[i], NULL, 0,
-				     NULL, "Removed image \"%s\" on request", canon[i]);
+			manager_emit(m, EVENT_NORMAL, "ImageRemoved", canon[i], NULL, 0, NULL,
+				     "Removed image \"%s\" on request", canon[i]);
 		}
 	freed = sweep(m);
 	measure(m, &b);

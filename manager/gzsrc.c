@@ -21,7 +21,7 @@ void gzsrc_free(struct gzsrc *g)
 
 int gzsrc_init(struct gzsrc *g, int fd)
 {
-	*g = (struct gzsrc){.fd = fd};
+	*g = (struct gzsrc){ .fd = fd };
 	g->in = malloc(GZSRC_BLOCK);
 	g->out = malloc(GZSRC_BLOCK);
 	if (!g->in || !g->out)
@@ -50,8 +50,7 @@ static int gzsrc_fill(struct archive *a, struct gzsrc *g)
 		n = read(g->fd, g->in, GZSRC_BLOCK);
 	while (n < 0 && errno == EINTR);
 	if (n < 0) {
-		archive_set_error(a, errno, "reading the layer: %s",
-				  strerror(errno));
+		archive_set_error(a, errno, "reading the layer: %s", strerror(errno));
 		return -1;
 	}
 	if (n == 0)
@@ -119,8 +118,7 @@ static int gz_step(struct archive *a, struct gzsrc *g, size_t *produced)
 	if (r == Z_STREAM_END)
 		return 1;
 	if (r != Z_OK && r != Z_BUF_ERROR) {
-		archive_set_error(a, EILSEQ, "gzip: %s",
-				  g->z.msg ? g->z.msg : "corrupt data");
+		archive_set_error(a, EILSEQ, "gzip: %s", g->z.msg ? g->z.msg : "corrupt data");
 		return -1;
 	}
 	return 0;
@@ -167,4 +165,3 @@ la_ssize_t gzsrc_read(struct archive *a, void *data, const void **buf)
 		}
 	}
 }
-

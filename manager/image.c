@@ -47,8 +47,7 @@ static void content_put(struct manager *m, struct image_content *c)
 		content_free(m, c);
 }
 
-static int manifest_load_cached(struct manager *m, const char *digest,
-				struct manifest **ret)
+static int manifest_load_cached(struct manager *m, const char *digest, struct manifest **ret)
 {
 	_cleanup_free_ char *buf = NULL;
 	size_t len;
@@ -63,8 +62,8 @@ static int manifest_load_cached(struct manager *m, const char *digest,
 /* Reads the manifest and the layer indexes and builds the tree. */
 static void content_complete_lazy(struct manager *m, struct image_content *c);
 
-static int content_load(struct manager *m, const char *digest,
-			struct image_content **ret, char *errbuf, size_t errlen)
+static int content_load(struct manager *m, const char *digest, struct image_content **ret,
+			char *errbuf, size_t errlen)
 {
 	struct manifest *mf = NULL;
 	struct layer_index **idx = NULL;
@@ -99,8 +98,8 @@ static int content_load(struct manager *m, const char *digest,
 		c->n_layers++;
 		c->size += mf->layers[n_idx].size;
 	}
-	r = tree_build((const struct layer_index *const *)idx, mf->n_layers,
-		       &c->tree, errbuf, errlen);
+	r = tree_build((const struct layer_index *const *)idx, mf->n_layers, &c->tree, errbuf,
+		       errlen);
 	if (r < 0)
 		goto out;
 	c->refs = 1;
@@ -116,8 +115,8 @@ out:
 }
 
 /* The content of digest with a reference, loaded when no name holds it. */
-static int content_get(struct manager *m, const char *digest,
-		       struct image_content **ret, char *errbuf, size_t errlen)
+static int content_get(struct manager *m, const char *digest, struct image_content **ret,
+		       char *errbuf, size_t errlen)
 {
 	struct image_content *c, *other;
 	int r;
@@ -244,8 +243,8 @@ static void image_free(struct image *img)
 	free(img);
 }
 
-int image_load(struct manager *m, const char *reference, const char *digest,
-	       struct image **ret, char *errbuf, size_t errlen)
+int image_load(struct manager *m, const char *reference, const char *digest, struct image **ret,
+	       char *errbuf, size_t errlen)
 {
 	struct image *img = calloc(1, sizeof(*img));
 	int r;
@@ -363,8 +362,7 @@ int image_object_open(struct image *img, const struct tinode *file)
 
 	if (!file->object || file->layer >= c->n_layers)
 		return -EIO;
-	return pack_object_open(img->manager->packs, c->packs[file->layer],
-				file->object);
+	return pack_object_open(img->manager->packs, c->packs[file->layer], file->object);
 }
 
 bool image_file_lazy(struct image *img, const struct tinode *file)
@@ -375,8 +373,8 @@ bool image_file_lazy(struct image *img, const struct tinode *file)
 	       pack_was_lazy(img->manager->packs, c->packs[file->layer]);
 }
 
-ssize_t image_lazy_read(struct image *img, const struct tinode *file,
-			uint64_t off, size_t size, void *buf)
+ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t off, size_t size,
+			void *buf)
 {
 	struct image_content *c = img->content;
 	struct lazy_layer *l;
@@ -387,8 +385,7 @@ ssize_t image_lazy_read(struct image *img, const struct tinode *file,
 		return -EIO;
 	l = pack_lazy(img->manager->packs, c->packs[file->layer]);
 	if (l)
-		return lazy_read(l, img->manager->registry, file->object, off,
-				 size, buf);
+		return lazy_read(l, img->manager->registry, file->object, off, size, buf);
 	/* complete since */
 	fd = image_object_open(img, file);
 	if (fd < 0)
@@ -413,9 +410,10 @@ static void *complete_thread(void *arg)
 	int r = lazy_layer_complete(cp->lazy, m->registry, &m->cancelled);
 
 	if (r < 0 && r != -ECANCELED)
-		manager_emit(m, EVENT_WARNING, "LazyFetchFailed", NULL, NULL, r,
-			     NULL, "Fetching the rest of a lazy layer failed: %s (files are fetched when read)",
-			     strerror(-r));
+		manager_emit(
+			m, EVENT_WARNING, "LazyFetchFailed", NULL, NULL, r, NULL,
+			"Fetching the rest of a lazy layer failed: %s (files are fetched when read)",
+			strerror(-r));
 	packs_put(m->packs, cp->pack);
 	free(cp);
 	pthread_mutex_lock(&m->lock);

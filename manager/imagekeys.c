@@ -192,8 +192,7 @@ static int reserve(struct imagekeys *t)
 	for (size_t i = 0; i <= a->mask; i++) {
 		uint32_t k = atomic_load_explicit(&a->s[i].key, memory_order_relaxed);
 		if (k != KEY_EMPTY && k != KEY_DEAD)
-			put(b, k, atomic_load_explicit(&a->s[i].value, memory_order_relaxed),
-			    NULL);
+			put(b, k, atomic_load_explicit(&a->s[i].value, memory_order_relaxed), NULL);
 	}
 	b->retired = a;
 	atomic_store_explicit(&t->cur, b, memory_order_release);
@@ -239,8 +238,7 @@ size_t imagekeys_size(const struct imagekeys *t)
 }
 
 int imagekeys_pick(const struct imagekeys *t, uint32_t preferred,
-		   bool (*taken)(void *userdata, uint32_t key), void *userdata,
-		   uint32_t *ret_key)
+		   bool (*taken)(void *userdata, uint32_t key), void *userdata, uint32_t *ret_key)
 {
 	const struct slots *a = atomic_load_explicit(&t->cur, memory_order_relaxed);
 	uint32_t key = preferred == KEY_EMPTY || preferred > IMAGEKEY_MAX ? 1 : preferred;
@@ -255,8 +253,7 @@ int imagekeys_pick(const struct imagekeys *t, uint32_t preferred,
 }
 
 void imagekeys_foreach(const struct imagekeys *t,
-		       void (*fn)(void *userdata, uint32_t key, void *value),
-		       void *userdata)
+		       void (*fn)(void *userdata, uint32_t key, void *value), void *userdata)
 {
 	const struct slots *a = atomic_load(&t->cur);
 

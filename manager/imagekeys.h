@@ -47,11 +47,9 @@ size_t imagekeys_size(const struct imagekeys *t);
  * *ret_key, or -EMFILE after IMAGEKEY_MAX_PROBES keys. */
 #define IMAGEKEY_MAX_PROBES 65536u
 int imagekeys_pick(const struct imagekeys *t, uint32_t preferred,
-		   bool (*taken)(void *userdata, uint32_t key), void *userdata,
-		   uint32_t *ret_key);
+		   bool (*taken)(void *userdata, uint32_t key), void *userdata, uint32_t *ret_key);
 
 /* Calls fn with every value; fn may remove the key it is given, no other
  * writer may run meanwhile. */
 void imagekeys_foreach(const struct imagekeys *t,
-		       void (*fn)(void *userdata, uint32_t key, void *value),
-		       void *userdata);
+		       void (*fn)(void *userdata, uint32_t key, void *value), void *userdata);

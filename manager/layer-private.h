@@ -27,8 +27,7 @@
 bool layer_path_components_ok(const char *p);
 /* A tar name in the form of struct layer_entry's path (malloc'ed into
  * *ret): 0, -ENOMEM, or -EBADMSG with the reason in errbuf. */
-int layer_normalise(const char *raw, uint32_t max_path, char **ret,
-		    char *errbuf, size_t errlen);
+int layer_normalise(const char *raw, uint32_t max_path, char **ret, char *errbuf, size_t errlen);
 
 /* A set of paths (borrowed strings), for the hardlink targets and
  * directories a layer has shown so far.  Zeroed is empty; free slots. */
@@ -56,13 +55,12 @@ struct layer_places {
 /* Makes e a hardlink to raw, normalised into e->link, which must name a
  * non-directory the layer placed before.  0, -EBADMSG with a reason,
  * -ENOMEM. */
-int layer_hardlink_target(const struct layer_places *pl, const char *raw,
-			  uint32_t max_path, struct layer_entry *e,
-			  char *errbuf, size_t errlen);
+int layer_hardlink_target(const struct layer_places *pl, const char *raw, uint32_t max_path,
+			  struct layer_entry *e, char *errbuf, size_t errlen);
 /* -EBADMSG with a reason when e may not follow what the layer placed: a
  * path given twice, or below a non-directory. */
-int layer_places_check(const struct layer_places *pl, struct layer_entry *e,
-		       char *errbuf, size_t errlen);
+int layer_places_check(const struct layer_places *pl, struct layer_entry *e, char *errbuf,
+		       size_t errlen);
 /* Records e (its path is borrowed).  0 or -ENOMEM. */
 int layer_places_add(struct layer_places *pl, const struct layer_entry *e);
 void layer_places_done(struct layer_places *pl);

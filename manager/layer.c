@@ -37,7 +37,6 @@ static void archive_read_freep(struct archive **a)
 		archive_read_free(*a);
 }
 
-
 /* ---- unpacking ------------------------------------------------------- */
 
 struct unpack {
@@ -72,8 +71,7 @@ static int layer_archive_fail(struct unpack *u)
 {
 	const char *msg = archive_error_string(u->a);
 
-	return layer_fail(u->errbuf, u->errlen, "layer: %s",
-			  msg ? msg : "unreadable archive");
+	return layer_fail(u->errbuf, u->errlen, "layer: %s", msg ? msg : "unreadable archive");
 }
 
 int layer_write_error(void)
@@ -83,8 +81,7 @@ int layer_write_error(void)
 	return -EIO;
 }
 
-static int layer_pwrite_all(int fd, const void *buf, size_t size,
-			    uint64_t off)
+static int layer_pwrite_all(int fd, const void *buf, size_t size, uint64_t off)
 {
 	const char *p = buf;
 
@@ -108,8 +105,8 @@ static int layer_pwrite_all(int fd, const void *buf, size_t size,
 /* The name libarchive decoded or, when it could not convert it to the
  * locale, the best other form it kept: layer names are bytes to us.
  * Returns 0, or -EBADMSG (no reason set) or -ENOMEM. */
-static int layer_raw_name(struct archive_entry *ae, bool hardlink,
-			  const char **ret, char **ret_free)
+static int layer_raw_name(struct archive_entry *ae, bool hardlink, const char **ret,
+			  char **ret_free)
 {
 	const char *s;
 	const wchar_t *w;
@@ -118,15 +115,13 @@ static int layer_raw_name(struct archive_entry *ae, bool hardlink,
 
 	s = hardlink ? archive_entry_hardlink(ae) : archive_entry_pathname(ae);
 	if (!s)
-		s = hardlink ? archive_entry_hardlink_utf8(ae)
-			     : archive_entry_pathname_utf8(ae);
+		s = hardlink ? archive_entry_hardlink_utf8(ae) : archive_entry_pathname_utf8(ae);
 	if (s) {
 		*ret = s;
 		*ret_free = NULL;
 		return 0;
 	}
-	w = hardlink ? archive_entry_hardlink_w(ae)
-		     : archive_entry_pathname_w(ae);
+	w = hardlink ? archive_entry_hardlink_w(ae) : archive_entry_pathname_w(ae);
 	if (!w)
 		return -EBADMSG;
 	n = wcstombs(NULL, w, 0);
@@ -141,8 +136,7 @@ static int layer_raw_name(struct archive_entry *ae, bool hardlink,
 	return 0;
 }
 
-static int layer_copy_xattrs(struct unpack *u, struct archive_entry *ae,
-			     struct layer_entry *e)
+static int layer_copy_xattrs(struct unpack *u, struct archive_entry *ae, struct layer_entry *e)
 {
 	int n = archive_entry_xattr_reset(ae);
 	const char *name;
@@ -152,24 +146,19 @@ static int layer_copy_xattrs(struct unpack *u, struct archive_entry *ae,
 	if (n <= 0)
 		return 0;
 	if ((unsigned)n > LAYER_XATTRS_PER_ENTRY)
-		return layer_fail(u->errbuf, u->errlen,
-				  "layer: \"%.200s\" has more than %u xattrs",
+		return layer_fail(u->errbuf, u->errlen, "layer: \"%.200s\" has more than %u xattrs",
 				  e->path, LAYER_XATTRS_PER_ENTRY);
 	e->xattrs = calloc((size_t)n, sizeof(*e->xattrs));
 	if (!e->xattrs)
 		return -ENOMEM;
-	for (int k = 0;
-	     k < n && archive_entry_xattr_next(ae, &name, &value, &size) ==
-			      ARCHIVE_OK;
+	for (int k = 0; k < n && archive_entry_xattr_next(ae, &name, &value, &size) == ARCHIVE_OK;
 	     k++) {
 		struct layer_xattr *x = &e->xattrs[e->n_xattrs];
 		void *copy;
 
-		if (!name || name[0] == '\0' ||
-		    strlen(name) > LAYER_XATTR_NAME_MAX ||
+		if (!name || name[0] == '\0' || strlen(name) > LAYER_XATTR_NAME_MAX ||
 		    size > LAYER_XATTR_SIZE_MAX)
-			return layer_fail(u->errbuf, u->errlen,
-					  "layer: bad xattr on \"%.200s\"",
+			return layer_fail(u->errbuf, u->errlen, "layer: bad xattr on \"%.200s\"",
 					  e->path);
 		/* +1 so a zero-length value still owns a distinct pointer */
 		copy = malloc(size + 1);
@@ -203,8 +192,7 @@ static int layer_copy_xattrs(struct unpack *u, struct archive_entry *ae,
 /* Hands the data blocks of the current entry to fn in order, after
  * checking that they lie inside the entry's size. */
 static int layer_each_block(struct unpack *u, struct layer_entry *e,
-			    int (*fn)(void *userdata, const void *buf,
-				      size_t size, uint64_t off),
+			    int (*fn)(void *userdata, const void *buf, size_t size, uint64_t off),
 			    void *userdata)
 {
 	for (;;) {
@@ -219,8 +207,7 @@ static int layer_each_block(struct unpack *u, struct layer_entry *e,
 			return layer_archive_fail(u);
 		if (size == 0)
 			continue;
-		if (off < 0 || (uint64_t)off > e->size ||
-		    size > e->size - (uint64_t)off)
+		if (off < 0 || (uint64_t)off > e->size || size > e->size - (uint64_t)off)
 			return layer_fail(u->errbuf, u->errlen,
 					  "layer: data of \"%.200s\" exceeds "
 					  "its size",
@@ -236,8 +223,7 @@ struct pack_copy {
 	uint64_t base;
 };
 
-static int pack_block(void *userdata, const void *buf, size_t size,
-		      uint64_t off)
+static int pack_block(void *userdata, const void *buf, size_t size, uint64_t off)
 {
 	struct pack_copy *pc = userdata;
 
@@ -266,8 +252,7 @@ static void object_hash_zeros(struct object_copy *oc, uint64_t n)
 	}
 }
 
-static int object_block(void *userdata, const void *buf, size_t size,
-			uint64_t off)
+static int object_block(void *userdata, const void *buf, size_t size, uint64_t off)
 {
 	struct object_copy *oc = userdata;
 
@@ -275,8 +260,7 @@ static int object_block(void *userdata, const void *buf, size_t size,
 	 * going backwards would make the digest a lie. */
 	if (off < oc->hashed)
 		return layer_fail(oc->u->errbuf, oc->u->errlen,
-				  "layer: data of \"%.200s\" out of order",
-				  oc->path);
+				  "layer: data of \"%.200s\" out of order", oc->path);
 	object_hash_zeros(oc, off - oc->hashed);
 	hasher_update(oc->h, buf, size);
 	oc->hashed = off + size;
@@ -291,12 +275,11 @@ static int layer_copy_object(struct unpack *u, struct layer_entry *e)
 {
 	int dirfd = u->objs->dirfd;
 	char tmp[32], name[DIGEST_HEX_LEN + 3], digest[DIGEST_STRING_MAX];
-	struct object_copy oc = {.path = e->path, .u = u};
+	struct object_copy oc = { .path = e->path, .u = u };
 	int r;
 
 	snprintf(tmp, sizeof(tmp), "t.%" PRIu64, u->headers);
-	oc.fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-		       0444);
+	oc.fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0444);
 	if (oc.fd < 0)
 		return layer_write_error();
 	oc.h = hasher_new();
@@ -335,7 +318,7 @@ out:
  * offsets, so the gaps libarchive reports for sparse entries stay holes. */
 static int layer_copy_data(struct unpack *u, struct layer_entry *e)
 {
-	struct pack_copy pc = {.fd = u->data_fd, .base = e->data_off};
+	struct pack_copy pc = { .fd = u->data_fd, .base = e->data_off };
 
 	if (u->objs && e->size > 0 && e->size >= u->objs->min_size) {
 		e->data_off = 0;
@@ -344,8 +327,7 @@ static int layer_copy_data(struct unpack *u, struct layer_entry *e)
 	return layer_each_block(u, e, pack_block, &pc);
 }
 
-static int layer_classify(struct unpack *u, struct archive_entry *ae,
-			  struct layer_entry *e)
+static int layer_classify(struct unpack *u, struct archive_entry *ae, struct layer_entry *e)
 {
 	switch (archive_entry_filetype(ae)) {
 	case AE_IFREG:
@@ -371,14 +353,12 @@ static int layer_classify(struct unpack *u, struct archive_entry *ae,
 		break;
 	default:
 		return layer_fail(u->errbuf, u->errlen,
-				  "layer: \"%.200s\" has an unknown file type",
-				  e->path);
+				  "layer: \"%.200s\" has an unknown file type", e->path);
 	}
 	return 0;
 }
 
-static int layer_fill_entry(struct unpack *u, struct archive_entry *ae,
-			    struct layer_entry *e)
+static int layer_fill_entry(struct unpack *u, struct archive_entry *ae, struct layer_entry *e)
 {
 	_cleanup_free_ char *name_buf = NULL;
 	const char *raw, *hl;
@@ -388,8 +368,7 @@ static int layer_fill_entry(struct unpack *u, struct archive_entry *ae,
 
 	r = layer_raw_name(ae, false, &raw, &name_buf);
 	if (r == -EBADMSG)
-		return layer_fail(u->errbuf, u->errlen,
-				  "layer: entry without a readable name");
+		return layer_fail(u->errbuf, u->errlen, "layer: entry without a readable name");
 	if (r < 0)
 		return r;
 	r = layer_normalise(raw, u->max_path, &e->path, u->errbuf, u->errlen);
@@ -400,8 +379,7 @@ static int layer_fill_entry(struct unpack *u, struct archive_entry *ae,
 	gid = archive_entry_gid(ae);
 	if (uid < 0 || uid > UINT32_MAX || gid < 0 || gid > UINT32_MAX)
 		return layer_fail(u->errbuf, u->errlen,
-				  "layer: \"%.200s\" has an out-of-range owner",
-				  e->path);
+				  "layer: \"%.200s\" has an out-of-range owner", e->path);
 	e->uid = (uint32_t)uid;
 	e->gid = (uint32_t)gid;
 	e->mode = (uint32_t)archive_entry_perm(ae) & 07777;
@@ -427,8 +405,7 @@ static int layer_fill_entry(struct unpack *u, struct archive_entry *ae,
 					  "layer: unreadable hardlink target");
 		if (r < 0)
 			return r;
-		r = layer_hardlink_target(&u->places, hl, u->max_path, e,
-					  u->errbuf, u->errlen);
+		r = layer_hardlink_target(&u->places, hl, u->max_path, e, u->errbuf, u->errlen);
 		if (r < 0)
 			return r;
 	} else {
@@ -460,12 +437,10 @@ static int layer_fill_entry(struct unpack *u, struct archive_entry *ae,
 	}
 	case LAYER_ENTRY_CHR:
 	case LAYER_ENTRY_BLK:
-		e->rdev = makedev(archive_entry_rdevmajor(ae),
-				  archive_entry_rdevminor(ae));
+		e->rdev = makedev(archive_entry_rdevmajor(ae), archive_entry_rdevminor(ae));
 		break;
 	case LAYER_ENTRY_REG: {
-		la_int64_t size =
-			archive_entry_size_is_set(ae) ? archive_entry_size(ae) : 0;
+		la_int64_t size = archive_entry_size_is_set(ae) ? archive_entry_size(ae) : 0;
 
 		if (size < 0)
 			return layer_fail(u->errbuf, u->errlen,
@@ -475,8 +450,7 @@ static int layer_fill_entry(struct unpack *u, struct archive_entry *ae,
 		e->size = (uint64_t)size;
 		if (e->size > u->max_expanded - u->expanded)
 			return layer_fail(u->errbuf, u->errlen,
-					  "layer: more than %" PRIu64
-					  " bytes of file content",
+					  "layer: more than %" PRIu64 " bytes of file content",
 					  u->max_expanded);
 		u->expanded += e->size;
 		e->data_off = u->pack_end;
@@ -503,8 +477,7 @@ static int layer_push(struct unpack *u, struct layer_entry *e)
 
 	if (li->n_entries == u->cap) {
 		size_t cap = u->cap ? u->cap * 2 : 256;
-		struct layer_entry *n =
-			reallocarray(li->entries, cap, sizeof(*n));
+		struct layer_entry *n = reallocarray(li->entries, cap, sizeof(*n));
 
 		if (!n)
 			return -ENOMEM;
@@ -517,17 +490,15 @@ static int layer_push(struct unpack *u, struct layer_entry *e)
 
 static int layer_next(struct unpack *u, struct archive_entry *ae)
 {
-	struct layer_entry e = {0};
+	struct layer_entry e = { 0 };
 	int r;
 
 	if (++u->headers > u->max_entries)
-		return layer_fail(u->errbuf, u->errlen,
-				  "layer: more than %" PRIu64 " entries",
+		return layer_fail(u->errbuf, u->errlen, "layer: more than %" PRIu64 " entries",
 				  u->max_entries);
 
 	r = layer_fill_entry(u, ae, &e);
-	if (r == 0 && u->objs && u->objs->drop_estargz_own &&
-	    layer_is_estargz_own(e.path))
+	if (r == 0 && u->objs && u->objs->drop_estargz_own && layer_is_estargz_own(e.path))
 		r = 1; /* skipped, its data with it */
 	if (r == 0)
 		r = layer_places_check(&u->places, &e, u->errbuf, u->errlen);
@@ -550,14 +521,12 @@ static int layer_next(struct unpack *u, struct archive_entry *ae)
 		return r;
 	}
 	/* the entries own the string; the set borrows it */
-	return layer_places_add(&u->places,
-				&u->li->entries[u->li->n_entries - 1]);
+	return layer_places_add(&u->places, &u->li->entries[u->li->n_entries - 1]);
 }
 
-int layer_unpack(int in_fd, enum layer_compression c, int data_fd,
-		 const struct layer_objects *objs,
-		 const struct layer_limits *lim, struct layer_index **ret,
-		 char *errbuf, size_t errlen)
+int layer_unpack(int in_fd, enum layer_compression c, int data_fd, const struct layer_objects *objs,
+		 const struct layer_limits *lim, struct layer_index **ret, char *errbuf,
+		 size_t errlen)
 {
 	_cleanup_(archive_read_freep) struct archive *a = NULL;
 	_cleanup_(layer_index_freep) struct layer_index *li = NULL;
@@ -570,7 +539,7 @@ int layer_unpack(int in_fd, enum layer_compression c, int data_fd,
 		.errbuf = errbuf,
 		.errlen = errlen,
 	};
-	struct gzsrc gz = {.fd = -1};
+	struct gzsrc gz = { .fd = -1 };
 	int r;
 
 	if (errbuf && errlen > 0)
@@ -638,9 +607,7 @@ int layer_unpack(int in_fd, enum layer_compression c, int data_fd,
 		 * libarchive skipped part of a header -- a malformed or
 		 * oversized pax record -- and would go on with the rest, a
 		 * guess another extractor need not share. */
-		if (r != ARCHIVE_OK &&
-		    (r != ARCHIVE_WARN ||
-		     archive_errno(a) != EILSEQ)) {
+		if (r != ARCHIVE_OK && (r != ARCHIVE_WARN || archive_errno(a) != EILSEQ)) {
 			r = layer_archive_fail(&u);
 			goto out;
 		}
@@ -675,4 +642,3 @@ void layer_index_free(struct layer_index *li)
 	free(li->entries);
 	free(li);
 }
-

@@ -34,7 +34,7 @@ struct layer_entry {
 	/* Normalised relative path: no leading "/" or "./", no trailing "/",
 	 * no "." or ".." components, no empty components; "" is the root. */
 	char *path;
-	uint8_t type; /* enum layer_entry_type */
+	uint8_t type;  /* enum layer_entry_type */
 	uint32_t mode; /* permission bits including setuid/setgid/sticky (07777) */
 	uint32_t uid, gid;
 	int64_t mtime_sec;
@@ -45,8 +45,8 @@ struct layer_entry {
 	 * layer_objects): the lowercase hex SHA-256 of the content, and
 	 * data_off is 0.  NULL: the content is in the pack. */
 	char *object;
-	uint64_t rdev;	   /* devices: makedev(major, minor) */
-	char *link;	   /* symlink target (verbatim) or hardlink target path */
+	uint64_t rdev; /* devices: makedev(major, minor) */
+	char *link;    /* symlink target (verbatim) or hardlink target path */
 	struct layer_xattr *xattrs;
 	uint32_t n_xattrs;
 };
@@ -87,10 +87,9 @@ struct layer_objects {
  * -ENOSPC / -EIO from writing the pack.  aufs internals (".wh..wh.*"
  * other than the opaque marker) are dropped; an xattr given twice keeps
  * its last value.  Blocks. */
-int layer_unpack(int in_fd, enum layer_compression c, int data_fd,
-		 const struct layer_objects *objs,
-		 const struct layer_limits *lim, struct layer_index **ret,
-		 char *errbuf, size_t errlen);
+int layer_unpack(int in_fd, enum layer_compression c, int data_fd, const struct layer_objects *objs,
+		 const struct layer_limits *lim, struct layer_index **ret, char *errbuf,
+		 size_t errlen);
 
 /* Serialises the index to fd at its current offset (a versioned binary
  * format with a CRC32).  Does not fsync: the caller makes the file durable

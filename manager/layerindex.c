@@ -128,7 +128,7 @@ static uint32_t layer_crc32(const uint8_t *p, size_t len)
 int layer_index_write(const struct layer_index *li, int fd)
 {
 	_cleanup_free_ uint8_t *data = NULL;
-	struct wbuf b = {0};
+	struct wbuf b = { 0 };
 	int r;
 
 	wbuf_put(&b, LIDX_MAGIC, 8);
@@ -257,8 +257,8 @@ static bool object_name_ok(const char *s)
 	return n == DIGEST_HEX_LEN;
 }
 
-static int layer_index_parse_entry(struct rbuf *r, uint32_t version,
-				   uint64_t data_size, struct layer_entry *e)
+static int layer_index_parse_entry(struct rbuf *r, uint32_t version, uint64_t data_size,
+				   struct layer_entry *e)
 {
 	uint32_t n_xattrs;
 	int k;
@@ -284,8 +284,8 @@ static int layer_index_parse_entry(struct rbuf *r, uint32_t version,
 	k = rbuf_str(r, true, &e->link);
 	if (k < 0)
 		return k;
-	if ((e->type == LAYER_ENTRY_SYMLINK ||
-	     e->type == LAYER_ENTRY_HARDLINK) != (e->link != NULL))
+	if ((e->type == LAYER_ENTRY_SYMLINK || e->type == LAYER_ENTRY_HARDLINK) !=
+	    (e->link != NULL))
 		return -EBADMSG;
 	if (e->type == LAYER_ENTRY_HARDLINK &&
 	    (e->link[0] == '\0' || !layer_path_components_ok(e->link)))
@@ -295,14 +295,13 @@ static int layer_index_parse_entry(struct rbuf *r, uint32_t version,
 		if (k < 0)
 			return k;
 	}
-	if (e->object && (e->type != LAYER_ENTRY_REG || e->data_off != 0 ||
-			  e->size == 0 || !object_name_ok(e->object)))
+	if (e->object && (e->type != LAYER_ENTRY_REG || e->data_off != 0 || e->size == 0 ||
+			  !object_name_ok(e->object)))
 		return -EBADMSG;
 	if (e->type == LAYER_ENTRY_REG && !e->object &&
 	    (e->data_off > data_size || e->size > data_size - e->data_off))
 		return -EBADMSG;
-	if (e->path[0] == '\0' && e->type != LAYER_ENTRY_DIR &&
-	    e->type != LAYER_ENTRY_OPAQUE)
+	if (e->path[0] == '\0' && e->type != LAYER_ENTRY_DIR && e->type != LAYER_ENTRY_OPAQUE)
 		return -EBADMSG;
 
 	n_xattrs = rbuf_u32(r);
@@ -340,11 +339,10 @@ static int layer_index_parse_entry(struct rbuf *r, uint32_t version,
 	return 0;
 }
 
-static int layer_index_parse(const uint8_t *data, size_t len,
-			     struct layer_index **ret)
+static int layer_index_parse(const uint8_t *data, size_t len, struct layer_index **ret)
 {
 	_cleanup_(layer_index_freep) struct layer_index *li = NULL;
-	struct rbuf r = {.p = data, .len = len};
+	struct rbuf r = { .p = data, .len = len };
 	uint32_t stored, version;
 	uint64_t n;
 

@@ -18,7 +18,6 @@
 #define WH_OPAQUE ".wh..wh..opq"
 #define WH_META_PREFIX ".wh..wh."
 
-
 /* ---- path rules ------------------------------------------------------ */
 
 /* Checks that every component of a relative path is a real name: not
@@ -45,8 +44,7 @@ bool layer_path_components_ok(const char *p)
  * leading "./" and trailing slashes are dropped: anything else unusual is
  * refused rather than reinterpreted, since two tools disagreeing about what
  * "a//b" or "a/./b" means is how overlay escapes happen. */
-int layer_normalise(const char *raw, uint32_t max_path, char **ret,
-			   char *errbuf, size_t errlen)
+int layer_normalise(const char *raw, uint32_t max_path, char **ret, char *errbuf, size_t errlen)
 {
 	const char *p = raw;
 	size_t len;
@@ -55,8 +53,7 @@ int layer_normalise(const char *raw, uint32_t max_path, char **ret,
 	if (*p == '\0')
 		return layer_fail(errbuf, errlen, "layer: empty entry name");
 	if (*p == '/')
-		return layer_fail(errbuf, errlen,
-				  "layer: absolute entry name \"%.200s\"", raw);
+		return layer_fail(errbuf, errlen, "layer: absolute entry name \"%.200s\"", raw);
 	if (strcmp(p, ".") == 0)
 		p = "";
 	else if (p[0] == '.' && p[1] == '/')
@@ -66,9 +63,7 @@ int layer_normalise(const char *raw, uint32_t max_path, char **ret,
 	while (len > 0 && p[len - 1] == '/')
 		len--;
 	if (len > max_path)
-		return layer_fail(errbuf, errlen,
-				  "layer: entry name longer than %" PRIu32
-				  " bytes",
+		return layer_fail(errbuf, errlen, "layer: entry name longer than %" PRIu32 " bytes",
 				  max_path);
 
 	s = strndup(p, len);
@@ -76,15 +71,13 @@ int layer_normalise(const char *raw, uint32_t max_path, char **ret,
 		return -ENOMEM;
 	if (!layer_path_components_ok(s)) {
 		free(s);
-		return layer_fail(errbuf, errlen,
-				  "layer: bad entry name \"%.200s\"", raw);
+		return layer_fail(errbuf, errlen, "layer: bad entry name \"%.200s\"", raw);
 	}
 	*ret = s;
 	return 0;
 }
 
 /* ---- set of paths seen in this layer (hardlink targets) -------------- */
-
 
 static uint64_t layer_hash(const char *s)
 {
@@ -99,8 +92,7 @@ bool pathset_has(const struct pathset *ps, const char *s)
 {
 	if (ps->cap == 0)
 		return false;
-	for (size_t i = layer_hash(s) & (ps->cap - 1);;
-	     i = (i + 1) & (ps->cap - 1)) {
+	for (size_t i = layer_hash(s) & (ps->cap - 1);; i = (i + 1) & (ps->cap - 1)) {
 		if (!ps->slots[i])
 			return false;
 		if (strcmp(ps->slots[i], s) == 0)
@@ -142,7 +134,6 @@ int pathset_add(struct pathset *ps, const char *s)
 	return 0;
 }
 
-
 /* ---- overlay markers ---------------------------------------------------- */
 
 int layer_whiteout(struct layer_entry *e, char *errbuf, size_t errlen)
@@ -166,10 +157,8 @@ int layer_whiteout(struct layer_entry *e, char *errbuf, size_t errlen)
 		return 1;
 
 	victim = base + strlen(WH_PREFIX);
-	if (victim[0] == '\0' || strcmp(victim, ".") == 0 ||
-	    strcmp(victim, "..") == 0)
-		return layer_fail(errbuf, errlen,
-				  "layer: bad whiteout \"%.200s\"", e->path);
+	if (victim[0] == '\0' || strcmp(victim, ".") == 0 || strcmp(victim, "..") == 0)
+		return layer_fail(errbuf, errlen, "layer: bad whiteout \"%.200s\"", e->path);
 	/* Removing the prefix only shortens the path: rebuild in place. */
 	s = e->path + (base - e->path);
 	memmove(s, victim, strlen(victim) + 1);
@@ -179,9 +168,8 @@ int layer_whiteout(struct layer_entry *e, char *errbuf, size_t errlen)
 
 /* ---- places a layer has taken ------------------------------------------- */
 
-int layer_hardlink_target(const struct layer_places *pl, const char *raw,
-			  uint32_t max_path, struct layer_entry *e,
-			  char *errbuf, size_t errlen)
+int layer_hardlink_target(const struct layer_places *pl, const char *raw, uint32_t max_path,
+			  struct layer_entry *e, char *errbuf, size_t errlen)
 {
 	int r = layer_normalise(raw, max_path, &e->link, errbuf, errlen);
 
@@ -203,17 +191,14 @@ int layer_hardlink_target(const struct layer_places *pl, const char *raw,
  * link, and such disagreement is how content hides from scanners or
  * lands outside the root.  Whiteouts only act on lower layers, so they
  * may share a path with an entry of their own layer. */
-int layer_places_check(const struct layer_places *pl, struct layer_entry *e,
-		       char *errbuf, size_t errlen)
+int layer_places_check(const struct layer_places *pl, struct layer_entry *e, char *errbuf,
+		       size_t errlen)
 {
-	bool marker = e->type == LAYER_ENTRY_WHITEOUT ||
-		      e->type == LAYER_ENTRY_OPAQUE;
+	bool marker = e->type == LAYER_ENTRY_WHITEOUT || e->type == LAYER_ENTRY_OPAQUE;
 
 	if (!marker && (pathset_has(&pl->seen, e->path) ||
-			(e->type != LAYER_ENTRY_DIR &&
-			 pathset_has(&pl->dirs, e->path))))
-		return layer_fail(errbuf, errlen,
-				  "layer: \"%.200s\" appears more than once",
+			(e->type != LAYER_ENTRY_DIR && pathset_has(&pl->dirs, e->path))))
+		return layer_fail(errbuf, errlen, "layer: \"%.200s\" appears more than once",
 				  e->path);
 	for (char *s = strchr(e->path, '/'); s; s = strchr(s + 1, '/')) {
 		bool below;
@@ -225,8 +210,7 @@ int layer_places_check(const struct layer_places *pl, struct layer_entry *e,
 			return layer_fail(errbuf, errlen,
 					  "layer: \"%.200s\" is below \"%.*s\", "
 					  "which is not a directory",
-					  e->path, (int)MIN(s - e->path, 200),
-					  e->path);
+					  e->path, (int)MIN(s - e->path, 200), e->path);
 	}
 	return 0;
 }
@@ -248,7 +232,7 @@ void layer_places_done(struct layer_places *pl)
 {
 	free(pl->seen.slots);
 	free(pl->dirs.slots);
-	*pl = (struct layer_places){0};
+	*pl = (struct layer_places){ 0 };
 }
 
 bool layer_is_estargz_own(const char *path)

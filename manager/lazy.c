@@ -68,9 +68,8 @@ static int membuf_sink(void *userdata, const void *buf, size_t len)
 	return 0;
 }
 
-static int fetch_range(struct registry *reg, const struct lazy_source *src,
-		       const char *digest, uint64_t off, uint64_t len,
-		       struct membuf *b, char *errbuf, size_t errlen)
+static int fetch_range(struct registry *reg, const struct lazy_source *src, const char *digest,
+		       uint64_t off, uint64_t len, struct membuf *b, char *errbuf, size_t errlen)
 {
 	struct registry_error rerr = { 0 };
 	int r;
@@ -80,33 +79,29 @@ static int fetch_range(struct registry *reg, const struct lazy_source *src,
 	b->cap = len;
 	if (!b->data)
 		return -ENOMEM;
-	r = registry_get_blob_range(reg, src->domain, src->repo, digest,
-				    src->tl.blob_size, off, len, membuf_sink, b,
-				    &rerr);
+	r = registry_get_blob_range(reg, src->domain, src->repo, digest, src->tl.blob_size, off,
+				    len, membuf_sink, b, &rerr);
 	if (r == 0 && b->len != len)
 		r = -EBADMSG;
 	if (r < 0) {
 		if (errbuf)
-			snprintf(errbuf, errlen, "range %" PRIu64 "+%" PRIu64 " of %s: %s",
-				 off, len, digest,
-				 rerr.message[0] ? rerr.message : strerror(-r));
+			snprintf(errbuf, errlen, "range %" PRIu64 "+%" PRIu64 " of %s: %s", off,
+				 len, digest, rerr.message[0] ? rerr.message : strerror(-r));
 		free(b->data);
 		b->data = NULL;
 	}
 	return r;
 }
 
-int lazy_fetch_toc(struct registry *reg, struct lazy_source *src,
-		   const char *blob_digest, struct toc **ret_toc,
-		   char **ret_buf, size_t *ret_len, char *errbuf,
+int lazy_fetch_toc(struct registry *reg, struct lazy_source *src, const char *blob_digest,
+		   struct toc **ret_toc, char **ret_buf, size_t *ret_len, char *errbuf,
 		   size_t errlen)
 {
 	struct membuf tail = { 0 }, body = { 0 };
 	uint64_t n = MIN((uint64_t)TOC_TAIL_BYTES, src->tl.blob_size);
 	int r;
 
-	r = fetch_range(reg, src, blob_digest, src->tl.blob_size - n, n, &tail,
-			errbuf, errlen);
+	r = fetch_range(reg, src, blob_digest, src->tl.blob_size - n, n, &tail, errbuf, errlen);
 	if (r < 0)
 		return r;
 	r = toc_locate(&src->tl, tail.data, tail.len, &src->where, errbuf, errlen);
@@ -115,14 +110,12 @@ int lazy_fetch_toc(struct registry *reg, struct lazy_source *src,
 		return r;
 	if (src->where.length > TOC_MAX_BYTES)
 		return errbuf_fail(-EBADMSG, errbuf, errlen,
-				   "table of contents of %" PRIu64 " bytes",
-				   src->where.length);
-	r = fetch_range(reg, src, blob_digest, src->where.offset,
-			src->where.length, &body, errbuf, errlen);
+				   "table of contents of %" PRIu64 " bytes", src->where.length);
+	r = fetch_range(reg, src, blob_digest, src->where.offset, src->where.length, &body, errbuf,
+			errlen);
 	if (r < 0)
 		return r;
-	r = toc_parse(&src->tl, &src->where, body.data, body.len, NULL, ret_toc,
-		      errbuf, errlen);
+	r = toc_parse(&src->tl, &src->where, body.data, body.len, NULL, ret_toc, errbuf, errlen);
 	if (r < 0) {
 		free(body.data);
 		return r;
@@ -137,13 +130,12 @@ int lazy_fetch_toc(struct registry *reg, struct lazy_source *src,
 int lazy_source_format(const struct lazy_source *s, char **ret)
 {
 	int n = asprintf(ret,
-			 "%d %" PRIu64 " %s %" PRIu64 " %" PRIu64 " %" PRIu64
-			 " %d %" PRIu64 " %" PRIu64 "\n%s\n%s\n",
-			 (int)s->tl.format, s->tl.blob_size,
-			 s->tl.digest[0] ? s->tl.digest : "-", s->tl.zc_offset,
-			 s->tl.zc_length, s->tl.zc_uncompressed,
-			 s->tl.stargz_files ? 1 : 0, s->where.offset,
-			 s->where.length, s->domain, s->repo);
+			 "%d %" PRIu64 " %s %" PRIu64 " %" PRIu64 " %" PRIu64 " %d %" PRIu64
+			 " %" PRIu64 "\n%s\n%s\n",
+			 (int)s->tl.format, s->tl.blob_size, s->tl.digest[0] ? s->tl.digest : "-",
+			 s->tl.zc_offset, s->tl.zc_length, s->tl.zc_uncompressed,
+			 s->tl.stargz_files ? 1 : 0, s->where.offset, s->where.length, s->domain,
+			 s->repo);
 
 	return n < 0 ? -ENOMEM : 0;
 }
@@ -155,11 +147,11 @@ int lazy_source_parse(const char *text, struct lazy_source *ret)
 	char digest[DIGEST_STRING_MAX], domain[256], repo[256];
 
 	if (sscanf(text,
-		   "%d %" SCNu64 " %71s %" SCNu64 " %" SCNu64 " %" SCNu64
-		   " %d %" SCNu64 " %" SCNu64 " %255s %255s%n",
-		   &format, &s.tl.blob_size, digest, &s.tl.zc_offset,
-		   &s.tl.zc_length, &s.tl.zc_uncompressed, &stargz,
-		   &s.where.offset, &s.where.length, domain, repo, &used) != 11 ||
+		   "%d %" SCNu64 " %71s %" SCNu64 " %" SCNu64 " %" SCNu64 " %d %" SCNu64 " %" SCNu64
+		   " %255s %255s%n",
+		   &format, &s.tl.blob_size, digest, &s.tl.zc_offset, &s.tl.zc_length,
+		   &s.tl.zc_uncompressed, &stargz, &s.where.offset, &s.where.length, domain, repo,
+		   &used) != 11 ||
 	    (format != TOC_ESTARGZ && format != TOC_ZSTD_CHUNKED))
 		return -EBADMSG;
 	s.tl.format = (enum toc_format)format;
@@ -185,8 +177,7 @@ void lazy_source_done(struct lazy_source *s)
 
 /* ---- a lazy layer ---------------------------------------------------- */
 
-static int read_layer_file(int dirfd, const char *name, size_t max,
-			   char **ret, size_t *ret_len)
+static int read_layer_file(int dirfd, const char *name, size_t max, char **ret, size_t *ret_len)
 {
 	_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
 
@@ -232,8 +223,8 @@ void lazy_layer_free(struct lazy_layer *l)
 	free(l);
 }
 
-int lazy_layer_open(struct cache *c, const char *digest,
-		    struct lazy_stats *stats, struct lazy_layer **ret)
+int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stats,
+		    struct lazy_layer **ret)
 {
 	_cleanup_free_ char *text = NULL, *tocbuf = NULL;
 	size_t len, toclen;
@@ -261,8 +252,7 @@ int lazy_layer_open(struct cache *c, const char *digest,
 	r = read_layer_file(l->dirfd, "toc", TOC_MAX_BYTES, &tocbuf, &toclen);
 	if (r < 0)
 		goto fail;
-	r = toc_parse(&l->src.tl, &l->src.where, tocbuf, toclen, NULL, &l->toc,
-		      err, sizeof(err));
+	r = toc_parse(&l->src.tl, &l->src.where, tocbuf, toclen, NULL, &l->toc, err, sizeof(err));
 	if (r < 0)
 		goto fail;
 	l->blob_digest = strdup(digest);
@@ -290,8 +280,7 @@ fail:
 
 /* The state of the file with content object, made at its first use from
  * what is on disk. */
-static int lazy_file_get(struct lazy_layer *l, const char *object,
-			 struct lazy_file **ret)
+static int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **ret)
 {
 	char name[DIGEST_HEX_LEN + 8];
 	struct lazy_file *f;
@@ -366,8 +355,8 @@ fail:
 
 /* Fetches chunks a..e (adjacent in the blob) with one Range request and
  * writes each, verified, at its place; the map byte follows the data. */
-static int fetch_run(struct lazy_layer *l, struct registry *reg,
-		     struct lazy_file *f, size_t a, size_t e)
+static int fetch_run(struct lazy_layer *l, struct registry *reg, struct lazy_file *f, size_t a,
+		     size_t e)
 {
 	const struct toc_chunk *first = &f->chunks[a], *last = &f->chunks[e];
 	uint64_t start = first->blob_offset;
@@ -396,8 +385,7 @@ static int fetch_run(struct lazy_layer *l, struct registry *reg,
 			break;
 		}
 		dst = n;
-		r = toc_chunk_decompress(l->src.tl.format, c,
-					 b.data + (c->blob_offset - start),
+		r = toc_chunk_decompress(l->src.tl.format, c, b.data + (c->blob_offset - start),
 					 c->blob_length, dst, err, sizeof(err));
 		if (r < 0) {
 			r = -EIO; /* the registry sent what the TOC does not say */
@@ -416,8 +404,7 @@ static int fetch_run(struct lazy_layer *l, struct registry *reg,
  * becomes an object.  f->lock held. */
 static int finish_file(struct lazy_layer *l, struct lazy_file *f)
 {
-	char digest[DIGEST_STRING_MAX], name[DIGEST_HEX_LEN + 8],
-		done[DIGEST_HEX_LEN + 8];
+	char digest[DIGEST_STRING_MAX], name[DIGEST_HEX_LEN + 8], done[DIGEST_HEX_LEN + 8];
 	struct hasher *h = hasher_new();
 	char *buf = malloc(1 << 20);
 	uint64_t off = 0;
@@ -472,8 +459,8 @@ out:
 }
 
 /* Makes chunks a..b of f present. */
-static int ensure_chunks(struct lazy_layer *l, struct registry *reg,
-			 struct lazy_file *f, size_t a, size_t b)
+static int ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_file *f, size_t a,
+			 size_t b)
 {
 	int r = 0;
 
@@ -524,8 +511,8 @@ static int ensure_chunks(struct lazy_layer *l, struct registry *reg,
 	return r;
 }
 
-ssize_t lazy_read(struct lazy_layer *l, struct registry *reg,
-		  const char *object, uint64_t off, size_t size, void *buf)
+ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object, uint64_t off,
+		  size_t size, void *buf)
 {
 	struct lazy_file *f;
 	size_t a = 0, b;
@@ -552,8 +539,7 @@ ssize_t lazy_read(struct lazy_layer *l, struct registry *reg,
 	return n < 0 ? negative_errno() : n;
 }
 
-int lazy_layer_complete(struct lazy_layer *l, struct registry *reg,
-			const atomic_bool *cancel)
+int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel)
 {
 	const struct layer_index *li = l->toc->index;
 	bool all = true;

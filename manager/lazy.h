@@ -48,9 +48,8 @@ struct lazy_source {
  * Returns 0 with the parsed toc and its raw bytes (caller frees both), or
  * -errno with a reason in errbuf (-EBADMSG: malformed or not matching its
  * digest). */
-int lazy_fetch_toc(struct registry *reg, struct lazy_source *src,
-		   const char *blob_digest, struct toc **ret_toc,
-		   char **ret_buf, size_t *ret_len, char *errbuf,
+int lazy_fetch_toc(struct registry *reg, struct lazy_source *src, const char *blob_digest,
+		   struct toc **ret_toc, char **ret_buf, size_t *ret_len, char *errbuf,
 		   size_t errlen);
 
 /* The "lazy" file's text for src, and back.  Returns 0 or -ENOMEM /
@@ -61,8 +60,8 @@ void lazy_source_done(struct lazy_source *src);
 
 /* Opens the lazy state of layer digest: -ENOENT when the layer is not
  * lazy (complete, or absent), -EBADMSG when its files are damaged. */
-int lazy_layer_open(struct cache *c, const char *digest,
-		    struct lazy_stats *stats, struct lazy_layer **ret);
+int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stats,
+		    struct lazy_layer **ret);
 void lazy_layer_free(struct lazy_layer *l);
 
 /* Reads size bytes at off of the layer's file with content object into
@@ -71,8 +70,8 @@ void lazy_layer_free(struct lazy_layer *l);
  * chunk share its fetch.  Returns the bytes read (short only at the end
  * of the file), or -errno: -EIO for a chunk the registry sent wrong,
  * the registry's errno otherwise.  Blocks. */
-ssize_t lazy_read(struct lazy_layer *l, struct registry *reg,
-		  const char *object, uint64_t off, size_t size, void *buf);
+ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object, uint64_t off,
+		  size_t size, void *buf);
 
 /* The Prometheus text of the stats. */
 void lazy_stats_metrics(const struct lazy_stats *stats, FILE *f);
@@ -80,5 +79,4 @@ void lazy_stats_metrics(const struct lazy_stats *stats, FILE *f);
 /* Fetches every missing chunk of the layer, file by file, and marks the
  * layer complete (removes "lazy") once every file is an object.  Stops
  * with -ECANCELED when *cancel becomes true.  Returns 0 or -errno. */
-int lazy_layer_complete(struct lazy_layer *l, struct registry *reg,
-			const atomic_bool *cancel);
+int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel);

@@ -63,12 +63,12 @@ struct image_dentry {
 /* What the manager knows of one reference. */
 struct refstate {
 	char *reference;
-	char *digest;	    /* image manifest */
-	char *index_digest; /* index it came from, or NULL */
-	int64_t checked_at; /* monotonic seconds of the last resolve */
+	char *digest;		  /* image manifest */
+	char *index_digest;	  /* index it came from, or NULL */
+	int64_t checked_at;	  /* monotonic seconds of the last resolve */
 	int64_t present_event_at; /* rate limit of "already present" */
-	int64_t pulled_at;  /* unix seconds */
-	int64_t last_used_ms; /* unix milliseconds of the last ensure */
+	int64_t pulled_at;	  /* unix seconds */
+	int64_t last_used_ms;	  /* unix milliseconds of the last ensure */
 	/* Created by a lookup of a user other than root: kept in memory only,
 	 * counted against that user's limit, and collected when idle. */
 	bool ephemeral;
@@ -91,8 +91,8 @@ struct pull_progress {
 	atomic_uint_fast64_t bytes_total;
 	atomic_uint layers_done;
 	atomic_uint layers_total;
-	atomic_int state; /* enum pull_state */
-	int64_t started_ns;  /* realtime */
+	atomic_int state;   /* enum pull_state */
+	int64_t started_ns; /* realtime */
 };
 
 /* One pull in progress, shared by every ensure of its reference.  The
@@ -104,7 +104,7 @@ struct flight {
 	bool queued;		   /* waiting for a token or a slot; manager.lock */
 	/* Nobody waits any more and it has not started: leave the queue. */
 	atomic_bool abandon;
-	bool counted;	/* charged to uid's pulls */
+	bool counted; /* charged to uid's pulls */
 	uid_t uid;
 	struct pull_progress progress;
 };
@@ -112,8 +112,8 @@ struct flight {
 /* Per-user usage, for the limits on names and pulls of users other than
  * root.  manager.lock. */
 struct user_usage {
-	unsigned names; /* ephemeral references */
-	unsigned pulls; /* flights started */
+	unsigned names;	   /* ephemeral references */
+	unsigned pulls;	   /* flights started */
 	int64_t warned_ms; /* last limit event, rate-limited */
 };
 
@@ -151,8 +151,8 @@ struct manager {
 	pthread_rwlock_t gc_lock;
 
 	pthread_mutex_t lock;
-	struct strmap *refs;	/* reference -> struct refstate *; lock */
-	struct strmap *images;	/* reference -> struct image * (one ref held); lock */
+	struct strmap *refs;   /* reference -> struct refstate *; lock */
+	struct strmap *images; /* reference -> struct image * (one ref held); lock */
 	/* "pid\nreference" -> struct recent_failure *: what a process was just
 	 * told; lock. */
 	struct strmap *recent;
@@ -168,7 +168,7 @@ struct manager {
 	struct strmap *users;	/* decimal uid -> struct user_usage *; lock */
 	/* Broadcast when the last flight job ends; lock. */
 	pthread_cond_t flight_cond;
-	unsigned jobs_running; /* flight jobs on threads of their own; lock */
+	unsigned jobs_running;	       /* flight jobs on threads of their own; lock */
 	struct strmap *registry_bytes; /* domain -> (uint64_t *); lock */
 	struct manager_stats stats;    /* lock */
 
@@ -181,8 +181,8 @@ struct manager {
 	/* the background GC thread */
 	pthread_t gc_thread;
 	bool gc_thread_started;
-	bool gc_wanted;	  /* lock */
-	bool stopping;	  /* lock */
+	bool gc_wanted;	       /* lock */
+	bool stopping;	       /* lock */
 	atomic_bool cancelled; /* manager_cancel(): pulls give up */
 	pthread_cond_t gc_cond;
 };
@@ -214,11 +214,9 @@ static inline int64_t manager_wall_ms(void)
 }
 
 /* Writes one event to the events log, its message formatted (emit.c). */
-void manager_emit(struct manager *m, enum event_type type, const char *reason,
-		  const char *image, const char *digest, int err,
-		  const struct caller *who, const char *fmt, ...)
+void manager_emit(struct manager *m, enum event_type type, const char *reason, const char *image,
+		  const char *digest, int err, const struct caller *who, const char *fmt, ...)
 	__attribute__((format(printf, 8, 9)));
-
 
 /* image.c: the image named reference for manifest digest, loading the
  * content when no other name holds it, with the key reference's state
@@ -227,8 +225,8 @@ void manager_emit(struct manager *m, enum event_type type, const char *reason,
  * reference for the caller), -ENOENT when something is missing from the
  * cache, -EBADMSG (reason in errbuf), -ENOMEM, -EMFILE when no key is
  * left. */
-int image_load(struct manager *m, const char *reference, const char *digest,
-	       struct image **ret, char *errbuf, size_t errlen);
+int image_load(struct manager *m, const char *reference, const char *digest, struct image **ret,
+	       char *errbuf, size_t errlen);
 /* image.c: frees what the kernel still held when the mount went away. */
 void images_free_all(struct manager *m);
 
@@ -246,16 +244,16 @@ void refstate_drop_locked(struct manager *m, const char *reference);
 /* reference's image for manifest digest, loaded when no name holds it;
  * one reference for the caller.  Takes manager.lock.  Returns 0, or what
  * image_load returns. */
-int refs_image_get(struct manager *m, const char *reference, const char *digest,
-		   struct image **ret, char *errbuf, size_t errlen);
+int refs_image_get(struct manager *m, const char *reference, const char *digest, struct image **ret,
+		   char *errbuf, size_t errlen);
 /* Records that reference names digest now: in the cache first unless the
  * name is ephemeral (a user other than root made it), then in the table.
  * Takes manager.lock.  Returns 0, -ENOMEM, or the cache's -errno. */
 int refs_publish(struct manager *m, const char *reference, const char *digest,
 		 const char *index_digest, uint32_t key, const struct caller *who);
 /* The rate-limited "already present" event.  Takes manager.lock. */
-void manager_present_event(struct manager *m, const char *canonical,
-			   const char *digest, const struct caller *who);
+void manager_present_event(struct manager *m, const char *canonical, const char *digest,
+			   const struct caller *who);
 /* Fills the table from the references stored in the cache; at start,
  * before any other thread runs.  Returns 0 or -errno. */
 int refs_load(struct manager *m);
@@ -290,12 +288,11 @@ struct ensure_outcome {
 
 /* ensure.c, for flight.c: the effective pull policy and the decision of
  * one flight (from the cache, or a pull). */
-enum pull_policy manager_policy_of(const struct manager *m,
-				   const struct reference *ref, const char *canonical);
-int manager_decide(struct manager *m, const struct reference *ref,
-		   const char *canonical, enum pull_policy policy,
-		   const struct caller *who, double t_wait, struct flight *f,
-		   struct ensure_outcome *out, struct image **ret);
+enum pull_policy manager_policy_of(const struct manager *m, const struct reference *ref,
+				   const char *canonical);
+int manager_decide(struct manager *m, const struct reference *ref, const char *canonical,
+		   enum pull_policy policy, const struct caller *who, double t_wait,
+		   struct flight *f, struct ensure_outcome *out, struct image **ret);
 /* gc.c: true when usage is over the high threshold. */
 bool gc_needed(struct manager *m);
 /* gc.c: starts the background collector's thread (after the daemon has

@@ -72,8 +72,7 @@ static int list_emit_one(void *userdata, const char *key, void *value)
 }
 
 int manager_list(struct manager *m, const char *prefix,
-		 int (*fn)(void *userdata, const char *name, bool is_image),
-		 void *userdata)
+		 int (*fn)(void *userdata, const char *name, bool is_image), void *userdata)
 {
 	struct list_ctx c = { .prefix = prefix, .plen = strlen(prefix) };
 	struct list_emit e = { .fn = fn, .userdata = userdata };
@@ -90,8 +89,7 @@ int manager_list(struct manager *m, const char *prefix,
 	return r;
 }
 
-void manager_set_names_changed(struct manager *m,
-			       void (*fn)(void *userdata, const char *reference),
+void manager_set_names_changed(struct manager *m, void (*fn)(void *userdata, const char *reference),
 			       void *userdata)
 {
 	pthread_mutex_lock(&m->lock);
@@ -160,8 +158,7 @@ int manager_start(struct manager *m)
 }
 
 void manager_set_forget_dentry(struct manager *m,
-			       void (*fn)(void *userdata, uint64_t parent,
-					  const char *name),
+			       void (*fn)(void *userdata, uint64_t parent, const char *name),
 			       void *userdata)
 {
 	m->forget_dentry = fn;
@@ -180,8 +177,8 @@ void manager_reopen_events(struct manager *m)
 }
 
 /* Policy rules, back-off, throttle and pull slots, from the options. */
-static int setup_ensure(struct manager *m, const struct manager_options *opts,
-			char *errbuf, size_t errlen)
+static int setup_ensure(struct manager *m, const struct manager_options *opts, char *errbuf,
+			size_t errlen)
 {
 	int r;
 
@@ -193,35 +190,39 @@ static int setup_ensure(struct manager *m, const struct manager_options *opts,
 
 		r = policy_add_rule(m->policy, rule);
 		if (r < 0) {
-			snprintf(errbuf, errlen,
-				 "invalid pull policy rule \"%s\" (want PATTERN=always|if-not-present|never)",
-				 rule);
+			snprintf(
+				errbuf, errlen,
+				"invalid pull policy rule \"%s\" (want PATTERN=always|if-not-present|never)",
+				rule);
 			return r;
 		}
 	}
-	r = backoff_new(&(struct backoff_options){
-				.initial_ns = (int64_t)(opts->backoff_initial_s ?: 10) * CLOCK_NS_PER_SEC,
-				.max_ns = (int64_t)(opts->backoff_max_s ?: 300) * CLOCK_NS_PER_SEC,
-				.clock = m->clock,
-			},
-			&m->backoff);
+	r = backoff_new(
+		&(struct backoff_options){
+			.initial_ns = (int64_t)(opts->backoff_initial_s ?: 10) * CLOCK_NS_PER_SEC,
+			.max_ns = (int64_t)(opts->backoff_max_s ?: 300) * CLOCK_NS_PER_SEC,
+			.clock = m->clock,
+		},
+		&m->backoff);
 	if (r < 0)
 		return r;
-	r = throttle_new(&(struct throttle_options){
-				 .qps = opts->registry_qps,
-				 .burst = opts->registry_burst,
-				 .max_waiters = opts->max_queued_pulls,
-				 .fail_fast = opts->pull_qps_fail_fast,
-				 .clock = m->clock,
-			 },
-			 &m->throttle);
+	r = throttle_new(
+		&(struct throttle_options){
+			.qps = opts->registry_qps,
+			.burst = opts->registry_burst,
+			.max_waiters = opts->max_queued_pulls,
+			.fail_fast = opts->pull_qps_fail_fast,
+			.clock = m->clock,
+		},
+		&m->throttle);
 	if (r < 0)
 		return r;
-	return puller_new(&(struct puller_options){
-				  .max_parallel = opts->max_parallel_pulls,
-				  .max_queue = opts->max_queued_pulls,
-			  },
-			  &m->puller);
+	return puller_new(
+		&(struct puller_options){
+			.max_parallel = opts->max_parallel_pulls,
+			.max_queue = opts->max_queued_pulls,
+		},
+		&m->puller);
 }
 
 /* A quarter of the descriptors this process may have, for packs kept
@@ -236,8 +237,8 @@ static unsigned default_open_packs(void)
 	return (unsigned)MAX(MIN(rl.rlim_cur / 4, 4096), 16);
 }
 
-int manager_new(const struct manager_options *opts, struct manager **ret,
-		char *errbuf, size_t errlen)
+int manager_new(const struct manager_options *opts, struct manager **ret, char *errbuf,
+		size_t errlen)
 {
 	struct manager *m;
 	_cleanup_free_ char *evpath = NULL;
@@ -335,8 +336,7 @@ int manager_new(const struct manager_options *opts, struct manager **ret,
 	}
 	r = events_open(evpath, &m->events);
 	if (r < 0) {
-		snprintf(errbuf, errlen, "cannot open events log \"%s\": %s",
-			 evpath, strerror(-r));
+		snprintf(errbuf, errlen, "cannot open events log \"%s\": %s", evpath, strerror(-r));
 		goto fail;
 	}
 
@@ -351,8 +351,7 @@ int manager_new(const struct manager_options *opts, struct manager **ret,
 	ro.max_retries = opts->registry_max_retries;
 	r = registry_new(&ro, &m->registry);
 	if (r < 0) {
-		snprintf(errbuf, errlen, "cannot set up the registry client: %s",
-			 strerror(-r));
+		snprintf(errbuf, errlen, "cannot set up the registry client: %s", strerror(-r));
 		goto fail;
 	}
 	r = setup_ensure(m, opts, errbuf, errlen);
@@ -360,8 +359,7 @@ int manager_new(const struct manager_options *opts, struct manager **ret,
 		goto fail;
 	r = refs_load(m);
 	if (r < 0) {
-		snprintf(errbuf, errlen, "cannot read cached references: %s",
-			 strerror(-r));
+		snprintf(errbuf, errlen, "cannot read cached references: %s", strerror(-r));
 		goto fail;
 	}
 	*ret = m;

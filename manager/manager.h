@@ -53,19 +53,19 @@ struct manager_options {
 	 * credentials; borrowed, must outlive the manager; NULL: none. */
 	const struct registry_hosts *registry_hosts;
 	const struct credentials *credentials;
-	long connect_timeout_ms;     /* 0: 10 s */
-	long low_speed_time_s;	     /* 0: 30 s */
+	long connect_timeout_ms; /* 0: 10 s */
+	long low_speed_time_s;	 /* 0: 30 s */
 	/* For tests: the registry's transport (registry/transport.h; NULL:
 	 * libcurl), borrowed; retries of a failed request (0: 3, < 0: none). */
 	const struct registry_transport *registry_transport;
 	int registry_max_retries;
 	/* Garbage collection (see gc.c). */
-	uint64_t cache_max_bytes;    /* byte budget; 0: the cache filesystem's size */
-	unsigned gc_high_percent;    /* start above this share of the budget; 0: 85 */
-	unsigned gc_low_percent;     /* ... and stop at this one; 0: 80 */
-	unsigned gc_min_age_s;	     /* never remove an image pulled less ago; 0: 120 */
-	bool gc_no_min_age;	     /* ... unless this says there is no minimum */
-	const char *const *pins;     /* globs of references GC never removes */
+	uint64_t cache_max_bytes; /* byte budget; 0: the cache filesystem's size */
+	unsigned gc_high_percent; /* start above this share of the budget; 0: 85 */
+	unsigned gc_low_percent;  /* ... and stop at this one; 0: 80 */
+	unsigned gc_min_age_s;	  /* never remove an image pulled less ago; 0: 120 */
+	bool gc_no_min_age;	  /* ... unless this says there is no minimum */
+	const char *const *pins;  /* globs of references GC never removes */
 	size_t n_pins;
 };
 
@@ -80,8 +80,8 @@ struct image;
 /* Opens the cache (see cache.h), the events log and the registry client.
  * Starts no threads.  Returns 0, or -errno with a one-line reason in
  * errbuf. */
-int manager_new(const struct manager_options *opts, struct manager **ret,
-		char *errbuf, size_t errlen);
+int manager_new(const struct manager_options *opts, struct manager **ret, char *errbuf,
+		size_t errlen);
 /* Frees the manager; every image reference must have been dropped. */
 void manager_free(struct manager *m);
 
@@ -112,16 +112,14 @@ typedef void ensure_done_fn(void *userdata, int r, struct image *img);
  * (errtable.h): -EINVAL, -ENOENT, -EPERM, -EACCES, -EAGAIN (back-off, a
  * full queue, a per-user limit), -EHOSTUNREACH, -ETIMEDOUT, -ENOEXEC,
  * -EBADMSG, -ENOSPC, -EIO; -ECANCELED when the daemon stops. */
-int manager_ensure_start(struct manager *m, const char *reference,
-			 const struct caller *who, ensure_done_fn *done,
-			 void *userdata, struct ensure_call **ret_call,
+int manager_ensure_start(struct manager *m, const char *reference, const struct caller *who,
+			 ensure_done_fn *done, void *userdata, struct ensure_call **ret_call,
 			 struct image **ret_img);
 /* The same for a reference already parsed (registry/reference.h, with
  * the default tag), which it takes whatever it returns: the filesystem
  * parses the path form once and hands the result on. */
-int manager_ensure_start_ref(struct manager *m, struct reference *ref,
-			     const struct caller *who, ensure_done_fn *done,
-			     void *userdata, struct ensure_call **ret_call,
+int manager_ensure_start_ref(struct manager *m, struct reference *ref, const struct caller *who,
+			     ensure_done_fn *done, void *userdata, struct ensure_call **ret_call,
 			     struct image **ret_img);
 bool ensure_call_cancel(struct ensure_call *call);
 
@@ -130,8 +128,8 @@ bool ensure_call_cancel(struct ensure_call *call);
  * Returns 0 at once with {ok, reference, present} (void * = json_t *),
  * or -errno with a reason in errbuf (an invalid reference, back-off, a
  * full queue). */
-int manager_pull_background(struct manager *m, const char *reference,
-			    void **ret_json, char *errbuf, size_t errlen);
+int manager_pull_background(struct manager *m, const char *reference, void **ret_json, char *errbuf,
+			    size_t errlen);
 
 /* True when host is a registry the manager knows by name: an insecure
  * registry from the options or the domain of a cached image. */
@@ -142,8 +140,7 @@ bool manager_is_known_host(struct manager *m, const char *host);
  * distinct next component, with is_image set when that component closes a
  * reference.  Never asks a registry.  Returns 0, -ENOMEM or fn's value. */
 int manager_list(struct manager *m, const char *prefix,
-		 int (*fn)(void *userdata, const char *name, bool is_image),
-		 void *userdata);
+		 int (*fn)(void *userdata, const char *name, bool is_image), void *userdata);
 
 /* Makes every pull in progress give up with -ECANCELED at its next
  * chunk of data, and every pull waiting for a slot or a token at once;
@@ -165,8 +162,7 @@ int manager_start(struct manager *m);
  * that GC removed: called without locks, from the GC thread or a control
  * request, never from a FUSE request handler. */
 void manager_set_forget_dentry(struct manager *m,
-			       void (*fn)(void *userdata, uint64_t parent,
-					  const char *name),
+			       void (*fn)(void *userdata, uint64_t parent, const char *name),
 			       void *userdata);
 
 /* The filesystem's hook for cached listings: fn(userdata, reference) is
@@ -175,8 +171,7 @@ void manager_set_forget_dentry(struct manager *m,
  * note (no blocking, no call into the manager).  After the call that sets
  * it returns, the previous hook is no longer running nor called: set NULL
  * before its userdata goes away. */
-void manager_set_names_changed(struct manager *m,
-			       void (*fn)(void *userdata, const char *reference),
+void manager_set_names_changed(struct manager *m, void (*fn)(void *userdata, const char *reference),
 			       void *userdata);
 
 /* A JSON document for MOUNT/.pullfs/status (docs/control.md), without the
@@ -189,13 +184,12 @@ void manager_metrics(struct manager *m, FILE *f);
 
 /* Control operations (docs/control.md); each returns 0 with a JSON
  * answer (void * = json_t *) or -errno with a reason in errbuf. */
-int manager_inspect(struct manager *m, const char *reference, void **ret_json,
-		    char *errbuf, size_t errlen);
-int manager_remove(struct manager *m, const char *const *references, size_t n,
-		   void **ret_json, char *errbuf, size_t errlen);
+int manager_inspect(struct manager *m, const char *reference, void **ret_json, char *errbuf,
+		    size_t errlen);
+int manager_remove(struct manager *m, const char *const *references, size_t n, void **ret_json,
+		   char *errbuf, size_t errlen);
 /* to_bytes 0: down to the low threshold. */
-int manager_gc(struct manager *m, uint64_t to_bytes, void **ret_json,
-	       char *errbuf, size_t errlen);
+int manager_gc(struct manager *m, uint64_t to_bytes, void **ret_json, char *errbuf, size_t errlen);
 
 /* Images: immutable once returned; refcounted; safe from any thread. */
 void image_ref(struct image *img, uint64_t n);
@@ -229,8 +223,8 @@ int image_object_open(struct image *img, const struct tinode *file);
  * process first looked (never passthrough then), and a read of it that
  * fetches what is missing.  Returns the bytes read or -errno; blocks. */
 bool image_file_lazy(struct image *img, const struct tinode *file);
-ssize_t image_lazy_read(struct image *img, const struct tinode *file,
-			uint64_t off, size_t size, void *buf);
+ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t off, size_t size,
+			void *buf);
 /* Open regular files of the image, counted by the filesystem: GC and rm
  * leave an image with open files alone. */
 void image_open(struct image *img);

@@ -28,14 +28,12 @@
 
 static bool is_object_name(const char *name)
 {
-	return strncmp(name, OBJECT_PREFIX, 2) == 0 &&
-	       strlen(name + 2) == DIGEST_HEX_LEN;
+	return strncmp(name, OBJECT_PREFIX, 2) == 0 && strlen(name + 2) == DIGEST_HEX_LEN;
 }
 
 /* One object of a staged layer: shares the stored copy when there is one,
  * else becomes the stored copy. */
-static int object_enter(struct cache *c, int stage_fd, const char *hex,
-			bool lazy)
+static int object_enter(struct cache *c, int stage_fd, const char *hex, bool lazy)
 {
 	char mine[DIGEST_HEX_LEN + 3], theirs[DIGEST_HEX_LEN + 3];
 
@@ -45,8 +43,8 @@ static int object_enter(struct cache *c, int stage_fd, const char *hex,
 	snprintf(theirs, sizeof(theirs), "d.%s", hex);
 	/* entered already (the layer uses the content twice) */
 	if (fstatat(c->objects_fd, hex, &a, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    fstatat(stage_fd, mine, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+	    fstatat(stage_fd, mine, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == b.st_ino &&
+	    a.st_dev == b.st_dev)
 		return 0;
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if (linkat(c->objects_fd, hex, stage_fd, theirs, 0) == 0) {
@@ -73,8 +71,7 @@ static int object_enter(struct cache *c, int stage_fd, const char *hex,
 	return 0; /* keep our own copy: correct, only not shared */
 }
 
-int objects_enter(struct cache *c, int stage_fd, const struct layer_index *li,
-		  bool lazy)
+int objects_enter(struct cache *c, int stage_fd, const struct layer_index *li, bool lazy)
 {
 	for (size_t i = 0; i < li->n_entries; i++) {
 		const struct layer_entry *e = &li->entries[i];
@@ -94,16 +91,14 @@ static bool object_name_ok(const char *object)
 	return strlen(object) == DIGEST_HEX_LEN && !strchr(object, '/');
 }
 
-int cache_layer_open_object(struct cache *c, const char *layer_digest,
-			    const char *object)
+int cache_layer_open_object(struct cache *c, const char *layer_digest, const char *object)
 {
 	char path[2 * DIGEST_HEX_LEN + 8];
 	int fd;
 
 	if (!digest_is_valid(layer_digest) || !object_name_ok(object))
 		return -EINVAL;
-	snprintf(path, sizeof(path), "%s/" OBJECT_PREFIX "%s",
-		 digest_hex(layer_digest), object);
+	snprintf(path, sizeof(path), "%s/" OBJECT_PREFIX "%s", digest_hex(layer_digest), object);
 	fd = openat(c->layers_fd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	return fd < 0 ? negative_errno() : fd;
 }
@@ -165,8 +160,7 @@ void inoset_done(struct inoset *set)
 	*set = (struct inoset){ 0 };
 }
 
-uint64_t objects_layer_bytes(struct cache *c, const char *digest,
-			     struct inoset *seen)
+uint64_t objects_layer_bytes(struct cache *c, const char *digest, struct inoset *seen)
 {
 	_cleanup_close_ int dfd = -1;
 	struct dirent *de;
@@ -175,8 +169,7 @@ uint64_t objects_layer_bytes(struct cache *c, const char *digest,
 
 	if (!digest_is_valid(digest))
 		return 0;
-	dfd = openat(c->layers_fd, digest_hex(digest),
-		     O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	dfd = openat(c->layers_fd, digest_hex(digest), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0 || dir_stream(dfd, &d) < 0)
 		return 0;
 	while ((de = readdir(d))) {
@@ -195,8 +188,8 @@ uint64_t objects_layer_bytes(struct cache *c, const char *digest,
 
 /* Calls fn for every entry of objects/ with its stat. */
 static int objects_each(struct cache *c,
-			int (*fn)(struct cache *c, const char *hex,
-				  const struct stat *st, void *userdata),
+			int (*fn)(struct cache *c, const char *hex, const struct stat *st,
+				  void *userdata),
 			void *userdata)
 {
 	struct dirent *de;
@@ -209,8 +202,7 @@ static int objects_each(struct cache *c,
 		struct stat st;
 
 		if (strlen(de->d_name) != DIGEST_HEX_LEN ||
-		    fstatat(c->objects_fd, de->d_name, &st,
-			    AT_SYMLINK_NOFOLLOW) < 0)
+		    fstatat(c->objects_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
 		r = fn(c, de->d_name, &st, userdata);
 	}
@@ -218,8 +210,7 @@ static int objects_each(struct cache *c,
 	return r;
 }
 
-static int stats_one(struct cache *c, const char *hex, const struct stat *st,
-		     void *userdata)
+static int stats_one(struct cache *c, const char *hex, const struct stat *st, void *userdata)
 {
 	struct cache_objects_stats *s = userdata;
 
@@ -240,8 +231,7 @@ int cache_objects_stats(struct cache *c, struct cache_objects_stats *ret)
 	return objects_each(c, stats_one, ret);
 }
 
-static int sweep_one(struct cache *c, const char *hex, const struct stat *st,
-		     void *userdata)
+static int sweep_one(struct cache *c, const char *hex, const struct stat *st, void *userdata)
 {
 	uint64_t *freed = userdata;
 

@@ -24,7 +24,7 @@ struct pack {
 	/* lazy layers (lazy.h): loaded at the first read; packs.lock */
 	struct lazy_layer *lazy;
 	bool lazy_checked, was_lazy, completing;
-	char *retired;	/* pinned: its name in the cache's tmp/ */
+	char *retired; /* pinned: its name in the cache's tmp/ */
 	/* in packs.idle while its descriptor is open and unused */
 	struct dlist_node idle;
 	char digest[];
@@ -36,8 +36,8 @@ struct packs {
 	unsigned max_open;
 	pthread_mutex_t lock;
 	struct strmap *by_digest; /* digest -> struct pack *; lock */
-	struct dlist idle; /* open, unused: least recently used first; lock */
-	unsigned n_open;		    /* lock */
+	struct dlist idle;	  /* open, unused: least recently used first; lock */
+	unsigned n_open;	  /* lock */
 };
 
 int packs_new(struct cache *cache, unsigned max_open, struct packs **ret)
@@ -171,8 +171,7 @@ struct lazy_layer *pack_lazy(struct packs *p, struct pack *pk)
 	pthread_mutex_lock(&p->lock);
 	if (!pk->lazy_checked) {
 		pk->lazy_checked = true;
-		if (lazy_layer_open(p->cache, pk->digest, &p->lazy_stats,
-				    &pk->lazy) < 0)
+		if (lazy_layer_open(p->cache, pk->digest, &p->lazy_stats, &pk->lazy) < 0)
 			pk->lazy = NULL;
 		pk->was_lazy = pk->lazy != NULL;
 	}

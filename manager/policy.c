@@ -84,7 +84,7 @@ int policy_add(struct policy *p, const char *pattern, enum pull_policy pp)
 		p->rules = r;
 		p->allocated = n;
 	}
-	p->rules[p->n_rules++] = (struct rule){TAKE_PTR(copy), pp};
+	p->rules[p->n_rules++] = (struct rule){ TAKE_PTR(copy), pp };
 	return 0;
 }
 
@@ -143,8 +143,7 @@ enum pull_policy policy_default_for(const char *tag, const char *digest)
 }
 
 enum pull_policy policy_resolve(const struct policy *p, enum pull_policy mount_wide,
-				const char *canonical, const char *tag,
-				const char *digest)
+				const char *canonical, const char *tag, const char *digest)
 {
 	enum pull_policy pp = policy_match(p, canonical);
 

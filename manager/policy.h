@@ -72,5 +72,4 @@ enum pull_policy policy_default_for(const char *tag, const char *digest);
  * references specifically while the mount-wide option is a blanket
  * setting.  Never returns PULL_POLICY_UNSET. */
 enum pull_policy policy_resolve(const struct policy *p, enum pull_policy mount_wide,
-				const char *canonical, const char *tag,
-				const char *digest);
+				const char *canonical, const char *tag, const char *digest);

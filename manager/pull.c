@@ -39,8 +39,7 @@ void pull_fail(struct pull *p, const char *fmt, ...)
 	va_end(ap);
 }
 
-static int registry_failed(struct pull *p, int r, const struct registry_error *e,
-			   const char *what)
+static int registry_failed(struct pull *p, int r, const struct registry_error *e, const char *what)
 {
 	pull_fail(p, "%s: %s", what, e->message[0] ? e->message : strerror(-r));
 	return r;
@@ -82,8 +81,8 @@ static void *unpack_thread(void *arg)
 	struct unpack_job *j = arg;
 	char buf[64 << 10];
 
-	j->result = layer_unpack(j->in_fd, j->compression, j->pack_fd, &j->objects, NULL,
-				 &j->index, j->errmsg, sizeof(j->errmsg));
+	j->result = layer_unpack(j->in_fd, j->compression, j->pack_fd, &j->objects, NULL, &j->index,
+				 j->errmsg, sizeof(j->errmsg));
 	/* libarchive stops at the end-of-archive blocks; whatever padding
 	 * follows must still reach the hasher for the digest to check out. */
 	if (j->result == 0)
@@ -105,8 +104,7 @@ static void *unpack_thread(void *arg)
 static int try_lazy(struct pull *p, const struct descriptor *d)
 {
 	struct manager *m = p->m;
-	struct lazy_source src = { .domain = (char *)p->ref->domain,
-				   .repo = p->repo };
+	struct lazy_source src = { .domain = (char *)p->ref->domain, .repo = p->repo };
 	struct cache_layer_stage stage;
 	_cleanup_free_ char *tocbuf = NULL, *text = NULL;
 	struct toc *toc = NULL;
@@ -120,8 +118,8 @@ static int try_lazy(struct pull *p, const struct descriptor *d)
 	if (r == 0 && src.tl.format == TOC_NONE)
 		return 1;
 	if (r == 0)
-		r = lazy_fetch_toc(m->registry, &src, d->digest, &toc, &tocbuf,
-				   &toclen, err, sizeof(err));
+		r = lazy_fetch_toc(m->registry, &src, d->digest, &toc, &tocbuf, &toclen, err,
+				   sizeof(err));
 	/* every file with content must be named by its digest: that is
 	 * what a chunk-by-chunk fetch is checked against in the end */
 	for (size_t i = 0; r == 0 && i < toc->index->n_entries; i++) {
@@ -129,29 +127,26 @@ static int try_lazy(struct pull *p, const struct descriptor *d)
 
 		if (e->type == LAYER_ENTRY_REG && e->size > 0 && !e->object) {
 			snprintf(err, sizeof(err),
-				 "\"%.200s\" has no digest in the table of contents",
-				 e->path);
+				 "\"%.200s\" has no digest in the table of contents", e->path);
 			r = -EBADMSG;
 		}
 	}
 	if (r == 0)
 		r = lazy_source_format(&src, &text);
 	if (r < 0) {
-		manager_emit(m, EVENT_WARNING, "LazyPullFailed", p->canonical,
-			     d->digest, r, NULL,
-			     "Layer %s of \"%s\" is pulled whole: %s", d->digest,
-			     p->canonical, err[0] ? err : strerror(-r));
+		manager_emit(m, EVENT_WARNING, "LazyPullFailed", p->canonical, d->digest, r, NULL,
+			     "Layer %s of \"%s\" is pulled whole: %s", d->digest, p->canonical,
+			     err[0] ? err : strerror(-r));
 		toc_free(toc);
 		return 1;
 	}
 	r = cache_layer_stage(m->cache, d->digest, &stage);
 	if (r == 0)
-		r = cache_layer_commit_lazy(m->cache, &stage, d->digest,
-					    toc->index, text, tocbuf, toclen);
+		r = cache_layer_commit_lazy(m->cache, &stage, d->digest, toc->index, text, tocbuf,
+					    toclen);
 	toc_free(toc);
 	if (r < 0) {
-		pull_fail(p, "cannot publish lazy layer %s: %s", d->digest,
-			  strerror(-r));
+		pull_fail(p, "cannot publish lazy layer %s: %s", d->digest, strerror(-r));
 		return r;
 	}
 	atomic_fetch_add(&p->progress->layers_done, 1);
@@ -171,8 +166,8 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 
 	r = layer_media_type_compression(d->media_type, &comp);
 	if (r < 0) {
-		pull_fail(p, "layer %s has unsupported media type \"%s\"",
-			  d->digest, d->media_type);
+		pull_fail(p, "layer %s has unsupported media type \"%s\"", d->digest,
+			  d->media_type);
 		return -EBADMSG;
 	}
 	r = cache_layer_stage(m->cache, d->digest, &stage);
@@ -193,8 +188,7 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 		struct toc_layer tl;
 
 		job.objects.drop_estargz_own =
-			toc_layer_from_descriptor(d, &tl, NULL, 0) == 0 &&
-			tl.stargz_files;
+			toc_layer_from_descriptor(d, &tl, NULL, 0) == 0 && tl.stargz_files;
 	}
 	job.compression = comp;
 	r = pthread_create(&th, NULL, unpack_thread, &job);
@@ -204,10 +198,11 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 		r = -r;
 		goto fail;
 	}
-	struct pipe_sink_state ps = { .fd = pfd[1], .progress = p->progress,
+	struct pipe_sink_state ps = { .fd = pfd[1],
+				      .progress = p->progress,
 				      .cancelled_flag = &m->cancelled };
-	r = registry_get_blob(m->registry, p->ref->domain, p->repo, d->digest,
-			      d->size, pipe_sink, &ps, &rerr);
+	r = registry_get_blob(m->registry, p->ref->domain, p->repo, d->digest, d->size, pipe_sink,
+			      &ps, &rerr);
 	close(pfd[1]);
 	pthread_join(th, NULL);
 	ur = job.result;
@@ -223,8 +218,7 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 	}
 	if (ur < 0) {
 		r = ur;
-		pull_fail(p, "layer %s: %s", d->digest,
-			  job.errmsg[0] ? job.errmsg : strerror(-ur));
+		pull_fail(p, "layer %s: %s", d->digest, job.errmsg[0] ? job.errmsg : strerror(-ur));
 		goto fail;
 	}
 	fault_point("mid-unpack");
@@ -336,18 +330,16 @@ static int fetch_config(struct pull *p, const struct descriptor *d)
 	struct registry_error rerr = { 0 };
 	int r;
 
-	if (cache_blob_read(p->m->cache, d->digest, CONFIG_MAX_BYTES, &c.data,
-			    &c.len) == 0) {
+	if (cache_blob_read(p->m->cache, d->digest, CONFIG_MAX_BYTES, &c.data, &c.len) == 0) {
 		free(c.data);
 		return 0;
 	}
 	if (d->size > CONFIG_MAX_BYTES) {
-		pull_fail(p, "config %s is larger than %u bytes", d->digest,
-			  CONFIG_MAX_BYTES);
+		pull_fail(p, "config %s is larger than %u bytes", d->digest, CONFIG_MAX_BYTES);
 		return -EBADMSG;
 	}
-	r = registry_get_blob(p->m->registry, p->ref->domain, p->repo,
-			      d->digest, d->size, config_sink, &c, &rerr);
+	r = registry_get_blob(p->m->registry, p->ref->domain, p->repo, d->digest, d->size,
+			      config_sink, &c, &rerr);
 	if (r < 0) {
 		free(c.data);
 		return registry_failed(p, r, &rerr, "config");
@@ -361,29 +353,24 @@ static int fetch_config(struct pull *p, const struct descriptor *d)
 
 /* GETs a manifest and parses it; when expected is set (a descriptor from
  * an index) the size must match too. */
-static int fetch_manifest(struct pull *p, const char *target,
-			  const struct descriptor *expected,
-			  struct registry_manifest **ret_raw,
-			  struct manifest **ret)
+static int fetch_manifest(struct pull *p, const char *target, const struct descriptor *expected,
+			  struct registry_manifest **ret_raw, struct manifest **ret)
 {
 	struct registry_manifest *raw = NULL;
 	struct registry_error rerr = { 0 };
 	char why[256] = "";
 	int r;
 
-	r = registry_get_manifest(p->m->registry, p->ref->domain, p->repo,
-				  target, &raw, &rerr);
+	r = registry_get_manifest(p->m->registry, p->ref->domain, p->repo, target, &raw, &rerr);
 	if (r < 0)
 		return registry_failed(p, r, &rerr, "manifest");
 	if (expected && raw->len != expected->size) {
-		pull_fail(p, "manifest %s: size %zu, index says %llu",
-			  expected->digest, raw->len,
+		pull_fail(p, "manifest %s: size %zu, index says %llu", expected->digest, raw->len,
 			  (unsigned long long)expected->size);
 		registry_manifest_free(raw);
 		return -EBADMSG;
 	}
-	r = manifest_parse(raw->body, raw->len, raw->media_type, ret, why,
-			   sizeof(why));
+	r = manifest_parse(raw->body, raw->len, raw->media_type, ret, why, sizeof(why));
 	if (r < 0) {
 		pull_fail(p, "%s", why[0] ? why : "malformed manifest");
 		registry_manifest_free(raw);
@@ -395,8 +382,8 @@ static int fetch_manifest(struct pull *p, const char *target,
 
 static void platform_string(const struct platform *pl, char *buf, size_t len)
 {
-	snprintf(buf, len, "%s/%s%s%s", pl->os, pl->architecture,
-		 pl->variant ? "/" : "", pl->variant ? pl->variant : "");
+	snprintf(buf, len, "%s/%s%s%s", pl->os, pl->architecture, pl->variant ? "/" : "",
+		 pl->variant ? pl->variant : "");
 }
 
 /* A pull takes its slot only once the registry has answered for the
@@ -428,8 +415,7 @@ static int pull_slot_enter(struct pull *p)
 
 /* The whole transfer for one reference; publishes the reference file last.
  * On success *ret_digest / *ret_index_digest name what was published. */
-int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest,
-		      uint64_t *ret_size)
+int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest, uint64_t *ret_size)
 {
 	struct manager *m = p->m;
 	struct registry_manifest *raw = NULL, *raw_index = NULL;
@@ -502,8 +488,7 @@ int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest,
 		goto out;
 	r = cache_blob_write(m->cache, raw->digest, raw->body, raw->len);
 	if (r == 0 && raw_index)
-		r = cache_blob_write(m->cache, raw_index->digest, raw_index->body,
-				     raw_index->len);
+		r = cache_blob_write(m->cache, raw_index->digest, raw_index->body, raw_index->len);
 	if (r < 0) {
 		pull_fail(p, "cannot store manifest: %s", strerror(-r));
 		goto out;

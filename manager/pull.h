@@ -26,13 +26,11 @@ struct pull {
 };
 
 /* Records why the pull failed; the first reason wins. */
-void pull_fail(struct pull *p, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+void pull_fail(struct pull *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The whole transfer for p->ref: everything but the reference file, which
  * the caller publishes.  Returns 0 with the manifest digest, the index it
  * was picked from (or NULL) and the image's size; or -errno with the
  * reason in p->errmsg, or p->abandoned set when it left the queue.
  * Blocks for as long as the transfer takes. */
-int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest,
-	       uint64_t *ret_size);
+int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest, uint64_t *ret_size);

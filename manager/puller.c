@@ -31,8 +31,8 @@ int puller_new(const struct puller_options *opts, struct puller **ret)
 
 	if (!p)
 		return -ENOMEM;
-	p->max_parallel = opts && opts->max_parallel ? opts->max_parallel
-						      : PULLER_DEFAULT_MAX_PARALLEL;
+	p->max_parallel =
+		opts && opts->max_parallel ? opts->max_parallel : PULLER_DEFAULT_MAX_PARALLEL;
 	p->max_queue = opts && opts->max_queue ? opts->max_queue : PULLER_DEFAULT_MAX_QUEUE;
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->cond, NULL);

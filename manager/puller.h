@@ -29,8 +29,8 @@ struct puller_options {
 };
 
 struct puller_stats {
-	unsigned running;   /* holding a slot now */
-	unsigned queued;    /* blocked in puller_enter now, not abandoned */
+	unsigned running; /* holding a slot now */
+	unsigned queued;  /* blocked in puller_enter now, not abandoned */
 	unsigned max_parallel;
 	unsigned max_queue;
 	uint64_t entered;   /* slots handed out */

@@ -40,9 +40,8 @@ int manager_canonical(const char *reference, char **ret)
  * that the next run of the daemon gives the same.  Returns true with the
  * reference file to write in *ret when the name is not ephemeral.  Lock
  * held. */
-static bool key_moved_locked(struct manager *m, const char *reference,
-			     const char *digest, const struct image *img,
-			     struct cache_ref *ret)
+static bool key_moved_locked(struct manager *m, const char *reference, const char *digest,
+			     const struct image *img, struct cache_ref *ret)
 {
 	struct refstate *rs = strmap_get(m->refs, reference);
 
@@ -70,8 +69,8 @@ static bool key_moved_locked(struct manager *m, const char *reference,
  * content behind them is loaded once and shared (image.c).  A reference
  * whose tag moved gets the new image; the old one lives on for whoever
  * still holds it.  Called without the lock. */
-int refs_image_get(struct manager *m, const char *reference, const char *digest,
-		   struct image **ret, char *errbuf, size_t errlen)
+int refs_image_get(struct manager *m, const char *reference, const char *digest, struct image **ret,
+		   char *errbuf, size_t errlen)
 {
 	struct cache_ref cr = { 0 };
 	struct image *img, *other;
@@ -163,8 +162,8 @@ void refstate_drop_locked(struct manager *m, const char *reference)
 }
 
 /* Records (under the lock) what reference resolves to now. */
-static int refstate_set(struct manager *m, const char *reference,
-			const char *digest, const char *index_digest)
+static int refstate_set(struct manager *m, const char *reference, const char *digest,
+			const char *index_digest)
 {
 	struct refstate *rs = strmap_get(m->refs, reference);
 	char *d = strdup(digest);
@@ -253,16 +252,16 @@ int refs_publish(struct manager *m, const char *reference, const char *digest,
 /* "already present", at most once per PRESENT_EVENT_INTERVAL_S per
  * reference: a node looks its images up far more often than anyone
  * wants to read about it. */
-void manager_present_event(struct manager *m, const char *canonical,
-			   const char *digest, const struct caller *who)
+void manager_present_event(struct manager *m, const char *canonical, const char *digest,
+			   const struct caller *who)
 {
 	int64_t now = manager_now_s(m);
 	bool due = false;
 
 	pthread_mutex_lock(&m->lock);
 	struct refstate *rs = strmap_get(m->refs, canonical);
-	if (rs && (!rs->present_event_at ||
-		   now - rs->present_event_at >= PRESENT_EVENT_INTERVAL_S)) {
+	if (rs &&
+	    (!rs->present_event_at || now - rs->present_event_at >= PRESENT_EVENT_INTERVAL_S)) {
 		rs->present_event_at = now;
 		due = true;
 	}
@@ -291,9 +290,9 @@ int refs_load(struct manager *m)
 			rs->last_used_ms = refs[i].pulled_at * 1000;
 			/* A file from before keys were stored: derived, as
 			 * when it was written. */
-			rs->key = refs[i].image_key ? refs[i].image_key
-						    : imagekey_derive(refs[i].reference,
-								      refs[i].digest);
+			rs->key = refs[i].image_key
+					  ? refs[i].image_key
+					  : imagekey_derive(refs[i].reference, refs[i].digest);
 		}
 		cache_ref_done(&refs[i]);
 	}
@@ -355,8 +354,7 @@ static int pick(void *userdata, const char *key, void *value)
 
 size_t names_collect_locked(struct manager *m, uid_t uid, int64_t idle_ms)
 {
-	struct collect_ctx c = { .m = m, .uid = uid,
-				 .before_ms = manager_wall_ms() - idle_ms };
+	struct collect_ctx c = { .m = m, .uid = uid, .before_ms = manager_wall_ms() - idle_ms };
 	size_t dropped = 0;
 
 	/* Strings are collected first: the maps cannot change while they

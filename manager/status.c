@@ -51,22 +51,19 @@ static int status_pull(void *userdata, const char *key, void *value)
 	json_array_append_new(
 		s->array,
 		json_pack("{s:s, s:o, s:f, s:I, s:I, s:i, s:i, s:i, s:s}", "reference", key,
-			  "started", time_string_ms(p->started_ns / 1000000),
-			  "elapsed_s",
+			  "started", time_string_ms(p->started_ns / 1000000), "elapsed_s",
 			  (double)now.tv_sec + (double)now.tv_nsec / 1e9 -
 				  (double)p->started_ns / 1e9,
-			  "bytes_done", (json_int_t)atomic_load(&p->bytes_done),
-			  "bytes_total", (json_int_t)atomic_load(&p->bytes_total),
-			  "layers_done", (int)atomic_load(&p->layers_done),
-			  "layers_total", (int)atomic_load(&p->layers_total),
-			  "waiters", (int)f->n_calls,
-			  "state", st >= 0 && st <= 2 ? states[st] : "unknown"));
+			  "bytes_done", (json_int_t)atomic_load(&p->bytes_done), "bytes_total",
+			  (json_int_t)atomic_load(&p->bytes_total), "layers_done",
+			  (int)atomic_load(&p->layers_done), "layers_total",
+			  (int)atomic_load(&p->layers_total), "waiters", (int)f->n_calls, "state",
+			  st >= 0 && st <= 2 ? states[st] : "unknown"));
 	return 0;
 }
 
 /* Bytes one image takes in the cache: its blobs and layers. */
-static uint64_t image_bytes(struct manager *m, const char *digest,
-			    const char *index_digest)
+static uint64_t image_bytes(struct manager *m, const char *digest, const char *index_digest)
 {
 	_cleanup_free_ char *buf = NULL;
 	struct manifest *mf = NULL;
@@ -101,14 +98,13 @@ static int status_image(void *userdata, const char *key, void *value)
 	for (size_t i = 0; i < s->m->opts.n_pins; i++)
 		if (fnmatch(s->m->pins[i], key, 0) == 0)
 			pinned = true;
-	json_array_append_new(
-		s->array,
-		json_pack("{s:s, s:s, s:I, s:o, s:o, s:b, s:i, s:b}", "reference", key,
-			  "digest", rs->digest, "size",
-			  (json_int_t)image_bytes(s->m, rs->digest, rs->index_digest),
-			  "pulled", time_string_ms(rs->pulled_at * 1000), "last_used",
-			  time_string_ms(rs->last_used_ms), "in_use", in_use, "open_files",
-			  (int)open, "pinned", pinned));
+	json_array_append_new(s->array,
+			      json_pack("{s:s, s:s, s:I, s:o, s:o, s:b, s:i, s:b}", "reference",
+					key, "digest", rs->digest, "size",
+					(json_int_t)image_bytes(s->m, rs->digest, rs->index_digest),
+					"pulled", time_string_ms(rs->pulled_at * 1000), "last_used",
+					time_string_ms(rs->last_used_ms), "in_use", in_use,
+					"open_files", (int)open, "pinned", pinned));
 	return 0;
 }
 
@@ -146,13 +142,11 @@ int manager_status(struct manager *m, void **ret_json)
 		for (size_t i = 0; i < nbe; i++)
 			json_array_append_new(
 				backoff,
-				json_pack("{s:s, s:f, s:f, s:i, s:s, s:s}", "reference",
-					  be[i].key, "remaining_s",
-					  (double)be[i].state.remaining_ns / 1e9,
-					  "delay_s", (double)be[i].state.delay_ns / 1e9,
-					  "failures", (int)be[i].state.failures, "errno",
-					  errno_name(be[i].state.err), "message",
-					  be[i].state.msg));
+				json_pack("{s:s, s:f, s:f, s:i, s:s, s:s}", "reference", be[i].key,
+					  "remaining_s", (double)be[i].state.remaining_ns / 1e9,
+					  "delay_s", (double)be[i].state.delay_ns / 1e9, "failures",
+					  (int)be[i].state.failures, "errno",
+					  errno_name(be[i].state.err), "message", be[i].state.msg));
 		backoff_entries_free(be, nbe);
 	}
 	puller_get_stats(m->puller, &ps);
@@ -164,11 +158,9 @@ int manager_status(struct manager *m, void **ret_json)
 		os = (struct cache_objects_stats){ 0 };
 	/* files stored once however many layers hold them (cache.h) */
 	json_object_set_new(o, "objects",
-			    json_pack("{s:I, s:I, s:I, s:I}", "count",
-				      (json_int_t)os.objects, "bytes",
-				      (json_int_t)os.bytes, "uses",
-				      (json_int_t)os.uses, "shared_bytes",
-				      (json_int_t)os.shared_bytes));
+			    json_pack("{s:I, s:I, s:I, s:I}", "count", (json_int_t)os.objects,
+				      "bytes", (json_int_t)os.bytes, "uses", (json_int_t)os.uses,
+				      "shared_bytes", (json_int_t)os.shared_bytes));
 
 	json_object_set_new(o, "version", json_string(PULLFS_VERSION));
 	json_object_set_new(o, "cache_dir", json_string(m->cache_dir));
@@ -177,21 +169,19 @@ int manager_status(struct manager *m, void **ret_json)
 	json_object_set_new(o, "images", images);
 	json_object_set_new(o, "backoff", backoff);
 	json_object_set_new(o, "queues",
-			    json_pack("{s:i, s:i, s:i, s:i, s:I}", "pulls_running",
-				      (int)ps.running, "pulls_queued", (int)ps.queued,
-				      "max_parallel_pulls", (int)ps.max_parallel,
-				      "throttle_waiting", (int)ts.waiting,
+			    json_pack("{s:i, s:i, s:i, s:i, s:I}", "pulls_running", (int)ps.running,
+				      "pulls_queued", (int)ps.queued, "max_parallel_pulls",
+				      (int)ps.max_parallel, "throttle_waiting", (int)ts.waiting,
 				      "pulls_abandoned",
 				      (json_int_t)(ps.abandoned + ts.abandoned)));
-	json_object_set_new(
-		o, "cache",
-		json_pack("{s:I, s:i, s:i, s:I, s:I, s:I, s:i, s:i}", "bytes",
-			  (json_int_t)bytes, "images", (int)n_images, "layers",
-			  (int)layers, "fs_bytes", (json_int_t)fs_total,
-			  "fs_free_bytes", (json_int_t)fs_free, "max_bytes",
-			  (json_int_t)m->opts.cache_max_bytes, "gc_high_percent",
-			  (int)(m->opts.gc_high_percent ?: 85), "gc_low_percent",
-			  (int)(m->opts.gc_low_percent ?: 80)));
+	json_object_set_new(o, "cache",
+			    json_pack("{s:I, s:i, s:i, s:I, s:I, s:I, s:i, s:i}", "bytes",
+				      (json_int_t)bytes, "images", (int)n_images, "layers",
+				      (int)layers, "fs_bytes", (json_int_t)fs_total,
+				      "fs_free_bytes", (json_int_t)fs_free, "max_bytes",
+				      (json_int_t)m->opts.cache_max_bytes, "gc_high_percent",
+				      (int)(m->opts.gc_high_percent ?: 85), "gc_low_percent",
+				      (int)(m->opts.gc_low_percent ?: 80)));
 	*ret_json = o;
 	return 0;
 }
@@ -208,8 +198,8 @@ static int metric_registry_bytes(void *userdata, const char *key, void *value)
 void manager_metrics(struct manager *m, FILE *f)
 {
 	static const double buckets[PULL_DURATION_BUCKETS] = {
-		1, 5, 10, 20, 30, 60, 120, 180, 240, 300, 360, 480, 600, 900,
-		1200, 1800, 2700, 3600,
+		1,   5,	  10,  20,  30,	 60,   120,  180,  240,
+		300, 360, 480, 600, 900, 1200, 1800, 2700, 3600,
 	};
 	static const char *const policies[3] = { "Always", "IfNotPresent", "Never" };
 	struct manager_stats st;
@@ -229,21 +219,23 @@ void manager_metrics(struct manager *m, FILE *f)
 	struct cache_objects_stats os;
 	if (cache_objects_stats(m->cache, &os) < 0)
 		os = (struct cache_objects_stats){ 0 };
-	fprintf(f, "# HELP pullfs_objects Distinct file contents stored as objects.\n"
-		   "# TYPE pullfs_objects gauge\n"
-		   "pullfs_objects %llu\n"
-		   "# HELP pullfs_object_bytes Bytes the objects take on disk.\n"
-		   "# TYPE pullfs_object_bytes gauge\n"
-		   "pullfs_object_bytes %llu\n"
-		   "# HELP pullfs_object_shared_bytes Bytes stored once that layers hold more than once.\n"
-		   "# TYPE pullfs_object_shared_bytes gauge\n"
-		   "pullfs_object_shared_bytes %llu\n",
+	fprintf(f,
+		"# HELP pullfs_objects Distinct file contents stored as objects.\n"
+		"# TYPE pullfs_objects gauge\n"
+		"pullfs_objects %llu\n"
+		"# HELP pullfs_object_bytes Bytes the objects take on disk.\n"
+		"# TYPE pullfs_object_bytes gauge\n"
+		"pullfs_object_bytes %llu\n"
+		"# HELP pullfs_object_shared_bytes Bytes stored once that layers hold more than once.\n"
+		"# TYPE pullfs_object_shared_bytes gauge\n"
+		"pullfs_object_shared_bytes %llu\n",
 		(unsigned long long)os.objects, (unsigned long long)os.bytes,
 		(unsigned long long)os.shared_bytes);
 
 	packs_lazy_metrics(m->packs, f);
 	fputs("# HELP pullfs_image_pull_duration_seconds Duration of successful image pulls.\n"
-	      "# TYPE pullfs_image_pull_duration_seconds histogram\n", f);
+	      "# TYPE pullfs_image_pull_duration_seconds histogram\n",
+	      f);
 	pthread_mutex_lock(&m->lock);
 	st = m->stats;
 	n_images = strmap_size(m->refs);
@@ -253,92 +245,92 @@ void manager_metrics(struct manager *m, FILE *f)
 			buckets[i], (unsigned long long)cum);
 	}
 	cum += st.pull_buckets[PULL_DURATION_BUCKETS];
-	fprintf(f, "pullfs_image_pull_duration_seconds_bucket{le=\"+Inf\"} %llu\n"
-		   "pullfs_image_pull_duration_seconds_sum %.6f\n"
-		   "pullfs_image_pull_duration_seconds_count %llu\n",
-		(unsigned long long)cum, st.pull_seconds,
-		(unsigned long long)st.pull_count);
+	fprintf(f,
+		"pullfs_image_pull_duration_seconds_bucket{le=\"+Inf\"} %llu\n"
+		"pullfs_image_pull_duration_seconds_sum %.6f\n"
+		"pullfs_image_pull_duration_seconds_count %llu\n",
+		(unsigned long long)cum, st.pull_seconds, (unsigned long long)st.pull_count);
 
 	fputs("# HELP pullfs_ensure_requests_total Lookups of images/<ref> that ran ensure.\n"
-	      "# TYPE pullfs_ensure_requests_total counter\n", f);
+	      "# TYPE pullfs_ensure_requests_total counter\n",
+	      f);
 	for (unsigned p = 0; p < 3; p++)
 		for (unsigned pr = 0; pr < 2; pr++)
 			for (unsigned rq = 0; rq < 2; rq++)
 				fprintf(f,
 					"pullfs_ensure_requests_total{pull_policy=\"%s\",present_locally=\"%s\",pull_required=\"%s\"} %llu\n",
-					policies[p], pr ? "true" : "false",
-					rq ? "true" : "false",
+					policies[p], pr ? "true" : "false", rq ? "true" : "false",
 					(unsigned long long)st.ensure[p][pr][rq]);
 
 	fputs("# HELP pullfs_pulled_bytes_total Bytes transferred from each registry by successful pulls.\n"
-	      "# TYPE pullfs_pulled_bytes_total counter\n", f);
+	      "# TYPE pullfs_pulled_bytes_total counter\n",
+	      f);
 	strmap_foreach(m->registry_bytes, metric_registry_bytes, f);
 	pthread_mutex_unlock(&m->lock);
 
-	fprintf(f, "# HELP pullfs_pulls_total Pulls that ran, by result.\n"
-		   "# TYPE pullfs_pulls_total counter\n"
-		   "pullfs_pulls_total{result=\"success\"} %llu\n"
-		   "pullfs_pulls_total{result=\"failure\"} %llu\n",
+	fprintf(f,
+		"# HELP pullfs_pulls_total Pulls that ran, by result.\n"
+		"# TYPE pullfs_pulls_total counter\n"
+		"pullfs_pulls_total{result=\"success\"} %llu\n"
+		"pullfs_pulls_total{result=\"failure\"} %llu\n",
 		(unsigned long long)st.pulls_ok, (unsigned long long)st.pulls_failed);
 	fputs("# HELP pullfs_pull_failures_total Failed pulls by the errno the caller got.\n"
-	      "# TYPE pullfs_pull_failures_total counter\n", f);
+	      "# TYPE pullfs_pull_failures_total counter\n",
+	      f);
 	for (unsigned i = 0; i < errtable_len && i < ARRAY_SIZE(st.failures_by_errno); i++)
 		fprintf(f, "pullfs_pull_failures_total{errno=\"%s\"} %llu\n",
-			errno_name(errtable[i].err),
-			(unsigned long long)st.failures_by_errno[i]);
-	fprintf(f, "# HELP pullfs_backoff_entries References in pull back-off.\n"
-		   "# TYPE pullfs_backoff_entries gauge\n"
-		   "pullfs_backoff_entries %zu\n"
-		   "# HELP pullfs_pulls_in_flight Pulls running now.\n"
-		   "# TYPE pullfs_pulls_in_flight gauge\n"
-		   "pullfs_pulls_in_flight %u\n"
-		   "# HELP pullfs_pulls_queued Pulls waiting for a pull slot.\n"
-		   "# TYPE pullfs_pulls_queued gauge\n"
-		   "pullfs_pulls_queued %u\n"
-		   "# HELP pullfs_pulls_abandoned_total Queued pulls that left the queue because nobody waited for them.\n"
-		   "# TYPE pullfs_pulls_abandoned_total counter\n"
-		   "pullfs_pulls_abandoned_total %llu\n"
-		   "# HELP pullfs_pack_descriptors Layer packs open now.\n"
-		   "# TYPE pullfs_pack_descriptors gauge\n"
-		   "pullfs_pack_descriptors %u\n"
-		   "# HELP pullfs_cache_bytes Bytes the cache takes on disk.\n"
-		   "# TYPE pullfs_cache_bytes gauge\n"
-		   "pullfs_cache_bytes %llu\n"
-		   "# HELP pullfs_cache_images Cached image references.\n"
-		   "# TYPE pullfs_cache_images gauge\n"
-		   "pullfs_cache_images %zu\n"
-		   "# HELP pullfs_cache_layers Unpacked layers in the cache.\n"
-		   "# TYPE pullfs_cache_layers gauge\n"
-		   "pullfs_cache_layers %u\n"
-		   "# HELP pullfs_gc_runs_total Garbage collection runs.\n"
-		   "# TYPE pullfs_gc_runs_total counter\n"
-		   "pullfs_gc_runs_total{trigger=\"threshold\"} %llu\n"
-		   "pullfs_gc_runs_total{trigger=\"manual\"} %llu\n"
-		   "# HELP pullfs_gc_freed_bytes_total Bytes freed by garbage collection.\n"
-		   "# TYPE pullfs_gc_freed_bytes_total counter\n"
-		   "pullfs_gc_freed_bytes_total %llu\n"
-		   "# HELP pullfs_gc_removed_images_total Images removed by garbage collection.\n"
-		   "# TYPE pullfs_gc_removed_images_total counter\n"
-		   "pullfs_gc_removed_images_total %llu\n",
-		nbe, ps.running, ps.queued,
-		(unsigned long long)(ps.abandoned + ts.abandoned), packs_open_count(m->packs),
-		(unsigned long long)bytes, n_images, layers,
-		(unsigned long long)st.gc_runs_threshold,
-		(unsigned long long)st.gc_runs_manual,
-		(unsigned long long)st.gc_freed_bytes,
-		(unsigned long long)st.gc_removed_images);
+			errno_name(errtable[i].err), (unsigned long long)st.failures_by_errno[i]);
+	fprintf(f,
+		"# HELP pullfs_backoff_entries References in pull back-off.\n"
+		"# TYPE pullfs_backoff_entries gauge\n"
+		"pullfs_backoff_entries %zu\n"
+		"# HELP pullfs_pulls_in_flight Pulls running now.\n"
+		"# TYPE pullfs_pulls_in_flight gauge\n"
+		"pullfs_pulls_in_flight %u\n"
+		"# HELP pullfs_pulls_queued Pulls waiting for a pull slot.\n"
+		"# TYPE pullfs_pulls_queued gauge\n"
+		"pullfs_pulls_queued %u\n"
+		"# HELP pullfs_pulls_abandoned_total Queued pulls that left the queue because nobody waited for them.\n"
+		"# TYPE pullfs_pulls_abandoned_total counter\n"
+		"pullfs_pulls_abandoned_total %llu\n"
+		"# HELP pullfs_pack_descriptors Layer packs open now.\n"
+		"# TYPE pullfs_pack_descriptors gauge\n"
+		"pullfs_pack_descriptors %u\n"
+		"# HELP pullfs_cache_bytes Bytes the cache takes on disk.\n"
+		"# TYPE pullfs_cache_bytes gauge\n"
+		"pullfs_cache_bytes %llu\n"
+		"# HELP pullfs_cache_images Cached image references.\n"
+		"# TYPE pullfs_cache_images gauge\n"
+		"pullfs_cache_images %zu\n"
+		"# HELP pullfs_cache_layers Unpacked layers in the cache.\n"
+		"# TYPE pullfs_cache_layers gauge\n"
+		"pullfs_cache_layers %u\n"
+		"# HELP pullfs_gc_runs_total Garbage collection runs.\n"
+		"# TYPE pullfs_gc_runs_total counter\n"
+		"pullfs_gc_runs_total{trigger=\"threshold\"} %llu\n"
+		"pullfs_gc_runs_total{trigger=\"manual\"} %llu\n"
+		"# HELP pullfs_gc_freed_bytes_total Bytes freed by garbage collection.\n"
+		"# TYPE pullfs_gc_freed_bytes_total counter\n"
+		"pullfs_gc_freed_bytes_total %llu\n"
+		"# HELP pullfs_gc_removed_images_total Images removed by garbage collection.\n"
+		"# TYPE pullfs_gc_removed_images_total counter\n"
+		"pullfs_gc_removed_images_total %llu\n",
+		nbe, ps.running, ps.queued, (unsigned long long)(ps.abandoned + ts.abandoned),
+		packs_open_count(m->packs), (unsigned long long)bytes, n_images, layers,
+		(unsigned long long)st.gc_runs_threshold, (unsigned long long)st.gc_runs_manual,
+		(unsigned long long)st.gc_freed_bytes, (unsigned long long)st.gc_removed_images);
 }
 
 /* ---- inspect --------------------------------------------------------- */
 
 static json_t *descriptor_json(const struct descriptor *d)
 {
-	return json_pack("{s:s, s:I, s:s}", "digest", d->digest, "size",
-			 (json_int_t)d->size, "media_type", d->media_type);
+	return json_pack("{s:s, s:I, s:s}", "digest", d->digest, "size", (json_int_t)d->size,
+			 "media_type", d->media_type);
 }
 
-int manager_inspect(struct manager *m, const char *reference, void **ret_json,
-		    char *errbuf, size_t errlen)
+int manager_inspect(struct manager *m, const char *reference, void **ret_json, char *errbuf,
+		    size_t errlen)
 {
 	_cleanup_free_ char *canonical = NULL, *digest = NULL, *index_digest = NULL;
 	_cleanup_free_ char *mbuf = NULL, *cbuf = NULL;
@@ -396,11 +388,10 @@ int manager_inspect(struct manager *m, const char *reference, void **ret_json,
 	char platform[128];
 	snprintf(platform, sizeof(platform), "%s/%s%s%s", os ? os : "?", arch ? arch : "?",
 		 variant ? "/" : "", variant ? variant : "");
-	o = json_pack("{s:b, s:s, s:s, s:s?, s:s, s:s, s:I, s:o, s:o, s:o}", "ok", 1,
-		      "reference", canonical, "digest", digest, "index_digest",
-		      index_digest, "platform", platform, "media_type", mf->media_type,
-		      "size", (json_int_t)size, "config_descriptor",
-		      descriptor_json(&mf->config), "layers", layers, "config",
+	o = json_pack("{s:b, s:s, s:s, s:s?, s:s, s:s, s:I, s:o, s:o, s:o}", "ok", 1, "reference",
+		      canonical, "digest", digest, "index_digest", index_digest, "platform",
+		      platform, "media_type", mf->media_type, "size", (json_int_t)size,
+		      "config_descriptor", descriptor_json(&mf->config), "layers", layers, "config",
 		      config ? config : json_null());
 	manifest_free(mf);
 	if (!o)

@@ -57,8 +57,8 @@ int throttle_new(const struct throttle_options *opts, struct throttle **ret)
 		interval = MAX((int64_t)(iv + 0.5), 1);
 		/* The wait of the last queued waiter must fit, with room for
 		 * the sums made with it. */
-		if (__builtin_mul_overflow((uint64_t)burst + max_waiters,
-					   (uint64_t)interval, &window) ||
+		if (__builtin_mul_overflow((uint64_t)burst + max_waiters, (uint64_t)interval,
+					   &window) ||
 		    window > (uint64_t)(INT64_MAX / 4))
 			return -EINVAL;
 		tolerance = (int64_t)(burst - 1) * interval;
@@ -101,8 +101,7 @@ void throttle_free(struct throttle *t)
 
 /* Takes a token at now when none of `ahead` waiters is before us and the
  * bucket has one; otherwise says how long until it would. */
-static int take_locked(struct throttle *t, int64_t now, unsigned ahead,
-		       int64_t *ret_wait_ns)
+static int take_locked(struct throttle *t, int64_t now, unsigned ahead, int64_t *ret_wait_ns)
 {
 	int64_t base = MAX(t->tat_ns, now);
 	int64_t due = base + (int64_t)ahead * t->interval_ns - t->tolerance_ns;
@@ -144,8 +143,7 @@ static void wait_real_ns(struct throttle *t, int64_t ns)
 	int64_t deadline;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	deadline = (int64_t)ts.tv_sec * CLOCK_NS_PER_SEC + ts.tv_nsec +
-		   MIN(ns, MAX_WAIT_SLICE_NS);
+	deadline = (int64_t)ts.tv_sec * CLOCK_NS_PER_SEC + ts.tv_nsec + MIN(ns, MAX_WAIT_SLICE_NS);
 	ts.tv_sec = deadline / CLOCK_NS_PER_SEC;
 	ts.tv_nsec = deadline % CLOCK_NS_PER_SEC;
 	pthread_cond_timedwait(&t->cond, &t->lock, &ts);

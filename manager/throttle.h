@@ -29,10 +29,10 @@
 #define THROTTLE_DEFAULT_MAX_WAITERS 100
 
 struct throttle_options {
-	double qps;	      /* starts per second; 0: no limit */
-	unsigned burst;	      /* 0: THROTTLE_DEFAULT_BURST */
-	unsigned max_waiters; /* 0: THROTTLE_DEFAULT_MAX_WAITERS */
-	bool fail_fast;	      /* no queue: refuse at once when out of tokens */
+	double qps;		   /* starts per second; 0: no limit */
+	unsigned burst;		   /* 0: THROTTLE_DEFAULT_BURST */
+	unsigned max_waiters;	   /* 0: THROTTLE_DEFAULT_MAX_WAITERS */
+	bool fail_fast;		   /* no queue: refuse at once when out of tokens */
 	const struct clock *clock; /* NULL: clock_monotonic(); borrowed */
 };
 

@@ -8,6 +8,5 @@
 /* Builds the toc from the verified JSON of a table of contents (json,
  * len; not NUL-terminated).  Every chunk must end at or before data_end,
  * where the table itself begins; eStargz's last gzip member ends there. */
-int toc_from_json(const struct toc_layer *tl, const char *json, size_t len,
-		  uint64_t data_end, const struct layer_limits *lim,
-		  struct toc **ret, char *errbuf, size_t errlen);
+int toc_from_json(const struct toc_layer *tl, const char *json, size_t len, uint64_t data_end,
+		  const struct layer_limits *lim, struct toc **ret, char *errbuf, size_t errlen);

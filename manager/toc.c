@@ -35,7 +35,7 @@
 #define ZSTD_FOOTER_NEW 72u /* 64 bytes of content, tar-split included */
 #define ZSTD_MANIFEST_TYPE_CRFS 1u
 
-static const unsigned char zstd_skippable_magic[4] = {0x50, 0x2a, 0x4d, 0x18};
+static const unsigned char zstd_skippable_magic[4] = { 0x50, 0x2a, 0x4d, 0x18 };
 /* The footer's own magic: containers/storage changed one letter's case
  * when the tar-split part was added. */
 static const char zstd_footer_magic_old[8] = "GnUlInUx";
@@ -52,15 +52,13 @@ static uint64_t le64(const unsigned char *p)
 
 static uint32_t le32(const unsigned char *p)
 {
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-	       (uint32_t)p[3] << 24;
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 /* ---- the descriptor ----------------------------------------------------- */
 
 /* "offset:length:uncompressed:type", decimal, type 1. */
-static int zstd_position_parse(const char *s, struct toc_layer *tl,
-			       char *errbuf, size_t errlen)
+static int zstd_position_parse(const char *s, struct toc_layer *tl, char *errbuf, size_t errlen)
 {
 	uint64_t v[4];
 	char buf[128];
@@ -83,15 +81,12 @@ static int zstd_position_parse(const char *s, struct toc_layer *tl,
 	}
 	if (v[3] != ZSTD_MANIFEST_TYPE_CRFS)
 		return layer_fail(errbuf, errlen,
-				  "toc: zstd:chunked manifest of type %" PRIu64
-				  ", not 1",
-				  v[3]);
-	if (v[1] == 0 || v[2] == 0 || v[0] < ZSTD_SKIPPABLE_HEADER ||
-	    v[0] > tl->blob_size || v[1] > tl->blob_size - v[0])
+				  "toc: zstd:chunked manifest of type %" PRIu64 ", not 1", v[3]);
+	if (v[1] == 0 || v[2] == 0 || v[0] < ZSTD_SKIPPABLE_HEADER || v[0] > tl->blob_size ||
+	    v[1] > tl->blob_size - v[0])
 		return layer_fail(errbuf, errlen,
-				  "toc: zstd:chunked manifest at %" PRIu64
-				  "+%" PRIu64 " is not inside the %" PRIu64
-				  " byte blob",
+				  "toc: zstd:chunked manifest at %" PRIu64 "+%" PRIu64
+				  " is not inside the %" PRIu64 " byte blob",
 				  v[0], v[1], tl->blob_size);
 	if (v[2] > TOC_MAX_BYTES || v[1] > ZSTD_compressBound(TOC_MAX_BYTES))
 		return layer_fail(errbuf, errlen,
@@ -103,25 +98,22 @@ static int zstd_position_parse(const char *s, struct toc_layer *tl,
 	tl->zc_uncompressed = v[2];
 	return 0;
 bad:
-	return layer_fail(errbuf, errlen,
-			  "toc: bad zstd:chunked manifest position \"%.100s\"", s);
+	return layer_fail(errbuf, errlen, "toc: bad zstd:chunked manifest position \"%.100s\"", s);
 }
 
-static int toc_digest_copy(const char *value, const char *key,
-			   struct toc_layer *tl, char *errbuf, size_t errlen)
+static int toc_digest_copy(const char *value, const char *key, struct toc_layer *tl, char *errbuf,
+			   size_t errlen)
 {
 	if (!digest_is_valid(value))
-		return layer_fail(errbuf, errlen,
-				  "toc: annotation %s is not a sha256 digest", key);
+		return layer_fail(errbuf, errlen, "toc: annotation %s is not a sha256 digest", key);
 	strcpy(tl->digest, value);
 	return 0;
 }
 
-int toc_layer_from_descriptor(const struct descriptor *d,
-			      struct toc_layer *ret, char *errbuf,
+int toc_layer_from_descriptor(const struct descriptor *d, struct toc_layer *ret, char *errbuf,
 			      size_t errlen)
 {
-	struct toc_layer tl = {.format = TOC_NONE, .blob_size = d->size};
+	struct toc_layer tl = { .format = TOC_NONE, .blob_size = d->size };
 	enum layer_compression c;
 	const char *v, *pos, *key = TOC_ZSTD_CHECKSUM;
 	int r;
@@ -172,17 +164,16 @@ out:
 /* An empty gzip member whose extra field is xlen bytes ending in
  * "%016xSTARGZ": returns 0 with the offset it spells, -EBADMSG when p is
  * not one. */
-static int estargz_footer_parse(const unsigned char *p, size_t len,
-				uint64_t *ret)
+static int estargz_footer_parse(const unsigned char *p, size_t len, uint64_t *ret)
 {
-	static const unsigned char empty_block_and_trailer[13] = {
-		1, 0, 0, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0};
+	static const unsigned char empty_block_and_trailer[13] = { 1, 0, 0, 0xff, 0xff, 0, 0,
+								   0, 0, 0, 0,	  0,	0 };
 	const unsigned char *hex;
 	size_t xlen = len - 10 - 2 - sizeof(empty_block_and_trailer);
 	uint64_t off = 0;
 
-	if (p[0] != 0x1f || p[1] != 0x8b || p[2] != 8 || p[3] != 4 ||
-	    p[10] != (xlen & 0xff) || p[11] != xlen >> 8)
+	if (p[0] != 0x1f || p[1] != 0x8b || p[2] != 8 || p[3] != 4 || p[10] != (xlen & 0xff) ||
+	    p[11] != xlen >> 8)
 		return -EBADMSG;
 	if (len == ESTARGZ_FOOTER) {
 		/* an RFC 1952 subfield: 'S' 'G', its length */
@@ -193,8 +184,7 @@ static int estargz_footer_parse(const unsigned char *p, size_t len,
 		hex = p + 12;
 	}
 	if (memcmp(hex + 16, "STARGZ", 6) != 0 ||
-	    memcmp(p + len - sizeof(empty_block_and_trailer),
-		   empty_block_and_trailer,
+	    memcmp(p + len - sizeof(empty_block_and_trailer), empty_block_and_trailer,
 		   sizeof(empty_block_and_trailer)) != 0)
 		return -EBADMSG;
 	for (int i = 0; i < 16; i++) {
@@ -214,11 +204,10 @@ static int estargz_footer_parse(const unsigned char *p, size_t len,
 	return 0;
 }
 
-static int estargz_locate(const struct toc_layer *tl, const unsigned char *tail,
-			  size_t tail_len, struct toc_range *ret,
-			  char *errbuf, size_t errlen)
+static int estargz_locate(const struct toc_layer *tl, const unsigned char *tail, size_t tail_len,
+			  struct toc_range *ret, char *errbuf, size_t errlen)
 {
-	static const size_t sizes[] = {ESTARGZ_FOOTER, ESTARGZ_FOOTER_LEGACY};
+	static const size_t sizes[] = { ESTARGZ_FOOTER, ESTARGZ_FOOTER_LEGACY };
 
 	for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
 		size_t n = sizes[i];
@@ -237,37 +226,35 @@ static int estargz_locate(const struct toc_layer *tl, const unsigned char *tail,
 		ret->length = tl->blob_size - n - off;
 		return 0;
 	}
-	return layer_fail(errbuf, errlen, "toc: no eStargz footer at the end "
-					"of the blob");
+	return layer_fail(errbuf, errlen,
+			  "toc: no eStargz footer at the end "
+			  "of the blob");
 }
 
 /* The annotation places the manifest; a footer, when the tail shows one,
  * says the same or the blob is not what the manifest describes. */
-static int zstd_locate(const struct toc_layer *tl, const unsigned char *tail,
-		       size_t tail_len, struct toc_range *ret, char *errbuf,
-		       size_t errlen)
+static int zstd_locate(const struct toc_layer *tl, const unsigned char *tail, size_t tail_len,
+		       struct toc_range *ret, char *errbuf, size_t errlen)
 {
 	static const struct {
 		size_t size;
 		const char *magic;
 	} footers[] = {
-		{ZSTD_FOOTER_OLD, zstd_footer_magic_old},
-		{ZSTD_FOOTER_NEW, zstd_footer_magic_new},
+		{ ZSTD_FOOTER_OLD, zstd_footer_magic_old },
+		{ ZSTD_FOOTER_NEW, zstd_footer_magic_new },
 	};
 
 	for (size_t i = 0; tail && i < ARRAY_SIZE(footers); i++) {
 		size_t n = footers[i].size;
 		const unsigned char *f = tail + tail_len - n;
 
-		if (tail_len < n ||
-		    memcmp(tail + tail_len - 8, footers[i].magic, 8) != 0 ||
+		if (tail_len < n || memcmp(tail + tail_len - 8, footers[i].magic, 8) != 0 ||
 		    memcmp(f, zstd_skippable_magic, 4) != 0 ||
 		    le32(f + 4) != n - ZSTD_SKIPPABLE_HEADER)
 			continue;
 		f += ZSTD_SKIPPABLE_HEADER;
 		if (le64(f) != tl->zc_offset || le64(f + 8) != tl->zc_length ||
-		    le64(f + 16) != tl->zc_uncompressed ||
-		    le64(f + 24) != ZSTD_MANIFEST_TYPE_CRFS)
+		    le64(f + 16) != tl->zc_uncompressed || le64(f + 24) != ZSTD_MANIFEST_TYPE_CRFS)
 			return layer_fail(errbuf, errlen,
 					  "toc: zstd:chunked footer disagrees "
 					  "with the manifest position "
@@ -279,16 +266,15 @@ static int zstd_locate(const struct toc_layer *tl, const unsigned char *tail,
 	return 0;
 }
 
-int toc_locate(const struct toc_layer *tl, const void *tail, size_t tail_len,
-	       struct toc_range *ret, char *errbuf, size_t errlen)
+int toc_locate(const struct toc_layer *tl, const void *tail, size_t tail_len, struct toc_range *ret,
+	       char *errbuf, size_t errlen)
 {
 	if (errbuf && errlen > 0)
 		errbuf[0] = '\0';
 	if (tail_len > tl->blob_size)
 		return layer_fail(errbuf, errlen,
-				  "toc: %zu bytes of tail from a %" PRIu64
-				  " byte blob",
-				  tail_len, tl->blob_size);
+				  "toc: %zu bytes of tail from a %" PRIu64 " byte blob", tail_len,
+				  tl->blob_size);
 	switch (tl->format) {
 	case TOC_ESTARGZ:
 		return estargz_locate(tl, tail, tail_len, ret, errbuf, errlen);
@@ -339,9 +325,8 @@ static void inflate_feed(z_stream *z, const unsigned char **in, size_t *left)
 
 /* The whole gzip member of the table, which must fill the range: the tar
  * in it, uncompressed, into a new buffer. */
-static int estargz_inflate_toc(const unsigned char *buf, size_t len,
-			       unsigned char **ret, size_t *ret_len,
-			       char *errbuf, size_t errlen)
+static int estargz_inflate_toc(const unsigned char *buf, size_t len, unsigned char **ret,
+			       size_t *ret_len, char *errbuf, size_t errlen)
 {
 	_cleanup_(inflate_endp) z_stream *z = NULL;
 	_cleanup_free_ unsigned char *out = NULL;
@@ -401,9 +386,8 @@ static void archive_read_freep(struct archive **a)
 
 /* The JSON out of the table's tar: its first entry, a regular file named
  * stargz.index.json.  Returns a new buffer. */
-static int estargz_toc_json(const unsigned char *tar, size_t tar_len,
-			    char **ret, size_t *ret_len, char *errbuf,
-			    size_t errlen)
+static int estargz_toc_json(const unsigned char *tar, size_t tar_len, char **ret, size_t *ret_len,
+			    char *errbuf, size_t errlen)
 {
 	_cleanup_(archive_read_freep) struct archive *a = NULL;
 	_cleanup_free_ char *json = NULL;
@@ -420,18 +404,15 @@ static int estargz_toc_json(const unsigned char *tar, size_t tar_len,
 		return -ENOMEM;
 	if (archive_read_open_memory(a, tar, tar_len) != ARCHIVE_OK ||
 	    archive_read_next_header(a, &ae) != ARCHIVE_OK)
-		return layer_fail(errbuf, errlen,
-				  "toc: the eStargz table is not a tar entry");
+		return layer_fail(errbuf, errlen, "toc: the eStargz table is not a tar entry");
 	name = archive_entry_pathname(ae);
-	if (!name || strcmp(name, ESTARGZ_TOC_NAME) != 0 ||
-	    archive_entry_filetype(ae) != AE_IFREG)
+	if (!name || strcmp(name, ESTARGZ_TOC_NAME) != 0 || archive_entry_filetype(ae) != AE_IFREG)
 		return layer_fail(errbuf, errlen,
 				  "toc: the eStargz table's tar entry is not a "
 				  "file named " ESTARGZ_TOC_NAME);
 	size = archive_entry_size(ae);
 	if (size <= 0 || size > (la_int64_t)TOC_MAX_BYTES)
-		return layer_fail(errbuf, errlen,
-				  "toc: eStargz table of %" PRId64 " bytes",
+		return layer_fail(errbuf, errlen, "toc: eStargz table of %" PRId64 " bytes",
 				  (int64_t)size);
 	json = malloc((size_t)size);
 	if (!json)
@@ -446,8 +427,8 @@ static int estargz_toc_json(const unsigned char *tar, size_t tar_len,
 	return 0;
 }
 
-static int toc_digest_check(const void *buf, size_t len, const char *want,
-			    const char *what, char *errbuf, size_t errlen)
+static int toc_digest_check(const void *buf, size_t len, const char *want, const char *what,
+			    char *errbuf, size_t errlen)
 {
 	char have[DIGEST_STRING_MAX];
 	int r = digest_buffer(buf, len, have);
@@ -455,15 +436,14 @@ static int toc_digest_check(const void *buf, size_t len, const char *want,
 	if (r < 0)
 		return r;
 	if (strcmp(have, want) != 0)
-		return layer_fail(errbuf, errlen,
-				  "toc: %s has digest %s, the manifest says %s",
+		return layer_fail(errbuf, errlen, "toc: %s has digest %s, the manifest says %s",
 				  what, have, want);
 	return 0;
 }
 
-int toc_parse(const struct toc_layer *tl, const struct toc_range *where,
-	      const void *buf, size_t len, const struct layer_limits *lim,
-	      struct toc **ret, char *errbuf, size_t errlen)
+int toc_parse(const struct toc_layer *tl, const struct toc_range *where, const void *buf,
+	      size_t len, const struct layer_limits *lim, struct toc **ret, char *errbuf,
+	      size_t errlen)
 {
 	_cleanup_free_ unsigned char *tar = NULL;
 	_cleanup_free_ char *json = NULL;
@@ -476,22 +456,19 @@ int toc_parse(const struct toc_layer *tl, const struct toc_range *where,
 	if (len != where->length || where->offset > tl->blob_size ||
 	    where->length > tl->blob_size - where->offset)
 		return layer_fail(errbuf, errlen,
-				  "toc: %zu bytes given for a table of %" PRIu64
-				  " at %" PRIu64,
+				  "toc: %zu bytes given for a table of %" PRIu64 " at %" PRIu64,
 				  len, where->length, where->offset);
 
 	switch (tl->format) {
 	case TOC_ESTARGZ:
-		r = estargz_inflate_toc(buf, len, &tar, &tar_len, errbuf,
-					errlen);
+		r = estargz_inflate_toc(buf, len, &tar, &tar_len, errbuf, errlen);
 		if (r < 0)
 			return r;
-		r = estargz_toc_json(tar, tar_len, &json, &json_len, errbuf,
+		r = estargz_toc_json(tar, tar_len, &json, &json_len, errbuf, errlen);
+		if (r < 0)
+			return r;
+		r = toc_digest_check(json, json_len, tl->digest, "the eStargz table", errbuf,
 				     errlen);
-		if (r < 0)
-			return r;
-		r = toc_digest_check(json, json_len, tl->digest,
-				     "the eStargz table", errbuf, errlen);
 		if (r < 0)
 			return r;
 		data_end = where->offset;
@@ -499,8 +476,7 @@ int toc_parse(const struct toc_layer *tl, const struct toc_range *where,
 	case TOC_ZSTD_CHUNKED: {
 		size_t n;
 
-		r = toc_digest_check(buf, len, tl->digest,
-				     "the zstd:chunked manifest", errbuf,
+		r = toc_digest_check(buf, len, tl->digest, "the zstd:chunked manifest", errbuf,
 				     errlen);
 		if (r < 0)
 			return r;
@@ -519,25 +495,21 @@ int toc_parse(const struct toc_layer *tl, const struct toc_range *where,
 					  "toc: zstd:chunked manifest does not "
 					  "decompress to %zu bytes%s%s",
 					  json_len, ZSTD_isError(n) ? ": " : "",
-					  ZSTD_isError(n) ? ZSTD_getErrorName(n)
-							: "");
+					  ZSTD_isError(n) ? ZSTD_getErrorName(n) : "");
 		/* the manifest's skippable frame header comes first */
-		data_end = where->offset - MIN(where->offset,
-					       (uint64_t)ZSTD_SKIPPABLE_HEADER);
+		data_end = where->offset - MIN(where->offset, (uint64_t)ZSTD_SKIPPABLE_HEADER);
 		break;
 	}
 	default:
 		return -EINVAL;
 	}
-	return toc_from_json(tl, json, json_len, data_end, lim, ret,
-			     errbuf, errlen);
+	return toc_from_json(tl, json, json_len, data_end, lim, ret, errbuf, errlen);
 }
 
 /* ---- chunks ----------------------------------------------------------- */
 
-static int gzip_chunk(const struct toc_chunk *c, const unsigned char *src,
-		      size_t src_len, unsigned char *dst, char *errbuf,
-		      size_t errlen)
+static int gzip_chunk(const struct toc_chunk *c, const unsigned char *src, size_t src_len,
+		      unsigned char *dst, char *errbuf, size_t errlen)
 {
 	_cleanup_(inflate_endp) z_stream *z = NULL;
 	unsigned char scratch[16 << 10];
@@ -573,13 +545,10 @@ static int gzip_chunk(const struct toc_chunk *c, const unsigned char *src,
 		}
 	}
 	if (skip > 0 || want > 0)
-		return layer_fail(errbuf, errlen,
-				  "toc: gzip chunk at %" PRIu64 " %s",
-				  c->blob_offset,
-				  zr == Z_OK || zr == Z_BUF_ERROR ||
-						zr == Z_STREAM_END
-					? "ends early"
-					: "is corrupt");
+		return layer_fail(
+			errbuf, errlen, "toc: gzip chunk at %" PRIu64 " %s", c->blob_offset,
+			zr == Z_OK || zr == Z_BUF_ERROR || zr == Z_STREAM_END ? "ends early"
+									      : "is corrupt");
 	return 0;
 }
 
@@ -590,13 +559,12 @@ static void zstd_dctx_freep(ZSTD_DCtx **d)
 
 /* Like gzip_chunk: the frames may go on past the chunk (stargz's own zstd
  * writer puts the next tar header in the chunk's frame). */
-static int zstd_chunk(const struct toc_chunk *c, const unsigned char *src,
-		      size_t src_len, unsigned char *dst, char *errbuf,
-		      size_t errlen)
+static int zstd_chunk(const struct toc_chunk *c, const unsigned char *src, size_t src_len,
+		      unsigned char *dst, char *errbuf, size_t errlen)
 {
 	_cleanup_(zstd_dctx_freep) ZSTD_DCtx *d = ZSTD_createDCtx();
 	unsigned char scratch[16 << 10];
-	ZSTD_inBuffer in = {src, src_len, 0};
+	ZSTD_inBuffer in = { src, src_len, 0 };
 	uint64_t skip = c->inner_offset, want = c->size;
 	size_t zr = 0;
 
@@ -606,10 +574,10 @@ static int zstd_chunk(const struct toc_chunk *c, const unsigned char *src,
 		ZSTD_outBuffer out;
 
 		if (skip > 0)
-			out = (ZSTD_outBuffer){scratch,
-					       (size_t)MIN(skip, (uint64_t)sizeof(scratch)), 0};
+			out = (ZSTD_outBuffer){ scratch,
+						(size_t)MIN(skip, (uint64_t)sizeof(scratch)), 0 };
 		else
-			out = (ZSTD_outBuffer){dst, (size_t)want, 0};
+			out = (ZSTD_outBuffer){ dst, (size_t)want, 0 };
 		zr = ZSTD_decompressStream(d, &out, &in);
 		if (ZSTD_isError(zr))
 			break;
@@ -623,25 +591,21 @@ static int zstd_chunk(const struct toc_chunk *c, const unsigned char *src,
 			break;
 	}
 	if (skip > 0 || want > 0)
-		return layer_fail(errbuf, errlen,
-				  "toc: zstd chunk at %" PRIu64 " %s%s",
-				  c->blob_offset,
-				  ZSTD_isError(zr) ? "is corrupt: " : "ends early",
+		return layer_fail(errbuf, errlen, "toc: zstd chunk at %" PRIu64 " %s%s",
+				  c->blob_offset, ZSTD_isError(zr) ? "is corrupt: " : "ends early",
 				  ZSTD_isError(zr) ? ZSTD_getErrorName(zr) : "");
 	return 0;
 }
 
-int toc_chunk_decompress(enum toc_format f, const struct toc_chunk *c,
-			 const void *src, size_t src_len, void *dst,
-			 char *errbuf, size_t errlen)
+int toc_chunk_decompress(enum toc_format f, const struct toc_chunk *c, const void *src,
+			 size_t src_len, void *dst, char *errbuf, size_t errlen)
 {
 	int r;
 
 	if (errbuf && errlen > 0)
 		errbuf[0] = '\0';
 	if (src_len != c->blob_length)
-		return layer_fail(errbuf, errlen,
-				  "toc: %zu bytes given for a chunk of %" PRIu64,
+		return layer_fail(errbuf, errlen, "toc: %zu bytes given for a chunk of %" PRIu64,
 				  src_len, c->blob_length);
 	if (c->size > SIZE_MAX)
 		return -ENOMEM;
@@ -660,7 +624,6 @@ int toc_chunk_decompress(enum toc_format f, const struct toc_chunk *c,
 		return -EINVAL;
 	}
 	if (c->digest[0])
-		return toc_digest_check(dst, (size_t)c->size, c->digest,
-					"chunk", errbuf, errlen);
+		return toc_digest_check(dst, (size_t)c->size, c->digest, "chunk", errbuf, errlen);
 	return 0;
 }

@@ -96,8 +96,7 @@ struct toc {
  * 0 with the format and what its annotations say, or -EBADMSG with a
  * reason when an annotation is there but malformed (the caller pulls the
  * layer whole).  Does not block. */
-int toc_layer_from_descriptor(const struct descriptor *d,
-			      struct toc_layer *ret, char *errbuf,
+int toc_layer_from_descriptor(const struct descriptor *d, struct toc_layer *ret, char *errbuf,
 			      size_t errlen);
 
 /* Where the table of contents is, from the last tail_len bytes of the
@@ -106,8 +105,8 @@ int toc_layer_from_descriptor(const struct descriptor *d,
  * legacy stargz one); zstd:chunked is placed by its annotation, and a
  * footer in tail, when there is one, must agree with it (tail may be
  * NULL).  Returns 0 or -EBADMSG with a reason.  Does not block. */
-int toc_locate(const struct toc_layer *tl, const void *tail, size_t tail_len,
-	       struct toc_range *ret, char *errbuf, size_t errlen);
+int toc_locate(const struct toc_layer *tl, const void *tail, size_t tail_len, struct toc_range *ret,
+	       char *errbuf, size_t errlen);
 
 /* Verifies and parses the table of contents: buf holds the len bytes of
  * the blob at where (from toc_locate()).  The digest is checked before
@@ -119,22 +118,20 @@ int toc_locate(const struct toc_layer *tl, const void *tail, size_t tail_len,
  * toc in *ret (free with toc_free()), -EBADMSG with a reason for anything
  * malformed or a digest that does not match, -ENOMEM.  CPU-bound, blocks
  * only as long as parsing takes. */
-int toc_parse(const struct toc_layer *tl, const struct toc_range *where,
-	      const void *buf, size_t len, const struct layer_limits *lim,
-	      struct toc **ret, char *errbuf, size_t errlen);
+int toc_parse(const struct toc_layer *tl, const struct toc_range *where, const void *buf,
+	      size_t len, const struct layer_limits *lim, struct toc **ret, char *errbuf,
+	      size_t errlen);
 
 void toc_free(struct toc *t);
 
 /* The chunks of entry i of t->index (borrowed); NULL with *ret_n 0 for
  * entries without content. */
-const struct toc_chunk *toc_entry_chunks(const struct toc *t, size_t i,
-					 size_t *ret_n);
+const struct toc_chunk *toc_entry_chunks(const struct toc *t, size_t i, size_t *ret_n);
 
 /* Decompresses one chunk: src holds the c->blob_length bytes of the blob
  * at c->blob_offset; c->size bytes go to dst.  The chunk's digest, when
  * it has one, is checked before returning; dst holds garbage on failure.
  * Returns 0, -EBADMSG with a reason (corrupt data, too short, digest
  * mismatch), -ENOMEM.  CPU-bound. */
-int toc_chunk_decompress(enum toc_format f, const struct toc_chunk *c,
-			 const void *src, size_t src_len, void *dst,
-			 char *errbuf, size_t errlen);
+int toc_chunk_decompress(enum toc_format f, const struct toc_chunk *c, const void *src,
+			 size_t src_len, void *dst, char *errbuf, size_t errlen);

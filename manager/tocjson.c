@@ -55,9 +55,8 @@ struct build {
 	size_t errlen;
 };
 
-#define bfail(b, fmt, ...)                                                    \
-	layer_fail((b)->errbuf, (b)->errlen, "toc: entries[%zu]: " fmt,         \
-		   (b)->where, ##__VA_ARGS__)
+#define bfail(b, fmt, ...) \
+	layer_fail((b)->errbuf, (b)->errlen, "toc: entries[%zu]: " fmt, (b)->where, ##__VA_ARGS__)
 
 static void *grow(void *p, size_t *cap, size_t need, size_t size)
 {
@@ -76,8 +75,7 @@ static void *grow(void *p, size_t *cap, size_t need, size_t size)
 /* ---- JSON members ------------------------------------------------------- */
 
 /* An optional integer member in [0, max]; absent is 0. */
-static int get_uint(struct build *b, json_t *o, const char *key, uint64_t max,
-		    uint64_t *ret)
+static int get_uint(struct build *b, json_t *o, const char *key, uint64_t max, uint64_t *ret)
 {
 	json_t *v = json_object_get(o, key);
 	json_int_t n;
@@ -89,15 +87,13 @@ static int get_uint(struct build *b, json_t *o, const char *key, uint64_t max,
 		return bfail(b, "%s is not an integer", key);
 	n = json_integer_value(v);
 	if (n < 0 || (uint64_t)n > max)
-		return bfail(b, "%s %" PRId64 " is out of range", key,
-			     (int64_t)n);
+		return bfail(b, "%s %" PRId64 " is out of range", key, (int64_t)n);
 	*ret = (uint64_t)n;
 	return 0;
 }
 
 /* An optional string member; absent is NULL. */
-static int get_str(struct build *b, json_t *o, const char *key,
-		   const char **ret)
+static int get_str(struct build *b, json_t *o, const char *key, const char **ret)
 {
 	json_t *v = json_object_get(o, key);
 
@@ -110,8 +106,7 @@ static int get_str(struct build *b, json_t *o, const char *key,
 	return 0;
 }
 
-static int get_digest(struct build *b, json_t *o, const char *key,
-		      const char **ret)
+static int get_digest(struct build *b, json_t *o, const char *key, const char **ret)
 {
 	int r = get_str(b, o, key, ret);
 
@@ -152,20 +147,16 @@ static bool digits(const char *s, size_t n, unsigned *ret)
 /* RFC 3339 as Go writes it: "2006-01-02T15:04:05[.999999999](Z|+07:00)". */
 static int rfc3339_parse(const char *s, int64_t *ret_sec, uint32_t *ret_nsec)
 {
-	static const unsigned mdays[] = {31, 29, 31, 30, 31, 30,
-					 31, 31, 30, 31, 30, 31};
+	static const unsigned mdays[] = { 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
 	unsigned y, mo, d, h, mi, se, nsec = 0, oh = 0, om = 0;
 	int64_t off = 0, sec;
 	const char *p;
 
-	if (strlen(s) < 20 || !digits(s, 4, &y) || s[4] != '-' ||
-	    !digits(s + 5, 2, &mo) || s[7] != '-' || !digits(s + 8, 2, &d) ||
-	    s[10] != 'T' || !digits(s + 11, 2, &h) || s[13] != ':' ||
-	    !digits(s + 14, 2, &mi) || s[16] != ':' ||
-	    !digits(s + 17, 2, &se))
+	if (strlen(s) < 20 || !digits(s, 4, &y) || s[4] != '-' || !digits(s + 5, 2, &mo) ||
+	    s[7] != '-' || !digits(s + 8, 2, &d) || s[10] != 'T' || !digits(s + 11, 2, &h) ||
+	    s[13] != ':' || !digits(s + 14, 2, &mi) || s[16] != ':' || !digits(s + 17, 2, &se))
 		return -EBADMSG;
-	if (mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] || h > 23 ||
-	    mi > 59 || se > 59)
+	if (mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] || h > 23 || mi > 59 || se > 59)
 		return -EBADMSG;
 	if (mo == 2 && d == 29 && !(y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)))
 		return -EBADMSG;
@@ -183,8 +174,8 @@ static int rfc3339_parse(const char *s, int64_t *ret_sec, uint32_t *ret_nsec)
 	if (*p == 'Z') {
 		p++;
 	} else if (*p == '+' || *p == '-') {
-		if (!digits(p + 1, 2, &oh) || p[3] != ':' ||
-		    !digits(p + 4, 2, &om) || oh > 23 || om > 59)
+		if (!digits(p + 1, 2, &oh) || p[3] != ':' || !digits(p + 4, 2, &om) || oh > 23 ||
+		    om > 59)
 			return -EBADMSG;
 		off = (int64_t)(oh * 3600 + om * 60) * (*p == '-' ? -1 : 1);
 		p += 6;
@@ -267,14 +258,14 @@ static int get_xattrs(struct build *b, json_t *o, struct layer_entry *e)
 	e->xattrs = calloc(n, sizeof(*e->xattrs));
 	if (!e->xattrs)
 		return -ENOMEM;
-	json_object_foreach(x, name, v) {
+	json_object_foreach(x, name, v)
+	{
 		struct layer_xattr *xa = &e->xattrs[e->n_xattrs];
 		size_t len;
 		ssize_t size;
 
 		if (!json_is_string(v))
-			return bfail(b, "xattr \"%.100s\" is not a string",
-				     name);
+			return bfail(b, "xattr \"%.100s\" is not a string", name);
 		len = json_string_length(v);
 		if (name[0] == '\0' || strlen(name) > LAYER_XATTR_NAME_MAX ||
 		    len / 4 * 3 > LAYER_XATTR_SIZE_MAX + 2)
@@ -287,8 +278,9 @@ static int get_xattrs(struct build *b, json_t *o, struct layer_entry *e)
 			return -ENOMEM;
 		size = base64_decode(json_string_value(v), len, xa->value);
 		if (size < 0 || size > (ssize_t)LAYER_XATTR_SIZE_MAX)
-			return bfail(b, "xattr \"%.100s\" is not base64 of at "
-					"most %u bytes",
+			return bfail(b,
+				     "xattr \"%.100s\" is not base64 of at "
+				     "most %u bytes",
 				     name, LAYER_XATTR_SIZE_MAX);
 		xa->size = (uint32_t)size;
 	}
@@ -306,12 +298,11 @@ static int chunk_add(struct build *b, json_t *o, const struct layer_entry *e)
 	uint64_t end;
 	int r;
 
-	t->chunks = grow(t->chunks, &b->cap_chunks, t->n_chunks + 1,
-			 sizeof(*t->chunks));
+	t->chunks = grow(t->chunks, &b->cap_chunks, t->n_chunks + 1, sizeof(*t->chunks));
 	if (!t->chunks)
 		return -ENOMEM;
 	c = &t->chunks[t->n_chunks];
-	*c = (struct toc_chunk){0};
+	*c = (struct toc_chunk){ 0 };
 	if ((r = get_uint(b, o, "chunkOffset", INT64_MAX, &c->offset)) < 0 ||
 	    (r = get_uint(b, o, "chunkSize", TOC_MAX_CHUNK, &c->size)) < 0 ||
 	    (r = get_uint(b, o, "offset", INT64_MAX, &c->blob_offset)) < 0 ||
@@ -362,8 +353,7 @@ static int file_close(struct build *b)
 		/* a size of 0 is "up to the next chunk" */
 		if (c->size == 0)
 			c->size = next - at;
-		if (c->size == 0 || c->size != next - at ||
-		    c->size > TOC_MAX_CHUNK)
+		if (c->size == 0 || c->size != next - at || c->size > TOC_MAX_CHUNK)
 			return layer_fail(b->errbuf, b->errlen,
 					  "toc: chunk at %" PRIu64 " of \"%.200s\" "
 					  "has a bad size",
@@ -373,8 +363,7 @@ static int file_close(struct build *b)
 			uint64_t end = c->blob_length;
 
 			if (end == 0)
-				end = i + 1 < n ? cs[i + 1].blob_offset
-						: b->open_end;
+				end = i + 1 < n ? cs[i + 1].blob_offset : b->open_end;
 			/* no end given (stargz's writer): member_ends() */
 			c->blob_length = end ? end - c->blob_offset : 0;
 			if (end && end <= c->blob_offset)
@@ -394,8 +383,8 @@ static int file_close(struct build *b)
 	/* content of something that is not a file of the tree: only where
 	 * its gzip members start matters */
 	for (size_t i = 0; i < n; i++) {
-		b->orphans = grow(b->orphans, &b->cap_orphans,
-				  b->n_orphans + 1, sizeof(*b->orphans));
+		b->orphans =
+			grow(b->orphans, &b->cap_orphans, b->n_orphans + 1, sizeof(*b->orphans));
 		if (!b->orphans)
 			return -ENOMEM;
 		b->orphans[b->n_orphans++] = cs[i].blob_offset;
@@ -410,14 +399,13 @@ static const struct {
 	const char *name;
 	enum layer_entry_type type;
 } entry_types[] = {
-	{"reg", LAYER_ENTRY_REG},	  {"dir", LAYER_ENTRY_DIR},
-	{"symlink", LAYER_ENTRY_SYMLINK}, {"hardlink", LAYER_ENTRY_HARDLINK},
-	{"char", LAYER_ENTRY_CHR},	  {"block", LAYER_ENTRY_BLK},
-	{"fifo", LAYER_ENTRY_FIFO},
+	{ "reg", LAYER_ENTRY_REG },	    { "dir", LAYER_ENTRY_DIR },
+	{ "symlink", LAYER_ENTRY_SYMLINK }, { "hardlink", LAYER_ENTRY_HARDLINK },
+	{ "char", LAYER_ENTRY_CHR },	    { "block", LAYER_ENTRY_BLK },
+	{ "fifo", LAYER_ENTRY_FIFO },
 };
 
-static int entry_type(struct build *b, const char *s,
-		      enum layer_entry_type *ret)
+static int entry_type(struct build *b, const char *s, enum layer_entry_type *ret)
 {
 	for (size_t i = 0; i < ARRAY_SIZE(entry_types); i++)
 		if (strcmp(s, entry_types[i].name) == 0) {
@@ -432,8 +420,8 @@ static bool estargz_own(const struct layer_entry *e)
 	return layer_is_estargz_own(e->path);
 }
 
-static int entry_fill(struct build *b, json_t *o, const char *name,
-		      enum layer_entry_type type, struct layer_entry *e)
+static int entry_fill(struct build *b, json_t *o, const char *name, enum layer_entry_type type,
+		      struct layer_entry *e)
 {
 	const char *mtime, *link, *digest;
 	uint64_t v, major, minor;
@@ -470,8 +458,7 @@ static int entry_fill(struct build *b, json_t *o, const char *name,
 		if (!link)
 			return bfail(b, "symlink without linkName");
 		if (strlen(link) > b->max_path)
-			return bfail(b, "symlink target longer than %" PRIu32
-					" bytes",
+			return bfail(b, "symlink target longer than %" PRIu32 " bytes",
 				     b->max_path);
 		e->link = strdup(link);
 		if (!e->link)
@@ -480,8 +467,7 @@ static int entry_fill(struct build *b, json_t *o, const char *name,
 	case LAYER_ENTRY_HARDLINK:
 		if (!link)
 			return bfail(b, "hardlink without linkName");
-		r = layer_hardlink_target(&b->places, link, b->max_path, e,
-					  b->errbuf, b->errlen);
+		r = layer_hardlink_target(&b->places, link, b->max_path, e, b->errbuf, b->errlen);
 		if (r < 0)
 			return r;
 		break;
@@ -496,8 +482,7 @@ static int entry_fill(struct build *b, json_t *o, const char *name,
 		if ((r = get_uint(b, o, "size", INT64_MAX, &e->size)) < 0)
 			return r;
 		if (e->size > b->max_expanded - b->expanded)
-			return bfail(b, "more than %" PRIu64
-					" bytes of file content",
+			return bfail(b, "more than %" PRIu64 " bytes of file content",
 				     b->max_expanded);
 		b->expanded += e->size;
 		if ((r = get_digest(b, o, "digest", &digest)) < 0)
@@ -523,15 +508,12 @@ static int entry_push(struct build *b, struct layer_entry *e, size_t first)
 	struct layer_index *li = b->t->index;
 
 	if (li->n_entries >= b->max_entries)
-		return layer_fail(b->errbuf, b->errlen,
-				  "toc: more than %" PRIu64 " entries",
+		return layer_fail(b->errbuf, b->errlen, "toc: more than %" PRIu64 " entries",
 				  b->max_entries);
-	li->entries = grow(li->entries, &b->cap_entries, li->n_entries + 1,
-			   sizeof(*li->entries));
+	li->entries = grow(li->entries, &b->cap_entries, li->n_entries + 1, sizeof(*li->entries));
 	if (!li->entries)
 		return -ENOMEM;
-	b->first = grow(b->first, &b->cap_first, li->n_entries + 2,
-			sizeof(*b->first));
+	b->first = grow(b->first, &b->cap_first, li->n_entries + 2, sizeof(*b->first));
 	if (!b->first)
 		return -ENOMEM;
 	b->first[li->n_entries] = first;
@@ -541,7 +523,7 @@ static int entry_push(struct build *b, struct layer_entry *e, size_t first)
 
 static int entry_next(struct build *b, json_t *o)
 {
-	struct layer_entry e = {0};
+	struct layer_entry e = { 0 };
 	enum layer_entry_type type = LAYER_ENTRY_REG;
 	const char *name, *tname;
 	bool reg, kept = true;
@@ -549,16 +531,16 @@ static int entry_next(struct build *b, json_t *o)
 
 	if (!json_is_object(o))
 		return bfail(b, "not an object");
-	if ((r = get_str(b, o, "name", &name)) < 0 ||
-	    (r = get_str(b, o, "type", &tname)) < 0)
+	if ((r = get_str(b, o, "name", &name)) < 0 || (r = get_str(b, o, "type", &tname)) < 0)
 		return r;
 	if (!name || !tname)
 		return bfail(b, "without %s", name ? "type" : "name");
 
 	if (strcmp(tname, "chunk") == 0) {
 		if (!b->open || strcmp(name, b->open_name) != 0)
-			return bfail(b, "chunk of \"%.200s\", which is not the "
-					"file before it",
+			return bfail(b,
+				     "chunk of \"%.200s\", which is not the "
+				     "file before it",
 				     name);
 		return chunk_add(b, o, NULL);
 	}
@@ -576,8 +558,7 @@ static int entry_next(struct build *b, json_t *o)
 	}
 	if (r == 0 && kept && b->stargz_files && estargz_own(&e)) {
 		if (strcmp(e.path, ESTARGZ_PREFETCH_LANDMARK) == 0)
-			r = get_uint(b, o, "offset", INT64_MAX,
-				     &b->t->prefetch_end);
+			r = get_uint(b, o, "offset", INT64_MAX, &b->t->prefetch_end);
 		kept = false;
 	}
 	if (r == 0 && kept)
@@ -641,9 +622,7 @@ static int chunk_place_cmp(const void *a, const void *b)
 
 	if (x->blob_offset != y->blob_offset)
 		return x->blob_offset < y->blob_offset ? -1 : 1;
-	return x->inner_offset < y->inner_offset   ? -1
-	       : x->inner_offset > y->inner_offset ? 1
-						   : 0;
+	return x->inner_offset < y->inner_offset ? -1 : x->inner_offset > y->inner_offset ? 1 : 0;
 }
 
 /* Where a chunk's compressed bytes end when the table does not say (all
@@ -656,8 +635,7 @@ static int member_ends(struct build *b)
 	_cleanup_free_ uint64_t *starts = NULL;
 	size_t n = 0;
 
-	starts = reallocarray(NULL, t->n_chunks + b->n_orphans + 1,
-			      sizeof(*starts));
+	starts = reallocarray(NULL, t->n_chunks + b->n_orphans + 1, sizeof(*starts));
 	if (!starts)
 		return -ENOMEM;
 	for (size_t i = 0; i < t->n_chunks; i++)
@@ -669,16 +647,14 @@ static int member_ends(struct build *b)
 		struct toc_chunk *c = &t->chunks[i];
 		uint64_t *k, end = b->data_end;
 
-		if (c->blob_offset >= b->data_end ||
-		    c->blob_length > b->data_end - c->blob_offset)
+		if (c->blob_offset >= b->data_end || c->blob_length > b->data_end - c->blob_offset)
 			return layer_fail(b->errbuf, b->errlen,
 					  "toc: chunk at %" PRIu64 " of the blob "
 					  "is not before the table at %" PRIu64,
 					  c->blob_offset, b->data_end);
 		if (c->blob_length)
 			continue;
-		k = bsearch(&c->blob_offset, starts, n, sizeof(*starts),
-			    u64_cmp);
+		k = bsearch(&c->blob_offset, starts, n, sizeof(*starts), u64_cmp);
 		/* bsearch may land on any of equal starts: go past them */
 		while (k + 1 < starts + n && k[1] == c->blob_offset)
 			k++;
@@ -721,9 +697,8 @@ static int chunks_disjoint(struct build *b)
 	return 0;
 }
 
-int toc_from_json(const struct toc_layer *tl, const char *json, size_t len,
-		  uint64_t data_end, const struct layer_limits *lim,
-		  struct toc **ret, char *errbuf, size_t errlen)
+int toc_from_json(const struct toc_layer *tl, const char *json, size_t len, uint64_t data_end,
+		  const struct layer_limits *lim, struct toc **ret, char *errbuf, size_t errlen)
 {
 	_cleanup_(json_decrefp) json_t *root = NULL;
 	struct build b = {
@@ -752,8 +727,7 @@ int toc_from_json(const struct toc_layer *tl, const char *json, size_t len,
 	if (!root) {
 		if (json_error_code(&jerr) == json_error_out_of_memory)
 			return -ENOMEM;
-		return layer_fail(errbuf, errlen,
-				  "toc: invalid JSON at line %d column %d: %s",
+		return layer_fail(errbuf, errlen, "toc: invalid JSON at line %d column %d: %s",
 				  jerr.line, jerr.column, jerr.text);
 	}
 	if (!json_is_object(root))
@@ -789,8 +763,7 @@ int toc_from_json(const struct toc_layer *tl, const char *json, size_t len,
 	if (r < 0)
 		goto out;
 
-	b.first = grow(b.first, &b.cap_first, b.t->index->n_entries + 1,
-		       sizeof(*b.first));
+	b.first = grow(b.first, &b.cap_first, b.t->index->n_entries + 1, sizeof(*b.first));
 	if (!b.first) {
 		r = -ENOMEM;
 		goto out;
@@ -817,8 +790,7 @@ void toc_free(struct toc *t)
 	free(t);
 }
 
-const struct toc_chunk *toc_entry_chunks(const struct toc *t, size_t i,
-					 size_t *ret_n)
+const struct toc_chunk *toc_entry_chunks(const struct toc *t, size_t i, size_t *ret_n)
 {
 	if (i >= t->index->n_entries) {
 		*ret_n = 0;

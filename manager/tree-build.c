@@ -29,8 +29,7 @@ struct builder {
 /* Everything wrong with layer content is EBADMSG, with a reason. */
 #define tree_fail(errbuf, errlen, ...) errbuf_fail(-EBADMSG, errbuf, errlen, __VA_ARGS__)
 
-static uint32_t tree_hash(const struct bnode *dir, const char *name,
-			  size_t len)
+static uint32_t tree_hash(const struct bnode *dir, const char *name, size_t len)
 {
 	uint64_t h = UINT64_C(0xcbf29ce484222325) ^ (uintptr_t)dir;
 
@@ -39,8 +38,7 @@ static uint32_t tree_hash(const struct bnode *dir, const char *name,
 	return (uint32_t)(h ^ (h >> 32));
 }
 
-static struct bnode *bnode_new(uint8_t type, const struct layer_entry *e,
-			       uint16_t layer)
+static struct bnode *bnode_new(uint8_t type, const struct layer_entry *e, uint16_t layer)
 {
 	struct bnode *n = calloc(1, sizeof(*n));
 
@@ -52,14 +50,12 @@ static struct bnode *bnode_new(uint8_t type, const struct layer_entry *e,
 	return n;
 }
 
-static struct bdent *builder_lookup(const struct builder *b,
-				    const struct bnode *dir, const char *name,
-				    size_t len)
+static struct bdent *builder_lookup(const struct builder *b, const struct bnode *dir,
+				    const char *name, size_t len)
 {
 	uint32_t h = tree_hash(dir, name, len);
 
-	for (struct bdent *d = b->buckets[h & (b->n_buckets - 1)]; d;
-	     d = d->hnext)
+	for (struct bdent *d = b->buckets[h & (b->n_buckets - 1)]; d; d = d->hnext)
 		if (d->hash == h && d->dir == dir && d->len == len &&
 		    memcmp(d->name, name, len) == 0)
 			return d;
@@ -101,8 +97,8 @@ static int builder_grow(struct builder *b)
 }
 
 /* Adds name -> ino to dir, taking a reference.  The name must be absent. */
-static int builder_link(struct builder *b, struct bnode *dir,
-			const char *name, size_t len, struct bnode *ino)
+static int builder_link(struct builder *b, struct bnode *dir, const char *name, size_t len,
+			struct bnode *ino)
 {
 	struct bdent *d;
 
@@ -184,8 +180,7 @@ static void builder_unref(struct builder *b, struct bnode *ino)
 }
 
 /* Points an existing name at a new inode, releasing the old one. */
-static void builder_replace(struct builder *b, struct bdent *d,
-			    struct bnode *ino)
+static void builder_replace(struct builder *b, struct bdent *d, struct bnode *ino)
 {
 	struct bnode *old = d->ino;
 
@@ -230,8 +225,7 @@ static int tree_next_component(const char **p, const char **ret_name)
 /* Finds the directory holding the last component of path, without
  * changing anything; NULL when a component is missing or not a
  * directory. */
-static int builder_find(const struct builder *b, const char *path,
-			struct bdent **ret)
+static int builder_find(const struct builder *b, const char *path, struct bdent **ret)
 {
 	struct bnode *dir = b->root;
 	struct bdent *d = NULL;
@@ -259,9 +253,8 @@ static int builder_find(const struct builder *b, const char *path,
 /* Walks to the directory that should hold the last component of path,
  * creating missing directories and replacing non-directories on the way,
  * as overlayfs would see a later layer's tree. */
-static int builder_parent(struct builder *b, const char *path,
-			  struct bnode **ret_dir, const char **ret_name,
-			  size_t *ret_len)
+static int builder_parent(struct builder *b, const char *path, struct bnode **ret_dir,
+			  const char **ret_name, size_t *ret_len)
 {
 	struct bnode *dir = b->root;
 	const char *p = path, *name, *next_name;
@@ -313,12 +306,10 @@ static int builder_whiteout(struct builder *b, const struct layer_entry *e)
 	int r;
 
 	if (e->path[0] == '\0')
-		return tree_fail(b->errbuf, b->errlen,
-				 "tree: whiteout of the root");
+		return tree_fail(b->errbuf, b->errlen, "tree: whiteout of the root");
 	r = builder_find(b, e->path, &d);
 	if (r < 0)
-		return tree_fail(b->errbuf, b->errlen,
-				 "tree: bad path \"%.200s\"", e->path);
+		return tree_fail(b->errbuf, b->errlen, "tree: bad path \"%.200s\"", e->path);
 	if (d)
 		builder_remove(b, d);
 	return 0;
@@ -333,8 +324,8 @@ static int builder_opaque(struct builder *b, const struct layer_entry *e)
 	if (e->path[0] != '\0') {
 		r = builder_find(b, e->path, &d);
 		if (r < 0)
-			return tree_fail(b->errbuf, b->errlen,
-					 "tree: bad path \"%.200s\"", e->path);
+			return tree_fail(b->errbuf, b->errlen, "tree: bad path \"%.200s\"",
+					 e->path);
 		if (!d || d->ino->type != LAYER_ENTRY_DIR)
 			return 0;
 		dir = d->ino;
@@ -346,8 +337,7 @@ static int builder_opaque(struct builder *b, const struct layer_entry *e)
 	return 0;
 }
 
-static int builder_add(struct builder *b, const struct layer_entry *e,
-		       uint16_t layer)
+static int builder_add(struct builder *b, const struct layer_entry *e, uint16_t layer)
 {
 	struct bnode *dir, *ino = NULL, *target = NULL;
 	struct bdent *d;
@@ -379,8 +369,7 @@ static int builder_add(struct builder *b, const struct layer_entry *e,
 	if (r < 0) {
 		if (target)
 			builder_unref(b, target);
-		return r == -EBADMSG ? tree_fail(b->errbuf, b->errlen,
-						 "tree: bad path \"%.200s\"",
+		return r == -EBADMSG ? tree_fail(b->errbuf, b->errlen, "tree: bad path \"%.200s\"",
 						 e->path)
 				     : r;
 	}
@@ -388,14 +377,12 @@ static int builder_add(struct builder *b, const struct layer_entry *e,
 
 	if (target) {
 		ino = target;
-	} else if (e->type == LAYER_ENTRY_DIR && d &&
-		   d->ino->type == LAYER_ENTRY_DIR) {
+	} else if (e->type == LAYER_ENTRY_DIR && d && d->ino->type == LAYER_ENTRY_DIR) {
 		d->ino->e = e;
 		return 0;
 	} else {
 		if (e->type > LAYER_ENTRY_SOCK)
-			return tree_fail(b->errbuf, b->errlen,
-					 "tree: bad entry type %u",
+			return tree_fail(b->errbuf, b->errlen, "tree: bad entry type %u",
 					 (unsigned)e->type);
 		ino = bnode_new(e->type, e, layer);
 		if (!ino)
@@ -420,8 +407,7 @@ static int builder_add(struct builder *b, const struct layer_entry *e,
 	return 0;
 }
 
-static int builder_apply(struct builder *b, const struct layer_index *li,
-			 uint16_t layer)
+static int builder_apply(struct builder *b, const struct layer_index *li, uint16_t layer)
 {
 	int r;
 
@@ -429,8 +415,7 @@ static int builder_apply(struct builder *b, const struct layer_index *li,
 		const struct layer_entry *e = &li->entries[i];
 
 		if (!e->path)
-			return tree_fail(b->errbuf, b->errlen,
-					 "tree: entry without a path");
+			return tree_fail(b->errbuf, b->errlen, "tree: entry without a path");
 		if (e->type == LAYER_ENTRY_WHITEOUT)
 			r = builder_whiteout(b, e);
 		else if (e->type == LAYER_ENTRY_OPAQUE)
@@ -443,8 +428,7 @@ static int builder_apply(struct builder *b, const struct layer_index *li,
 	for (size_t i = 0; i < li->n_entries; i++) {
 		const struct layer_entry *e = &li->entries[i];
 
-		if (e->type == LAYER_ENTRY_WHITEOUT ||
-		    e->type == LAYER_ENTRY_OPAQUE)
+		if (e->type == LAYER_ENTRY_WHITEOUT || e->type == LAYER_ENTRY_OPAQUE)
 			continue;
 		r = builder_add(b, e, layer);
 		if (r < 0)
@@ -462,17 +446,16 @@ static void builder_free(struct builder *b)
 	free(b->buckets);
 }
 
-int tree_build(const struct layer_index *const *layers, size_t n,
-	       struct tree **ret, char *errbuf, size_t errlen)
+int tree_build(const struct layer_index *const *layers, size_t n, struct tree **ret, char *errbuf,
+	       size_t errlen)
 {
-	struct builder b = {.errbuf = errbuf, .errlen = errlen};
+	struct builder b = { .errbuf = errbuf, .errlen = errlen };
 	int r;
 
 	if (errbuf && errlen > 0)
 		errbuf[0] = '\0';
 	if (n > (size_t)UINT16_MAX + 1)
-		return tree_fail(errbuf, errlen, "tree: more than %u layers",
-				 UINT16_MAX + 1);
+		return tree_fail(errbuf, errlen, "tree: more than %u layers", UINT16_MAX + 1);
 	b.n_buckets = 1024;
 	b.buckets = calloc(b.n_buckets, sizeof(*b.buckets));
 	b.root = bnode_new(LAYER_ENTRY_DIR, NULL, 0);

@@ -30,8 +30,7 @@ struct child_pair {
 
 static int child_pair_cmp(const void *a, const void *b)
 {
-	return strcmp(((const struct child_pair *)a)->name,
-		      ((const struct child_pair *)b)->name);
+	return strcmp(((const struct child_pair *)a)->name, ((const struct child_pair *)b)->name);
 }
 
 static uint32_t tree_type_bits(uint8_t type)
@@ -65,8 +64,7 @@ static char *arena_put(char **cursor, const void *p, size_t n)
 	return s;
 }
 
-static void tree_fill_inode(struct tree *t, const struct bnode *n,
-			    struct tinode *ti, char **cursor,
+static void tree_fill_inode(struct tree *t, const struct bnode *n, struct tinode *ti, char **cursor,
 			    struct tree_xattr **xcursor)
 {
 	const struct layer_entry *e = n->e;
@@ -85,8 +83,7 @@ static void tree_fill_inode(struct tree *t, const struct bnode *n,
 		ti->size = e->size;
 		ti->data_off = e->data_off;
 		if (e->object)
-			ti->object = arena_put(cursor, e->object,
-					       strlen(e->object));
+			ti->object = arena_put(cursor, e->object, strlen(e->object));
 	}
 	if (n->type == LAYER_ENTRY_CHR || n->type == LAYER_ENTRY_BLK)
 		ti->rdev = e->rdev;
@@ -100,10 +97,8 @@ static void tree_fill_inode(struct tree *t, const struct bnode *n,
 		struct tree_xattr *x = *xcursor;
 
 		for (uint32_t i = 0; i < e->n_xattrs; i++) {
-			x[i].name = arena_put(cursor, e->xattrs[i].name,
-					      strlen(e->xattrs[i].name));
-			x[i].value = arena_put(cursor, e->xattrs[i].value,
-					       e->xattrs[i].size);
+			x[i].name = arena_put(cursor, e->xattrs[i].name, strlen(e->xattrs[i].name));
+			x[i].value = arena_put(cursor, e->xattrs[i].value, e->xattrs[i].size);
 			x[i].size = e->xattrs[i].size;
 		}
 		ti->xattrs = x;
@@ -165,9 +160,7 @@ int tree_freeze(struct bnode *root, struct tree **ret)
 			if (d->ino->idx)
 				continue;
 			if (n == cap) {
-				struct bnode **no =
-					reallocarray(order, cap * 2,
-						     sizeof(*order));
+				struct bnode **no = reallocarray(order, cap * 2, sizeof(*order));
 
 				if (!no)
 					return -ENOMEM;
@@ -188,8 +181,7 @@ int tree_freeze(struct bnode *root, struct tree **ret)
 	t->xattrs = malloc(MAX(n_xattrs, 1) * sizeof(*t->xattrs));
 	t->strings = malloc(MAX(bytes, 1));
 	pairs = malloc(MAX(max_children, 1) * sizeof(*pairs));
-	if (!t->inodes || !t->names || !t->kids || !t->xattrs ||
-	    !t->strings || !pairs)
+	if (!t->inodes || !t->names || !t->kids || !t->xattrs || !t->strings || !pairs)
 		return -ENOMEM;
 	t->n_inodes = n;
 	cursor = t->strings;
@@ -333,8 +325,7 @@ void tinode_fill_stat(const struct tinode *ino, struct stat *st)
 	st->st_ctim = st->st_mtim;
 }
 
-const struct tree_xattr *tinode_getxattr(const struct tinode *ino,
-					 const char *name)
+const struct tree_xattr *tinode_getxattr(const struct tinode *ino, const char *name)
 {
 	for (uint32_t i = 0; i < ino->n_xattrs; i++)
 		if (strcmp(ino->xattrs[i].name, name) == 0)

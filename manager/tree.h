@@ -26,7 +26,7 @@ struct tinode {
 	uint32_t nlink;
 	int64_t mtime_sec;
 	uint32_t mtime_nsec;
-	uint16_t layer; /* regular files: which layer's pack holds the data */
+	uint16_t layer;	   /* regular files: which layer's pack holds the data */
 	uint64_t size;	   /* regular files: bytes; symlinks: strlen(link) */
 	uint64_t data_off; /* regular files: offset in that pack */
 	/* regular files stored as an object of that layer: the hex
@@ -50,8 +50,8 @@ struct tinode {
  * hardlink names a path that does not exist at that point or is a
  * directory, -ENOMEM.  The tree copies what it needs: the layer indexes
  * may be freed afterwards. */
-int tree_build(const struct layer_index *const *layers, size_t n,
-	       struct tree **ret, char *errbuf, size_t errlen);
+int tree_build(const struct layer_index *const *layers, size_t n, struct tree **ret, char *errbuf,
+	       size_t errlen);
 void tree_free(struct tree *t);
 
 /* Every inode of a tree has a dense index, 0 for the root, fixed when the
@@ -78,5 +78,4 @@ const struct tinode *tree_resolve(const struct tree *t, const char *path);
 void tinode_fill_stat(const struct tinode *ino, struct stat *st);
 
 /* Extended attribute `name` of the inode, or NULL. */
-const struct tree_xattr *tinode_getxattr(const struct tinode *ino,
-					 const char *name);
+const struct tree_xattr *tinode_getxattr(const struct tinode *ino, const char *name);

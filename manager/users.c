@@ -50,16 +50,16 @@ void users_release_locked(struct manager *m, uid_t uid)
 
 /* A limit was hit: -EAGAIN, with the event's message in msg, or "" when
  * one was written for this user a moment ago. */
-static int refuse(struct user_usage *u, uid_t uid, unsigned limit,
-		  const char *what, const char *until, char *msg, size_t len)
+static int refuse(struct user_usage *u, uid_t uid, unsigned limit, const char *what,
+		  const char *until, char *msg, size_t len)
 {
 	int64_t now = manager_wall_ms();
 
 	msg[0] = '\0';
 	if (!u->warned_ms || now - u->warned_ms >= LIMIT_EVENT_INTERVAL_MS) {
 		u->warned_ms = now;
-		snprintf(msg, len, "uid %lu has %u %s, its limit: %s",
-			 (unsigned long)uid, limit, what, until);
+		snprintf(msg, len, "uid %lu has %u %s, its limit: %s", (unsigned long)uid, limit,
+			 what, until);
 	}
 	return -EAGAIN;
 }

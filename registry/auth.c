@@ -46,8 +46,8 @@ void auth_secret_free(char *s)
 static bool is_tchar(char c)
 {
 	/* RFC 9110 token characters */
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-	       (c >= '0' && c <= '9') || (c && strchr("!#$%&'*+-.^_`|~", c));
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       (c && strchr("!#$%&'*+-.^_`|~", c));
 }
 
 static const char *skip_ows(const char *p)
@@ -175,8 +175,8 @@ static bool token_is_header_safe(const char *t)
 	return true;
 }
 
-int auth_token_parse(const char *body, size_t len, char **ret_token,
-		     int64_t *ret_expires_in_s, char **ret_refresh)
+int auth_token_parse(const char *body, size_t len, char **ret_token, int64_t *ret_expires_in_s,
+		     char **ret_refresh)
 {
 	json_auto_t *root = NULL;
 	const char *tok, *refresh = NULL;
@@ -282,15 +282,13 @@ static char *cache_key(const char *realm, const char *service, const char *scope
 {
 	char *k;
 
-	if (asprintf(&k, "%s\n%s\n%s", realm, service ? service : "",
-		     scope ? scope : "") < 0)
+	if (asprintf(&k, "%s\n%s\n%s", realm, service ? service : "", scope ? scope : "") < 0)
 		return NULL;
 	return k;
 }
 
-int auth_cache_get(struct auth_cache *c, const char *realm,
-		   const char *service, const char *scope, int64_t now_ns,
-		   char **ret_token)
+int auth_cache_get(struct auth_cache *c, const char *realm, const char *service, const char *scope,
+		   int64_t now_ns, char **ret_token)
 {
 	_cleanup_free_ char *k = cache_key(realm, service, scope);
 	struct token_entry *e;
@@ -319,9 +317,8 @@ static int drop_expired_cb(void *userdata, const char *key, void *value)
 	return 1;
 }
 
-int auth_cache_put(struct auth_cache *c, const char *realm,
-		   const char *service, const char *scope, const char *token,
-		   int64_t expires_ns)
+int auth_cache_put(struct auth_cache *c, const char *realm, const char *service, const char *scope,
+		   const char *token, int64_t expires_ns)
 {
 	_cleanup_free_ char *k = cache_key(realm, service, scope);
 	struct token_entry *e, *old;
@@ -359,8 +356,8 @@ int auth_cache_put(struct auth_cache *c, const char *realm,
 	return r;
 }
 
-void auth_cache_drop(struct auth_cache *c, const char *realm,
-		     const char *service, const char *scope, const char *token)
+void auth_cache_drop(struct auth_cache *c, const char *realm, const char *service,
+		     const char *scope, const char *token)
 {
 	_cleanup_free_ char *k = cache_key(realm, service, scope);
 	struct token_entry *e;
@@ -374,8 +371,7 @@ void auth_cache_drop(struct auth_cache *c, const char *realm,
 	pthread_mutex_unlock(&c->lock);
 }
 
-int auth_cache_remember(struct auth_cache *c, const char *host,
-			const struct auth_challenge *ch)
+int auth_cache_remember(struct auth_cache *c, const char *host, const struct auth_challenge *ch)
 {
 	struct auth_challenge *copy, *old;
 	int r;
@@ -401,8 +397,7 @@ int auth_cache_remember(struct auth_cache *c, const char *host,
 	return r;
 }
 
-int auth_cache_recall(struct auth_cache *c, const char *host,
-		      struct auth_challenge *ret)
+int auth_cache_recall(struct auth_cache *c, const char *host, struct auth_challenge *ret)
 {
 	struct auth_challenge *ch;
 	int r = -ENOENT;
@@ -440,8 +435,8 @@ static char *form_escape(const char *s)
 	for (; *s; s++) {
 		unsigned char c = (unsigned char)*s;
 
-		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		    (c >= '0' && c <= '9') || strchr("-._~", c)) {
+		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		    strchr("-._~", c)) {
 			*o++ = (char)c;
 		} else {
 			*o++ = '%';
@@ -468,11 +463,14 @@ static int creds_for(const struct auth_source *src, const struct hosts_endpoint 
  * the credential is an identity token. */
 static int token_fetch(const struct auth_source *src, const struct hosts_endpoint *ep,
 		       const struct auth_challenge *ch, const char *scope,
-		       const struct credential *cred, char **ret_token,
-		       int64_t *ret_expires_s, struct registry_error *err)
+		       const struct credential *cred, char **ret_token, int64_t *ret_expires_s,
+		       struct registry_error *err)
 {
-	struct request q = { .err = err, .kind = BODY_BUFFER, .buf_max = AUTH_TOKEN_BODY_MAX,
-			     .buf_what = "token response", .wipe_body = true };
+	struct request q = { .err = err,
+			     .kind = BODY_BUFFER,
+			     .buf_max = AUTH_TOKEN_BODY_MAX,
+			     .buf_what = "token response",
+			     .wipe_body = true };
 	struct transport_auth basic = { 0 };
 	_cleanup_free_ char *url = NULL;
 	_cleanup_free_ char *e_service = NULL, *e_scope = NULL, *e_user = NULL;
@@ -486,8 +484,8 @@ static int token_fetch(const struct auth_source *src, const struct hosts_endpoin
 	snprintf(q.where, sizeof(q.where), "%s", realm);
 	/* Credentials go to the realm only as safely as to the registry. */
 	if (ep->https && strncasecmp(ch->realm, "https://", 8) != 0)
-		return registry_error_set(err, 401, -EACCES,
-					  "token realm %s of %s is not HTTPS", realm, ep->host);
+		return registry_error_set(err, 401, -EACCES, "token realm %s of %s is not HTTPS",
+					  realm, ep->host);
 	tep.https = strncasecmp(ch->realm, "https://", 8) == 0;
 
 	e_service = form_escape(ch->service);
@@ -502,8 +500,10 @@ static int token_fetch(const struct auth_source *src, const struct hosts_endpoin
 		goto out;
 	}
 	if (identity) {
-		if (asprintf(&post, "grant_type=refresh_token&service=%s&scope=%s&client_id=pullfs&refresh_token=%s",
-			     e_service, e_scope, e_refresh) < 0) {
+		if (asprintf(
+			    &post,
+			    "grant_type=refresh_token&service=%s&scope=%s&client_id=pullfs&refresh_token=%s",
+			    e_service, e_scope, e_refresh) < 0) {
 			post = NULL;
 			k = registry_error_set(err, 0, -ENOMEM, "out of memory");
 			goto out;
@@ -524,8 +524,8 @@ static int token_fetch(const struct auth_source *src, const struct hosts_endpoin
 		goto out;
 	}
 
-	k = request_perform(src->transport, &q, post ? "POST" : "GET", url, &tep,
-			    &basic, NULL, post);
+	k = request_perform(src->transport, &q, post ? "POST" : "GET", url, &tep, &basic, NULL,
+			    post);
 	if (k < 0) {
 		long status = q.resp.status;
 
@@ -533,7 +533,8 @@ static int token_fetch(const struct auth_source *src, const struct hosts_endpoin
 		 * body may echo what it was sent. */
 		if (status == 401 || status == 403)
 			k = registry_error_set(err, status, -EACCES, "token server %s refused %s",
-					       realm, cred ? "the credentials" : "anonymous access");
+					       realm,
+					       cred ? "the credentials" : "anonymous access");
 		else if (status >= 400)
 			k = registry_error_set(err, status, k, "token server %s answered HTTP %ld",
 					       realm, status);
@@ -555,11 +556,10 @@ out:
 	return k;
 }
 
-int auth_answer(const struct auth_source *src, const struct hosts_endpoint *ep,
-		const char *domain, const char *repo,
-		const struct auth_challenge *ch, bool force,
-		struct transport_auth *ret_auth, char **token,
-		struct credential *cred, struct registry_error *err)
+int auth_answer(const struct auth_source *src, const struct hosts_endpoint *ep, const char *domain,
+		const char *repo, const struct auth_challenge *ch, bool force,
+		struct transport_auth *ret_auth, char **token, struct credential *cred,
+		struct registry_error *err)
 {
 	_cleanup_free_ char *scope = NULL;
 	int64_t expires_s = 0, now;

@@ -9,8 +9,8 @@
 #include <stdint.h>
 
 /* Caps on what a server may make us hold. */
-#define AUTH_HEADER_MAX 4096u	   /* one WWW-Authenticate value */
-#define AUTH_PARAM_MAX 1024u	   /* realm, service or scope */
+#define AUTH_HEADER_MAX 4096u		/* one WWW-Authenticate value */
+#define AUTH_PARAM_MAX 1024u		/* realm, service or scope */
 #define AUTH_TOKEN_BODY_MAX (64u << 10) /* a token server's response */
 #define AUTH_TOKEN_MAX (16u << 10)	/* the token itself */
 
@@ -42,8 +42,8 @@ int auth_challenge_parse(const char *value, struct auth_challenge *ret);
  * when present.  ret_token and ret_refresh (may be NULL) are owned by the
  * caller.  Returns 0, -EBADMSG (not JSON, no token, over the caps, a token
  * with bytes that cannot go into a header) or -ENOMEM. */
-int auth_token_parse(const char *body, size_t len, char **ret_token,
-		     int64_t *ret_expires_in_s, char **ret_refresh);
+int auth_token_parse(const char *body, size_t len, char **ret_token, int64_t *ret_expires_in_s,
+		     char **ret_refresh);
 
 /* "repository:<repo>:pull", the scope pullfs asks for. */
 int auth_scope_pull(const char *repo, char **ret);
@@ -58,19 +58,17 @@ void auth_cache_free(struct auth_cache *c);
 
 /* A copy of the token (caller frees) when one is cached and now_ns is
  * before its expiry.  Returns 0, -ENOENT or -ENOMEM. */
-int auth_cache_get(struct auth_cache *c, const char *realm,
-		   const char *service, const char *scope, int64_t now_ns,
-		   char **ret_token);
+int auth_cache_get(struct auth_cache *c, const char *realm, const char *service, const char *scope,
+		   int64_t now_ns, char **ret_token);
 
 /* Stores a token valid until expires_ns, replacing any older one.
  * Returns 0 or -ENOMEM. */
-int auth_cache_put(struct auth_cache *c, const char *realm,
-		   const char *service, const char *scope, const char *token,
-		   int64_t expires_ns);
+int auth_cache_put(struct auth_cache *c, const char *realm, const char *service, const char *scope,
+		   const char *token, int64_t expires_ns);
 
 /* Forgets the token, if it is still this one (a 401 showed it stale). */
-void auth_cache_drop(struct auth_cache *c, const char *realm,
-		     const char *service, const char *scope, const char *token);
+void auth_cache_drop(struct auth_cache *c, const char *realm, const char *service,
+		     const char *scope, const char *token);
 
 /* Wipes a secret before freeing it. */
 void auth_secret_free(char *s);
@@ -78,10 +76,8 @@ void auth_secret_free(char *s);
 /* What the last 401 from a host asked for, so that the next request to
  * that host can carry credentials at once instead of earning a 401 first.
  * host is "host[:port]" of the endpoint.  Returns 0 or -ENOMEM / -ENOENT. */
-int auth_cache_remember(struct auth_cache *c, const char *host,
-			const struct auth_challenge *ch);
-int auth_cache_recall(struct auth_cache *c, const char *host,
-		      struct auth_challenge *ret);
+int auth_cache_remember(struct auth_cache *c, const char *host, const struct auth_challenge *ch);
+int auth_cache_recall(struct auth_cache *c, const char *host, struct auth_challenge *ret);
 
 struct credential;
 struct credentials_cache;
@@ -109,8 +105,7 @@ struct auth_source {
  * (ret_auth may stay empty: Basic without credentials), or -EACCES (the
  * realm refused or sent no token, or is not HTTPS for an HTTPS registry),
  * the errno of the token request, -ENOMEM, with err filled. */
-int auth_answer(const struct auth_source *src, const struct hosts_endpoint *ep,
-		const char *domain, const char *repo,
-		const struct auth_challenge *ch, bool force,
-		struct transport_auth *ret_auth, char **token,
-		struct credential *cred, struct registry_error *err);
+int auth_answer(const struct auth_source *src, const struct hosts_endpoint *ep, const char *domain,
+		const char *repo, const struct auth_challenge *ch, bool force,
+		struct transport_auth *ret_auth, char **token, struct credential *cred,
+		struct registry_error *err);

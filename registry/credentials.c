@@ -208,8 +208,8 @@ static bool helper_name_is_sane(const char *s)
 	return true;
 }
 
-int credentials_parse(const char *json, size_t len, struct credentials **ret,
-		      char *errbuf, size_t errlen)
+int credentials_parse(const char *json, size_t len, struct credentials **ret, char *errbuf,
+		      size_t errlen)
 {
 	_cleanup_(credentials_freep) struct credentials *c = NULL;
 	json_auto_t *root = NULL;
@@ -236,7 +236,8 @@ int credentials_parse(const char *json, size_t len, struct credentials **ret,
 		c->auths = calloc(json_object_size(auths), sizeof(*c->auths));
 		if (!c->auths)
 			return -ENOMEM;
-		json_object_foreach(auths, key, v) {
+		json_object_foreach(auths, key, v)
+		{
 			struct auth_entry *e = &c->auths[c->n_auths];
 			int r = parse_auth_entry(v, &e->cred);
 
@@ -246,8 +247,8 @@ int credentials_parse(const char *json, size_t len, struct credentials **ret,
 				char host[HOST_MAX];
 
 				credentials_normalize_host(key, host, sizeof(host));
-				snprintf(errbuf, errlen,
-					 "malformed entry for \"%s\" in \"auths\"", host);
+				snprintf(errbuf, errlen, "malformed entry for \"%s\" in \"auths\"",
+					 host);
 				return r;
 			}
 			credentials_normalize_host(key, e->host, sizeof(e->host));
@@ -264,12 +265,14 @@ int credentials_parse(const char *json, size_t len, struct credentials **ret,
 		c->helpers = calloc(json_object_size(helpers), sizeof(*c->helpers));
 		if (!c->helpers)
 			return -ENOMEM;
-		json_object_foreach(helpers, key, v) {
+		json_object_foreach(helpers, key, v)
+		{
 			struct helper_entry *e = &c->helpers[c->n_helpers];
 			const char *name = json_string_value(v);
 
 			if (!name || !helper_name_is_sane(name)) {
-				snprintf(errbuf, errlen, "invalid credential helper name in \"credHelpers\"");
+				snprintf(errbuf, errlen,
+					 "invalid credential helper name in \"credHelpers\"");
 				return -EINVAL;
 			}
 			credentials_normalize_host(key, e->host, sizeof(e->host));
@@ -282,7 +285,8 @@ int credentials_parse(const char *json, size_t len, struct credentials **ret,
 	store = json_string_value(json_object_get(root, "credsStore"));
 	if (store && *store) {
 		if (!helper_name_is_sane(store)) {
-			snprintf(errbuf, errlen, "invalid credential helper name in \"credsStore\"");
+			snprintf(errbuf, errlen,
+				 "invalid credential helper name in \"credsStore\"");
 			return -EINVAL;
 		}
 		if (!(c->store = strdup(store)))
@@ -311,8 +315,8 @@ int credentials_default_path(char **ret)
 	return 0;
 }
 
-int credentials_load(const char *path, bool must_exist,
-		     struct credentials **ret, char *errbuf, size_t errlen)
+int credentials_load(const char *path, bool must_exist, struct credentials **ret, char *errbuf,
+		     size_t errlen)
 {
 	_cleanup_close_ int fd = -1;
 	_cleanup_(secret_freep) char *buf = NULL;
@@ -346,7 +350,8 @@ int credentials_load(const char *path, bool must_exist,
 			continue;
 		if (n < 0) {
 			r = negative_errno();
-			snprintf(errbuf, errlen, "cannot read auth file \"%s\": %s", path, strerror(-r));
+			snprintf(errbuf, errlen, "cannot read auth file \"%s\": %s", path,
+				 strerror(-r));
 			return r;
 		}
 		if (n == 0)
@@ -356,8 +361,7 @@ int credentials_load(const char *path, bool must_exist,
 	why[0] = '\0';
 	r = credentials_parse(buf, len, ret, why, sizeof(why));
 	if (r < 0)
-		snprintf(errbuf, errlen, "auth file \"%s\": %s", path,
-			 why[0] ? why : strerror(-r));
+		snprintf(errbuf, errlen, "auth file \"%s\": %s", path, why[0] ? why : strerror(-r));
 	return r;
 }
 
@@ -370,8 +374,8 @@ static int64_t now_ms(void)
 }
 
 /* Runs docker-credential-<name> get; its stdout into out (capped). */
-static int helper_run(const char *name, const char *server_url, int timeout_ms,
-		      char *out, size_t outcap, size_t *ret_len)
+static int helper_run(const char *name, const char *server_url, int timeout_ms, char *out,
+		      size_t outcap, size_t *ret_len)
 {
 	_cleanup_free_ char *prog = NULL;
 	int in_pipe[2] = { -1, -1 }, out_pipe[2] = { -1, -1 };
@@ -458,8 +462,7 @@ static int helper_run(const char *name, const char *server_url, int timeout_ms,
 	return 0;
 }
 
-static int helper_get(const char *name, const char *host, int timeout_ms,
-		      struct credential *ret)
+static int helper_get(const char *name, const char *host, int timeout_ms, struct credential *ret)
 {
 	_cleanup_(secret_freep) char *out = NULL;
 	json_auto_t *root = NULL;
@@ -472,8 +475,8 @@ static int helper_get(const char *name, const char *host, int timeout_ms,
 	out = calloc(1, HELPER_OUTPUT_MAX + 1);
 	if (!out)
 		return -ENOMEM;
-	r = helper_run(name, url, timeout_ms > 0 ? timeout_ms : 10000, out,
-		       HELPER_OUTPUT_MAX, &len);
+	r = helper_run(name, url, timeout_ms > 0 ? timeout_ms : 10000, out, HELPER_OUTPUT_MAX,
+		       &len);
 	if (r < 0)
 		return r;
 	root = json_loadb(out, len, 0, NULL);
@@ -511,8 +514,8 @@ static int cred_copy(const struct credential *src, struct credential *ret)
 	return 0;
 }
 
-int credentials_lookup(const struct credentials *c, const char *host,
-		       int helper_timeout_ms, struct credential *ret)
+int credentials_lookup(const struct credentials *c, const char *host, int helper_timeout_ms,
+		       struct credential *ret)
 {
 	char want[HOST_MAX];
 
@@ -586,8 +589,8 @@ void credentials_cache_free(struct credentials_cache *cc)
 	free(cc);
 }
 
-int credentials_cache_lookup(struct credentials_cache *cc, const char *host,
-			     int helper_timeout_ms, struct credential *ret)
+int credentials_cache_lookup(struct credentials_cache *cc, const char *host, int helper_timeout_ms,
+			     struct credential *ret)
 {
 	struct cache_entry *e, *fresh;
 	int64_t now = now_ms();

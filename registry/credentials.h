@@ -27,12 +27,12 @@ int credentials_default_path(char **ret);
 /* Reads and parses path.  A missing file is an empty set unless
  * must_exist.  errbuf gets one line naming the file, never its content.
  * Returns 0, -ENOENT, -EACCES, -EINVAL (malformed), -EFBIG or -ENOMEM. */
-int credentials_load(const char *path, bool must_exist,
-		     struct credentials **ret, char *errbuf, size_t errlen);
+int credentials_load(const char *path, bool must_exist, struct credentials **ret, char *errbuf,
+		     size_t errlen);
 
 /* The same from a buffer, for tests.  Returns 0, -EINVAL or -ENOMEM. */
-int credentials_parse(const char *json, size_t len, struct credentials **ret,
-		      char *errbuf, size_t errlen);
+int credentials_parse(const char *json, size_t len, struct credentials **ret, char *errbuf,
+		      size_t errlen);
 
 void credentials_free(struct credentials *c);
 
@@ -42,8 +42,8 @@ void credentials_free(struct credentials *c);
  * for at most helper_timeout_ms.  c may be NULL.  Returns 0 with ret
  * filled (caller clears it), -ENOENT when there is none, -ETIMEDOUT,
  * -EIO (a helper that failed or answered garbage) or -ENOMEM. */
-int credentials_lookup(const struct credentials *c, const char *host,
-		       int helper_timeout_ms, struct credential *ret);
+int credentials_lookup(const struct credentials *c, const char *host, int helper_timeout_ms,
+		       struct credential *ret);
 
 /* How a host is written as a key of "auths" after stripping scheme and
  * path, docker.io's aliases folded to "docker.io", into out.  Pure. */
@@ -63,5 +63,5 @@ void credentials_cache_free(struct credentials_cache *cc);
  * cache's lock held, so two threads may both run it for one host.  Blocks
  * for at most helper_timeout_ms.  Same returns; failures other than
  * -ENOENT are not cached. */
-int credentials_cache_lookup(struct credentials_cache *cc, const char *host,
-			     int helper_timeout_ms, struct credential *ret);
+int credentials_cache_lookup(struct credentials_cache *cc, const char *host, int helper_timeout_ms,
+			     struct credential *ret);

@@ -63,8 +63,7 @@ void registry_hosts_free(struct registry_hosts *h)
 	free(h);
 }
 
-static const struct registry_section *section_find(const struct registry_hosts *h,
-						   const char *name)
+static const struct registry_section *section_find(const struct registry_hosts *h, const char *name)
 {
 	if (!h)
 		return NULL;
@@ -94,8 +93,7 @@ static bool path_is_sane(const char *s)
 	return true;
 }
 
-static int set_path_field(char **field, const char *key, const char *v,
-			  char *errbuf, size_t errlen)
+static int set_path_field(char **field, const char *key, const char *v, char *errbuf, size_t errlen)
 {
 	char *d;
 
@@ -204,8 +202,8 @@ static int parse_mirror(char *value, struct mirror *m, char *errbuf, size_t errl
 		p = url;
 	}
 	if (!m->https && !insecure) {
-		snprintf(errbuf, errlen,
-			 "plain HTTP mirror \"%s\" needs the \"insecure\" option", url);
+		snprintf(errbuf, errlen, "plain HTTP mirror \"%s\" needs the \"insecure\" option",
+			 url);
 		return -EINVAL;
 	}
 	slash = strchr(p, '/');
@@ -223,7 +221,8 @@ static int parse_mirror(char *value, struct mirror *m, char *errbuf, size_t errl
 	p = slash ? slash : "";
 	if (!path_is_sane(p) || strstr(p, "/../") || strstr(p, "/./")) {
 		snprintf(errbuf, errlen,
-			 "mirror URL \"%s\": the path may only hold letters, digits and ._~/-", url);
+			 "mirror URL \"%s\": the path may only hold letters, digits and ._~/-",
+			 url);
 		return -EINVAL;
 	}
 	/* Like containerd: the path is a prefix in front of /v2 unless
@@ -242,8 +241,7 @@ static int parse_mirror(char *value, struct mirror *m, char *errbuf, size_t errl
 	return 0;
 }
 
-static int section_get(struct registry_hosts *h, const char *name,
-		       struct registry_section **ret)
+static int section_get(struct registry_hosts *h, const char *name, struct registry_section **ret)
 {
 	struct registry_section *s;
 
@@ -268,9 +266,8 @@ static int section_get(struct registry_hosts *h, const char *name,
 	return 0;
 }
 
-int registry_hosts_set(struct registry_hosts *h, const char *registry,
-		       const char *key, const char *value, char *errbuf,
-		       size_t errlen)
+int registry_hosts_set(struct registry_hosts *h, const char *registry, const char *key,
+		       const char *value, char *errbuf, size_t errlen)
 {
 	struct registry_section *s;
 	int r;
@@ -333,9 +330,8 @@ bool registry_hosts_known(const struct registry_hosts *h, const char *registry)
 	return section_find(h, registry) != NULL;
 }
 
-size_t registry_hosts_endpoints(const struct registry_hosts *h,
-				const char *domain, const char *api_host,
-				bool insecure, unsigned cap,
+size_t registry_hosts_endpoints(const struct registry_hosts *h, const char *domain,
+				const char *api_host, bool insecure, unsigned cap,
 				struct hosts_endpoint ret[HOSTS_MAX_ENDPOINTS])
 {
 	const struct registry_section *s = section_find(h, domain);
@@ -348,8 +344,10 @@ size_t registry_hosts_endpoints(const struct registry_hosts *h,
 		if ((m->caps & cap) != cap)
 			continue;
 		e = &ret[n++];
-		*e = (struct hosts_endpoint){ .https = m->https, .mirror = true,
-					      .ns = s->name, .caps = m->caps,
+		*e = (struct hosts_endpoint){ .https = m->https,
+					      .mirror = true,
+					      .ns = s->name,
+					      .caps = m->caps,
 					      .ca_file = m->ca_file,
 					      .client_cert = m->client_cert,
 					      .client_key = m->client_key };

@@ -48,9 +48,8 @@ void registry_hosts_free(struct registry_hosts *h);
  *   ca-file = PATH      client-cert = PATH      client-key = PATH
  * Paths must be absolute; an http:// mirror needs "insecure".  Returns 0,
  * or -EINVAL / -E2BIG / -ENOMEM with one line in errbuf. */
-int registry_hosts_set(struct registry_hosts *h, const char *registry,
-		       const char *key, const char *value, char *errbuf,
-		       size_t errlen);
+int registry_hosts_set(struct registry_hosts *h, const char *registry, const char *key,
+		       const char *value, char *errbuf, size_t errlen);
 
 /* True when s has only the characters of a host[:port] ("[::1]:5000"
  * included): nothing that could change which host or path a URL names. */
@@ -66,7 +65,6 @@ bool registry_hosts_insecure(const struct registry_hosts *h, const char *registr
  * order to try them: each configured mirror that has cap, then the
  * registry itself at api_host over HTTPS unless insecure.  h may be NULL.
  * Returns how many were written into ret (at least 1). */
-size_t registry_hosts_endpoints(const struct registry_hosts *h,
-				const char *domain, const char *api_host,
-				bool insecure, unsigned cap,
+size_t registry_hosts_endpoints(const struct registry_hosts *h, const char *domain,
+				const char *api_host, bool insecure, unsigned cap,
 				struct hosts_endpoint ret[HOSTS_MAX_ENDPOINTS]);

@@ -24,8 +24,7 @@ struct parse_ctx {
 	size_t errlen;
 };
 
-__attribute__((format(printf, 2, 3))) static int
-fail(struct parse_ctx *ctx, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static int fail(struct parse_ctx *ctx, const char *fmt, ...)
 {
 	va_list ap;
 	int n;
@@ -43,14 +42,12 @@ fail(struct parse_ctx *ctx, const char *fmt, ...)
 
 static bool media_type_is_image(const char *t)
 {
-	return t && (strcmp(t, MEDIA_OCI_MANIFEST) == 0 ||
-		     strcmp(t, MEDIA_DOCKER_MANIFEST) == 0);
+	return t && (strcmp(t, MEDIA_OCI_MANIFEST) == 0 || strcmp(t, MEDIA_DOCKER_MANIFEST) == 0);
 }
 
 static bool media_type_is_index(const char *t)
 {
-	return t && (strcmp(t, MEDIA_OCI_INDEX) == 0 ||
-		     strcmp(t, MEDIA_DOCKER_LIST) == 0);
+	return t && (strcmp(t, MEDIA_OCI_INDEX) == 0 || strcmp(t, MEDIA_DOCKER_LIST) == 0);
 }
 
 /* Content types that say nothing about the document: registries and
@@ -67,8 +64,7 @@ static bool content_type_is_generic(const char *t, size_t n)
 	if (n == 0)
 		return true;
 	for (size_t i = 0; i < ARRAY_SIZE(generic); i++)
-		if (strlen(generic[i]) == n &&
-		    strncasecmp(t, generic[i], n) == 0)
+		if (strlen(generic[i]) == n && strncasecmp(t, generic[i], n) == 0)
 			return true;
 	return false;
 }
@@ -76,8 +72,7 @@ static bool content_type_is_generic(const char *t, size_t n)
 /* The media type inside a Content-Type header value, without parameters
  * or surrounding blanks; NULL when the header carries no information.
  * Returns 0, -EBADMSG for a type pullfs does not parse, -ENOMEM. */
-static int content_type_normalise(struct parse_ctx *ctx,
-				  const char *content_type,
+static int content_type_normalise(struct parse_ctx *ctx, const char *content_type,
 				  const char **ret_type)
 {
 	static const char *const known[] = {
@@ -107,13 +102,12 @@ static int content_type_normalise(struct parse_ctx *ctx,
 			return 0;
 		}
 	}
-	return fail(ctx, "unsupported content type \"%.*s\"",
-		    (int)MIN(n, 100u), p);
+	return fail(ctx, "unsupported content type \"%.*s\"", (int)MIN(n, 100u), p);
 }
 
 /* Optional string member: absent is fine, anything but a string is not. */
-static int get_opt_string(struct parse_ctx *ctx, json_t *obj, const char *key,
-			  const char *where, const char **ret)
+static int get_opt_string(struct parse_ctx *ctx, json_t *obj, const char *key, const char *where,
+			  const char **ret)
 {
 	json_t *v = json_object_get(obj, key);
 
@@ -150,8 +144,8 @@ static void descriptor_done(struct descriptor *d)
 
 /* The annotations object: a map of strings to strings (OCI image spec),
  * anything else is refused rather than half-read. */
-static int annotations_parse(struct parse_ctx *ctx, json_t *obj,
-			     const char *where, struct descriptor *d)
+static int annotations_parse(struct parse_ctx *ctx, json_t *obj, const char *where,
+			     struct descriptor *d)
 {
 	const char *key;
 	json_t *v;
@@ -166,12 +160,12 @@ static int annotations_parse(struct parse_ctx *ctx, json_t *obj,
 	d->annotations = calloc(n, sizeof(*d->annotations));
 	if (!d->annotations)
 		return -ENOMEM;
-	json_object_foreach(obj, key, v) {
+	json_object_foreach(obj, key, v)
+	{
 		struct annotation *a = &d->annotations[d->n_annotations];
 
 		if (!json_is_string(v))
-			return fail(ctx, "%sannotations.%.100s is not a string",
-				    where, key);
+			return fail(ctx, "%sannotations.%.100s is not a string", where, key);
 		a->key = strdup(key);
 		a->value = strdup(json_string_value(v));
 		d->n_annotations++;
@@ -190,8 +184,8 @@ const char *descriptor_annotation(const struct descriptor *d, const char *key)
 }
 
 /* The platform object of an index entry. */
-static int platform_from_json(struct parse_ctx *ctx, json_t *obj,
-			      const char *where, struct platform *p)
+static int platform_from_json(struct parse_ctx *ctx, json_t *obj, const char *where,
+			      struct platform *p)
 {
 	const char *os, *arch, *variant;
 	char pwhere[64];
@@ -210,8 +204,7 @@ static int platform_from_json(struct parse_ctx *ctx, json_t *obj,
 		return fail(ctx, "%sos is missing", pwhere);
 	if (!arch)
 		return fail(ctx, "%sarchitecture is missing", pwhere);
-	if (dup_string(os, &p->os) < 0 ||
-	    dup_string(arch, &p->architecture) < 0 ||
+	if (dup_string(os, &p->os) < 0 || dup_string(arch, &p->architecture) < 0 ||
 	    dup_string(variant && *variant ? variant : NULL, &p->variant) < 0)
 		return -ENOMEM;
 	return 0;
@@ -220,9 +213,8 @@ static int platform_from_json(struct parse_ctx *ctx, json_t *obj,
 /* Fills *d from obj; where is the JSON path prefix for messages, like
  * "layers[2].".  On failure *d may be partly filled; the caller frees it
  * with descriptor_done(). */
-static int descriptor_parse(struct parse_ctx *ctx, json_t *obj,
-			    const char *where, bool with_platform,
-			    struct descriptor *d)
+static int descriptor_parse(struct parse_ctx *ctx, json_t *obj, const char *where,
+			    bool with_platform, struct descriptor *d)
 {
 	const char *media_type, *digest;
 	json_t *size, *platform, *annotations;
@@ -230,8 +222,7 @@ static int descriptor_parse(struct parse_ctx *ctx, json_t *obj,
 	int r;
 
 	if (!json_is_object(obj))
-		return fail(ctx, "%.*s is not an object",
-			    (int)strlen(where) - 1, where);
+		return fail(ctx, "%.*s is not an object", (int)strlen(where) - 1, where);
 
 	r = get_opt_string(ctx, obj, "mediaType", where, &media_type);
 	if (r < 0)
@@ -256,8 +247,7 @@ static int descriptor_parse(struct parse_ctx *ctx, json_t *obj,
 	if (sz < 0)
 		return fail(ctx, "%ssize is negative", where);
 
-	if (dup_string(media_type, &d->media_type) < 0 ||
-	    dup_string(digest, &d->digest) < 0)
+	if (dup_string(media_type, &d->media_type) < 0 || dup_string(digest, &d->digest) < 0)
 		return -ENOMEM;
 	d->size = (uint64_t)sz;
 
@@ -275,9 +265,8 @@ static int descriptor_parse(struct parse_ctx *ctx, json_t *obj,
 }
 
 /* Parses the array member key into a new descriptor array. */
-static int descriptor_array_parse(struct parse_ctx *ctx, json_t *root,
-				  const char *key, bool with_platform,
-				  struct descriptor **ret, size_t *ret_n)
+static int descriptor_array_parse(struct parse_ctx *ctx, json_t *root, const char *key,
+				  bool with_platform, struct descriptor **ret, size_t *ret_n)
 {
 	json_t *arr = json_object_get(root, key);
 	struct descriptor *ds;
@@ -300,8 +289,7 @@ static int descriptor_array_parse(struct parse_ctx *ctx, json_t *root,
 		int r;
 
 		snprintf(where, sizeof(where), "%s[%zu].", key, i);
-		r = descriptor_parse(ctx, json_array_get(arr, i), where,
-				     with_platform, &ds[i]);
+		r = descriptor_parse(ctx, json_array_get(arr, i), where, with_platform, &ds[i]);
 		if (r < 0) {
 			for (size_t j = 0; j <= i; j++)
 				descriptor_done(&ds[j]);
@@ -317,8 +305,7 @@ static int descriptor_array_parse(struct parse_ctx *ctx, json_t *root,
 
 /* Decides what the document is: its own mediaType, else the Content-Type,
  * else its shape. */
-static int manifest_type_resolve(struct parse_ctx *ctx, json_t *root,
-				 const char *content_type,
+static int manifest_type_resolve(struct parse_ctx *ctx, json_t *root, const char *content_type,
 				 const char **ret_type)
 {
 	const char *doc_type, *ct;
@@ -332,13 +319,10 @@ static int manifest_type_resolve(struct parse_ctx *ctx, json_t *root,
 		return r;
 
 	if (doc_type) {
-		if (!media_type_is_image(doc_type) &&
-		    !media_type_is_index(doc_type))
-			return fail(ctx, "unsupported mediaType \"%.100s\"",
-				    doc_type);
+		if (!media_type_is_image(doc_type) && !media_type_is_index(doc_type))
+			return fail(ctx, "unsupported mediaType \"%.100s\"", doc_type);
 		if (ct && strcmp(ct, doc_type) != 0)
-			return fail(ctx,
-				    "mediaType \"%s\" does not match content type \"%s\"",
+			return fail(ctx, "mediaType \"%s\" does not match content type \"%s\"",
 				    doc_type, ct);
 		*ret_type = doc_type;
 		return 0;
@@ -350,11 +334,11 @@ static int manifest_type_resolve(struct parse_ctx *ctx, json_t *root,
 
 	{
 		bool has_manifests = json_object_get(root, "manifests");
-		bool has_image = json_object_get(root, "layers") &&
-				 json_object_get(root, "config");
+		bool has_image = json_object_get(root, "layers") && json_object_get(root, "config");
 
 		if (has_manifests == has_image)
-			return fail(ctx, "cannot tell whether this is an index or an image manifest");
+			return fail(ctx,
+				    "cannot tell whether this is an index or an image manifest");
 		/* A document without mediaType is OCI: Docker's formats
 		 * always carry one. */
 		*ret_type = has_manifests ? MEDIA_OCI_INDEX : MEDIA_OCI_MANIFEST;
@@ -362,8 +346,8 @@ static int manifest_type_resolve(struct parse_ctx *ctx, json_t *root,
 	return 0;
 }
 
-int manifest_parse(const char *body, size_t len, const char *content_type,
-		   struct manifest **ret, char *errbuf, size_t errlen)
+int manifest_parse(const char *body, size_t len, const char *content_type, struct manifest **ret,
+		   char *errbuf, size_t errlen)
 {
 	struct parse_ctx ctx = { .errbuf = errbuf, .errlen = errlen };
 	_cleanup_(json_decrefp) json_t *root = NULL;
@@ -378,15 +362,15 @@ int manifest_parse(const char *body, size_t len, const char *content_type,
 	if (!body || len == 0)
 		return fail(&ctx, "empty document");
 	if (len > MANIFEST_MAX_BYTES)
-		return fail(&ctx, "document of %zu bytes exceeds the %u byte limit",
-			    len, MANIFEST_MAX_BYTES);
+		return fail(&ctx, "document of %zu bytes exceeds the %u byte limit", len,
+			    MANIFEST_MAX_BYTES);
 
 	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
 		if (json_error_code(&jerr) == json_error_out_of_memory)
 			return -ENOMEM;
-		return fail(&ctx, "invalid JSON at line %d column %d: %s",
-			    jerr.line, jerr.column, jerr.text);
+		return fail(&ctx, "invalid JSON at line %d column %d: %s", jerr.line, jerr.column,
+			    jerr.text);
 	}
 	if (!json_is_object(root))
 		return fail(&ctx, "document is not a JSON object");
@@ -410,20 +394,19 @@ int manifest_parse(const char *body, size_t len, const char *content_type,
 
 	if (media_type_is_index(type)) {
 		m->kind = MANIFEST_INDEX;
-		r = descriptor_array_parse(&ctx, root, "manifests", true,
-					   &m->manifests, &m->n_manifests);
+		r = descriptor_array_parse(&ctx, root, "manifests", true, &m->manifests,
+					   &m->n_manifests);
 		if (r < 0)
 			return r;
 	} else {
 		m->kind = MANIFEST_IMAGE;
 		if (!json_object_get(root, "config"))
 			return fail(&ctx, "config is missing");
-		r = descriptor_parse(&ctx, json_object_get(root, "config"),
-				     "config.", false, &m->config);
+		r = descriptor_parse(&ctx, json_object_get(root, "config"), "config.", false,
+				     &m->config);
 		if (r < 0)
 			return r;
-		r = descriptor_array_parse(&ctx, root, "layers", false,
-					   &m->layers, &m->n_layers);
+		r = descriptor_array_parse(&ctx, root, "layers", false, &m->layers, &m->n_layers);
 		if (r < 0)
 			return r;
 	}
@@ -467,8 +450,7 @@ const struct descriptor *manifest_select_platform(const struct manifest *m,
 	const char *want;
 	int best_rank = 0;
 
-	if (!m || !p || !p->os || !p->architecture ||
-	    m->kind != MANIFEST_INDEX)
+	if (!m || !p || !p->os || !p->architecture || m->kind != MANIFEST_INDEX)
 		return NULL;
 	want = variant_normalise(p->architecture, p->variant);
 
@@ -478,13 +460,11 @@ const struct descriptor *manifest_select_platform(const struct manifest *m,
 		int rank;
 
 		if (!media_type_is_image(d->media_type) || !d->platform.os ||
-		    !d->platform.architecture ||
-		    strcmp(d->platform.os, p->os) != 0 ||
+		    !d->platform.architecture || strcmp(d->platform.os, p->os) != 0 ||
 		    strcmp(d->platform.architecture, p->architecture) != 0)
 			continue;
 
-		have = variant_normalise(d->platform.architecture,
-					 d->platform.variant);
+		have = variant_normalise(d->platform.architecture, d->platform.variant);
 		if (str_eq(have, want))
 			return d;
 		/* An entry without variant is generic enough to run on a
@@ -530,14 +510,14 @@ void platform_native(struct platform *ret)
 		const char *arch;
 		const char *variant;
 	} map[] = {
-		{ "x86_64", "amd64", NULL },   { "amd64", "amd64", NULL },
-		{ "aarch64", "arm64", "v8" },  { "arm64", "arm64", "v8" },
-		{ "armv8l", "arm", "v7" },     { "armv7l", "arm", "v7" },
-		{ "armv6l", "arm", "v6" },     { "armv5tel", "arm", "v5" },
-		{ "i686", "386", NULL },       { "i586", "386", NULL },
-		{ "i386", "386", NULL },       { "ppc64le", "ppc64le", NULL },
-		{ "s390x", "s390x", NULL },    { "riscv64", "riscv64", NULL },
-		{ "mips64", "mips64", NULL },  { "loongarch64", "loong64", NULL },
+		{ "x86_64", "amd64", NULL },  { "amd64", "amd64", NULL },
+		{ "aarch64", "arm64", "v8" }, { "arm64", "arm64", "v8" },
+		{ "armv8l", "arm", "v7" },    { "armv7l", "arm", "v7" },
+		{ "armv6l", "arm", "v6" },    { "armv5tel", "arm", "v5" },
+		{ "i686", "386", NULL },      { "i586", "386", NULL },
+		{ "i386", "386", NULL },      { "ppc64le", "ppc64le", NULL },
+		{ "s390x", "s390x", NULL },   { "riscv64", "riscv64", NULL },
+		{ "mips64", "mips64", NULL }, { "loongarch64", "loong64", NULL },
 	};
 	struct utsname u;
 
@@ -577,9 +557,8 @@ static bool platform_part_valid(const char *s, size_t n)
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		char c = s[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		      (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-		      c == '-'))
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-'))
 			return false;
 	}
 	return true;
@@ -603,11 +582,8 @@ int platform_parse(const char *s, struct platform *ret)
 		const char *alias;
 		const char *arch;
 	} arch_alias[] = {
-		{ "x86_64", "amd64" },
-		{ "x86-64", "amd64" },
-		{ "aarch64", "arm64" },
-		{ "i386", "386" },
-		{ "i686", "386" },
+		{ "x86_64", "amd64" }, { "x86-64", "amd64" }, { "aarch64", "arm64" },
+		{ "i386", "386" },     { "i686", "386" },
 	};
 	struct platform p = {};
 	const char *parts[3];
@@ -667,21 +643,16 @@ void platform_done(struct platform *p)
 	p->os = p->architecture = p->variant = NULL;
 }
 
-int layer_media_type_compression(const char *media_type,
-				 enum layer_compression *ret)
+int layer_media_type_compression(const char *media_type, enum layer_compression *ret)
 {
 	static const struct {
 		const char *type;
 		enum layer_compression compression;
 	} map[] = {
-		{ MEDIA_OCI_LAYER, LAYER_UNCOMPRESSED },
-		{ MEDIA_OCI_LAYER_GZIP, LAYER_GZIP },
-		{ MEDIA_OCI_LAYER_ZSTD, LAYER_ZSTD },
-		{ MEDIA_OCI_LAYER_ND, LAYER_UNCOMPRESSED },
-		{ MEDIA_OCI_LAYER_ND_GZIP, LAYER_GZIP },
-		{ MEDIA_OCI_LAYER_ND_ZSTD, LAYER_ZSTD },
-		{ MEDIA_DOCKER_LAYER_GZIP, LAYER_GZIP },
-		{ MEDIA_DOCKER_LAYER_FOREIGN, LAYER_GZIP },
+		{ MEDIA_OCI_LAYER, LAYER_UNCOMPRESSED }, { MEDIA_OCI_LAYER_GZIP, LAYER_GZIP },
+		{ MEDIA_OCI_LAYER_ZSTD, LAYER_ZSTD },	 { MEDIA_OCI_LAYER_ND, LAYER_UNCOMPRESSED },
+		{ MEDIA_OCI_LAYER_ND_GZIP, LAYER_GZIP }, { MEDIA_OCI_LAYER_ND_ZSTD, LAYER_ZSTD },
+		{ MEDIA_DOCKER_LAYER_GZIP, LAYER_GZIP }, { MEDIA_DOCKER_LAYER_FOREIGN, LAYER_GZIP },
 	};
 
 	if (!media_type)

@@ -24,9 +24,8 @@
 
 /* The Accept header value for manifest requests: every type above that
  * names a manifest or an index. */
-#define MANIFEST_ACCEPT                                                       \
-	MEDIA_OCI_MANIFEST ", " MEDIA_OCI_INDEX ", " MEDIA_DOCKER_MANIFEST    \
-			   ", " MEDIA_DOCKER_LIST
+#define MANIFEST_ACCEPT \
+	MEDIA_OCI_MANIFEST ", " MEDIA_OCI_INDEX ", " MEDIA_DOCKER_MANIFEST ", " MEDIA_DOCKER_LIST
 
 #define MANIFEST_MAX_BYTES (4u << 20)
 
@@ -66,8 +65,8 @@ enum manifest_kind {
 struct manifest {
 	enum manifest_kind kind;
 	char *media_type;
-	struct descriptor config;    /* MANIFEST_IMAGE */
-	struct descriptor *layers;   /* MANIFEST_IMAGE, base layer first */
+	struct descriptor config;  /* MANIFEST_IMAGE */
+	struct descriptor *layers; /* MANIFEST_IMAGE, base layer first */
 	size_t n_layers;
 	struct descriptor *manifests; /* MANIFEST_INDEX */
 	size_t n_manifests;
@@ -79,8 +78,8 @@ struct manifest {
  * and media type is checked.  Returns 0 with a new manifest in *ret, or
  * -EBADMSG (with a one-line reason in errbuf when errbuf is not NULL) for
  * anything malformed, -ENOMEM. */
-int manifest_parse(const char *body, size_t len, const char *content_type,
-		   struct manifest **ret, char *errbuf, size_t errlen);
+int manifest_parse(const char *body, size_t len, const char *content_type, struct manifest **ret,
+		   char *errbuf, size_t errlen);
 void manifest_free(struct manifest *m);
 
 /* The value of annotation key on d (borrowed from d), NULL when absent. */
@@ -106,5 +105,4 @@ void platform_done(struct platform *p);
 
 /* Maps a layer media type to its compression.  Returns 0, or -ENOTSUP
  * for media types that are not tar layers pullfs can unpack. */
-int layer_media_type_compression(const char *media_type,
-				 enum layer_compression *ret);
+int layer_media_type_compression(const char *media_type, enum layer_compression *ret);

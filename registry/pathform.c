@@ -29,8 +29,8 @@ static int invalid(struct pathform_step *s, const char *why)
 	return 0;
 }
 
-static int directory(struct pathform_step *s, enum pathform_kind kind,
-		     unsigned depth, bool short_form, char *prefix)
+static int directory(struct pathform_step *s, enum pathform_kind kind, unsigned depth,
+		     bool short_form, char *prefix)
 {
 	if (!prefix)
 		return -ENOMEM;
@@ -58,8 +58,7 @@ static int closes_reference(const struct pathform_dir *dir, const char *name,
 
 /* The symlink of a docker.io short name: up to images/, then down the
  * canonical path, so both spellings lead to one image. */
-static int short_link(const struct pathform_dir *dir, const char *name,
-		      struct pathform_step *s)
+static int short_link(const struct pathform_dir *dir, const char *name, struct pathform_step *s)
 {
 	_cleanup_free_ char *full = NULL, *canonical = NULL;
 	struct reference *ref = NULL;
@@ -93,8 +92,7 @@ static int short_link(const struct pathform_dir *dir, const char *name,
 }
 
 int pathform_step(const struct pathform_dir *dir, const char *name,
-		  pathform_known_host_fn *known_host, void *userdata,
-		  struct pathform_step *ret)
+		  pathform_known_host_fn *known_host, void *userdata, struct pathform_step *ret)
 {
 	bool is_host, closes;
 	int r;
@@ -103,8 +101,7 @@ int pathform_step(const struct pathform_dir *dir, const char *name,
 	/* A host opens a reference only in the first position; elsewhere,
 	 * and for names that are not hosts, the short-name rules apply. */
 	is_host = dir->depth == 0 &&
-		  (reference_component_is_host(name) ||
-		   (known_host && known_host(userdata, name)));
+		  (reference_component_is_host(name) || (known_host && known_host(userdata, name)));
 	closes = !is_host && reference_component_closes(name);
 	if (is_host)
 		r = directory(ret, PATHFORM_HOST, 1, false, strdup(name));
@@ -115,8 +112,7 @@ int pathform_step(const struct pathform_dir *dir, const char *name,
 	else if (!reference_path_component_is_valid(name))
 		r = invalid(ret, "neither a host, a repository path component nor a tag or digest");
 	else if (dir->depth == 0)
-		r = directory(ret, PATHFORM_DIR, 1, true,
-			      join(REFERENCE_DEFAULT_DOMAIN, name));
+		r = directory(ret, PATHFORM_DIR, 1, true, join(REFERENCE_DEFAULT_DOMAIN, name));
 	else
 		r = directory(ret, PATHFORM_DIR, dir->depth + 1, dir->short_form,
 			      join(dir->prefix, name));

@@ -44,10 +44,10 @@ struct pathform_step {
 		unsigned depth;
 		bool short_form;
 		char *prefix;
-	} dir;			/* HOST, DIR, SHORT_LINK */
-	char *text;		/* REFERENCE: the reference as the path spells it */
-	struct reference *ref;	/* REFERENCE: parsed, or NULL */
-	char *target;		/* SHORT_LINK */
+	} dir;		       /* HOST, DIR, SHORT_LINK */
+	char *text;	       /* REFERENCE: the reference as the path spells it */
+	struct reference *ref; /* REFERENCE: parsed, or NULL */
+	char *target;	       /* SHORT_LINK */
 };
 
 /* Whether a first component that does not look like a host is one the
@@ -59,8 +59,7 @@ typedef bool pathform_known_host_fn(void *userdata, const char *host);
  * first component that does not look like a host; it may be NULL.  Does
  * not block.  Returns 0 (an invalid component included), or -ENOMEM. */
 int pathform_step(const struct pathform_dir *dir, const char *name,
-		  pathform_known_host_fn *known_host, void *userdata,
-		  struct pathform_step *ret);
+		  pathform_known_host_fn *known_host, void *userdata, struct pathform_step *ret);
 
 /* Frees what a step holds; the step may be zeroed or half filled. */
 void pathform_step_done(struct pathform_step *s);

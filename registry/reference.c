@@ -111,8 +111,8 @@ static bool port_in_range(const char *s, size_t n)
  * host including IPv6 brackets; returns false on bad syntax, and, with
  * check_port, on a port outside 1..65535.  When ret_has_dot is set it
  * tells whether a dotted host name was seen. */
-static bool domain_scan(const char *s, size_t n, bool check_port,
-			size_t *ret_host_len, bool *ret_has_dot)
+static bool domain_scan(const char *s, size_t n, bool check_port, size_t *ret_host_len,
+			bool *ret_has_dot)
 {
 	size_t host_len;
 	bool has_dot = false;
@@ -236,16 +236,14 @@ int reference_parse(const char *s, unsigned flags, struct reference **ret)
 	last_slash = memrchr(s, '/', (size_t)(name_end - s));
 	tag_colon = memchr(last_slash ? last_slash + 1 : s, ':',
 			   (size_t)(name_end - (last_slash ? last_slash + 1 : s)));
-	if (tag_colon && !tag_valid(tag_colon + 1,
-				    (size_t)(name_end - tag_colon - 1)))
+	if (tag_colon && !tag_valid(tag_colon + 1, (size_t)(name_end - tag_colon - 1)))
 		return -EINVAL;
 	name_len = (size_t)((tag_colon ? tag_colon : name_end) - s);
 
 	path = s;
 	path_len = name_len;
 	first_slash = memchr(s, '/', name_len);
-	if (first_slash &&
-	    first_component_is_domain(s, (size_t)(first_slash - s))) {
+	if (first_slash && first_component_is_domain(s, (size_t)(first_slash - s))) {
 		domain = s;
 		domain_len = (size_t)(first_slash - s);
 		path = first_slash + 1;
@@ -256,9 +254,8 @@ int reference_parse(const char *s, unsigned flags, struct reference **ret)
 	if (!path_valid(path, path_len))
 		return -EINVAL;
 
-	if (!domain ||
-	    (domain_len == strlen(LEGACY_DOMAIN) &&
-	     memcmp(domain, LEGACY_DOMAIN, domain_len) == 0)) {
+	if (!domain || (domain_len == strlen(LEGACY_DOMAIN) &&
+			memcmp(domain, LEGACY_DOMAIN, domain_len) == 0)) {
 		domain = REFERENCE_DEFAULT_DOMAIN;
 		domain_len = strlen(REFERENCE_DEFAULT_DOMAIN);
 	}
@@ -266,8 +263,7 @@ int reference_parse(const char *s, unsigned flags, struct reference **ret)
 		   memcmp(domain, REFERENCE_DEFAULT_DOMAIN, domain_len) == 0 &&
 		   !memchr(path, '/', path_len);
 
-	total = domain_len + 1 + (official ? strlen(OFFICIAL_PREFIX) : 0) +
-		path_len;
+	total = domain_len + 1 + (official ? strlen(OFFICIAL_PREFIX) : 0) + path_len;
 	if (total > REFERENCE_NAME_MAX)
 		return -EINVAL;
 
@@ -277,8 +273,8 @@ int reference_parse(const char *s, unsigned flags, struct reference **ret)
 	r->domain = strndup(domain, domain_len);
 	if (!r->domain)
 		return -ENOMEM;
-	if (asprintf(&r->path, "%s%.*s", official ? OFFICIAL_PREFIX : "",
-		     (int)path_len, path) < 0) {
+	if (asprintf(&r->path, "%s%.*s", official ? OFFICIAL_PREFIX : "", (int)path_len, path) <
+	    0) {
 		r->path = NULL;
 		return -ENOMEM;
 	}
@@ -305,9 +301,8 @@ char *reference_to_string(const struct reference *r)
 {
 	char *s;
 
-	if (asprintf(&s, "%s/%s%s%s%s%s", r->domain, r->path,
-		     r->tag ? ":" : "", r->tag ? r->tag : "",
-		     r->digest ? "@" : "", r->digest ? r->digest : "") < 0)
+	if (asprintf(&s, "%s/%s%s%s%s%s", r->domain, r->path, r->tag ? ":" : "",
+		     r->tag ? r->tag : "", r->digest ? "@" : "", r->digest ? r->digest : "") < 0)
 		return NULL;
 	return s;
 }
@@ -347,8 +342,7 @@ bool reference_component_is_host(const char *component)
 		return false;
 	if (component[0] == '[' || has_dot)
 		return true;
-	return host_len == strlen("localhost") &&
-	       memcmp(component, "localhost", host_len) == 0;
+	return host_len == strlen("localhost") && memcmp(component, "localhost", host_len) == 0;
 }
 
 bool reference_component_closes(const char *component)
@@ -366,9 +360,7 @@ bool reference_component_closes(const char *component)
 		return false;
 	if (colon && !tag_valid(colon + 1, (size_t)(name_end - colon - 1)))
 		return false;
-	return path_component_valid(
-		component,
-		(size_t)((colon ? colon : name_end) - component));
+	return path_component_valid(component, (size_t)((colon ? colon : name_end) - component));
 }
 
 bool reference_path_component_is_valid(const char *component)

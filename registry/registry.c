@@ -34,7 +34,7 @@ struct registry {
 	size_t n_insecure_hosts;
 	const struct registry_hosts *hosts; /* borrowed, read-only */
 	struct retry_policy retry;
-	const atomic_bool *cancel; /* borrowed; may be NULL */
+	const atomic_bool *cancel;		  /* borrowed; may be NULL */
 	struct registry_transport *own_transport; /* libcurl, unless one was given */
 	/* transport, the token cache (locks itself) and the credentials
 	 * cache (locks itself; a Basic registry is asked for them on every
@@ -88,8 +88,7 @@ static const char *api_host(const char *domain)
 /* The pieces of a URL come from references that were parsed already, but
  * a stray '?', '#', '@' or "/../" here would change which host or path
  * the transport asks for, so they are checked against the grammar again. */
-static int check_names(const char *domain, const char *repo,
-		       struct registry_error *err)
+static int check_names(const char *domain, const char *repo, struct registry_error *err)
 {
 	if (!reference_domain_is_valid(domain))
 		return registry_error_set(err, 0, -EINVAL, "invalid registry host \"%s\"",
@@ -100,8 +99,7 @@ static int check_names(const char *domain, const char *repo,
 	return 0;
 }
 
-static int check_manifest_ref(const char *ref, bool *ret_by_digest,
-			      struct registry_error *err)
+static int check_manifest_ref(const char *ref, bool *ret_by_digest, struct registry_error *err)
 {
 	if (ref && strchr(ref, ':')) {
 		if (!digest_is_valid(ref))
@@ -160,11 +158,10 @@ int registry_new(const struct registry_options *opts, struct registry **ret)
 			.connect_timeout_ms = opts->connect_timeout_ms > 0
 						      ? opts->connect_timeout_ms
 						      : DEFAULT_CONNECT_TIMEOUT_MS,
-			.low_speed_time_s = opts->low_speed_time_s > 0
-						    ? opts->low_speed_time_s
-						    : DEFAULT_LOW_SPEED_TIME_S,
-			.user_agent = opts->user_agent ? opts->user_agent
-						       : "pullfs/" PULLFS_VERSION,
+			.low_speed_time_s = opts->low_speed_time_s > 0 ? opts->low_speed_time_s
+								       : DEFAULT_LOW_SPEED_TIME_S,
+			.user_agent =
+				opts->user_agent ? opts->user_agent : "pullfs/" PULLFS_VERSION,
 			.cancel = opts->cancel,
 		};
 		if (transport_curl_new(&co, &r->own_transport) < 0)
@@ -203,8 +200,8 @@ void registry_manifest_free(struct registry_manifest *m)
 	free(m);
 }
 
-static void token_drop(struct registry *r, const struct auth_challenge *ch,
-		       const char *repo, const char *token)
+static void token_drop(struct registry *r, const struct auth_challenge *ch, const char *repo,
+		       const char *token)
 {
 	_cleanup_free_ char *scope = NULL;
 
@@ -232,9 +229,9 @@ static void sleep_ms(const struct registry *r, int64_t ms)
 
 /* One try at an endpoint, with what the host asked for last time; a 401
  * is answered once with fresh credentials. */
-static int attempt_run(struct registry *r, struct request *q, const char *method,
-		       const char *url, const struct hosts_endpoint *ep,
-		       const char *domain, const char *repo, const char *accept)
+static int attempt_run(struct registry *r, struct request *q, const char *method, const char *url,
+		       const struct hosts_endpoint *ep, const char *domain, const char *repo,
+		       const char *accept)
 {
 	struct auth_challenge known, ch;
 	struct transport_auth auth = { 0 };
@@ -245,8 +242,8 @@ static int attempt_run(struct registry *r, struct request *q, const char *method
 	int k;
 
 	if (had) {
-		k = auth_answer(&r->auth, ep, domain, repo, &known, false, &auth, &token,
-				&cred, q->err);
+		k = auth_answer(&r->auth, ep, domain, repo, &known, false, &auth, &token, &cred,
+				q->err);
 		if (k < 0)
 			goto out;
 	}
@@ -270,9 +267,10 @@ static int attempt_run(struct registry *r, struct request *q, const char *method
 	if (k < 0)
 		goto out;
 	if (!auth.username && !auth.bearer_token) {
-		k = registry_error_set(q->err, 401, -EACCES,
-				       "%s requires authentication and there are no credentials for %s",
-				       ep->host, ep->mirror ? ep->host : domain);
+		k = registry_error_set(
+			q->err, 401, -EACCES,
+			"%s requires authentication and there are no credentials for %s", ep->host,
+			ep->mirror ? ep->host : domain);
 		goto out;
 	}
 	k = request_perform(r->auth.transport, q, method, url, ep, &auth, accept, NULL);
@@ -291,9 +289,9 @@ out:
 
 /* An endpoint, with retries when it is the last one: a mirror that fails
  * passes the request on at once instead. */
-static int endpoint_run(struct registry *r, struct request *q, const char *method,
-			const char *url, const struct hosts_endpoint *ep, bool last,
-			const char *domain, const char *repo, const char *accept)
+static int endpoint_run(struct registry *r, struct request *q, const char *method, const char *url,
+			const struct hosts_endpoint *ep, bool last, const char *domain,
+			const char *repo, const char *accept)
 {
 	int64_t waited = 0, d;
 	unsigned retry = 0, resumes = 0;
@@ -332,9 +330,9 @@ static bool may_fall_through(const struct request *q, int k)
 	return true;
 }
 
-static int op_run(struct registry *r, struct request *q, const char *method,
-		  const char *domain, const char *repo, const char *kind,
-		  const char *ref, unsigned cap, const char *accept)
+static int op_run(struct registry *r, struct request *q, const char *method, const char *domain,
+		  const char *repo, const char *kind, const char *ref, unsigned cap,
+		  const char *accept)
 {
 	struct hosts_endpoint eps[HOSTS_MAX_ENDPOINTS];
 	size_t n = registry_hosts_endpoints(r->hosts, domain, api_host(domain),
@@ -345,9 +343,9 @@ static int op_run(struct registry *r, struct request *q, const char *method,
 		const struct hosts_endpoint *ep = &eps[i];
 		_cleanup_free_ char *url = NULL;
 
-		if (asprintf(&url, "%s://%s%s/%s/%s/%s%s%s", ep->https ? "https" : "http",
-			     ep->host, ep->path, repo, kind, ref,
-			     ep->mirror ? "?ns=" : "", ep->mirror ? ep->ns : "") < 0)
+		if (asprintf(&url, "%s://%s%s/%s/%s/%s%s%s", ep->https ? "https" : "http", ep->host,
+			     ep->path, repo, kind, ref, ep->mirror ? "?ns=" : "",
+			     ep->mirror ? ep->ns : "") < 0)
 			return registry_error_set(q->err, 0, -ENOMEM, "out of memory");
 		transport_describe_url(url, q->where, sizeof(q->where));
 		k = endpoint_run(r, q, method, url, ep, i + 1 == n, domain, repo, accept);
@@ -359,9 +357,8 @@ static int op_run(struct registry *r, struct request *q, const char *method,
 
 /* What a GET and a HEAD of a manifest share: the names checked and
  * whether the reference is a digest. */
-static int manifest_request_begin(const char *domain, const char *repo,
-				  const char *tag_or_digest, bool *ret_by_digest,
-				  struct registry_error *err)
+static int manifest_request_begin(const char *domain, const char *repo, const char *tag_or_digest,
+				  bool *ret_by_digest, struct registry_error *err)
 {
 	int k;
 
@@ -372,13 +369,14 @@ static int manifest_request_begin(const char *domain, const char *repo,
 	return check_manifest_ref(tag_or_digest, ret_by_digest, err);
 }
 
-int registry_get_manifest(struct registry *r, const char *domain,
-			  const char *repo, const char *tag_or_digest,
-			  struct registry_manifest **ret,
+int registry_get_manifest(struct registry *r, const char *domain, const char *repo,
+			  const char *tag_or_digest, struct registry_manifest **ret,
 			  struct registry_error *err)
 {
 	_cleanup_(registry_manifest_freep) struct registry_manifest *m = NULL;
-	struct request q = { .err = err, .kind = BODY_BUFFER, .buf_max = MANIFEST_MAX_BYTES,
+	struct request q = { .err = err,
+			     .kind = BODY_BUFFER,
+			     .buf_max = MANIFEST_MAX_BYTES,
 			     .buf_what = "manifest" };
 	char digest[DIGEST_STRING_MAX];
 	bool by_digest;
@@ -424,9 +422,8 @@ out:
 	return k;
 }
 
-int registry_head_manifest(struct registry *r, const char *domain,
-			   const char *repo, const char *tag_or_digest,
-			   char **ret_digest, struct registry_error *err)
+int registry_head_manifest(struct registry *r, const char *domain, const char *repo,
+			   const char *tag_or_digest, char **ret_digest, struct registry_error *err)
 {
 	_cleanup_(registry_manifest_freep) struct registry_manifest *m = NULL;
 	struct request q = { .err = err, .kind = BODY_NONE };
@@ -446,8 +443,8 @@ int registry_head_manifest(struct registry *r, const char *domain,
 	reported = q.resp.docker_digest;
 	if (reported && digest_is_valid(reported)) {
 		if (by_digest && strcmp(reported, tag_or_digest) != 0) {
-			k = registry_error_set(err, q.resp.status, -EBADMSG,
-					       "%s reports digest %s", q.where, reported);
+			k = registry_error_set(err, q.resp.status, -EBADMSG, "%s reports digest %s",
+					       q.where, reported);
 			goto out;
 		}
 		*ret_digest = TAKE_PTR(q.resp.docker_digest);
@@ -468,8 +465,8 @@ out:
 
 /* What a whole blob and a range share: the names checked, the request
  * run over the endpoints, and every byte asked for delivered. */
-static int blob_run(struct registry *r, struct request *q, const char *domain,
-		    const char *repo, const char *digest)
+static int blob_run(struct registry *r, struct request *q, const char *domain, const char *repo,
+		    const char *digest)
 {
 	int k;
 
@@ -487,19 +484,23 @@ static int blob_run(struct registry *r, struct request *q, const char *domain,
 		return k;
 	if (q->got != q->size)
 		return registry_error_set(q->err, q->resp.status, -EBADMSG,
-					  "blob from %s ends after %" PRIu64 " of %" PRIu64 " bytes",
+					  "blob from %s ends after %" PRIu64 " of %" PRIu64
+					  " bytes",
 					  q->where, q->got, q->size);
 	return 0;
 }
 
-int registry_get_blob(struct registry *r, const char *domain,
-		      const char *repo, const char *digest, uint64_t size,
-		      registry_sink_fn sink, void *userdata,
+int registry_get_blob(struct registry *r, const char *domain, const char *repo, const char *digest,
+		      uint64_t size, registry_sink_fn sink, void *userdata,
 		      struct registry_error *err)
 {
 	_cleanup_(hasher_freep) struct hasher *hasher = hasher_new();
-	struct request q = { .err = err, .kind = BODY_SINK, .sink = sink,
-			     .userdata = userdata, .blob_size = size, .size = size,
+	struct request q = { .err = err,
+			     .kind = BODY_SINK,
+			     .sink = sink,
+			     .userdata = userdata,
+			     .blob_size = size,
+			     .size = size,
 			     .hasher = hasher };
 	char got[DIGEST_STRING_MAX];
 	int k;
@@ -511,8 +512,8 @@ int registry_get_blob(struct registry *r, const char *domain,
 		goto out;
 	hasher_final(hasher, got);
 	if (strcmp(got, digest) != 0) {
-		k = registry_error_set(err, q.resp.status, -EBADMSG,
-				       "blob from %s hashes to %s", q.where, got);
+		k = registry_error_set(err, q.resp.status, -EBADMSG, "blob from %s hashes to %s",
+				       q.where, got);
 		goto out;
 	}
 	k = 0;
@@ -521,20 +522,24 @@ out:
 	return k;
 }
 
-int registry_get_blob_range(struct registry *r, const char *domain,
-			    const char *repo, const char *digest, uint64_t size,
-			    uint64_t offset, uint64_t length,
-			    registry_sink_fn sink, void *userdata,
-			    struct registry_error *err)
+int registry_get_blob_range(struct registry *r, const char *domain, const char *repo,
+			    const char *digest, uint64_t size, uint64_t offset, uint64_t length,
+			    registry_sink_fn sink, void *userdata, struct registry_error *err)
 {
-	struct request q = { .err = err, .kind = BODY_SINK, .sink = sink,
-			     .userdata = userdata, .blob_size = size, .offset = offset,
-			     .size = length, .ranged = true };
+	struct request q = { .err = err,
+			     .kind = BODY_SINK,
+			     .sink = sink,
+			     .userdata = userdata,
+			     .blob_size = size,
+			     .offset = offset,
+			     .size = length,
+			     .ranged = true };
 	int k;
 
 	if (offset > size || length > size - offset)
 		return registry_error_set(err, 0, -EINVAL,
-					  "bytes %" PRIu64 "+%" PRIu64 " are outside a blob of %" PRIu64,
+					  "bytes %" PRIu64 "+%" PRIu64
+					  " are outside a blob of %" PRIu64,
 					  offset, length, size);
 	k = blob_run(r, &q, domain, repo, digest);
 	request_done(&q);

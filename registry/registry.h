@@ -26,9 +26,9 @@ struct registry_options {
 	 * CAs. */
 	const char *const *insecure_hosts;
 	size_t n_insecure_hosts;
-	long connect_timeout_ms;  /* 0: 10 s */
-	long low_speed_time_s;	  /* abort a transfer slower than 1 KiB/s for this long; 0: 30 s */
-	const char *user_agent;	  /* NULL: "pullfs/<version>" */
+	long connect_timeout_ms; /* 0: 10 s */
+	long low_speed_time_s;	 /* abort a transfer slower than 1 KiB/s for this long; 0: 30 s */
+	const char *user_agent;	 /* NULL: "pullfs/<version>" */
 	/* Mirrors, insecure registries and TLS files per registry (hosts.h);
 	 * NULL: none.  Borrowed: must outlive the client. */
 	const struct registry_hosts *hosts;
@@ -82,18 +82,17 @@ void registry_manifest_free(struct registry_manifest *m);
  * -EIO (anything else), -EINVAL (domain, repo or tag_or_digest outside
  * the reference grammar), -ENOMEM; err (may be NULL) says why in words
  * and is only meaningful after a failure. */
-int registry_get_manifest(struct registry *r, const char *domain,
-			  const char *repo, const char *tag_or_digest,
-			  struct registry_manifest **ret,
+int registry_get_manifest(struct registry *r, const char *domain, const char *repo,
+			  const char *tag_or_digest, struct registry_manifest **ret,
 			  struct registry_error *err);
 
 /* HEAD of the same URL: the digest the registry reports for the tag
  * (Docker-Content-Digest), into ret_digest (caller frees).  When the
  * header is missing or not a sha256 digest, falls back to a GET and hashes
  * the body.  Same errors. */
-int registry_head_manifest(struct registry *r, const char *domain,
-			   const char *repo, const char *tag_or_digest,
-			   char **ret_digest, struct registry_error *err);
+int registry_head_manifest(struct registry *r, const char *domain, const char *repo,
+			   const char *tag_or_digest, char **ret_digest,
+			   struct registry_error *err);
 
 /* Called with each chunk of blob data in order; returns 0 or -errno to
  * abort the transfer with that error. */
@@ -110,9 +109,8 @@ typedef int (*registry_sink_fn)(void *userdata, const void *buf, size_t len);
  * the whole blob has the bytes already seen skipped.  Retries exhausted:
  * -EHOSTUNREACH.  Blocks.  Errors as
  * registry_get_manifest, plus whatever the sink returned, unchanged. */
-int registry_get_blob(struct registry *r, const char *domain,
-		      const char *repo, const char *digest, uint64_t size,
-		      registry_sink_fn sink, void *userdata,
+int registry_get_blob(struct registry *r, const char *domain, const char *repo, const char *digest,
+		      uint64_t size, registry_sink_fn sink, void *userdata,
 		      struct registry_error *err);
 
 /* GET of bytes [offset, offset + length) of the blob (a blob of `size`
@@ -126,8 +124,6 @@ int registry_get_blob(struct registry *r, const char *domain,
  * from the first byte not yet seen, like registry_get_blob.  Blocks.
  * Errors as registry_get_blob, plus -EINVAL for a range outside the
  * blob. */
-int registry_get_blob_range(struct registry *r, const char *domain,
-			    const char *repo, const char *digest, uint64_t size,
-			    uint64_t offset, uint64_t length,
-			    registry_sink_fn sink, void *userdata,
-			    struct registry_error *err);
+int registry_get_blob_range(struct registry *r, const char *domain, const char *repo,
+			    const char *digest, uint64_t size, uint64_t offset, uint64_t length,
+			    registry_sink_fn sink, void *userdata, struct registry_error *err);

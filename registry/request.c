@@ -17,13 +17,13 @@
 #include "macro.h"
 #include "retry.h"
 
-static int body_buffer(struct request *q, const struct transport_response *resp,
-		       const char *data, size_t n)
+static int body_buffer(struct request *q, const struct transport_response *resp, const char *data,
+		       size_t n)
 {
 	if (n > q->buf_max - q->len)
 		return registry_error_set(q->err, resp->status, -EBADMSG,
-					  "%s from %s is larger than %zu bytes",
-					  q->buf_what, resp->where, q->buf_max);
+					  "%s from %s is larger than %zu bytes", q->buf_what,
+					  resp->where, q->buf_max);
 	if (q->len + n > q->cap) {
 		size_t cap = MAX(q->cap * 2, (size_t)16384);
 		char *p;
@@ -31,8 +31,7 @@ static int body_buffer(struct request *q, const struct transport_response *resp,
 		cap = MIN(MAX(cap, q->len + n), q->buf_max);
 		p = realloc(q->buf, cap + 1);
 		if (!p)
-			return registry_error_set(q->err, resp->status, -ENOMEM,
-						  "out of memory");
+			return registry_error_set(q->err, resp->status, -ENOMEM, "out of memory");
 		q->buf = p;
 		q->cap = cap;
 	}
@@ -57,7 +56,8 @@ static int body_sink_start(struct request *q, const struct transport_response *r
 		if (resp->range_start < 0 || (uint64_t)resp->range_start != from)
 			return registry_error_set(q->err, resp->status, -EBADMSG,
 						  "%s answers a Range request from byte %" PRIu64
-						  " with another range", resp->where, from);
+						  " with another range",
+						  resp->where, from);
 		expect = q->size - q->got;
 	} else {
 		/* A 200 to a Range request: the whole blob. */
@@ -78,8 +78,8 @@ static int body_sink_start(struct request *q, const struct transport_response *r
 				  q->blob_size);
 }
 
-static int body_sink(struct request *q, const struct transport_response *resp,
-		     const char *data, size_t n)
+static int body_sink(struct request *q, const struct transport_response *resp, const char *data,
+		     size_t n)
 {
 	bool enough = false;
 	int r;
@@ -121,8 +121,8 @@ static int body_sink(struct request *q, const struct transport_response *resp,
 	return enough ? TRANSPORT_BODY_ENOUGH : TRANSPORT_BODY_MORE;
 }
 
-static int request_body(void *userdata, const struct transport_response *resp,
-			const void *data, size_t n)
+static int request_body(void *userdata, const struct transport_response *resp, const void *data,
+			size_t n)
 {
 	struct request *q = userdata;
 	int r;
@@ -145,8 +145,7 @@ static int request_body(void *userdata, const struct transport_response *resp,
 
 /* The registry's own explanation, {"errors":[{"code":..., "message":...}]},
  * as "CODE: message"; false when the body is not that. */
-static bool error_body_describe(const struct transport_response *resp, char *out,
-				size_t outlen)
+static bool error_body_describe(const struct transport_response *resp, char *out, size_t outlen)
 {
 	json_auto_t *root = NULL;
 	json_t *first;
@@ -241,17 +240,14 @@ static int request_finish(struct request *q)
 	if (q->transport_r < 0)
 		return q->transport_r;
 	if (resp->status < 200 || resp->status > 299)
-		return registry_error_set(q->err, resp->status, -EIO,
-					  "unexpected HTTP %ld from %s", resp->status,
-					  resp->where);
+		return registry_error_set(q->err, resp->status, -EIO, "unexpected HTTP %ld from %s",
+					  resp->status, resp->where);
 	return 0;
 }
 
-int request_perform(const struct registry_transport *t, struct request *q,
-		    const char *method, const char *url,
-		    const struct hosts_endpoint *ep,
-		    const struct transport_auth *auth, const char *accept,
-		    const char *post_fields)
+int request_perform(const struct registry_transport *t, struct request *q, const char *method,
+		    const char *url, const struct hosts_endpoint *ep,
+		    const struct transport_auth *auth, const char *accept, const char *post_fields)
 {
 	struct transport_request req = {
 		.url = url,

@@ -48,10 +48,10 @@ struct request {
 
 	/* Of the last attempt. */
 	struct transport_response resp;
-	int transport_r;  /* what the transport returned */
-	int failure;	  /* set by a body callback that stopped the transfer */
-	bool length_seen; /* the start of the 2xx body was checked */
-	uint64_t skip;	  /* bytes of this response before the ones wanted */
+	int transport_r;	/* what the transport returned */
+	int failure;		/* set by a body callback that stopped the transfer */
+	bool length_seen;	/* the start of the 2xx body was checked */
+	uint64_t skip;		/* bytes of this response before the ones wanted */
 	int64_t retry_after_ms; /* -1: the response had none */
 	bool have_challenge;
 	struct auth_challenge challenge; /* of a 401 */
@@ -64,11 +64,9 @@ struct request {
  * with q->err filled: a body callback's failure first, then the errno of
  * an HTTP error status (404: -ENOENT, 401/403: -EACCES, 502/503/504:
  * -EHOSTUNREACH, others -EIO), then the transport's failure. */
-int request_perform(const struct registry_transport *t, struct request *q,
-		    const char *method, const char *url,
-		    const struct hosts_endpoint *ep,
-		    const struct transport_auth *auth, const char *accept,
-		    const char *post_fields);
+int request_perform(const struct registry_transport *t, struct request *q, const char *method,
+		    const char *url, const struct hosts_endpoint *ep,
+		    const struct transport_auth *auth, const char *accept, const char *post_fields);
 
 /* Whether the failure of the last attempt may go away by itself: a 429,
  * 500, 502, 503 or 504, or a connection that failed or broke. */

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t retry_delay_ms(const struct retry_policy *p, unsigned retry,
-		       int64_t waited_ms, int64_t retry_after_ms)
+int64_t retry_delay_ms(const struct retry_policy *p, unsigned retry, int64_t waited_ms,
+		       int64_t retry_after_ms)
 {
 	int64_t d;
 
@@ -56,6 +56,5 @@ int64_t retry_after_parse(const char *value, time_t now)
 
 bool retry_status_is_transient(long status)
 {
-	return status == 429 || status == 500 || status == 502 || status == 503 ||
-	       status == 504;
+	return status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
 }

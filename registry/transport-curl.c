@@ -74,8 +74,7 @@ static void global_init(void)
 	global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-static void share_lock(CURL *c, curl_lock_data data, curl_lock_access access,
-		       void *userp)
+static void share_lock(CURL *c, curl_lock_data data, curl_lock_access access, void *userp)
 {
 	struct curl_transport *t = userp;
 
@@ -141,13 +140,12 @@ static void call_host(const struct curl_call *cc, char *out, size_t outlen)
 	out[strcspn(out, "/")] = '\0';
 }
 
-static bool header_value(CURL *c, const char *name, size_t index,
-			 const char **ret, size_t *ret_amount)
+static bool header_value(CURL *c, const char *name, size_t index, const char **ret,
+			 size_t *ret_amount)
 {
 	struct curl_header *h = NULL;
 
-	if (curl_easy_header(c, name, index, CURLH_HEADER, -1, &h) != CURLHE_OK ||
-	    !h->value)
+	if (curl_easy_header(c, name, index, CURLH_HEADER, -1, &h) != CURLHE_OK || !h->value)
 		return false;
 	*ret = h->value;
 	if (ret_amount)
@@ -175,8 +173,7 @@ static size_t call_abort(struct curl_call *cc, int r)
 	return 0; /* short count: curl stops with CURLE_WRITE_ERROR */
 }
 
-static size_t keep_error_body(struct curl_call *cc, long status, const char *data,
-			      size_t n)
+static size_t keep_error_body(struct curl_call *cc, long status, const char *data, size_t n)
 {
 	struct transport_response *resp = cc->resp;
 
@@ -237,7 +234,8 @@ static size_t call_write(char *data, size_t size, size_t nmemb, void *userp)
 
 		cc->body_status = status;
 		resp->status = status;
-		if (curl_easy_getinfo(cc->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) != CURLE_OK)
+		if (curl_easy_getinfo(cc->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) !=
+		    CURLE_OK)
 			cl = -1;
 		resp->content_length = cl >= 0 ? (int64_t)cl : -1;
 		resp->range_start = status == 206 ? content_range_start(cc->curl) : -1;
@@ -257,8 +255,8 @@ static size_t call_write(char *data, size_t size, size_t nmemb, void *userp)
 
 /* curl calls this about once a second and on every chunk: the way to
  * stop a transfer that is waiting for a slow server. */
-static int progress_cancel(void *userdata, curl_off_t dltotal, curl_off_t dlnow,
-			   curl_off_t ultotal, curl_off_t ulnow)
+static int progress_cancel(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+			   curl_off_t ulnow)
 {
 	const struct curl_transport *t = userdata;
 
@@ -286,10 +284,10 @@ static CURLcode auth_apply(CURL *c, const struct transport_auth *a)
 	return rc;
 }
 
-#define SETOPT(c, opt, val)                                                   \
-	do {                                                                  \
-		if (curl_easy_setopt((c), (opt), (val)) != CURLE_OK)          \
-			goto setopt_failed;                                   \
+#define SETOPT(c, opt, val)                                          \
+	do {                                                         \
+		if (curl_easy_setopt((c), (opt), (val)) != CURLE_OK) \
+			goto setopt_failed;                          \
 	} while (0)
 
 static int call_setup(struct curl_call *cc, const struct curl_slist *headers)
@@ -350,8 +348,8 @@ static int call_setup(struct curl_call *cc, const struct curl_slist *headers)
 setopt_failed:
 	/* Only an allocation failure or a libcurl without an option we
 	 * rely on for safety gets here; neither may run the request. */
-	return registry_error_set(cc->err, 0, -ENOMEM,
-				  "cannot configure libcurl for %s", cc->where);
+	return registry_error_set(cc->err, 0, -ENOMEM, "cannot configure libcurl for %s",
+				  cc->where);
 }
 
 static int dup_header(CURL *c, const char *name, size_t index, char **ret)
@@ -397,8 +395,8 @@ static int call_capture(struct curl_call *cc)
  * is about configuration, not the network: no retry, EIO. */
 static bool tls_alert(const struct curl_call *cc, CURLcode rc)
 {
-	return (rc == CURLE_RECV_ERROR || rc == CURLE_SEND_ERROR) &&
-	       strstr(cc->curl_msg, "SSL") && strstr(cc->curl_msg, "alert");
+	return (rc == CURLE_RECV_ERROR || rc == CURLE_SEND_ERROR) && strstr(cc->curl_msg, "SSL") &&
+	       strstr(cc->curl_msg, "alert");
 }
 
 static int curl_to_errno(struct curl_call *cc, CURLcode rc)
@@ -417,14 +415,13 @@ static int curl_to_errno(struct curl_call *cc, CURLcode rc)
 		cc->resp->transient = true;
 		/* fall through */
 	case CURLE_COULDNT_RESOLVE_PROXY:
-		return registry_error_set(err, 0, -EHOSTUNREACH, "cannot reach %s: %s",
-					  host, why);
+		return registry_error_set(err, 0, -EHOSTUNREACH, "cannot reach %s: %s", host, why);
 	case CURLE_SEND_ERROR:
 	case CURLE_RECV_ERROR:
 		if (tls_alert(cc, rc))
-			return registry_error_set(err, 0, -EIO,
-						  "TLS with %s failed (client certificate refused?): %s",
-						  host, why);
+			return registry_error_set(
+				err, 0, -EIO,
+				"TLS with %s failed (client certificate refused?): %s", host, why);
 		/* fall through */
 	case CURLE_GOT_NOTHING:
 	case CURLE_PARTIAL_FILE:
@@ -433,12 +430,11 @@ static int curl_to_errno(struct curl_call *cc, CURLcode rc)
 		/* The connection broke under the transfer: as transient as
 		 * a refused connect, and retried the same way. */
 		cc->resp->transient = true;
-		return registry_error_set(err, status, -EHOSTUNREACH,
-					  "connection to %s broke: %s", host, why);
+		return registry_error_set(err, status, -EHOSTUNREACH, "connection to %s broke: %s",
+					  host, why);
 	case CURLE_OPERATION_TIMEDOUT:
 		cc->resp->transient = true;
-		return registry_error_set(err, status, -ETIMEDOUT, "%s timed out: %s",
-					  host, why);
+		return registry_error_set(err, status, -ETIMEDOUT, "%s timed out: %s", host, why);
 	case CURLE_ABORTED_BY_CALLBACK:
 		return registry_error_set(err, 0, -ECANCELED,
 					  "request to %s cancelled: pullfs is stopping", host);
@@ -447,22 +443,20 @@ static int curl_to_errno(struct curl_call *cc, CURLcode rc)
 	case CURLE_SSL_ISSUER_ERROR:
 	case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
 	case CURLE_SSL_INVALIDCERTSTATUS:
-		return registry_error_set(err, 0, -EIO,
-					  "TLS certificate of %s does not verify: %s", host, why);
-	case CURLE_SSL_CONNECT_ERROR:
-		return registry_error_set(err, 0, -EIO, "TLS handshake with %s failed: %s",
+		return registry_error_set(err, 0, -EIO, "TLS certificate of %s does not verify: %s",
 					  host, why);
+	case CURLE_SSL_CONNECT_ERROR:
+		return registry_error_set(err, 0, -EIO, "TLS handshake with %s failed: %s", host,
+					  why);
 	case CURLE_TOO_MANY_REDIRECTS:
-		return registry_error_set(err, status, -EIO,
-					  "more than %ld redirects, last at %s", MAX_REDIRECTS,
-					  host);
+		return registry_error_set(err, status, -EIO, "more than %ld redirects, last at %s",
+					  MAX_REDIRECTS, host);
 	case CURLE_UNSUPPORTED_PROTOCOL:
 		return registry_error_set(err, status, -EIO,
 					  "%s redirects to a protocol that is not allowed: %s",
 					  cc->where, why);
 	default:
-		return registry_error_set(err, status, -EIO, "request to %s failed: %s",
-					  host, why);
+		return registry_error_set(err, status, -EIO, "request to %s failed: %s", host, why);
 	}
 }
 
@@ -486,10 +480,8 @@ static int call_finish(struct curl_call *cc, CURLcode rc)
 	return curl_to_errno(cc, rc);
 }
 
-static int curl_perform(const struct registry_transport *base,
-			const struct transport_request *req,
-			struct transport_response *resp,
-			struct registry_error *err)
+static int curl_perform(const struct registry_transport *base, const struct transport_request *req,
+			struct transport_response *resp, struct registry_error *err)
 {
 	struct curl_transport *t = (struct curl_transport *)base;
 	_cleanup_(curl_slist_free_allp) struct curl_slist *headers = NULL;
@@ -517,8 +509,7 @@ static int curl_perform(const struct registry_transport *base,
 	return k;
 }
 
-int transport_curl_new(const struct transport_curl_options *opts,
-		       struct registry_transport **ret)
+int transport_curl_new(const struct transport_curl_options *opts, struct registry_transport **ret)
 {
 	struct curl_transport *t;
 
@@ -547,8 +538,7 @@ int transport_curl_new(const struct transport_curl_options *opts,
 	}
 
 	t->share = curl_share_init();
-	if (!t->share ||
-	    curl_share_setopt(t->share, CURLSHOPT_USERDATA, t) != CURLSHE_OK ||
+	if (!t->share || curl_share_setopt(t->share, CURLSHOPT_USERDATA, t) != CURLSHE_OK ||
 	    curl_share_setopt(t->share, CURLSHOPT_LOCKFUNC, share_lock) != CURLSHE_OK ||
 	    curl_share_setopt(t->share, CURLSHOPT_UNLOCKFUNC, share_unlock) != CURLSHE_OK ||
 	    curl_share_setopt(t->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS) != CURLSHE_OK ||

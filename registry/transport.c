@@ -26,8 +26,7 @@ void transport_describe_url(const char *url, char *out, size_t outlen)
 {
 	const char *p, *auth_end, *at, *path, *end;
 
-	if (!url || (strncasecmp(url, "http://", 7) != 0 &&
-		     strncasecmp(url, "https://", 8) != 0)) {
+	if (!url || (strncasecmp(url, "http://", 7) != 0 && strncasecmp(url, "https://", 8) != 0)) {
 		snprintf(out, outlen, "(unknown host)");
 		return;
 	}
@@ -43,18 +42,16 @@ void transport_describe_url(const char *url, char *out, size_t outlen)
 	}
 	path = auth_end;
 	end = path + strcspn(path, "?#");
-	snprintf(out, outlen, "%.*s%.*s%s", (int)(auth_end - p), p,
-		 (int)(end - path), path, end == path ? "/" : "");
+	snprintf(out, outlen, "%.*s%.*s%s", (int)(auth_end - p), p, (int)(end - path), path,
+		 end == path ? "/" : "");
 }
 
-void transport_range_format(const struct transport_request *req, char *out,
-			    size_t outlen)
+void transport_range_format(const struct transport_request *req, char *out, size_t outlen)
 {
 	if (req->range_end == TRANSPORT_RANGE_OPEN)
 		snprintf(out, outlen, "%" PRIu64 "-", req->range_start);
 	else
-		snprintf(out, outlen, "%" PRIu64 "-%" PRIu64, req->range_start,
-			 req->range_end);
+		snprintf(out, outlen, "%" PRIu64 "-%" PRIu64, req->range_start, req->range_end);
 }
 
 /* Error text may come from the network: keep it to one printable line. */
@@ -65,8 +62,7 @@ static void message_sanitize(char *s)
 			*s = ' ';
 }
 
-int registry_error_set(struct registry_error *err, long status, int r,
-		       const char *fmt, ...)
+int registry_error_set(struct registry_error *err, long status, int r, const char *fmt, ...)
 {
 	va_list ap;
 

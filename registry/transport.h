@@ -48,9 +48,9 @@ struct transport_response {
 	 * redirects), without user info, query or fragment: signed URLs
 	 * carry secrets there. */
 	char where[TRANSPORT_WHERE_MAX];
-	char *content_type;	/* NULL: none */
-	char *docker_digest;	/* Docker-Content-Digest; NULL: none */
-	char *retry_after;	/* NULL: none */
+	char *content_type;			    /* NULL: none */
+	char *docker_digest;			    /* Docker-Content-Digest; NULL: none */
+	char *retry_after;			    /* NULL: none */
 	char *challenges[TRANSPORT_CHALLENGES_MAX]; /* WWW-Authenticate values */
 	size_t n_challenges;
 	/* The body of a response with status >= 400, at most
@@ -76,8 +76,8 @@ struct transport_request {
 	 * the body of a redirect or of an error; resp has the status and
 	 * headers of that response.  Returns TRANSPORT_BODY_MORE,
 	 * TRANSPORT_BODY_ENOUGH or -errno. */
-	int (*body)(void *userdata, const struct transport_response *resp,
-		    const void *buf, size_t len);
+	int (*body)(void *userdata, const struct transport_response *resp, const void *buf,
+		    size_t len);
 	void *userdata;
 };
 
@@ -91,10 +91,8 @@ struct registry_transport {
 	 * untouched: the callback said why); or -EHOSTUNREACH, -ETIMEDOUT,
 	 * -ECANCELED, -EIO, -ENOMEM with one line in err (may be NULL) and
 	 * resp->transient set when trying again may help. */
-	int (*perform)(const struct registry_transport *t,
-		       const struct transport_request *req,
-		       struct transport_response *resp,
-		       struct registry_error *err);
+	int (*perform)(const struct registry_transport *t, const struct transport_request *req,
+		       struct transport_response *resp, struct registry_error *err);
 	void *userdata; /* the transport's own */
 };
 
@@ -106,8 +104,7 @@ void transport_response_reset(struct transport_response *resp);
 
 /* The value of the Range request's "bytes=" ("A-B", or "A-" when open),
  * into out (at least 48 bytes). */
-void transport_range_format(const struct transport_request *req, char *out,
-			    size_t outlen);
+void transport_range_format(const struct transport_request *req, char *out, size_t outlen);
 
 /* "host[:port]/path" of url, as in transport_response.where; "(unknown
  * host)" when url is not an http(s) URL. */
@@ -115,9 +112,9 @@ void transport_describe_url(const char *url, char *out, size_t outlen);
 
 /* Fills err (may be NULL) with status and a printf message made one
  * printable line (text from the network may end up in it).  Returns r. */
-__attribute__((format(printf, 4, 5))) int
-registry_error_set(struct registry_error *err, long status, int r,
-		   const char *fmt, ...);
+__attribute__((format(printf, 4, 5))) int registry_error_set(struct registry_error *err,
+							     long status, int r, const char *fmt,
+							     ...);
 void registry_error_clear(struct registry_error *err);
 
 /* The libcurl transport (transport-curl.c). */
@@ -131,7 +128,6 @@ struct transport_curl_options {
 };
 
 /* Every field of opts is required but cancel.  Returns 0 or -ENOMEM. */
-int transport_curl_new(const struct transport_curl_options *opts,
-		       struct registry_transport **ret);
+int transport_curl_new(const struct transport_curl_options *opts, struct registry_transport **ret);
 /* No request may be in flight. */
 void transport_curl_free(struct registry_transport *t);

@@ -33,8 +33,8 @@
 
 static int die(const char *what, int r, const char *err)
 {
-	fprintf(stderr, "toc-dump: %s: %s%s%s\n", what, strerror(-r),
-		err && err[0] ? ": " : "", err ? err : "");
+	fprintf(stderr, "toc-dump: %s: %s%s%s\n", what, strerror(-r), err && err[0] ? ": " : "",
+		err ? err : "");
 	return 1;
 }
 
@@ -74,8 +74,7 @@ static int load_descriptor(const char *path, struct manifest **ret)
 {
 	static const char head[] =
 		"{\"schemaVersion\":2,\"mediaType\":\"" MEDIA_OCI_MANIFEST
-		"\",\"config\":{\"mediaType\":\"" MEDIA_OCI_CONFIG
-		"\",\"digest\":\"sha256:"
+		"\",\"config\":{\"mediaType\":\"" MEDIA_OCI_CONFIG "\",\"digest\":\"sha256:"
 		"0000000000000000000000000000000000000000000000000000000000000000"
 		"\",\"size\":1},\"layers\":[";
 	_cleanup_free_ char *desc = NULL, *doc = NULL;
@@ -99,8 +98,7 @@ static int load_descriptor(const char *path, struct manifest **ret)
 }
 
 /* The xattr with the least name after last. */
-static const struct layer_xattr *next_xattr(const struct layer_entry *e,
-					    const char *last)
+static const struct layer_xattr *next_xattr(const struct layer_entry *e, const char *last)
 {
 	const struct layer_xattr *best = NULL;
 
@@ -115,15 +113,15 @@ static void print_entry(const struct layer_entry *e)
 {
 	const struct layer_xattr *x;
 	static const char *const types[] = {
-		"reg",	"dir",	"symlink", "hardlink", "char",
+		"reg",	 "dir",	 "symlink", "hardlink", "char",
 		"block", "fifo", "sock",    "whiteout", "opaque",
 	};
 
-	printf("%s\t%s\t%04o\t%" PRIu32 ":%" PRIu32 "\t%" PRId64 ".%09" PRIu32
-	       "\t%" PRIu64 "\t%u:%u\t%s\t%s\t",
-	       e->path, types[e->type], e->mode, e->uid, e->gid, e->mtime_sec,
-	       e->mtime_nsec, e->size, major(e->rdev), minor(e->rdev),
-	       e->link ? e->link : "-", e->object ? e->object : "-");
+	printf("%s\t%s\t%04o\t%" PRIu32 ":%" PRIu32 "\t%" PRId64 ".%09" PRIu32 "\t%" PRIu64
+	       "\t%u:%u\t%s\t%s\t",
+	       e->path, types[e->type], e->mode, e->uid, e->gid, e->mtime_sec, e->mtime_nsec,
+	       e->size, major(e->rdev), minor(e->rdev), e->link ? e->link : "-",
+	       e->object ? e->object : "-");
 	/* in name order: a tar and a JSON map need not agree on theirs */
 	for (const char *last = ""; (x = next_xattr(e, last)); last = x->name) {
 		const unsigned char *v = x->value;
@@ -135,8 +133,7 @@ static void print_entry(const struct layer_entry *e)
 	printf("\n");
 }
 
-static int write_object(const char *outdir, const char *hex, const void *buf,
-			uint64_t size)
+static int write_object(const char *outdir, const char *hex, const void *buf, uint64_t size)
 {
 	char path[4096];
 	int fd, r;
@@ -152,8 +149,8 @@ static int write_object(const char *outdir, const char *hex, const void *buf,
 
 /* Every chunk of every file out of the blob, each file checked against
  * its own digest as well. */
-static int check_content(const struct toc *t, const unsigned char *blob,
-			 const char *outdir, unsigned *ret_chunks)
+static int check_content(const struct toc *t, const unsigned char *blob, const char *outdir,
+			 unsigned *ret_chunks)
 {
 	char err[512];
 
@@ -175,10 +172,8 @@ static int check_content(const struct toc *t, const unsigned char *blob,
 		if (!buf)
 			return die(e->path, -ENOMEM, NULL);
 		for (size_t k = 0; k < n; k++) {
-			r = toc_chunk_decompress(t->format, &cs[k],
-						 blob + cs[k].blob_offset,
-						 cs[k].blob_length,
-						 buf + cs[k].offset, err,
+			r = toc_chunk_decompress(t->format, &cs[k], blob + cs[k].blob_offset,
+						 cs[k].blob_length, buf + cs[k].offset, err,
 						 sizeof(err));
 			if (r < 0)
 				return die(e->path, r, err);
@@ -199,8 +194,8 @@ static int check_content(const struct toc *t, const unsigned char *blob,
 	return 0;
 }
 
-static int cmd_toc(const struct toc_layer *tl, const unsigned char *blob,
-		   size_t blob_len, const char *outdir)
+static int cmd_toc(const struct toc_layer *tl, const unsigned char *blob, size_t blob_len,
+		   const char *outdir)
 {
 	size_t tail = MIN(blob_len, (size_t)TOC_TAIL_BYTES);
 	struct toc_range where;
@@ -209,31 +204,28 @@ static int cmd_toc(const struct toc_layer *tl, const unsigned char *blob,
 	char err[512];
 	int r;
 
-	r = toc_locate(tl, blob + blob_len - tail, tail, &where, err,
-		       sizeof(err));
+	r = toc_locate(tl, blob + blob_len - tail, tail, &where, err, sizeof(err));
 	if (r < 0)
 		return die("locate", r, err);
-	r = toc_parse(tl, &where, blob + where.offset, where.length, NULL, &t,
-		      err, sizeof(err));
+	r = toc_parse(tl, &where, blob + where.offset, where.length, NULL, &t, err, sizeof(err));
 	if (r < 0)
 		return die("parse", r, err);
 	for (size_t i = 0; i < t->index->n_entries; i++)
 		print_entry(&t->index->entries[i]);
 	r = check_content(t, blob, outdir, &chunks);
-	fprintf(stderr, "toc-dump: %s table of %" PRIu64 " bytes at %" PRIu64
-			", %zu entries, %u chunks decompressed and verified, "
-			"prefetch up to %" PRIu64 "\n",
-		tl->format == TOC_ESTARGZ ? "eStargz" : "zstd:chunked",
-		where.length, where.offset, t->index->n_entries, chunks,
-		t->prefetch_end);
+	fprintf(stderr,
+		"toc-dump: %s table of %" PRIu64 " bytes at %" PRIu64
+		", %zu entries, %u chunks decompressed and verified, "
+		"prefetch up to %" PRIu64 "\n",
+		tl->format == TOC_ESTARGZ ? "eStargz" : "zstd:chunked", where.length, where.offset,
+		t->index->n_entries, chunks, t->prefetch_end);
 	toc_free(t);
 	return r;
 }
 
-static int cmd_unpack(const struct descriptor *d, const char *blob_path,
-		      const char *outdir)
+static int cmd_unpack(const struct descriptor *d, const char *blob_path, const char *outdir)
 {
-	struct layer_objects objs = {.min_size = 0};
+	struct layer_objects objs = { .min_size = 0 };
 	struct layer_index *li = NULL;
 	enum layer_compression c;
 	char err[512];

@@ -33,8 +33,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				FUZZ_CHECK(!strncasecmp(ch.realm, "http://", 7) ||
 					   !strncasecmp(ch.realm, "https://", 8));
 		}
-	} else if (auth_token_parse((const char *)data + 1, size - 1, &token,
-				    &expires, &refresh) == 0) {
+	} else if (auth_token_parse((const char *)data + 1, size - 1, &token, &expires, &refresh) ==
+		   0) {
 		FUZZ_CHECK(token && *token && strlen(token) <= AUTH_TOKEN_MAX);
 		FUZZ_CHECK(expires >= 60);
 		/* Nothing that could split or end an HTTP header. */

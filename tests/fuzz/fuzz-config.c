@@ -8,8 +8,8 @@
 #include "fuzz.h"
 #include "hosts.h"
 
-static int on_line(void *userdata, const char *section, const char *key,
-		   const char *value, char *errbuf, size_t errlen)
+static int on_line(void *userdata, const char *section, const char *key, const char *value,
+		   char *errbuf, size_t errlen)
 {
 	struct registry_hosts *h = userdata;
 	size_t n = strlen(key);

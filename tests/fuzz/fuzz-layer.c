@@ -18,8 +18,7 @@
 
 static bool name_ok(const char *s, size_t len)
 {
-	if (len == 0 || len > 255 || memchr(s, '/', len) ||
-	    memchr(s, '\0', len))
+	if (len == 0 || len > 255 || memchr(s, '/', len) || memchr(s, '\0', len))
 		return false;
 	return !(s[0] == '.' && (len == 1 || (len == 2 && s[1] == '.')));
 }
@@ -63,13 +62,11 @@ static void check_index(const struct layer_index *li)
 		if (e->type == LAYER_ENTRY_SYMLINK)
 			FUZZ_CHECK(e->link);
 		if (e->path[0] == '\0')
-			FUZZ_CHECK(e->type == LAYER_ENTRY_DIR ||
-				   e->type == LAYER_ENTRY_OPAQUE);
+			FUZZ_CHECK(e->type == LAYER_ENTRY_DIR || e->type == LAYER_ENTRY_OPAQUE);
 	}
 }
 
-static void check_same_index(const struct layer_index *a,
-			     const struct layer_index *b)
+static void check_same_index(const struct layer_index *a, const struct layer_index *b)
 {
 	FUZZ_CHECK(a->n_entries == b->n_entries);
 	FUZZ_CHECK(a->data_size == b->data_size);
@@ -78,15 +75,13 @@ static void check_same_index(const struct layer_index *a,
 
 		FUZZ_CHECK(strcmp(x->path, y->path) == 0);
 		FUZZ_CHECK(same_str(x->link, y->link));
-		FUZZ_CHECK(x->type == y->type && x->mode == y->mode &&
-			   x->uid == y->uid && x->gid == y->gid &&
-			   x->mtime_sec == y->mtime_sec &&
-			   x->mtime_nsec == y->mtime_nsec &&
-			   x->size == y->size && x->data_off == y->data_off &&
-			   x->rdev == y->rdev && x->n_xattrs == y->n_xattrs);
+		FUZZ_CHECK(x->type == y->type && x->mode == y->mode && x->uid == y->uid &&
+			   x->gid == y->gid && x->mtime_sec == y->mtime_sec &&
+			   x->mtime_nsec == y->mtime_nsec && x->size == y->size &&
+			   x->data_off == y->data_off && x->rdev == y->rdev &&
+			   x->n_xattrs == y->n_xattrs);
 		for (uint32_t j = 0; j < x->n_xattrs; j++) {
-			FUZZ_CHECK(strcmp(x->xattrs[j].name,
-					  y->xattrs[j].name) == 0);
+			FUZZ_CHECK(strcmp(x->xattrs[j].name, y->xattrs[j].name) == 0);
 			FUZZ_CHECK(x->xattrs[j].size == y->xattrs[j].size);
 			FUZZ_CHECK(memcmp(x->xattrs[j].value, y->xattrs[j].value,
 					  x->xattrs[j].size) == 0);
@@ -94,8 +89,7 @@ static void check_same_index(const struct layer_index *a,
 	}
 }
 
-static void check_dir(const struct tinode *dir, uint64_t data_size,
-		      unsigned depth)
+static void check_dir(const struct tinode *dir, uint64_t data_size, unsigned depth)
 {
 	FUZZ_CHECK(S_ISDIR(dir->mode));
 	FUZZ_CHECK(depth < 4096);
@@ -108,8 +102,7 @@ static void check_dir(const struct tinode *dir, uint64_t data_size,
 			FUZZ_CHECK(strcmp(dir->child_names[i - 1], name) < 0);
 		FUZZ_CHECK(tinode_lookup(dir, name) == c);
 		if (S_ISREG(c->mode))
-			FUZZ_CHECK(c->data_off <= data_size &&
-				   c->size <= data_size - c->data_off);
+			FUZZ_CHECK(c->data_off <= data_size && c->size <= data_size - c->data_off);
 		if (S_ISLNK(c->mode))
 			FUZZ_CHECK(c->link && strlen(c->link) == c->size);
 		if (S_ISDIR(c->mode)) {
@@ -119,8 +112,7 @@ static void check_dir(const struct tinode *dir, uint64_t data_size,
 	}
 }
 
-static void check_tree(const struct layer_index *const *layers, size_t n,
-		       uint64_t data_size)
+static void check_tree(const struct layer_index *const *layers, size_t n, uint64_t data_size)
 {
 	struct tree *t = NULL;
 	char err[512];
@@ -154,8 +146,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(write(in, data, size) == (ssize_t)size);
 	FUZZ_CHECK(lseek(in, 0, SEEK_SET) == 0);
 
-	r = layer_unpack(in, LAYER_UNCOMPRESSED, pack, NULL, &lim, &li, err,
-			 sizeof(err));
+	r = layer_unpack(in, LAYER_UNCOMPRESSED, pack, NULL, &lim, &li, err, sizeof(err));
 	if (r < 0) {
 		FUZZ_CHECK(r == -EBADMSG || r == -ENOMEM);
 		goto out;
@@ -175,8 +166,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check_same_index(li, back);
 
 	{
-		const struct layer_index *one[] = {li};
-		const struct layer_index *two[] = {li, back};
+		const struct layer_index *one[] = { li };
+		const struct layer_index *two[] = { li, back };
 
 		check_tree(one, 1, li->data_size);
 		check_tree(two, 2, li->data_size);

@@ -30,8 +30,7 @@ static void check_descriptor(const struct descriptor *d)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const char *const platforms[] = {
-		"linux/amd64", "linux/arm64/v8", "linux/arm/v7", "linux/arm64",
-		"windows/amd64",
+		"linux/amd64", "linux/arm64/v8", "linux/arm/v7", "linux/arm64", "windows/amd64",
 	};
 	struct manifest *m = NULL;
 	char err[256];
@@ -40,10 +39,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size < 1)
 		return 0;
-	ct = content_types[data[0] % (sizeof(content_types) /
-				      sizeof(content_types[0]))];
-	r = manifest_parse((const char *)data + 1, size - 1, ct, &m, err,
-			   sizeof(err));
+	ct = content_types[data[0] % (sizeof(content_types) / sizeof(content_types[0]))];
+	r = manifest_parse((const char *)data + 1, size - 1, ct, &m, err, sizeof(err));
 	if (r < 0) {
 		FUZZ_CHECK(r == -EBADMSG || r == -ENOMEM);
 		FUZZ_CHECK(r == -ENOMEM || strncmp(err, "manifest: ", 10) == 0);
@@ -57,8 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			enum layer_compression c;
 
 			check_descriptor(&m->layers[i]);
-			(void)layer_media_type_compression(
-				m->layers[i].media_type, &c);
+			(void)layer_media_type_compression(m->layers[i].media_type, &c);
 		}
 		FUZZ_CHECK(m->n_manifests == 0);
 	} else {
@@ -76,18 +72,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		d = manifest_select_platform(m, &p);
 		if (d) {
 			FUZZ_CHECK(m->kind == MANIFEST_INDEX);
-			FUZZ_CHECK(d >= m->manifests &&
-				   d < m->manifests + m->n_manifests);
+			FUZZ_CHECK(d >= m->manifests && d < m->manifests + m->n_manifests);
 			/* A nested index may name no platform; anything
 			 * else chosen is for this one. */
 			if (d->platform.os && d->platform.architecture) {
 				FUZZ_CHECK(strcmp(d->platform.os, p.os) == 0);
-				FUZZ_CHECK(strcmp(d->platform.architecture,
-						  p.architecture) == 0);
+				FUZZ_CHECK(strcmp(d->platform.architecture, p.architecture) == 0);
 			} else {
-				FUZZ_CHECK(d->media_type &&
-					   (strstr(d->media_type, "index") ||
-					    strstr(d->media_type, "list")));
+				FUZZ_CHECK(d->media_type && (strstr(d->media_type, "index") ||
+							     strstr(d->media_type, "list")));
 			}
 		}
 		platform_done(&p);

@@ -21,8 +21,7 @@ static void check_round_trip(const char *s, unsigned flags)
 		return;
 	FUZZ_CHECK(r->domain && r->path);
 	FUZZ_CHECK(!r->tag || strlen(r->tag) <= REFERENCE_TAG_MAX);
-	FUZZ_CHECK(strlen(r->domain) + 1 + strlen(r->path) <=
-		   REFERENCE_NAME_MAX);
+	FUZZ_CHECK(strlen(r->domain) + 1 + strlen(r->path) <= REFERENCE_NAME_MAX);
 	if (flags & REFERENCE_DEFAULT_TAG)
 		FUZZ_CHECK(r->tag || r->digest);
 

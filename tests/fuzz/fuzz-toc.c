@@ -63,8 +63,7 @@ static void check_toc(const struct toc *t, uint64_t data_end)
 		FUZZ_CHECK(n > 0);
 		for (size_t k = 0; k < n; k++) {
 			FUZZ_CHECK(cs[k].offset == at && cs[k].size > 0);
-			FUZZ_CHECK(cs[k].blob_length > 0 &&
-				   cs[k].blob_offset < data_end &&
+			FUZZ_CHECK(cs[k].blob_length > 0 && cs[k].blob_offset < data_end &&
 				   cs[k].blob_length <= data_end - cs[k].blob_offset);
 			FUZZ_CHECK(!cs[k].digest[0] || digest_is_valid(cs[k].digest));
 			at += cs[k].size;
@@ -75,15 +74,13 @@ static void check_toc(const struct toc *t, uint64_t data_end)
 
 static void json_mode(enum toc_format f, const uint8_t *data, size_t size)
 {
-	const struct toc_layer tl = {.format = f, .stargz_files = f == TOC_ESTARGZ};
-	const struct layer_limits lim = {.max_entries = 5000,
-					 .max_expanded_bytes = 1u << 30};
+	const struct toc_layer tl = { .format = f, .stargz_files = f == TOC_ESTARGZ };
+	const struct layer_limits lim = { .max_entries = 5000, .max_expanded_bytes = 1u << 30 };
 	struct toc *t = NULL;
 	char err[512];
 	int r;
 
-	r = toc_from_json(&tl, (const char *)data, size, DATA_END, &lim, &t,
-			  err, sizeof(err));
+	r = toc_from_json(&tl, (const char *)data, size, DATA_END, &lim, &t, err, sizeof(err));
 	if (r < 0) {
 		FUZZ_CHECK(r == -EBADMSG || r == -ENOMEM);
 		return;
@@ -94,8 +91,7 @@ static void json_mode(enum toc_format f, const uint8_t *data, size_t size)
 
 static void estargz_blob(const uint8_t *data, size_t size)
 {
-	struct toc_layer tl = {.format = TOC_ESTARGZ, .blob_size = size,
-			       .stargz_files = true};
+	struct toc_layer tl = { .format = TOC_ESTARGZ, .blob_size = size, .stargz_files = true };
 	size_t tail = size < TOC_TAIL_BYTES ? size : TOC_TAIL_BYTES;
 	struct toc_range where;
 	struct toc *t = NULL;
@@ -110,14 +106,13 @@ static void estargz_blob(const uint8_t *data, size_t size)
 		return;
 	}
 	FUZZ_CHECK(where.offset + where.length <= size);
-	r = toc_parse(&tl, &where, data + where.offset, where.length, NULL, &t,
-		      err, sizeof(err));
+	r = toc_parse(&tl, &where, data + where.offset, where.length, NULL, &t, err, sizeof(err));
 	FUZZ_CHECK(r == -EBADMSG || r == -ENOMEM);
 }
 
 static void zstd_blob(const uint8_t *data, size_t size)
 {
-	struct toc_layer tl = {.format = TOC_ZSTD_CHUNKED};
+	struct toc_layer tl = { .format = TOC_ZSTD_CHUNKED };
 	struct toc_range where;
 	struct toc *t = NULL;
 	char err[512];
@@ -145,7 +140,7 @@ static void zstd_blob(const uint8_t *data, size_t size)
 
 static void chunk_mode(enum toc_format f, const uint8_t *data, size_t size)
 {
-	struct toc_chunk c = {0};
+	struct toc_chunk c = { 0 };
 	unsigned char *out;
 	char err[512];
 	int r;
@@ -157,8 +152,7 @@ static void chunk_mode(enum toc_format f, const uint8_t *data, size_t size)
 	c.blob_length = size - 4;
 	out = malloc(c.size);
 	FUZZ_CHECK(out);
-	r = toc_chunk_decompress(f, &c, data + 4, size - 4, out, err,
-				 sizeof(err));
+	r = toc_chunk_decompress(f, &c, data + 4, size - 4, out, err, sizeof(err));
 	FUZZ_CHECK(r == 0 || r == -EBADMSG || r == -ENOMEM);
 	free(out);
 }

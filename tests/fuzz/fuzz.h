@@ -12,11 +12,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* A property that must hold for every input; failing it is a finding, so
  * it aborts (libFuzzer saves the input, the replay test fails). */
-#define FUZZ_CHECK(cond)                                                      \
-	do {                                                                  \
-		if (!(cond)) {                                                \
-			fprintf(stderr, "%s:%d: check failed: %s\n",          \
-				__FILE__, __LINE__, #cond);                   \
-			abort();                                              \
-		}                                                             \
+#define FUZZ_CHECK(cond)                                                                         \
+	do {                                                                                     \
+		if (!(cond)) {                                                                   \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+			abort();                                                                 \
+		}                                                                                \
 	} while (0)

@@ -24,8 +24,7 @@ static int replay_file(int dirfd, const char *name, const char *shown)
 	size_t len = 0;
 
 	if (fd < 0 || fstat(fd, &st) < 0) {
-		fprintf(stderr, "replay: cannot open \"%s\": %s\n", shown,
-			strerror(errno));
+		fprintf(stderr, "replay: cannot open \"%s\": %s\n", shown, strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		return -1;
@@ -68,16 +67,14 @@ static int replay_dir(const char *path, unsigned *count)
 	int r = 0;
 
 	if (!d) {
-		fprintf(stderr, "replay: cannot open \"%s\": %s\n", path,
-			strerror(errno));
+		fprintf(stderr, "replay: cannot open \"%s\": %s\n", path, strerror(errno));
 		return -1;
 	}
 	while ((de = readdir(d))) {
 		if (de->d_name[0] == '.')
 			continue;
 		if (n == cap) {
-			char **nn = realloc(names, (cap = cap ? cap * 2 : 64) *
-							   sizeof(*nn));
+			char **nn = realloc(names, (cap = cap ? cap * 2 : 64) * sizeof(*nn));
 			if (!nn)
 				abort();
 			names = nn;
@@ -116,8 +113,7 @@ int main(int argc, char **argv)
 		struct stat st;
 
 		if (stat(argv[i], &st) < 0) {
-			fprintf(stderr, "replay: \"%s\": %s\n", argv[i],
-				strerror(errno));
+			fprintf(stderr, "replay: \"%s\": %s\n", argv[i], strerror(errno));
 			r = -1;
 		} else if (S_ISDIR(st.st_mode)) {
 			if (replay_dir(argv[i], &count) < 0)

@@ -58,8 +58,7 @@ static char *xstrdup(const char *s)
 
 /* The object at path, copied so that it can be served without the lock;
  * false when there is none. */
-static bool object_copy_locked(struct fake_transport *f, const char *path,
-			       struct fake_object *ret)
+static bool object_copy_locked(struct fake_transport *f, const char *path, struct fake_object *ret)
 {
 	for (struct fake_object *o = f->objects; o; o = o->next) {
 		if (strcmp(o->path, path) != 0)
@@ -115,8 +114,8 @@ static void put(struct fake_transport *f, const char *path, const char *media_ty
 	pthread_mutex_unlock(&f->lock);
 }
 
-void fake_put_blob(struct fake_transport *f, const char *repo, const void *data,
-		   size_t len, char ret_digest[DIGEST_STRING_MAX])
+void fake_put_blob(struct fake_transport *f, const char *repo, const void *data, size_t len,
+		   char ret_digest[DIGEST_STRING_MAX])
 {
 	char digest[DIGEST_STRING_MAX], path[512];
 
@@ -128,8 +127,7 @@ void fake_put_blob(struct fake_transport *f, const char *repo, const void *data,
 }
 
 void fake_put_manifest(struct fake_transport *f, const char *repo, const char *tag,
-		       const char *media_type, const char *body,
-		       char ret_digest[DIGEST_STRING_MAX])
+		       const char *media_type, const char *body, char ret_digest[DIGEST_STRING_MAX])
 {
 	char digest[DIGEST_STRING_MAX], path[512];
 	size_t len = strlen(body);
@@ -145,8 +143,7 @@ void fake_put_manifest(struct fake_transport *f, const char *repo, const char *t
 		memcpy(ret_digest, digest, DIGEST_STRING_MAX);
 }
 
-void fake_put(struct fake_transport *f, const char *path, const char *media_type,
-	      const char *data)
+void fake_put(struct fake_transport *f, const char *path, const char *media_type, const char *data)
 {
 	put(f, path, media_type, data, strlen(data), "");
 }
@@ -166,8 +163,8 @@ void fake_remove(struct fake_transport *f, const char *path)
 	pthread_mutex_unlock(&f->lock);
 }
 
-void fake_fault(struct fake_transport *f, const char *match,
-		enum fake_fault_kind kind, long arg, int times)
+void fake_fault(struct fake_transport *f, const char *match, enum fake_fault_kind kind, long arg,
+		int times)
 {
 	struct fake_fault *x = calloc(1, sizeof(*x)), **p;
 
@@ -290,8 +287,7 @@ static void error_response(struct transport_response *resp, long status, bool ma
 }
 
 static int serve(const struct transport_request *req, struct transport_response *resp,
-		 struct registry_error *err, const struct fake_fault *fault,
-		 struct fake_object *o)
+		 struct registry_error *err, const struct fake_fault *fault, struct fake_object *o)
 {
 	uint64_t start = 0, end = o->len ? o->len - 1 : 0;
 	size_t n, done = 0;
@@ -338,8 +334,7 @@ static int serve(const struct transport_request *req, struct transport_response 
 	return 0;
 }
 
-static int fake_perform(const struct registry_transport *t,
-			const struct transport_request *req,
+static int fake_perform(const struct registry_transport *t, const struct transport_request *req,
 			struct transport_response *resp, struct registry_error *err)
 {
 	struct fake_transport *f = t->userdata;
@@ -392,8 +387,8 @@ static int fake_perform(const struct registry_transport *t,
 		break;
 	case FAKE_TIMEOUT:
 		resp->transient = true;
-		k = registry_error_set(err, 0, -ETIMEDOUT,
-				       "%s timed out: no answer (fake)", resp->where);
+		k = registry_error_set(err, 0, -ETIMEDOUT, "%s timed out: no answer (fake)",
+				       resp->where);
 		break;
 	case FAKE_STATUS:
 		if (fault.arg) {

@@ -21,16 +21,15 @@ void fake_transport_free(struct fake_transport *f);
 const struct registry_transport *fake_transport_get(struct fake_transport *f);
 
 /* Serves data as blob of repo; its digest into ret_digest (may be NULL). */
-void fake_put_blob(struct fake_transport *f, const char *repo, const void *data,
-		   size_t len, char ret_digest[DIGEST_STRING_MAX]);
+void fake_put_blob(struct fake_transport *f, const char *repo, const void *data, size_t len,
+		   char ret_digest[DIGEST_STRING_MAX]);
 /* Serves body as a manifest of repo by its digest and, when tag is set,
  * by tag (a tag that pointed elsewhere moves). */
 void fake_put_manifest(struct fake_transport *f, const char *repo, const char *tag,
 		       const char *media_type, const char *body,
 		       char ret_digest[DIGEST_STRING_MAX]);
 /* Serves data at path (a token realm's "/token"; a query is ignored). */
-void fake_put(struct fake_transport *f, const char *path, const char *media_type,
-	      const char *data);
+void fake_put(struct fake_transport *f, const char *path, const char *media_type, const char *data);
 /* The WWW-Authenticate of a 401 (default "Basic realm=\"fake\""). */
 void fake_set_challenge(struct fake_transport *f, const char *challenge);
 /* Stops serving the object at path ("/v2/app/manifests/1"). */
@@ -52,8 +51,8 @@ enum fake_fault_kind {
  * /v2/app/manifests/1", with " bytes=A-B" when ranged, " user=NAME" or
  * " bearer=TOKEN" when it carries credentials) contains match get the
  * fault; the first matching fault with times left wins. */
-void fake_fault(struct fake_transport *f, const char *match,
-		enum fake_fault_kind kind, long arg, int times);
+void fake_fault(struct fake_transport *f, const char *match, enum fake_fault_kind kind, long arg,
+		int times);
 void fake_clear_faults(struct fake_transport *f);
 
 /* How many requests so far had a log line containing match. */

@@ -26,10 +26,10 @@ static const struct challenge_case challenge_cases[] = {
 	  "repository:library/alpine:pull" },
 	{ "bearer Realm=\"http://127.0.0.1:1/t\" , Service=svc", 0, AUTH_SCHEME_BEARER,
 	  "http://127.0.0.1:1/t", "svc", "" },
-	{ "Bearer realm=\"https://a/t\",scope=\"repository:a/b:pull,push repository:c:pull\"",
-	  0, AUTH_SCHEME_BEARER, "https://a/t", "", "repository:a/b:pull,push repository:c:pull" },
-	{ "Bearer realm=\"https://a/t\",error=\"invalid_token\",error_description=\"x,y\"",
-	  0, AUTH_SCHEME_BEARER, "https://a/t", "", "" },
+	{ "Bearer realm=\"https://a/t\",scope=\"repository:a/b:pull,push repository:c:pull\"", 0,
+	  AUTH_SCHEME_BEARER, "https://a/t", "", "repository:a/b:pull,push repository:c:pull" },
+	{ "Bearer realm=\"https://a/t\",error=\"invalid_token\",error_description=\"x,y\"", 0,
+	  AUTH_SCHEME_BEARER, "https://a/t", "", "" },
 	{ "Bearer realm=\"https://a/t\\\"q\"", 0, AUTH_SCHEME_BEARER, "https://a/t\"q", "", "" },
 	{ "Basic realm=\"Registry Realm\"", 0, AUTH_SCHEME_BASIC, "Registry Realm", "", "" },
 	{ "Basic", 0, AUTH_SCHEME_BASIC, "", "", "" },
@@ -38,13 +38,13 @@ static const struct challenge_case challenge_cases[] = {
 	{ "", -EINVAL },
 	{ "Negotiate abc", -EINVAL },
 	{ "Digest realm=\"x\"", -EINVAL },
-	{ "Bearer", -EINVAL },				      /* no realm */
-	{ "Bearer realm=\"file:///etc/passwd\"", -EINVAL },    /* not http(s) */
+	{ "Bearer", -EINVAL },				    /* no realm */
+	{ "Bearer realm=\"file:///etc/passwd\"", -EINVAL }, /* not http(s) */
 	{ "Bearer realm=\"gopher://x/\"", -EINVAL },
-	{ "Bearer realm=\"https://a/t", -EINVAL },	      /* unterminated */
-	{ "Bearer realm=\"https://a/t\\", -EINVAL },	      /* dangling escape */
-	{ "Bearer realm=\"https://a/\rX-Evil: 1\"", -EINVAL }, /* control byte */
-	{ "Bearer realm=\"https://a/t\" service=x", -EINVAL }, /* missing comma */
+	{ "Bearer realm=\"https://a/t", -EINVAL },			   /* unterminated */
+	{ "Bearer realm=\"https://a/t\\", -EINVAL },			   /* dangling escape */
+	{ "Bearer realm=\"https://a/\rX-Evil: 1\"", -EINVAL },		   /* control byte */
+	{ "Bearer realm=\"https://a/t\" service=x", -EINVAL },		   /* missing comma */
 	{ "Bearer realm=\"https://a/t\",realm=\"https://b/t\"", -EINVAL }, /* twice */
 	{ "Bearer =x", -EINVAL },
 	{ "Bearer realm", -EINVAL },
@@ -122,9 +122,16 @@ static void test_token_parse(void **state)
 	auth_secret_free(tok);
 
 	static const char *bad[] = {
-		"", "null", "[]", "{}", "{\"token\":1}", "{\"token\":\"\"}",
-		"{\"token\":\"a b\"}", "{\"token\":\"a\\r\\nX: y\"}",
-		"{\"token\":\"x\",\"token\":\"y\"}", "{\"token\":\"abc\"",
+		"",
+		"null",
+		"[]",
+		"{}",
+		"{\"token\":1}",
+		"{\"token\":\"\"}",
+		"{\"token\":\"a b\"}",
+		"{\"token\":\"a\\r\\nX: y\"}",
+		"{\"token\":\"x\",\"token\":\"y\"}",
+		"{\"token\":\"abc\"",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		if (auth_token_parse(bad[i], strlen(bad[i]), &tok, &exp, NULL) != -EBADMSG)
@@ -144,7 +151,8 @@ static void test_cache(void **state)
 	assert_string_equal(t, "T1");
 	free(t);
 	/* expired, another scope, another service */
-	assert_int_equal(auth_cache_get(c, "https://r", "s", "repository:a:pull", 100, &t), -ENOENT);
+	assert_int_equal(auth_cache_get(c, "https://r", "s", "repository:a:pull", 100, &t),
+			 -ENOENT);
 	assert_int_equal(auth_cache_get(c, "https://r", "s", "repository:b:pull", 1, &t), -ENOENT);
 	assert_int_equal(auth_cache_get(c, "https://r", "x", "repository:a:pull", 1, &t), -ENOENT);
 	/* replaced; a drop of a stale token leaves the new one */

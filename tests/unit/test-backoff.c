@@ -13,7 +13,7 @@
 
 #include "backoff.h"
 
-#define S(x) ((int64_t)(x) * CLOCK_NS_PER_SEC)
+#define S(x) ((int64_t)(x)*CLOCK_NS_PER_SEC)
 
 struct fixture {
 	struct clock clock;
@@ -29,7 +29,7 @@ static int64_t fake_now(const struct clock *c)
 static int setup_with(void **state, int64_t initial, int64_t max)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
-	struct backoff_options o = {.initial_ns = initial, .max_ns = max, .clock = &f->clock};
+	struct backoff_options o = { .initial_ns = initial, .max_ns = max, .clock = &f->clock };
 
 	assert_non_null(f);
 	f->clock.now_ns = fake_now;
@@ -99,7 +99,7 @@ static void test_unknown_key_allowed(void **state)
 static void test_timeline(void **state)
 {
 	struct fixture *f = *state;
-	static const int delays[] = {10, 20, 40, 80, 160, 300, 300, 300};
+	static const int delays[] = { 10, 20, 40, 80, 160, 300, 300, 300 };
 	struct backoff_state st;
 
 	for (size_t i = 0; i < sizeof(delays) / sizeof(delays[0]); i++) {
@@ -308,7 +308,7 @@ static void test_message_cut(void **state)
 static void test_small_options(void **state)
 {
 	struct fixture *f = *state;
-	static const int delays[] = {1, 2, 4, 4};
+	static const int delays[] = { 1, 2, 4, 4 };
 
 	for (size_t i = 0; i < sizeof(delays) / sizeof(delays[0]); i++) {
 		assert_int_equal(backoff_failure(f->b, key, EIO, NULL), 0);
@@ -327,7 +327,7 @@ static void test_small_options(void **state)
 static void test_options(void **state)
 {
 	struct backoff *b = NULL;
-	struct backoff_options o = {0};
+	struct backoff_options o = { 0 };
 	struct backoff_state st;
 
 	assert_int_equal(backoff_new(NULL, &b), 0);
@@ -346,11 +346,11 @@ static void test_options(void **state)
 	backoff_free(b);
 
 	b = NULL;
-	o = (struct backoff_options){.initial_ns = S(20), .max_ns = S(10)};
+	o = (struct backoff_options){ .initial_ns = S(20), .max_ns = S(10) };
 	assert_int_equal(backoff_new(&o, &b), -EINVAL);
-	o = (struct backoff_options){.initial_ns = -1};
+	o = (struct backoff_options){ .initial_ns = -1 };
 	assert_int_equal(backoff_new(&o, &b), -EINVAL);
-	o = (struct backoff_options){.max_ns = INT64_MAX / 2};
+	o = (struct backoff_options){ .max_ns = INT64_MAX / 2 };
 	assert_int_equal(backoff_new(&o, &b), -EINVAL);
 	assert_null(b);
 }
@@ -358,7 +358,7 @@ static void test_options(void **state)
 static void test_cap_without_overflow(void **state)
 {
 	struct backoff *b = NULL;
-	struct backoff_options o = {.initial_ns = 1, .max_ns = INT64_MAX / 4};
+	struct backoff_options o = { .initial_ns = 1, .max_ns = INT64_MAX / 4 };
 	struct backoff_state st;
 
 	assert_int_equal(backoff_new(&o, &b), 0);
@@ -375,7 +375,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_unknown_key_allowed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_timeline, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_window_without_check, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_failure_inside_window_doubles, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_failure_inside_window_doubles, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_forgotten_after_twice_max, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_forgotten_without_check, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_success_clears, setup, teardown),

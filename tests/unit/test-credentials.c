@@ -58,7 +58,9 @@ static void test_auths(void **state)
 
 static void test_normalize(void **state)
 {
-	static const struct { const char *in, *out; } cases[] = {
+	static const struct {
+		const char *in, *out;
+	} cases[] = {
 		{ "https://index.docker.io/v1/", "docker.io" },
 		{ "index.docker.io", "docker.io" },
 		{ "registry-1.docker.io", "docker.io" },
@@ -77,7 +79,10 @@ static void test_normalize(void **state)
 static void test_malformed(void **state)
 {
 	static const char *bad[] = {
-		"", "[]", "{\"auths\":[]}", "{\"auths\":{\"x\":{\"auth\":\"!!!\"}}}",
+		"",
+		"[]",
+		"{\"auths\":[]}",
+		"{\"auths\":{\"x\":{\"auth\":\"!!!\"}}}",
 		"{\"auths\":{\"x\":{\"auth\":\"bm9jb2xvbg==\"}}}", /* "nocolon" */
 		"{\"auths\":{\"x\":{\"auth\":\"YQBiOmM=\"}}}",	   /* NUL inside */
 		"{\"auths\":{\"x\":1}}",
@@ -112,27 +117,29 @@ static void test_missing_file(void **state)
 	char why[256] = "";
 	struct credential cr;
 
-	assert_int_equal(credentials_load("/nonexistent/pullfs/config.json", false, &c, why,
-					  sizeof(why)), 0);
+	assert_int_equal(
+		credentials_load("/nonexistent/pullfs/config.json", false, &c, why, sizeof(why)),
+		0);
 	assert_int_equal(credentials_lookup(c, "docker.io", 0, &cr), -ENOENT);
 	credentials_free(c);
-	assert_int_equal(credentials_load("/nonexistent/pullfs/config.json", true, &c, why,
-					  sizeof(why)), -ENOENT);
+	assert_int_equal(
+		credentials_load("/nonexistent/pullfs/config.json", true, &c, why, sizeof(why)),
+		-ENOENT);
 	assert_non_null(strstr(why, "/nonexistent/pullfs/config.json"));
 }
 
 static void test_cache(void **state)
 {
-	struct credentials *c = parse(
-		"{\"auths\":{\"registry.example.com:5000\":"
-		"{\"username\":\"bob\",\"password\":\"secret\"}}}");
+	struct credentials *c = parse("{\"auths\":{\"registry.example.com:5000\":"
+				      "{\"username\":\"bob\",\"password\":\"secret\"}}}");
 	struct credentials_cache *cc = NULL, *none = NULL;
 	struct credential cr = { 0 };
 
 	assert_int_equal(credentials_cache_new(c, 60000, &cc), 0);
 	/* Twice: the second answer comes from the cache, a copy of its own. */
 	for (int i = 0; i < 2; i++) {
-		assert_int_equal(credentials_cache_lookup(cc, "registry.example.com:5000", 0, &cr), 0);
+		assert_int_equal(credentials_cache_lookup(cc, "registry.example.com:5000", 0, &cr),
+				 0);
 		assert_string_equal(cr.username, "bob");
 		assert_string_equal(cr.password, "secret");
 		credential_clear(&cr);
@@ -150,12 +157,9 @@ static void test_cache(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_auths),
-		cmocka_unit_test(test_normalize),
-		cmocka_unit_test(test_malformed),
-		cmocka_unit_test(test_helpers_parse),
-		cmocka_unit_test(test_missing_file),
-		cmocka_unit_test(test_cache),
+		cmocka_unit_test(test_auths),	     cmocka_unit_test(test_normalize),
+		cmocka_unit_test(test_malformed),    cmocka_unit_test(test_helpers_parse),
+		cmocka_unit_test(test_missing_file), cmocka_unit_test(test_cache),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -96,8 +96,10 @@ static void put_image(struct fixture *f, const char *tag, const char *hostname,
 	fake_put_blob(f->fake, REPO, layer, layer_len, layer_digest);
 	snprintf(manifest, sizeof(manifest),
 		 "{\"schemaVersion\":2,\"mediaType\":\"" MEDIA_OCI_MANIFEST "\","
-		 "\"config\":{\"mediaType\":\"" MEDIA_OCI_CONFIG "\",\"digest\":\"%s\",\"size\":%zu},"
-		 "\"layers\":[{\"mediaType\":\"" MEDIA_OCI_LAYER "\",\"digest\":\"%s\",\"size\":%zu}]}",
+		 "\"config\":{\"mediaType\":\"" MEDIA_OCI_CONFIG
+		 "\",\"digest\":\"%s\",\"size\":%zu},"
+		 "\"layers\":[{\"mediaType\":\"" MEDIA_OCI_LAYER
+		 "\",\"digest\":\"%s\",\"size\":%zu}]}",
 		 config_digest, strlen(config), layer_digest, layer_len);
 	fake_put_manifest(f->fake, REPO, tag, MEDIA_OCI_MANIFEST, manifest, ret_digest);
 }
@@ -302,7 +304,8 @@ static void test_never(void **state)
 	assert_int_equal(ensure(f, "latest", NULL), -EPERM);
 	assert_int_equal(requests(f), 0);
 	assert_int_equal(events(f, "ErrImageNeverPull",
-				"Container image \\\"" DOMAIN "/" REPO ":1\\\" is not present with pull policy of Never"),
+				"Container image \\\"" DOMAIN "/" REPO
+				":1\\\" is not present with pull policy of Never"),
 			 1);
 	assert_int_equal(events(f, "Pulling", NULL), 0);
 	stop(f);
@@ -426,9 +429,9 @@ static void test_backoff_timeline(void **state)
 	window(f, "latest", 40, -ENOENT);
 	assert_int_equal(events(f, "Failed", "ENOENT"), 5);
 	/* The refusal names the failure it follows. */
-	assert_int_equal(events(f, "BackOff", "Back-off pulling image \\\"" DOMAIN "/" REPO
-					      ":latest\\\": "),
-			 8);
+	assert_int_equal(
+		events(f, "BackOff", "Back-off pulling image \\\"" DOMAIN "/" REPO ":latest\\\": "),
+		8);
 	assert_int_equal(events(f, "BackOff", "MANIFEST_UNKNOWN"), 8);
 	/* Each reference has its own. */
 	assert_int_equal(ensure(f, "other", NULL), -ENOENT);
@@ -547,12 +550,13 @@ static void test_errno_rows(void **state)
 
 	/* A platform the image does not have. */
 	fake_clear_faults(f->fake);
-	fake_put_manifest(f->fake, REPO, "index", MEDIA_OCI_INDEX,
-			  "{\"schemaVersion\":2,\"mediaType\":\"" MEDIA_OCI_INDEX "\",\"manifests\":"
-			  "[{\"mediaType\":\"" MEDIA_OCI_MANIFEST "\",\"size\":1,\"digest\":"
-			  "\"sha256:0000000000000000000000000000000000000000000000000000000000000000\","
-			  "\"platform\":{\"architecture\":\"nothing\",\"os\":\"plan9\"}}]}",
-			  NULL);
+	fake_put_manifest(
+		f->fake, REPO, "index", MEDIA_OCI_INDEX,
+		"{\"schemaVersion\":2,\"mediaType\":\"" MEDIA_OCI_INDEX "\",\"manifests\":"
+		"[{\"mediaType\":\"" MEDIA_OCI_MANIFEST "\",\"size\":1,\"digest\":"
+		"\"sha256:0000000000000000000000000000000000000000000000000000000000000000\","
+		"\"platform\":{\"architecture\":\"nothing\",\"os\":\"plan9\"}}]}",
+		NULL);
 	assert_int_equal(ensure(f, "index", NULL), -ENOEXEC);
 
 	/* With the registry well again, the image pulls. */

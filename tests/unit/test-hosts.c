@@ -42,8 +42,10 @@ static void test_order_and_caps(void **state)
 
 	assert_int_equal(set(h, "docker.io", "mirror", "http://127.0.0.1:5001 insecure"), 0);
 	assert_int_equal(set(h, "docker.io", "mirror",
-			     "https://m.example.com/cache capabilities=pull ca-file=/etc/ca.pem"), 0);
-	assert_int_equal(set(h, "docker.io", "mirror", "m2.example.com:8443/x/v2/ override-path"), 0);
+			     "https://m.example.com/cache capabilities=pull ca-file=/etc/ca.pem"),
+			 0);
+	assert_int_equal(set(h, "docker.io", "mirror", "m2.example.com:8443/x/v2/ override-path"),
+			 0);
 
 	/* by tag: only mirrors that may resolve, then the registry */
 	n = registry_hosts_endpoints(h, "docker.io", "registry-1.docker.io", false,
@@ -63,8 +65,8 @@ static void test_order_and_caps(void **state)
 	assert_string_equal(e[2].path, "/v2");
 
 	/* by digest and blobs: every mirror in order */
-	n = registry_hosts_endpoints(h, "docker.io", "registry-1.docker.io", false,
-				     HOSTS_CAP_PULL, e);
+	n = registry_hosts_endpoints(h, "docker.io", "registry-1.docker.io", false, HOSTS_CAP_PULL,
+				     e);
 	assert_int_equal(n, 4);
 	assert_string_equal(e[1].host, "m.example.com");
 	assert_string_equal(e[1].path, "/cache/v2");
@@ -98,7 +100,8 @@ static void test_registry_keys(void **state)
 	assert_int_equal(set(h, "r.example.com:5000", "client-key", "/k.pem"), 0);
 	assert_true(registry_hosts_insecure(h, "r.example.com:5000"));
 	assert_int_equal(registry_hosts_endpoints(h, "r.example.com:5000", "r.example.com:5000",
-						  false, HOSTS_CAP_PULL, e), 1);
+						  false, HOSTS_CAP_PULL, e),
+			 1);
 	assert_false(e[0].https);
 	assert_string_equal(e[0].ca_file, "/ca.pem");
 	assert_string_equal(e[0].client_cert, "/c.pem");
@@ -110,10 +113,10 @@ static void test_errors(void **state)
 	struct registry_hosts *h = *state;
 	static const char *bad_mirrors[] = {
 		"",
-		"http://127.0.0.1:5001",	       /* plain HTTP without insecure */
+		"http://127.0.0.1:5001", /* plain HTTP without insecure */
 		"ftp://x",
 		"https://",
-		"https://a b",			       /* second word is no option */
+		"https://a b", /* second word is no option */
 		"https://x capabilities=push",
 		"https://x capabilities=",
 		"https://x capabilities=pull,bogus",
@@ -129,7 +132,8 @@ static void test_errors(void **state)
 
 	for (size_t i = 0; i < sizeof(bad_mirrors) / sizeof(bad_mirrors[0]); i++) {
 		why[0] = '\0';
-		if (registry_hosts_set(h, "docker.io", "mirror", bad_mirrors[i], why, sizeof(why)) >= 0)
+		if (registry_hosts_set(h, "docker.io", "mirror", bad_mirrors[i], why,
+				       sizeof(why)) >= 0)
 			fail_msg("mirror \"%s\" accepted", bad_mirrors[i]);
 		assert_true(why[0] != '\0');
 	}

@@ -42,18 +42,20 @@ static void test_derive_is_stable(void **state)
 	/* A key stored nowhere must come out the same in the next build:
 	 * the first 31 bits of sha256("127.0.0.1:5000/test/busybox:1\n"
 	 * DIGEST_AB). */
-	assert_int_equal(imagekey_derive("127.0.0.1:5000/test/busybox:1", DIGEST_AB),
-			 0x6e57993f);
+	assert_int_equal(imagekey_derive("127.0.0.1:5000/test/busybox:1", DIGEST_AB), 0x6e57993f);
 	assert_int_equal(imagekey_derive("127.0.0.1:5000/test/busybox:1", DIGEST_AB),
 			 imagekey_derive("127.0.0.1:5000/test/busybox:1", DIGEST_AB));
 	/* Another name of the digest, another digest of the name. */
 	assert_int_not_equal(imagekey_derive("127.0.0.1:5000/test/busybox:2", DIGEST_AB),
 			     imagekey_derive("127.0.0.1:5000/test/busybox:1", DIGEST_AB));
-	assert_int_not_equal(imagekey_derive("127.0.0.1:5000/test/busybox:1",
-					     "sha256:abababababababababababababababababababababababababababababababac"),
-			     imagekey_derive("127.0.0.1:5000/test/busybox:1", DIGEST_AB));
+	assert_int_not_equal(
+		imagekey_derive(
+			"127.0.0.1:5000/test/busybox:1",
+			"sha256:abababababababababababababababababababababababababababababababac"),
+		imagekey_derive("127.0.0.1:5000/test/busybox:1", DIGEST_AB));
 	/* The separator keeps pairs apart that concatenate alike. */
-	assert_int_not_equal(imagekey_derive("a/b:1", "sha256:x"), imagekey_derive("a/b:1sha", "256:x"));
+	assert_int_not_equal(imagekey_derive("a/b:1", "sha256:x"),
+			     imagekey_derive("a/b:1sha", "256:x"));
 }
 
 static void test_derive_range(void **state)
@@ -95,7 +97,8 @@ static void test_grow_and_reuse(void **state)
 	for (uint32_t k = 1; k <= 5000; k++)
 		assert_int_equal(imagekeys_insert(t, k, V(k)), 0);
 	for (uint32_t k = 1; k <= 5000; k++)
-		assert_int_equal(imagekeys_insert(t, k * 397 + (1u << 24), V(k * 397 + (1u << 24))), 0);
+		assert_int_equal(imagekeys_insert(t, k * 397 + (1u << 24), V(k * 397 + (1u << 24))),
+				 0);
 	assert_int_equal(imagekeys_size(t), 10000);
 	for (uint32_t k = 1; k <= 5000; k++) {
 		assert_ptr_equal(imagekeys_get(t, k), V(k));
@@ -105,10 +108,12 @@ static void test_grow_and_reuse(void **state)
 	 * times: dead slots are reused or dropped, never lose a live key. */
 	for (int round = 0; round < 20; round++) {
 		for (uint32_t k = 1; k <= 5000; k += 2)
-			assert_ptr_equal(imagekeys_remove(t, k + round * 10000u), V(k + round * 10000u));
+			assert_ptr_equal(imagekeys_remove(t, k + round * 10000u),
+					 V(k + round * 10000u));
 		for (uint32_t k = 1; k <= 5000; k += 2)
 			assert_int_equal(imagekeys_insert(t, k + (round + 1) * 10000u,
-							  V(k + (round + 1) * 10000u)), 0);
+							  V(k + (round + 1) * 10000u)),
+					 0);
 		for (uint32_t k = 2; k <= 5000; k += 2)
 			assert_ptr_equal(imagekeys_get(t, k), V(k));
 		for (uint32_t k = 1; k <= 5000; k += 2) {

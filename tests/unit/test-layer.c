@@ -76,11 +76,10 @@ static int teardown(void **state)
 	return 0;
 }
 
-static void write_tar(int fd, enum layer_compression c,
-		      const struct member *m, size_t n)
+static void write_tar(int fd, enum layer_compression c, const struct member *m, size_t n)
 {
 	struct archive *a = archive_write_new();
-	char zeros[4096] = {0};
+	char zeros[4096] = { 0 };
 
 	assert_non_null(a);
 	assert_int_equal(ftruncate(fd, 0), 0);
@@ -112,29 +111,23 @@ static void write_tar(int fd, enum layer_compression c,
 			archive_entry_set_rdevminor(e, m[i].rminor);
 		}
 		if (m[i].xname)
-			archive_entry_xattr_add_entry(e, m[i].xname,
-						      m[i].xvalue,
+			archive_entry_xattr_add_entry(e, m[i].xname, m[i].xvalue,
 						      strlen(m[i].xvalue));
 		if (archive_entry_filetype(e) == AE_IFREG && !m[i].hardlink)
 			archive_entry_set_size(e, (la_int64_t)m[i].size);
 		if (m[i].sparse_len)
-			archive_entry_sparse_add_entry(e, m[i].sparse_off,
-						       m[i].sparse_len);
+			archive_entry_sparse_add_entry(e, m[i].sparse_off, m[i].sparse_len);
 		assert_int_equal(archive_write_header(a, e), ARCHIVE_OK);
 		if (archive_entry_filetype(e) == AE_IFREG && !m[i].hardlink) {
 			if (m[i].data) {
-				assert_int_equal(archive_write_data(a, m[i].data,
-								    m[i].size),
+				assert_int_equal(archive_write_data(a, m[i].data, m[i].size),
 						 (la_ssize_t)m[i].size);
 			} else {
 				/* the writer skips the holes itself */
 				for (size_t left = m[i].size; left > 0;) {
-					size_t k = left < sizeof(zeros)
-							   ? left
-							   : sizeof(zeros);
+					size_t k = left < sizeof(zeros) ? left : sizeof(zeros);
 
-					assert_true(archive_write_data(
-							    a, zeros, k) >= 0);
+					assert_true(archive_write_data(a, zeros, k) >= 0);
 					left -= k;
 				}
 			}
@@ -146,65 +139,60 @@ static void write_tar(int fd, enum layer_compression c,
 	assert_int_equal(lseek(fd, 0, SEEK_SET), 0);
 }
 
-static int unpack(struct fixture *f, enum layer_compression c,
-		  const struct layer_limits *lim)
+static int unpack(struct fixture *f, enum layer_compression c, const struct layer_limits *lim)
 {
 	layer_index_free(f->li);
 	f->li = NULL;
 	f->err[0] = '\0';
-	return layer_unpack(f->tar_fd, c, f->pack_fd, NULL, lim, &f->li, f->err,
-			    sizeof(f->err));
+	return layer_unpack(f->tar_fd, c, f->pack_fd, NULL, lim, &f->li, f->err, sizeof(f->err));
 }
 
-static const struct layer_entry *find(const struct layer_index *li,
-				      const char *path, uint8_t type)
+static const struct layer_entry *find(const struct layer_index *li, const char *path, uint8_t type)
 {
 	for (size_t i = 0; i < li->n_entries; i++)
-		if (strcmp(li->entries[i].path, path) == 0 &&
-		    li->entries[i].type == type)
+		if (strcmp(li->entries[i].path, path) == 0 && li->entries[i].type == type)
 			return &li->entries[i];
 	fprintf(stderr, "no entry %s type %u\n", path, type);
 	fail();
 	return NULL;
 }
 
-static void assert_pack(int fd, const struct layer_entry *e,
-			const char *want)
+static void assert_pack(int fd, const struct layer_entry *e, const char *want)
 {
 	char buf[256];
 
 	assert_int_equal(e->size, strlen(want));
 	assert_true(e->size <= sizeof(buf));
-	assert_int_equal(pread(fd, buf, e->size, (off_t)e->data_off),
-			 (ssize_t)e->size);
+	assert_int_equal(pread(fd, buf, e->size, (off_t)e->data_off), (ssize_t)e->size);
 	assert_memory_equal(buf, want, e->size);
 }
 
 static const struct member rich[] = {
-	{.path = "./", .type = AE_IFDIR, .mode = 0755},
-	{.path = "./etc/", .type = AE_IFDIR, .mode = 0755},
-	{.path = "./etc/hostname", .data = "box\n", .size = 4},
-	{.path = "etc/passwd", .data = "root:x:0:0\n", .size = 11,
-	 .uid = 1000, .gid = 1000},
-	{.path = "usr/bin/su", .mode = 04755, .data = "ELF", .size = 3},
-	{.path = "tmp", .type = AE_IFDIR, .mode = 01777},
-	{.path = "bin", .type = AE_IFLNK, .mode = 0777, .link = "usr/bin"},
-	{.path = "lnk", .type = AE_IFLNK, .mode = 0777,
-	 .link = "../../../etc/shadow"},
-	{.path = "usr/bin/su2", .hardlink = "usr/bin/su"},
-	{.path = "dev/null", .type = AE_IFCHR, .mode = 0666, .rmajor = 1,
-	 .rminor = 3},
-	{.path = "dev/sda", .type = AE_IFBLK, .mode = 0660, .rmajor = 8},
-	{.path = "run/fifo", .type = AE_IFIFO, .mode = 0600},
-	{.path = "usr/bin/ping", .mode = 0755, .data = "P", .size = 1,
-	 .xname = "security.capability", .xvalue = "\x01\x02" "cap"},
-	{.path = "x", .data = "x", .size = 1, .xname = "user.foo",
-	 .xvalue = "bar"},
-	{.path = "old/.wh.gone"},
-	{.path = "old/.wh..wh..opq"},
-	{.path = ".wh..wh..opq"},
-	{.path = "old/.wh..wh.plnk", .type = AE_IFDIR},
-	{.path = "empty", .size = 0},
+	{ .path = "./", .type = AE_IFDIR, .mode = 0755 },
+	{ .path = "./etc/", .type = AE_IFDIR, .mode = 0755 },
+	{ .path = "./etc/hostname", .data = "box\n", .size = 4 },
+	{ .path = "etc/passwd", .data = "root:x:0:0\n", .size = 11, .uid = 1000, .gid = 1000 },
+	{ .path = "usr/bin/su", .mode = 04755, .data = "ELF", .size = 3 },
+	{ .path = "tmp", .type = AE_IFDIR, .mode = 01777 },
+	{ .path = "bin", .type = AE_IFLNK, .mode = 0777, .link = "usr/bin" },
+	{ .path = "lnk", .type = AE_IFLNK, .mode = 0777, .link = "../../../etc/shadow" },
+	{ .path = "usr/bin/su2", .hardlink = "usr/bin/su" },
+	{ .path = "dev/null", .type = AE_IFCHR, .mode = 0666, .rmajor = 1, .rminor = 3 },
+	{ .path = "dev/sda", .type = AE_IFBLK, .mode = 0660, .rmajor = 8 },
+	{ .path = "run/fifo", .type = AE_IFIFO, .mode = 0600 },
+	{ .path = "usr/bin/ping",
+	  .mode = 0755,
+	  .data = "P",
+	  .size = 1,
+	  .xname = "security.capability",
+	  .xvalue = "\x01\x02"
+		    "cap" },
+	{ .path = "x", .data = "x", .size = 1, .xname = "user.foo", .xvalue = "bar" },
+	{ .path = "old/.wh.gone" },
+	{ .path = "old/.wh..wh..opq" },
+	{ .path = ".wh..wh..opq" },
+	{ .path = "old/.wh..wh.plnk", .type = AE_IFDIR },
+	{ .path = "empty", .size = 0 },
 };
 
 /* the aufs ".wh..wh.plnk" member is skipped */
@@ -219,8 +207,7 @@ static void check_rich(struct fixture *f)
 	e = find(li, "", LAYER_ENTRY_DIR);
 	assert_int_equal(e->mode, 0755);
 	e = find(li, "etc", LAYER_ENTRY_DIR);
-	assert_pack(f->pack_fd, find(li, "etc/hostname", LAYER_ENTRY_REG),
-		    "box\n");
+	assert_pack(f->pack_fd, find(li, "etc/hostname", LAYER_ENTRY_REG), "box\n");
 	e = find(li, "etc/passwd", LAYER_ENTRY_REG);
 	assert_pack(f->pack_fd, e, "root:x:0:0\n");
 	assert_int_equal(e->uid, 1000);
@@ -231,24 +218,23 @@ static void check_rich(struct fixture *f)
 	assert_int_equal(e->mode, 04755);
 	assert_pack(f->pack_fd, e, "ELF");
 	assert_int_equal(find(li, "tmp", LAYER_ENTRY_DIR)->mode, 01777);
-	assert_string_equal(find(li, "bin", LAYER_ENTRY_SYMLINK)->link,
-			    "usr/bin");
+	assert_string_equal(find(li, "bin", LAYER_ENTRY_SYMLINK)->link, "usr/bin");
 	/* symlink targets are data, kept verbatim */
-	assert_string_equal(find(li, "lnk", LAYER_ENTRY_SYMLINK)->link,
-			    "../../../etc/shadow");
-	assert_string_equal(find(li, "usr/bin/su2", LAYER_ENTRY_HARDLINK)->link,
-			    "usr/bin/su");
+	assert_string_equal(find(li, "lnk", LAYER_ENTRY_SYMLINK)->link, "../../../etc/shadow");
+	assert_string_equal(find(li, "usr/bin/su2", LAYER_ENTRY_HARDLINK)->link, "usr/bin/su");
 	e = find(li, "dev/null", LAYER_ENTRY_CHR);
 	assert_int_equal(e->rdev, makedev(1, 3));
 	assert_int_equal(e->mode, 0666);
-	assert_int_equal(find(li, "dev/sda", LAYER_ENTRY_BLK)->rdev,
-			 makedev(8, 0));
+	assert_int_equal(find(li, "dev/sda", LAYER_ENTRY_BLK)->rdev, makedev(8, 0));
 	find(li, "run/fifo", LAYER_ENTRY_FIFO);
 	e = find(li, "usr/bin/ping", LAYER_ENTRY_REG);
 	assert_int_equal(e->n_xattrs, 1);
 	assert_string_equal(e->xattrs[0].name, "security.capability");
 	assert_int_equal(e->xattrs[0].size, 5);
-	assert_memory_equal(e->xattrs[0].value, "\x01\x02" "cap", 5);
+	assert_memory_equal(e->xattrs[0].value,
+			    "\x01\x02"
+			    "cap",
+			    5);
 	e = find(li, "x", LAYER_ENTRY_REG);
 	assert_int_equal(e->n_xattrs, 1);
 	assert_string_equal(e->xattrs[0].name, "user.foo");
@@ -265,15 +251,14 @@ static void check_rich(struct fixture *f)
 
 static void test_unpack_rich(void **state)
 {
-	static const enum layer_compression comps[] = {
-		LAYER_UNCOMPRESSED, LAYER_GZIP, LAYER_ZSTD};
+	static const enum layer_compression comps[] = { LAYER_UNCOMPRESSED, LAYER_GZIP,
+							LAYER_ZSTD };
 	struct fixture *f = *state;
 
 	for (size_t i = 0; i < sizeof(comps) / sizeof(comps[0]); i++) {
 		assert_int_equal(ftruncate(f->tar_fd, 0), 0);
 		assert_int_equal(ftruncate(f->pack_fd, 0), 0);
-		write_tar(f->tar_fd, comps[i], rich,
-			  sizeof(rich) / sizeof(rich[0]));
+		write_tar(f->tar_fd, comps[i], rich, sizeof(rich) / sizeof(rich[0]));
 		assert_int_equal(unpack(f, comps[i], NULL), 0);
 		check_rich(f);
 	}
@@ -284,9 +269,8 @@ static void test_unpack_sparse(void **state)
 	struct fixture *f = *state;
 	/* 1 MiB apparent, 4 KiB of data in the middle, a trailing hole */
 	const struct member m[] = {
-		{.path = "a", .data = "A", .size = 1},
-		{.path = "sparse", .size = 1 << 20, .sparse_off = 65536,
-		 .sparse_len = 4096},
+		{ .path = "a", .data = "A", .size = 1 },
+		{ .path = "sparse", .size = 1 << 20, .sparse_off = 65536, .sparse_len = 4096 },
 	};
 	const struct layer_entry *e;
 	char buf[16];
@@ -302,8 +286,7 @@ static void test_unpack_sparse(void **state)
 	assert_int_equal(st.st_size, 1 + (1 << 20));
 	/* the holes were not written out */
 	assert_true((uint64_t)st.st_blocks * 512 < (1 << 19));
-	assert_int_equal(pread(f->pack_fd, buf, sizeof(buf),
-			       (off_t)(e->data_off + (1 << 20) - 16)),
+	assert_int_equal(pread(f->pack_fd, buf, sizeof(buf), (off_t)(e->data_off + (1 << 20) - 16)),
 			 16);
 	for (size_t i = 0; i < sizeof(buf); i++)
 		assert_int_equal(buf[i], 0);
@@ -327,58 +310,50 @@ struct hostile {
 };
 
 static const struct hostile hostile[] = {
-	{"dotdot", {{.path = "../x", .data = "x", .size = 1}}, 1, "bad entry"},
-	{"absolute", {{.path = "/etc/passwd", .data = "x", .size = 1}}, 1,
-	 "absolute"},
-	{"inner dotdot", {{.path = "a/../../b", .data = "x", .size = 1}}, 1,
-	 "bad entry"},
-	{"inner dot", {{.path = "a/./b", .data = "x", .size = 1}}, 1,
-	 "bad entry"},
-	{"double slash", {{.path = "a//b", .data = "x", .size = 1}}, 1,
-	 "bad entry"},
-	{"hardlink dotdot",
-	 {{.path = "x", .data = "x", .size = 1},
-	  {.path = "y", .hardlink = "../x"}},
-	 2,
-	 "bad entry"},
-	{"hardlink unseen", {{.path = "y", .hardlink = "later"},
-			     {.path = "later", .data = "x", .size = 1}},
-	 2, "hardlink"},
-	{"hardlink to dir",
-	 {{.path = "d", .type = AE_IFDIR, .mode = 0755},
-	  {.path = "y", .hardlink = "d"}},
-	 2,
-	 "hardlink"},
-	{"whiteout dot", {{.path = "a/.wh.."}}, 1, "whiteout"},
-	{"whiteout dotdot", {{.path = ".wh..."}}, 1, "whiteout"},
-	{"whiteout empty", {{.path = "a/.wh."}}, 1, "whiteout"},
-	{"root as file", {{.path = ".", .data = "x", .size = 1}}, 1,
-	 "root"},
-	{"duplicate file",
-	 {{.path = "f", .data = "1", .size = 1},
-	  {.path = "f", .data = "2", .size = 1}},
-	 2,
-	 "more than once"},
-	{"file then dir",
-	 {{.path = "f", .data = "1", .size = 1},
-	  {.path = "f", .type = AE_IFDIR, .mode = 0755}},
-	 2,
-	 "more than once"},
-	{"dir then symlink",
-	 {{.path = "d", .type = AE_IFDIR, .mode = 0755},
-	  {.path = "d", .type = AE_IFLNK, .link = "/etc"}},
-	 2,
-	 "more than once"},
-	{"write through symlink",
-	 {{.path = "a", .type = AE_IFLNK, .link = "/tmp"},
-	  {.path = "a/x", .data = "x", .size = 1}},
-	 2,
-	 "below \"a\""},
-	{"below a file",
-	 {{.path = "f", .data = "1", .size = 1},
-	  {.path = "f/g/h", .data = "x", .size = 1}},
-	 2,
-	 "below \"f\""},
+	{ "dotdot", { { .path = "../x", .data = "x", .size = 1 } }, 1, "bad entry" },
+	{ "absolute", { { .path = "/etc/passwd", .data = "x", .size = 1 } }, 1, "absolute" },
+	{ "inner dotdot", { { .path = "a/../../b", .data = "x", .size = 1 } }, 1, "bad entry" },
+	{ "inner dot", { { .path = "a/./b", .data = "x", .size = 1 } }, 1, "bad entry" },
+	{ "double slash", { { .path = "a//b", .data = "x", .size = 1 } }, 1, "bad entry" },
+	{ "hardlink dotdot",
+	  { { .path = "x", .data = "x", .size = 1 }, { .path = "y", .hardlink = "../x" } },
+	  2,
+	  "bad entry" },
+	{ "hardlink unseen",
+	  { { .path = "y", .hardlink = "later" }, { .path = "later", .data = "x", .size = 1 } },
+	  2,
+	  "hardlink" },
+	{ "hardlink to dir",
+	  { { .path = "d", .type = AE_IFDIR, .mode = 0755 }, { .path = "y", .hardlink = "d" } },
+	  2,
+	  "hardlink" },
+	{ "whiteout dot", { { .path = "a/.wh.." } }, 1, "whiteout" },
+	{ "whiteout dotdot", { { .path = ".wh..." } }, 1, "whiteout" },
+	{ "whiteout empty", { { .path = "a/.wh." } }, 1, "whiteout" },
+	{ "root as file", { { .path = ".", .data = "x", .size = 1 } }, 1, "root" },
+	{ "duplicate file",
+	  { { .path = "f", .data = "1", .size = 1 }, { .path = "f", .data = "2", .size = 1 } },
+	  2,
+	  "more than once" },
+	{ "file then dir",
+	  { { .path = "f", .data = "1", .size = 1 },
+	    { .path = "f", .type = AE_IFDIR, .mode = 0755 } },
+	  2,
+	  "more than once" },
+	{ "dir then symlink",
+	  { { .path = "d", .type = AE_IFDIR, .mode = 0755 },
+	    { .path = "d", .type = AE_IFLNK, .link = "/etc" } },
+	  2,
+	  "more than once" },
+	{ "write through symlink",
+	  { { .path = "a", .type = AE_IFLNK, .link = "/tmp" },
+	    { .path = "a/x", .data = "x", .size = 1 } },
+	  2,
+	  "below \"a\"" },
+	{ "below a file",
+	  { { .path = "f", .data = "1", .size = 1 }, { .path = "f/g/h", .data = "x", .size = 1 } },
+	  2,
+	  "below \"f\"" },
 };
 
 static void test_unpack_hostile(void **state)
@@ -391,10 +366,8 @@ static void test_unpack_hostile(void **state)
 		assert_int_equal(ftruncate(f->tar_fd, 0), 0);
 		assert_int_equal(ftruncate(f->pack_fd, 0), 0);
 		write_tar(f->tar_fd, LAYER_UNCOMPRESSED, h->m, h->n);
-		if (unpack(f, LAYER_UNCOMPRESSED, NULL) != -EBADMSG ||
-		    !strstr(f->err, h->reason)) {
-			fprintf(stderr, "case \"%s\": \"%s\"\n", h->what,
-				f->err);
+		if (unpack(f, LAYER_UNCOMPRESSED, NULL) != -EBADMSG || !strstr(f->err, h->reason)) {
+			fprintf(stderr, "case \"%s\": \"%s\"\n", h->what, f->err);
 			fail();
 		}
 		assert_null(f->li);
@@ -405,33 +378,31 @@ static void test_unpack_limits(void **state)
 {
 	struct fixture *f = *state;
 	const struct member m[] = {
-		{.path = "a", .data = "aaaa", .size = 4},
-		{.path = "b", .data = "bbbb", .size = 4},
-		{.path = "c/d/e", .data = "c", .size = 1},
+		{ .path = "a", .data = "aaaa", .size = 4 },
+		{ .path = "b", .data = "bbbb", .size = 4 },
+		{ .path = "c/d/e", .data = "c", .size = 1 },
 	};
-	struct layer_limits lim = {0};
+	struct layer_limits lim = { 0 };
 
 	write_tar(f->tar_fd, LAYER_UNCOMPRESSED, m, 3);
 	assert_int_equal(unpack(f, LAYER_UNCOMPRESSED, NULL), 0);
 
-	lim = (struct layer_limits){.max_entries = 2};
+	lim = (struct layer_limits){ .max_entries = 2 };
 	assert_int_equal(lseek(f->tar_fd, 0, SEEK_SET), 0);
 	assert_int_equal(unpack(f, LAYER_UNCOMPRESSED, &lim), -EBADMSG);
 	assert_string_equal(f->err, "layer: more than 2 entries");
 
-	lim = (struct layer_limits){.max_expanded_bytes = 8};
+	lim = (struct layer_limits){ .max_expanded_bytes = 8 };
 	assert_int_equal(lseek(f->tar_fd, 0, SEEK_SET), 0);
 	assert_int_equal(unpack(f, LAYER_UNCOMPRESSED, &lim), -EBADMSG);
 	assert_non_null(strstr(f->err, "more than 8 bytes"));
 
-	lim = (struct layer_limits){.max_path = 4};
+	lim = (struct layer_limits){ .max_path = 4 };
 	assert_int_equal(lseek(f->tar_fd, 0, SEEK_SET), 0);
 	assert_int_equal(unpack(f, LAYER_UNCOMPRESSED, &lim), -EBADMSG);
 	assert_non_null(strstr(f->err, "longer than 4"));
 
-	lim = (struct layer_limits){.max_entries = 3,
-				    .max_expanded_bytes = 9,
-				    .max_path = 5};
+	lim = (struct layer_limits){ .max_entries = 3, .max_expanded_bytes = 9, .max_path = 5 };
 	assert_int_equal(lseek(f->tar_fd, 0, SEEK_SET), 0);
 	assert_int_equal(unpack(f, LAYER_UNCOMPRESSED, &lim), 0);
 }
@@ -440,8 +411,8 @@ static void test_unpack_corrupt(void **state)
 {
 	struct fixture *f = *state;
 	struct member m[] = {
-		{.path = "big", .size = 200000},
-		{.path = "small", .data = "s", .size = 1},
+		{ .path = "big", .size = 200000 },
+		{ .path = "small", .data = "s", .size = 1 },
 	};
 	char *big = malloc(200000);
 	struct stat st;
@@ -458,12 +429,10 @@ static void test_unpack_corrupt(void **state)
 	assert_int_equal(fstat(f->tar_fd, &st), 0);
 	buf = malloc((size_t)st.st_size);
 	assert_non_null(buf);
-	assert_int_equal(pread(f->tar_fd, buf, (size_t)st.st_size, 0),
-			 st.st_size);
+	assert_int_equal(pread(f->tar_fd, buf, (size_t)st.st_size, 0), st.st_size);
 	for (off_t i = st.st_size / 2; i < st.st_size / 2 + 64; i++)
 		buf[i] ^= 0x5a;
-	assert_int_equal(pwrite(f->tar_fd, buf, (size_t)st.st_size, 0),
-			 st.st_size);
+	assert_int_equal(pwrite(f->tar_fd, buf, (size_t)st.st_size, 0), st.st_size);
 	assert_int_equal(unpack(f, LAYER_GZIP, NULL), -EBADMSG);
 	assert_true(f->err[0] != '\0');
 
@@ -496,8 +465,7 @@ static void test_unpack_corrupt(void **state)
 
 /* ---- index file ------------------------------------------------------- */
 
-static void assert_same_index(const struct layer_index *a,
-			      const struct layer_index *b)
+static void assert_same_index(const struct layer_index *a, const struct layer_index *b)
 {
 	assert_int_equal(a->n_entries, b->n_entries);
 	assert_int_equal(a->data_size, b->data_size);
@@ -524,11 +492,9 @@ static void assert_same_index(const struct layer_index *a,
 			assert_null(y->object);
 		assert_int_equal(x->n_xattrs, y->n_xattrs);
 		for (uint32_t j = 0; j < x->n_xattrs; j++) {
-			assert_string_equal(x->xattrs[j].name,
-					    y->xattrs[j].name);
+			assert_string_equal(x->xattrs[j].name, y->xattrs[j].name);
 			assert_int_equal(x->xattrs[j].size, y->xattrs[j].size);
-			assert_memory_equal(x->xattrs[j].value,
-					    y->xattrs[j].value,
+			assert_memory_equal(x->xattrs[j].value, y->xattrs[j].value,
 					    x->xattrs[j].size);
 		}
 	}
@@ -539,8 +505,7 @@ static size_t write_index(struct fixture *f, int fd, unsigned char **ret)
 	struct stat st;
 	unsigned char *buf;
 
-	write_tar(f->tar_fd, LAYER_UNCOMPRESSED, rich,
-		  sizeof(rich) / sizeof(rich[0]));
+	write_tar(f->tar_fd, LAYER_UNCOMPRESSED, rich, sizeof(rich) / sizeof(rich[0]));
 	assert_int_equal(unpack(f, LAYER_UNCOMPRESSED, NULL), 0);
 	assert_int_equal(layer_index_write(f->li, fd), 0);
 	assert_int_equal(fstat(fd, &st), 0);
@@ -554,7 +519,7 @@ static size_t write_index(struct fixture *f, int fd, unsigned char **ret)
 static void test_index_round_trip(void **state)
 {
 	struct fixture *f = *state;
-	struct layer_index *back = NULL, empty = {0};
+	struct layer_index *back = NULL, empty = { 0 };
 	unsigned char *buf;
 	int fd = memfd("idx");
 
@@ -583,12 +548,12 @@ static void test_index_round_trip(void **state)
 static void test_index_short_names(void **state)
 {
 	struct layer_entry e[] = {
-		{.path = (char *)"", .type = LAYER_ENTRY_DIR, .mode = 0755},
-		{.path = (char *)"a", .type = LAYER_ENTRY_REG, .mode = 0644},
-		{.path = (char *)"b", .type = LAYER_ENTRY_DIR, .mode = 0755},
-		{.path = (char *)"b/c", .type = LAYER_ENTRY_FIFO, .mode = 0600},
+		{ .path = (char *)"", .type = LAYER_ENTRY_DIR, .mode = 0755 },
+		{ .path = (char *)"a", .type = LAYER_ENTRY_REG, .mode = 0644 },
+		{ .path = (char *)"b", .type = LAYER_ENTRY_DIR, .mode = 0755 },
+		{ .path = (char *)"b/c", .type = LAYER_ENTRY_FIFO, .mode = 0600 },
 	};
-	struct layer_index li = {.entries = e, .n_entries = 4};
+	struct layer_index li = { .entries = e, .n_entries = 4 };
 	struct layer_index *back = NULL;
 	int fd = memfd("idx");
 
@@ -601,8 +566,7 @@ static void test_index_short_names(void **state)
 	close(fd);
 }
 
-static int read_bytes(const unsigned char *buf, size_t len,
-		      struct layer_index **ret)
+static int read_bytes(const unsigned char *buf, size_t len, struct layer_index **ret)
 {
 	int fd = memfd("idx");
 	int r;
@@ -652,15 +616,15 @@ static void test_index_hostile_content(void **state)
 	size_t len = 0;
 	uint32_t crc;
 
-#define PUT32(v)                                                               \
-	do {                                                                   \
-		for (int k_ = 0; k_ < 4; k_++)                                 \
-			buf[len++] = (unsigned char)((uint32_t)(v) >> (8 * k_));  \
+#define PUT32(v)                                                                 \
+	do {                                                                     \
+		for (int k_ = 0; k_ < 4; k_++)                                   \
+			buf[len++] = (unsigned char)((uint32_t)(v) >> (8 * k_)); \
 	} while (0)
-#define PUT64(v)                                                               \
-	do {                                                                   \
-		for (int k_ = 0; k_ < 8; k_++)                                 \
-			buf[len++] = (unsigned char)((uint64_t)(v) >> (8 * k_));  \
+#define PUT64(v)                                                                 \
+	do {                                                                     \
+		for (int k_ = 0; k_ < 8; k_++)                                   \
+			buf[len++] = (unsigned char)((uint64_t)(v) >> (8 * k_)); \
 	} while (0)
 
 	memcpy(buf, head, 8);
@@ -718,14 +682,13 @@ static void test_unpack_objects(void **state)
 	char dir[] = "/tmp/test-layer-objects.XXXXXX";
 	static char big[20000];
 	const struct member m[] = {
-		{.path = "small", .data = "tiny", .size = 4},
-		{.path = "big", .data = big, .size = sizeof(big)},
-		{.path = "again", .data = big, .size = sizeof(big)},
-		{.path = "link", .hardlink = "big"},
-		{.path = "sparse", .size = 1 << 20, .sparse_off = 65536,
-		 .sparse_len = 4096},
+		{ .path = "small", .data = "tiny", .size = 4 },
+		{ .path = "big", .data = big, .size = sizeof(big) },
+		{ .path = "again", .data = big, .size = sizeof(big) },
+		{ .path = "link", .hardlink = "big" },
+		{ .path = "sparse", .size = 1 << 20, .sparse_off = 65536, .sparse_len = 4096 },
 	};
-	struct layer_objects objs = {.min_size = 16384};
+	struct layer_objects objs = { .min_size = 16384 };
 	const struct layer_entry *e, *g;
 	struct layer_index *back = NULL;
 	char name[80], cmd[128];
@@ -739,9 +702,8 @@ static void test_unpack_objects(void **state)
 	assert_true(objs.dirfd >= 0);
 	write_tar(f->tar_fd, LAYER_UNCOMPRESSED, m, sizeof(m) / sizeof(m[0]));
 	f->err[0] = '\0';
-	assert_int_equal(layer_unpack(f->tar_fd, LAYER_UNCOMPRESSED, f->pack_fd,
-				      &objs, NULL, &f->li, f->err,
-				      sizeof(f->err)),
+	assert_int_equal(layer_unpack(f->tar_fd, LAYER_UNCOMPRESSED, f->pack_fd, &objs, NULL,
+				      &f->li, f->err, sizeof(f->err)),
 			 0);
 	/* the small file alone is in the pack */
 	assert_int_equal(f->li->data_size, 4);
@@ -795,27 +757,17 @@ static void test_unpack_objects(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_unpack_rich, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_unpack_objects, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_unpack_sparse, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_unpack_empty_layer, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_unpack_hostile, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_unpack_limits, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_unpack_corrupt, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_index_round_trip, setup,
-						teardown),
+		cmocka_unit_test_setup_teardown(test_unpack_rich, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unpack_objects, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unpack_sparse, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unpack_empty_layer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unpack_hostile, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unpack_limits, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unpack_corrupt, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_index_round_trip, setup, teardown),
 		cmocka_unit_test(test_index_short_names),
-		cmocka_unit_test_setup_teardown(test_index_corrupt, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_index_hostile_content,
-						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_index_corrupt, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_index_hostile_content, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -82,15 +82,13 @@ static void make_layer(struct fixture *f)
 
 	/* what the pull does: fetch and verify the table, publish from it */
 	src.tl = tl;
-	assert_int_equal(lazy_fetch_toc(f->reg, &src, f->blob, &toc, &tocbuf,
-					&toclen, err, sizeof(err)),
-			 0);
+	assert_int_equal(
+		lazy_fetch_toc(f->reg, &src, f->blob, &toc, &tocbuf, &toclen, err, sizeof(err)), 0);
 	assert_int_equal(lazy_source_format(&src, &text), 0);
 	assert_int_equal(cache_layer_stage(f->cache, f->blob, &st), 0);
-	assert_int_equal(cache_layer_commit_lazy(f->cache, &st, f->blob,
-						 toc->index, text, tocbuf,
-						 toclen),
-			 0);
+	assert_int_equal(
+		cache_layer_commit_lazy(f->cache, &st, f->blob, toc->index, text, tocbuf, toclen),
+		0);
 	toc_free(toc);
 	free(tocbuf);
 	free(text);
@@ -141,8 +139,8 @@ static bool layer_has(struct fixture *f, const char *prefix, const char *suffix)
 {
 	char path[256];
 
-	snprintf(path, sizeof(path), "%s/layers/%s/%s%s%s", f->dir,
-		 digest_hex(f->blob), prefix, f->object, suffix);
+	snprintf(path, sizeof(path), "%s/layers/%s/%s%s%s", f->dir, digest_hex(f->blob), prefix,
+		 f->object, suffix);
 	return access(path, F_OK) == 0;
 }
 
@@ -155,8 +153,7 @@ static void test_read_fetches_what_it_needs(void **state)
 
 	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
 	/* the middle of chunk 1 and the start of chunk 2: one request */
-	assert_int_equal(lazy_read(l, f->reg, f->object, CHUNK + 100, CHUNK, buf),
-			 CHUNK);
+	assert_int_equal(lazy_read(l, f->reg, f->object, CHUNK + 100, CHUNK, buf), CHUNK);
 	assert_memory_equal(buf, f->content + CHUNK + 100, CHUNK);
 	assert_int_equal(ranges(f), before + 1);
 	/* again: no request */
@@ -164,11 +161,8 @@ static void test_read_fetches_what_it_needs(void **state)
 	assert_memory_equal(buf, f->content + CHUNK, 100);
 	assert_int_equal(ranges(f), before + 1);
 	/* past the end: short, then nothing */
-	assert_int_equal(lazy_read(l, f->reg, f->object, sizeof(f->content) - 10,
-				   100, buf),
-			 10);
-	assert_int_equal(lazy_read(l, f->reg, f->object, sizeof(f->content), 100, buf),
-			 0);
+	assert_int_equal(lazy_read(l, f->reg, f->object, sizeof(f->content) - 10, 100, buf), 10);
+	assert_int_equal(lazy_read(l, f->reg, f->object, sizeof(f->content), 100, buf), 0);
 	assert_true(layer_has(f, "p.", ""));
 	assert_false(layer_has(f, "o.", ""));
 	/* a file of another content is not in this layer */
@@ -187,8 +181,7 @@ static void *read_chunk0(void *arg)
 {
 	struct reader *rd = arg;
 
-	rd->r = lazy_read(rd->l, rd->f->reg, rd->f->object, 10, sizeof(rd->buf),
-			  rd->buf);
+	rd->r = lazy_read(rd->l, rd->f->reg, rd->f->object, 10, sizeof(rd->buf), rd->buf);
 	return NULL;
 }
 
@@ -227,16 +220,13 @@ static void test_wrong_chunk_never_served(void **state)
 
 	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
 	fake_fault(f->fake, "bytes=", FAKE_CORRUPT, 0, 1);
-	assert_int_equal(lazy_read(l, f->reg, f->object, 3 * CHUNK, sizeof(buf), buf),
-			 -EIO);
+	assert_int_equal(lazy_read(l, f->reg, f->object, 3 * CHUNK, sizeof(buf), buf), -EIO);
 	/* fetched again, right this time */
-	assert_int_equal(lazy_read(l, f->reg, f->object, 3 * CHUNK, sizeof(buf), buf),
-			 sizeof(buf));
+	assert_int_equal(lazy_read(l, f->reg, f->object, 3 * CHUNK, sizeof(buf), buf), sizeof(buf));
 	assert_memory_equal(buf, f->content + 3 * CHUNK, sizeof(buf));
 	/* a registry that is down: its errno, nothing served */
 	fake_fault(f->fake, "bytes=", FAKE_REFUSE, 0, -1);
-	assert_int_equal(lazy_read(l, f->reg, f->object, 0, sizeof(buf), buf),
-			 -EHOSTUNREACH);
+	assert_int_equal(lazy_read(l, f->reg, f->object, 0, sizeof(buf), buf), -EHOSTUNREACH);
 	fake_clear_faults(f->fake);
 	lazy_layer_free(l);
 }

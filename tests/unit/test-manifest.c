@@ -15,8 +15,9 @@
 #include "macro.h"
 #include "manifest.h"
 
-#define HEX(c) c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c \
-	c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c
+#define HEX(c)                                                                                    \
+	c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c \
+		c c c c c c c c c c c c c c c c c c c
 #define D_CONFIG "sha256:" HEX("c")
 #define D_L0 "sha256:" HEX("0")
 #define D_L1 "sha256:" HEX("1")
@@ -31,71 +32,78 @@
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct manifest *, manifest_free)
 
-#define LAYER(type, digest, size)                                             \
+#define LAYER(type, digest, size) \
 	"{\"mediaType\":\"" type "\",\"digest\":\"" digest "\",\"size\":" size "}"
 
-#define OCI_MANIFEST_BODY(media_type_member)                                  \
-	"{\"schemaVersion\":2," media_type_member                             \
-	"\"config\":{\"mediaType\":\"" MEDIA_OCI_CONFIG "\","                 \
-	"\"digest\":\"" D_CONFIG "\",\"size\":1469},"                         \
-	"\"layers\":[" LAYER(MEDIA_OCI_LAYER_GZIP, D_L0, "3623807") ","        \
-	LAYER(MEDIA_OCI_LAYER_ZSTD, D_L1, "0") ","                             \
-	LAYER(MEDIA_OCI_LAYER, D_L2, "9007199254740993") "],"                  \
-	"\"annotations\":{\"org.opencontainers.image.created\":\"now\"}}"
+#define OCI_MANIFEST_BODY(media_type_member)                                                      \
+	"{\"schemaVersion\":2," media_type_member "\"config\":{\"mediaType\":\"" MEDIA_OCI_CONFIG \
+	"\","                                                                                     \
+	"\"digest\":\"" D_CONFIG "\",\"size\":1469},"                                             \
+	"\"layers\":[" LAYER(MEDIA_OCI_LAYER_GZIP, D_L0, "3623807") "," LAYER(                    \
+		MEDIA_OCI_LAYER_ZSTD, D_L1,                                                       \
+		"0") "," LAYER(MEDIA_OCI_LAYER, D_L2,                                             \
+			       "9007199254740993") "],"                                           \
+						   "\"annotations\":{\"org.opencontainers.image.created\":\"now\"}}"
 
-static const char oci_manifest[] =
-	OCI_MANIFEST_BODY("\"mediaType\":\"" MEDIA_OCI_MANIFEST "\",");
+static const char oci_manifest[] = OCI_MANIFEST_BODY("\"mediaType\":\"" MEDIA_OCI_MANIFEST "\",");
 static const char oci_manifest_untyped[] = OCI_MANIFEST_BODY("");
 
-static const char docker_manifest[] =
-	"{\n"
-	"  \"schemaVersion\": 2,\n"
-	"  \"mediaType\": \"" MEDIA_DOCKER_MANIFEST "\",\n"
-	"  \"config\": {\n"
-	"    \"mediaType\": \"" MEDIA_DOCKER_CONFIG "\",\n"
-	"    \"size\": 7023,\n"
-	"    \"digest\": \"" D_CONFIG "\"\n"
-	"  },\n"
-	"  \"layers\": [\n"
-	"    {\n"
-	"      \"mediaType\": \"" MEDIA_DOCKER_LAYER_GZIP "\",\n"
-	"      \"size\": 32654,\n"
-	"      \"digest\": \"" D_L0 "\"\n"
-	"    },\n"
-	"    {\n"
-	"      \"mediaType\": \"" MEDIA_DOCKER_LAYER_FOREIGN "\",\n"
-	"      \"size\": 16724,\n"
-	"      \"digest\": \"" D_L1 "\",\n"
-	"      \"urls\": [\"https://example.com/layer\"]\n"
-	"    }\n"
-	"  ]\n"
-	"}\n";
+static const char docker_manifest[] = "{\n"
+				      "  \"schemaVersion\": 2,\n"
+				      "  \"mediaType\": \"" MEDIA_DOCKER_MANIFEST "\",\n"
+				      "  \"config\": {\n"
+				      "    \"mediaType\": \"" MEDIA_DOCKER_CONFIG "\",\n"
+				      "    \"size\": 7023,\n"
+				      "    \"digest\": \"" D_CONFIG "\"\n"
+				      "  },\n"
+				      "  \"layers\": [\n"
+				      "    {\n"
+				      "      \"mediaType\": \"" MEDIA_DOCKER_LAYER_GZIP "\",\n"
+				      "      \"size\": 32654,\n"
+				      "      \"digest\": \"" D_L0 "\"\n"
+				      "    },\n"
+				      "    {\n"
+				      "      \"mediaType\": \"" MEDIA_DOCKER_LAYER_FOREIGN "\",\n"
+				      "      \"size\": 16724,\n"
+				      "      \"digest\": \"" D_L1 "\",\n"
+				      "      \"urls\": [\"https://example.com/layer\"]\n"
+				      "    }\n"
+				      "  ]\n"
+				      "}\n";
 
-#define ENTRY(type, digest, platform)                                         \
-	"{\"mediaType\":\"" type "\",\"digest\":\"" digest "\",\"size\":529"    \
-	platform "}"
+#define ENTRY(type, digest, platform) \
+	"{\"mediaType\":\"" type "\",\"digest\":\"" digest "\",\"size\":529" platform "}"
 #define PLAT(os, arch) ",\"platform\":{\"os\":\"" os "\",\"architecture\":\"" arch "\"}"
-#define PLATV(os, arch, variant)                                              \
-	",\"platform\":{\"os\":\"" os "\",\"architecture\":\"" arch           \
-	"\",\"variant\":\"" variant "\"}"
+#define PLATV(os, arch, variant)                                                                \
+	",\"platform\":{\"os\":\"" os "\",\"architecture\":\"" arch "\",\"variant\":\"" variant \
+	"\"}"
 
 /* A buildx-style index: images plus attestation manifests for
  * unknown/unknown, and a nested index that must never be selected. */
-#define OCI_INDEX_BODY(media_type_member)                                     \
-	"{\"schemaVersion\":2," media_type_member "\"manifests\":["           \
-	ENTRY(MEDIA_OCI_MANIFEST, D_AMD64, PLAT("linux", "amd64")) ","         \
-	ENTRY(MEDIA_OCI_MANIFEST, D_ARM64, PLATV("linux", "arm64", "v8")) "," \
-	ENTRY(MEDIA_OCI_MANIFEST, D_ARMV6, PLATV("linux", "arm", "v6")) ","   \
-	ENTRY(MEDIA_OCI_INDEX, D_NESTED, PLATV("linux", "arm", "v7")) ","     \
-	ENTRY(MEDIA_OCI_MANIFEST, D_ARMV7, PLATV("linux", "arm", "v7")) ","   \
-	"{\"mediaType\":\"" MEDIA_OCI_MANIFEST "\",\"digest\":\"" D_ATTEST    \
-	"\",\"size\":840,\"annotations\":{\"vnd.docker.reference.type\":"      \
-	"\"attestation-manifest\",\"vnd.docker.reference.digest\":\"" D_AMD64  \
-	"\"}" PLAT("unknown", "unknown") "}"                                   \
-	"]}"
+#define OCI_INDEX_BODY(media_type_member)                                                                                                                               \
+	"{\"schemaVersion\":2," media_type_member                                                                                                                       \
+	"\"manifests\":[" ENTRY(MEDIA_OCI_MANIFEST, D_AMD64, PLAT("linux", "amd64")) "," ENTRY(                                                                         \
+		MEDIA_OCI_MANIFEST, D_ARM64,                                                                                                                            \
+		PLATV("linux", "arm64",                                                                                                                                 \
+		      "v8")) "," ENTRY(MEDIA_OCI_MANIFEST, D_ARMV6,                                                                                                     \
+				       PLATV("linux", "arm",                                                                                                            \
+					     "v6")) "," ENTRY(MEDIA_OCI_INDEX, D_NESTED,                                                                                \
+							      PLATV("linux", "arm",                                                                                     \
+								    "v7")) "," ENTRY(MEDIA_OCI_MANIFEST,                                                                \
+										     D_ARMV7,                                                                           \
+										     PLATV("linux",                                                                     \
+											   "arm",                                                                       \
+											   "v7")) ","                                                                   \
+												  "{\"mediaType\":\"" MEDIA_OCI_MANIFEST                                \
+												  "\",\"digest\":\"" D_ATTEST                                           \
+												  "\",\"size\":840,\"annotations\":{\"vnd.docker.reference.type\":"     \
+												  "\"attestation-manifest\",\"vnd.docker.reference.digest\":\"" D_AMD64 \
+												  "\"}" PLAT(                                                           \
+													  "unknown",                                                    \
+													  "unknown") "}"                                                \
+														     "]}"
 
-static const char oci_index[] =
-	OCI_INDEX_BODY("\"mediaType\":\"" MEDIA_OCI_INDEX "\",");
+static const char oci_index[] = OCI_INDEX_BODY("\"mediaType\":\"" MEDIA_OCI_INDEX "\",");
 static const char oci_index_untyped[] = OCI_INDEX_BODY("");
 
 static const char docker_list[] =
@@ -118,11 +126,10 @@ static const char docker_list[] =
 	"\"os\":\"windows\",\"os.version\":\"10.0.17763.1\"}}"
 	"]}";
 
-static int parse(const char *body, const char *content_type,
-		 struct manifest **ret, char *errbuf, size_t errlen)
+static int parse(const char *body, const char *content_type, struct manifest **ret, char *errbuf,
+		 size_t errlen)
 {
-	return manifest_parse(body, strlen(body), content_type, ret, errbuf,
-			      errlen);
+	return manifest_parse(body, strlen(body), content_type, ret, errbuf, errlen);
 }
 
 static void check_image(const struct manifest *m)
@@ -148,11 +155,9 @@ static void test_oci_manifest(void **state)
 		_cleanup_(manifest_freep) struct manifest *m = NULL;
 		char err[256];
 
-		if (parse(oci_manifest, content_types[i], &m, err,
-			  sizeof(err)) != 0)
+		if (parse(oci_manifest, content_types[i], &m, err, sizeof(err)) != 0)
 			fail_msg("content type \"%s\": %s",
-				 content_types[i] ? content_types[i] : "(null)",
-				 err);
+				 content_types[i] ? content_types[i] : "(null)", err);
 		check_image(m);
 		assert_string_equal(m->media_type, MEDIA_OCI_MANIFEST);
 		assert_string_equal(m->config.media_type, MEDIA_OCI_CONFIG);
@@ -173,9 +178,7 @@ static void test_docker_manifest(void **state)
 {
 	_cleanup_(manifest_freep) struct manifest *m = NULL;
 
-	assert_int_equal(parse(docker_manifest, MEDIA_DOCKER_MANIFEST, &m,
-			       NULL, 0),
-			 0);
+	assert_int_equal(parse(docker_manifest, MEDIA_DOCKER_MANIFEST, &m, NULL, 0), 0);
 	check_image(m);
 	assert_string_equal(m->media_type, MEDIA_DOCKER_MANIFEST);
 	assert_string_equal(m->config.media_type, MEDIA_DOCKER_CONFIG);
@@ -233,7 +236,8 @@ static void test_infer_type(void **state)
 	static const struct infer_case cases[] = {
 		{ oci_manifest_untyped, NULL, MANIFEST_IMAGE, MEDIA_OCI_MANIFEST },
 		{ oci_manifest_untyped, "application/json", MANIFEST_IMAGE, MEDIA_OCI_MANIFEST },
-		{ oci_manifest_untyped, MEDIA_DOCKER_MANIFEST, MANIFEST_IMAGE, MEDIA_DOCKER_MANIFEST },
+		{ oci_manifest_untyped, MEDIA_DOCKER_MANIFEST, MANIFEST_IMAGE,
+		  MEDIA_DOCKER_MANIFEST },
 		{ oci_index_untyped, NULL, MANIFEST_INDEX, MEDIA_OCI_INDEX },
 		{ oci_index_untyped, MEDIA_DOCKER_LIST, MANIFEST_INDEX, MEDIA_DOCKER_LIST },
 		{ "{\"schemaVersion\":2,\"manifests\":[]}", NULL, MANIFEST_INDEX, MEDIA_OCI_INDEX },
@@ -243,8 +247,7 @@ static void test_infer_type(void **state)
 		_cleanup_(manifest_freep) struct manifest *m = NULL;
 		char err[256];
 
-		if (parse(cases[i].body, cases[i].content_type, &m, err,
-			  sizeof(err)) != 0)
+		if (parse(cases[i].body, cases[i].content_type, &m, err, sizeof(err)) != 0)
 			fail_msg("case %zu: %s", i, err);
 		assert_int_equal(m->kind, cases[i].kind);
 		assert_string_equal(m->media_type, cases[i].media_type);
@@ -261,8 +264,8 @@ struct bad_case {
 #define IMG(layers) "{\"schemaVersion\":2," CFG ",\"layers\":[" layers "]}"
 #define IDX(entries) "{\"schemaVersion\":2,\"manifests\":[" entries "]}"
 #define L_OK LAYER(MEDIA_OCI_LAYER_GZIP, D_L0, "1")
-#define LAYER_ANN(members)                                                    \
-	"{\"mediaType\":\"x\",\"digest\":\"" D_L0 "\",\"size\":1,"         \
+#define LAYER_ANN(members)                                         \
+	"{\"mediaType\":\"x\",\"digest\":\"" D_L0 "\",\"size\":1," \
 	"\"annotations\":{" members "}}"
 
 static const struct bad_case bad_cases[] = {
@@ -286,14 +289,15 @@ static const struct bad_case bad_cases[] = {
 	{ "{\"schemaVersion\":2,\"mediaType\":7,\"manifests\":[]}", NULL,
 	  "mediaType is not a string" },
 	{ "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.artifact.manifest.v1+json\",\"manifests\":[]}",
-	  NULL,
-	  "unsupported mediaType \"application/vnd.oci.artifact.manifest.v1+json\"" },
+	  NULL, "unsupported mediaType \"application/vnd.oci.artifact.manifest.v1+json\"" },
 
 	/* mediaType against Content-Type */
 	{ oci_manifest, MEDIA_OCI_INDEX,
-	  "mediaType \"" MEDIA_OCI_MANIFEST "\" does not match content type \"" MEDIA_OCI_INDEX "\"" },
+	  "mediaType \"" MEDIA_OCI_MANIFEST "\" does not match content type \"" MEDIA_OCI_INDEX
+	  "\"" },
 	{ oci_index, MEDIA_DOCKER_LIST,
-	  "mediaType \"" MEDIA_OCI_INDEX "\" does not match content type \"" MEDIA_DOCKER_LIST "\"" },
+	  "mediaType \"" MEDIA_OCI_INDEX "\" does not match content type \"" MEDIA_DOCKER_LIST
+	  "\"" },
 	{ docker_manifest, MEDIA_OCI_MANIFEST, NULL },
 	{ oci_manifest, "application/vnd.docker.distribution.manifest.v1+prettyjws",
 	  "unsupported content type \"application/vnd.docker.distribution.manifest.v1+prettyjws\"" },
@@ -302,14 +306,12 @@ static const struct bad_case bad_cases[] = {
 	{ oci_manifest_untyped, MEDIA_OCI_INDEX, "manifests is missing" },
 
 	/* image manifests */
-	{ "{\"schemaVersion\":2,\"mediaType\":\"" MEDIA_OCI_MANIFEST "\",\"layers\":[]}",
-	  NULL, "config is missing" },
-	{ "{\"schemaVersion\":2,\"config\":[],\"layers\":[]}", NULL,
-	  "config is not an object" },
-	{ "{\"schemaVersion\":2," CFG ",\"layers\":{}}", NULL,
-	  "layers is not an array" },
-	{ "{\"schemaVersion\":2,\"mediaType\":\"" MEDIA_OCI_MANIFEST "\"," CFG "}",
-	  NULL, "layers is missing" },
+	{ "{\"schemaVersion\":2,\"mediaType\":\"" MEDIA_OCI_MANIFEST "\",\"layers\":[]}", NULL,
+	  "config is missing" },
+	{ "{\"schemaVersion\":2,\"config\":[],\"layers\":[]}", NULL, "config is not an object" },
+	{ "{\"schemaVersion\":2," CFG ",\"layers\":{}}", NULL, "layers is not an array" },
+	{ "{\"schemaVersion\":2,\"mediaType\":\"" MEDIA_OCI_MANIFEST "\"," CFG "}", NULL,
+	  "layers is missing" },
 	{ IMG(L_OK ",7"), NULL, "layers[1] is not an object" },
 	{ IMG(L_OK ",{\"digest\":\"" D_L1 "\",\"size\":1}"), NULL,
 	  "layers[1].mediaType is missing" },
@@ -331,14 +333,13 @@ static const struct bad_case bad_cases[] = {
 	{ IMG(LAYER_ANN("\"a\":1")), NULL, "layers[0].annotations.a is not a string" },
 	{ IMG(L_OK "," LAYER_ANN("\"a\":\"b\",\"c\":null")), NULL,
 	  "layers[1].annotations.c is not a string" },
-	{ IMG("{\"mediaType\":\"x\",\"digest\":\"" D_L0 "\",\"size\":1,\"annotations\":[]}"),
-	  NULL, "layers[0].annotations is not an object" },
+	{ IMG("{\"mediaType\":\"x\",\"digest\":\"" D_L0 "\",\"size\":1,\"annotations\":[]}"), NULL,
+	  "layers[0].annotations is not an object" },
 	{ IMG(LAYER_ANN("\"a\":\"b\",\"a\":\"c\"")), NULL, NULL },
 	{ IMG(LAYER("x", D_L0, "1.5")), NULL, "layers[0].size is not an integer" },
 	{ IMG(LAYER("x", D_L0, "\"1\"")), NULL, "layers[0].size is not an integer" },
 	{ IMG(LAYER("x", D_L0, "99999999999999999999")), NULL, NULL },
-	{ IMG("{\"mediaType\":\"x\",\"digest\":\"" D_L0 "\"}"), NULL,
-	  "layers[0].size is missing" },
+	{ IMG("{\"mediaType\":\"x\",\"digest\":\"" D_L0 "\"}"), NULL, "layers[0].size is missing" },
 	{ "{\"schemaVersion\":2,\"config\":{\"mediaType\":\"a\",\"digest\":\"sha256:x\",\"size\":1},\"layers\":[]}",
 	  NULL, "config.digest is not a sha256 digest" },
 
@@ -347,19 +348,22 @@ static const struct bad_case bad_cases[] = {
 	  "manifests is missing" },
 	{ "{\"schemaVersion\":2,\"manifests\":{}}", NULL, "manifests is not an array" },
 	{ IDX("\"x\""), NULL, "manifests[0] is not an object" },
-	{ IDX(ENTRY(MEDIA_OCI_MANIFEST, D_AMD64, ",\"platform\":\"linux/amd64\"")),
-	  NULL, "manifests[0].platform is not an object" },
-	{ IDX(ENTRY(MEDIA_OCI_MANIFEST, D_AMD64, ",\"platform\":{\"os\":1,\"architecture\":\"amd64\"}")),
+	{ IDX(ENTRY(MEDIA_OCI_MANIFEST, D_AMD64, ",\"platform\":\"linux/amd64\"")), NULL,
+	  "manifests[0].platform is not an object" },
+	{ IDX(ENTRY(MEDIA_OCI_MANIFEST, D_AMD64,
+		    ",\"platform\":{\"os\":1,\"architecture\":\"amd64\"}")),
 	  NULL, "manifests[0].platform.os is not a string" },
-	{ IDX(ENTRY(MEDIA_OCI_MANIFEST, D_AMD64, ",\"platform\":{\"os\":\"linux\",\"architecture\":[]}")),
+	{ IDX(ENTRY(MEDIA_OCI_MANIFEST, D_AMD64,
+		    ",\"platform\":{\"os\":\"linux\",\"architecture\":[]}")),
 	  NULL, "manifests[0].platform.architecture is not a string" },
-	{ IDX(ENTRY(MEDIA_OCI_MANIFEST, D_AMD64, PLAT("linux", "amd64")) ","
-	      ENTRY(MEDIA_OCI_MANIFEST, D_ARM64, ",\"platform\":{\"os\":\"linux\",\"architecture\":\"arm64\",\"variant\":8}")),
+	{ IDX(ENTRY(MEDIA_OCI_MANIFEST, D_AMD64, PLAT("linux", "amd64")) "," ENTRY(
+		  MEDIA_OCI_MANIFEST, D_ARM64,
+		  ",\"platform\":{\"os\":\"linux\",\"architecture\":\"arm64\",\"variant\":8}")),
 	  NULL, "manifests[1].platform.variant is not a string" },
 	{ IDX(ENTRY(MEDIA_OCI_MANIFEST, D_AMD64, ",\"platform\":{\"architecture\":\"amd64\"}")),
 	  NULL, "manifests[0].platform.os is missing" },
-	{ IDX(ENTRY(MEDIA_OCI_MANIFEST, D_AMD64, ",\"platform\":{\"os\":\"linux\"}")),
-	  NULL, "manifests[0].platform.architecture is missing" },
+	{ IDX(ENTRY(MEDIA_OCI_MANIFEST, D_AMD64, ",\"platform\":{\"os\":\"linux\"}")), NULL,
+	  "manifests[0].platform.architecture is missing" },
 	{ IDX(ENTRY(MEDIA_OCI_MANIFEST, "sha256:" HEX("a") "a", "")), NULL,
 	  "manifests[0].digest is not a sha256 digest" },
 };
@@ -374,20 +378,16 @@ static void test_malformed(void **state)
 
 		r = parse(c->body, c->content_type, &m, err, sizeof(err));
 		if (r != -EBADMSG)
-			fail_msg("case %zu (%.60s): expected -EBADMSG, got %d",
-				 i, c->body, r);
+			fail_msg("case %zu (%.60s): expected -EBADMSG, got %d", i, c->body, r);
 		assert_null(m);
-		if (strncmp(err, "manifest: ", strlen("manifest: ")) != 0 ||
-		    !strchr(err, ' ') || strchr(err, '\n'))
+		if (strncmp(err, "manifest: ", strlen("manifest: ")) != 0 || !strchr(err, ' ') ||
+		    strchr(err, '\n'))
 			fail_msg("case %zu: bad reason \"%s\"", i, err);
-		if (c->reason &&
-		    strcmp(err + strlen("manifest: "), c->reason) != 0)
-			fail_msg("case %zu: expected \"%s\", got \"%s\"", i,
-				 c->reason, err);
+		if (c->reason && strcmp(err + strlen("manifest: "), c->reason) != 0)
+			fail_msg("case %zu: expected \"%s\", got \"%s\"", i, c->reason, err);
 
 		/* errbuf is optional. */
-		assert_int_equal(parse(c->body, c->content_type, &m, NULL, 0),
-				 -EBADMSG);
+		assert_int_equal(parse(c->body, c->content_type, &m, NULL, 0), -EBADMSG);
 		assert_null(m);
 	}
 }
@@ -449,17 +449,14 @@ static void test_size_limit(void **state)
 	assert_non_null(big);
 	memset(big, ' ', len);
 	memcpy(big, oci_manifest, strlen(oci_manifest));
-	assert_int_equal(manifest_parse(big, len, NULL, &m, err, sizeof(err)),
-			 -EBADMSG);
+	assert_int_equal(manifest_parse(big, len, NULL, &m, err, sizeof(err)), -EBADMSG);
 	assert_null(m);
 	assert_non_null(strstr(err, "limit"));
 
 	{
 		_cleanup_(manifest_freep) struct manifest *ok = NULL;
 
-		assert_int_equal(manifest_parse(big, len - 1, NULL, &ok, err,
-						sizeof(err)),
-				 0);
+		assert_int_equal(manifest_parse(big, len - 1, NULL, &ok, err, sizeof(err)), 0);
 		assert_int_equal(ok->n_layers, 3);
 	}
 }
@@ -487,22 +484,19 @@ struct select_case {
 	const char *digest; /* NULL: nothing fits */
 };
 
-#define ARM64_ONLY_PLAIN                                                      \
-	IDX(ENTRY(MEDIA_OCI_MANIFEST, D_ARM64_PLAIN, PLAT("linux", "arm64")))
-#define ARM64_BOTH                                                            \
-	IDX(ENTRY(MEDIA_OCI_MANIFEST, D_ARM64_PLAIN, PLAT("linux", "arm64")) "," \
-	    ENTRY(MEDIA_OCI_MANIFEST, D_ARM64, PLATV("linux", "arm64", "v9")))
-#define ARM_PLAIN_THEN_V7                                                     \
-	IDX(ENTRY(MEDIA_OCI_MANIFEST, D_ARM64_PLAIN, PLAT("linux", "arm")) ","  \
-	    ENTRY(MEDIA_OCI_MANIFEST, D_ARMV7, PLATV("linux", "arm", "v7")))
-#define ARM_V6_ONLY                                                           \
-	IDX(ENTRY(MEDIA_OCI_MANIFEST, D_ARMV6, PLATV("linux", "arm", "v6")))
+#define ARM64_ONLY_PLAIN IDX(ENTRY(MEDIA_OCI_MANIFEST, D_ARM64_PLAIN, PLAT("linux", "arm64")))
+#define ARM64_BOTH                                                                      \
+	IDX(ENTRY(MEDIA_OCI_MANIFEST, D_ARM64_PLAIN, PLAT("linux", "arm64")) "," ENTRY( \
+		MEDIA_OCI_MANIFEST, D_ARM64, PLATV("linux", "arm64", "v9")))
+#define ARM_PLAIN_THEN_V7                                                             \
+	IDX(ENTRY(MEDIA_OCI_MANIFEST, D_ARM64_PLAIN, PLAT("linux", "arm")) "," ENTRY( \
+		MEDIA_OCI_MANIFEST, D_ARMV7, PLATV("linux", "arm", "v7")))
+#define ARM_V6_ONLY IDX(ENTRY(MEDIA_OCI_MANIFEST, D_ARMV6, PLATV("linux", "arm", "v6")))
 #define NO_PLATFORM IDX(ENTRY(MEDIA_OCI_MANIFEST, D_AMD64, ""))
-#define ONLY_ATTEST                                                           \
-	IDX(ENTRY(MEDIA_OCI_MANIFEST, D_ATTEST, PLAT("unknown", "unknown")))
-#define WRONG_TYPE                                                            \
-	IDX(ENTRY(MEDIA_OCI_INDEX, D_NESTED, PLAT("linux", "amd64")) ","         \
-	    ENTRY("application/vnd.in-toto+json", D_ATTEST, PLAT("linux", "amd64")))
+#define ONLY_ATTEST IDX(ENTRY(MEDIA_OCI_MANIFEST, D_ATTEST, PLAT("unknown", "unknown")))
+#define WRONG_TYPE                                                              \
+	IDX(ENTRY(MEDIA_OCI_INDEX, D_NESTED, PLAT("linux", "amd64")) "," ENTRY( \
+		"application/vnd.in-toto+json", D_ATTEST, PLAT("linux", "amd64")))
 
 static const struct select_case select_cases[] = {
 	{ oci_index, "linux", "amd64", NULL, D_AMD64 },
@@ -542,7 +536,7 @@ static const struct select_case select_cases[] = {
 	{ WRONG_TYPE, "linux", "arm64", NULL, NULL },
 	{ IDX(ENTRY(MEDIA_OCI_INDEX, D_NESTED, "")), "linux", "arm64", NULL, D_NESTED },
 	{ IDX(ENTRY(MEDIA_OCI_INDEX, D_NESTED, "") "," ENTRY(MEDIA_OCI_MANIFEST, D_AMD64,
-							      PLAT("linux", "amd64"))),
+							     PLAT("linux", "amd64"))),
 	  "linux", "amd64", NULL, D_AMD64 },
 	{ IDX(""), "linux", "amd64", NULL, NULL },
 };
@@ -562,20 +556,18 @@ static void test_select_platform(void **state)
 		assert_int_equal(parse(c->body, NULL, &m, NULL, 0), 0);
 		d = manifest_select_platform(m, &p);
 		if (!c->digest && d)
-			fail_msg("case %zu: expected no match, got %s", i,
-				 d->digest);
+			fail_msg("case %zu: expected no match, got %s", i, d->digest);
 		if (c->digest && (!d || strcmp(d->digest, c->digest) != 0))
-			fail_msg("case %zu (%s/%s/%s): expected %s, got %s", i,
-				 c->os, c->arch, c->variant ? c->variant : "-",
-				 c->digest, d ? d->digest : "nothing");
+			fail_msg("case %zu (%s/%s/%s): expected %s, got %s", i, c->os, c->arch,
+				 c->variant ? c->variant : "-", c->digest,
+				 d ? d->digest : "nothing");
 	}
 }
 
 static void test_select_not_index(void **state)
 {
 	_cleanup_(manifest_freep) struct manifest *m = NULL;
-	struct platform p = { .os = (char *)"linux",
-			      .architecture = (char *)"amd64" };
+	struct platform p = { .os = (char *)"linux", .architecture = (char *)"amd64" };
 
 	assert_int_equal(parse(oci_manifest, NULL, &m, NULL, 0), 0);
 	assert_null(manifest_select_platform(m, &p));
@@ -597,8 +589,7 @@ static void test_platform_native(void **state)
 	assert_string_equal(p.variant, "v8");
 #endif
 	/* The native platform finds itself in a list that has it. */
-	if (strcmp(p.architecture, "amd64") == 0 ||
-	    strcmp(p.architecture, "arm64") == 0) {
+	if (strcmp(p.architecture, "amd64") == 0 || strcmp(p.architecture, "arm64") == 0) {
 		assert_int_equal(parse(oci_index, NULL, &m, NULL, 0), 0);
 		assert_non_null(manifest_select_platform(m, &p));
 	}
@@ -639,8 +630,8 @@ static void test_platform_parse(void **state)
 		int r = platform_parse(c->input, &p);
 
 		if (r != c->ret)
-			fail_msg("\"%s\": expected %d, got %d",
-				 c->input ? c->input : "(null)", c->ret, r);
+			fail_msg("\"%s\": expected %d, got %d", c->input ? c->input : "(null)",
+				 c->ret, r);
 		if (r < 0) {
 			assert_null(p.os);
 			continue;
@@ -684,37 +675,30 @@ static void test_layer_compression(void **state)
 	};
 
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
-		enum layer_compression c = (enum layer_compression)-1;
+		enum layer_compression c = (enum layer_compression) - 1;
 		int r = layer_media_type_compression(cases[i].media_type, &c);
 
 		if (r != cases[i].ret)
 			fail_msg("\"%s\": expected %d, got %d",
-				 cases[i].media_type ? cases[i].media_type : "(null)",
-				 cases[i].ret, r);
+				 cases[i].media_type ? cases[i].media_type : "(null)", cases[i].ret,
+				 r);
 		if (r == 0)
 			assert_int_equal(c, cases[i].compression);
 		else
-			assert_int_equal(c, (enum layer_compression)-1);
+			assert_int_equal(c, (enum layer_compression) - 1);
 	}
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_oci_manifest),
-		cmocka_unit_test(test_annotations),
-		cmocka_unit_test(test_docker_manifest),
-		cmocka_unit_test(test_oci_index),
-		cmocka_unit_test(test_docker_list),
-		cmocka_unit_test(test_infer_type),
-		cmocka_unit_test(test_malformed),
-		cmocka_unit_test(test_errbuf_truncated),
-		cmocka_unit_test(test_size_limit),
-		cmocka_unit_test(test_not_nul_terminated),
-		cmocka_unit_test(test_select_platform),
-		cmocka_unit_test(test_select_not_index),
-		cmocka_unit_test(test_platform_native),
-		cmocka_unit_test(test_platform_parse),
+		cmocka_unit_test(test_oci_manifest),	  cmocka_unit_test(test_annotations),
+		cmocka_unit_test(test_docker_manifest),	  cmocka_unit_test(test_oci_index),
+		cmocka_unit_test(test_docker_list),	  cmocka_unit_test(test_infer_type),
+		cmocka_unit_test(test_malformed),	  cmocka_unit_test(test_errbuf_truncated),
+		cmocka_unit_test(test_size_limit),	  cmocka_unit_test(test_not_nul_terminated),
+		cmocka_unit_test(test_select_platform),	  cmocka_unit_test(test_select_not_index),
+		cmocka_unit_test(test_platform_native),	  cmocka_unit_test(test_platform_parse),
 		cmocka_unit_test(test_layer_compression),
 	};
 

@@ -26,11 +26,10 @@ struct fixture {
 	char digests[N_LAYERS][80];
 };
 
-static void layer_path(const struct fixture *f, int i, char *buf, size_t len,
-		       const char *file)
+static void layer_path(const struct fixture *f, int i, char *buf, size_t len, const char *file)
 {
-	snprintf(buf, len, "%s/layers/%s%s%s", f->dir, f->digests[i] + 7,
-		 file ? "/" : "", file ? file : "");
+	snprintf(buf, len, "%s/layers/%s%s%s", f->dir, f->digests[i] + 7, file ? "/" : "",
+		 file ? file : "");
 }
 
 static int setup(void **state)
@@ -167,8 +166,7 @@ static void test_removed_while_used(void **state)
 	int fd;
 
 	/* an object of layer 2 */
-	snprintf(path, sizeof(path), "%s/layers/%s/o.%s", f->dir,
-		 f->digests[2] + 7, object);
+	snprintf(path, sizeof(path), "%s/layers/%s/o.%s", f->dir, f->digests[2] + 7, object);
 	o = fopen(path, "w");
 	assert_non_null(o);
 	fputs("object bytes", o);

@@ -28,9 +28,9 @@ struct step_case {
 	const struct pathform_dir *dir;
 	const char *name;
 	enum pathform_kind kind;
-	const char *prefix; /* HOST, DIR; REFERENCE: text; SHORT_LINK: target */
-	unsigned depth;	    /* HOST, DIR, SHORT_LINK */
-	bool short_form;    /* HOST, DIR, SHORT_LINK */
+	const char *prefix;    /* HOST, DIR; REFERENCE: text; SHORT_LINK: target */
+	unsigned depth;	       /* HOST, DIR, SHORT_LINK */
+	bool short_form;       /* HOST, DIR, SHORT_LINK */
 	const char *canonical; /* REFERENCE: the parsed reference, NULL: none */
 };
 
@@ -42,8 +42,8 @@ static const struct step_case cases[] = {
 	{ &top, "docker.io", PATHFORM_HOST, "docker.io", 1, false, NULL },
 	{ &top, "[::1]:5000", PATHFORM_HOST, "[::1]:5000", 1, false, NULL },
 	{ &top, "known", PATHFORM_HOST, "known", 1, false, NULL },
-	{ &host, "localhost:5000", PATHFORM_REFERENCE, "localhost:5000/localhost:5000", 0,
-	  false, "localhost:5000/localhost:5000" },
+	{ &host, "localhost:5000", PATHFORM_REFERENCE, "localhost:5000/localhost:5000", 0, false,
+	  "localhost:5000/localhost:5000" },
 
 	/* repository directories */
 	{ &top, "busybox", PATHFORM_DIR, "docker.io/busybox", 1, true, NULL },
@@ -55,19 +55,19 @@ static const struct step_case cases[] = {
 	/* the component that closes a reference */
 	{ &host, "app:1", PATHFORM_REFERENCE, "localhost:5000/app:1", 0, false,
 	  "localhost:5000/app:1" },
-	{ &team, "app@" DIGEST, PATHFORM_REFERENCE, "localhost:5000/team/app@" DIGEST, 0,
-	  false, "localhost:5000/team/app@" DIGEST },
-	{ &team, "app:v2@" DIGEST, PATHFORM_REFERENCE, "localhost:5000/team/app:v2@" DIGEST,
-	  0, false, "localhost:5000/team/app:v2@" DIGEST },
+	{ &team, "app@" DIGEST, PATHFORM_REFERENCE, "localhost:5000/team/app@" DIGEST, 0, false,
+	  "localhost:5000/team/app@" DIGEST },
+	{ &team, "app:v2@" DIGEST, PATHFORM_REFERENCE, "localhost:5000/team/app:v2@" DIGEST, 0,
+	  false, "localhost:5000/team/app:v2@" DIGEST },
 	/* outside the grammar: left to ensure, which reports it */
 	{ &bad_port, "app:1", PATHFORM_REFERENCE, "127.0.0.1:99999/app:1", 0, false, NULL },
 
 	/* docker.io short names: symlinks up to images/ and down again */
-	{ &top, "busybox:1.36", PATHFORM_SHORT_LINK, "docker.io/library/busybox:1.36", 1,
-	  true, NULL },
+	{ &top, "busybox:1.36", PATHFORM_SHORT_LINK, "docker.io/library/busybox:1.36", 1, true,
+	  NULL },
 	{ &top, "redis:7", PATHFORM_SHORT_LINK, "docker.io/library/redis:7", 1, true, NULL },
-	{ &short_dir, "busybox:1.36", PATHFORM_SHORT_LINK,
-	  "../docker.io/library/busybox:1.36", 2, true, NULL },
+	{ &short_dir, "busybox:1.36", PATHFORM_SHORT_LINK, "../docker.io/library/busybox:1.36", 2,
+	  true, NULL },
 
 	/* nothing of the path form */
 	{ &top, "Busybox", PATHFORM_INVALID, NULL, 0, false, NULL },

@@ -21,21 +21,20 @@ static void test_default_for(void **state)
 		const char *tag, *digest;
 		enum pull_policy want;
 	} cases[] = {
-		{NULL, NULL, PULL_ALWAYS},		/* no tag at all */
-		{"", "", PULL_ALWAYS},			/* empty means absent */
-		{"latest", NULL, PULL_ALWAYS},
-		{"latest", DIGEST, PULL_ALWAYS},	/* the tag alone decides */
-		{"1.2", NULL, PULL_IF_NOT_PRESENT},
-		{"Latest", NULL, PULL_IF_NOT_PRESENT}, /* tags are case-sensitive */
-		{"latest-1", NULL, PULL_IF_NOT_PRESENT},
-		{NULL, DIGEST, PULL_IF_NOT_PRESENT},
-		{"", DIGEST, PULL_IF_NOT_PRESENT},
-		{"1.2", DIGEST, PULL_IF_NOT_PRESENT},
+		{ NULL, NULL, PULL_ALWAYS }, /* no tag at all */
+		{ "", "", PULL_ALWAYS },     /* empty means absent */
+		{ "latest", NULL, PULL_ALWAYS },
+		{ "latest", DIGEST, PULL_ALWAYS }, /* the tag alone decides */
+		{ "1.2", NULL, PULL_IF_NOT_PRESENT },
+		{ "Latest", NULL, PULL_IF_NOT_PRESENT }, /* tags are case-sensitive */
+		{ "latest-1", NULL, PULL_IF_NOT_PRESENT },
+		{ NULL, DIGEST, PULL_IF_NOT_PRESENT },
+		{ "", DIGEST, PULL_IF_NOT_PRESENT },
+		{ "1.2", DIGEST, PULL_IF_NOT_PRESENT },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-		assert_int_equal(policy_default_for(cases[i].tag, cases[i].digest),
-				 cases[i].want);
+		assert_int_equal(policy_default_for(cases[i].tag, cases[i].digest), cases[i].want);
 }
 
 static void test_match(void **state)
@@ -44,18 +43,18 @@ static void test_match(void **state)
 		const char *reference;
 		enum pull_policy want;
 	} cases[] = {
-		{"127.0.0.1:5000/prod/app:1", PULL_NEVER},
-		{"127.0.0.1:5000/prod/a/b:1", PULL_NEVER},		/* any depth */
-		{"127.0.0.1:5000/prod/a@" DIGEST, PULL_NEVER},
-		{"127.0.0.1:5000/prod:1", PULL_POLICY_UNSET},		/* not below prod/ */
-		{"127.0.0.1:5000/production/a:1", PULL_POLICY_UNSET},
-		{"127.0.0.1:5000/prod/special:1", PULL_NEVER},		/* earlier rule wins */
-		{"127.0.0.1:5000/dev/app:latest", PULL_IF_NOT_PRESENT},
-		{"127.0.0.1:5000/dev/app:1", PULL_POLICY_UNSET},
-		{"docker.io/library/alpine:3.19", PULL_ALWAYS},
-		{"docker.io/library/alpine:3", PULL_POLICY_UNSET},	/* ? is one character */
-		{"docker.io/bitnami/redis:7", PULL_POLICY_UNSET},
-		{"registry.example.com/x:1", PULL_POLICY_UNSET},
+		{ "127.0.0.1:5000/prod/app:1", PULL_NEVER },
+		{ "127.0.0.1:5000/prod/a/b:1", PULL_NEVER }, /* any depth */
+		{ "127.0.0.1:5000/prod/a@" DIGEST, PULL_NEVER },
+		{ "127.0.0.1:5000/prod:1", PULL_POLICY_UNSET }, /* not below prod/ */
+		{ "127.0.0.1:5000/production/a:1", PULL_POLICY_UNSET },
+		{ "127.0.0.1:5000/prod/special:1", PULL_NEVER }, /* earlier rule wins */
+		{ "127.0.0.1:5000/dev/app:latest", PULL_IF_NOT_PRESENT },
+		{ "127.0.0.1:5000/dev/app:1", PULL_POLICY_UNSET },
+		{ "docker.io/library/alpine:3.19", PULL_ALWAYS },
+		{ "docker.io/library/alpine:3", PULL_POLICY_UNSET }, /* ? is one character */
+		{ "docker.io/bitnami/redis:7", PULL_POLICY_UNSET },
+		{ "registry.example.com/x:1", PULL_POLICY_UNSET },
 	};
 	struct policy *p = NULL;
 
@@ -122,16 +121,16 @@ static void test_add_spec(void **state)
 		const char *spec;
 		int r;
 	} cases[] = {
-		{"127.0.0.1:5000/prod/* never", 0},
-		{"  docker.io/*:latest\tIfNotPresent  \n", 0},
-		{"example.com/* Always", 0},
-		{"example.com/* if-not-present", 0},
-		{"", -EINVAL},
-		{"   ", -EINVAL},
-		{"example.com/*", -EINVAL},		/* no policy */
-		{"example.com/* sometimes", -EINVAL},
-		{"example.com/* never please", -EINVAL}, /* a third word */
-		{"example.com/* Default", -EINVAL},
+		{ "127.0.0.1:5000/prod/* never", 0 },
+		{ "  docker.io/*:latest\tIfNotPresent  \n", 0 },
+		{ "example.com/* Always", 0 },
+		{ "example.com/* if-not-present", 0 },
+		{ "", -EINVAL },
+		{ "   ", -EINVAL },
+		{ "example.com/*", -EINVAL }, /* no policy */
+		{ "example.com/* sometimes", -EINVAL },
+		{ "example.com/* never please", -EINVAL }, /* a third word */
+		{ "example.com/* Default", -EINVAL },
 	};
 	struct policy *p = NULL;
 
@@ -140,8 +139,7 @@ static void test_add_spec(void **state)
 		assert_int_equal(policy_add_spec(p, cases[i].spec), cases[i].r);
 	assert_int_equal(policy_count(p), 4);
 	assert_int_equal(policy_match(p, "127.0.0.1:5000/prod/x:1"), PULL_NEVER);
-	assert_int_equal(policy_match(p, "docker.io/library/alpine:latest"),
-			 PULL_IF_NOT_PRESENT);
+	assert_int_equal(policy_match(p, "docker.io/library/alpine:latest"), PULL_IF_NOT_PRESENT);
 	assert_int_equal(policy_match(p, "example.com/a:1"), PULL_ALWAYS);
 	policy_free(p);
 }
@@ -152,12 +150,12 @@ static void test_add_rule(void **state)
 		const char *rule;
 		int r;
 	} cases[] = {
-		{"example.com/app:*=never", 0},
-		{"docker.io/*=IfNotPresent", 0},
-		{"registry.local/* always", 0}, /* the config file's form */
-		{"=never", -EINVAL},		/* no pattern */
-		{"example.com/*=sometimes", -EINVAL},
-		{"example.com/*", -EINVAL},
+		{ "example.com/app:*=never", 0 },
+		{ "docker.io/*=IfNotPresent", 0 },
+		{ "registry.local/* always", 0 }, /* the config file's form */
+		{ "=never", -EINVAL },		  /* no pattern */
+		{ "example.com/*=sometimes", -EINVAL },
+		{ "example.com/*", -EINVAL },
 	};
 	struct policy *p = NULL;
 
@@ -166,8 +164,7 @@ static void test_add_rule(void **state)
 		assert_int_equal(policy_add_rule(p, cases[i].rule), cases[i].r);
 	assert_int_equal(policy_count(p), 3);
 	assert_int_equal(policy_match(p, "example.com/app:1"), PULL_NEVER);
-	assert_int_equal(policy_match(p, "docker.io/library/alpine:latest"),
-			 PULL_IF_NOT_PRESENT);
+	assert_int_equal(policy_match(p, "docker.io/library/alpine:latest"), PULL_IF_NOT_PRESENT);
 	assert_int_equal(policy_match(p, "registry.local/x:1"), PULL_ALWAYS);
 	policy_free(p);
 }
@@ -180,19 +177,18 @@ static void test_resolve_precedence(void **state)
 	assert_int_equal(policy_add(p, "127.0.0.1:5000/prod/*", PULL_NEVER), 0);
 
 	/* A matching rule beats the mount-wide policy and the default. */
-	assert_int_equal(policy_resolve(p, PULL_ALWAYS, "127.0.0.1:5000/prod/a:latest",
-					"latest", NULL),
-			 PULL_NEVER);
+	assert_int_equal(
+		policy_resolve(p, PULL_ALWAYS, "127.0.0.1:5000/prod/a:latest", "latest", NULL),
+		PULL_NEVER);
 	/* No rule: the mount-wide policy. */
-	assert_int_equal(policy_resolve(p, PULL_NEVER, "127.0.0.1:5000/dev/a:latest",
-					"latest", NULL),
-			 PULL_NEVER);
+	assert_int_equal(
+		policy_resolve(p, PULL_NEVER, "127.0.0.1:5000/dev/a:latest", "latest", NULL),
+		PULL_NEVER);
 	/* Neither: the kubelet default. */
-	assert_int_equal(policy_resolve(p, PULL_POLICY_UNSET, "127.0.0.1:5000/dev/a:latest",
-					"latest", NULL),
-			 PULL_ALWAYS);
-	assert_int_equal(policy_resolve(p, PULL_POLICY_UNSET, "127.0.0.1:5000/dev/a:1",
-					"1", NULL),
+	assert_int_equal(
+		policy_resolve(p, PULL_POLICY_UNSET, "127.0.0.1:5000/dev/a:latest", "latest", NULL),
+		PULL_ALWAYS);
+	assert_int_equal(policy_resolve(p, PULL_POLICY_UNSET, "127.0.0.1:5000/dev/a:1", "1", NULL),
 			 PULL_IF_NOT_PRESENT);
 	assert_int_equal(policy_resolve(NULL, PULL_POLICY_UNSET, "127.0.0.1:5000/dev/a@" DIGEST,
 					NULL, DIGEST),

@@ -66,9 +66,9 @@ static void *worker_main(void *arg)
 
 static void shared_init(struct shared *s, unsigned max_parallel, unsigned max_queue)
 {
-	struct puller_options o = {.max_parallel = max_parallel, .max_queue = max_queue};
+	struct puller_options o = { .max_parallel = max_parallel, .max_queue = max_queue };
 
-	*s = (struct shared){0};
+	*s = (struct shared){ 0 };
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->cond, NULL);
 	assert_int_equal(puller_new(&o, &s->p), 0);
@@ -83,7 +83,7 @@ static void shared_done(struct shared *s)
 
 static void start(struct shared *s, struct worker *w, int id)
 {
-	*w = (struct worker){.s = s, .id = id, .result = 1};
+	*w = (struct worker){ .s = s, .id = id, .result = 1 };
 	atomic_init(&w->abandon, false);
 	assert_int_equal(pthread_create(&w->thread, NULL, worker_main, w), 0);
 }
@@ -269,8 +269,7 @@ static void abandon(struct shared *s, struct worker *w)
 
 /* Lets every worker still there go, and checks that they all took their
  * slot, one at a time, in the order want[n_want]. */
-static void finish(struct shared *s, struct worker *w, int n, const int *want,
-		   unsigned n_want)
+static void finish(struct shared *s, struct worker *w, int n, const int *want, unsigned n_want)
 {
 	struct puller_stats st;
 
@@ -296,7 +295,7 @@ static void finish(struct shared *s, struct worker *w, int n, const int *want,
  * queue would have refused. */
 static void test_abandon_middle(void **state)
 {
-	static const int want[] = {0, 1, 3, 4};
+	static const int want[] = { 0, 1, 3, 4 };
 	struct shared s;
 	struct worker w[5];
 	struct puller_stats st;
@@ -326,7 +325,7 @@ static void test_abandon_middle(void **state)
  * the slot when it is freed. */
 static void test_abandon_head(void **state)
 {
-	static const int want[] = {0, 2};
+	static const int want[] = { 0, 2 };
 	struct shared s;
 	struct worker w[3];
 	struct puller_stats st;
@@ -346,7 +345,7 @@ static void test_abandon_head(void **state)
  * taken or the queue is full; nothing is taken and nobody queues. */
 static void test_abandon_before(void **state)
 {
-	static const int want[] = {0, 1};
+	static const int want[] = { 0, 1 };
 	struct shared s;
 	struct worker w[2];
 	struct puller_stats st;
@@ -376,14 +375,10 @@ static void test_abandon_before(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_serial),
-		cmocka_unit_test(test_parallel_3),
-		cmocka_unit_test(test_queue_full),
-		cmocka_unit_test(test_defaults),
-		cmocka_unit_test(test_shutdown),
-		cmocka_unit_test(test_abandon_middle),
-		cmocka_unit_test(test_abandon_head),
-		cmocka_unit_test(test_abandon_before),
+		cmocka_unit_test(test_serial),	     cmocka_unit_test(test_parallel_3),
+		cmocka_unit_test(test_queue_full),   cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_shutdown),     cmocka_unit_test(test_abandon_middle),
+		cmocka_unit_test(test_abandon_head), cmocka_unit_test(test_abandon_before),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -216,10 +216,12 @@ struct string_case {
 
 static const struct string_case string_cases[] = {
 	{ "alpine", 0, "docker.io/library/alpine", "docker.io/library/alpine" },
-	{ "alpine", REFERENCE_DEFAULT_TAG, "docker.io/library/alpine:latest", "docker.io/library/alpine" },
+	{ "alpine", REFERENCE_DEFAULT_TAG, "docker.io/library/alpine:latest",
+	  "docker.io/library/alpine" },
 	{ "index.docker.io/foo/bar:1", 0, "docker.io/foo/bar:1", "docker.io/foo/bar" },
 	{ "[::1]:5000/x@" DIGEST, 0, "[::1]:5000/x@" DIGEST, "[::1]:5000/x" },
-	{ "127.0.0.1:5000/a/b/c:tag@" DIGEST, 0, "127.0.0.1:5000/a/b/c:tag@" DIGEST, "127.0.0.1:5000/a/b/c" },
+	{ "127.0.0.1:5000/a/b/c:tag@" DIGEST, 0, "127.0.0.1:5000/a/b/c:tag@" DIGEST,
+	  "127.0.0.1:5000/a/b/c" },
 	{ "localhost/a:b", 0, "localhost/a:b", "localhost/a" },
 };
 
@@ -326,26 +328,11 @@ static const struct bool_case closes_cases[] = {
 };
 
 static const struct bool_case path_component_cases[] = {
-	{ "alpine", true },
-	{ "a", true },
-	{ "0", true },
-	{ "a.b", true },
-	{ "a_b", true },
-	{ "a__b", true },
-	{ "a-b", true },
-	{ "a---b", true },
-	{ "a.b-c_d__e", true },
-	{ "", false },
-	{ "A", false },
-	{ "aB", false },
-	{ "a___b", false },
-	{ "a..b", false },
-	{ "a.-b", false },
-	{ "-a", false },
-	{ "a_", false },
-	{ ".a", false },
-	{ "a/b", false },
-	{ "a:b", false },
+	{ "alpine", true },	{ "a", true },	   { "0", true },     { "a.b", true },
+	{ "a_b", true },	{ "a__b", true },  { "a-b", true },   { "a---b", true },
+	{ "a.b-c_d__e", true }, { "", false },	   { "A", false },    { "aB", false },
+	{ "a___b", false },	{ "a..b", false }, { "a.-b", false }, { "-a", false },
+	{ "a_", false },	{ ".a", false },   { "a/b", false },  { "a:b", false },
 	{ NULL, false },
 };
 
@@ -361,76 +348,53 @@ static void check_bool_table(const char *name, bool (*fn)(const char *),
 
 static void test_component_is_host(void **state)
 {
-	check_bool_table("reference_component_is_host",
-			 reference_component_is_host, host_cases,
+	check_bool_table("reference_component_is_host", reference_component_is_host, host_cases,
 			 ARRAY_SIZE(host_cases));
 }
 
 static void test_component_closes(void **state)
 {
-	check_bool_table("reference_component_closes",
-			 reference_component_closes, closes_cases,
+	check_bool_table("reference_component_closes", reference_component_closes, closes_cases,
 			 ARRAY_SIZE(closes_cases));
 }
 
 static void test_path_component_is_valid(void **state)
 {
-	check_bool_table("reference_path_component_is_valid",
-			 reference_path_component_is_valid,
+	check_bool_table("reference_path_component_is_valid", reference_path_component_is_valid,
 			 path_component_cases, ARRAY_SIZE(path_component_cases));
 }
 
 static const struct bool_case domain_cases[] = {
-	{ "docker.io", true },
-	{ "127.0.0.1:5000", true },
-	{ "[::1]:5000", true },
-	{ "localhost", true },
-	{ "127.0.0.1:0", false },
-	{ "127.0.0.1:65536", false },
-	{ "host/x", false },
-	{ "host?x", false },
-	{ "user@host", false },
-	{ "", false },
+	{ "docker.io", true },	  { "127.0.0.1:5000", true },
+	{ "[::1]:5000", true },	  { "localhost", true },
+	{ "127.0.0.1:0", false }, { "127.0.0.1:65536", false },
+	{ "host/x", false },	  { "host?x", false },
+	{ "user@host", false },	  { "", false },
 	{ NULL, false },
 };
 
 static const struct bool_case path_cases[] = {
-	{ "library/alpine", true },
-	{ "a/b/c", true },
-	{ "a", true },
-	{ "a//b", false },
-	{ "a/../b", false },
-	{ "/a", false },
-	{ "a/", false },
-	{ "a?b", false },
-	{ "A/b", false },
-	{ "", false },
-	{ NULL, false },
+	{ "library/alpine", true }, { "a/b/c", true }, { "a", true },	{ "a//b", false },
+	{ "a/../b", false },	    { "/a", false },   { "a/", false }, { "a?b", false },
+	{ "A/b", false },	    { "", false },     { NULL, false },
 };
 
 static const struct bool_case tag_cases[] = {
-	{ "latest", true },
-	{ "3.19", true },
-	{ "_x", true },
-	{ "V1-rc.2", true },
-	{ ".x", false },
-	{ "-x", false },
-	{ "a/b", false },
-	{ "a#b", false },
-	{ "", false },
-	{ NULL, false },
+	{ "latest", true }, { "3.19", true }, { "_x", true },	{ "V1-rc.2", true },
+	{ ".x", false },    { "-x", false },  { "a/b", false }, { "a#b", false },
+	{ "", false },	    { NULL, false },
 };
 
 static void test_parts_are_valid(void **state)
 {
 	char tag[REFERENCE_TAG_MAX + 2];
 
-	check_bool_table("reference_domain_is_valid", reference_domain_is_valid,
-			 domain_cases, ARRAY_SIZE(domain_cases));
-	check_bool_table("reference_path_is_valid", reference_path_is_valid,
-			 path_cases, ARRAY_SIZE(path_cases));
-	check_bool_table("reference_tag_is_valid", reference_tag_is_valid,
-			 tag_cases, ARRAY_SIZE(tag_cases));
+	check_bool_table("reference_domain_is_valid", reference_domain_is_valid, domain_cases,
+			 ARRAY_SIZE(domain_cases));
+	check_bool_table("reference_path_is_valid", reference_path_is_valid, path_cases,
+			 ARRAY_SIZE(path_cases));
+	check_bool_table("reference_tag_is_valid", reference_tag_is_valid, tag_cases,
+			 ARRAY_SIZE(tag_cases));
 	memset(tag, 'a', REFERENCE_TAG_MAX);
 	tag[REFERENCE_TAG_MAX] = '\0';
 	assert_true(reference_tag_is_valid(tag));

@@ -63,12 +63,13 @@ static int setup(void **state)
 	fake_put_blob(f->fake, REPO, f->blob, BLOB_LEN, f->blob_digest);
 	fake_put_manifest(f->fake, REPO, "1", MEDIA_TYPE, "{\"schemaVersion\":2}",
 			  f->manifest_digest);
-	assert_int_equal(registry_new(&(struct registry_options){
-					      .transport = fake_transport_get(f->fake),
-					      .max_retries = 2,
-					      .retry_base_ms = 1,
-				      },
-				      &f->r),
+	assert_int_equal(registry_new(
+				 &(struct registry_options){
+					 .transport = fake_transport_get(f->fake),
+					 .max_retries = 2,
+					 .retry_base_ms = 1,
+				 },
+				 &f->r),
 			 0);
 	*state = f;
 	return 0;
@@ -97,16 +98,16 @@ static void test_manifest(void **state)
 	assert_string_equal(m->media_type, MEDIA_TYPE);
 	registry_manifest_free(m);
 
-	assert_int_equal(registry_get_manifest(f->r, DOMAIN, REPO, f->manifest_digest, &m,
-					       &err), 0);
+	assert_int_equal(registry_get_manifest(f->r, DOMAIN, REPO, f->manifest_digest, &m, &err),
+			 0);
 	assert_string_equal(m->digest, f->manifest_digest);
 	registry_manifest_free(m);
 	assert_int_equal(fake_count(f->fake, "GET /v2/team/app/manifests/"), 2);
 
 	/* By digest, the body must hash to it. */
 	fake_fault(f->fake, "manifests/sha256:", FAKE_CORRUPT, 0, 1);
-	assert_int_equal(registry_get_manifest(f->r, DOMAIN, REPO, f->manifest_digest, &m,
-					       &err), -EBADMSG);
+	assert_int_equal(registry_get_manifest(f->r, DOMAIN, REPO, f->manifest_digest, &m, &err),
+			 -EBADMSG);
 	assert_non_null(strstr(err.message, "hashes to"));
 }
 
@@ -129,8 +130,7 @@ static void test_head(void **state)
 	free(digest);
 	assert_int_equal(fake_count(f->fake, "GET /v2/team/app/manifests/1"), 1);
 
-	assert_int_equal(registry_head_manifest(f->r, DOMAIN, REPO, "2", &digest, &err),
-			 -ENOENT);
+	assert_int_equal(registry_head_manifest(f->r, DOMAIN, REPO, "2", &digest, &err), -ENOENT);
 }
 
 struct errno_row {
@@ -210,8 +210,9 @@ static void blob_ok(struct fixture *f)
 	struct registry_error err;
 	struct collected c = { 0 };
 
-	assert_int_equal(registry_get_blob(f->r, DOMAIN, REPO, f->blob_digest, BLOB_LEN,
-					   collect, &c, &err), 0);
+	assert_int_equal(
+		registry_get_blob(f->r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, collect, &c, &err),
+		0);
 	assert_int_equal(c.len, BLOB_LEN);
 	assert_memory_equal(c.data, f->blob, BLOB_LEN);
 	free(c.data);
@@ -227,29 +228,35 @@ static void test_blob(void **state)
 
 	/* The bytes reach the sink, the digest says no afterwards. */
 	fake_fault(f->fake, "blobs/", FAKE_CORRUPT, 0, 1);
-	assert_int_equal(registry_get_blob(f->r, DOMAIN, REPO, f->blob_digest, BLOB_LEN,
-					   collect, &c, &err), -EBADMSG);
+	assert_int_equal(
+		registry_get_blob(f->r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, collect, &c, &err),
+		-EBADMSG);
 	assert_non_null(strstr(err.message, "hashes to"));
 	free(c.data);
 
 	/* A length other than the descriptor's is refused before any byte. */
 	c = (struct collected){ 0 };
 	assert_int_equal(registry_get_blob(f->r, DOMAIN, REPO, f->blob_digest, BLOB_LEN + 1,
-					   collect, &c, &err), -EBADMSG);
+					   collect, &c, &err),
+			 -EBADMSG);
 	assert_non_null(strstr(err.message, "announces 5000 bytes"));
 	assert_int_equal(c.len, 0);
 
 	/* A sink that says no ends it: no retry, its errno. */
 	c = (struct collected){ .fail_with = -ENOSPC };
-	assert_int_equal(registry_get_blob(f->r, DOMAIN, REPO, f->blob_digest, BLOB_LEN,
-					   collect, &c, &err), -ENOSPC);
+	assert_int_equal(
+		registry_get_blob(f->r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, collect, &c, &err),
+		-ENOSPC);
 	assert_int_equal(fake_count(f->fake, "GET /v2/team/app/blobs/"), 4);
 
 	c = (struct collected){ 0 };
 	fake_remove(f->fake, "/v2/team/app/blobs/");
-	assert_int_equal(registry_get_blob(f->r, DOMAIN, REPO,
-					   "sha256:0000000000000000000000000000000000000000000000000000000000000000",
-					   BLOB_LEN, collect, &c, &err), -ENOENT);
+	assert_int_equal(
+		registry_get_blob(
+			f->r, DOMAIN, REPO,
+			"sha256:0000000000000000000000000000000000000000000000000000000000000000",
+			BLOB_LEN, collect, &c, &err),
+		-ENOENT);
 	assert_non_null(strstr(err.message, "BLOB_UNKNOWN"));
 }
 
@@ -280,7 +287,8 @@ static void range_ok(struct fixture *f, uint64_t offset, uint64_t length)
 	struct collected c = { 0 };
 
 	assert_int_equal(registry_get_blob_range(f->r, DOMAIN, REPO, f->blob_digest, BLOB_LEN,
-						 offset, length, collect, &c, &err), 0);
+						 offset, length, collect, &c, &err),
+			 0);
 	assert_int_equal(c.len, length);
 	if (length)
 		assert_memory_equal(c.data, f->blob + offset, length);
@@ -312,16 +320,19 @@ static void test_blob_range(void **state)
 	before = fake_count(f->fake, "GET ");
 	range_ok(f, BLOB_LEN, 0);
 	assert_int_equal(registry_get_blob_range(f->r, DOMAIN, REPO, f->blob_digest, BLOB_LEN,
-						 BLOB_LEN - 10, 11, collect, &c, &err), -EINVAL);
+						 BLOB_LEN - 10, 11, collect, &c, &err),
+			 -EINVAL);
 	assert_int_equal(registry_get_blob_range(f->r, DOMAIN, REPO, f->blob_digest, BLOB_LEN,
-						 UINT64_MAX, 2, collect, &c, &err), -EINVAL);
+						 UINT64_MAX, 2, collect, &c, &err),
+			 -EINVAL);
 	assert_int_equal(fake_count(f->fake, "GET "), before);
 	assert_int_equal(c.len, 0);
 
 	/* Errors as for a whole blob. */
 	fake_fault(f->fake, "blobs/", FAKE_STATUS, 403, 1);
-	assert_int_equal(registry_get_blob_range(f->r, DOMAIN, REPO, f->blob_digest, BLOB_LEN,
-						 0, 10, collect, &c, &err), -EACCES);
+	assert_int_equal(registry_get_blob_range(f->r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, 0,
+						 10, collect, &c, &err),
+			 -EACCES);
 }
 
 /* A second client, with credentials for DOMAIN. */
@@ -333,12 +344,13 @@ static struct registry *client_with_credentials(struct fixture *f, struct creden
 	char why[256];
 
 	assert_int_equal(credentials_parse(json, strlen(json), ret_creds, why, sizeof(why)), 0);
-	assert_int_equal(registry_new(&(struct registry_options){
-					      .transport = fake_transport_get(f->fake),
-					      .credentials = *ret_creds,
-					      .max_retries = -1,
-				      },
-				      &r),
+	assert_int_equal(registry_new(
+				 &(struct registry_options){
+					 .transport = fake_transport_get(f->fake),
+					 .credentials = *ret_creds,
+					 .max_retries = -1,
+				 },
+				 &r),
 			 0);
 	return r;
 }
@@ -383,11 +395,12 @@ static void test_token_auth(void **state)
 	struct registry_error err;
 	struct collected c = { 0 };
 
-	fake_set_challenge(f->fake, "Bearer realm=\"https://auth.test/token\",service=\"" DOMAIN "\"");
+	fake_set_challenge(f->fake,
+			   "Bearer realm=\"https://auth.test/token\",service=\"" DOMAIN "\"");
 	fake_put(f->fake, "/token", "application/json", "{\"token\":\"t-1\",\"expires_in\":300}");
 	fake_fault(f->fake, "GET /v2/team/app/blobs/", FAKE_STATUS, 401, 1);
-	assert_int_equal(registry_get_blob(r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, collect,
-					   &c, &err), 0);
+	assert_int_equal(
+		registry_get_blob(r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, collect, &c, &err), 0);
 	free(c.data);
 	c = (struct collected){ 0 };
 	/* The token asked for with the credentials, then sent. */
@@ -398,7 +411,8 @@ static void test_token_auth(void **state)
 	/* Cached: the next request carries it without a 401 first. */
 	range_ok(f, 0, 1); /* the client without credentials is unaffected */
 	assert_int_equal(registry_get_blob_range(r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, 0, 10,
-						 collect, &c, &err), 0);
+						 collect, &c, &err),
+			 0);
 	free(c.data);
 	c = (struct collected){ 0 };
 	assert_int_equal(fake_count(f->fake, " bearer=t-1"), 2);
@@ -408,17 +422,21 @@ static void test_token_auth(void **state)
 	fake_fault(f->fake, "bearer=t-1", FAKE_STATUS, 401, -1);
 	fake_fault(f->fake, "GET /token", FAKE_STATUS, 403, -1);
 	assert_int_equal(registry_get_blob_range(r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, 0, 10,
-						 collect, &c, &err), -EACCES);
-	assert_non_null(strstr(err.message, "token server auth.test/token refused the credentials"));
+						 collect, &c, &err),
+			 -EACCES);
+	assert_non_null(
+		strstr(err.message, "token server auth.test/token refused the credentials"));
 	registry_free(r);
 	credentials_free(creds);
 
 	/* Credentials go to a realm only as safely as to the registry. */
 	r = client_with_credentials(f, &creds);
-	fake_set_challenge(f->fake, "Bearer realm=\"http://auth.test/token\",service=\"" DOMAIN "\"");
+	fake_set_challenge(f->fake,
+			   "Bearer realm=\"http://auth.test/token\",service=\"" DOMAIN "\"");
 	fake_fault(f->fake, "GET /v2/team/app/blobs/", FAKE_STATUS, 401, 1);
 	assert_int_equal(registry_get_blob_range(r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, 0, 10,
-						 collect, &c, &err), -EACCES);
+						 collect, &c, &err),
+			 -EACCES);
 	assert_non_null(strstr(err.message, "is not HTTPS"));
 	assert_int_equal(fake_count(f->fake, "GET /token"), 2);
 	registry_free(r);

@@ -18,7 +18,7 @@ static void test_schedule(void **state)
 	assert_int_equal(retry_delay_ms(&p, 3, 3500, -1), -1); /* 3 retries */
 
 	p.max_retries = 10;
-	assert_int_equal(retry_delay_ms(&p, 5, 0, -1), 8000);  /* capped */
+	assert_int_equal(retry_delay_ms(&p, 5, 0, -1), 8000); /* capped */
 	assert_int_equal(retry_delay_ms(&p, 9, 0, -1), 8000);
 	assert_int_equal(retry_delay_ms(&p, 6, 25000, -1), -1); /* total budget */
 

@@ -17,8 +17,8 @@
 
 #include "throttle.h"
 
-#define MS(x) ((int64_t)(x) * 1000000)
-#define S(x) ((int64_t)(x) * CLOCK_NS_PER_SEC)
+#define MS(x) ((int64_t)(x)*1000000)
+#define S(x) ((int64_t)(x)*CLOCK_NS_PER_SEC)
 
 struct fake {
 	struct clock clock;
@@ -42,8 +42,8 @@ static void fake_advance(struct fake *f, int64_t ns)
 	__atomic_add_fetch(&f->now, ns, __ATOMIC_SEQ_CST);
 }
 
-static struct throttle *make(struct fake *f, double qps, unsigned burst,
-			     unsigned max_waiters, bool fail_fast)
+static struct throttle *make(struct fake *f, double qps, unsigned burst, unsigned max_waiters,
+			     bool fail_fast)
 {
 	struct throttle_options o = {
 		.qps = qps,
@@ -197,7 +197,7 @@ static void test_defaults_and_invalid(void **state)
 	throttle_free(NULL);
 
 	/* burst 0 and max_waiters 0 mean their defaults. */
-	o = (struct throttle_options){.qps = 5, .clock = &f.clock};
+	o = (struct throttle_options){ .qps = 5, .clock = &f.clock };
 	t = NULL;
 	assert_int_equal(throttle_new(&o, &t), 0);
 	for (int i = 0; i < 10; i++)
@@ -217,7 +217,7 @@ static void test_defaults_and_invalid(void **state)
 
 static void test_real_clock_blocking(void **state)
 {
-	struct throttle_options o = {.qps = 200000, .burst = 1};
+	struct throttle_options o = { .qps = 200000, .burst = 1 };
 	struct throttle *t = NULL;
 
 	/* The one test on real time: 5 us between tokens, so the blocking
@@ -261,7 +261,7 @@ static void *waiter_main(void *arg)
 
 static void start_waiter(struct waiter *w, struct throttle *t, struct order *o, int id)
 {
-	*w = (struct waiter){.t = t, .order = o, .id = id, .result = 1};
+	*w = (struct waiter){ .t = t, .order = o, .id = id, .result = 1 };
 	atomic_init(&w->abandon, false);
 	assert_int_equal(pthread_create(&w->thread, NULL, waiter_main, w), 0);
 }
@@ -350,11 +350,11 @@ static void join_all(struct waiter *w, const int *ids, int n)
 
 static void test_queue_fifo_and_bound(void **state)
 {
-	static const int want[] = {0, 1, 2, 3};
+	static const int want[] = { 0, 1, 2, 3 };
 	struct fake f;
 	struct throttle *t;
 	struct waiter w[N_WAITERS];
-	struct order o = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	struct order o = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	int64_t wait;
 
 	fake_init(&f);
@@ -383,7 +383,7 @@ static void test_shutdown_wakes_waiters(void **state)
 	struct fake f;
 	struct throttle *t;
 	struct waiter w[2];
-	struct order o = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	struct order o = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 	fake_init(&f);
 	t = make(&f, 1, 1, 0, false);
@@ -404,11 +404,11 @@ static void test_shutdown_wakes_waiters(void **state)
  * its place goes to a newcomer that a full queue would have refused. */
 static void test_abandon_middle(void **state)
 {
-	static const int want[] = {0, 2, 3};
+	static const int want[] = { 0, 2, 3 };
 	struct fake f;
 	struct throttle *t;
 	struct waiter w[4];
-	struct order o = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	struct order o = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct throttle_stats st;
 	int64_t wait;
 
@@ -443,11 +443,11 @@ static void test_abandon_middle(void **state)
  * that same token when it is due, not one interval later. */
 static void test_abandon_head(void **state)
 {
-	static const int want[] = {1};
+	static const int want[] = { 1 };
 	struct fake f;
 	struct throttle *t;
 	struct waiter w[2];
-	struct order o = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	struct order o = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct throttle_stats st;
 
 	fake_init(&f);
@@ -469,11 +469,11 @@ static void test_abandon_head(void **state)
  * queues. */
 static void test_abandon_before(void **state)
 {
-	static const int want[] = {0};
+	static const int want[] = { 0 };
 	struct fake f;
 	struct throttle *t;
 	struct waiter w[1];
-	struct order o = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	struct order o = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct throttle_stats st;
 	atomic_bool gone = true;
 

@@ -24,9 +24,8 @@
 #include "tocblob.h"
 
 /* Locates and parses the table of b as the lazy puller would. */
-static int load(const struct blob *b, const struct toc_layer *tl,
-		const struct layer_limits *lim, struct toc **ret, char *err,
-		size_t errlen)
+static int load(const struct blob *b, const struct toc_layer *tl, const struct layer_limits *lim,
+		struct toc **ret, char *err, size_t errlen)
 {
 	size_t tail = MIN(b->len, (size_t)TOC_TAIL_BYTES);
 	struct toc_range where;
@@ -35,8 +34,7 @@ static int load(const struct blob *b, const struct toc_layer *tl,
 	r = toc_locate(tl, b->p + b->len - tail, tail, &where, err, errlen);
 	if (r < 0)
 		return r;
-	return toc_parse(tl, &where, b->p + where.offset, where.length, lim,
-			 ret, err, errlen);
+	return toc_parse(tl, &where, b->p + where.offset, where.length, lim, ret, err, errlen);
 }
 
 /* A printf into a new string. */
@@ -52,8 +50,7 @@ static char *fmt(const char *f, ...)
 	return s;
 }
 
-static const struct layer_entry *find(const struct toc *t, const char *path,
-				      size_t *ret_i)
+static const struct layer_entry *find(const struct toc *t, const char *path, size_t *ret_i)
 {
 	for (size_t i = 0; i < t->index->n_entries; i++)
 		if (strcmp(t->index->entries[i].path, path) == 0) {
@@ -66,8 +63,8 @@ static const struct layer_entry *find(const struct toc *t, const char *path,
 }
 
 /* Every chunk of entry path decompresses from b to its content. */
-static void check_content(const struct toc *t, const struct blob *b,
-			  const char *path, const void *want, size_t len)
+static void check_content(const struct toc *t, const struct blob *b, const char *path,
+			  const void *want, size_t len)
 {
 	const struct toc_chunk *cs;
 	unsigned char *buf = malloc(len + 1);
@@ -79,10 +76,9 @@ static void check_content(const struct toc *t, const struct blob *b,
 	cs = toc_entry_chunks(t, i, &n);
 	for (size_t k = 0; k < n; k++) {
 		assert_true(cs[k].blob_offset + cs[k].blob_length <= b->len);
-		if (toc_chunk_decompress(t->format, &cs[k],
-					 b->p + cs[k].blob_offset,
-					 cs[k].blob_length, buf + cs[k].offset,
-					 err, sizeof(err)) != 0)
+		if (toc_chunk_decompress(t->format, &cs[k], b->p + cs[k].blob_offset,
+					 cs[k].blob_length, buf + cs[k].offset, err,
+					 sizeof(err)) != 0)
 			fail_msg("%s chunk %zu: %s", path, k, err);
 	}
 	assert_memory_equal(buf, want, len);
@@ -94,8 +90,8 @@ static void check_content(const struct toc *t, const struct blob *b,
 #define HEX64 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 #define DIG "sha256:" HEX64
 
-static int detect(const char *media_type, const char *ann, uint64_t size,
-		  struct toc_layer *tl, char *err)
+static int detect(const char *media_type, const char *ann, uint64_t size, struct toc_layer *tl,
+		  char *err)
 {
 	char *doc = fmt("{\"schemaVersion\":2,\"config\":{\"mediaType\":\"a\","
 			"\"digest\":\"%s\",\"size\":1},\"layers\":[{"
@@ -120,26 +116,64 @@ static void test_detect(void **state)
 		enum toc_format format;
 		const char *reason;
 	} cases[] = {
-		{MEDIA_OCI_LAYER_GZIP, "", 0, TOC_NONE, NULL},
-		{MEDIA_OCI_LAYER_GZIP, "\"" TOC_ESTARGZ_DIGEST "\":\"" DIG "\"", 0, TOC_ESTARGZ, NULL},
-		{MEDIA_DOCKER_LAYER_GZIP, "\"" TOC_ESTARGZ_DIGEST "\":\"" DIG "\"", 0, TOC_ESTARGZ, NULL},
-		{MEDIA_OCI_LAYER_GZIP, "\"" TOC_ESTARGZ_DIGEST "\":\"sha256:12\"", -EBADMSG, TOC_NONE, "not a sha256 digest"},
-		{MEDIA_OCI_LAYER, "\"" TOC_ESTARGZ_DIGEST "\":\"" DIG "\"", 0, TOC_NONE, NULL},
-		{"application/x-other", "\"" TOC_ESTARGZ_DIGEST "\":\"" DIG "\"", 0, TOC_NONE, NULL},
-		{MEDIA_OCI_LAYER_ZSTD, "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION "\":\"100:20:300:1\"", 0, TOC_ZSTD_CHUNKED, NULL},
-		{MEDIA_OCI_LAYER_ZSTD, "\"" TOC_ZSTD_CHECKSUM_OLD "\":\"" DIG "\",\"" TOC_ZSTD_POSITION_OLD "\":\"100:20:300:1\"", 0, TOC_ZSTD_CHUNKED, NULL},
-		{MEDIA_OCI_LAYER_GZIP, "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION "\":\"100:20:300:1\"", 0, TOC_NONE, NULL},
-		{MEDIA_OCI_LAYER_ZSTD, "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\"", -EBADMSG, TOC_NONE, "without its manifest position"},
-		{MEDIA_OCI_LAYER_ZSTD, "\"" TOC_ZSTD_POSITION "\":\"100:20:300:1\"", -EBADMSG, TOC_NONE, "without its manifest checksum"},
-		{MEDIA_OCI_LAYER_ZSTD, "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION "\":\"100:20:300:2\"", -EBADMSG, TOC_NONE, "of type 2"},
-		{MEDIA_OCI_LAYER_ZSTD, "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION "\":\"100:20:300\"", -EBADMSG, TOC_NONE, "bad zstd:chunked manifest position"},
-		{MEDIA_OCI_LAYER_ZSTD, "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION "\":\"100:20:300:1:5\"", -EBADMSG, TOC_NONE, "bad zstd:chunked manifest position"},
-		{MEDIA_OCI_LAYER_ZSTD, "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION "\":\"-1:20:300:1\"", -EBADMSG, TOC_NONE, "bad zstd:chunked manifest position"},
-		{MEDIA_OCI_LAYER_ZSTD, "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION "\":\" 1:20:300:1\"", -EBADMSG, TOC_NONE, "bad zstd:chunked manifest position"},
-		{MEDIA_OCI_LAYER_ZSTD, "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION "\":\"990:20:300:1\"", -EBADMSG, TOC_NONE, "not inside the 1000 byte blob"},
-		{MEDIA_OCI_LAYER_ZSTD, "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION "\":\"100:0:300:1\"", -EBADMSG, TOC_NONE, "not inside"},
-		{MEDIA_OCI_LAYER_ZSTD, "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION "\":\"100:20:999999999999:1\"", -EBADMSG, TOC_NONE, "larger than"},
-		{MEDIA_OCI_LAYER_ZSTD, "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION "\":\"100:20:99999999999999999999999:1\"", -EBADMSG, TOC_NONE, "bad zstd:chunked"},
+		{ MEDIA_OCI_LAYER_GZIP, "", 0, TOC_NONE, NULL },
+		{ MEDIA_OCI_LAYER_GZIP, "\"" TOC_ESTARGZ_DIGEST "\":\"" DIG "\"", 0, TOC_ESTARGZ,
+		  NULL },
+		{ MEDIA_DOCKER_LAYER_GZIP, "\"" TOC_ESTARGZ_DIGEST "\":\"" DIG "\"", 0, TOC_ESTARGZ,
+		  NULL },
+		{ MEDIA_OCI_LAYER_GZIP, "\"" TOC_ESTARGZ_DIGEST "\":\"sha256:12\"", -EBADMSG,
+		  TOC_NONE, "not a sha256 digest" },
+		{ MEDIA_OCI_LAYER, "\"" TOC_ESTARGZ_DIGEST "\":\"" DIG "\"", 0, TOC_NONE, NULL },
+		{ "application/x-other", "\"" TOC_ESTARGZ_DIGEST "\":\"" DIG "\"", 0, TOC_NONE,
+		  NULL },
+		{ MEDIA_OCI_LAYER_ZSTD,
+		  "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION
+		  "\":\"100:20:300:1\"",
+		  0, TOC_ZSTD_CHUNKED, NULL },
+		{ MEDIA_OCI_LAYER_ZSTD,
+		  "\"" TOC_ZSTD_CHECKSUM_OLD "\":\"" DIG "\",\"" TOC_ZSTD_POSITION_OLD
+		  "\":\"100:20:300:1\"",
+		  0, TOC_ZSTD_CHUNKED, NULL },
+		{ MEDIA_OCI_LAYER_GZIP,
+		  "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION
+		  "\":\"100:20:300:1\"",
+		  0, TOC_NONE, NULL },
+		{ MEDIA_OCI_LAYER_ZSTD, "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\"", -EBADMSG, TOC_NONE,
+		  "without its manifest position" },
+		{ MEDIA_OCI_LAYER_ZSTD, "\"" TOC_ZSTD_POSITION "\":\"100:20:300:1\"", -EBADMSG,
+		  TOC_NONE, "without its manifest checksum" },
+		{ MEDIA_OCI_LAYER_ZSTD,
+		  "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION
+		  "\":\"100:20:300:2\"",
+		  -EBADMSG, TOC_NONE, "of type 2" },
+		{ MEDIA_OCI_LAYER_ZSTD,
+		  "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION "\":\"100:20:300\"",
+		  -EBADMSG, TOC_NONE, "bad zstd:chunked manifest position" },
+		{ MEDIA_OCI_LAYER_ZSTD,
+		  "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION
+		  "\":\"100:20:300:1:5\"",
+		  -EBADMSG, TOC_NONE, "bad zstd:chunked manifest position" },
+		{ MEDIA_OCI_LAYER_ZSTD,
+		  "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION "\":\"-1:20:300:1\"",
+		  -EBADMSG, TOC_NONE, "bad zstd:chunked manifest position" },
+		{ MEDIA_OCI_LAYER_ZSTD,
+		  "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION "\":\" 1:20:300:1\"",
+		  -EBADMSG, TOC_NONE, "bad zstd:chunked manifest position" },
+		{ MEDIA_OCI_LAYER_ZSTD,
+		  "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION
+		  "\":\"990:20:300:1\"",
+		  -EBADMSG, TOC_NONE, "not inside the 1000 byte blob" },
+		{ MEDIA_OCI_LAYER_ZSTD,
+		  "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION "\":\"100:0:300:1\"",
+		  -EBADMSG, TOC_NONE, "not inside" },
+		{ MEDIA_OCI_LAYER_ZSTD,
+		  "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION
+		  "\":\"100:20:999999999999:1\"",
+		  -EBADMSG, TOC_NONE, "larger than" },
+		{ MEDIA_OCI_LAYER_ZSTD,
+		  "\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION
+		  "\":\"100:20:99999999999999999999999:1\"",
+		  -EBADMSG, TOC_NONE, "bad zstd:chunked" },
 	};
 
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
@@ -164,19 +198,21 @@ static void test_detect(void **state)
 		char err[256];
 
 		assert_int_equal(detect(MEDIA_OCI_LAYER_ZSTD,
-					"\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\""
-					TOC_ZSTD_POSITION "\":\"100:20:300:1\"",
-					1000, &tl, err), 0);
+					"\"" TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\"" TOC_ZSTD_POSITION
+					"\":\"100:20:300:1\"",
+					1000, &tl, err),
+				 0);
 		assert_int_equal(tl.zc_offset, 100);
 		assert_int_equal(tl.zc_length, 20);
 		assert_int_equal(tl.zc_uncompressed, 300);
 		assert_false(tl.stargz_files);
 		/* stargz's own zstd:chunked carries both */
 		assert_int_equal(detect(MEDIA_OCI_LAYER_ZSTD,
-					"\"" TOC_ESTARGZ_DIGEST "\":\"" DIG "\",\""
-					TOC_ZSTD_CHECKSUM "\":\"" DIG "\",\""
-					TOC_ZSTD_POSITION "\":\"100:20:300:1\"",
-					1000, &tl, err), 0);
+					"\"" TOC_ESTARGZ_DIGEST "\":\"" DIG
+					"\",\"" TOC_ZSTD_CHECKSUM "\":\"" DIG
+					"\",\"" TOC_ZSTD_POSITION "\":\"100:20:300:1\"",
+					1000, &tl, err),
+				 0);
 		assert_int_equal(tl.format, TOC_ZSTD_CHUNKED);
 		assert_true(tl.stargz_files);
 	}
@@ -186,7 +222,7 @@ static void test_detect(void **state)
 
 static void test_locate_estargz(void **state)
 {
-	struct blob b = {0};
+	struct blob b = { 0 };
 	struct toc_layer tl;
 	struct toc_range where;
 	char err[256];
@@ -195,43 +231,35 @@ static void test_locate_estargz(void **state)
 	blob_zeros(&b, 100);
 	toc_at = b.len;
 	put_estargz_end(&b, "{\"version\":1,\"entries\":[]}", false, &tl);
-	assert_int_equal(toc_locate(&tl, b.p + b.len - 72, 72, &where, err,
-				    sizeof(err)), 0);
+	assert_int_equal(toc_locate(&tl, b.p + b.len - 72, 72, &where, err, sizeof(err)), 0);
 	assert_int_equal(where.offset, toc_at);
 	assert_int_equal(where.length, b.len - 51 - toc_at);
 	/* exactly the footer is enough */
-	assert_int_equal(toc_locate(&tl, b.p + b.len - 51, 51, &where, err,
-				    sizeof(err)), 0);
-	assert_int_equal(toc_locate(&tl, b.p + b.len - 50, 50, &where, err,
-				    sizeof(err)), -EBADMSG);
+	assert_int_equal(toc_locate(&tl, b.p + b.len - 51, 51, &where, err, sizeof(err)), 0);
+	assert_int_equal(toc_locate(&tl, b.p + b.len - 50, 50, &where, err, sizeof(err)), -EBADMSG);
 	assert_non_null(strstr(err, "no eStargz footer"));
 	/* a tail longer than the blob */
 	tl.blob_size = 60;
-	assert_int_equal(toc_locate(&tl, b.p + b.len - 72, 72, &where, err,
-				    sizeof(err)), -EBADMSG);
+	assert_int_equal(toc_locate(&tl, b.p + b.len - 72, 72, &where, err, sizeof(err)), -EBADMSG);
 	/* a footer placing the table past its own start */
 	tl.blob_size = b.len;
 	b.p[b.len - 51 + 16] = 'f';
-	assert_int_equal(toc_locate(&tl, b.p + b.len - 51, 51, &where, err,
-				    sizeof(err)), -EBADMSG);
+	assert_int_equal(toc_locate(&tl, b.p + b.len - 51, 51, &where, err, sizeof(err)), -EBADMSG);
 	assert_non_null(strstr(err, "past the end"));
 	/* not hex */
 	b.p[b.len - 51 + 16] = 'g';
-	assert_int_equal(toc_locate(&tl, b.p + b.len - 51, 51, &where, err,
-				    sizeof(err)), -EBADMSG);
+	assert_int_equal(toc_locate(&tl, b.p + b.len - 51, 51, &where, err, sizeof(err)), -EBADMSG);
 	b.p[b.len - 51 + 16] = '0';
 	/* a flipped magic, a non-empty last block */
 	b.p[b.len - 51 + 33] = 'X';
-	assert_int_equal(toc_locate(&tl, b.p + b.len - 51, 51, &where, err,
-				    sizeof(err)), -EBADMSG);
+	assert_int_equal(toc_locate(&tl, b.p + b.len - 51, 51, &where, err, sizeof(err)), -EBADMSG);
 	b.p[b.len - 51 + 33] = 'Z';
 	b.p[b.len - 10] = 1;
-	assert_int_equal(toc_locate(&tl, b.p + b.len - 51, 51, &where, err,
-				    sizeof(err)), -EBADMSG);
+	assert_int_equal(toc_locate(&tl, b.p + b.len - 51, 51, &where, err, sizeof(err)), -EBADMSG);
 	free(b.p);
 
 	/* the legacy stargz footer */
-	b = (struct blob){0};
+	b = (struct blob){ 0 };
 	blob_zeros(&b, 10);
 	put_estargz_end(&b, "{\"version\":1,\"entries\":[]}", true, &tl);
 	assert_int_equal(toc_locate(&tl, b.p, b.len, &where, err, sizeof(err)), 0);
@@ -242,15 +270,14 @@ static void test_locate_estargz(void **state)
 
 static void test_locate_zstd(void **state)
 {
-	struct blob b = {0};
+	struct blob b = { 0 };
 	struct toc_layer tl;
 	struct toc_range where;
 	char err[256];
 
 	blob_zeros(&b, 1000);
 	put_zstd_end(&b, "{\"version\":1,\"entries\":[]}", &tl);
-	assert_int_equal(toc_locate(&tl, b.p + b.len - 72, 72, &where, err,
-				    sizeof(err)), 0);
+	assert_int_equal(toc_locate(&tl, b.p + b.len - 72, 72, &where, err, sizeof(err)), 0);
 	assert_int_equal(where.offset, 1008);
 	assert_int_equal(where.length, tl.zc_length);
 	/* the annotation alone places it */
@@ -258,8 +285,7 @@ static void test_locate_zstd(void **state)
 	assert_int_equal(where.offset, 1008);
 	/* a footer that disagrees with the annotation */
 	tl.zc_uncompressed++;
-	assert_int_equal(toc_locate(&tl, b.p + b.len - 72, 72, &where, err,
-				    sizeof(err)), -EBADMSG);
+	assert_int_equal(toc_locate(&tl, b.p + b.len - 72, 72, &where, err, sizeof(err)), -EBADMSG);
 	assert_non_null(strstr(err, "disagrees"));
 	free(b.p);
 }
@@ -282,11 +308,11 @@ static char *content(size_t n, unsigned seed)
  * whose last ends at the file's endOffset, small files in one frame. */
 static void test_zstd_chunked(void **state)
 {
-	struct blob b = {0};
+	struct blob b = { 0 };
 	struct toc_layer tl;
 	struct toc *t = NULL;
-	char err[256], d_big[DIGEST_STRING_MAX], d_c0[DIGEST_STRING_MAX],
-		d_c1[DIGEST_STRING_MAX], d_small[DIGEST_STRING_MAX];
+	char err[256], d_big[DIGEST_STRING_MAX], d_c0[DIGEST_STRING_MAX], d_c1[DIGEST_STRING_MAX],
+		d_small[DIGEST_STRING_MAX];
 	char *big = content(5000, 1), *json;
 	size_t o_small, o_c0, o_c1, end_big;
 	const struct layer_entry *e;
@@ -422,8 +448,7 @@ static void test_zstd_chunked(void **state)
 		assert_non_null(copy);
 		memcpy(copy, b.p + c->blob_offset, c->blob_length);
 		copy[c->blob_length / 2] ^= 1;
-		assert_int_equal(toc_chunk_decompress(t->format, c, copy,
-						      c->blob_length, out, err,
+		assert_int_equal(toc_chunk_decompress(t->format, c, copy, c->blob_length, out, err,
 						      sizeof(err)),
 				 -EBADMSG);
 		/* right bytes, wrong digest */
@@ -432,15 +457,13 @@ static void test_zstd_chunked(void **state)
 
 			wrong.digest[10] ^= 1;
 			assert_int_equal(toc_chunk_decompress(t->format, &wrong,
-							      b.p + c->blob_offset,
-							      c->blob_length, out,
-							      err, sizeof(err)),
+							      b.p + c->blob_offset, c->blob_length,
+							      out, err, sizeof(err)),
 					 -EBADMSG);
 			assert_non_null(strstr(err, "the manifest says"));
 		}
 		/* cut short, or too long for the chunk */
-		assert_int_equal(toc_chunk_decompress(t->format, c, copy,
-						      c->blob_length - 1, out,
+		assert_int_equal(toc_chunk_decompress(t->format, c, copy, c->blob_length - 1, out,
 						      err, sizeof(err)),
 				 -EBADMSG);
 		free(copy);
@@ -462,12 +485,11 @@ static void test_zstd_chunked(void **state)
  * inner offsets. */
 static void test_estargz(void **state)
 {
-	struct blob b = {0}, m = {0};
+	struct blob b = { 0 }, m = { 0 };
 	struct toc_layer tl;
 	struct toc *t = NULL;
-	char err[256], d_big[DIGEST_STRING_MAX], d_c0[DIGEST_STRING_MAX],
-		d_c1[DIGEST_STRING_MAX], d_a[DIGEST_STRING_MAX],
-		d_b[DIGEST_STRING_MAX], d_l[DIGEST_STRING_MAX];
+	char err[256], d_big[DIGEST_STRING_MAX], d_c0[DIGEST_STRING_MAX], d_c1[DIGEST_STRING_MAX],
+		d_a[DIGEST_STRING_MAX], d_b[DIGEST_STRING_MAX], d_l[DIGEST_STRING_MAX];
 	char *big = content(70000, 2), *json, hdr[512] = "next tar header";
 	size_t o_land, o_c0, o_c1, o_shared, i, n;
 	const struct toc_chunk *cs;
@@ -512,8 +534,8 @@ static void test_estargz(void **state)
 		"{\"name\":\"d/e\",\"type\":\"reg\",\"mode\":420,"
 		"\"digest\":\"sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\"}"
 		"]}",
-		o_land, d_l, d_l, o_c0, d_big, d_c0, o_c1, d_c1, o_shared, d_a,
-		d_a, o_shared, d_b, d_b);
+		o_land, d_l, d_l, o_c0, d_big, d_c0, o_c1, d_c1, o_shared, d_a, d_a, o_shared, d_b,
+		d_b);
 	put_estargz_end(&b, json, false, &tl);
 	assert_int_equal(load(&b, &tl, NULL, &t, err, sizeof(err)), 0);
 	assert_int_equal(t->format, TOC_ESTARGZ);
@@ -568,117 +590,155 @@ struct bad_case {
 
 /* Chunks live in the first 1000 bytes of the blob, the table after. */
 static const struct bad_case bad_cases[] = {
-	{TOC_ZSTD_CHUNKED, "not json", "invalid JSON"},
-	{TOC_ZSTD_CHUNKED, "[]", "not a JSON object"},
-	{TOC_ZSTD_CHUNKED, "{\"version\":2,\"entries\":[]}", "version is not 1"},
-	{TOC_ZSTD_CHUNKED, "{\"version\":\"1\",\"entries\":[]}", "version is not 1"},
-	{TOC_ZSTD_CHUNKED, "{\"version\":1}", "entries is not an array"},
-	{TOC_ZSTD_CHUNKED, "{\"version\":1,\"entries\":{}}", "entries is not an array"},
-	{TOC_ZSTD_CHUNKED, "{\"version\":1,\"version\":1,\"entries\":[]}", "invalid JSON"},
-	{TOC_ZSTD_CHUNKED, E("7"), "entries[0]: not an object"},
-	{TOC_ZSTD_CHUNKED, E("{\"type\":\"reg\"}"), "entries[0]: without name"},
-	{TOC_ZSTD_CHUNKED, E("{\"name\":\"a\"}"), "entries[0]: without type"},
-	{TOC_ZSTD_CHUNKED, E("{\"name\":1,\"type\":\"reg\"}"), "name is not a string"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"type\":\"reg\"")), "invalid JSON"},
-	{TOC_ZSTD_CHUNKED, E("{\"name\":\"a\",\"type\":\"sock\"}"), "unknown type \"sock\""},
-	{TOC_ZSTD_CHUNKED, E("{\"name\":\"a\",\"type\":\"chunk\"}"), "which is not the file before it"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":1,\"offset\":8,\"endOffset\":20,\"chunkSize\":1")
-			     ",{\"name\":\"b\",\"type\":\"chunk\",\"offset\":20,\"chunkOffset\":1}"),
-	 "which is not the file before it"},
-	{TOC_ZSTD_CHUNKED, E(REG("../a", "")), "bad entry name"},
-	{TOC_ZSTD_CHUNKED, E(REG("a/../b", "")), "bad entry name"},
-	{TOC_ZSTD_CHUNKED, E(REG("/a", "")), "absolute entry name"},
-	{TOC_ZSTD_CHUNKED, E(REG("", "")), "empty entry name"},
-	{TOC_ZSTD_CHUNKED, E(REG("a//b", "")), "bad entry name"},
-	{TOC_ZSTD_CHUNKED, E(REG("./", "")), "root entry is not a directory"},
-	{TOC_ZSTD_CHUNKED, E(REG("a/.wh..", "")), "bad whiteout"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", "") "," REG("a", "")), "appears more than once"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", "") "," REG("a/b", "")), "which is not a directory"},
-	{TOC_ZSTD_CHUNKED, E("{\"type\":\"hardlink\",\"name\":\"b\",\"linkName\":\"a\"}"), "not an earlier file"},
-	{TOC_ZSTD_CHUNKED, E("{\"type\":\"dir\",\"name\":\"a\"},{\"type\":\"hardlink\",\"name\":\"b\",\"linkName\":\"a\"}"),
-	 "not an earlier file"},
-	{TOC_ZSTD_CHUNKED, E("{\"type\":\"hardlink\",\"name\":\"b\"}"), "hardlink without linkName"},
-	{TOC_ZSTD_CHUNKED, E("{\"type\":\"symlink\",\"name\":\"b\"}"), "symlink without linkName"},
-	{TOC_ZSTD_CHUNKED, E("{\"type\":\"symlink\",\"name\":\"b\",\"linkName\":7}"), "linkName is not a string"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"mode\":\"0644\"")), "mode is not an integer"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"mode\":420.0")), "mode is not an integer"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"uid\":-1")), "uid -1 is out of range"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"gid\":4294967296")), "out of range"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":-5")), "size -5 is out of range"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"modtime\":\"yesterday\"")), "is not RFC 3339"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"modtime\":\"2019-02-29T00:00:00Z\"")), "is not RFC 3339"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"modtime\":\"2019-01-01T24:00:00Z\"")), "is not RFC 3339"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"modtime\":\"2019-01-01T00:00:00\"")), "is not RFC 3339"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"modtime\":\"2019-01-01T00:00:00.Z\"")), "is not RFC 3339"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"modtime\":\"2019-01-01T00:00:00Zjunk\"")), "is not RFC 3339"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"xattrs\":[]")), "xattrs is not an object"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"xattrs\":{\"user.a\":\"A\"}")), "is not base64"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"xattrs\":{\"user.a\":\"A===\"}")), "is not base64"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"xattrs\":{\"user.a\":\"AB=C\"}")), "is not base64"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"xattrs\":{\"user.a\":\"AB*C\"}")), "is not base64"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"xattrs\":{\"user.a\":1}")), "is not a string"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"xattrs\":{\"\":\"\"}")), "bad xattr"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"digest\":\"sha256:abc\"")), "digest is not a sha256 digest"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":1,\"offset\":8,\"endOffset\":20,\"chunkDigest\":\"md5:1\"")),
-	 "chunkDigest is not a sha256 digest"},
+	{ TOC_ZSTD_CHUNKED, "not json", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "[]", "not a JSON object" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":2,\"entries\":[]}", "version is not 1" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":\"1\",\"entries\":[]}", "version is not 1" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1}", "entries is not an array" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"entries\":{}}", "entries is not an array" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"version\":1,\"entries\":[]}", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, E("7"), "entries[0]: not an object" },
+	{ TOC_ZSTD_CHUNKED, E("{\"type\":\"reg\"}"), "entries[0]: without name" },
+	{ TOC_ZSTD_CHUNKED, E("{\"name\":\"a\"}"), "entries[0]: without type" },
+	{ TOC_ZSTD_CHUNKED, E("{\"name\":1,\"type\":\"reg\"}"), "name is not a string" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"type\":\"reg\"")), "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, E("{\"name\":\"a\",\"type\":\"sock\"}"), "unknown type \"sock\"" },
+	{ TOC_ZSTD_CHUNKED, E("{\"name\":\"a\",\"type\":\"chunk\"}"),
+	  "which is not the file before it" },
+	{ TOC_ZSTD_CHUNKED,
+	  E(REG("a",
+		",\"size\":1,\"offset\":8,\"endOffset\":20,\"chunkSize\":1") ",{\"name\":\"b\",\"type\":\"chunk\",\"offset\":20,\"chunkOffset\":1}"),
+	  "which is not the file before it" },
+	{ TOC_ZSTD_CHUNKED, E(REG("../a", "")), "bad entry name" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a/../b", "")), "bad entry name" },
+	{ TOC_ZSTD_CHUNKED, E(REG("/a", "")), "absolute entry name" },
+	{ TOC_ZSTD_CHUNKED, E(REG("", "")), "empty entry name" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a//b", "")), "bad entry name" },
+	{ TOC_ZSTD_CHUNKED, E(REG("./", "")), "root entry is not a directory" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a/.wh..", "")), "bad whiteout" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", "") "," REG("a", "")), "appears more than once" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", "") "," REG("a/b", "")), "which is not a directory" },
+	{ TOC_ZSTD_CHUNKED, E("{\"type\":\"hardlink\",\"name\":\"b\",\"linkName\":\"a\"}"),
+	  "not an earlier file" },
+	{ TOC_ZSTD_CHUNKED,
+	  E("{\"type\":\"dir\",\"name\":\"a\"},{\"type\":\"hardlink\",\"name\":\"b\",\"linkName\":\"a\"}"),
+	  "not an earlier file" },
+	{ TOC_ZSTD_CHUNKED, E("{\"type\":\"hardlink\",\"name\":\"b\"}"),
+	  "hardlink without linkName" },
+	{ TOC_ZSTD_CHUNKED, E("{\"type\":\"symlink\",\"name\":\"b\"}"),
+	  "symlink without linkName" },
+	{ TOC_ZSTD_CHUNKED, E("{\"type\":\"symlink\",\"name\":\"b\",\"linkName\":7}"),
+	  "linkName is not a string" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"mode\":\"0644\"")), "mode is not an integer" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"mode\":420.0")), "mode is not an integer" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"uid\":-1")), "uid -1 is out of range" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"gid\":4294967296")), "out of range" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":-5")), "size -5 is out of range" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"modtime\":\"yesterday\"")), "is not RFC 3339" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"modtime\":\"2019-02-29T00:00:00Z\"")),
+	  "is not RFC 3339" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"modtime\":\"2019-01-01T24:00:00Z\"")),
+	  "is not RFC 3339" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"modtime\":\"2019-01-01T00:00:00\"")),
+	  "is not RFC 3339" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"modtime\":\"2019-01-01T00:00:00.Z\"")),
+	  "is not RFC 3339" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"modtime\":\"2019-01-01T00:00:00Zjunk\"")),
+	  "is not RFC 3339" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"xattrs\":[]")), "xattrs is not an object" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"xattrs\":{\"user.a\":\"A\"}")), "is not base64" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"xattrs\":{\"user.a\":\"A===\"}")), "is not base64" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"xattrs\":{\"user.a\":\"AB=C\"}")), "is not base64" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"xattrs\":{\"user.a\":\"AB*C\"}")), "is not base64" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"xattrs\":{\"user.a\":1}")), "is not a string" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"xattrs\":{\"\":\"\"}")), "bad xattr" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"digest\":\"sha256:abc\"")),
+	  "digest is not a sha256 digest" },
+	{ TOC_ZSTD_CHUNKED,
+	  E(REG("a", ",\"size\":1,\"offset\":8,\"endOffset\":20,\"chunkDigest\":\"md5:1\"")),
+	  "chunkDigest is not a sha256 digest" },
 	/* chunks that do not tile their file */
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":10,\"offset\":8,\"endOffset\":30,\"chunkSize\":4")
-			     ",{\"name\":\"a\",\"type\":\"chunk\",\"offset\":20,\"chunkOffset\":5,\"chunkSize\":5}"),
-	 "chunk at 0 of \"a\" has a bad size"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":10,\"offset\":8,\"endOffset\":30,\"chunkSize\":4")
-			     ",{\"name\":\"a\",\"type\":\"chunk\",\"offset\":20,\"chunkOffset\":4,\"chunkSize\":5}"),
-	 "has a bad size"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":10,\"offset\":8,\"endOffset\":30,\"chunkSize\":4,\"chunkOffset\":1")),
-	 "do not follow each other"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":10,\"offset\":8,\"endOffset\":30,\"chunkSize\":11")), "has a bad size"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":10,\"offset\":8,\"endOffset\":30,\"chunkSize\":999999999999")),
-	 "chunkSize 999999999999 is out of range"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", "") ",{\"name\":\"a\",\"type\":\"chunk\",\"offset\":20}"), "has a bad size"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":10,\"offset\":8,\"endOffset\":30,\"chunkType\":\"holes\"")),
-	 "unknown chunkType"},
+	{ TOC_ZSTD_CHUNKED,
+	  E(REG("a",
+		",\"size\":10,\"offset\":8,\"endOffset\":30,\"chunkSize\":4") ",{\"name\":\"a\",\"type\":\"chunk\",\"offset\":20,\"chunkOffset\":5,\"chunkSize\":5}"),
+	  "chunk at 0 of \"a\" has a bad size" },
+	{ TOC_ZSTD_CHUNKED,
+	  E(REG("a",
+		",\"size\":10,\"offset\":8,\"endOffset\":30,\"chunkSize\":4") ",{\"name\":\"a\",\"type\":\"chunk\",\"offset\":20,\"chunkOffset\":4,\"chunkSize\":5}"),
+	  "has a bad size" },
+	{ TOC_ZSTD_CHUNKED,
+	  E(REG("a",
+		",\"size\":10,\"offset\":8,\"endOffset\":30,\"chunkSize\":4,\"chunkOffset\":1")),
+	  "do not follow each other" },
+	{ TOC_ZSTD_CHUNKED,
+	  E(REG("a", ",\"size\":10,\"offset\":8,\"endOffset\":30,\"chunkSize\":11")),
+	  "has a bad size" },
+	{ TOC_ZSTD_CHUNKED,
+	  E(REG("a", ",\"size\":10,\"offset\":8,\"endOffset\":30,\"chunkSize\":999999999999")),
+	  "chunkSize 999999999999 is out of range" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", "") ",{\"name\":\"a\",\"type\":\"chunk\",\"offset\":20}"),
+	  "has a bad size" },
+	{ TOC_ZSTD_CHUNKED,
+	  E(REG("a", ",\"size\":10,\"offset\":8,\"endOffset\":30,\"chunkType\":\"holes\"")),
+	  "unknown chunkType" },
 	/* chunks outside the blob's data or on top of each other */
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":10,\"offset\":990,\"endOffset\":1001")), "is not before the table"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":10,\"offset\":2000,\"endOffset\":2010")), "is not before the table"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":10,\"offset\":30,\"endOffset\":30")), "ends before it starts"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":10,\"offset\":30,\"endOffset\":20")), "ends before it starts"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":10,\"offset\":8,\"endOffset\":30") ","
-			     REG("b", ",\"size\":10,\"offset\":29,\"endOffset\":40")),
-	 "overlap"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":10,\"offset\":8,\"endOffset\":30") ","
-			     REG("b", ",\"size\":10,\"offset\":8,\"endOffset\":30")),
-	 "overlap"},
-	{TOC_ESTARGZ, E(REG("a", ",\"size\":10,\"offset\":8") "," REG("b", ",\"size\":10,\"offset\":8")), "overlap"},
-	{TOC_ESTARGZ, E(REG("a", ",\"size\":10,\"offset\":8,\"innerOffset\":5") ","
-			REG("b", ",\"size\":10,\"offset\":8,\"innerOffset\":14")),
-	 "overlap"},
-	{TOC_ESTARGZ, E(REG("a", ",\"size\":10,\"offset\":5000")), "is not before the table"},
-	{TOC_ESTARGZ, E(REG("a", ",\"size\":10,\"offset\":8,\"chunkSize\":4")), "chunk at 0 of \"a\" has a bad size"},
-	{TOC_ESTARGZ, E(REG("a", ",\"size\":10,\"offset\":8,\"chunkSize\":4") "," REG("b", "")), "chunk at 0 of \"a\" has a bad size"},
-	{TOC_ESTARGZ, E(REG("a", ",\"size\":10,\"offset\":8,\"chunkSize\":4")
-			",{\"name\":\"a\",\"type\":\"chunk\",\"offset\":20,\"chunkOffset\":4,\"chunkSize\":0}"
-			",{\"name\":\"a\",\"type\":\"chunk\",\"offset\":30,\"chunkOffset\":2}"),
-	 "do not follow each other"},
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":10,\"offset\":990,\"endOffset\":1001")),
+	  "is not before the table" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":10,\"offset\":2000,\"endOffset\":2010")),
+	  "is not before the table" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":10,\"offset\":30,\"endOffset\":30")),
+	  "ends before it starts" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":10,\"offset\":30,\"endOffset\":20")),
+	  "ends before it starts" },
+	{ TOC_ZSTD_CHUNKED,
+	  E(REG("a", ",\"size\":10,\"offset\":8,\"endOffset\":30") "," REG(
+		  "b", ",\"size\":10,\"offset\":29,\"endOffset\":40")),
+	  "overlap" },
+	{ TOC_ZSTD_CHUNKED,
+	  E(REG("a", ",\"size\":10,\"offset\":8,\"endOffset\":30") "," REG(
+		  "b", ",\"size\":10,\"offset\":8,\"endOffset\":30")),
+	  "overlap" },
+	{ TOC_ESTARGZ,
+	  E(REG("a", ",\"size\":10,\"offset\":8") "," REG("b", ",\"size\":10,\"offset\":8")),
+	  "overlap" },
+	{ TOC_ESTARGZ,
+	  E(REG("a", ",\"size\":10,\"offset\":8,\"innerOffset\":5") "," REG(
+		  "b", ",\"size\":10,\"offset\":8,\"innerOffset\":14")),
+	  "overlap" },
+	{ TOC_ESTARGZ, E(REG("a", ",\"size\":10,\"offset\":5000")), "is not before the table" },
+	{ TOC_ESTARGZ, E(REG("a", ",\"size\":10,\"offset\":8,\"chunkSize\":4")),
+	  "chunk at 0 of \"a\" has a bad size" },
+	{ TOC_ESTARGZ, E(REG("a", ",\"size\":10,\"offset\":8,\"chunkSize\":4") "," REG("b", "")),
+	  "chunk at 0 of \"a\" has a bad size" },
+	{ TOC_ESTARGZ,
+	  E(REG("a",
+		",\"size\":10,\"offset\":8,\"chunkSize\":4") ",{\"name\":\"a\",\"type\":\"chunk\",\"offset\":20,\"chunkOffset\":4,\"chunkSize\":0}"
+							     ",{\"name\":\"a\",\"type\":\"chunk\",\"offset\":30,\"chunkOffset\":2}"),
+	  "do not follow each other" },
 	/* limits */
-	{TOC_ZSTD_CHUNKED, E(REG("a", "") "," REG("b", "") "," REG("c", "") "," REG("d", "") "," REG("e", "")),
-	 "more than 4 entries"},
-	{TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":2000000,\"offset\":8,\"endOffset\":20")),
-	 "more than 1048576 bytes of file content"},
-	{TOC_ZSTD_CHUNKED, E(REG("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "")),
-	 "longer than 64 bytes"},
-	{TOC_ZSTD_CHUNKED, E("{\"type\":\"symlink\",\"name\":\"s\",\"linkName\":\""
-			     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}"),
-	 "symlink target longer than 64 bytes"},
+	{ TOC_ZSTD_CHUNKED,
+	  E(REG("a", "") "," REG("b", "") "," REG("c", "") "," REG("d", "") "," REG("e", "")),
+	  "more than 4 entries" },
+	{ TOC_ZSTD_CHUNKED, E(REG("a", ",\"size\":2000000,\"offset\":8,\"endOffset\":20")),
+	  "more than 1048576 bytes of file content" },
+	{ TOC_ZSTD_CHUNKED,
+	  E(REG("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "")),
+	  "longer than 64 bytes" },
+	{ TOC_ZSTD_CHUNKED,
+	  E("{\"type\":\"symlink\",\"name\":\"s\",\"linkName\":\""
+	    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}"),
+	  "symlink target longer than 64 bytes" },
 };
 
-static int parse_json(enum toc_format f, const char *json, struct toc **ret,
-		      char *err, size_t errlen)
+static int parse_json(enum toc_format f, const char *json, struct toc **ret, char *err,
+		      size_t errlen)
 {
 	const struct layer_limits lim = {
 		.max_entries = 4,
 		.max_expanded_bytes = 1 << 20,
 		.max_path = 64,
 	};
-	struct blob b = {0};
+	struct blob b = { 0 };
 	struct toc_layer tl;
 	int r;
 
@@ -706,8 +766,8 @@ static void test_malformed(void **state)
 		if (strncmp(err, "toc: ", 5) != 0 && strncmp(err, "layer: ", 7) != 0)
 			fail_msg("case %zu: bad reason \"%s\"", i, err);
 		if (!strstr(err, c->reason))
-			fail_msg("case %zu (%.80s): \"%s\" lacks \"%s\"", i,
-				 c->json, err, c->reason);
+			fail_msg("case %zu (%.80s): \"%s\" lacks \"%s\"", i, c->json, err,
+				 c->reason);
 	}
 }
 
@@ -716,17 +776,19 @@ static void test_wellformed(void **state)
 {
 	static const char *const ok[] = {
 		E(""),
-		E(REG("a", ",\"size\":10,\"offset\":8,\"endOffset\":30,\"chunkSize\":4")
-		  ",{\"name\":\"a\",\"type\":\"chunk\",\"offset\":20,\"chunkOffset\":4,\"chunkSize\":6}"),
+		E(REG("a",
+		      ",\"size\":10,\"offset\":8,\"endOffset\":30,\"chunkSize\":4") ",{\"name\":\"a\",\"type\":\"chunk\",\"offset\":20,\"chunkOffset\":4,\"chunkSize\":6}"),
 		E(REG("a", ",\"size\":10,\"offset\":8,\"endOffset\":30,\"chunkType\":\"zeros\"")),
-		E(REG("a", ",\"modtime\":\"2019-01-01T00:00:00.1-08:00\",\"xattrs\":{\"user.a\":\"AB==\",\"user.b\":\"ABC=\"}")),
+		E(REG("a",
+		      ",\"modtime\":\"2019-01-01T00:00:00.1-08:00\",\"xattrs\":{\"user.a\":\"AB==\",\"user.b\":\"ABC=\"}")),
 		E("{\"type\":\"dir\",\"name\":\"d\"},{\"type\":\"dir\",\"name\":\"d/\"}"),
 		E(REG("a", "") ",{\"type\":\"hardlink\",\"name\":\"b\",\"linkName\":\"./a\"}"),
 		E(REG("a/.wh.b", "") "," REG("a/.wh..wh..opq", "") "," REG("a", "")),
 		/* markers with content (found by fuzz-toc) */
-		E(REG(".wh.b", ",\"size\":3,\"offset\":8,\"endOffset\":20") ","
-		  REG(".wh..wh.x", ",\"size\":3,\"offset\":20,\"endOffset\":30") ","
-		  "{\"type\":\"dir\",\"name\":\"d\"}"),
+		E(REG(".wh.b", ",\"size\":3,\"offset\":8,\"endOffset\":20") "," REG(
+			".wh..wh.x",
+			",\"size\":3,\"offset\":20,\"endOffset\":30") ","
+								      "{\"type\":\"dir\",\"name\":\"d\"}"),
 		"{\"version\":1,\"entries\":[],\"tarSplitDigest\":\"sha256:x\",\"other\":{}}",
 	};
 
@@ -744,7 +806,7 @@ static void test_wellformed(void **state)
 /* eStargz tables that are not what the footer promises. */
 static void test_estargz_toc_shape(void **state)
 {
-	struct blob b = {0}, tar = {0};
+	struct blob b = { 0 }, tar = { 0 };
 	struct toc_layer tl;
 	struct toc_range where;
 	struct toc *t = NULL;
@@ -754,34 +816,30 @@ static void test_estargz_toc_shape(void **state)
 	/* a member that does not fill the range */
 	blob_zeros(&b, 10);
 	put_estargz_end(&b, json, false, &tl);
-	assert_int_equal(toc_locate(&tl, b.p + b.len - 51, 51, &where, err,
-				    sizeof(err)), 0);
+	assert_int_equal(toc_locate(&tl, b.p + b.len - 51, 51, &where, err, sizeof(err)), 0);
 	where.length -= 0;
-	assert_int_equal(toc_parse(&tl, &where, b.p + where.offset,
-				   where.length - 1, NULL, &t, err, sizeof(err)),
+	assert_int_equal(toc_parse(&tl, &where, b.p + where.offset, where.length - 1, NULL, &t, err,
+				   sizeof(err)),
 			 -EBADMSG);
 	{
-		struct toc_range shorter = {where.offset, where.length - 1};
+		struct toc_range shorter = { where.offset, where.length - 1 };
 
-		assert_int_equal(toc_parse(&tl, &shorter, b.p + where.offset,
-					   shorter.length, NULL, &t, err,
-					   sizeof(err)),
+		assert_int_equal(toc_parse(&tl, &shorter, b.p + where.offset, shorter.length, NULL,
+					   &t, err, sizeof(err)),
 				 -EBADMSG);
 		assert_non_null(strstr(err, "not one whole gzip member"));
 	}
 	free(b.p);
 
 	/* the tar's entry has another name */
-	b = (struct blob){0};
+	b = (struct blob){ 0 };
 	put_tar_file(&tar, "other.json", json, strlen(json));
 	blob_zeros(&tar, 1024);
 	put_gzip(&b, tar.p, tar.len);
-	tl = (struct toc_layer){.format = TOC_ESTARGZ, .blob_size = b.len + 51};
+	tl = (struct toc_layer){ .format = TOC_ESTARGZ, .blob_size = b.len + 51 };
 	sha256(json, strlen(json), tl.digest);
-	where = (struct toc_range){0, b.len};
-	assert_int_equal(toc_parse(&tl, &where, b.p, b.len, NULL, &t, err,
-				   sizeof(err)),
-			 -EBADMSG);
+	where = (struct toc_range){ 0, b.len };
+	assert_int_equal(toc_parse(&tl, &where, b.p, b.len, NULL, &t, err, sizeof(err)), -EBADMSG);
 	assert_non_null(strstr(err, "stargz.index.json"));
 	free(tar.p);
 	free(b.p);
@@ -792,13 +850,12 @@ static void test_estargz_toc_shape(void **state)
 		char *zeros = calloc(1, n);
 
 		assert_non_null(zeros);
-		b = (struct blob){0};
+		b = (struct blob){ 0 };
 		put_gzip(&b, zeros, n);
 		free(zeros);
 		tl.blob_size = b.len + 51;
-		where = (struct toc_range){0, b.len};
-		assert_int_equal(toc_parse(&tl, &where, b.p, b.len, NULL, &t,
-					   err, sizeof(err)),
+		where = (struct toc_range){ 0, b.len };
+		assert_int_equal(toc_parse(&tl, &where, b.p, b.len, NULL, &t, err, sizeof(err)),
 				 -EBADMSG);
 		assert_non_null(strstr(err, "larger than"));
 		free(b.p);
@@ -806,9 +863,8 @@ static void test_estargz_toc_shape(void **state)
 
 	/* not gzip at all */
 	tl.blob_size = 1000;
-	where = (struct toc_range){0, 100};
-	assert_int_equal(toc_parse(&tl, &where, (char[100]){0}, 100, NULL, &t,
-				   err, sizeof(err)),
+	where = (struct toc_range){ 0, 100 };
+	assert_int_equal(toc_parse(&tl, &where, (char[100]){ 0 }, 100, NULL, &t, err, sizeof(err)),
 			 -EBADMSG);
 	assert_null(t);
 }
@@ -816,14 +872,10 @@ static void test_estargz_toc_shape(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_detect),
-		cmocka_unit_test(test_locate_estargz),
-		cmocka_unit_test(test_locate_zstd),
-		cmocka_unit_test(test_zstd_chunked),
-		cmocka_unit_test(test_estargz),
-		cmocka_unit_test(test_malformed),
-		cmocka_unit_test(test_wellformed),
-		cmocka_unit_test(test_estargz_toc_shape),
+		cmocka_unit_test(test_detect),	    cmocka_unit_test(test_locate_estargz),
+		cmocka_unit_test(test_locate_zstd), cmocka_unit_test(test_zstd_chunked),
+		cmocka_unit_test(test_estargz),	    cmocka_unit_test(test_malformed),
+		cmocka_unit_test(test_wellformed),  cmocka_unit_test(test_estargz_toc_shape),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

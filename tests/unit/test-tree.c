@@ -16,16 +16,37 @@
 #include "tree.h"
 
 /* Shorthands for table entries: {path, type, mode, ..., link}. */
-#define REG(p, sz, off) \
-	{.path = (char *)(p), .type = LAYER_ENTRY_REG, .mode = 0644, .size = (sz), .data_off = (off)}
-#define DIR_(p, m) {.path = (char *)(p), .type = LAYER_ENTRY_DIR, .mode = (m)}
-#define SYM(p, t) \
-	{.path = (char *)(p), .type = LAYER_ENTRY_SYMLINK, .mode = 0777, .link = (char *)(t)}
-#define HL(p, t) {.path = (char *)(p), .type = LAYER_ENTRY_HARDLINK, .link = (char *)(t)}
-#define WH(p) {.path = (char *)(p), .type = LAYER_ENTRY_WHITEOUT}
-#define OPQ(p) {.path = (char *)(p), .type = LAYER_ENTRY_OPAQUE}
+#define REG(p, sz, off)                                                                   \
+	{                                                                                 \
+		.path = (char *)(p), .type = LAYER_ENTRY_REG, .mode = 0644, .size = (sz), \
+		.data_off = (off)                                                         \
+	}
+#define DIR_(p, m)                                                        \
+	{                                                                 \
+		.path = (char *)(p), .type = LAYER_ENTRY_DIR, .mode = (m) \
+	}
+#define SYM(p, t)                                                               \
+	{                                                                       \
+		.path = (char *)(p), .type = LAYER_ENTRY_SYMLINK, .mode = 0777, \
+		.link = (char *)(t)                                             \
+	}
+#define HL(p, t)                                                                       \
+	{                                                                              \
+		.path = (char *)(p), .type = LAYER_ENTRY_HARDLINK, .link = (char *)(t) \
+	}
+#define WH(p)                                                     \
+	{                                                         \
+		.path = (char *)(p), .type = LAYER_ENTRY_WHITEOUT \
+	}
+#define OPQ(p)                                                  \
+	{                                                       \
+		.path = (char *)(p), .type = LAYER_ENTRY_OPAQUE \
+	}
 
-#define LAYER(arr) {.entries = (arr), .n_entries = sizeof(arr) / sizeof((arr)[0])}
+#define LAYER(arr)                                                            \
+	{                                                                     \
+		.entries = (arr), .n_entries = sizeof(arr) / sizeof((arr)[0]) \
+	}
 
 static struct tree *build(const struct layer_index *const *layers, size_t n)
 {
@@ -52,11 +73,10 @@ static const struct tinode *must(const struct tree *t, const char *path)
 
 static void test_later_layer_wins(void **state)
 {
-	struct layer_entry l0[] = {DIR_("etc", 0755), REG("etc/a", 10, 0),
-				   REG("etc/b", 20, 10)};
-	struct layer_entry l1[] = {REG("etc/a", 5, 100), DIR_("etc", 0700)};
+	struct layer_entry l0[] = { DIR_("etc", 0755), REG("etc/a", 10, 0), REG("etc/b", 20, 10) };
+	struct layer_entry l1[] = { REG("etc/a", 5, 100), DIR_("etc", 0700) };
 	struct layer_index i0 = LAYER(l0), i1 = LAYER(l1);
-	const struct layer_index *layers[] = {&i0, &i1};
+	const struct layer_index *layers[] = { &i0, &i1 };
 	struct tree *t = build(layers, 2);
 	const struct tinode *a = must(t, "etc/a"), *b = must(t, "etc/b");
 	const struct tinode *etc = must(t, "etc");
@@ -76,13 +96,11 @@ static void test_later_layer_wins(void **state)
 
 static void test_whiteout_file_and_subtree(void **state)
 {
-	struct layer_entry l0[] = {REG("f", 1, 0), DIR_("d", 0755),
-				   DIR_("d/e", 0755), REG("d/e/x", 1, 1),
-				   REG("keep", 1, 2)};
-	struct layer_entry l1[] = {WH("f"), WH("d"), WH("nothere"),
-				   WH("keep/sub")};
+	struct layer_entry l0[] = { REG("f", 1, 0), DIR_("d", 0755), DIR_("d/e", 0755),
+				    REG("d/e/x", 1, 1), REG("keep", 1, 2) };
+	struct layer_entry l1[] = { WH("f"), WH("d"), WH("nothere"), WH("keep/sub") };
 	struct layer_index i0 = LAYER(l0), i1 = LAYER(l1);
-	const struct layer_index *layers[] = {&i0, &i1};
+	const struct layer_index *layers[] = { &i0, &i1 };
 	struct tree *t = build(layers, 2);
 
 	assert_null(tree_resolve(t, "f"));
@@ -97,10 +115,10 @@ static void test_whiteout_file_and_subtree(void **state)
 static void test_whiteout_only_hides_lower(void **state)
 {
 	/* the whiteout comes after the same-layer file: the file stays */
-	struct layer_entry l0[] = {REG("a", 1, 0)};
-	struct layer_entry l1[] = {REG("a", 7, 0), WH("a")};
+	struct layer_entry l0[] = { REG("a", 1, 0) };
+	struct layer_entry l1[] = { REG("a", 7, 0), WH("a") };
 	struct layer_index i0 = LAYER(l0), i1 = LAYER(l1);
-	const struct layer_index *layers[] = {&i0, &i1};
+	const struct layer_index *layers[] = { &i0, &i1 };
 	struct tree *t = build(layers, 2);
 
 	assert_int_equal(must(t, "a")->size, 7);
@@ -109,14 +127,13 @@ static void test_whiteout_only_hides_lower(void **state)
 
 static void test_opaque(void **state)
 {
-	struct layer_entry l0[] = {DIR_("d", 0755), REG("d/old", 1, 0),
-				   DIR_("d/sub", 0755), REG("d/sub/x", 1, 1),
-				   REG("other", 1, 2)};
+	struct layer_entry l0[] = { DIR_("d", 0755), REG("d/old", 1, 0), DIR_("d/sub", 0755),
+				    REG("d/sub/x", 1, 1), REG("other", 1, 2) };
 	/* the marker after the layer's own children: order must not matter */
-	struct layer_entry l1[] = {DIR_("d", 0711), REG("d/new", 2, 0),
-				   OPQ("d"), OPQ("missing"), OPQ("other")};
+	struct layer_entry l1[] = { DIR_("d", 0711), REG("d/new", 2, 0), OPQ("d"), OPQ("missing"),
+				    OPQ("other") };
 	struct layer_index i0 = LAYER(l0), i1 = LAYER(l1);
-	const struct layer_index *layers[] = {&i0, &i1};
+	const struct layer_index *layers[] = { &i0, &i1 };
 	struct tree *t = build(layers, 2);
 	const struct tinode *d = must(t, "d");
 
@@ -132,10 +149,10 @@ static void test_opaque(void **state)
 
 static void test_opaque_root(void **state)
 {
-	struct layer_entry l0[] = {REG("a", 1, 0), DIR_("b", 0755)};
-	struct layer_entry l1[] = {REG("c", 1, 0), OPQ("")};
+	struct layer_entry l0[] = { REG("a", 1, 0), DIR_("b", 0755) };
+	struct layer_entry l1[] = { REG("c", 1, 0), OPQ("") };
 	struct layer_index i0 = LAYER(l0), i1 = LAYER(l1);
-	const struct layer_index *layers[] = {&i0, &i1};
+	const struct layer_index *layers[] = { &i0, &i1 };
 	struct tree *t = build(layers, 2);
 
 	assert_int_equal(tree_root(t)->n_children, 1);
@@ -145,17 +162,15 @@ static void test_opaque_root(void **state)
 
 static void test_replace_types(void **state)
 {
-	struct layer_entry l0[] = {DIR_("d", 0755), REG("d/x", 1, 0),
-				   DIR_("d/y", 0755), REG("f", 1, 1),
-				   REG("g", 1, 2)};
+	struct layer_entry l0[] = { DIR_("d", 0755), REG("d/x", 1, 0), DIR_("d/y", 0755),
+				    REG("f", 1, 1), REG("g", 1, 2) };
 	struct layer_entry l1[] = {
-		SYM("d", "elsewhere"), /* file replaces a directory */
-		DIR_("f", 0750),       /* directory replaces a file */
-		REG("f/in", 3, 0),
-		REG("g/h/i", 4, 3), /* parent file becomes a directory */
+		SYM("d", "elsewhere"),		       /* file replaces a directory */
+		DIR_("f", 0750),		       /* directory replaces a file */
+		REG("f/in", 3, 0), REG("g/h/i", 4, 3), /* parent file becomes a directory */
 	};
 	struct layer_index i0 = LAYER(l0), i1 = LAYER(l1);
-	const struct layer_index *layers[] = {&i0, &i1};
+	const struct layer_index *layers[] = { &i0, &i1 };
 	struct tree *t = build(layers, 2);
 	const struct tinode *d = must(t, "d"), *f = must(t, "f");
 	const struct tinode *g = must(t, "g");
@@ -174,10 +189,10 @@ static void test_replace_types(void **state)
 
 static void test_implicit_parents(void **state)
 {
-	struct layer_entry l0[] = {REG("a/b/c/file", 1, 0)};
-	struct layer_entry l1[] = {DIR_("a/b", 0700), REG("a/b/c/two", 1, 0)};
+	struct layer_entry l0[] = { REG("a/b/c/file", 1, 0) };
+	struct layer_entry l1[] = { DIR_("a/b", 0700), REG("a/b/c/two", 1, 0) };
 	struct layer_index i0 = LAYER(l0), i1 = LAYER(l1);
-	const struct layer_index *layers[] = {&i0, &i1};
+	const struct layer_index *layers[] = { &i0, &i1 };
 	struct tree *t = build(layers, 2);
 	const struct tinode *a = must(t, "a"), *b = must(t, "a/b");
 	const struct tinode *c = must(t, "a/b/c");
@@ -202,11 +217,14 @@ static void test_implicit_parents(void **state)
 
 static void test_root_entry(void **state)
 {
-	struct layer_entry l0[] = {{.path = (char *)"", .type = LAYER_ENTRY_DIR,
-				    .mode = 0700, .uid = 5, .mtime_sec = 42},
-				   DIR_("x", 0755)};
+	struct layer_entry l0[] = { { .path = (char *)"",
+				      .type = LAYER_ENTRY_DIR,
+				      .mode = 0700,
+				      .uid = 5,
+				      .mtime_sec = 42 },
+				    DIR_("x", 0755) };
 	struct layer_index i0 = LAYER(l0);
-	const struct layer_index *layers[] = {&i0};
+	const struct layer_index *layers[] = { &i0 };
 	struct tree *t = build(layers, 1);
 	const struct tinode *root = tree_root(t);
 
@@ -220,12 +238,11 @@ static void test_root_entry(void **state)
 
 static void test_hardlinks(void **state)
 {
-	struct layer_entry l0[] = {REG("bin/a", 100, 0), HL("bin/b", "bin/a"),
-				   HL("c", "bin/a")};
-	struct layer_entry l1[] = {WH("c")};
-	struct layer_entry l2[] = {REG("bin/a", 50, 0)};
+	struct layer_entry l0[] = { REG("bin/a", 100, 0), HL("bin/b", "bin/a"), HL("c", "bin/a") };
+	struct layer_entry l1[] = { WH("c") };
+	struct layer_entry l2[] = { REG("bin/a", 50, 0) };
 	struct layer_index i0 = LAYER(l0), i1 = LAYER(l1), i2 = LAYER(l2);
-	const struct layer_index *layers[] = {&i0, &i1, &i2};
+	const struct layer_index *layers[] = { &i0, &i1, &i2 };
 	struct tree *t;
 	const struct tinode *a, *b;
 
@@ -264,11 +281,10 @@ static void test_hardlink_replaces_target_parent(void **state)
 {
 	/* "x/y" -> "x": the walk turns x into a directory, yet the link
 	 * still reaches the file that was there */
-	struct layer_entry l0[] = {REG("x", 3, 0), HL("x/y", "x"),
-				   HL("z", "z2"), REG("z2", 1, 3),
-				   HL("z2", "z2")};
+	struct layer_entry l0[] = { REG("x", 3, 0), HL("x/y", "x"), HL("z", "z2"), REG("z2", 1, 3),
+				    HL("z2", "z2") };
 	struct layer_index i0 = LAYER(l0);
-	const struct layer_index *layers[] = {&i0};
+	const struct layer_index *layers[] = { &i0 };
 	struct tree *t = NULL;
 	char err[256];
 
@@ -289,36 +305,33 @@ static void test_hardlink_replaces_target_parent(void **state)
 	/* to a path that does not exist yet */
 	i0.entries = l0 + 2;
 	i0.n_entries = 2;
-	assert_int_equal(tree_build(layers, 1, &t, err, sizeof(err)),
-			 -EBADMSG);
+	assert_int_equal(tree_build(layers, 1, &t, err, sizeof(err)), -EBADMSG);
 	assert_true(strstr(err, "hardlink") != NULL);
 }
 
 static void test_hardlink_errors(void **state)
 {
-	struct layer_entry to_dir[] = {DIR_("d", 0755), HL("l", "d")};
-	struct layer_entry to_missing[] = {HL("l", "nope")};
-	struct layer_entry to_root[] = {HL("l", "")};
-	struct layer_entry bad_path[] = {REG("a/../b", 1, 0)};
-	struct layer_entry root_file[] = {REG("", 1, 0)};
-	struct layer_entry wh_root[] = {WH("")};
+	struct layer_entry to_dir[] = { DIR_("d", 0755), HL("l", "d") };
+	struct layer_entry to_missing[] = { HL("l", "nope") };
+	struct layer_entry to_root[] = { HL("l", "") };
+	struct layer_entry bad_path[] = { REG("a/../b", 1, 0) };
+	struct layer_entry root_file[] = { REG("", 1, 0) };
+	struct layer_entry wh_root[] = { WH("") };
 	struct {
 		struct layer_entry *e;
 		size_t n;
 	} cases[] = {
-		{to_dir, 2},   {to_missing, 1}, {to_root, 1},
-		{bad_path, 1}, {root_file, 1},	{wh_root, 1},
+		{ to_dir, 2 },	 { to_missing, 1 }, { to_root, 1 },
+		{ bad_path, 1 }, { root_file, 1 },  { wh_root, 1 },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct layer_index li = {.entries = cases[i].e,
-					 .n_entries = cases[i].n};
-		const struct layer_index *layers[] = {&li};
+		struct layer_index li = { .entries = cases[i].e, .n_entries = cases[i].n };
+		const struct layer_index *layers[] = { &li };
 		struct tree *t = NULL;
 		char err[256] = "";
 
-		assert_int_equal(tree_build(layers, 1, &t, err, sizeof(err)),
-				 -EBADMSG);
+		assert_int_equal(tree_build(layers, 1, &t, err, sizeof(err)), -EBADMSG);
 		assert_null(t);
 		assert_true(err[0] != '\0');
 	}
@@ -328,9 +341,9 @@ static void test_sorted_lookup_and_many(void **state)
 {
 	enum { N = 20000 };
 	struct layer_entry *e = calloc(N + 1, sizeof(*e));
-	char (*names)[32] = calloc(N, sizeof(*names));
-	struct layer_index li = {.entries = e, .n_entries = N + 1};
-	const struct layer_index *layers[] = {&li};
+	char(*names)[32] = calloc(N, sizeof(*names));
+	struct layer_index li = { .entries = e, .n_entries = N + 1 };
+	const struct layer_index *layers[] = { &li };
 	const struct tinode *d;
 	struct tree *t;
 
@@ -346,8 +359,7 @@ static void test_sorted_lookup_and_many(void **state)
 	d = must(t, "big");
 	assert_int_equal(d->n_children, N);
 	for (uint32_t i = 1; i < d->n_children; i++)
-		assert_true(strcmp(d->child_names[i - 1], d->child_names[i]) <
-			    0);
+		assert_true(strcmp(d->child_names[i - 1], d->child_names[i]) < 0);
 	assert_int_equal(tinode_lookup(d, "f12345")->data_off, N - 1 - 12345);
 	assert_null(tinode_lookup(d, "f99999"));
 	assert_null(tinode_lookup(d, ""));
@@ -359,26 +371,38 @@ static void test_sorted_lookup_and_many(void **state)
 
 static void test_metadata_and_xattrs(void **state)
 {
-	static const char cap[] = {1, 0, 0, 2, 0};
+	static const char cap[] = { 1, 0, 0, 2, 0 };
 	struct layer_xattr xa[] = {
-		{.name = (char *)"user.foo", .value = (char *)"bar", .size = 3},
-		{.name = (char *)"security.capability", .value = (char *)cap,
-		 .size = sizeof(cap)},
+		{ .name = (char *)"user.foo", .value = (char *)"bar", .size = 3 },
+		{ .name = (char *)"security.capability",
+		  .value = (char *)cap,
+		  .size = sizeof(cap) },
 	};
 	struct layer_entry l0[] = {
-		{.path = (char *)"f", .type = LAYER_ENTRY_REG, .mode = 04755,
-		 .uid = 1000, .gid = 100, .mtime_sec = 1700000000,
-		 .mtime_nsec = 123, .size = 1000, .xattrs = xa, .n_xattrs = 2},
-		{.path = (char *)"dev/null", .type = LAYER_ENTRY_CHR,
-		 .mode = 0666, .rdev = makedev(1, 3)},
-		{.path = (char *)"dev/sda", .type = LAYER_ENTRY_BLK,
-		 .mode = 0660, .rdev = makedev(8, 0)},
-		{.path = (char *)"p", .type = LAYER_ENTRY_FIFO, .mode = 0600},
-		{.path = (char *)"s", .type = LAYER_ENTRY_SOCK, .mode = 0600},
-		{.path = (char *)"tmp", .type = LAYER_ENTRY_DIR, .mode = 01777},
+		{ .path = (char *)"f",
+		  .type = LAYER_ENTRY_REG,
+		  .mode = 04755,
+		  .uid = 1000,
+		  .gid = 100,
+		  .mtime_sec = 1700000000,
+		  .mtime_nsec = 123,
+		  .size = 1000,
+		  .xattrs = xa,
+		  .n_xattrs = 2 },
+		{ .path = (char *)"dev/null",
+		  .type = LAYER_ENTRY_CHR,
+		  .mode = 0666,
+		  .rdev = makedev(1, 3) },
+		{ .path = (char *)"dev/sda",
+		  .type = LAYER_ENTRY_BLK,
+		  .mode = 0660,
+		  .rdev = makedev(8, 0) },
+		{ .path = (char *)"p", .type = LAYER_ENTRY_FIFO, .mode = 0600 },
+		{ .path = (char *)"s", .type = LAYER_ENTRY_SOCK, .mode = 0600 },
+		{ .path = (char *)"tmp", .type = LAYER_ENTRY_DIR, .mode = 01777 },
 	};
 	struct layer_index i0 = LAYER(l0);
-	const struct layer_index *layers[] = {&i0};
+	const struct layer_index *layers[] = { &i0 };
 	struct tree *t = build(layers, 1);
 	const struct tinode *f = must(t, "f");
 	const struct tree_xattr *x;
@@ -422,10 +446,9 @@ static void test_metadata_and_xattrs(void **state)
 
 static void test_resolve(void **state)
 {
-	struct layer_entry l0[] = {REG("usr/bin/env", 1, 0),
-				   SYM("bin", "usr/bin")};
+	struct layer_entry l0[] = { REG("usr/bin/env", 1, 0), SYM("bin", "usr/bin") };
 	struct layer_index i0 = LAYER(l0);
-	const struct layer_index *layers[] = {&i0};
+	const struct layer_index *layers[] = { &i0 };
 	struct tree *t = build(layers, 1);
 
 	must(t, "usr/bin/env");

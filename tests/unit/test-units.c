@@ -18,9 +18,9 @@ static void test_decimal_len(void **state)
 		const char *s;
 		size_t len;
 	} cases[] = {
-		{ "", 0 },       { "x", 0 },     { "12", 2 },  { "12abc", 2 }, { "1.5", 3 },
-		{ "1.", 1 },     { ".5", 0 },    { "1.5.2", 3 }, { "-1", 0 },  { " 1", 0 },
-		{ "007.250s", 7 },
+		{ "", 0 },    { "x", 0 },  { "12", 2 },	      { "12abc", 2 },
+		{ "1.5", 3 }, { "1.", 1 }, { ".5", 0 },	      { "1.5.2", 3 },
+		{ "-1", 0 },  { " 1", 0 }, { "007.250s", 7 },
 	};
 
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
@@ -219,12 +219,9 @@ static void test_format_duration(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_decimal_len),
-		cmocka_unit_test(test_parse_uint64),
-		cmocka_unit_test(test_parse_size),
-		cmocka_unit_test(test_parse_duration),
-		cmocka_unit_test(test_format_size),
-		cmocka_unit_test(test_format_duration),
+		cmocka_unit_test(test_decimal_len), cmocka_unit_test(test_parse_uint64),
+		cmocka_unit_test(test_parse_size),  cmocka_unit_test(test_parse_duration),
+		cmocka_unit_test(test_format_size), cmocka_unit_test(test_format_duration),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

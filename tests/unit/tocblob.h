@@ -31,7 +31,7 @@ static inline void blob_put(struct blob *b, const void *p, size_t n)
 
 static inline void blob_zeros(struct blob *b, size_t n)
 {
-	unsigned char z[256] = {0};
+	unsigned char z[256] = { 0 };
 
 	while (n > 0) {
 		size_t k = MIN(n, sizeof(z));
@@ -46,11 +46,10 @@ static inline size_t put_gzip(struct blob *b, const void *p, size_t n)
 {
 	size_t at = b->len;
 	uLong bound;
-	z_stream z = {0};
+	z_stream z = { 0 };
 	unsigned char *out;
 
-	assert_int_equal(deflateInit2(&z, 6, Z_DEFLATED, 16 + MAX_WBITS, 8,
-				      Z_DEFAULT_STRATEGY),
+	assert_int_equal(deflateInit2(&z, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY),
 			 Z_OK);
 	bound = deflateBound(&z, n) + 32;
 	out = malloc(bound);
@@ -86,10 +85,9 @@ static inline void sha256(const void *p, size_t n, char out[DIGEST_STRING_MAX])
 }
 
 /* A ustar header and data for one regular file. */
-static inline void put_tar_file(struct blob *b, const char *name, const void *p,
-			 size_t n)
+static inline void put_tar_file(struct blob *b, const char *name, const void *p, size_t n)
 {
-	unsigned char h[512] = {0};
+	unsigned char h[512] = { 0 };
 	unsigned sum = 0;
 
 	snprintf((char *)h, 100, "%s", name);
@@ -113,10 +111,10 @@ static inline void put_tar_file(struct blob *b, const char *name, const void *p,
 /* eStargz's end: the table as a tar in one gzip member, then the 51-byte
  * footer (or the 47-byte legacy one) that places it. */
 static inline void put_estargz_end(struct blob *b, const char *json, bool legacy,
-			    struct toc_layer *tl)
+				   struct toc_layer *tl)
 {
-	struct blob tar = {0};
-	unsigned char f[51] = {0x1f, 0x8b, 8, 4, 0, 0, 0, 0, 0, 0xff};
+	struct blob tar = { 0 };
+	unsigned char f[51] = { 0x1f, 0x8b, 8, 4, 0, 0, 0, 0, 0, 0xff };
 	size_t toc_at, n = 12;
 	char hex[24];
 
@@ -137,8 +135,9 @@ static inline void put_estargz_end(struct blob *b, const char *json, bool legacy
 	n += 5 + 8;
 	blob_put(b, f, n);
 
-	*tl = (struct toc_layer){.format = TOC_ESTARGZ, .blob_size = b->len,
-				 .stargz_files = true};
+	*tl = (struct toc_layer){ .format = TOC_ESTARGZ,
+				  .blob_size = b->len,
+				  .stargz_files = true };
 	sha256(json, strlen(json), tl->digest);
 }
 
@@ -150,12 +149,11 @@ static inline void put_le64(unsigned char *p, uint64_t v)
 
 /* zstd:chunked's end: the table compressed in a skippable frame, then the
  * footer skopeo 1.9 writes. */
-static inline void put_zstd_end(struct blob *b, const char *json,
-			 struct toc_layer *tl)
+static inline void put_zstd_end(struct blob *b, const char *json, struct toc_layer *tl)
 {
 	size_t n = strlen(json), bound = ZSTD_compressBound(n), k;
-	unsigned char *z = malloc(bound), head[8] = {0x50, 0x2a, 0x4d, 0x18};
-	unsigned char foot[48] = {0x50, 0x2a, 0x4d, 0x18, 40};
+	unsigned char *z = malloc(bound), head[8] = { 0x50, 0x2a, 0x4d, 0x18 };
+	unsigned char foot[48] = { 0x50, 0x2a, 0x4d, 0x18, 40 };
 	size_t at;
 
 	assert_non_null(z);
@@ -174,12 +172,11 @@ static inline void put_zstd_end(struct blob *b, const char *json,
 	memcpy(foot + 40, "GnUlInUx", 8);
 	blob_put(b, foot, sizeof(foot));
 
-	*tl = (struct toc_layer){.format = TOC_ZSTD_CHUNKED,
-				 .blob_size = b->len,
-				 .zc_offset = at,
-				 .zc_length = k,
-				 .zc_uncompressed = n};
+	*tl = (struct toc_layer){ .format = TOC_ZSTD_CHUNKED,
+				  .blob_size = b->len,
+				  .zc_offset = at,
+				  .zc_length = k,
+				  .zc_uncompressed = n };
 	sha256(z, k, tl->digest);
 	free(z);
 }
-

@@ -75,8 +75,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < threads; i++)
 		pthread_join(th[i], NULL);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	printf("%ld %ld %.6f\n", (long)n_paths * rounds * threads,
-	       atomic_load(&failures),
+	printf("%ld %ld %.6f\n", (long)n_paths * rounds * threads, atomic_load(&failures),
 	       (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
 	return 0;
 }

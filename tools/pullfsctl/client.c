@@ -107,7 +107,8 @@ int control_call(json_t *req, json_t **ret)
 		if (r == -EACCES)
 			err_msg("control socket \"%s\": permission denied (it is for root)", path);
 		else
-			err_msg("cannot connect to the control socket \"%s\": %s", path, strerror(-r));
+			err_msg("cannot connect to the control socket \"%s\": %s", path,
+				strerror(-r));
 		return r;
 	}
 	line = json_dumps(req, JSON_COMPACT);
@@ -140,7 +141,8 @@ int control_call(json_t *req, json_t **ret)
 			if (errno == EINTR)
 				continue;
 			r = negative_errno();
-			err_msg("cannot read from the control socket \"%s\": %s", path, strerror(-r));
+			err_msg("cannot read from the control socket \"%s\": %s", path,
+				strerror(-r));
 			return r;
 		}
 		if (n == 0)
@@ -206,7 +208,8 @@ const json_t *status_entry(const json_t *status, const char *array, const char *
 	json_t *entries = json_object_get(status, array), *e;
 	size_t i;
 
-	json_array_foreach(entries, i, e) {
+	json_array_foreach(entries, i, e)
+	{
 		const char *r = jstr(e, "reference");
 		if (r && !strcmp(r, reference))
 			return e;

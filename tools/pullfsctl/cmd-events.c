@@ -66,8 +66,8 @@ static int event_table_add(struct table *t, const json_t *ev, double now)
 	char age[64];
 
 	event_cells(ev, now, age, sizeof(age), &object, &message);
-	return table_add(t, (const char *const[]){ age, jstr(ev, "type"), jstr(ev, "reason"), object,
-						   message });
+	return table_add(t, (const char *const[]){ age, jstr(ev, "type"), jstr(ev, "reason"),
+						   object, message });
 }
 
 struct follow_out {
@@ -90,8 +90,8 @@ static void follow_line(const char *line, const json_t *ev, void *userdata)
 
 		event_cells(ev, now_realtime(), age, sizeof(age), &object, &message);
 		table_print_row(out->t,
-				(const char *const[]){ age, jstr(ev, "type"), jstr(ev, "reason"), object,
-						       message },
+				(const char *const[]){ age, jstr(ev, "type"), jstr(ev, "reason"),
+						       object, message },
 				stdout);
 	}
 	fflush(stdout);
@@ -156,7 +156,10 @@ int cmd_events(int argc, char **argv)
 			else if (parse_rfc3339(optarg, &d) == 0)
 				filt.since = d;
 			else
-				return usage_error("events", "invalid --since \"%s\" (a duration like 10m or a time like 2026-11-22T04:36:30Z)", optarg);
+				return usage_error(
+					"events",
+					"invalid --since \"%s\" (a duration like 10m or a time like 2026-11-22T04:36:30Z)",
+					optarg);
 			break;
 		}
 		case 'j':

@@ -78,7 +78,8 @@ int cmd_inspect(int argc, char **argv)
 		return 0;
 	}
 	format_size(jnum(a, "size"), size, sizeof(size));
-	printf("%-12s%s\n", "Reference:", jstr(a, "reference") ? jstr(a, "reference") : argv[optind]);
+	printf("%-12s%s\n",
+	       "Reference:", jstr(a, "reference") ? jstr(a, "reference") : argv[optind]);
 	printf("%-12s%s\n", "Digest:", jstr(a, "digest") ? jstr(a, "digest") : "-");
 	if (jstr(a, "index_digest"))
 		printf("%-12s%s\n", "Index:", jstr(a, "index_digest"));
@@ -98,9 +99,8 @@ int cmd_inspect(int argc, char **argv)
 	env = json_object_get(cc, "Env");
 	if (json_array_size(env)) {
 		printf("Env:\n");
-		json_array_foreach(env, i, v)
-			if (json_is_string(v))
-				printf("  %s\n", json_string_value(v));
+		json_array_foreach(env, i, v) if (json_is_string(v))
+			printf("  %s\n", json_string_value(v));
 	}
 	labels = json_object_get(cc, "Labels");
 	if (json_object_size(labels)) {
@@ -114,7 +114,8 @@ int cmd_inspect(int argc, char **argv)
 	if (!t)
 		return EXIT_FAILED;
 	table_add(t, (const char *const[]){ "  DIGEST", "SIZE", "MEDIA TYPE" });
-	json_array_foreach(layers, i, l) {
+	json_array_foreach(layers, i, l)
+	{
 		_cleanup_free_ char *d = NULL;
 		format_size(jnum(l, "size"), size, sizeof(size));
 		if (asprintf(&d, "  %s", jstr(l, "digest") ? jstr(l, "digest") : "-") < 0)

@@ -87,10 +87,10 @@ int cmd_ls(int argc, char **argv)
 	t = table_new(6, "", "", "", "", "", "");
 	if (!rows || !t)
 		return EXIT_FAILED;
-	json_array_foreach(images, i, im)
-		rows[i] = im;
+	json_array_foreach(images, i, im) rows[i] = im;
 	qsort(rows, n, sizeof(*rows), by_last_used);
-	table_add(t, (const char *const[]){ "REFERENCE", "DIGEST", "SIZE", "LAST USED", "IN USE", "PINNED" });
+	table_add(t, (const char *const[]){ "REFERENCE", "DIGEST", "SIZE", "LAST USED", "IN USE",
+					    "PINNED" });
 	for (i = 0; i < n; i++) {
 		char size[32], age[64], shortdigest[32];
 		const char *digest = jstr(rows[i], "digest");
@@ -105,9 +105,10 @@ int cmd_ls(int argc, char **argv)
 			snprintf(shortdigest, sizeof(shortdigest), "%.19s", digest);
 			digest = shortdigest;
 		}
-		table_add(t, (const char *const[]){ jstr(rows[i], "reference"), digest ? digest : "-", size, age,
-						    json_is_true(in_use) ? "yes" : "no",
-						    json_is_true(pinned) ? "yes" : "no" });
+		table_add(t,
+			  (const char *const[]){ jstr(rows[i], "reference"), digest ? digest : "-",
+						 size, age, json_is_true(in_use) ? "yes" : "no",
+						 json_is_true(pinned) ? "yes" : "no" });
 	}
 	table_print(t, stdout);
 	return 0;

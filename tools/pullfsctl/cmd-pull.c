@@ -57,8 +57,8 @@ static int pull_background(int n, char **refs, bool quiet)
 	int failed = 0;
 
 	for (int i = 0; i < n; i++) {
-		_cleanup_json_ json_t *req = json_pack("{s:s, s:s}", "op", "pull",
-							"reference", refs[i]);
+		_cleanup_json_ json_t *req =
+			json_pack("{s:s, s:s}", "op", "pull", "reference", refs[i]);
 		_cleanup_json_ json_t *a = NULL;
 
 		if (!req || control_call(req, &a) < 0)

@@ -102,9 +102,10 @@ int cmd_status(int argc, char **argv)
 		pt = table_new(6, "", "", "", "", "", "");
 		if (!pt)
 			return EXIT_FAILED;
-		table_add(pt, (const char *const[]){ "REFERENCE", "STATE", "PROGRESS", "LAYERS", "ELAPSED",
-						     "WAITERS" });
-		json_array_foreach(pulls, i, e) {
+		table_add(pt, (const char *const[]){ "REFERENCE", "STATE", "PROGRESS", "LAYERS",
+						     "ELAPSED", "WAITERS" });
+		json_array_foreach(pulls, i, e)
+		{
 			char progress[96], layers[32], elapsed[32], waiters[16];
 			double total = jnum(e, "bytes_total");
 			format_size(jnum(e, "bytes_done"), a, sizeof(a));
@@ -118,8 +119,8 @@ int cmd_status(int argc, char **argv)
 				 jnum(e, "layers_total"));
 			snprintf(elapsed, sizeof(elapsed), "%.1fs", jnum(e, "elapsed_s"));
 			snprintf(waiters, sizeof(waiters), "%.0f", jnum(e, "waiters"));
-			table_add(pt, (const char *const[]){ jstr(e, "reference"), jstr(e, "state"), progress,
-							     layers, elapsed, waiters });
+			table_add(pt, (const char *const[]){ jstr(e, "reference"), jstr(e, "state"),
+							     progress, layers, elapsed, waiters });
 		}
 		table_print(pt, stdout);
 	}
@@ -130,15 +131,17 @@ int cmd_status(int argc, char **argv)
 		bt = table_new(6, "", "", "", "", "", "");
 		if (!bt)
 			return EXIT_FAILED;
-		table_add(bt, (const char *const[]){ "REFERENCE", "TIME LEFT", "DELAY", "FAILURES", "ERRNO",
-						     "MESSAGE" });
-		json_array_foreach(backoff, i, e) {
+		table_add(bt, (const char *const[]){ "REFERENCE", "TIME LEFT", "DELAY", "FAILURES",
+						     "ERRNO", "MESSAGE" });
+		json_array_foreach(backoff, i, e)
+		{
 			char left[32], delay[32], failures[16];
 			snprintf(left, sizeof(left), "%.1fs", jnum(e, "remaining_s"));
 			format_duration(jnum(e, "delay_s"), delay, sizeof(delay));
 			snprintf(failures, sizeof(failures), "%.0f", jnum(e, "failures"));
-			table_add(bt, (const char *const[]){ jstr(e, "reference"), left, delay, failures,
-							     jstr(e, "errno"), jstr(e, "message") });
+			table_add(bt, (const char *const[]){ jstr(e, "reference"), left, delay,
+							     failures, jstr(e, "errno"),
+							     jstr(e, "message") });
 		}
 		table_print(bt, stdout);
 	}

@@ -23,7 +23,8 @@ bool event_matches(const json_t *ev, const struct event_filter *f)
 		size_t n = strlen(f->image);
 		if (!image || strncmp(image, f->image, n))
 			return false;
-		if (f->image_exact ? image[n] != '\0' : (image[n] != ':' && image[n] != '@' && image[n]))
+		if (f->image_exact ? image[n] != '\0'
+				   : (image[n] != ':' && image[n] != '@' && image[n]))
 			return false;
 	}
 	if (f->since > 0) {

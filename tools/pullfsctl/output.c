@@ -96,7 +96,6 @@ static size_t text_width(const char *s)
 	return n;
 }
 
-
 struct table *table_new(size_t ncols, ...)
 {
 	struct table *t = calloc(1, sizeof(*t));

@@ -34,7 +34,8 @@ void job_update(struct job *j, const json_t *status, double now)
 	json_t *pulls = json_object_get(status, "pulls"), *p;
 	size_t i;
 
-	json_array_foreach(pulls, i, p) {
+	json_array_foreach(pulls, i, p)
+	{
 		const char *ref = jstr(p, "reference"), *state = jstr(p, "state");
 		double done;
 
@@ -82,7 +83,8 @@ static void job_progress_text(const struct job *j, bool bar, int bar_width, char
 		return;
 	}
 	if (j->layers_total > 0)
-		snprintf(layers, sizeof(layers), "layers %.0f/%.0f", j->layers_done, j->layers_total);
+		snprintf(layers, sizeof(layers), "layers %.0f/%.0f", j->layers_done,
+			 j->layers_total);
 	if (strcmp(j->state, "downloading") || j->bytes_total <= 0) {
 		snprintf(buf, len, "%s%s%s", j->state, layers[0] ? "  " : "", layers);
 		return;
@@ -142,7 +144,8 @@ void draw_tty(struct job *jobs, size_t n, const json_t *status, size_t *drawn)
 		if (__atomic_load_n(&j->phase, __ATOMIC_ACQUIRE) == JOB_DONE)
 			job_result_text(j, status, text, sizeof(text));
 		else
-			job_progress_text(j, true, MAX(10, cols - (int)refw - 60), text, sizeof(text));
+			job_progress_text(j, true, MAX(10, cols - (int)refw - 60), text,
+					  sizeof(text));
 		if (rl > refw)
 			snprintf(ref, sizeof(ref), "…%s", j->reference + rl - refw + 1);
 		else
@@ -150,8 +153,9 @@ void draw_tty(struct job *jobs, size_t n, const json_t *status, size_t *drawn)
 		/* Progress is cut to the width so that redrawing stays in
 		 * place; a final result is printed whole. */
 		printf("\r\033[K%-*s  %.*s\n", (int)refw, ref,
-		       __atomic_load_n(&j->phase, __ATOMIC_ACQUIRE) == JOB_DONE ? (int)sizeof(text)
-										: MAX(0, cols - (int)refw - 3),
+		       __atomic_load_n(&j->phase, __ATOMIC_ACQUIRE) == JOB_DONE
+			       ? (int)sizeof(text)
+			       : MAX(0, cols - (int)refw - 3),
 		       text);
 	}
 	*drawn = n;
@@ -209,7 +213,8 @@ void job_report_failure(const struct job *j, const json_t *status)
 		msg = jstr(b, "message");
 	}
 	if (msg)
-		err_msg("pull %s: %s: %s: %s", j->reference, errno_name(j->err), reason ? reason : "Failed", msg);
+		err_msg("pull %s: %s: %s: %s", j->reference, errno_name(j->err),
+			reason ? reason : "Failed", msg);
 	else
 		err_msg("pull %s: %s: %s", j->reference, errno_name(j->err), strerror(j->err));
 }

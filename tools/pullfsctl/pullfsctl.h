@@ -142,12 +142,12 @@ enum job_phase {
 
 /* One image of "pullfsctl pull", looked up by a thread of its own. */
 struct job {
-	const char *arg;  /* as given */
-	char *reference;  /* canonical */
-	char *path;       /* MOUNT/images/<reference> */
+	const char *arg; /* as given */
+	char *reference; /* canonical */
+	char *path;	 /* MOUNT/images/<reference> */
 	pthread_t thread;
-	int phase;        /* enum job_phase; written by the thread, atomically */
-	int err;          /* errno of the lookup, valid once JOB_DONE */
+	int phase; /* enum job_phase; written by the thread, atomically */
+	int err;   /* errno of the lookup, valid once JOB_DONE */
 	double started, finished;
 	double started_real; /* wall clock, to compare with event times */
 
