@@ -355,13 +355,32 @@ fail:
 
 /* Fetches chunks a..e (adjacent in the blob) with one Range request and
  * writes each, verified, at its place; the map byte follows the data. */
+/* Chunk k of f from its compressed bytes src: verified, then written, and
+ * then marked in the map.  dst is a buffer the caller keeps (grown here). */
+static int write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const void *src,
+		       void **dst)
+{
+	const struct toc_chunk *c = &f->chunks[k];
+	void *n = realloc(*dst, c->size);
+	char err[256];
+
+	if (!n)
+		return -ENOMEM;
+	*dst = n;
+	if (toc_chunk_decompress(l->src.tl.format, c, src, c->blob_length, n, err, sizeof(err)) < 0)
+		return -EIO; /* the registry sent what the TOC does not say */
+	if (pwrite(f->fd, n, c->size, (off_t)c->offset) != (ssize_t)c->size ||
+	    pwrite(f->mapfd, "1", 1, (off_t)k) != 1)
+		return errno == ENOSPC ? -ENOSPC : -EIO;
+	return 0;
+}
+
 static int fetch_run(struct lazy_layer *l, struct registry *reg, struct lazy_file *f, size_t a,
 		     size_t e)
 {
 	const struct toc_chunk *first = &f->chunks[a], *last = &f->chunks[e];
 	uint64_t start = first->blob_offset;
 	struct membuf b = { 0 };
-	char err[256];
 	void *dst = NULL;
 	int r;
 
@@ -374,27 +393,8 @@ static int fetch_run(struct lazy_layer *l, struct registry *reg, struct lazy_fil
 		else
 			atomic_fetch_add(&l->stats->bytes, b.len);
 	}
-	if (r < 0)
-		return r;
-	for (size_t k = a; k <= e && r == 0; k++) {
-		const struct toc_chunk *c = &f->chunks[k];
-		void *n = realloc(dst, c->size);
-
-		if (!n) {
-			r = -ENOMEM;
-			break;
-		}
-		dst = n;
-		r = toc_chunk_decompress(l->src.tl.format, c, b.data + (c->blob_offset - start),
-					 c->blob_length, dst, err, sizeof(err));
-		if (r < 0) {
-			r = -EIO; /* the registry sent what the TOC does not say */
-			break;
-		}
-		if (pwrite(f->fd, dst, c->size, (off_t)c->offset) != (ssize_t)c->size ||
-		    pwrite(f->mapfd, "1", 1, (off_t)k) != 1)
-			r = errno == ENOSPC ? -ENOSPC : -EIO;
-	}
+	for (size_t k = a; k <= e && r == 0; k++)
+		r = write_chunk(l, f, k, b.data + (f->chunks[k].blob_offset - start), &dst);
 	free(dst);
 	free(b.data);
 	return r;
@@ -539,21 +539,197 @@ ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object
 	return n < 0 ? negative_errno() : n;
 }
 
+/* ---- completion: the whole blob in one pass -------------------------- */
+
+/* A chunk the stream may bring: chunk k of f. */
+struct pending {
+	struct lazy_file *f;
+	size_t k;
+};
+
+struct stream {
+	struct lazy_layer *l;
+	const atomic_bool *cancel;
+	struct pending *p;
+	size_t n, next;	    /* by blob offset; next: the one being collected */
+	uint64_t pos;	    /* bytes of the blob seen */
+	unsigned char *buf; /* the blob from buf_start on, buf_len bytes */
+	uint64_t buf_start;
+	size_t buf_len, cap;
+	void *dst;
+};
+
+static const struct toc_chunk *pending_chunk(const struct pending *pd)
+{
+	return &pd->f->chunks[pd->k];
+}
+
+static int cmp_pending(const void *a, const void *b)
+{
+	uint64_t x = pending_chunk(a)->blob_offset, y = pending_chunk(b)->blob_offset;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The bytes of one chunk are in: written unless a reader has it already or
+ * is fetching it (readers never wait for the stream). */
+static int stream_chunk(struct stream *s, const struct pending *pd, const void *src)
+{
+	struct lazy_file *f = pd->f;
+	int r;
+
+	pthread_mutex_lock(&f->lock);
+	if (f->complete || f->state[pd->k] != CHUNK_MISSING) {
+		pthread_mutex_unlock(&f->lock);
+		return 0;
+	}
+	f->state[pd->k] = CHUNK_FETCHING;
+	pthread_mutex_unlock(&f->lock);
+	r = write_chunk(s->l, f, pd->k, src, &s->dst);
+	pthread_mutex_lock(&f->lock);
+	f->state[pd->k] = r == 0 ? CHUNK_PRESENT : CHUNK_MISSING;
+	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&f->lock);
+	return r;
+}
+
+static int stream_sink(void *userdata, const void *data, size_t len)
+{
+	struct stream *s = userdata;
+	const unsigned char *d = data;
+
+	if (s->cancel && atomic_load(s->cancel))
+		return -ECANCELED;
+	while (len > 0 && s->next < s->n) {
+		const struct toc_chunk *c = pending_chunk(&s->p[s->next]);
+		uint64_t end = c->blob_offset + c->blob_length, have;
+		size_t take;
+
+		if (s->buf_len == 0 && s->pos < c->blob_offset) {
+			/* nothing wanted before the next chunk */
+			take = (size_t)MIN((uint64_t)len, c->blob_offset - s->pos);
+			d += take;
+			len -= take;
+			s->pos += take;
+			s->buf_start = s->pos;
+			continue;
+		}
+		have = s->buf_start + s->buf_len;
+		take = (size_t)MIN((uint64_t)len, end > have ? end - have : 0);
+		if (take > s->cap - s->buf_len) {
+			size_t cap = s->buf_len + take;
+			unsigned char *n = realloc(s->buf, cap);
+
+			if (!n)
+				return -ENOMEM;
+			s->buf = n;
+			s->cap = cap;
+		}
+		memcpy(s->buf + s->buf_len, d, take);
+		s->buf_len += take;
+		d += take;
+		len -= take;
+		s->pos += take;
+		if (s->buf_start + s->buf_len < end)
+			continue;
+		int r = stream_chunk(s, &s->p[s->next], s->buf + (c->blob_offset - s->buf_start));
+
+		if (r < 0)
+			return r;
+		/* keep only what the next chunk (sorted, maybe overlapping)
+		 * still needs */
+		if (++s->next < s->n) {
+			uint64_t next = pending_chunk(&s->p[s->next])->blob_offset;
+
+			if (next >= s->buf_start + s->buf_len) {
+				s->buf_len = 0;
+				s->buf_start = s->pos;
+			} else {
+				size_t drop = (size_t)(next - s->buf_start);
+
+				memmove(s->buf, s->buf + drop, s->buf_len - drop);
+				s->buf_len -= drop;
+				s->buf_start = next;
+			}
+		}
+	}
+	s->pos += len;
+	return 0;
+}
+
+/* One GET of the whole blob, checked against its digest, writing every
+ * chunk that is still missing as it passes. */
+static int stream_blob(struct lazy_layer *l, struct registry *reg, struct pending *p, size_t n,
+		       const atomic_bool *cancel)
+{
+	struct stream s = { .l = l, .cancel = cancel, .p = p, .n = n };
+	struct registry_error rerr = { 0 };
+	int r;
+
+	qsort(p, n, sizeof(*p), cmp_pending);
+	r = registry_get_blob(reg, l->src.domain, l->src.repo, l->blob_digest, l->src.tl.blob_size,
+			      stream_sink, &s, &rerr);
+	if (l->stats) {
+		atomic_fetch_add(&l->stats->fetches, 1);
+		atomic_fetch_add(&l->stats->bytes, s.pos);
+		if (r < 0)
+			atomic_fetch_add(&l->stats->failures, 1);
+	}
+	free(s.buf);
+	free(s.dst);
+	return r;
+}
+
 int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel)
 {
 	const struct layer_index *li = l->toc->index;
+	struct pending *p = NULL;
+	size_t n = 0, cap = 0;
 	bool all = true;
+	int r = 0;
 
-	for (size_t i = 0; i < li->n_entries; i++) {
-		const struct layer_entry *e = &li->entries[i];
+	/* what is missing now; readers may fetch some of it meanwhile */
+	for (size_t i = 0; i < li->n_entries && r == 0; i++) {
 		struct lazy_file *f;
-		int r;
 
-		if (!e->object)
+		if (!li->entries[i].object)
+			continue;
+		r = lazy_file_get(l, li->entries[i].object, &f);
+		if (r < 0)
+			break;
+		pthread_mutex_lock(&f->lock);
+		for (size_t k = 0; k < f->n && !f->complete; k++) {
+			if (f->state[k] != CHUNK_MISSING)
+				continue;
+			if (n == cap) {
+				struct pending *q =
+					realloc(p, (cap = cap ? cap * 2 : 256) * sizeof(*p));
+
+				if (!q) {
+					r = -ENOMEM;
+					break;
+				}
+				p = q;
+			}
+			p[n++] = (struct pending){ .f = f, .k = k };
+		}
+		pthread_mutex_unlock(&f->lock);
+	}
+	if (r == 0 && n > 0)
+		r = stream_blob(l, reg, p, n, cancel);
+	free(p);
+	if (r < 0)
+		return r;
+	/* every file: what the stream did not bring (a reader's fetch that
+	 * failed meanwhile) by range, then checked whole and made an object */
+	for (size_t i = 0; i < li->n_entries; i++) {
+		struct lazy_file *f;
+
+		if (!li->entries[i].object)
 			continue;
 		if (cancel && atomic_load(cancel))
 			return -ECANCELED;
-		r = lazy_file_get(l, e->object, &f);
+		r = lazy_file_get(l, li->entries[i].object, &f);
 		if (r == 0 && !f->complete)
 			r = ensure_chunks(l, reg, f, 0, f->n ? f->n - 1 : 0);
 		if (r < 0)

@@ -76,7 +76,10 @@ ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object
 /* The Prometheus text of the stats. */
 void lazy_stats_metrics(const struct lazy_stats *stats, FILE *f);
 
-/* Fetches every missing chunk of the layer, file by file, and marks the
- * layer complete (removes "lazy") once every file is an object.  Stops
+/* Completes the layer: one GET of the whole blob (checked against its
+ * digest) writes every chunk still missing as it streams past, with no
+ * reader ever waiting for it; what is left (chunks whose fetch by a reader
+ * failed meanwhile) comes by range; every file is checked whole and made
+ * an object, and the layer is marked complete (no "lazy" file).  Stops
  * with -ECANCELED when *cancel becomes true.  Returns 0 or -errno. */
 int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel);

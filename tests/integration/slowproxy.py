@@ -6,7 +6,8 @@
 
 Listens on a free loopback port (written to FILE once it listens) and
 forwards every request to the upstream registry, streaming the answer back.
-Each rule's ERE is searched in "METHOD PATH" of a request:
+Each rule's ERE is searched in "METHOD PATH" of a request, followed by
+" bytes=A-B" for a Range request:
 
   --delay ERE=SECONDS  answer a matching request only after SECONDS
   --gate ERE=PATH      answer a matching request only once PATH exists
@@ -71,6 +72,8 @@ class Proxy(http.server.BaseHTTPRequestHandler):
         self.note("request " + what)
         if self.headers.get("Range"):
             self.note("range %s %s" % (what, self.headers.get("Range")))
+            # rules see the range too: "GET /path bytes=A-B"
+            what += " " + self.headers.get("Range")
         self.hold(what)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
