@@ -22,6 +22,7 @@
 
 #include "digest.h"
 #include "gzsrc.h"
+#include "objhash.h"
 #include "layer-private.h"
 #include "fileio.h"
 #include "errname.h"
@@ -39,10 +40,19 @@ static void archive_read_freep(struct archive **a)
 
 /* ---- unpacking ------------------------------------------------------- */
 
+/* An object written and being hashed: entry index, temporary name. */
+struct pending_object {
+	size_t entry;
+	uint64_t number;
+};
+
 struct unpack {
 	struct archive *a;
 	int data_fd;
 	const struct layer_objects *objs;
+	struct objhash *hash; /* objs only */
+	struct pending_object *pending;
+	size_t n_pending, cap_pending;
 	uint64_t pack_end;
 	uint64_t expanded;
 	uint64_t headers;
@@ -221,96 +231,86 @@ static int layer_each_block(struct unpack *u, struct layer_entry *e,
 struct pack_copy {
 	int fd;
 	uint64_t base;
+	uint64_t end; /* of the data written, from base */
 };
 
 static int pack_block(void *userdata, const void *buf, size_t size, uint64_t off)
 {
 	struct pack_copy *pc = userdata;
 
+	pc->end = MAX(pc->end, off + size);
 	return layer_pwrite_all(pc->fd, buf, size, pc->base + off);
 }
 
-/* An object being written: the bytes go to fd at their own offsets and
- * through the hasher in file order, the gaps of a sparse file as zeros. */
-struct object_copy {
-	int fd;
-	struct hasher *h;
-	uint64_t hashed; /* bytes of the file hashed so far */
-	const char *path;
-	struct unpack *u;
-};
-
-static void object_hash_zeros(struct object_copy *oc, uint64_t n)
-{
-	static const char zeros[64 << 10];
-
-	while (n > 0) {
-		size_t k = (size_t)MIN(n, (uint64_t)sizeof(zeros));
-
-		hasher_update(oc->h, zeros, k);
-		n -= k;
-	}
-}
-
-static int object_block(void *userdata, const void *buf, size_t size, uint64_t off)
-{
-	struct object_copy *oc = userdata;
-
-	/* libarchive reports the blocks of an entry in order; a block
-	 * going backwards would make the digest a lie. */
-	if (off < oc->hashed)
-		return layer_fail(oc->u->errbuf, oc->u->errlen,
-				  "layer: data of \"%.200s\" out of order", oc->path);
-	object_hash_zeros(oc, off - oc->hashed);
-	hasher_update(oc->h, buf, size);
-	oc->hashed = off + size;
-	return layer_pwrite_all(oc->fd, buf, size, off);
-}
-
 /* Streams one regular file into an object of its own (struct
- * layer_objects): written under a temporary name, hashed on the way, and
- * renamed to "o.<hex digest>"; a second file of the layer with the same
- * content just replaces the first under that name. */
+ * layer_objects) under a temporary name, "t.<entry number>"; objhash
+ * hashes it on another thread, and layer_unpack() renames it to
+ * "o.<hex digest>" at the end, when it sets e->object (a second file of
+ * the layer with the same content then just replaces the first under that
+ * name).  Until then e->object is "". */
 static int layer_copy_object(struct unpack *u, struct layer_entry *e)
 {
 	int dirfd = u->objs->dirfd;
-	char tmp[32], name[DIGEST_HEX_LEN + 3], digest[DIGEST_STRING_MAX];
-	struct object_copy oc = { .path = e->path, .u = u };
+	char tmp[32];
+	struct pack_copy pc = { .base = 0 };
 	int r;
 
+	if (u->n_pending == u->cap_pending) {
+		size_t cap = u->cap_pending ? u->cap_pending * 2 : 64;
+		struct pending_object *n = reallocarray(u->pending, cap, sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		u->pending = n;
+		u->cap_pending = cap;
+	}
 	snprintf(tmp, sizeof(tmp), "t.%" PRIu64, u->headers);
-	oc.fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0444);
-	if (oc.fd < 0)
+	pc.fd = openat(dirfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+	if (pc.fd < 0)
 		return layer_write_error();
-	oc.h = hasher_new();
-	if (!oc.h) {
-		r = -ENOMEM;
-		goto out;
-	}
-	r = layer_each_block(u, e, object_block, &oc);
-	if (r < 0)
-		goto out;
-	object_hash_zeros(&oc, e->size - oc.hashed);
+	r = layer_each_block(u, e, pack_block, &pc);
 	/* the trailing hole of a sparse file */
-	if (ftruncate(oc.fd, (off_t)e->size) < 0) {
+	if (r == 0 && pc.end < e->size && ftruncate(pc.fd, (off_t)e->size) < 0)
 		r = layer_write_error();
-		goto out;
-	}
-	hasher_final(oc.h, digest);
-	e->object = strdup(digest_hex(digest));
-	if (!e->object) {
+	if (r == 0 && !(e->object = strdup("")))
 		r = -ENOMEM;
-		goto out;
-	}
-	snprintf(name, sizeof(name), "o.%s", e->object);
-	if (renameat(dirfd, tmp, dirfd, name) < 0)
-		r = layer_write_error();
-out:
-	hasher_free(oc.h);
-	close(oc.fd);
-	if (r < 0)
+	if (r < 0) {
+		close(pc.fd);
 		unlinkat(dirfd, tmp, 0);
-	return r;
+		return r;
+	}
+	r = objhash_add(u->hash, pc.fd, e->size);
+	if (r < 0)
+		return r;
+	/* the entry goes in at this index once this returns */
+	u->pending[u->n_pending++] =
+		(struct pending_object){ .entry = u->li->n_entries, .number = u->headers };
+	return 0;
+}
+
+/* Names every object of the layer by its digest, once all are hashed. */
+static int layer_name_objects(struct unpack *u)
+{
+	char(*hex)[DIGEST_HEX_LEN + 1];
+	size_t n;
+	int r = objhash_finish(u->hash, &hex, &n);
+
+	if (r < 0)
+		return r == -ENOMEM ? r : -EIO;
+	for (size_t i = 0; i < u->n_pending && i < n; i++) {
+		struct layer_entry *e = &u->li->entries[u->pending[i].entry];
+		char tmp[32], name[DIGEST_HEX_LEN + 3];
+
+		snprintf(tmp, sizeof(tmp), "t.%" PRIu64, u->pending[i].number);
+		snprintf(name, sizeof(name), "o.%s", hex[i]);
+		if (renameat(u->objs->dirfd, tmp, u->objs->dirfd, name) < 0)
+			return layer_write_error();
+		free(e->object);
+		e->object = strdup(hex[i]);
+		if (!e->object)
+			return -ENOMEM;
+	}
+	return 0;
 }
 
 /* Streams one regular file's bytes to the end of the pack, or into an
@@ -596,6 +596,11 @@ int layer_unpack(int in_fd, enum layer_compression c, int data_fd, const struct 
 		goto out;
 	}
 
+	if (objs) {
+		r = objhash_start(&u.hash);
+		if (r < 0)
+			goto out;
+	}
 	for (;;) {
 		struct archive_entry *ae;
 
@@ -623,9 +628,16 @@ int layer_unpack(int in_fd, enum layer_compression c, int data_fd, const struct 
 		goto out;
 	}
 	li->data_size = u.pack_end;
+	if (u.hash) {
+		r = layer_name_objects(&u);
+		if (r < 0)
+			goto out;
+	}
 	*ret = TAKE_PTR(li);
 	r = 0;
 out:
+	objhash_free(u.hash);
+	free(u.pending);
 	/* the archive reads through gz until it is closed */
 	archive_read_free(TAKE_PTR(a));
 	gzsrc_free(&gz);

@@ -23,6 +23,7 @@
 #include "digest.h"
 #include "fileio.h"
 #include "macro.h"
+#include "strmap.h"
 
 #define OBJECT_PREFIX "o."
 
@@ -33,7 +34,7 @@ static bool is_object_name(const char *name)
 
 /* One object of a staged layer: shares the stored copy when there is one,
  * else becomes the stored copy. */
-static int object_enter(struct cache *c, int stage_fd, const char *hex, bool lazy)
+static int object_enter(struct cache *c, int stage_fd, const char *hex, bool lazy, bool again)
 {
 	char mine[DIGEST_HEX_LEN + 3], theirs[DIGEST_HEX_LEN + 3];
 
@@ -41,8 +42,8 @@ static int object_enter(struct cache *c, int stage_fd, const char *hex, bool laz
 
 	snprintf(mine, sizeof(mine), OBJECT_PREFIX "%s", hex);
 	snprintf(theirs, sizeof(theirs), "d.%s", hex);
-	/* entered already (the layer uses the content twice) */
-	if (fstatat(c->objects_fd, hex, &a, AT_SYMLINK_NOFOLLOW) == 0 &&
+	/* entered already (when the caller cannot tell) */
+	if (again && fstatat(c->objects_fd, hex, &a, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    fstatat(stage_fd, mine, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == b.st_ino &&
 	    a.st_dev == b.st_dev)
 		return 0;
@@ -73,17 +74,21 @@ static int object_enter(struct cache *c, int stage_fd, const char *hex, bool laz
 
 int objects_enter(struct cache *c, int stage_fd, const struct layer_index *li, bool lazy)
 {
-	for (size_t i = 0; i < li->n_entries; i++) {
-		const struct layer_entry *e = &li->entries[i];
-		int r;
+	struct strmap *done = strmap_new();
+	int r = done ? 0 : -ENOMEM;
 
-		if (!e->object)
+	for (size_t i = 0; i < li->n_entries && r == 0; i++) {
+		const struct layer_entry *e = &li->entries[i];
+
+		/* a content the layer holds twice is entered once */
+		if (!e->object || strmap_get(done, e->object))
 			continue;
-		r = object_enter(c, stage_fd, e->object, lazy);
-		if (r < 0)
-			return r;
+		r = object_enter(c, stage_fd, e->object, lazy, false);
+		if (r == 0)
+			r = strmap_put(done, e->object, (void *)1);
 	}
-	return 0;
+	strmap_free(done);
+	return r;
 }
 
 static bool object_name_ok(const char *object)
@@ -107,7 +112,7 @@ int cache_object_enter(struct cache *c, int layer_dirfd, const char *object)
 {
 	if (!object_name_ok(object))
 		return -EINVAL;
-	return object_enter(c, layer_dirfd, object, false);
+	return object_enter(c, layer_dirfd, object, false, true);
 }
 
 int cache_object_openat(int layer_dirfd, const char *object)

@@ -88,7 +88,7 @@ int cmd_status(int argc, char **argv)
 	if (objs && jnum(objs, "count") > 0) {
 		format_size(jnum(objs, "bytes"), a, sizeof(a));
 		format_size(jnum(objs, "shared_bytes"), b, sizeof(b));
-		printf("Objects:     %.0f files of 16 KiB or more, %s, used %.0f times; %s stored once for several layers\n",
+		printf("Objects:     %.0f files of 64 KiB or more, %s, used %.0f times; %s stored once for several layers\n",
 		       jnum(objs, "count"), a, jnum(objs, "uses"), b);
 	}
 	q = json_object_get(st, "queues");
