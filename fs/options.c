@@ -74,6 +74,8 @@ static int set_pull_policy(struct settings *s, const struct opt *o, const char *
 			   size_t errlen);
 static int set_insecure(struct settings *s, const struct opt *o, const char *v, char *errbuf,
 			size_t errlen);
+static int set_lazy(struct settings *s, const struct opt *o, const char *v, char *errbuf,
+		    size_t errlen);
 static int set_connect_timeout(struct settings *s, const struct opt *o, const char *v, char *errbuf,
 			       size_t errlen);
 static int set_low_speed_timeout(struct settings *s, const struct opt *o, const char *v,
@@ -131,9 +133,11 @@ static const struct opt options[] = {
 	{ "no-passthrough", 0, KIND_FLAG, EVERYWHERE, AT(fo.no_passthrough),
 	  .help = "read large files through the daemon, not by FUSE passthrough (default: "
 		  "passthrough where the kernel and privileges allow)" },
-	{ "no-lazy", 0, KIND_FLAG, EVERYWHERE, AT(mo.no_lazy),
-	  .help = "pull eStargz and zstd:chunked layers whole before the lookup returns, "
-		  "instead of from their table of contents with files fetched when read" },
+	{ "lazy", 0, KIND_STRING, EVERYWHERE, NO_FIELD, .set = set_lazy, .arg = "MODE",
+	  .def = "auto",
+	  .help = "auto: eStargz and zstd:chunked layers are published from their table of "
+		  "contents and their files fetched when read; off: pulled whole before the "
+		  "lookup returns" },
 	{ "max-parallel-pulls", 0, KIND_UINT, EVERYWHERE, AT(mo.max_parallel_pulls), .min = 1,
 	  .max = 64, .def = "1: serialised", .help = "images pulled at once" },
 	{ "max-names-per-user", 0, KIND_UINT, EVERYWHERE, AT(mo.max_names_per_user), .min = 1,
@@ -325,6 +329,16 @@ static int set_pull_policy(struct settings *s, const struct opt *o, const char *
 	if (pull_policy_parse(v, &s->mo.pull_policy) < 0)
 		return errbuf_fail(-EINVAL, errbuf, errlen,
 				   "invalid pull policy \"%s\" (always, if-not-present, never)", v);
+	return 0;
+}
+
+static int set_lazy(struct settings *s, const struct opt *o, const char *v, char *errbuf,
+		    size_t errlen)
+{
+	if (strcmp(v, "auto") != 0 && strcmp(v, "off") != 0)
+		return errbuf_fail(-EINVAL, errbuf, errlen, "invalid %s mode \"%s\" (auto, off)",
+				   o->name, v);
+	s->mo.no_lazy = strcmp(v, "off") == 0;
 	return 0;
 }
 

@@ -39,7 +39,8 @@ struct manager_options {
 	double registry_qps;	    /* pull starts per second; 0: no limit */
 	unsigned registry_burst;    /* 0: 10 */
 	bool pull_qps_fail_fast;    /* refuse with EAGAIN instead of queueing */
-	/* pull eStargz and zstd:chunked layers whole too (lazy.h) */
+	/* --lazy off: eStargz and zstd:chunked layers pulled whole too
+	 * (lazy.h) */
 	bool no_lazy;
 	unsigned max_parallel_pulls; /* 0: 1, serialised like the kubelet */
 	unsigned max_queued_pulls;   /* waiters for a pull slot or a token; 0: 100 */

@@ -165,6 +165,19 @@ ls "$(img edge-chunked:1)" >/dev/null || fail "lookup of edge-chunked:1 from a f
 wait_for 60 complete || fail "lazy layers not completed after the interrupted read"
 unmount_pullfs
 
+# --lazy off: the same images pulled whole (eStargz's own files left out
+# too), in a cache of their own.
+lazy_cache=$CACHE
+CACHE=$WORK/cache-off
+mount_pullfs --insecure-registry "$PROXY" --lazy off
+for ref in edge-esgz:1 edge-chunked:1; do
+    py "$INTEGRATION_DIR/treecmp.py" "$(img edge:1)" "$(img "$ref")" ||
+        fail "$ref pulled whole differs"
+done
+! ls "$CACHE"/layers/*/toc >/dev/null 2>&1 || fail "a layer published from its TOC with --lazy off"
+unmount_pullfs
+CACHE=$lazy_cache
+
 # Complete: served with the registry gone, the same tree.
 stop_registry
 mount_pullfs --insecure-registry "$PROXY" --pull-policy if-not-present
