@@ -31,7 +31,8 @@ void inoset_done(struct inoset *set);
 
 /* Allocated bytes of the objects of layer digest: with seen NULL, only
  * those no other layer holds (what removing the layer frees); else those
- * not in seen yet, which are added to it. */
+ * not in seen yet, which are added to it.  A lazy layer's partial files
+ * count either way. */
 uint64_t objects_layer_bytes(struct cache *c, const char *digest, struct inoset *seen);
 /* Enters the objects of a staged layer into objects/, replacing each that
  * is already there by a link to the stored one. */

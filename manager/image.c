@@ -409,11 +409,16 @@ static void *complete_thread(void *arg)
 	struct manager *m = cp->m;
 	int r = lazy_layer_complete(cp->lazy, m->registry, &m->cancelled);
 
-	if (r < 0 && r != -ECANCELED)
-		manager_emit(
-			m, EVENT_WARNING, "LazyFetchFailed", NULL, NULL, r, NULL,
-			"Fetching the rest of a lazy layer failed: %s (files are fetched when read)",
-			strerror(-r));
+	if (r == 0)
+		manager_emit(m, EVENT_NORMAL, "LayerCompleted", NULL, pack_digest(cp->pack), 0,
+			     NULL, "Layer %s, pulled lazily, is complete and verified",
+			     pack_digest(cp->pack));
+	else if (r != -ECANCELED)
+		manager_emit(m, EVENT_WARNING, "LazyFetchFailed", NULL, pack_digest(cp->pack), r,
+			     NULL,
+			     "Fetching the rest of lazy layer %s failed: %s (its files are fetched "
+			     "when read)",
+			     pack_digest(cp->pack), strerror(-r));
 	packs_put(m->packs, cp->pack);
 	free(cp);
 	pthread_mutex_lock(&m->lock);

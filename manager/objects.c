@@ -180,6 +180,13 @@ uint64_t objects_layer_bytes(struct cache *c, const char *digest, struct inoset 
 	while ((de = readdir(d))) {
 		struct stat st;
 
+		/* a lazy layer's partial files (lazy.h) and their maps are
+		 * the layer's own */
+		if (strncmp(de->d_name, "p.", 2) == 0) {
+			if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+				bytes += (uint64_t)st.st_blocks * 512;
+			continue;
+		}
 		if (!is_object_name(de->d_name) ||
 		    fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;

@@ -180,6 +180,11 @@ struct lazy_layer *pack_lazy(struct packs *p, struct pack *pk)
 	return l;
 }
 
+const char *pack_digest(const struct pack *pk)
+{
+	return pk->digest;
+}
+
 void packs_lazy_metrics(struct packs *p, FILE *f)
 {
 	lazy_stats_metrics(&p->lazy_stats, f);

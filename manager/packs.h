@@ -50,6 +50,8 @@ int pack_object_open(struct packs *p, struct pack *pk, const char *object);
  * for a layer that was complete when first asked.  Lives as long as the
  * pack. */
 struct lazy_layer *pack_lazy(struct packs *p, struct pack *pk);
+/* The layer digest of a pack (lives as long as the pack). */
+const char *pack_digest(const struct pack *pk);
 /* The metrics of lazy fetching (lazy.h), Prometheus text. */
 void packs_lazy_metrics(struct packs *p, FILE *f);
 /* Whether the layer was lazy when first asked (its files then are never

@@ -115,7 +115,8 @@ touch "$WORK/whole"
 # file left.
 complete() { ! ls "$CACHE"/layers/*/lazy >/dev/null 2>&1 && ! ls "$CACHE"/layers/*/p.* >/dev/null 2>&1; }
 wait_for 60 complete || fail "lazy layers not completed: $(ls "$CACHE"/layers/*/lazy "$CACHE"/layers/*/p.* 2>&1 | head)"
-# ... and the metrics say so (six lazy layers, two images).
+# ... and the events and the metrics say so (six lazy layers, two images).
+assert_eq 6 "$(grep -c '"reason":"LayerCompleted"' "$EVENTS")" "LayerCompleted events"
 assert_eq 6 "$(metric pullfs_lazy_layers_completed_total)" "lazy layers completed"
 [ "$(metric pullfs_lazy_fetches_total)" -gt 0 ] && [ "$(metric pullfs_lazy_fetched_bytes_total)" -gt 1000000 ] ||
     fail "lazy fetches not counted: $(grep pullfs_lazy "$MNT/.pullfs/metrics")"
