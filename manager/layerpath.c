@@ -40,10 +40,11 @@ bool layer_path_components_ok(const char *p)
 	}
 }
 
-/* Turns a tar name into the normalised form of struct layer_entry.  Only a
- * leading "./" and trailing slashes are dropped: anything else unusual is
- * refused rather than reinterpreted, since two tools disagreeing about what
- * "a//b" or "a/./b" means is how overlay escapes happen. */
+/* Turns a tar name into the normalised form of struct layer_entry.  Only
+ * leading slashes, a leading "./" and trailing slashes are dropped:
+ * anything else unusual is refused rather than reinterpreted, since two
+ * tools disagreeing about what "a//b" or "a/./b" means is how overlay
+ * escapes happen. */
 int layer_normalise(const char *raw, uint32_t max_path, char **ret, char *errbuf, size_t errlen)
 {
 	const char *p = raw;
@@ -52,8 +53,11 @@ int layer_normalise(const char *raw, uint32_t max_path, char **ret, char *errbuf
 
 	if (*p == '\0')
 		return layer_fail(errbuf, errlen, "layer: empty entry name");
-	if (*p == '/')
-		return layer_fail(errbuf, errlen, "layer: absolute entry name \"%.200s\"", raw);
+	/* Names are resolved inside the root, as every extractor of layers
+	 * does: "/etc/x" is "etc/x", and "/" the root (umoci insert writes
+	 * both).  Nothing is ever resolved against the host. */
+	while (*p == '/')
+		p++;
 	if (strcmp(p, ".") == 0)
 		p = "";
 	else if (p[0] == '.' && p[1] == '/')

@@ -114,7 +114,9 @@ def cases(canary):
     good = directory("ok/") + member("ok/file", "fine\n")
     c["dotdot"] = (good + member("../escape", "x") + end(), "bad entry name")
     c["dotdot-inner"] = (good + member("ok/../../escape", "x") + end(), "bad entry name")
-    c["absolute"] = (good + member(canary + "/absolute", "x") + end(), "absolute entry name")
+    # an absolute name is resolved inside the root; one that climbs out
+    # of it is refused
+    c["absolute"] = (good + member("/.." + canary + "/absolute", "x") + end(), "bad entry name")
     # a/ is a symlink to the canary directory, then a/x would be written
     # "through" it by an extractor that follows symlinks.
     c["symlink-through"] = (good + symlink("a", canary) + member("a/x", "through\n") + end(),
@@ -122,13 +124,13 @@ def cases(canary):
     c["symlink-through-dir"] = (good + symlink("d", canary) + directory("d/sub/") +
                                 member("d/sub/x", "x") + end(), "below")
     c["hardlink-outside"] = (good + hardlink("passwd", "../../etc/passwd") + end(), "bad entry name")
-    c["hardlink-absolute"] = (good + hardlink("passwd", "/etc/passwd") + end(), "absolute entry name")
+    c["hardlink-absolute"] = (good + hardlink("passwd", "/etc/passwd") + end(), "not an earlier file")
     c["hardlink-unseen"] = (good + hardlink("early", "ok/later") + member("ok/later", "x") + end(),
                             "not an earlier file")
     c["whiteout-dotdot"] = (good + member(".wh...") + end(), "bad whiteout")
     c["whiteout-dot"] = (good + member("ok/.wh..") + end(), "bad whiteout")
     c["whiteout-empty"] = (good + member("ok/.wh.") + end(), "bad whiteout")
-    c["whiteout-root"] = (good + member("/.wh.") + end(), "absolute entry name")
+    c["whiteout-root"] = (good + member("/.wh.") + end(), "bad whiteout")
     c["duplicate"] = (good + member("ok/file", "second copy\n") + end(), "more than once")
     c["duplicate-type"] = (good + directory("ok/file/") + end(), "more than once")
     # A PAX header that announces 100 MB of records and then ends.

@@ -249,6 +249,69 @@ static void check_rich(struct fixture *f)
 	assert_int_equal(lseek(f->pack_fd, 0, SEEK_END), li->data_size);
 }
 
+/* Names as umoci insert writes them: a "/" root entry and absolute names,
+ * resolved inside the root like a leading "./". */
+static void test_unpack_absolute_names(void **state)
+{
+	struct fixture *f = *state;
+	const struct member m[] = {
+		{ .path = "/", .type = AE_IFDIR, .mode = 0755 },
+		{ .path = "/etc/", .type = AE_IFDIR, .mode = 0755 },
+		{ .path = "/etc/hello", .data = "hi\n", .size = 3 },
+		{ .path = "//twice", .data = "x", .size = 1 },
+		{ .path = "./dot", .data = "y", .size = 1 },
+		{ .path = "/etc/link", .hardlink = "/etc/hello" },
+	};
+
+	write_tar(f->tar_fd, LAYER_UNCOMPRESSED, m, sizeof(m) / sizeof(m[0]));
+	assert_int_equal(unpack(f, LAYER_UNCOMPRESSED, NULL), 0);
+	assert_non_null(find(f->li, "", LAYER_ENTRY_DIR));
+	assert_non_null(find(f->li, "etc", LAYER_ENTRY_DIR));
+	assert_non_null(find(f->li, "etc/hello", LAYER_ENTRY_REG));
+	assert_non_null(find(f->li, "twice", LAYER_ENTRY_REG));
+	assert_non_null(find(f->li, "dot", LAYER_ENTRY_REG));
+	assert_string_equal(find(f->li, "etc/link", LAYER_ENTRY_HARDLINK)->link, "etc/hello");
+}
+
+/* A tar that ends right after its last member's data (umoci insert's) is
+ * complete; one cut inside data or inside a header is not. */
+static void test_unpack_missing_padding(void **state)
+{
+	struct fixture *f = *state;
+	const struct member m[] = {
+		{ .path = "a", .data = "first\n", .size = 6 },
+		{ .path = "b", .data = "hello\n", .size = 6 },
+	};
+	char buf[8] = "", tar[8192];
+	ssize_t n;
+	off_t at = -1;
+
+	write_tar(f->tar_fd, LAYER_UNCOMPRESSED, m, 2);
+	/* where b's data starts (after its pax and ustar headers) */
+	n = pread(f->tar_fd, tar, sizeof(tar), 0);
+	assert_true(n > 0);
+	for (ssize_t i = 0; i + 6 <= n; i += 512)
+		if (memcmp(tar + i, "hello\n", 6) == 0)
+			at = i;
+	assert_true(at > 512);
+	/* everything up to b's data, its padding and the end blocks gone */
+	assert_int_equal(ftruncate(f->tar_fd, at + 6), 0);
+	assert_int_equal(unpack(f, LAYER_UNCOMPRESSED, NULL), 0);
+	assert_int_equal(
+		pread(f->pack_fd, buf, 6, (off_t)find(f->li, "b", LAYER_ENTRY_REG)->data_off), 6);
+	assert_string_equal(buf, "hello\n");
+	/* b's data cut short */
+	assert_int_equal(ftruncate(f->pack_fd, 0), 0);
+	assert_int_equal(ftruncate(f->tar_fd, at + 3), 0);
+	assert_int_equal(lseek(f->tar_fd, 0, SEEK_SET), 0);
+	assert_int_equal(unpack(f, LAYER_UNCOMPRESSED, NULL), -EBADMSG);
+	/* b's header cut short */
+	assert_int_equal(ftruncate(f->pack_fd, 0), 0);
+	assert_int_equal(ftruncate(f->tar_fd, at - 512 + 300), 0);
+	assert_int_equal(lseek(f->tar_fd, 0, SEEK_SET), 0);
+	assert_int_equal(unpack(f, LAYER_UNCOMPRESSED, NULL), -EBADMSG);
+}
+
 static void test_unpack_rich(void **state)
 {
 	static const enum layer_compression comps[] = { LAYER_UNCOMPRESSED, LAYER_GZIP,
@@ -311,7 +374,10 @@ struct hostile {
 
 static const struct hostile hostile[] = {
 	{ "dotdot", { { .path = "../x", .data = "x", .size = 1 } }, 1, "bad entry" },
-	{ "absolute", { { .path = "/etc/passwd", .data = "x", .size = 1 } }, 1, "absolute" },
+	{ "absolute dotdot",
+	  { { .path = "/../etc/passwd", .data = "x", .size = 1 } },
+	  1,
+	  "bad entry" },
 	{ "inner dotdot", { { .path = "a/../../b", .data = "x", .size = 1 } }, 1, "bad entry" },
 	{ "inner dot", { { .path = "a/./b", .data = "x", .size = 1 } }, 1, "bad entry" },
 	{ "double slash", { { .path = "a//b", .data = "x", .size = 1 } }, 1, "bad entry" },
@@ -758,6 +824,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_unpack_rich, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unpack_absolute_names, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unpack_missing_padding, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unpack_objects, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unpack_sparse, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unpack_empty_layer, setup, teardown),
