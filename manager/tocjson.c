@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/sysmacros.h>
 
+#include "base64.h"
 #include "errname.h"
 #include "layer-private.h"
 #include "macro.h"
@@ -190,56 +191,6 @@ static int rfc3339_parse(const char *s, int64_t *ret_sec, uint32_t *ret_nsec)
 	return 0;
 }
 
-static int base64_value(int c)
-{
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	if (c == '+')
-		return 62;
-	if (c == '/')
-		return 63;
-	return -1;
-}
-
-/* Standard base64 with padding, as Go's encoding/json writes []byte.
- * Returns the decoded length, or -1. */
-static ssize_t base64_decode(const char *s, size_t len, unsigned char *out)
-{
-	size_t n = 0;
-
-	if (len % 4 != 0)
-		return -1;
-	for (size_t i = 0; i < len; i += 4) {
-		int v[4];
-		size_t pad = 0;
-
-		for (size_t k = 0; k < 4; k++) {
-			if (s[i + k] == '=' && i + 4 == len && k >= 2) {
-				v[k] = 0;
-				pad++;
-				continue;
-			}
-			if (pad)
-				return -1;
-			v[k] = base64_value((unsigned char)s[i + k]);
-			if (v[k] < 0)
-				return -1;
-		}
-		if (pad == 2 && s[i + 3] != '=')
-			return -1;
-		out[n++] = (unsigned char)(v[0] << 2 | v[1] >> 4);
-		if (pad < 2)
-			out[n++] = (unsigned char)(v[1] << 4 | v[2] >> 2);
-		if (pad < 1)
-			out[n++] = (unsigned char)(v[2] << 6 | v[3]);
-	}
-	return (ssize_t)n;
-}
-
 static int get_xattrs(struct build *b, json_t *o, struct layer_entry *e)
 {
 	json_t *x = json_object_get(o, "xattrs"), *v;
@@ -276,7 +227,7 @@ static int get_xattrs(struct build *b, json_t *o, struct layer_entry *e)
 		e->n_xattrs++;
 		if (!xa->name || !xa->value)
 			return -ENOMEM;
-		size = base64_decode(json_string_value(v), len, xa->value);
+		size = base64_decode(json_string_value(v), len, true, xa->value);
 		if (size < 0 || size > (ssize_t)LAYER_XATTR_SIZE_MAX)
 			return bfail(b,
 				     "xattr \"%.100s\" is not base64 of at "

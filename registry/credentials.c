@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base64.h"
 #include "macro.h"
 #include "strmap.h"
 
@@ -116,45 +117,23 @@ void credentials_normalize_host(const char *key, char *out, size_t outlen)
 		snprintf(out, outlen, "docker.io");
 }
 
-static const char *b64_alphabet =
-	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 /* Standard base64, padding optional.  Returns a NUL-terminated buffer or
  * NULL (malformed, a NUL inside, or out of memory). */
 static char *b64_decode(const char *in)
 {
-	size_t len = strlen(in), o = 0;
-	uint32_t acc = 0;
-	int bits = 0;
-	char *out = malloc(len * 3 / 4 + 4);
+	size_t len = strlen(in);
+	char *out = malloc(BASE64_DECODED_MAX(len) + 1);
+	ssize_t n;
 
 	if (!out)
 		return NULL;
-	for (size_t i = 0; i < len; i++) {
-		const char *pos;
-
-		if (in[i] == '=')
-			break;
-		pos = strchr(b64_alphabet, in[i]);
-		if (!pos) {
-			explicit_bzero(out, o);
-			free(out);
-			return NULL;
-		}
-		acc = (acc << 6) | (uint32_t)(pos - b64_alphabet);
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			out[o] = (char)((acc >> bits) & 0xff);
-			if (!out[o]) {
-				explicit_bzero(out, o);
-				free(out);
-				return NULL;
-			}
-			o++;
-		}
+	n = base64_decode(in, len, false, (unsigned char *)out);
+	if (n < 0 || memchr(out, '\0', (size_t)n)) {
+		explicit_bzero(out, BASE64_DECODED_MAX(len));
+		free(out);
+		return NULL;
 	}
-	out[o] = '\0';
+	out[n] = '\0';
 	return out;
 }
 

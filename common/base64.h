@@ -1,0 +1,16 @@
+/* Standard base64 (RFC 4648's alphabet, "+/"), decoding only: Docker's
+ * config.json "auth" fields and the xattr values of zstd:chunked tables. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* The most bytes base64_decode() writes for len characters. */
+#define BASE64_DECODED_MAX(len) ((len) / 4 * 3 + 3)
+
+/* Decodes s[0..len) into out.  strict: the length is a multiple of four and
+ * "=" pads the last group exactly (as Go's encoding/json writes []byte);
+ * else padding is optional and the first "=" ends the input.  Returns the
+ * decoded length, or -1 for anything malformed. */
+ssize_t base64_decode(const char *s, size_t len, bool strict, unsigned char *out);
