@@ -16,8 +16,7 @@ struct entry {
 	int64_t delay_ns;
 	int64_t last_ns; /* clock time of the last failure */
 	unsigned failures;
-	int err; /* positive */
-	char msg[BACKOFF_MSG_MAX];
+	struct error_detail last;
 	char key[];
 };
 
@@ -98,8 +97,7 @@ static void state_of(const struct entry *e, int64_t now, struct backoff_state *r
 	ret->delay_ns = e->delay_ns;
 	ret->idle_ns = idle;
 	ret->failures = e->failures;
-	ret->err = e->err;
-	memcpy(ret->msg, e->msg, sizeof(ret->msg));
+	ret->last = e->last;
 }
 
 struct stale_search {
@@ -161,7 +159,7 @@ int backoff_check(struct backoff *b, const char *key, struct backoff_state *ret)
 	return r;
 }
 
-int backoff_failure(struct backoff *b, const char *key, int err, const char *msg)
+int backoff_failure(struct backoff *b, const char *key, const struct error_detail *why)
 {
 	int64_t now;
 	struct entry *e;
@@ -196,8 +194,7 @@ int backoff_failure(struct backoff *b, const char *key, int err, const char *msg
 		e->failures = 1;
 	}
 	e->last_ns = now;
-	e->err = err < 0 ? -err : err;
-	snprintf(e->msg, sizeof(e->msg), "%s", msg ? msg : "");
+	e->last = *why;
 out:
 	pthread_mutex_unlock(&b->lock);
 	return r;

@@ -33,11 +33,10 @@
 #include <stdint.h>
 
 #include "clock.h"
+#include "errdetail.h"
 
 #define BACKOFF_DEFAULT_INITIAL_NS (10 * CLOCK_NS_PER_SEC)
 #define BACKOFF_DEFAULT_MAX_NS (300 * CLOCK_NS_PER_SEC)
-/* Longest error message kept per key, with its NUL; longer ones are cut. */
-#define BACKOFF_MSG_MAX 512
 
 struct backoff_options {
 	int64_t initial_ns;	   /* 0: 10 s, or max_ns if that is smaller */
@@ -47,12 +46,11 @@ struct backoff_options {
 
 /* Why a key is refused, or one entry of a snapshot. */
 struct backoff_state {
-	int64_t remaining_ns;	   /* until the key is allowed; 0 when it is now */
-	int64_t delay_ns;	   /* the whole current window */
-	int64_t idle_ns;	   /* since the last failure */
-	unsigned failures;	   /* consecutive, since the entry was created */
-	int err;		   /* errno of the last failure, positive */
-	char msg[BACKOFF_MSG_MAX]; /* its message, "" when none was given */
+	int64_t remaining_ns;	  /* until the key is allowed; 0 when it is now */
+	int64_t delay_ns;	  /* the whole current window */
+	int64_t idle_ns;	  /* since the last failure */
+	unsigned failures;	  /* consecutive, since the entry was created */
+	struct error_detail last; /* the last failure; message "" when none was given */
 };
 
 struct backoff_entry {
@@ -75,11 +73,11 @@ void backoff_free(struct backoff *b);
  * *ret is left alone when 0 is returned. */
 int backoff_check(struct backoff *b, const char *key, struct backoff_state *ret);
 
-/* Records a failed pull of key: err is its errno (either sign), msg a
- * one-line reason or NULL (copied, cut to BACKOFF_MSG_MAX - 1 bytes).
+/* Records a failed pull of key and why it failed (copied; why->err a
+ * negative errno).
  * Returns 0, or -ENOMEM when a new entry cannot be allocated (then key
  * simply does not back off). */
-int backoff_failure(struct backoff *b, const char *key, int err, const char *msg);
+int backoff_failure(struct backoff *b, const char *key, const struct error_detail *why);
 
 /* Records a successful pull: key is forgotten. */
 void backoff_success(struct backoff *b, const char *key);

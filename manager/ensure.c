@@ -95,7 +95,7 @@ int manager_decide(struct manager *m, const struct reference *ref, const char *c
 	if (backoff_check(m->backoff, canonical, &bs) == -EAGAIN) {
 		emit(m, EVENT_NORMAL, errtable_reason(EAGAIN), canonical, NULL, EAGAIN, who,
 		     "Back-off pulling image \"%s\": %s", canonical,
-		     bs.msg[0] ? bs.msg : errno_name(bs.err));
+		     bs.last.message[0] ? bs.last.message : errno_name(bs.last.err));
 		return -EAGAIN;
 	}
 
@@ -105,7 +105,7 @@ int manager_decide(struct manager *m, const struct reference *ref, const char *c
 	out->pull_required = true;
 
 	if (known && revalidate) {
-		struct registry_error rerr = { 0 };
+		struct error_detail rerr = { 0 };
 		_cleanup_free_ char *now = NULL;
 		r = registry_head_manifest(m->registry, ref->domain, ref->path,
 					   ref->digest ? ref->digest : ref->tag, &now, &rerr);
@@ -175,12 +175,13 @@ failed:
 		return -EAGAIN;
 	}
 	r = errtable_normalize(r);
+	p.why.err = r;
 	/* backoff_failure also forgets entries untouched for twice the cap. */
-	backoff_failure(m->backoff, canonical, r, p.errmsg[0] ? p.errmsg : strerror(-r));
+	backoff_failure(m->backoff, canonical, &p.why);
 	out->failed = -r;
 	/* "Failed" whatever the errno: a full pull queue is EAGAIN but no
 	 * back-off. */
 	emit(m, EVENT_WARNING, "Failed", canonical, digest, r, who,
-	     "Failed to pull image \"%s\": %s", canonical, p.errmsg[0] ? p.errmsg : strerror(-r));
+	     "Failed to pull image \"%s\": %s", canonical, error_detail_message(&p.why));
 	return r;
 }

@@ -71,7 +71,7 @@ static int membuf_sink(void *userdata, const void *buf, size_t len)
 static int fetch_range(struct registry *reg, const struct lazy_source *src, const char *digest,
 		       uint64_t off, uint64_t len, struct membuf *b, char *errbuf, size_t errlen)
 {
-	struct registry_error rerr = { 0 };
+	struct error_detail rerr = { 0 };
 	int r;
 
 	b->data = malloc(len ? len : 1);
@@ -663,7 +663,7 @@ static int stream_blob(struct lazy_layer *l, struct registry *reg, struct pendin
 		       const atomic_bool *cancel)
 {
 	struct stream s = { .l = l, .cancel = cancel, .p = p, .n = n };
-	struct registry_error rerr = { 0 };
+	struct error_detail rerr = { 0 };
 	int r;
 
 	qsort(p, n, sizeof(*p), cmp_pending);

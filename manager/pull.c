@@ -32,14 +32,14 @@ void pull_fail(struct pull *p, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (p->errmsg[0])
+	if (p->why.message[0])
 		return; /* the first reason is the one that matters */
 	va_start(ap, fmt);
-	vsnprintf(p->errmsg, sizeof(p->errmsg), fmt, ap);
+	error_detail_vset(&p->why, 0, p->why.err, fmt, ap);
 	va_end(ap);
 }
 
-static int registry_failed(struct pull *p, int r, const struct registry_error *e, const char *what)
+static int registry_failed(struct pull *p, int r, const struct error_detail *e, const char *what)
 {
 	pull_fail(p, "%s: %s", what, e->message[0] ? e->message : strerror(-r));
 	return r;
@@ -158,7 +158,7 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 	struct manager *m = p->m;
 	struct cache_layer_stage stage;
 	struct unpack_job job = { .in_fd = -1 };
-	struct registry_error rerr = { 0 };
+	struct error_detail rerr = { 0 };
 	enum layer_compression comp;
 	pthread_t th;
 	int pfd[2];
@@ -327,7 +327,7 @@ static int config_sink(void *userdata, const void *buf, size_t len)
 static int fetch_config(struct pull *p, const struct descriptor *d)
 {
 	struct config_buf c = { 0 };
-	struct registry_error rerr = { 0 };
+	struct error_detail rerr = { 0 };
 	int r;
 
 	if (cache_blob_read(p->m->cache, d->digest, CONFIG_MAX_BYTES, &c.data, &c.len) == 0) {
@@ -357,7 +357,7 @@ static int fetch_manifest(struct pull *p, const char *target, const struct descr
 			  struct registry_manifest **ret_raw, struct manifest **ret)
 {
 	struct registry_manifest *raw = NULL;
-	struct registry_error rerr = { 0 };
+	struct error_detail rerr = { 0 };
 	char why[256] = "";
 	int r;
 

@@ -7,11 +7,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "errdetail.h"
 #include "manager-private.h"
 
 struct reference;
-
-#define PULL_ERRMSG_MAX 512
 
 struct pull {
 	struct pull_progress *progress;
@@ -20,9 +19,9 @@ struct pull {
 	const struct reference *ref;
 	const char *canonical;
 	char *repo;
-	bool has_slot;	/* holds a pull slot (puller.h) */
-	bool abandoned; /* left the queue: nobody waits for it */
-	char errmsg[PULL_ERRMSG_MAX];
+	bool has_slot;		 /* holds a pull slot (puller.h) */
+	bool abandoned;		 /* left the queue: nobody waits for it */
+	struct error_detail why; /* the first reason it failed; err set by ensure */
 };
 
 /* Records why the pull failed; the first reason wins. */
@@ -31,6 +30,6 @@ void pull_fail(struct pull *p, const char *fmt, ...) __attribute__((format(print
 /* The whole transfer for p->ref: everything but the reference file, which
  * the caller publishes.  Returns 0 with the manifest digest, the index it
  * was picked from (or NULL) and the image's size; or -errno with the
- * reason in p->errmsg, or p->abandoned set when it left the queue.
+ * reason in p->why.message, or p->abandoned set when it left the queue.
  * Blocks for as long as the transfer takes. */
 int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest, uint64_t *ret_size);

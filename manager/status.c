@@ -146,7 +146,8 @@ int manager_status(struct manager *m, void **ret_json)
 					  "remaining_s", (double)be[i].state.remaining_ns / 1e9,
 					  "delay_s", (double)be[i].state.delay_ns / 1e9, "failures",
 					  (int)be[i].state.failures, "errno",
-					  errno_name(be[i].state.err), "message", be[i].state.msg));
+					  errno_name(be[i].state.last.err), "message",
+					  be[i].state.last.message));
 		backoff_entries_free(be, nbe);
 	}
 	puller_get_stats(m->puller, &ps);

@@ -464,7 +464,7 @@ static int creds_for(const struct auth_source *src, const struct hosts_endpoint 
 static int token_fetch(const struct auth_source *src, const struct hosts_endpoint *ep,
 		       const struct auth_challenge *ch, const char *scope,
 		       const struct credential *cred, char **ret_token, int64_t *ret_expires_s,
-		       struct registry_error *err)
+		       struct error_detail *err)
 {
 	struct request q = { .err = err,
 			     .kind = BODY_BUFFER,
@@ -484,8 +484,8 @@ static int token_fetch(const struct auth_source *src, const struct hosts_endpoin
 	snprintf(q.where, sizeof(q.where), "%s", realm);
 	/* Credentials go to the realm only as safely as to the registry. */
 	if (ep->https && strncasecmp(ch->realm, "https://", 8) != 0)
-		return registry_error_set(err, 401, -EACCES, "token realm %s of %s is not HTTPS",
-					  realm, ep->host);
+		return error_detail_set_http(err, 401, -EACCES, "token realm %s of %s is not HTTPS",
+					     realm, ep->host);
 	tep.https = strncasecmp(ch->realm, "https://", 8) == 0;
 
 	e_service = form_escape(ch->service);
@@ -496,7 +496,7 @@ static int token_fetch(const struct auth_source *src, const struct hosts_endpoin
 		e_refresh = form_escape(cred->identity_token);
 	if (!e_service || !e_scope || (cred && cred->username && !e_user) ||
 	    (identity && !e_refresh)) {
-		k = registry_error_set(err, 0, -ENOMEM, "out of memory");
+		k = error_detail_set(err, -ENOMEM, "out of memory");
 		goto out;
 	}
 	if (identity) {
@@ -505,7 +505,7 @@ static int token_fetch(const struct auth_source *src, const struct hosts_endpoin
 			    "grant_type=refresh_token&service=%s&scope=%s&client_id=pullfs&refresh_token=%s",
 			    e_service, e_scope, e_refresh) < 0) {
 			post = NULL;
-			k = registry_error_set(err, 0, -ENOMEM, "out of memory");
+			k = error_detail_set(err, -ENOMEM, "out of memory");
 			goto out;
 		}
 		url = strdup(ch->realm);
@@ -520,7 +520,7 @@ static int token_fetch(const struct auth_source *src, const struct hosts_endpoin
 		}
 	}
 	if (!url) {
-		k = registry_error_set(err, 0, -ENOMEM, "out of memory");
+		k = error_detail_set(err, -ENOMEM, "out of memory");
 		goto out;
 	}
 
@@ -532,20 +532,20 @@ static int token_fetch(const struct auth_source *src, const struct hosts_endpoin
 		/* Whatever the token server said, say it in our words: its
 		 * body may echo what it was sent. */
 		if (status == 401 || status == 403)
-			k = registry_error_set(err, status, -EACCES, "token server %s refused %s",
-					       realm,
-					       cred ? "the credentials" : "anonymous access");
+			k = error_detail_set_http(err, status, -EACCES,
+						  "token server %s refused %s", realm,
+						  cred ? "the credentials" : "anonymous access");
 		else if (status >= 400)
-			k = registry_error_set(err, status, k, "token server %s answered HTTP %ld",
-					       realm, status);
+			k = error_detail_set_http(
+				err, status, k, "token server %s answered HTTP %ld", realm, status);
 		goto out;
 	}
 	k = auth_token_parse(q.buf ? q.buf : "", q.len, ret_token, ret_expires_s, NULL);
 	if (k == -EBADMSG)
-		k = registry_error_set(err, q.resp.status, -EACCES,
-				       "token server %s sent no usable token", realm);
+		k = error_detail_set_http(err, q.resp.status, -EACCES,
+					  "token server %s sent no usable token", realm);
 	else if (k < 0)
-		k = registry_error_set(err, q.resp.status, k, "out of memory");
+		k = error_detail_set_http(err, q.resp.status, k, "out of memory");
 out:
 	if (post) {
 		explicit_bzero(post, strlen(post));
@@ -559,7 +559,7 @@ out:
 int auth_answer(const struct auth_source *src, const struct hosts_endpoint *ep, const char *domain,
 		const char *repo, const struct auth_challenge *ch, bool force,
 		struct transport_auth *ret_auth, char **token, struct credential *cred,
-		struct registry_error *err)
+		struct error_detail *err)
 {
 	_cleanup_free_ char *scope = NULL;
 	int64_t expires_s = 0, now;
@@ -571,15 +571,15 @@ int auth_answer(const struct auth_source *src, const struct hosts_endpoint *ep, 
 		if (k == -ENOENT || (k == 0 && !cred->username))
 			return 0;
 		if (k < 0)
-			return registry_error_set(err, 0, k, "cannot get credentials for %s: %s",
-						  ep->mirror ? ep->host : domain, errno_name(k));
+			return error_detail_set(err, k, "cannot get credentials for %s: %s",
+						ep->mirror ? ep->host : domain, errno_name(k));
 		ret_auth->username = cred->username;
 		ret_auth->password = cred->password;
 		return 0;
 	}
 
 	if (auth_scope_pull(repo, &scope) < 0)
-		return registry_error_set(err, 0, -ENOMEM, "out of memory");
+		return error_detail_set(err, -ENOMEM, "out of memory");
 	now = mono_ns();
 	if (!force && auth_cache_get(src->tokens, ch->realm, ch->service, scope, now, token) == 0) {
 		ret_auth->bearer_token = *token;
@@ -587,8 +587,8 @@ int auth_answer(const struct auth_source *src, const struct hosts_endpoint *ep, 
 	}
 	k = creds_for(src, ep, domain, cred);
 	if (k < 0 && k != -ENOENT)
-		return registry_error_set(err, 0, k, "cannot get credentials for %s: %s",
-					  ep->mirror ? ep->host : domain, errno_name(k));
+		return error_detail_set(err, k, "cannot get credentials for %s: %s",
+					ep->mirror ? ep->host : domain, errno_name(k));
 	k = token_fetch(src, ep, ch, scope, k == 0 ? cred : NULL, token, &expires_s, err);
 	if (k < 0)
 		return k;

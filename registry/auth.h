@@ -82,7 +82,7 @@ int auth_cache_recall(struct auth_cache *c, const char *host, struct auth_challe
 struct credential;
 struct credentials_cache;
 struct hosts_endpoint;
-struct registry_error;
+struct error_detail;
 struct registry_transport;
 struct transport_auth;
 
@@ -108,4 +108,4 @@ struct auth_source {
 int auth_answer(const struct auth_source *src, const struct hosts_endpoint *ep, const char *domain,
 		const char *repo, const struct auth_challenge *ch, bool force,
 		struct transport_auth *ret_auth, char **token, struct credential *cred,
-		struct registry_error *err);
+		struct error_detail *err);

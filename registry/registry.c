@@ -88,27 +88,27 @@ static const char *api_host(const char *domain)
 /* The pieces of a URL come from references that were parsed already, but
  * a stray '?', '#', '@' or "/../" here would change which host or path
  * the transport asks for, so they are checked against the grammar again. */
-static int check_names(const char *domain, const char *repo, struct registry_error *err)
+static int check_names(const char *domain, const char *repo, struct error_detail *err)
 {
 	if (!reference_domain_is_valid(domain))
-		return registry_error_set(err, 0, -EINVAL, "invalid registry host \"%s\"",
-					  domain ? domain : "");
+		return error_detail_set(err, -EINVAL, "invalid registry host \"%s\"",
+					domain ? domain : "");
 	if (!reference_path_is_valid(repo))
-		return registry_error_set(err, 0, -EINVAL, "invalid repository \"%s\"",
-					  repo ? repo : "");
+		return error_detail_set(err, -EINVAL, "invalid repository \"%s\"",
+					repo ? repo : "");
 	return 0;
 }
 
-static int check_manifest_ref(const char *ref, bool *ret_by_digest, struct registry_error *err)
+static int check_manifest_ref(const char *ref, bool *ret_by_digest, struct error_detail *err)
 {
 	if (ref && strchr(ref, ':')) {
 		if (!digest_is_valid(ref))
-			return registry_error_set(err, 0, -EINVAL, "invalid digest \"%s\"", ref);
+			return error_detail_set(err, -EINVAL, "invalid digest \"%s\"", ref);
 		*ret_by_digest = true;
 		return 0;
 	}
 	if (!reference_tag_is_valid(ref))
-		return registry_error_set(err, 0, -EINVAL, "invalid tag \"%s\"", ref ? ref : "");
+		return error_detail_set(err, -EINVAL, "invalid tag \"%s\"", ref ? ref : "");
 	*ret_by_digest = false;
 	return 0;
 }
@@ -254,8 +254,8 @@ static int attempt_run(struct registry *r, struct request *q, const char *method
 
 	ch = q->challenge;
 	if (sent_basic && ch.scheme == AUTH_SCHEME_BASIC) {
-		k = registry_error_set(q->err, 401, -EACCES, "%s refused the credentials for %s",
-				       ep->host, ep->mirror ? ep->host : domain);
+		k = error_detail_set_http(q->err, 401, -EACCES, "%s refused the credentials for %s",
+					  ep->host, ep->mirror ? ep->host : domain);
 		goto out;
 	}
 	if (token && ch.scheme == AUTH_SCHEME_BEARER)
@@ -267,7 +267,7 @@ static int attempt_run(struct registry *r, struct request *q, const char *method
 	if (k < 0)
 		goto out;
 	if (!auth.username && !auth.bearer_token) {
-		k = registry_error_set(
+		k = error_detail_set_http(
 			q->err, 401, -EACCES,
 			"%s requires authentication and there are no credentials for %s", ep->host,
 			ep->mirror ? ep->host : domain);
@@ -278,9 +278,9 @@ static int attempt_run(struct registry *r, struct request *q, const char *method
 	if (q->resp.status == 401 && auth.bearer_token)
 		token_drop(r, &ch, repo, token);
 	if (q->resp.status == 401)
-		k = registry_error_set(q->err, 401, -EACCES, "%s refused the %s for %s", ep->host,
-				       auth.bearer_token ? "token" : "credentials",
-				       ep->mirror ? ep->host : domain);
+		k = error_detail_set_http(q->err, 401, -EACCES, "%s refused the %s for %s",
+					  ep->host, auth.bearer_token ? "token" : "credentials",
+					  ep->mirror ? ep->host : domain);
 out:
 	auth_secret_free(token);
 	credential_clear(&cred);
@@ -346,7 +346,7 @@ static int op_run(struct registry *r, struct request *q, const char *method, con
 		if (asprintf(&url, "%s://%s%s/%s/%s/%s%s%s", ep->https ? "https" : "http", ep->host,
 			     ep->path, repo, kind, ref, ep->mirror ? "?ns=" : "",
 			     ep->mirror ? ep->ns : "") < 0)
-			return registry_error_set(q->err, 0, -ENOMEM, "out of memory");
+			return error_detail_set(q->err, -ENOMEM, "out of memory");
 		transport_describe_url(url, q->where, sizeof(q->where));
 		k = endpoint_run(r, q, method, url, ep, i + 1 == n, domain, repo, accept);
 		if (k >= 0 || i + 1 == n || !may_fall_through(q, k))
@@ -358,11 +358,11 @@ static int op_run(struct registry *r, struct request *q, const char *method, con
 /* What a GET and a HEAD of a manifest share: the names checked and
  * whether the reference is a digest. */
 static int manifest_request_begin(const char *domain, const char *repo, const char *tag_or_digest,
-				  bool *ret_by_digest, struct registry_error *err)
+				  bool *ret_by_digest, struct error_detail *err)
 {
 	int k;
 
-	registry_error_clear(err);
+	error_detail_clear(err);
 	k = check_names(domain, repo, err);
 	if (k < 0)
 		return k;
@@ -371,7 +371,7 @@ static int manifest_request_begin(const char *domain, const char *repo, const ch
 
 int registry_get_manifest(struct registry *r, const char *domain, const char *repo,
 			  const char *tag_or_digest, struct registry_manifest **ret,
-			  struct registry_error *err)
+			  struct error_detail *err)
 {
 	_cleanup_(registry_manifest_freep) struct registry_manifest *m = NULL;
 	struct request q = { .err = err,
@@ -393,22 +393,22 @@ int registry_get_manifest(struct registry *r, const char *domain, const char *re
 
 	k = digest_buffer(q.buf ? q.buf : "", q.len, digest);
 	if (k < 0) {
-		registry_error_set(err, q.resp.status, k, "out of memory");
+		error_detail_set_http(err, q.resp.status, k, "out of memory");
 		goto out;
 	}
 	if (by_digest && strcmp(digest, tag_or_digest) != 0) {
-		k = registry_error_set(err, q.resp.status, -EBADMSG,
-				       "manifest from %s hashes to %s", q.where, digest);
+		k = error_detail_set_http(err, q.resp.status, -EBADMSG,
+					  "manifest from %s hashes to %s", q.where, digest);
 		goto out;
 	}
 
 	m = calloc(1, sizeof(*m));
 	if (!m || !(m->digest = strdup(digest))) {
-		k = registry_error_set(err, q.resp.status, -ENOMEM, "out of memory");
+		k = error_detail_set_http(err, q.resp.status, -ENOMEM, "out of memory");
 		goto out;
 	}
 	if (!q.buf && !(q.buf = malloc(1))) {
-		k = registry_error_set(err, q.resp.status, -ENOMEM, "out of memory");
+		k = error_detail_set_http(err, q.resp.status, -ENOMEM, "out of memory");
 		goto out;
 	}
 	q.buf[q.len] = '\0'; /* the buffer keeps one spare byte */
@@ -423,7 +423,7 @@ out:
 }
 
 int registry_head_manifest(struct registry *r, const char *domain, const char *repo,
-			   const char *tag_or_digest, char **ret_digest, struct registry_error *err)
+			   const char *tag_or_digest, char **ret_digest, struct error_detail *err)
 {
 	_cleanup_(registry_manifest_freep) struct registry_manifest *m = NULL;
 	struct request q = { .err = err, .kind = BODY_NONE };
@@ -443,8 +443,8 @@ int registry_head_manifest(struct registry *r, const char *domain, const char *r
 	reported = q.resp.docker_digest;
 	if (reported && digest_is_valid(reported)) {
 		if (by_digest && strcmp(reported, tag_or_digest) != 0) {
-			k = registry_error_set(err, q.resp.status, -EBADMSG, "%s reports digest %s",
-					       q.where, reported);
+			k = error_detail_set_http(err, q.resp.status, -EBADMSG,
+						  "%s reports digest %s", q.where, reported);
 			goto out;
 		}
 		*ret_digest = TAKE_PTR(q.resp.docker_digest);
@@ -470,29 +470,29 @@ static int blob_run(struct registry *r, struct request *q, const char *domain, c
 {
 	int k;
 
-	registry_error_clear(q->err);
+	error_detail_clear(q->err);
 	k = check_names(domain, repo, q->err);
 	if (k < 0)
 		return k;
 	if (!digest || !digest_is_valid(digest))
-		return registry_error_set(q->err, 0, -EINVAL, "invalid digest \"%s\"",
-					  digest ? digest : "");
+		return error_detail_set(q->err, -EINVAL, "invalid digest \"%s\"",
+					digest ? digest : "");
 	if (q->size == 0 && q->ranged)
 		return 0;
 	k = op_run(r, q, "GET", domain, repo, "blobs", digest, HOSTS_CAP_PULL, NULL);
 	if (k < 0)
 		return k;
 	if (q->got != q->size)
-		return registry_error_set(q->err, q->resp.status, -EBADMSG,
-					  "blob from %s ends after %" PRIu64 " of %" PRIu64
-					  " bytes",
-					  q->where, q->got, q->size);
+		return error_detail_set_http(q->err, q->resp.status, -EBADMSG,
+					     "blob from %s ends after %" PRIu64 " of %" PRIu64
+					     " bytes",
+					     q->where, q->got, q->size);
 	return 0;
 }
 
 int registry_get_blob(struct registry *r, const char *domain, const char *repo, const char *digest,
 		      uint64_t size, registry_sink_fn sink, void *userdata,
-		      struct registry_error *err)
+		      struct error_detail *err)
 {
 	_cleanup_(hasher_freep) struct hasher *hasher = hasher_new();
 	struct request q = { .err = err,
@@ -506,14 +506,14 @@ int registry_get_blob(struct registry *r, const char *domain, const char *repo, 
 	int k;
 
 	if (!hasher)
-		return registry_error_set(err, 0, -ENOMEM, "out of memory");
+		return error_detail_set(err, -ENOMEM, "out of memory");
 	k = blob_run(r, &q, domain, repo, digest);
 	if (k < 0)
 		goto out;
 	hasher_final(hasher, got);
 	if (strcmp(got, digest) != 0) {
-		k = registry_error_set(err, q.resp.status, -EBADMSG, "blob from %s hashes to %s",
-				       q.where, got);
+		k = error_detail_set_http(err, q.resp.status, -EBADMSG, "blob from %s hashes to %s",
+					  q.where, got);
 		goto out;
 	}
 	k = 0;
@@ -524,7 +524,7 @@ out:
 
 int registry_get_blob_range(struct registry *r, const char *domain, const char *repo,
 			    const char *digest, uint64_t size, uint64_t offset, uint64_t length,
-			    registry_sink_fn sink, void *userdata, struct registry_error *err)
+			    registry_sink_fn sink, void *userdata, struct error_detail *err)
 {
 	struct request q = { .err = err,
 			     .kind = BODY_SINK,
@@ -537,10 +537,10 @@ int registry_get_blob_range(struct registry *r, const char *domain, const char *
 	int k;
 
 	if (offset > size || length > size - offset)
-		return registry_error_set(err, 0, -EINVAL,
-					  "bytes %" PRIu64 "+%" PRIu64
-					  " are outside a blob of %" PRIu64,
-					  offset, length, size);
+		return error_detail_set(err, -EINVAL,
+					"bytes %" PRIu64 "+%" PRIu64
+					" are outside a blob of %" PRIu64,
+					offset, length, size);
 	k = blob_run(r, &q, domain, repo, digest);
 	request_done(&q);
 	return k;

@@ -10,11 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* What a human needs beyond the errno: one line, never a credential. */
-struct registry_error {
-	int http_status; /* 0 when no response arrived */
-	char message[512];
-};
+#include "errdetail.h"
 
 struct registry_hosts;
 struct credentials;
@@ -84,15 +80,14 @@ void registry_manifest_free(struct registry_manifest *m);
  * and is only meaningful after a failure. */
 int registry_get_manifest(struct registry *r, const char *domain, const char *repo,
 			  const char *tag_or_digest, struct registry_manifest **ret,
-			  struct registry_error *err);
+			  struct error_detail *err);
 
 /* HEAD of the same URL: the digest the registry reports for the tag
  * (Docker-Content-Digest), into ret_digest (caller frees).  When the
  * header is missing or not a sha256 digest, falls back to a GET and hashes
  * the body.  Same errors. */
 int registry_head_manifest(struct registry *r, const char *domain, const char *repo,
-			   const char *tag_or_digest, char **ret_digest,
-			   struct registry_error *err);
+			   const char *tag_or_digest, char **ret_digest, struct error_detail *err);
 
 /* Called with each chunk of blob data in order; returns 0 or -errno to
  * abort the transfer with that error. */
@@ -111,7 +106,7 @@ typedef int (*registry_sink_fn)(void *userdata, const void *buf, size_t len);
  * registry_get_manifest, plus whatever the sink returned, unchanged. */
 int registry_get_blob(struct registry *r, const char *domain, const char *repo, const char *digest,
 		      uint64_t size, registry_sink_fn sink, void *userdata,
-		      struct registry_error *err);
+		      struct error_detail *err);
 
 /* GET of bytes [offset, offset + length) of the blob (a blob of `size`
  * bytes as its descriptor says), with "Range: bytes=A-B", feeding them to
@@ -126,4 +121,4 @@ int registry_get_blob(struct registry *r, const char *domain, const char *repo, 
  * blob. */
 int registry_get_blob_range(struct registry *r, const char *domain, const char *repo,
 			    const char *digest, uint64_t size, uint64_t offset, uint64_t length,
-			    registry_sink_fn sink, void *userdata, struct registry_error *err);
+			    registry_sink_fn sink, void *userdata, struct error_detail *err);

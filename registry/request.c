@@ -21,9 +21,9 @@ static int body_buffer(struct request *q, const struct transport_response *resp,
 		       size_t n)
 {
 	if (n > q->buf_max - q->len)
-		return registry_error_set(q->err, resp->status, -EBADMSG,
-					  "%s from %s is larger than %zu bytes", q->buf_what,
-					  resp->where, q->buf_max);
+		return error_detail_set_http(q->err, resp->status, -EBADMSG,
+					     "%s from %s is larger than %zu bytes", q->buf_what,
+					     resp->where, q->buf_max);
 	if (q->len + n > q->cap) {
 		size_t cap = MAX(q->cap * 2, (size_t)16384);
 		char *p;
@@ -31,7 +31,8 @@ static int body_buffer(struct request *q, const struct transport_response *resp,
 		cap = MIN(MAX(cap, q->len + n), q->buf_max);
 		p = realloc(q->buf, cap + 1);
 		if (!p)
-			return registry_error_set(q->err, resp->status, -ENOMEM, "out of memory");
+			return error_detail_set_http(q->err, resp->status, -ENOMEM,
+						     "out of memory");
 		q->buf = p;
 		q->cap = cap;
 	}
@@ -51,13 +52,14 @@ static int body_sink_start(struct request *q, const struct transport_response *r
 	q->length_seen = true;
 	if (resp->status == 206) {
 		if (!q->ranged && q->got == 0)
-			return registry_error_set(q->err, resp->status, -EBADMSG,
-						  "%s sends a partial blob unasked", resp->where);
+			return error_detail_set_http(q->err, resp->status, -EBADMSG,
+						     "%s sends a partial blob unasked",
+						     resp->where);
 		if (resp->range_start < 0 || (uint64_t)resp->range_start != from)
-			return registry_error_set(q->err, resp->status, -EBADMSG,
-						  "%s answers a Range request from byte %" PRIu64
-						  " with another range",
-						  resp->where, from);
+			return error_detail_set_http(q->err, resp->status, -EBADMSG,
+						     "%s answers a Range request from byte %" PRIu64
+						     " with another range",
+						     resp->where, from);
 		expect = q->size - q->got;
 	} else {
 		/* A 200 to a Range request: the whole blob. */
@@ -69,13 +71,14 @@ static int body_sink_start(struct request *q, const struct transport_response *r
 	if (cl < 0 || (uint64_t)cl == expect)
 		return 0;
 	if (q->ranged && resp->status == 206)
-		return registry_error_set(q->err, resp->status, -EBADMSG,
-					  "%s announces %" PRIu64 " bytes for a range of %" PRIu64,
-					  resp->where, (uint64_t)cl, expect);
-	return registry_error_set(q->err, resp->status, -EBADMSG,
-				  "%s announces %" PRIu64 " bytes, the descriptor says %" PRIu64,
-				  resp->where, (uint64_t)cl + (resp->status == 206 ? q->got : 0),
-				  q->blob_size);
+		return error_detail_set_http(q->err, resp->status, -EBADMSG,
+					     "%s announces %" PRIu64
+					     " bytes for a range of %" PRIu64,
+					     resp->where, (uint64_t)cl, expect);
+	return error_detail_set_http(q->err, resp->status, -EBADMSG,
+				     "%s announces %" PRIu64 " bytes, the descriptor says %" PRIu64,
+				     resp->where, (uint64_t)cl + (resp->status == 206 ? q->got : 0),
+				     q->blob_size);
 }
 
 static int body_sink(struct request *q, const struct transport_response *resp, const char *data,
@@ -101,10 +104,10 @@ static int body_sink(struct request *q, const struct transport_response *resp, c
 	if ((uint64_t)n > q->size - q->got) {
 		/* The rest of a whole blob sent for a range is not wanted. */
 		if (!q->ranged || resp->status == 206)
-			return registry_error_set(q->err, resp->status, -EBADMSG,
-						  "%s sends more than the %" PRIu64 " bytes %s",
-						  resp->where, q->size,
-						  q->ranged ? "of the range" : "of the descriptor");
+			return error_detail_set_http(
+				q->err, resp->status, -EBADMSG,
+				"%s sends more than the %" PRIu64 " bytes %s", resp->where, q->size,
+				q->ranged ? "of the range" : "of the descriptor");
 		n = (size_t)(q->size - q->got);
 	}
 	if (q->ranged && resp->status != 206 && q->got + n == q->size)
@@ -115,8 +118,8 @@ static int body_sink(struct request *q, const struct transport_response *resp, c
 	r = q->sink(q->userdata, data, n);
 	if (r < 0) {
 		q->sink_failed = true;
-		return registry_error_set(q->err, resp->status, r, "blob sink failed: %s",
-					  errno_name(r));
+		return error_detail_set_http(q->err, resp->status, r, "blob sink failed: %s",
+					     errno_name(r));
 	}
 	return enough ? TRANSPORT_BODY_ENOUGH : TRANSPORT_BODY_MORE;
 }
@@ -232,16 +235,17 @@ static int request_finish(struct request *q)
 		return q->failure;
 	if (resp->status >= 400) {
 		if (error_body_describe(resp, why, sizeof(why)))
-			return registry_error_set(q->err, resp->status,
-						  status_to_errno(resp->status), "%s", why);
-		return registry_error_set(q->err, resp->status, status_to_errno(resp->status),
-					  "HTTP %ld from %s", resp->status, resp->where);
+			return error_detail_set_http(q->err, resp->status,
+						     status_to_errno(resp->status), "%s", why);
+		return error_detail_set_http(q->err, resp->status, status_to_errno(resp->status),
+					     "HTTP %ld from %s", resp->status, resp->where);
 	}
 	if (q->transport_r < 0)
 		return q->transport_r;
 	if (resp->status < 200 || resp->status > 299)
-		return registry_error_set(q->err, resp->status, -EIO, "unexpected HTTP %ld from %s",
-					  resp->status, resp->where);
+		return error_detail_set_http(q->err, resp->status, -EIO,
+					     "unexpected HTTP %ld from %s", resp->status,
+					     resp->where);
 	return 0;
 }
 

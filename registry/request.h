@@ -22,7 +22,7 @@ enum body_kind {
  * mirror).  Set up by the caller with designated initialisers; released
  * with request_done(). */
 struct request {
-	struct registry_error *err;
+	struct error_detail *err;
 	char where[TRANSPORT_WHERE_MAX]; /* of the URL asked for, for messages */
 
 	enum body_kind kind;

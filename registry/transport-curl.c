@@ -52,7 +52,7 @@ struct curl_call {
 	const struct curl_transport *t;
 	const struct transport_request *req;
 	struct transport_response *resp;
-	struct registry_error *err;
+	struct error_detail *err;
 	CURL *curl;
 	char where[TRANSPORT_WHERE_MAX]; /* of the URL asked for */
 	size_t skipped;			 /* bytes of redirect bodies thrown away */
@@ -185,8 +185,8 @@ static size_t keep_error_body(struct curl_call *cc, long status, const char *dat
 			char where[TRANSPORT_WHERE_MAX];
 
 			call_where_now(cc, where, sizeof(where));
-			registry_error_set(cc->err, status, -EIO,
-					   "redirect from %s has an oversized body", where);
+			error_detail_set_http(cc->err, status, -EIO,
+					      "redirect from %s has an oversized body", where);
 			return call_abort(cc, -EIO);
 		}
 		return n;
@@ -348,8 +348,7 @@ static int call_setup(struct curl_call *cc, const struct curl_slist *headers)
 setopt_failed:
 	/* Only an allocation failure or a libcurl without an option we
 	 * rely on for safety gets here; neither may run the request. */
-	return registry_error_set(cc->err, 0, -ENOMEM, "cannot configure libcurl for %s",
-				  cc->where);
+	return error_detail_set(cc->err, -ENOMEM, "cannot configure libcurl for %s", cc->where);
 }
 
 static int dup_header(CURL *c, const char *name, size_t index, char **ret)
@@ -401,7 +400,7 @@ static bool tls_alert(const struct curl_call *cc, CURLcode rc)
 
 static int curl_to_errno(struct curl_call *cc, CURLcode rc)
 {
-	struct registry_error *err = cc->err;
+	struct error_detail *err = cc->err;
 	long status = cc->resp->status;
 	const char *why = cc->curl_msg[0] ? cc->curl_msg : curl_easy_strerror(rc);
 	char host[TRANSPORT_WHERE_MAX];
@@ -409,19 +408,19 @@ static int curl_to_errno(struct curl_call *cc, CURLcode rc)
 	call_host(cc, host, sizeof(host));
 	switch (rc) {
 	case CURLE_OUT_OF_MEMORY:
-		return registry_error_set(err, 0, -ENOMEM, "out of memory");
+		return error_detail_set(err, -ENOMEM, "out of memory");
 	case CURLE_COULDNT_RESOLVE_HOST:
 	case CURLE_COULDNT_CONNECT:
 		cc->resp->transient = true;
 		/* fall through */
 	case CURLE_COULDNT_RESOLVE_PROXY:
-		return registry_error_set(err, 0, -EHOSTUNREACH, "cannot reach %s: %s", host, why);
+		return error_detail_set(err, -EHOSTUNREACH, "cannot reach %s: %s", host, why);
 	case CURLE_SEND_ERROR:
 	case CURLE_RECV_ERROR:
 		if (tls_alert(cc, rc))
-			return registry_error_set(
-				err, 0, -EIO,
-				"TLS with %s failed (client certificate refused?): %s", host, why);
+			return error_detail_set(
+				err, -EIO, "TLS with %s failed (client certificate refused?): %s",
+				host, why);
 		/* fall through */
 	case CURLE_GOT_NOTHING:
 	case CURLE_PARTIAL_FILE:
@@ -430,33 +429,35 @@ static int curl_to_errno(struct curl_call *cc, CURLcode rc)
 		/* The connection broke under the transfer: as transient as
 		 * a refused connect, and retried the same way. */
 		cc->resp->transient = true;
-		return registry_error_set(err, status, -EHOSTUNREACH, "connection to %s broke: %s",
-					  host, why);
+		return error_detail_set_http(err, status, -EHOSTUNREACH,
+					     "connection to %s broke: %s", host, why);
 	case CURLE_OPERATION_TIMEDOUT:
 		cc->resp->transient = true;
-		return registry_error_set(err, status, -ETIMEDOUT, "%s timed out: %s", host, why);
+		return error_detail_set_http(err, status, -ETIMEDOUT, "%s timed out: %s", host,
+					     why);
 	case CURLE_ABORTED_BY_CALLBACK:
-		return registry_error_set(err, 0, -ECANCELED,
-					  "request to %s cancelled: pullfs is stopping", host);
+		return error_detail_set(err, -ECANCELED,
+					"request to %s cancelled: pullfs is stopping", host);
 	case CURLE_PEER_FAILED_VERIFICATION:
 	case CURLE_SSL_CACERT_BADFILE:
 	case CURLE_SSL_ISSUER_ERROR:
 	case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
 	case CURLE_SSL_INVALIDCERTSTATUS:
-		return registry_error_set(err, 0, -EIO, "TLS certificate of %s does not verify: %s",
-					  host, why);
+		return error_detail_set(err, -EIO, "TLS certificate of %s does not verify: %s",
+					host, why);
 	case CURLE_SSL_CONNECT_ERROR:
-		return registry_error_set(err, 0, -EIO, "TLS handshake with %s failed: %s", host,
-					  why);
+		return error_detail_set(err, -EIO, "TLS handshake with %s failed: %s", host, why);
 	case CURLE_TOO_MANY_REDIRECTS:
-		return registry_error_set(err, status, -EIO, "more than %ld redirects, last at %s",
-					  MAX_REDIRECTS, host);
+		return error_detail_set_http(err, status, -EIO,
+					     "more than %ld redirects, last at %s", MAX_REDIRECTS,
+					     host);
 	case CURLE_UNSUPPORTED_PROTOCOL:
-		return registry_error_set(err, status, -EIO,
-					  "%s redirects to a protocol that is not allowed: %s",
-					  cc->where, why);
+		return error_detail_set_http(err, status, -EIO,
+					     "%s redirects to a protocol that is not allowed: %s",
+					     cc->where, why);
 	default:
-		return registry_error_set(err, status, -EIO, "request to %s failed: %s", host, why);
+		return error_detail_set_http(err, status, -EIO, "request to %s failed: %s", host,
+					     why);
 	}
 }
 
@@ -474,14 +475,14 @@ static int call_finish(struct curl_call *cc, CURLcode rc)
 	if (cc->failure < 0)
 		return cc->failure;
 	if (call_capture(cc) < 0)
-		return registry_error_set(cc->err, status, -ENOMEM, "out of memory");
+		return error_detail_set_http(cc->err, status, -ENOMEM, "out of memory");
 	if (rc == CURLE_OK || cc->enough || status >= 400)
 		return 0;
 	return curl_to_errno(cc, rc);
 }
 
 static int curl_perform(const struct registry_transport *base, const struct transport_request *req,
-			struct transport_response *resp, struct registry_error *err)
+			struct transport_response *resp, struct error_detail *err)
 {
 	struct curl_transport *t = (struct curl_transport *)base;
 	_cleanup_(curl_slist_free_allp) struct curl_slist *headers = NULL;
@@ -493,15 +494,15 @@ static int curl_perform(const struct registry_transport *base, const struct tran
 	if (req->accept) {
 		if (asprintf(&accept, "Accept: %s", req->accept) < 0) {
 			accept = NULL;
-			return registry_error_set(err, 0, -ENOMEM, "out of memory");
+			return error_detail_set(err, -ENOMEM, "out of memory");
 		}
 		headers = curl_slist_append(NULL, accept);
 		if (!headers)
-			return registry_error_set(err, 0, -ENOMEM, "out of memory");
+			return error_detail_set(err, -ENOMEM, "out of memory");
 	}
 	cc.curl = pool_take(t);
 	if (!cc.curl)
-		return registry_error_set(err, 0, -ENOMEM, "out of memory");
+		return error_detail_set(err, -ENOMEM, "out of memory");
 	k = call_setup(&cc, headers);
 	if (k >= 0)
 		k = call_finish(&cc, curl_easy_perform(cc.curl));

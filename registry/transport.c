@@ -1,9 +1,8 @@
 /* What every transport shares: the response it fills, the description of
- * a URL for messages, and the one-line error detail. */
+ * a URL for messages. */
 #include "transport.h"
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,34 +51,4 @@ void transport_range_format(const struct transport_request *req, char *out, size
 		snprintf(out, outlen, "%" PRIu64 "-", req->range_start);
 	else
 		snprintf(out, outlen, "%" PRIu64 "-%" PRIu64, req->range_start, req->range_end);
-}
-
-/* Error text may come from the network: keep it to one printable line. */
-static void message_sanitize(char *s)
-{
-	for (; *s; s++)
-		if ((unsigned char)*s < 0x20 || (unsigned char)*s == 0x7f)
-			*s = ' ';
-}
-
-int registry_error_set(struct registry_error *err, long status, int r, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err)
-		return r;
-	err->http_status = (int)status;
-	va_start(ap, fmt);
-	vsnprintf(err->message, sizeof(err->message), fmt, ap);
-	va_end(ap);
-	message_sanitize(err->message);
-	return r;
-}
-
-void registry_error_clear(struct registry_error *err)
-{
-	if (!err)
-		return;
-	err->http_status = 0;
-	err->message[0] = '\0';
 }

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 struct hosts_endpoint;
-struct registry_error;
+struct error_detail;
 
 #define TRANSPORT_WHERE_MAX 256
 #define TRANSPORT_ERROR_BODY_MAX (16u << 10) /* kept of a failed response's body */
@@ -92,7 +92,7 @@ struct registry_transport {
 	 * -ECANCELED, -EIO, -ENOMEM with one line in err (may be NULL) and
 	 * resp->transient set when trying again may help. */
 	int (*perform)(const struct registry_transport *t, const struct transport_request *req,
-		       struct transport_response *resp, struct registry_error *err);
+		       struct transport_response *resp, struct error_detail *err);
 	void *userdata; /* the transport's own */
 };
 
@@ -109,13 +109,6 @@ void transport_range_format(const struct transport_request *req, char *out, size
 /* "host[:port]/path" of url, as in transport_response.where; "(unknown
  * host)" when url is not an http(s) URL. */
 void transport_describe_url(const char *url, char *out, size_t outlen);
-
-/* Fills err (may be NULL) with status and a printf message made one
- * printable line (text from the network may end up in it).  Returns r. */
-__attribute__((format(printf, 4, 5))) int registry_error_set(struct registry_error *err,
-							     long status, int r, const char *fmt,
-							     ...);
-void registry_error_clear(struct registry_error *err);
 
 /* The libcurl transport (transport-curl.c). */
 struct transport_curl_options {

@@ -287,7 +287,7 @@ static void error_response(struct transport_response *resp, long status, bool ma
 }
 
 static int serve(const struct transport_request *req, struct transport_response *resp,
-		 struct registry_error *err, const struct fake_fault *fault, struct fake_object *o)
+		 struct error_detail *err, const struct fake_fault *fault, struct fake_object *o)
 {
 	uint64_t start = 0, end = o->len ? o->len - 1 : 0;
 	size_t n, done = 0;
@@ -328,14 +328,14 @@ static int serve(const struct transport_request *req, struct transport_response 
 	}
 	if (fault->kind == FAKE_BREAK && (uint64_t)fault->arg < (uint64_t)resp->content_length) {
 		resp->transient = true;
-		return registry_error_set(err, resp->status, -EHOSTUNREACH,
-					  "connection to %s broke: fake", resp->where);
+		return error_detail_set_http(err, resp->status, -EHOSTUNREACH,
+					     "connection to %s broke: fake", resp->where);
 	}
 	return 0;
 }
 
 static int fake_perform(const struct registry_transport *t, const struct transport_request *req,
-			struct transport_response *resp, struct registry_error *err)
+			struct transport_response *resp, struct error_detail *err)
 {
 	struct fake_transport *f = t->userdata;
 	struct fake_object o = { 0 };
@@ -382,13 +382,13 @@ static int fake_perform(const struct registry_transport *t, const struct transpo
 	switch (fault.kind) {
 	case FAKE_REFUSE:
 		resp->transient = true;
-		k = registry_error_set(err, 0, -EHOSTUNREACH,
-				       "cannot reach %s: Connection refused (fake)", resp->where);
+		k = error_detail_set(err, -EHOSTUNREACH,
+				     "cannot reach %s: Connection refused (fake)", resp->where);
 		break;
 	case FAKE_TIMEOUT:
 		resp->transient = true;
-		k = registry_error_set(err, 0, -ETIMEDOUT, "%s timed out: no answer (fake)",
-				       resp->where);
+		k = error_detail_set(err, -ETIMEDOUT, "%s timed out: no answer (fake)",
+				     resp->where);
 		break;
 	case FAKE_STATUS:
 		if (fault.arg) {

@@ -26,6 +26,16 @@ static int64_t fake_now(const struct clock *c)
 	return *(const int64_t *)c->userdata;
 }
 
+/* A failure with errno err (negative) and message msg (NULL: none). */
+static int fail_with(struct backoff *b, const char *key, int err, const char *msg)
+{
+	struct error_detail why = { .err = err };
+
+	if (msg)
+		error_detail_set(&why, err, "%s", msg);
+	return backoff_failure(b, key, &why);
+}
+
 static int setup_with(void **state, int64_t initial, int64_t max)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
@@ -106,11 +116,11 @@ static void test_timeline(void **state)
 		char msg[64];
 
 		snprintf(msg, sizeof(msg), "failure %zu", i + 1);
-		assert_int_equal(backoff_failure(f->b, key, -EHOSTUNREACH, msg), 0);
+		assert_int_equal(fail_with(f->b, key, -EHOSTUNREACH, msg), 0);
 		assert_int_equal(backoff_check(f->b, key, &st), -EAGAIN);
 		assert_int_equal(st.failures, i + 1);
-		assert_int_equal(st.err, EHOSTUNREACH);
-		assert_string_equal(st.msg, msg);
+		assert_int_equal(st.last.err, -EHOSTUNREACH);
+		assert_string_equal(st.last.message, msg);
 		assert_window(f, S(delays[i]));
 	}
 }
@@ -120,9 +130,9 @@ static void test_window_without_check(void **state)
 	struct fixture *f = *state;
 
 	/* Nobody asks during the window; the next failure still doubles. */
-	assert_int_equal(backoff_failure(f->b, key, EIO, NULL), 0);
+	assert_int_equal(fail_with(f->b, key, -EIO, NULL), 0);
 	f->now += S(55);
-	assert_int_equal(backoff_failure(f->b, key, EIO, NULL), 0);
+	assert_int_equal(fail_with(f->b, key, -EIO, NULL), 0);
 	assert_window(f, S(20));
 }
 
@@ -134,13 +144,13 @@ static void test_failure_inside_window_doubles(void **state)
 	/* A pull that started before the first failure was recorded fails
 	 * too: the kubelet's Next() doubles regardless, and restarts the
 	 * window from the later failure. */
-	assert_int_equal(backoff_failure(f->b, key, EIO, "a"), 0);
+	assert_int_equal(fail_with(f->b, key, -EIO, "a"), 0);
 	f->now += S(3);
-	assert_int_equal(backoff_failure(f->b, key, ETIMEDOUT, "b"), 0);
+	assert_int_equal(fail_with(f->b, key, -ETIMEDOUT, "b"), 0);
 	assert_int_equal(backoff_check(f->b, key, &st), -EAGAIN);
 	assert_int_equal(st.delay_ns, S(20));
-	assert_int_equal(st.err, ETIMEDOUT);
-	assert_string_equal(st.msg, "b");
+	assert_int_equal(st.last.err, -ETIMEDOUT);
+	assert_string_equal(st.last.message, "b");
 	assert_window(f, S(20));
 }
 
@@ -150,12 +160,12 @@ static void test_forgotten_after_twice_max(void **state)
 	struct backoff_state st;
 
 	for (int i = 0; i < 3; i++)
-		assert_int_equal(backoff_failure(f->b, key, EIO, NULL), 0); /* 10, 20, 40 */
+		assert_int_equal(fail_with(f->b, key, -EIO, NULL), 0); /* 10, 20, 40 */
 
 	/* Untouched for exactly 600 s: still remembered, so it doubles. */
 	f->now += S(600);
 	assert_int_equal(backoff_check(f->b, key, NULL), 0);
-	assert_int_equal(backoff_failure(f->b, key, EIO, NULL), 0);
+	assert_int_equal(fail_with(f->b, key, -EIO, NULL), 0);
 	assert_int_equal(backoff_check(f->b, key, &st), -EAGAIN);
 	assert_int_equal(st.delay_ns, S(80));
 	assert_int_equal(st.failures, 4);
@@ -163,7 +173,7 @@ static void test_forgotten_after_twice_max(void **state)
 	/* Untouched for 600 s and 1 ns: forgotten, back to 10 s. */
 	f->now += S(600) + 1;
 	assert_int_equal(backoff_check(f->b, key, NULL), 0);
-	assert_int_equal(backoff_failure(f->b, key, EIO, NULL), 0);
+	assert_int_equal(fail_with(f->b, key, -EIO, NULL), 0);
 	assert_int_equal(backoff_check(f->b, key, &st), -EAGAIN);
 	assert_int_equal(st.delay_ns, S(10));
 	assert_int_equal(st.failures, 1);
@@ -177,9 +187,9 @@ static void test_forgotten_without_check(void **state)
 
 	/* The expiry also applies when nothing looked at the entry since. */
 	for (int i = 0; i < 6; i++)
-		assert_int_equal(backoff_failure(f->b, key, EIO, NULL), 0);
+		assert_int_equal(fail_with(f->b, key, -EIO, NULL), 0);
 	f->now += S(601);
-	assert_int_equal(backoff_failure(f->b, key, EIO, NULL), 0);
+	assert_int_equal(fail_with(f->b, key, -EIO, NULL), 0);
 	assert_int_equal(backoff_check(f->b, key, &st), -EAGAIN);
 	assert_int_equal(st.delay_ns, S(10));
 }
@@ -190,11 +200,11 @@ static void test_success_clears(void **state)
 	struct backoff_state st;
 
 	for (int i = 0; i < 4; i++)
-		assert_int_equal(backoff_failure(f->b, key, EIO, NULL), 0);
+		assert_int_equal(fail_with(f->b, key, -EIO, NULL), 0);
 	assert_int_equal(backoff_check(f->b, key, NULL), -EAGAIN);
 	backoff_success(f->b, key);
 	assert_int_equal(backoff_check(f->b, key, NULL), 0);
-	assert_int_equal(backoff_failure(f->b, key, EIO, NULL), 0);
+	assert_int_equal(fail_with(f->b, key, -EIO, NULL), 0);
 	assert_int_equal(backoff_check(f->b, key, &st), -EAGAIN);
 	assert_int_equal(st.delay_ns, S(10));
 	assert_int_equal(st.failures, 1);
@@ -205,16 +215,16 @@ static void test_keys_independent(void **state)
 	struct fixture *f = *state;
 	struct backoff_state st;
 
-	assert_int_equal(backoff_failure(f->b, "a:1", EIO, NULL), 0);
-	assert_int_equal(backoff_failure(f->b, "a:1", EIO, NULL), 0);
+	assert_int_equal(fail_with(f->b, "a:1", -EIO, NULL), 0);
+	assert_int_equal(fail_with(f->b, "a:1", -EIO, NULL), 0);
 	f->now += S(5);
-	assert_int_equal(backoff_failure(f->b, "b:1", ENOENT, "not found"), 0);
+	assert_int_equal(fail_with(f->b, "b:1", -ENOENT, "not found"), 0);
 	assert_int_equal(backoff_check(f->b, "c:1", NULL), 0);
 	assert_int_equal(backoff_check(f->b, "a:1", &st), -EAGAIN);
 	assert_int_equal(st.remaining_ns, S(15));
 	assert_int_equal(backoff_check(f->b, "b:1", &st), -EAGAIN);
 	assert_int_equal(st.remaining_ns, S(10));
-	assert_int_equal(st.err, ENOENT);
+	assert_int_equal(st.last.err, -ENOENT);
 	backoff_success(f->b, "a:1");
 	assert_int_equal(backoff_check(f->b, "a:1", NULL), 0);
 	assert_int_equal(backoff_check(f->b, "b:1", NULL), -EAGAIN);
@@ -236,10 +246,10 @@ static void test_snapshot_and_gc(void **state)
 	assert_null(e);
 	assert_int_equal(n, 0);
 
-	assert_int_equal(backoff_failure(f->b, "old:1", EACCES, "denied"), 0);
+	assert_int_equal(fail_with(f->b, "old:1", -EACCES, "denied"), 0);
 	f->now += S(300);
-	assert_int_equal(backoff_failure(f->b, "new:1", EIO, "x"), 0);
-	assert_int_equal(backoff_failure(f->b, "new:1", EIO, "y"), 0);
+	assert_int_equal(fail_with(f->b, "new:1", -EIO, "x"), 0);
+	assert_int_equal(fail_with(f->b, "new:1", -EIO, "y"), 0);
 	f->now += S(4);
 
 	assert_int_equal(backoff_snapshot(f->b, &e, &n), 0);
@@ -250,11 +260,11 @@ static void test_snapshot_and_gc(void **state)
 	assert_int_equal(e[0].state.remaining_ns, S(16));
 	assert_int_equal(e[0].state.idle_ns, S(4));
 	assert_int_equal(e[0].state.failures, 2);
-	assert_string_equal(e[0].state.msg, "y");
+	assert_string_equal(e[0].state.last.message, "y");
 	assert_string_equal(e[1].key, "old:1");
 	assert_int_equal(e[1].state.remaining_ns, 0);
 	assert_int_equal(e[1].state.idle_ns, S(304));
-	assert_int_equal(e[1].state.err, EACCES);
+	assert_int_equal(e[1].state.last.err, -EACCES);
 	backoff_entries_free(e, n);
 
 	/* old:1 was last touched 600 s + 1 ns ago, new:1 only 300 s + 1 ns. */
@@ -281,9 +291,9 @@ static void test_failure_sweeps(void **state)
 	size_t n = 0;
 
 	/* Without any backoff_gc call, stale entries do not pile up. */
-	assert_int_equal(backoff_failure(f->b, "gone:1", EIO, NULL), 0);
+	assert_int_equal(fail_with(f->b, "gone:1", -EIO, NULL), 0);
 	f->now += S(601);
-	assert_int_equal(backoff_failure(f->b, "other:1", EIO, NULL), 0);
+	assert_int_equal(fail_with(f->b, "other:1", -EIO, NULL), 0);
 	assert_int_equal(backoff_gc(f->b), 0);
 	assert_int_equal(backoff_snapshot(f->b, &e, &n), 0);
 	assert_int_equal(n, 1);
@@ -295,14 +305,14 @@ static void test_message_cut(void **state)
 {
 	struct fixture *f = *state;
 	struct backoff_state st;
-	char long_msg[BACKOFF_MSG_MAX * 2];
+	char long_msg[ERROR_DETAIL_MAX * 2];
 
 	memset(long_msg, 'x', sizeof(long_msg) - 1);
 	long_msg[sizeof(long_msg) - 1] = '\0';
-	assert_int_equal(backoff_failure(f->b, key, EBADMSG, long_msg), 0);
+	assert_int_equal(fail_with(f->b, key, -EBADMSG, long_msg), 0);
 	assert_int_equal(backoff_check(f->b, key, &st), -EAGAIN);
-	assert_int_equal(strlen(st.msg), BACKOFF_MSG_MAX - 1);
-	assert_int_equal(st.err, EBADMSG);
+	assert_int_equal(strlen(st.last.message), ERROR_DETAIL_MAX - 1);
+	assert_int_equal(st.last.err, -EBADMSG);
 }
 
 static void test_small_options(void **state)
@@ -311,16 +321,16 @@ static void test_small_options(void **state)
 	static const int delays[] = { 1, 2, 4, 4 };
 
 	for (size_t i = 0; i < sizeof(delays) / sizeof(delays[0]); i++) {
-		assert_int_equal(backoff_failure(f->b, key, EIO, NULL), 0);
+		assert_int_equal(fail_with(f->b, key, -EIO, NULL), 0);
 		assert_window(f, S(delays[i]));
 	}
 	/* 2 * max = 8 s: at 8 s since the last failure it is remembered ... */
 	f->now += S(4);
-	assert_int_equal(backoff_failure(f->b, key, EIO, NULL), 0);
+	assert_int_equal(fail_with(f->b, key, -EIO, NULL), 0);
 	assert_window(f, S(4));
 	/* ... and at 8 s + 1 ns forgotten. */
 	f->now += S(4) + 1;
-	assert_int_equal(backoff_failure(f->b, key, EIO, NULL), 0);
+	assert_int_equal(fail_with(f->b, key, -EIO, NULL), 0);
 	assert_window(f, S(1));
 }
 
@@ -331,7 +341,7 @@ static void test_options(void **state)
 	struct backoff_state st;
 
 	assert_int_equal(backoff_new(NULL, &b), 0);
-	assert_int_equal(backoff_failure(b, key, EIO, NULL), 0);
+	assert_int_equal(fail_with(b, key, -EIO, NULL), 0);
 	assert_int_equal(backoff_check(b, key, &st), -EAGAIN);
 	assert_int_equal(st.delay_ns, BACKOFF_DEFAULT_INITIAL_NS);
 	backoff_free(b);
@@ -340,7 +350,7 @@ static void test_options(void **state)
 	/* A default initial delay never exceeds a smaller explicit max. */
 	o.max_ns = S(4);
 	assert_int_equal(backoff_new(&o, &b), 0);
-	assert_int_equal(backoff_failure(b, key, EIO, NULL), 0);
+	assert_int_equal(fail_with(b, key, -EIO, NULL), 0);
 	assert_int_equal(backoff_check(b, key, &st), -EAGAIN);
 	assert_int_equal(st.delay_ns, S(4));
 	backoff_free(b);
@@ -363,7 +373,7 @@ static void test_cap_without_overflow(void **state)
 
 	assert_int_equal(backoff_new(&o, &b), 0);
 	for (int i = 0; i < 100; i++)
-		assert_int_equal(backoff_failure(b, key, EIO, NULL), 0);
+		assert_int_equal(fail_with(b, key, -EIO, NULL), 0);
 	assert_int_equal(backoff_check(b, key, &st), -EAGAIN);
 	assert_int_equal(st.delay_ns, INT64_MAX / 4);
 	backoff_free(b);

@@ -89,7 +89,7 @@ static void test_manifest(void **state)
 {
 	struct fixture *f = *state;
 	struct registry_manifest *m = NULL;
-	struct registry_error err;
+	struct error_detail err;
 
 	assert_int_equal(registry_get_manifest(f->r, DOMAIN, REPO, "1", &m, &err), 0);
 	assert_string_equal(m->body, "{\"schemaVersion\":2}");
@@ -114,7 +114,7 @@ static void test_manifest(void **state)
 static void test_head(void **state)
 {
 	struct fixture *f = *state;
-	struct registry_error err;
+	struct error_detail err;
 	char *digest = NULL;
 
 	assert_int_equal(registry_head_manifest(f->r, DOMAIN, REPO, "1", &digest, &err), 0);
@@ -162,7 +162,7 @@ static void test_errno_rows(void **state)
 	for (size_t i = 0; i < ARRAY_SIZE(errno_rows); i++) {
 		const struct errno_row *row = &errno_rows[i];
 		struct registry_manifest *m = NULL;
-		struct registry_error err;
+		struct error_detail err;
 		unsigned before = fake_count(f->fake, "GET ");
 
 		fake_clear_faults(f->fake);
@@ -189,7 +189,7 @@ static void test_invalid_names(void **state)
 {
 	struct fixture *f = *state;
 	struct registry_manifest *m = NULL;
-	struct registry_error err;
+	struct error_detail err;
 	struct collected c = { 0 };
 
 	assert_int_equal(registry_get_manifest(f->r, "bad/host", REPO, "1", &m, &err), -EINVAL);
@@ -207,7 +207,7 @@ static void test_invalid_names(void **state)
 /* Fetches the whole blob and checks it. */
 static void blob_ok(struct fixture *f)
 {
-	struct registry_error err;
+	struct error_detail err;
 	struct collected c = { 0 };
 
 	assert_int_equal(
@@ -221,7 +221,7 @@ static void blob_ok(struct fixture *f)
 static void test_blob(void **state)
 {
 	struct fixture *f = *state;
-	struct registry_error err;
+	struct error_detail err;
 	struct collected c = { 0 };
 
 	blob_ok(f);
@@ -283,7 +283,7 @@ static void test_blob_resume(void **state)
 /* Fetches a range and checks it against the blob. */
 static void range_ok(struct fixture *f, uint64_t offset, uint64_t length)
 {
-	struct registry_error err;
+	struct error_detail err;
 	struct collected c = { 0 };
 
 	assert_int_equal(registry_get_blob_range(f->r, DOMAIN, REPO, f->blob_digest, BLOB_LEN,
@@ -298,7 +298,7 @@ static void range_ok(struct fixture *f, uint64_t offset, uint64_t length)
 static void test_blob_range(void **state)
 {
 	struct fixture *f = *state;
-	struct registry_error err;
+	struct error_detail err;
 	struct collected c = { 0 };
 	unsigned before;
 
@@ -361,7 +361,7 @@ static void test_basic_auth(void **state)
 	struct credentials *creds = NULL;
 	struct registry *r = client_with_credentials(f, &creds);
 	struct registry_manifest *m = NULL;
-	struct registry_error err;
+	struct error_detail err;
 
 	/* A 401 answered once with the credentials; the next request
 	 * carries them at once. */
@@ -392,7 +392,7 @@ static void test_token_auth(void **state)
 	struct fixture *f = *state;
 	struct credentials *creds = NULL;
 	struct registry *r = client_with_credentials(f, &creds);
-	struct registry_error err;
+	struct error_detail err;
 	struct collected c = { 0 };
 
 	fake_set_challenge(f->fake,
