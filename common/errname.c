@@ -19,7 +19,7 @@ int errbuf_fail(int err, char *errbuf, size_t errlen, const char *fmt, ...)
 
 const char *errno_name(int err)
 {
-	switch (abs(err)) {
+	switch (-err) {
 #define X(e)    \
 	case e: \
 		return #e;

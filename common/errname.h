@@ -3,8 +3,9 @@
 
 #include <stddef.h>
 
-/* Returns a static string such as "EBADMSG" for err, positive or negative;
- * "EUNKNOWN" for values outside the set pullfs produces.  Never NULL. */
+/* Returns a static string such as "EBADMSG" for err, a negative errno
+ * ("OK" for 0); "EUNKNOWN" for values outside the set pullfs produces.
+ * Never NULL. */
 const char *errno_name(int err);
 
 /* Formats a one-line reason into errbuf (may be NULL) and returns err, so

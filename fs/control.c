@@ -70,7 +70,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct control *, control_free)
 static json_t *failure(int r, const char *msg)
 {
 	return json_pack("{s:b, s:s, s:s}", "ok", 0, "errno", errno_name(r), "error",
-			 msg && *msg ? msg : strerror(r < 0 ? -r : r));
+			 msg && *msg ? msg : strerror(-r));
 }
 
 static json_t *handle(struct control *c, json_t *req)

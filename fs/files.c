@@ -236,7 +236,7 @@ static void lazy_interrupt(fuse_req_t req, void *data)
 		mine = lc->answered = true;
 	pthread_mutex_unlock(&lc->lock);
 	if (mine)
-		fuse_reply_err(req, EINTR);
+		reply_err(req, -EINTR);
 }
 
 static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t, size_t size,
@@ -258,7 +258,7 @@ static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t,
 	pthread_mutex_unlock(&lc.lock);
 	if (mine) {
 		fuse_req_interrupt_func(req, NULL, NULL);
-		fuse_reply_err(req, EINTR);
+		reply_err(req, -EINTR);
 		free(buf);
 		return;
 	}

@@ -105,10 +105,10 @@ struct fs {
 	atomic_uint_fast64_t passthrough_opens;
 };
 
-/* The one place where a negative errno becomes a FUSE reply. */
+/* The one place where a negative errno r becomes a FUSE reply. */
 static inline void reply_err(fuse_req_t req, int r)
 {
-	fuse_reply_err(req, r < 0 ? -r : r);
+	fuse_reply_err(req, -r);
 }
 
 static inline bool ino_is_ctl(fuse_ino_t ino)

@@ -84,7 +84,7 @@ int manager_decide(struct manager *m, const struct reference *ref, const char *c
 	}
 
 	if (!known && policy == PULL_NEVER) {
-		emit(m, EVENT_WARNING, errtable_reason(EPERM), canonical, NULL, EPERM, who,
+		emit(m, EVENT_WARNING, errtable_reason(-EPERM), canonical, NULL, -EPERM, who,
 		     "Container image \"%s\" is not present with pull policy of Never", canonical);
 		return -EPERM;
 	}
@@ -93,7 +93,7 @@ int manager_decide(struct manager *m, const struct reference *ref, const char *c
 	 * included: a registry that just failed is not asked again early. */
 	struct backoff_state bs;
 	if (backoff_check(m->backoff, canonical, &bs) == -EAGAIN) {
-		emit(m, EVENT_NORMAL, errtable_reason(EAGAIN), canonical, NULL, EAGAIN, who,
+		emit(m, EVENT_NORMAL, errtable_reason(-EAGAIN), canonical, NULL, -EAGAIN, who,
 		     "Back-off pulling image \"%s\": %s", canonical,
 		     bs.last.message[0] ? bs.last.message : errno_name(bs.last.err));
 		return -EAGAIN;
@@ -178,7 +178,7 @@ failed:
 	p.why.err = r;
 	/* backoff_failure also forgets entries untouched for twice the cap. */
 	backoff_failure(m->backoff, canonical, &p.why);
-	out->failed = -r;
+	out->failed = r;
 	/* "Failed" whatever the errno: a full pull queue is EAGAIN but no
 	 * back-off. */
 	emit(m, EVENT_WARNING, "Failed", canonical, digest, r, who,

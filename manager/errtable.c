@@ -22,19 +22,16 @@ const unsigned errtable_len = sizeof(errtable) / sizeof(errtable[0]);
 
 const char *errtable_reason(int err)
 {
-	err = abs(err);
 	for (unsigned i = 0; i < errtable_len; i++)
-		if (errtable[i].err == err)
+		if (-errtable[i].err == err)
 			return errtable[i].reason;
 	return "Failed";
 }
 
 int errtable_normalize(int err)
 {
-	int e = abs(err);
-
 	for (unsigned i = 0; i < errtable_len; i++)
-		if (errtable[i].err == e)
-			return err < 0 ? -e : e;
-	return err < 0 ? -EIO : EIO;
+		if (-errtable[i].err == err)
+			return err;
+	return -EIO;
 }

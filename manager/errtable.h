@@ -12,9 +12,9 @@ struct errtable_row {
 extern const struct errtable_row errtable[];
 extern const unsigned errtable_len;
 
-/* Event reason for a failed ensure that returned -err (or err): the row's
- * reason, "Failed" for errnos outside the table. */
+/* Event reason for a failed ensure that returned err (a negative errno):
+ * the row's reason, "Failed" for errnos outside the table. */
 const char *errtable_reason(int err);
 
-/* Folds any errno into the table: values outside it become EIO. */
+/* Folds a negative errno into the table: values outside it become -EIO. */
 int errtable_normalize(int err);

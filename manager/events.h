@@ -27,7 +27,7 @@ struct event {
 	const char *image;	     /* canonical reference */
 	const char *digest;	     /* NULL when unknown */
 	const char *message;	     /* kubelet-style sentence */
-	int err;		     /* 0, or the errno (either sign) of a failure */
+	int err;		     /* 0, or the negative errno of a failure */
 	const struct caller *caller; /* may be NULL */
 };
 

@@ -51,10 +51,10 @@ static void record_outcome_locked(struct manager *m, enum pull_policy policy, co
 		if (bytes)
 			*bytes += o->bytes;
 	}
-	if (o->failed && o->failed != EAGAIN) {
+	if (o->failed && o->failed != -EAGAIN) {
 		st->pulls_failed++;
 		for (unsigned i = 0; i < errtable_len && i < ARRAY_SIZE(st->failures_by_errno); i++)
-			if (errtable[i].err == o->failed)
+			if (-errtable[i].err == o->failed)
 				st->failures_by_errno[i]++;
 	}
 }
@@ -424,7 +424,7 @@ static int ensure_begin(struct manager *m, struct reference *ref, const struct c
 	reference_free(ref);
 	free(call);
 	if (limit_msg[0])
-		emit(m, EVENT_WARNING, "UserLimit", canonical, NULL, EAGAIN, who,
+		emit(m, EVENT_WARNING, "UserLimit", canonical, NULL, -EAGAIN, who,
 		     "Refused image \"%s\": %s", canonical, limit_msg);
 	return r;
 }
@@ -436,7 +436,7 @@ static int ensure_parse(struct manager *m, const char *reference, const struct c
 	int r = reference_parse(reference, REFERENCE_DEFAULT_TAG, ret);
 
 	if (r == -EINVAL)
-		emit(m, EVENT_WARNING, errtable_reason(EINVAL), reference, NULL, EINVAL, who,
+		emit(m, EVENT_WARNING, errtable_reason(-EINVAL), reference, NULL, -EINVAL, who,
 		     "Failed to apply default image tag \"%s\": invalid reference format",
 		     reference);
 	return r;

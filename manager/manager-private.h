@@ -280,7 +280,7 @@ struct ensure_outcome {
 	bool present;	    /* the reference was cached before */
 	bool pull_required; /* the registry had to be asked */
 	bool pulled;	    /* a pull ran and succeeded */
-	int failed;	    /* errno of a failed pull, 0 */
+	int failed;	    /* negative errno of a failed pull, 0 */
 	bool abandoned;	    /* left the queue with nobody waiting */
 	double seconds;	    /* of the pull */
 	uint64_t bytes;	    /* transferred by the pull */

@@ -280,7 +280,7 @@ void manager_metrics(struct manager *m, FILE *f)
 	      f);
 	for (unsigned i = 0; i < errtable_len && i < ARRAY_SIZE(st.failures_by_errno); i++)
 		fprintf(f, "pullfs_pull_failures_total{errno=\"%s\"} %llu\n",
-			errno_name(errtable[i].err), (unsigned long long)st.failures_by_errno[i]);
+			errno_name(-errtable[i].err), (unsigned long long)st.failures_by_errno[i]);
 	fprintf(f,
 		"# HELP pullfs_backoff_entries References in pull back-off.\n"
 		"# TYPE pullfs_backoff_entries gauge\n"

@@ -35,7 +35,7 @@ static void test_rows_match_spec(void **state)
 	assert_int_equal(errtable_len, sizeof(expected) / sizeof(expected[0]));
 	for (unsigned i = 0; i < errtable_len; i++) {
 		assert_int_equal(errtable[i].err, expected[i].err);
-		assert_string_equal(errno_name(errtable[i].err), expected[i].name);
+		assert_string_equal(errno_name(-errtable[i].err), expected[i].name);
 		assert_string_equal(errtable[i].reason, expected[i].reason);
 		assert_string_equal(errtable_reason(-expected[i].err), expected[i].reason);
 		assert_non_null(errtable[i].cause);
@@ -44,24 +44,22 @@ static void test_rows_match_spec(void **state)
 
 static void test_normalize(void **state)
 {
-	for (unsigned i = 0; i < errtable_len; i++) {
+	for (unsigned i = 0; i < errtable_len; i++)
 		assert_int_equal(errtable_normalize(-errtable[i].err), -errtable[i].err);
-		assert_int_equal(errtable_normalize(errtable[i].err), errtable[i].err);
-	}
 	/* Anything outside the table is "anything else". */
 	assert_int_equal(errtable_normalize(-ENOMEM), -EIO);
 	assert_int_equal(errtable_normalize(-EPIPE), -EIO);
 	assert_int_equal(errtable_normalize(-ENOTSUP), -EIO);
-	assert_int_equal(errtable_normalize(ECONNRESET), EIO);
+	assert_int_equal(errtable_normalize(-ECONNRESET), -EIO);
 	assert_string_equal(errtable_reason(-ENOMEM), "Failed");
 }
 
 static void test_errno_names(void **state)
 {
 	assert_string_equal(errno_name(-EBADMSG), "EBADMSG");
-	assert_string_equal(errno_name(EHOSTUNREACH), "EHOSTUNREACH");
+	assert_string_equal(errno_name(-EHOSTUNREACH), "EHOSTUNREACH");
 	assert_string_equal(errno_name(0), "OK");
-	assert_string_equal(errno_name(4095), "EUNKNOWN");
+	assert_string_equal(errno_name(-4095), "EUNKNOWN");
 }
 
 int main(void)

@@ -131,7 +131,7 @@ int cmd_pull(int argc, char **argv)
 			err_msg("pull %s: %s: invalid reference", j->arg, errno_name(r));
 			failed = 1;
 			j->phase = JOB_DONE;
-			j->err = -r;
+			j->err = r;
 			j->reported = true;
 			continue;
 		}
@@ -153,7 +153,7 @@ int cmd_pull(int argc, char **argv)
 		r = pthread_create(&j->thread, NULL, job_run, j);
 		if (r) {
 			err_msg("cannot start a thread: %s", strerror(r));
-			j->err = r;
+			j->err = -r;
 			j->phase = JOB_DONE;
 			continue;
 		}

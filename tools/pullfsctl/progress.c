@@ -20,9 +20,9 @@ void *job_run(void *p)
 	int err = 0;
 
 	if (stat(j->path, &st) < 0)
-		err = errno;
+		err = -errno;
 	else if (!S_ISDIR(st.st_mode))
-		err = ENOTDIR;
+		err = -ENOTDIR;
 	j->err = err;
 	j->finished = now_monotonic();
 	__atomic_store_n(&j->phase, JOB_DONE, __ATOMIC_RELEASE);
@@ -216,5 +216,5 @@ void job_report_failure(const struct job *j, const json_t *status)
 		err_msg("pull %s: %s: %s: %s", j->reference, errno_name(j->err),
 			reason ? reason : "Failed", msg);
 	else
-		err_msg("pull %s: %s: %s", j->reference, errno_name(j->err), strerror(j->err));
+		err_msg("pull %s: %s: %s", j->reference, errno_name(j->err), strerror(-j->err));
 }

@@ -147,7 +147,7 @@ struct job {
 	char *path;	 /* MOUNT/images/<reference> */
 	pthread_t thread;
 	int phase; /* enum job_phase; written by the thread, atomically */
-	int err;   /* errno of the lookup, valid once JOB_DONE */
+	int err;   /* negative errno of the lookup, valid once JOB_DONE */
 	double started, finished;
 	double started_real; /* wall clock, to compare with event times */
 
