@@ -76,8 +76,8 @@ static json_t *failure(int r, const char *msg)
 static json_t *handle(struct control *c, json_t *req)
 {
 	const char *op = json_string_value(json_object_get(req, "op"));
-	char err[512] = "";
-	void *ans = NULL;
+	struct error_detail err = { 0 };
+	json_t *ans = NULL;
 	int r;
 
 	if (!op)
@@ -93,12 +93,12 @@ static json_t *handle(struct control *c, json_t *req)
 		const char *ref = json_string_value(json_object_get(req, "reference"));
 		if (!ref)
 			return failure(-EINVAL, "inspect needs \"reference\"");
-		r = manager_inspect(c->manager, ref, &ans, err, sizeof(err));
+		r = manager_inspect(c->manager, ref, &ans, &err);
 	} else if (!strcmp(op, "pull")) {
 		const char *ref = json_string_value(json_object_get(req, "reference"));
 		if (!ref)
 			return failure(-EINVAL, "pull needs \"reference\"");
-		r = manager_pull_background(c->manager, ref, &ans, err, sizeof(err));
+		r = manager_pull_background(c->manager, ref, &ans, &err);
 	} else if (!strcmp(op, "rm")) {
 		json_t *refs = json_object_get(req, "references");
 		size_t n = json_array_size(refs);
@@ -113,7 +113,7 @@ static json_t *handle(struct control *c, json_t *req)
 				free(v);
 				return failure(-EINVAL, "references must be strings");
 			}
-		r = manager_remove(c->manager, v, n, &ans, err, sizeof(err));
+		r = manager_remove(c->manager, v, n, &ans, &err);
 		free(v);
 	} else if (!strcmp(op, "gc")) {
 		json_t *to = json_object_get(req, "to_bytes");
@@ -124,13 +124,13 @@ static json_t *handle(struct control *c, json_t *req)
 		uint64_t target = to ? (uint64_t)json_integer_value(to) : 0;
 		if (to && target == 0)
 			target = 1;
-		r = manager_gc(c->manager, target, &ans, err, sizeof(err));
+		r = manager_gc(c->manager, target, &ans, &err);
 	} else {
-		snprintf(err, sizeof(err), "unknown op \"%s\"", op);
-		return failure(-EINVAL, err);
+		error_detail_set(&err, -EINVAL, "unknown op \"%s\"", op);
+		return failure(err.err, err.message);
 	}
 	if (r < 0)
-		return failure(r, err);
+		return failure(r, err.message);
 	return ans;
 }
 

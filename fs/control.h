@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include <jansson.h>
+
 struct manager;
 struct control;
 
@@ -17,8 +19,9 @@ struct control;
  * and the answer must be taken within as long again. */
 #define CONTROL_DEADLINE_S 10
 
-/* Returns the status document (a json_t *, owned by the caller). */
-typedef void *(*control_status_fn)(void *userdata);
+/* Returns the status document, owned by the caller; NULL when out of
+ * memory. */
+typedef json_t *(*control_status_fn)(void *userdata);
 
 /* Binds path and listens, mode 0600, replacing a socket left by a dead
  * daemon (but not one something still answers on, nor a file that is not

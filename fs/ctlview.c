@@ -77,12 +77,10 @@ void ctl_reply_entry(fuse_req_t req, struct fs *fs, fuse_ino_t ino)
 
 static json_t *fs_status(struct fs *fs)
 {
-	void *j = NULL;
-	json_t *o;
+	json_t *o = NULL;
 
-	if (manager_status(fs->manager, &j) < 0)
+	if (manager_status(fs->manager, &o) < 0)
 		return NULL;
-	o = j;
 	json_object_set_new(o, "pid", json_integer(getpid()));
 	if (fs->mountpoint)
 		json_object_set_new(o, "mountpoint", json_string(fs->mountpoint));
@@ -92,7 +90,7 @@ static json_t *fs_status(struct fs *fs)
 	return o;
 }
 
-void *ctl_status_for_control(void *userdata)
+json_t *ctl_status_for_control(void *userdata)
 {
 	return fs_status(userdata);
 }

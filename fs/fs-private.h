@@ -218,4 +218,4 @@ void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_in
 void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
 void ctl_release(struct fuse_file_info *fi);
 /* The status document for the control socket (a json_t *). */
-void *ctl_status_for_control(void *fs);
+json_t *ctl_status_for_control(void *fs);

@@ -497,8 +497,8 @@ bool ensure_call_cancel(struct ensure_call *call)
 	return true;
 }
 
-int manager_pull_background(struct manager *m, const char *reference, void **ret_json, char *errbuf,
-			    size_t errlen)
+int manager_pull_background(struct manager *m, const char *reference, json_t **ret_json,
+			    struct error_detail *err)
 {
 	_cleanup_free_ char *canonical = NULL;
 	struct reference *ref = NULL;
@@ -508,7 +508,7 @@ int manager_pull_background(struct manager *m, const char *reference, void **ret
 	r = reference_parse(reference, REFERENCE_DEFAULT_TAG, &ref);
 	if (r < 0) {
 		if (r == -EINVAL)
-			snprintf(errbuf, errlen, "invalid reference \"%s\"", reference);
+			error_detail_set(err, r, "invalid reference \"%s\"", reference);
 		return r;
 	}
 	canonical = reference_to_string(ref);
@@ -517,13 +517,14 @@ int manager_pull_background(struct manager *m, const char *reference, void **ret
 		return -ENOMEM;
 	}
 	r = ensure_begin(m, ref, NULL, true, NULL, NULL, NULL, &img);
-	if (r < 0) {
-		snprintf(errbuf, errlen, "cannot pull \"%s\": %s", canonical, strerror(-r));
-		return r;
-	}
+	if (r < 0)
+		return error_detail_set(err, r, "cannot pull \"%s\": %s", canonical, strerror(-r));
 	if (r == 1)
 		image_unref(img, 1);
-	*ret_json =
+	json_t *answer =
 		json_pack("{s:b, s:s, s:b}", "ok", 1, "reference", canonical, "present", r == 1);
-	return *ret_json ? 0 : -ENOMEM;
+	if (!answer)
+		return -ENOMEM;
+	*ret_json = answer;
+	return 0;
 }

@@ -324,8 +324,8 @@ static json_t *answer(json_t *removed, uint64_t freed, const struct budget *b)
 			 (json_int_t)b->budget);
 }
 
-static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **ret, char *errbuf,
-		  size_t errlen)
+static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **ret,
+		  struct error_detail *err)
 {
 	struct candidate *c = NULL;
 	struct forget_list fl = { 0 };
@@ -343,7 +343,7 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **re
 	pthread_rwlock_wrlock(&m->gc_lock);
 	r = measure(m, &b);
 	if (r < 0) {
-		snprintf(errbuf, errlen, "cannot measure the cache: %s", strerror(-r));
+		error_detail_set(err, r, "cannot measure the cache: %s", strerror(-r));
 		goto out;
 	}
 	target = to_bytes ? to_bytes : b.low;
@@ -403,22 +403,20 @@ out:
 		json_decref(removed);
 		return r;
 	}
-	*ret = answer(removed, freed, &b);
-	return *ret ? 0 : -ENOMEM;
+	json_t *ans = answer(removed, freed, &b);
+	if (!ans)
+		return -ENOMEM;
+	*ret = ans;
+	return 0;
 }
 
-int manager_gc(struct manager *m, uint64_t to_bytes, void **ret_json, char *errbuf, size_t errlen)
+int manager_gc(struct manager *m, uint64_t to_bytes, json_t **ret_json, struct error_detail *err)
 {
-	json_t *j = NULL;
-	int r = run_gc(m, to_bytes, true, &j, errbuf, errlen);
-
-	if (r == 0)
-		*ret_json = j;
-	return r;
+	return run_gc(m, to_bytes, true, ret_json, err);
 }
 
-int manager_remove(struct manager *m, const char *const *references, size_t n, void **ret_json,
-		   char *errbuf, size_t errlen)
+int manager_remove(struct manager *m, const char *const *references, size_t n, json_t **ret_json,
+		   struct error_detail *err)
 {
 	struct candidate *c = NULL;
 	struct forget_list fl = { 0 };
@@ -435,7 +433,7 @@ int manager_remove(struct manager *m, const char *const *references, size_t n, v
 	for (size_t i = 0; i < n && r == 0; i++) {
 		r = manager_canonical(references[i], &canon[i]);
 		if (r == -EINVAL)
-			snprintf(errbuf, errlen, "invalid reference \"%s\"", references[i]);
+			error_detail_set(err, r, "invalid reference \"%s\"", references[i]);
 	}
 	if (r < 0)
 		goto out_free;
@@ -453,15 +451,13 @@ int manager_remove(struct manager *m, const char *const *references, size_t n, v
 			if (!strcmp(c[j].reference, canon[i]))
 				break;
 		if (j == nc) {
-			snprintf(errbuf, errlen, "image \"%s\" is not in the cache", canon[i]);
-			r = -ENOENT;
+			r = error_detail_set(err, -ENOENT, "image \"%s\" is not in the cache",
+					     canon[i]);
 		} else if (c[j].open_files) {
-			snprintf(errbuf, errlen, "image \"%s\" is in use (%u open files)", canon[i],
-				 c[j].open_files);
-			r = -EBUSY;
+			r = error_detail_set(err, -EBUSY, "image \"%s\" is in use (%u open files)",
+					     canon[i], c[j].open_files);
 		} else if (c[j].in_flight) {
-			snprintf(errbuf, errlen, "image \"%s\" is being pulled", canon[i]);
-			r = -EBUSY;
+			r = error_detail_set(err, -EBUSY, "image \"%s\" is being pulled", canon[i]);
 		}
 	}
 	if (r < 0)
@@ -479,8 +475,10 @@ int manager_remove(struct manager *m, const char *const *references, size_t n, v
 		}
 	freed = sweep(m);
 	measure(m, &b);
-	*ret_json = answer(removed, freed, &b);
-	r = *ret_json ? 0 : -ENOMEM;
+	json_t *ans = answer(removed, freed, &b);
+	if (ans)
+		*ret_json = ans;
+	r = ans ? 0 : -ENOMEM;
 out:
 	pthread_rwlock_unlock(&m->gc_lock);
 	forget_list_run(m, &fl);
@@ -519,8 +517,7 @@ static void *gc_thread(void *arg)
 		m->gc_wanted = false;
 		pthread_mutex_unlock(&m->lock);
 		json_t *j = NULL;
-		char err[256];
-		if (run_gc(m, 0, false, &j, err, sizeof(err)) == 0)
+		if (run_gc(m, 0, false, &j, NULL) == 0)
 			json_decref(j);
 		pthread_mutex_lock(&m->lock);
 	}

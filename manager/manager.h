@@ -11,7 +11,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "clock.h"
+#include "errdetail.h"
 #include "events.h"
 #include "policy.h"
 #include "tree.h"
@@ -126,11 +129,11 @@ bool ensure_call_cancel(struct ensure_call *call);
 
 /* The operator's background pull (pullfsctl pull --background): ensure
  * with no caller, which completes even though nobody waits for it.
- * Returns 0 at once with {ok, reference, present} (void * = json_t *),
- * or -errno with a reason in errbuf (an invalid reference, back-off, a
- * full queue). */
-int manager_pull_background(struct manager *m, const char *reference, void **ret_json, char *errbuf,
-			    size_t errlen);
+ * Returns 0 at once with {ok, reference, present}, a json_t owned by the
+ * caller, or -errno with the reason in err (an invalid reference,
+ * back-off, a full queue). */
+int manager_pull_background(struct manager *m, const char *reference, json_t **ret_json,
+			    struct error_detail *err);
 
 /* True when host is a registry the manager knows by name: an insecure
  * registry from the options or the domain of a cached image. */
@@ -176,21 +179,21 @@ void manager_set_names_changed(struct manager *m, void (*fn)(void *userdata, con
 			       void *userdata);
 
 /* A JSON document for MOUNT/.pullfs/status (docs/control.md), without the
- * fields only the filesystem knows.  Returns 0 with a new json_t * (as
- * void * to keep jansson out of this header) or -ENOMEM. */
-int manager_status(struct manager *m, void **ret_json);
+ * fields only the filesystem knows.  Returns 0 with a json_t owned by the
+ * caller, or -ENOMEM. */
+int manager_status(struct manager *m, json_t **ret_json);
 
 /* Appends the manager's metrics in Prometheus text format to f. */
 void manager_metrics(struct manager *m, FILE *f);
 
 /* Control operations (docs/control.md); each returns 0 with a JSON
- * answer (void * = json_t *) or -errno with a reason in errbuf. */
-int manager_inspect(struct manager *m, const char *reference, void **ret_json, char *errbuf,
-		    size_t errlen);
-int manager_remove(struct manager *m, const char *const *references, size_t n, void **ret_json,
-		   char *errbuf, size_t errlen);
+ * answer owned by the caller, or -errno with the reason in err. */
+int manager_inspect(struct manager *m, const char *reference, json_t **ret_json,
+		    struct error_detail *err);
+int manager_remove(struct manager *m, const char *const *references, size_t n, json_t **ret_json,
+		   struct error_detail *err);
 /* to_bytes 0: down to the low threshold. */
-int manager_gc(struct manager *m, uint64_t to_bytes, void **ret_json, char *errbuf, size_t errlen);
+int manager_gc(struct manager *m, uint64_t to_bytes, json_t **ret_json, struct error_detail *err);
 
 /* Images: immutable once returned; refcounted; safe from any thread. */
 void image_ref(struct image *img, uint64_t n);

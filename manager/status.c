@@ -108,7 +108,7 @@ static int status_image(void *userdata, const char *key, void *value)
 	return 0;
 }
 
-int manager_status(struct manager *m, void **ret_json)
+int manager_status(struct manager *m, json_t **ret_json)
 {
 	struct status_ctx s = { .m = m };
 	struct backoff_entry *be = NULL;
@@ -330,20 +330,21 @@ static json_t *descriptor_json(const struct descriptor *d)
 			 "media_type", d->media_type);
 }
 
-int manager_inspect(struct manager *m, const char *reference, void **ret_json, char *errbuf,
-		    size_t errlen)
+int manager_inspect(struct manager *m, const char *reference, json_t **ret_json,
+		    struct error_detail *err)
 {
 	_cleanup_free_ char *canonical = NULL, *digest = NULL, *index_digest = NULL;
 	_cleanup_free_ char *mbuf = NULL, *cbuf = NULL;
 	struct manifest *mf = NULL;
 	size_t mlen, clen;
 	json_t *o = NULL, *layers, *config;
+	char why[ERROR_DETAIL_MAX] = "";
 	int r;
 
 	r = manager_canonical(reference, &canonical);
 	if (r < 0) {
 		if (r == -EINVAL)
-			snprintf(errbuf, errlen, "invalid reference \"%s\"", reference);
+			error_detail_set(err, r, "invalid reference \"%s\"", reference);
 		return r;
 	}
 	pthread_mutex_lock(&m->lock);
@@ -353,23 +354,22 @@ int manager_inspect(struct manager *m, const char *reference, void **ret_json, c
 		index_digest = rs->index_digest ? strdup(rs->index_digest) : NULL;
 	}
 	pthread_mutex_unlock(&m->lock);
-	if (!digest) {
-		snprintf(errbuf, errlen, "image \"%s\" is not in the cache", canonical);
-		return -ENOENT;
-	}
+	if (!digest)
+		return error_detail_set(err, -ENOENT, "image \"%s\" is not in the cache",
+					canonical);
 	r = cache_blob_read(m->cache, digest, MANIFEST_MAX_BYTES, &mbuf, &mlen);
 	if (r == 0)
-		r = manifest_parse(mbuf, mlen, NULL, &mf, errbuf, errlen);
+		r = manifest_parse(mbuf, mlen, NULL, &mf, why, sizeof(why));
 	if (r < 0) {
-		if (!errbuf[0])
-			snprintf(errbuf, errlen, "cannot read the manifest of \"%s\": %s",
-				 canonical, strerror(-r));
-		return r;
+		if (why[0])
+			return error_detail_set(err, r, "%s", why);
+		return error_detail_set(err, r, "cannot read the manifest of \"%s\": %s", canonical,
+					strerror(-r));
 	}
 	if (mf->kind != MANIFEST_IMAGE) {
 		manifest_free(mf);
-		snprintf(errbuf, errlen, "manifest of \"%s\" is not an image manifest", canonical);
-		return -EBADMSG;
+		return error_detail_set(err, -EBADMSG,
+					"manifest of \"%s\" is not an image manifest", canonical);
 	}
 	layers = json_array();
 	uint64_t size = mf->config.size;
