@@ -59,6 +59,7 @@ struct control {
 	bool started;
 	struct manager *manager;
 	control_status_fn status;
+	control_settle_fn settle;
 	void *userdata;
 	pthread_mutex_t lock;
 	pthread_cond_t conn_done;		    /* a connection became CONN_DONE */
@@ -115,6 +116,8 @@ static json_t *handle(struct control *c, json_t *req)
 			}
 		r = manager_remove(c->manager, v, n, &ans, &err);
 		free(v);
+		if (r == 0 && c->settle)
+			c->settle(c->userdata);
 	} else if (!strcmp(op, "gc")) {
 		json_t *to = json_object_get(req, "to_bytes");
 		if (to && (!json_is_integer(to) || json_integer_value(to) < 0))
@@ -125,6 +128,8 @@ static json_t *handle(struct control *c, json_t *req)
 		if (to && target == 0)
 			target = 1;
 		r = manager_gc(c->manager, target, &ans, &err);
+		if (r == 0 && c->settle)
+			c->settle(c->userdata);
 	} else {
 		error_detail_set(&err, -EINVAL, "unknown op \"%s\"", op);
 		return failure(err.err, err.message);
@@ -459,11 +464,13 @@ int control_new(const char *path, struct manager *m, struct control **ret, char 
 	return 0;
 }
 
-int control_start(struct control *c, control_status_fn status, void *userdata)
+int control_start(struct control *c, control_status_fn status, control_settle_fn settle,
+		  void *userdata)
 {
 	int r;
 
 	c->status = status;
+	c->settle = settle;
 	c->userdata = userdata;
 	r = -pthread_create(&c->acceptor, NULL, acceptor_thread, c);
 	if (r < 0)

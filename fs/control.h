@@ -22,6 +22,9 @@ struct control;
 /* Returns the status document, owned by the caller; NULL when out of
  * memory. */
 typedef json_t *(*control_status_fn)(void *userdata);
+/* Returns once the filesystem has acted on what the manager reported
+ * (removed names), before the answer of rm or gc goes out. */
+typedef void (*control_settle_fn)(void *userdata);
 
 /* Binds path and listens, mode 0600, replacing a socket left by a dead
  * daemon (but not one something still answers on, nor a file that is not
@@ -33,8 +36,9 @@ int control_new(const char *path, struct manager *m, struct control **ret, char 
 
 /* Serves the socket from threads of its own (call after any fork).  Only
  * root and the daemon's own user may talk to it.  status makes the status
- * document.  Returns 0 or -errno. */
-int control_start(struct control *c, control_status_fn status, void *userdata);
+ * document; settle (may be NULL) follows rm and gc.  Returns 0 or -errno. */
+int control_start(struct control *c, control_status_fn status, control_settle_fn settle,
+		  void *userdata);
 
 /* Stops serving: closes every connection and joins every thread, waiting
  * for requests that are running.  The socket stays bound.  Accepts NULL

@@ -88,12 +88,20 @@ struct fs {
 	struct strmap *nsinos;	/* ino in hex -> struct nsnode *; ns_lock */
 	/* The kernel opens directories itself (no OPENDIR requests). */
 	bool no_opendir;
-	/* Namespace directories whose listings changed, by key, waiting
-	 * for the notifier thread to invalidate them in the kernel. */
+	/* Namespace directories whose listings changed, by key, and the
+	 * dentries of removed names, waiting for the notifier thread to
+	 * invalidate them in the kernel. */
 	pthread_mutex_t notify_lock;
 	pthread_cond_t notify_cond;
 	struct strmap *notify_keys; /* notify_lock */
 	bool notify_stop;	    /* notify_lock */
+	/* dentries.c: reference -> struct root_dentry * list; notify_lock */
+	struct strmap *dentries;
+	struct root_dentry *dentries_gone; /* of removed names; notify_lock */
+	/* What was queued and what the notifier has sent, for
+	 * ns_notifier_settle(); notify_lock */
+	uint64_t notify_queued, notify_sent;
+	pthread_cond_t notify_sent_cond;
 	pthread_t notifier;
 	bool notifier_started;
 	struct fsop_stats ops[FSOP_COUNT];
@@ -184,6 +192,22 @@ void ns_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size, off_
  * -errno.  ns_notifier_stop() before the session ends; it waits. */
 int ns_notifier_start(struct fs *fs);
 void ns_notifier_stop(struct fs *fs);
+/* Waits until the notifier has sent what was queued before the call (a
+ * control request that removed images answers after that, as the kernel
+ * should forget them first).  Returns at once when no notifier runs. */
+void ns_notifier_settle(void *fs);
+
+/* dentries.c: image roots the kernel holds, by canonical reference.
+ * dentries_note() records one as the kernel gets it (takes notify_lock);
+ * dentries_removed_locked() moves those of a removed name to
+ * dentries_gone (notify_lock held); dentries_invalidate() sends the
+ * invalidations of such a list and frees it (the notifier thread only,
+ * no lock held). */
+struct root_dentry;
+void dentries_note(struct fs *fs, const char *reference, fuse_ino_t parent, const char *name);
+void dentries_removed_locked(struct fs *fs, const char *reference);
+void dentries_invalidate(struct fs *fs, struct root_dentry *list);
+void dentries_free(struct fs *fs);
 
 /* ctlview.c: the request counters, and the control view (.pullfs/status
  * and .pullfs/metrics, made at open and read with direct I/O). */

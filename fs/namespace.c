@@ -17,6 +17,7 @@
 #include "macro.h"
 #include "manager.h"
 #include "pathform.h"
+#include "reference.h"
 #include "strmap.h"
 
 void ns_stat(struct fs *fs, fuse_ino_t ino, const struct nsnode *n, struct stat *st)
@@ -283,6 +284,7 @@ struct lookup_call {
 	bool finished;		  /* lock: the answer is decided */
 	uint64_t parent;
 	int64_t start_ns;
+	char *reference; /* canonical, for dentries_note(); NULL when unparsed */
 	char name[];
 };
 
@@ -290,6 +292,7 @@ static void lookup_call_put(struct lookup_call *lc)
 {
 	if (atomic_fetch_sub(&lc->refs, 1) == 1) {
 		pthread_mutex_destroy(&lc->lock);
+		free(lc->reference);
 		free(lc);
 	}
 }
@@ -301,7 +304,8 @@ static void lookup_reply(struct lookup_call *lc, int r, struct image *img)
 	if (r < 0) {
 		reply_err(lc->req, r);
 	} else {
-		image_note_dentry(img, lc->parent, lc->name);
+		if (lc->reference)
+			dentries_note(fs, lc->reference, lc->parent, lc->name);
 		reply_image_root(lc->req, fs, img);
 	}
 	fsop_done(fs, FSOP_LOOKUP, lc->start_ns);
@@ -364,6 +368,11 @@ static bool image_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, c
 	lc->parent = parent->ino;
 	lc->start_ns = mono_ns();
 	strcpy(lc->name, name);
+	if (step->ref && !(lc->reference = reference_to_string(step->ref))) {
+		free(lc);
+		reply_err(req, -ENOMEM);
+		return false;
+	}
 	caller_of(req, &who);
 	/* Registered first: an interrupt that came already is noted now. */
 	fuse_req_interrupt_func(req, lookup_interrupt, lc);
@@ -464,25 +473,28 @@ bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char 
 /* ---- invalidation of cached listings --------------------------------- */
 
 /* The manager's names_changed hook: notes the directories above
- * reference ("", "host", "host/repo", ...) for the notifier.  Called with
- * the manager's lock held.  When memory is short the note is lost and
- * the kernel shows the old listing until the directory's attributes time
- * out. */
-static void names_changed(void *userdata, const char *reference)
+ * reference ("", "host", "host/repo", ...) for the notifier, and the
+ * dentries of a removed name.  Called with the manager's lock held.
+ * When memory is short the note is lost and the kernel shows the old
+ * listing until the directory's attributes time out. */
+static void names_changed(void *userdata, const char *reference, bool removed)
 {
 	struct fs *fs = userdata;
 	_cleanup_free_ char *key = strdup(reference);
 	char *slash;
 
-	if (!key)
-		return;
 	pthread_mutex_lock(&fs->notify_lock);
 	if (!fs->notify_stop) {
-		strmap_put(fs->notify_keys, "", NULL);
-		for (slash = key; (slash = strchr(slash, '/')); *slash++ = '/') {
-			*slash = '\0';
-			strmap_put(fs->notify_keys, key, NULL);
+		if (removed)
+			dentries_removed_locked(fs, reference);
+		if (key) {
+			strmap_put(fs->notify_keys, "", NULL);
+			for (slash = key; (slash = strchr(slash, '/')); *slash++ = '/') {
+				*slash = '\0';
+				strmap_put(fs->notify_keys, key, NULL);
+			}
 		}
+		fs->notify_queued++;
 		pthread_cond_signal(&fs->notify_cond);
 	}
 	pthread_mutex_unlock(&fs->notify_lock);
@@ -518,10 +530,11 @@ static void *notifier(void *arg)
 
 	pthread_mutex_lock(&fs->notify_lock);
 	for (;;) {
-		while (!fs->notify_stop && strmap_size(fs->notify_keys) == 0)
+		while (!fs->notify_stop && fs->notify_sent == fs->notify_queued)
 			pthread_cond_wait(&fs->notify_cond, &fs->notify_lock);
 		if (fs->notify_stop)
 			break;
+		uint64_t batch = fs->notify_queued;
 		struct strmap *keys = fs->notify_keys, *fresh = strmap_new();
 		if (!fresh) {
 			/* Try again with the same keys later. */
@@ -531,6 +544,7 @@ static void *notifier(void *arg)
 			continue;
 		}
 		fs->notify_keys = fresh;
+		struct root_dentry *gone = TAKE_PTR(fs->dentries_gone);
 		pthread_mutex_unlock(&fs->notify_lock);
 
 		struct inval_batch b = { .fs = fs };
@@ -545,7 +559,10 @@ static void *notifier(void *arg)
 		for (size_t i = 0; i < b.n; i++)
 			fuse_lowlevel_notify_inval_inode(fs->session, b.inos[i], 0, 0);
 		free(b.inos);
+		dentries_invalidate(fs, gone);
 		pthread_mutex_lock(&fs->notify_lock);
+		fs->notify_sent = batch;
+		pthread_cond_broadcast(&fs->notify_sent_cond);
 	}
 	pthread_mutex_unlock(&fs->notify_lock);
 	return NULL;
@@ -570,9 +587,21 @@ void ns_notifier_stop(struct fs *fs)
 	pthread_mutex_lock(&fs->notify_lock);
 	fs->notify_stop = true;
 	pthread_cond_signal(&fs->notify_cond);
+	pthread_cond_broadcast(&fs->notify_sent_cond);
 	pthread_mutex_unlock(&fs->notify_lock);
 	pthread_join(fs->notifier, NULL);
 	fs->notifier_started = false;
+}
+
+void ns_notifier_settle(void *userdata)
+{
+	struct fs *fs = userdata;
+
+	pthread_mutex_lock(&fs->notify_lock);
+	uint64_t target = fs->notify_queued;
+	while (!fs->notify_stop && fs->notifier_started && fs->notify_sent < target)
+		pthread_cond_wait(&fs->notify_sent_cond, &fs->notify_lock);
+	pthread_mutex_unlock(&fs->notify_lock);
 }
 
 /* ---- listings --------------------------------------------------------- */

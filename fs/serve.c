@@ -40,10 +40,12 @@ int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
 	pthread_mutex_init(&fs->backing_lock, NULL);
 	pthread_mutex_init(&fs->notify_lock, NULL);
 	pthread_cond_init(&fs->notify_cond, NULL);
+	pthread_cond_init(&fs->notify_sent_cond, NULL);
 	clock_gettime(CLOCK_REALTIME, &fs->started);
 	fs->backings = strmap_new();
 	fs->notify_keys = strmap_new();
-	if (!fs->backings || !fs->notify_keys || ns_init(fs) < 0) {
+	fs->dentries = strmap_new();
+	if (!fs->backings || !fs->notify_keys || !fs->dentries || ns_init(fs) < 0) {
 		fs_free(fs);
 		return -ENOMEM;
 	}
@@ -74,6 +76,7 @@ void fs_free(struct fs *fs)
 	strmap_free(fs->nsnodes);
 	strmap_free(fs->nsinos);
 	strmap_free(fs->notify_keys);
+	dentries_free(fs);
 	pthread_mutex_destroy(&fs->ns_lock);
 	/* backing files of files still open at the unmount: the kernel
 	 * dropped its references with the connection */
@@ -83,18 +86,8 @@ void fs_free(struct fs *fs)
 	pthread_mutex_destroy(&fs->backing_lock);
 	pthread_mutex_destroy(&fs->notify_lock);
 	pthread_cond_destroy(&fs->notify_cond);
+	pthread_cond_destroy(&fs->notify_sent_cond);
 	free(fs);
-}
-
-/* GC removed an image: ask the kernel to drop its root dentry so the
- * image can be let go of as soon as nothing holds it. */
-static void forget_dentry(void *userdata, uint64_t parent, const char *name)
-{
-	struct fs *fs = userdata;
-
-	if (fs->session)
-		fuse_lowlevel_notify_inval_entry(fs->session, (fuse_ino_t)parent, name,
-						 strlen(name));
 }
 
 static struct manager *hup_manager;
@@ -179,7 +172,6 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, bool
 	}
 	/* Threads only now: fuse_daemonize forks. */
 	fs->mountpoint = realpath(mountpoint, NULL);
-	manager_set_forget_dentry(fs->manager, forget_dentry, fs);
 	r = ns_notifier_start(fs);
 	if (r < 0)
 		goto out_unmount;
@@ -192,7 +184,7 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, bool
 		goto out_unmount;
 	}
 	if (fs->opts.control) {
-		r = control_start(fs->opts.control, ctl_status_for_control, fs);
+		r = control_start(fs->opts.control, ctl_status_for_control, ns_notifier_settle, fs);
 		if (r < 0) {
 			fprintf(stderr, "pullfs: cannot serve the control socket: %s\n",
 				strerror(-r));

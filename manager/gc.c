@@ -261,43 +261,10 @@ static uint64_t sweep(struct manager *m)
 
 /* ---- removing references --------------------------------------------- */
 
-struct forget_list {
-	struct forget_item {
-		uint64_t parent;
-		char *name;
-	} * items;
-	size_t n;
-};
-
-static void forget_list_add_locked(struct forget_list *l, const struct image *img)
-{
-	for (const struct image_dentry *d = img->dentries; d; d = d->next) {
-		struct forget_item *n = realloc(l->items, (l->n + 1) * sizeof(*n));
-		if (!n)
-			return;
-		l->items = n;
-		l->items[l->n].parent = d->parent;
-		l->items[l->n].name = strdup(d->name);
-		if (l->items[l->n].name)
-			l->n++;
-	}
-}
-
-static void forget_list_run(struct manager *m, struct forget_list *l)
-{
-	for (size_t i = 0; i < l->n; i++) {
-		if (m->forget_dentry)
-			m->forget_dentry(m->forget_userdata, l->items[i].parent, l->items[i].name);
-		free(l->items[i].name);
-	}
-	free(l->items);
-	l->items = NULL;
-	l->n = 0;
-}
-
 /* Forgets reference: its file, its state, and (when nothing else names
- * it) the loaded image.  gc_lock held exclusively. */
-static int remove_reference(struct manager *m, const char *reference, struct forget_list *fl)
+ * it) the loaded image; names_changed tells the filesystem.  gc_lock held
+ * exclusively. */
+static int remove_reference(struct manager *m, const char *reference)
 {
 	struct refstate *rs;
 	int r;
@@ -307,12 +274,8 @@ static int remove_reference(struct manager *m, const char *reference, struct for
 		return r;
 	pthread_mutex_lock(&m->lock);
 	rs = strmap_get(m->refs, reference);
-	if (rs) {
-		struct image *img = strmap_get(m->images, reference);
-		if (img)
-			forget_list_add_locked(fl, img);
+	if (rs)
 		refstate_drop_locked(m, reference);
-	}
 	pthread_mutex_unlock(&m->lock);
 	return 0;
 }
@@ -328,7 +291,6 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **re
 		  struct error_detail *err)
 {
 	struct candidate *c = NULL;
-	struct forget_list fl = { 0 };
 	struct budget b;
 	uint64_t freed = 0, target;
 	size_t n = 0;
@@ -363,7 +325,7 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **re
 		if (c[i].pinned || c[i].in_flight || c[i].open_files ||
 		    now - c[i].pulled_at < (int64_t)min_age)
 			continue;
-		if (remove_reference(m, c[i].reference, &fl) < 0)
+		if (remove_reference(m, c[i].reference) < 0)
 			continue;
 		got = sweep(m);
 		freed += got;
@@ -397,7 +359,6 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **re
 	r = 0;
 out:
 	pthread_rwlock_unlock(&m->gc_lock);
-	forget_list_run(m, &fl);
 	candidates_free(c, n);
 	if (r < 0) {
 		json_decref(removed);
@@ -419,7 +380,6 @@ int manager_remove(struct manager *m, const char *const *references, size_t n, j
 		   struct error_detail *err)
 {
 	struct candidate *c = NULL;
-	struct forget_list fl = { 0 };
 	char **canon;
 	size_t nc = 0;
 	uint64_t freed;
@@ -468,7 +428,7 @@ int manager_remove(struct manager *m, const char *const *references, size_t n, j
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++)
-		if (remove_reference(m, canon[i], &fl) == 0) {
+		if (remove_reference(m, canon[i]) == 0) {
 			json_array_append_new(removed, json_string(canon[i]));
 			manager_emit(m, EVENT_NORMAL, "ImageRemoved", canon[i], NULL, 0, NULL,
 				     "Removed image \"%s\" on request", canon[i]);
@@ -481,7 +441,6 @@ int manager_remove(struct manager *m, const char *const *references, size_t n, j
 	r = ans ? 0 : -ENOMEM;
 out:
 	pthread_rwlock_unlock(&m->gc_lock);
-	forget_list_run(m, &fl);
 	candidates_free(c, nc);
 out_free:
 	for (size_t i = 0; i < n; i++)

@@ -234,11 +234,6 @@ static void image_free(struct image *img)
 
 	if (img->key)
 		key_release(m, img->key);
-	while (img->dentries) {
-		struct image_dentry *d = img->dentries;
-		img->dentries = d->next;
-		free(d);
-	}
 	content_put(m, img->content);
 	free(img);
 }
@@ -301,25 +296,6 @@ void image_open(struct image *img)
 void image_close(struct image *img)
 {
 	atomic_fetch_sub(&img->open_files, 1);
-}
-
-void image_note_dentry(struct image *img, uint64_t parent, const char *name)
-{
-	struct manager *m = img->manager;
-	struct image_dentry *d;
-	size_t len = strlen(name);
-
-	pthread_mutex_lock(&m->lock);
-	for (d = img->dentries; d; d = d->next)
-		if (d->parent == parent && !strcmp(d->name, name))
-			break;
-	if (!d && (d = malloc(sizeof(*d) + len + 1))) {
-		d->parent = parent;
-		memcpy(d->name, name, len + 1);
-		d->next = img->dentries;
-		img->dentries = d;
-	}
-	pthread_mutex_unlock(&m->lock);
 }
 
 uint32_t image_key(const struct image *img)

@@ -49,15 +49,6 @@ struct image {
 	struct image_content *content;
 	uint32_t key;	     /* in manager.keys: part of every node id */
 	uint32_t generation; /* from the manifest digest, never 0 */
-	/* Where the kernel has this image's root as a dentry, so that GC can
-	 * ask it to forget; under manager.lock. */
-	struct image_dentry *dentries;
-};
-
-struct image_dentry {
-	struct image_dentry *next;
-	uint64_t parent; /* opaque to the manager: the filesystem's parent id */
-	char name[];
 };
 
 /* What the manager knows of one reference. */
@@ -172,10 +163,8 @@ struct manager {
 	struct strmap *registry_bytes; /* domain -> (uint64_t *); lock */
 	struct manager_stats stats;    /* lock */
 
-	void (*forget_dentry)(void *userdata, uint64_t parent, const char *name);
-	void *forget_userdata;
 	/* manager_set_names_changed(); lock */
-	void (*names_changed)(void *userdata, const char *reference);
+	manager_names_changed_fn *names_changed;
 	void *names_userdata;
 
 	/* the background GC thread */

@@ -89,8 +89,7 @@ int manager_list(struct manager *m, const char *prefix,
 	return r;
 }
 
-void manager_set_names_changed(struct manager *m, void (*fn)(void *userdata, const char *reference),
-			       void *userdata)
+void manager_set_names_changed(struct manager *m, manager_names_changed_fn *fn, void *userdata)
 {
 	pthread_mutex_lock(&m->lock);
 	m->names_changed = fn;
@@ -155,14 +154,6 @@ void manager_drain(struct manager *m)
 int manager_start(struct manager *m)
 {
 	return gc_start(m);
-}
-
-void manager_set_forget_dentry(struct manager *m,
-			       void (*fn)(void *userdata, uint64_t parent, const char *name),
-			       void *userdata)
-{
-	m->forget_dentry = fn;
-	m->forget_userdata = userdata;
 }
 
 const char *manager_cache_dir(const struct manager *m)

@@ -162,21 +162,15 @@ const char *manager_cache_dir(const struct manager *m);
  * forked (threads do not survive fork).  Returns 0 or -errno. */
 int manager_start(struct manager *m);
 
-/* The filesystem's hook to make the kernel drop a dentry of an image root
- * that GC removed: called without locks, from the GC thread or a control
- * request, never from a FUSE request handler. */
-void manager_set_forget_dentry(struct manager *m,
-			       void (*fn)(void *userdata, uint64_t parent, const char *name),
-			       void *userdata);
-
-/* The filesystem's hook for cached listings: fn(userdata, reference) is
- * called whenever a reference comes into or goes out of what
- * manager_list() shows, with manager locks held, so it must only take
- * note (no blocking, no call into the manager).  After the call that sets
- * it returns, the previous hook is no longer running nor called: set NULL
- * before its userdata goes away. */
-void manager_set_names_changed(struct manager *m, void (*fn)(void *userdata, const char *reference),
-			       void *userdata);
+/* The filesystem's hook for cached listings and removed names:
+ * fn(userdata, reference, removed) is called whenever a canonical
+ * reference comes into (removed false) or goes out of (removed true: rm,
+ * GC, an idle name collected) what manager_list() shows, with manager
+ * locks held, so it must only take note (no blocking, no call into the
+ * manager).  After the call that sets it returns, the previous hook is no
+ * longer running nor called: set NULL before its userdata goes away. */
+typedef void manager_names_changed_fn(void *userdata, const char *reference, bool removed);
+void manager_set_names_changed(struct manager *m, manager_names_changed_fn *fn, void *userdata);
 
 /* A JSON document for MOUNT/.pullfs/status (docs/control.md), without the
  * fields only the filesystem knows.  Returns 0 with a json_t owned by the
@@ -233,6 +227,3 @@ ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t o
  * leave an image with open files alone. */
 void image_open(struct image *img);
 void image_close(struct image *img);
-/* Records that the kernel holds the image root as `name` in directory
- * `parent` (the filesystem's id), for manager_set_forget_dentry. */
-void image_note_dentry(struct image *img, uint64_t parent, const char *name);

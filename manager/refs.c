@@ -151,7 +151,7 @@ void refstate_drop_locked(struct manager *m, const char *reference)
 	if (!rs)
 		return;
 	if (m->names_changed)
-		m->names_changed(m->names_userdata, reference);
+		m->names_changed(m->names_userdata, reference, true);
 	if (rs->ephemeral) {
 		struct user_usage *u = users_get_locked(m, rs->uid);
 		if (u && u->names > 0)
@@ -184,7 +184,7 @@ static int refstate_set(struct manager *m, const char *reference, const char *di
 			return -ENOMEM;
 		}
 		if (m->names_changed)
-			m->names_changed(m->names_userdata, reference);
+			m->names_changed(m->names_userdata, reference, false);
 	}
 	_cleanup_free_ char *old = rs->digest;
 	free(rs->index_digest);

@@ -1,0 +1,103 @@
+/* The image roots the kernel holds as dentries, by the canonical reference
+ * they were looked up as.  The manager only reports which names it
+ * removed (its names_changed hook); the notifier thread (namespace.c)
+ * then asks the kernel to drop those dentries, so that a removed image is
+ * let go of as soon as nothing else holds it and the next lookup of the
+ * name runs ensure again. */
+#include "fs-private.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "strmap.h"
+
+/* A name has a dentry per path form that reached it (a few); older ones
+ * beyond this are under directories the kernel has since forgotten, so
+ * they are let go of rather than kept for as long as the name lives. */
+#define DENTRIES_PER_NAME 8
+
+struct root_dentry {
+	struct root_dentry *next;
+	fuse_ino_t parent;
+	char name[];
+};
+
+static void list_free(struct root_dentry *list)
+{
+	while (list) {
+		struct root_dentry *d = list;
+
+		list = d->next;
+		free(d);
+	}
+}
+
+void dentries_note(struct fs *fs, const char *reference, fuse_ino_t parent, const char *name)
+{
+	struct root_dentry *head, *d;
+	size_t len = strlen(name);
+
+	pthread_mutex_lock(&fs->notify_lock);
+	head = strmap_get(fs->dentries, reference);
+	for (d = head; d; d = d->next)
+		if (d->parent == parent && !strcmp(d->name, name))
+			goto out;
+	/* Short of memory the dentry is not noted: the kernel keeps it until
+	 * its entry timeout even if the name is removed. */
+	d = malloc(sizeof(*d) + len + 1);
+	if (!d)
+		goto out;
+	d->parent = parent;
+	memcpy(d->name, name, len + 1);
+	d->next = head;
+	if (strmap_put(fs->dentries, reference, d) < 0) {
+		free(d);
+		goto out;
+	}
+	for (unsigned i = 1; d->next; d = d->next, i++)
+		if (i == DENTRIES_PER_NAME) {
+			list_free(d->next);
+			d->next = NULL;
+			break;
+		}
+out:
+	pthread_mutex_unlock(&fs->notify_lock);
+}
+
+void dentries_removed_locked(struct fs *fs, const char *reference)
+{
+	struct root_dentry *d = strmap_remove(fs->dentries, reference), *last;
+
+	if (!d)
+		return;
+	for (last = d; last->next; last = last->next)
+		;
+	last->next = fs->dentries_gone;
+	fs->dentries_gone = d;
+}
+
+void dentries_invalidate(struct fs *fs, struct root_dentry *list)
+{
+	while (list) {
+		struct root_dentry *d = list;
+
+		list = d->next;
+		/* A dentry the kernel dropped meanwhile is ENOENT: ignored. */
+		fuse_lowlevel_notify_inval_entry(fs->session, d->parent, d->name, strlen(d->name));
+		free(d);
+	}
+}
+
+static int free_entry(void *userdata, const char *key, void *value)
+{
+	list_free(value);
+	return 0;
+}
+
+void dentries_free(struct fs *fs)
+{
+	if (fs->dentries)
+		strmap_foreach(fs->dentries, free_entry, NULL);
+	strmap_free(fs->dentries);
+	list_free(fs->dentries_gone);
+}
