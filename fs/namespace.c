@@ -575,13 +575,13 @@ int ns_notifier_start(struct fs *fs)
 	if (r != 0)
 		return -r;
 	fs->notifier_started = true;
-	manager_set_names_changed(fs->manager, names_changed, fs);
+	manager_set_names_changed(fs->manager, names_changed, ns_notifier_settle, fs);
 	return 0;
 }
 
 void ns_notifier_stop(struct fs *fs)
 {
-	manager_set_names_changed(fs->manager, NULL, NULL);
+	manager_set_names_changed(fs->manager, NULL, NULL, NULL);
 	if (!fs->notifier_started)
 		return;
 	pthread_mutex_lock(&fs->notify_lock);

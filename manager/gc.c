@@ -32,6 +32,8 @@ struct candidate {
 	unsigned open_files;
 	bool in_flight;
 	bool pinned;
+	bool removed;	/* by this run */
+	uint64_t freed; /* bytes its removal freed */
 };
 
 static void candidates_free(struct candidate *c, size_t n)
@@ -331,10 +333,8 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **re
 		freed += got;
 		measure(m, &b);
 		json_array_append_new(removed, json_string(c[i].reference));
-		manager_emit(m, EVENT_NORMAL, "ImageGC", c[i].reference, c[i].digest, 0, NULL,
-			     "Removed image \"%s\" (last used %llds ago), freed %llu bytes",
-			     c[i].reference, (long long)(now - c[i].last_used_ms / 1000),
-			     (unsigned long long)(got ? got : before - MIN(b.usage, before)));
+		c[i].removed = true;
+		c[i].freed = got ? got : before - MIN(b.usage, before);
 	}
 	pthread_mutex_lock(&m->lock);
 	if (manual)
@@ -344,6 +344,35 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **re
 	m->stats.gc_freed_bytes += freed;
 	m->stats.gc_removed_images += json_array_size(removed);
 	pthread_mutex_unlock(&m->lock);
+	r = 0;
+out:
+	pthread_rwlock_unlock(&m->gc_lock);
+	if (r < 0) {
+		candidates_free(c, n);
+		json_decref(removed);
+		return r;
+	}
+	/* The events say an image is gone once the kernel was told to forget
+	 * it (outside gc_lock: the kernel may wait for lookups that wait for
+	 * it). */
+	if (json_array_size(removed) > 0) {
+		void (*settle)(void *);
+		void *ud;
+
+		pthread_mutex_lock(&m->lock);
+		settle = m->names_settle;
+		ud = m->names_userdata;
+		pthread_mutex_unlock(&m->lock);
+		if (settle)
+			settle(ud);
+	}
+	for (size_t i = 0; i < n; i++)
+		if (c[i].removed)
+			manager_emit(m, EVENT_NORMAL, "ImageGC", c[i].reference, c[i].digest, 0,
+				     NULL,
+				     "Removed image \"%s\" (last used %llds ago), freed %llu bytes",
+				     c[i].reference, (long long)(now - c[i].last_used_ms / 1000),
+				     (unsigned long long)c[i].freed);
 	if (b.usage > target)
 		manager_emit(
 			m, EVENT_WARNING, "ImageGCFailed", NULL, NULL, 0, NULL,
@@ -356,14 +385,7 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **re
 			"Image garbage collection removed %zu images and freed %llu bytes; usage %llu of %llu bytes",
 			json_array_size(removed), (unsigned long long)freed,
 			(unsigned long long)b.usage, (unsigned long long)b.budget);
-	r = 0;
-out:
-	pthread_rwlock_unlock(&m->gc_lock);
 	candidates_free(c, n);
-	if (r < 0) {
-		json_decref(removed);
-		return r;
-	}
 	json_t *ans = answer(removed, freed, &b);
 	if (!ans)
 		return -ENOMEM;

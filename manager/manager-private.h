@@ -165,6 +165,8 @@ struct manager {
 
 	/* manager_set_names_changed(); lock */
 	manager_names_changed_fn *names_changed;
+	/* waits until the filesystem acted on what names_changed told it */
+	void (*names_settle)(void *userdata);
 	void *names_userdata;
 
 	/* the background GC thread */

@@ -89,10 +89,12 @@ int manager_list(struct manager *m, const char *prefix,
 	return r;
 }
 
-void manager_set_names_changed(struct manager *m, manager_names_changed_fn *fn, void *userdata)
+void manager_set_names_changed(struct manager *m, manager_names_changed_fn *fn,
+			       void (*settle)(void *userdata), void *userdata)
 {
 	pthread_mutex_lock(&m->lock);
 	m->names_changed = fn;
+	m->names_settle = settle;
 	m->names_userdata = userdata;
 	pthread_mutex_unlock(&m->lock);
 }

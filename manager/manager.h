@@ -170,7 +170,11 @@ int manager_start(struct manager *m);
  * manager).  After the call that sets it returns, the previous hook is no
  * longer running nor called: set NULL before its userdata goes away. */
 typedef void manager_names_changed_fn(void *userdata, const char *reference, bool removed);
-void manager_set_names_changed(struct manager *m, manager_names_changed_fn *fn, void *userdata);
+/* settle (may be NULL) waits until the filesystem has acted on the
+ * changes fn was told of; garbage collection calls it before saying an
+ * image is gone. */
+void manager_set_names_changed(struct manager *m, manager_names_changed_fn *fn,
+			       void (*settle)(void *userdata), void *userdata);
 
 /* A JSON document for MOUNT/.pullfs/status (docs/control.md), without the
  * fields only the filesystem knows.  Returns 0 with a json_t owned by the
