@@ -145,7 +145,7 @@ class Pullfs:
         cmd = [PULLFS, "-f", "--cache", cache, "--events-log", os.path.join(base, "events.log"),
                "--insecure-registry", REGISTRY, mnt]
         if not self.lazy:
-            cmd.insert(1, "--no-lazy")
+            cmd[1:1] = ["--lazy", "off"]
         p = subprocess.Popen(ns(cmd), stdout=subprocess.DEVNULL,
                              stderr=open(os.path.join(base, "pullfs.log"), "w"))
         _procs.append(p)
@@ -275,7 +275,7 @@ pull_options = {{enable_partial_images = "true"}}
 TOOLS = [
     Pullfs("estargz", "pullfs lazy, eStargz", "estargz", True),
     Pullfs("zstd-chunked", "pullfs lazy, zstd:chunked", "zstd-chunked", True),
-    Pullfs("full", "pullfs --no-lazy, gzip (full pull)", "gzip", False),
+    Pullfs("full", "pullfs --lazy off, gzip (full pull)", "gzip", False),
     Containerd(),
     Podman(),
 ]
