@@ -458,9 +458,9 @@ out:
 	return r;
 }
 
-/* Makes chunks a..b of f present. */
+/* Makes chunks a..b of f present; foreground: for a reader who waits. */
 static int ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_file *f, size_t a,
-			 size_t b)
+			 size_t b, bool foreground)
 {
 	int r = 0;
 
@@ -491,7 +491,11 @@ static int ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy
 		for (size_t j = k; j <= e; j++)
 			f->state[j] = CHUNK_FETCHING;
 		pthread_mutex_unlock(&f->lock);
+		if (foreground && l->stats)
+			atomic_fetch_add(&l->stats->foreground, 1);
 		r = fetch_run(l, reg, f, k, e);
+		if (foreground && l->stats)
+			atomic_fetch_sub(&l->stats->foreground, 1);
 		pthread_mutex_lock(&f->lock);
 		for (size_t j = k; j <= e; j++)
 			f->state[j] = r == 0 ? CHUNK_PRESENT : CHUNK_MISSING;
@@ -531,7 +535,7 @@ ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object
 		b = a;
 		while (b + 1 < f->n && f->chunks[b + 1].offset < off + size)
 			b++;
-		r = ensure_chunks(l, reg, f, a, b);
+		r = ensure_chunks(l, reg, f, a, b, true);
 		if (r < 0)
 			return r;
 	}
@@ -600,6 +604,12 @@ static int stream_sink(void *userdata, const void *data, size_t len)
 
 	if (s->cancel && atomic_load(s->cancel))
 		return -ECANCELED;
+	/* A reader is waiting for chunks: the stream pauses, its socket
+	 * buffer fills and the sender stops, leaving the link to the
+	 * reader's request. */
+	while (s->l->stats && atomic_load(&s->l->stats->foreground) > 0 &&
+	       !(s->cancel && atomic_load(s->cancel)))
+		usleep(2000);
 	while (len > 0 && s->next < s->n) {
 		const struct toc_chunk *c = pending_chunk(&s->p[s->next]);
 		uint64_t end = c->blob_offset + c->blob_length, have;
@@ -731,7 +741,7 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 			return -ECANCELED;
 		r = lazy_file_get(l, li->entries[i].object, &f);
 		if (r == 0 && !f->complete)
-			r = ensure_chunks(l, reg, f, 0, f->n ? f->n - 1 : 0);
+			r = ensure_chunks(l, reg, f, 0, f->n ? f->n - 1 : 0, false);
 		if (r < 0)
 			return r;
 		all = all && f->complete;

@@ -33,6 +33,9 @@ struct lazy_stats {
 	atomic_uint_fast64_t failures;	     /* fetches that failed */
 	atomic_uint_fast64_t files_complete; /* files that became objects */
 	atomic_uint_fast64_t layers_complete;
+	/* readers' fetches under way: the background completion yields to
+	 * them */
+	atomic_uint foreground;
 };
 
 /* Where a lazy layer's content comes from. */
