@@ -1,7 +1,8 @@
 /* Layers: one tar stream (uncompressed, gzip or zstd) read through
- * libarchive into two artefacts -- a data pack, every regular file's bytes
- * appended to one file, and an index of entries (path, type, metadata,
- * where the data sits in the pack).  Tar names are only ever strings here:
+ * libarchive into a data pack (the bytes of the small regular files,
+ * appended to one file), objects (each larger regular file in a file of
+ * its own, struct layer_objects) and an index of entries (path, type,
+ * metadata, where the data is).  Tar names are only ever strings here:
  * nothing is created on the host filesystem from them, so "..", absolute
  * names and symlink tricks have nothing to escape through. */
 #pragma once
@@ -81,9 +82,11 @@ struct layer_objects {
  * must be empty; sparse files keep their holes), or to objects in
  * objs->dirfd when objs is not NULL, and returns the index.
  * Rejects with -EBADMSG, and a reason in errbuf: corrupt compression or
- * tar (gzip CRC and length trailers are verified), ".." components,
- * absolute names, hardlinks to paths not seen earlier in the layer or
- * outside it, whiteouts of "." / ".." / the root, limits exceeded.
+ * tar (gzip CRC and length trailers are verified; a tar that ends right
+ * after its last member's data is complete), ".." components (absolute
+ * names are taken inside the root), hardlinks to paths not seen earlier
+ * in the layer or outside it, whiteouts of "." / ".." / the root, limits
+ * exceeded.
  * -ENOSPC / -EIO from writing the pack.  aufs internals (".wh..wh.*"
  * other than the opaque marker) are dropped; an xattr given twice keeps
  * its last value.  Blocks. */
