@@ -270,7 +270,9 @@ static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t,
 	if (mine) {
 		fuse_req_interrupt_func(req, NULL, NULL);
 		if (n < 0)
-			reply_err(req, n == -ENOMEM || n == -ENOSPC ? (int)n : -EIO);
+			/* the cause's errno (unreachable registry, timeout,
+			 * corrupt chunk, full disk...) */
+			reply_err(req, n == -ENOENT ? -EIO : (int)n);
 		else
 			fuse_reply_buf(req, buf, (size_t)n);
 	}

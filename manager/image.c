@@ -360,8 +360,22 @@ ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t o
 	if (!file->object || file->layer >= c->n_layers)
 		return -EIO;
 	l = pack_lazy(img->manager->packs, c->packs[file->layer]);
-	if (l)
-		return lazy_read(l, img->manager->registry, file->object, off, size, buf);
+	if (l) {
+		struct manager *m = img->manager;
+		int64_t now = manager_wall_ms(), last;
+
+		n = lazy_read(l, m->registry, file->object, off, size, buf);
+		/* said once per 10 s: a registry that is down fails every read */
+		last = atomic_load(&m->lazy_warned_ms);
+		if (n < 0 && now - last >= 10000 &&
+		    atomic_compare_exchange_strong(&m->lazy_warned_ms, &last, now))
+			manager_emit(m, EVENT_WARNING, "LazyReadFailed", NULL, c->digest, (int)n,
+				     NULL,
+				     "A read of the file with content sha256:%s of image %s "
+				     "failed: %s (the next read tries again)",
+				     file->object, c->digest, strerror((int)-n));
+		return n;
+	}
 	/* complete since */
 	fd = image_object_open(img, file);
 	if (fd < 0)

@@ -368,7 +368,7 @@ static int write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, cons
 		return -ENOMEM;
 	*dst = n;
 	if (toc_chunk_decompress(l->src.tl.format, c, src, c->blob_length, n, err, sizeof(err)) < 0)
-		return -EIO; /* the registry sent what the TOC does not say */
+		return -EBADMSG; /* the registry sent what the TOC does not say */
 	if (pwrite(f->fd, n, c->size, (off_t)c->offset) != (ssize_t)c->size ||
 	    pwrite(f->mapfd, "1", 1, (off_t)k) != 1)
 		return errno == ENOSPC ? -ENOSPC : -EIO;
@@ -430,9 +430,7 @@ static int finish_file(struct lazy_layer *l, struct lazy_file *f)
 		/* fetch it all again next time */
 		for (size_t k = 0; k < f->n; k++)
 			f->state[k] = CHUNK_MISSING;
-		if (ftruncate(f->mapfd, 0) < 0)
-			r = -EIO;
-		r = -EIO;
+		r = ftruncate(f->mapfd, 0) < 0 ? -EIO : -EBADMSG;
 		goto out;
 	}
 	fchmod(f->fd, 0444);

@@ -71,8 +71,9 @@ void lazy_layer_free(struct lazy_layer *l);
  * buf, fetching the chunks that are missing (merged into few Range
  * requests, each chunk verified before it is written).  Readers of one
  * chunk share its fetch.  Returns the bytes read (short only at the end
- * of the file), or -errno: -EIO for a chunk the registry sent wrong,
- * the registry's errno otherwise.  Blocks. */
+ * of the file), or -errno: -EBADMSG for a chunk (or a file) the registry
+ * sent wrong, the registry's errno (-EHOSTUNREACH, -ETIMEDOUT...), -ENOSPC.
+ * Blocks. */
 ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object, uint64_t off,
 		  size_t size, void *buf);
 

@@ -175,6 +175,8 @@ struct manager {
 	bool gc_wanted;	       /* lock */
 	bool stopping;	       /* lock */
 	atomic_bool cancelled; /* manager_cancel(): pulls give up */
+	/* wall ms of the last LazyReadFailed event (rate limit) */
+	_Atomic int64_t lazy_warned_ms;
 	pthread_cond_t gc_cond;
 };
 

@@ -166,6 +166,37 @@ ls "$(img edge-chunked:1)" >/dev/null || fail "lookup of edge-chunked:1 from a f
 wait_for 60 complete || fail "lazy layers not completed after the interrupted read"
 unmount_pullfs
 
+# A registry that goes away after the lookup: a read of what is not local
+# fails with the cause's errno, a warning names the image and the file's
+# content, and the read works once the registry is back.  (A cache of its
+# own; the whole blobs held, so that the completion does not fetch first.)
+lazy_cache=$CACHE
+CACHE=$WORK/cache-dead
+rm -f "$WORK/whole"
+touch "$WORK/open"
+mount_pullfs --insecure-registry "$PROXY"
+ls "$(img edge-esgz:1)" >/dev/null || fail "lookup of edge-esgz:1"
+stop_registry
+read_errno() {
+    py - "$1" <<'PY'
+import errno, sys
+try:
+    open(sys.argv[1], "rb").read()
+    print("OK")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, e.errno))
+PY
+}
+assert_eq EHOSTUNREACH "$(read_errno "$(img edge-esgz:1)/large")" "a read with the registry gone"
+grep '"reason":"LazyReadFailed"' "$EVENTS" | grep -q 'No route to host' ||
+    fail "no LazyReadFailed warning: $(grep Lazy "$EVENTS")"
+restart_registry
+cmp "$(img edge-esgz:1)/large" "$(img edge:1)/large" || fail "large once the registry is back"
+touch "$WORK/whole"
+wait_for 60 complete || fail "lazy layers not completed once the registry is back"
+unmount_pullfs
+CACHE=$lazy_cache
+
 # --lazy off: the same images pulled whole (eStargz's own files left out
 # too), in a cache of their own.
 lazy_cache=$CACHE

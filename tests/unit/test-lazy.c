@@ -220,7 +220,7 @@ static void test_wrong_chunk_never_served(void **state)
 
 	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
 	fake_fault(f->fake, "bytes=", FAKE_CORRUPT, 0, 1);
-	assert_int_equal(lazy_read(l, f->reg, f->object, 3 * CHUNK, sizeof(buf), buf), -EIO);
+	assert_int_equal(lazy_read(l, f->reg, f->object, 3 * CHUNK, sizeof(buf), buf), -EBADMSG);
 	/* fetched again, right this time */
 	assert_int_equal(lazy_read(l, f->reg, f->object, 3 * CHUNK, sizeof(buf), buf), sizeof(buf));
 	assert_memory_equal(buf, f->content + 3 * CHUNK, sizeof(buf));
