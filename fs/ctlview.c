@@ -139,10 +139,32 @@ static void fs_metrics(struct fs *fs, FILE *f)
 	}
 }
 
+/* A control file's contents, made at open.  Every one open is on a list,
+ * so that those the kernel never released (the daemon stopping with the
+ * file open, a RELEASE not yet read) are freed with the filesystem. */
 struct ctlbuf {
 	char *data;
 	size_t len;
+	struct dlist_node node; /* ctl_open_bufs; ctl_lock */
 };
+
+static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct dlist ctl_open_bufs;
+
+static void ctlbuf_free_locked(struct ctlbuf *b)
+{
+	dlist_remove(&ctl_open_bufs, &b->node);
+	free(b->data);
+	free(b);
+}
+
+void ctl_free_all(void)
+{
+	pthread_mutex_lock(&ctl_lock);
+	while (ctl_open_bufs.head)
+		ctlbuf_free_locked(dlist_entry(ctl_open_bufs.head, struct ctlbuf, node));
+	pthread_mutex_unlock(&ctl_lock);
+}
 
 void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -172,14 +194,20 @@ void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_in
 	fclose(f);
 	fi->fh = (uint64_t)(uintptr_t)b;
 	fi->direct_io = 1;
-	fuse_reply_open(req, fi);
+	pthread_mutex_lock(&ctl_lock);
+	dlist_push(&ctl_open_bufs, &b->node);
+	pthread_mutex_unlock(&ctl_lock);
+	if (fuse_reply_open(req, fi) != 0) {
+		/* no RELEASE will come for it */
+		pthread_mutex_lock(&ctl_lock);
+		ctlbuf_free_locked(b);
+		pthread_mutex_unlock(&ctl_lock);
+	}
 }
 
 /* A RELEASE can come while a READ of the same handle is still being
  * answered (the reader was killed mid-request), so both hold this lock
  * while they touch the buffer. */
-static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
-
 void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	struct ctlbuf *b;
@@ -197,9 +225,7 @@ void ctl_release(struct fuse_file_info *fi)
 {
 	pthread_mutex_lock(&ctl_lock);
 	struct ctlbuf *b = (struct ctlbuf *)(uintptr_t)fi->fh;
-	if (b) {
-		free(b->data);
-		free(b);
-	}
+	if (b)
+		ctlbuf_free_locked(b);
 	pthread_mutex_unlock(&ctl_lock);
 }

@@ -241,5 +241,8 @@ void ctl_reply_entry(fuse_req_t req, struct fs *fs, fuse_ino_t ino);
 void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_info *fi);
 void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
 void ctl_release(struct fuse_file_info *fi);
+/* Frees the contents of control files still open (at the filesystem's
+ * end: the kernel released them with the connection). */
+void ctl_free_all(void);
 /* The status document for the control socket (a json_t *). */
 json_t *ctl_status_for_control(void *fs);
