@@ -206,17 +206,6 @@ static struct nsnode *nsnode_intern(struct fs *fs, const char *key, struct nsnod
 	return n;
 }
 
-static char *join(const char *a, const char *b)
-{
-	char *s;
-
-	if (!*a)
-		return strdup(b);
-	if (asprintf(&s, "%s/%s", a, b) < 0)
-		return NULL;
-	return s;
-}
-
 static void caller_of(fuse_req_t req, struct caller *c)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
@@ -433,7 +422,7 @@ bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char 
 		return answered_later;
 	}
 
-	key = join(parent->key, name);
+	key = pathform_join(parent->key, name);
 	if (!key) {
 		pathform_step_done(&step);
 		reply_err(req, -ENOMEM);

@@ -9,8 +9,7 @@
 #include "macro.h"
 #include "reference.h"
 
-/* "a/b", or b alone below the top. */
-static char *join(const char *a, const char *b)
+char *pathform_join(const char *a, const char *b)
 {
 	char *s;
 
@@ -49,7 +48,7 @@ static int closes_reference(const struct pathform_dir *dir, const char *name,
 	int r;
 
 	s->kind = PATHFORM_REFERENCE;
-	s->text = join(dir->prefix, name);
+	s->text = pathform_join(dir->prefix, name);
 	if (!s->text)
 		return -ENOMEM;
 	r = reference_parse(s->text, REFERENCE_DEFAULT_TAG, &s->ref);
@@ -65,7 +64,7 @@ static int short_link(const struct pathform_dir *dir, const char *name, struct p
 	char *target;
 	int r;
 
-	full = join(dir->prefix, name);
+	full = pathform_join(dir->prefix, name);
 	if (!full)
 		return -ENOMEM;
 	r = reference_parse(full, 0, &ref);
@@ -112,10 +111,11 @@ int pathform_step(const struct pathform_dir *dir, const char *name,
 	else if (!reference_path_component_is_valid(name))
 		r = invalid(ret, "neither a host, a repository path component nor a tag or digest");
 	else if (dir->depth == 0)
-		r = directory(ret, PATHFORM_DIR, 1, true, join(REFERENCE_DEFAULT_DOMAIN, name));
+		r = directory(ret, PATHFORM_DIR, 1, true,
+			      pathform_join(REFERENCE_DEFAULT_DOMAIN, name));
 	else
 		r = directory(ret, PATHFORM_DIR, dir->depth + 1, dir->short_form,
-			      join(dir->prefix, name));
+			      pathform_join(dir->prefix, name));
 	if (r < 0)
 		pathform_step_done(ret);
 	return r;

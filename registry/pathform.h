@@ -58,6 +58,10 @@ typedef bool pathform_known_host_fn(void *userdata, const char *host);
  * clears with pathform_step_done().  known_host is asked only about a
  * first component that does not look like a host; it may be NULL.  Does
  * not block.  Returns 0 (an invalid component included), or -ENOMEM. */
+/* "a/b", or b alone when a is "" (the top): a new string, NULL when out of
+ * memory. */
+char *pathform_join(const char *a, const char *b);
+
 int pathform_step(const struct pathform_dir *dir, const char *name,
 		  pathform_known_host_fn *known_host, void *userdata, struct pathform_step *ret);
 

@@ -15,11 +15,12 @@ slowly for a while after a large rm -rf, which would skew repeated runs.
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import time
+
+from benchlib import PROCS, drop_caches, log, stop, wait_until
 
 PULLFS = os.environ["PULLFS"]
 REGISTRY = os.environ["REGISTRY"]
@@ -29,11 +30,8 @@ STATSTORM = os.environ["STATSTORM"]
 REF = f"{REGISTRY}/{IMAGE}"
 
 _mounts = []  # unmounted in reverse order at the end
-_procs = []
 
 
-def log(msg):
-    print(f"bench: {msg}", file=sys.stderr, flush=True)
 
 
 def run(cmd, check=True, quiet=True, **kw):
@@ -59,12 +57,6 @@ def is_mounted(path):
         return any(line.split()[4] == path for line in f)
 
 
-def wait_until(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def umount(path, lazy=False):
@@ -76,29 +68,15 @@ def umount(path, lazy=False):
         _mounts.remove(path)
 
 
-def stop(p, timeout=30):
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    if p in _procs:
-        _procs.remove(p)
 
 
 def cleanup():
-    for p in reversed(list(_procs)):
+    for p in reversed(list(PROCS)):
         stop(p, 10)
     for m in reversed(list(_mounts)):
         umount(m)
 
 
-def drop_caches():
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
 
 
 _fs_count = 0
@@ -189,7 +167,7 @@ class Pullfs:
              "--events-log", os.path.join(self.base, "events.log"),
              "--insecure-registry", REGISTRY, self.mnt],
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.base, "pullfs.log"), "w"))
-        _procs.append(self.proc)
+        PROCS.append(self.proc)
         _mounts.append(self.mnt)
         wait_until(lambda: is_mounted(self.mnt), 30, "the pullfs mount")
 
@@ -238,7 +216,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
         self.proc = subprocess.Popen(["containerd", "--config", cfg],
                                      stdout=subprocess.DEVNULL,
                                      stderr=open(os.path.join(self.base, "containerd.log"), "w"))
-        _procs.append(self.proc)
+        PROCS.append(self.proc)
         wait_until(lambda: run(self.ctr("version"), check=False).returncode == 0, 30,
                    "the private containerd")
 

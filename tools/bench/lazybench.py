@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from benchlib import PROCS, drop_caches, log, stop, wait_until
+
 PULLFS = os.environ["PULLFS"]
 NS_PATH = os.environ["NS_PATH"]
 REGISTRY = os.environ["REGISTRY"]
@@ -33,11 +35,8 @@ WORK = os.environ["WORK"]
 REPO = "test/app"
 TIMEOUT = 1800  # seconds, for any one pull
 
-_procs = []  # stopped at the end if still running
 
 
-def log(msg):
-    print(f"bench: {msg}", file=sys.stderr, flush=True)
 
 
 def ns(cmd):
@@ -65,10 +64,6 @@ def link_bytes():
     raise RuntimeError("no lo in the namespace's /proc/net/dev")
 
 
-def drop_caches():
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
 
 
 def mounts_under(path):
@@ -84,24 +79,8 @@ def unmount_under(path):
             subprocess.run(["umount", "-l", p], stderr=subprocess.DEVNULL)
 
 
-def stop(p, timeout=30):
-    if p.poll() is None:
-        p.terminate()
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    if p in _procs:
-        _procs.remove(p)
 
 
-def wait_until(pred, timeout, what, step=0.02):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(step)
 
 
 def fresh_dir(name):
@@ -148,7 +127,7 @@ class Pullfs:
             cmd[1:1] = ["--lazy", "off"]
         p = subprocess.Popen(ns(cmd), stdout=subprocess.DEVNULL,
                              stderr=open(os.path.join(base, "pullfs.log"), "w"))
-        _procs.append(p)
+        PROCS.append(p)
         res = {}
         try:
             wait_until(lambda: p.poll() is not None or mounts_under(mnt), 30, "the mount")
@@ -203,7 +182,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
         ctr = ["ctr", "-a", sock, "-n", "bench"]
         p = subprocess.Popen(ns(["containerd", "--config", cfg]), stdout=subprocess.DEVNULL,
                              stderr=open(os.path.join(base, "containerd.log"), "w"))
-        _procs.append(p)
+        PROCS.append(p)
         target = os.path.join(base, "rootfs")
         os.makedirs(target)
         ref = f"{REGISTRY}/{REPO}:{self.tag}"
@@ -315,7 +294,7 @@ def main():
                                      for k, v in r.items()))
                 results[t.key].append(r)
     finally:
-        for p in list(_procs):
+        for p in list(PROCS):
             stop(p)
 
     def med(key, field):
