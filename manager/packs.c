@@ -23,7 +23,7 @@ struct pack {
 	int dirfd;	/* pinned: the retired layer directory, for objects */
 	/* lazy layers (lazy.h): loaded at the first read; packs.lock */
 	struct lazy_layer *lazy;
-	bool lazy_checked, was_lazy, completing;
+	bool lazy_checked, completing;
 	char *retired; /* pinned: its name in the cache's tmp/ */
 	/* in packs.idle while its descriptor is open and unused */
 	struct dlist_node idle;
@@ -173,7 +173,6 @@ struct lazy_layer *pack_lazy(struct packs *p, struct pack *pk)
 		pk->lazy_checked = true;
 		if (lazy_layer_open(p->cache, pk->digest, &p->lazy_stats, &pk->lazy) < 0)
 			pk->lazy = NULL;
-		pk->was_lazy = pk->lazy != NULL;
 	}
 	l = pk->lazy;
 	pthread_mutex_unlock(&p->lock);
@@ -192,13 +191,8 @@ void packs_lazy_metrics(struct packs *p, FILE *f)
 
 bool pack_was_lazy(struct packs *p, struct pack *pk)
 {
-	bool r;
-
-	pack_lazy(p, pk);
-	pthread_mutex_lock(&p->lock);
-	r = pk->was_lazy;
-	pthread_mutex_unlock(&p->lock);
-	return r;
+	/* the lazy state lives as long as the pack, complete or not */
+	return pack_lazy(p, pk) != NULL;
 }
 
 bool pack_claim_completion(struct packs *p, struct pack *pk)
