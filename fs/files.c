@@ -53,7 +53,38 @@ struct ofile {
 	int fd;		    /* read through the daemon; -1 in passthrough */
 	const char *object; /* passthrough: the key of its backing */
 	bool lazy;	    /* a file of a lazy layer: image_lazy_read() */
+	/* in fs.open_files until released; backing_lock.  Those the kernel
+	 * never released (the daemon stopping first) go with the fs. */
+	struct dlist_node node;
 };
+
+static void ofile_track(struct fs *fs, struct ofile *of)
+{
+	pthread_mutex_lock(&fs->backing_lock);
+	dlist_push(&fs->open_files, &of->node);
+	pthread_mutex_unlock(&fs->backing_lock);
+}
+
+static void ofile_untrack(struct fs *fs, struct ofile *of)
+{
+	pthread_mutex_lock(&fs->backing_lock);
+	dlist_remove(&fs->open_files, &of->node);
+	pthread_mutex_unlock(&fs->backing_lock);
+}
+
+void files_free_all(struct fs *fs)
+{
+	pthread_mutex_lock(&fs->backing_lock);
+	while (fs->open_files.head) {
+		struct ofile *of = dlist_entry(fs->open_files.head, struct ofile, node);
+
+		dlist_remove(&fs->open_files, &of->node);
+		if (of->fd >= 0)
+			close(of->fd);
+		free(of);
+	}
+	pthread_mutex_unlock(&fs->backing_lock);
+}
 
 static bool passthrough_usable(struct fs *fs)
 {
@@ -181,7 +212,9 @@ reply:
 	fi->fh = (uint64_t)(uintptr_t)of;
 	/* Counted before the reply: GC must never see the file closed. */
 	image_open(img);
+	ofile_track(fs, of);
 	if ((id > 0 ? fuseio_reply_open_backing(req, fi, id) : fuse_reply_open(req, fi)) != 0) {
+		ofile_untrack(fs, of);
 		image_close(img);
 		if (id > 0)
 			backing_put(fs, t->object);
@@ -327,6 +360,7 @@ void file_release(struct fs *fs, struct image *img, struct fuse_file_info *fi)
 	struct ofile *of = (struct ofile *)(uintptr_t)fi->fh;
 
 	if (of) {
+		ofile_untrack(fs, of);
 		if (of->fd >= 0)
 			close(of->fd);
 		else if (of->object)

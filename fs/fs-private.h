@@ -109,6 +109,7 @@ struct fs {
 	pthread_mutex_t backing_lock;
 	struct strmap *backings;   /* object hex -> struct backing *; backing_lock */
 	struct dlist backing_idle; /* unused ones, oldest first; backing_lock */
+	struct dlist open_files;   /* struct ofile of every open object; backing_lock */
 	atomic_bool passthrough_refused;
 	atomic_uint_fast64_t passthrough_opens;
 };
@@ -170,6 +171,9 @@ void file_open(fuse_req_t req, struct fs *fs, struct image *img, const struct ti
 void file_read(fuse_req_t req, struct image *img, const struct tinode *t, size_t size, off_t off,
 	       struct fuse_file_info *fi);
 void file_release(struct fs *fs, struct image *img, struct fuse_file_info *fi);
+/* Frees what files still open hold (at the filesystem's end: the kernel
+ * released them with the connection). */
+void files_free_all(struct fs *fs);
 /* Backing files registered with the kernel now. */
 unsigned files_backing_count(struct fs *fs);
 

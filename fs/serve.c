@@ -84,6 +84,7 @@ void fs_free(struct fs *fs)
 		strmap_foreach(fs->backings, free_backing_entry, NULL);
 	strmap_free(fs->backings);
 	ctl_free_all();
+	files_free_all(fs);
 	pthread_mutex_destroy(&fs->backing_lock);
 	pthread_mutex_destroy(&fs->notify_lock);
 	pthread_cond_destroy(&fs->notify_cond);
