@@ -55,7 +55,10 @@ struct fsop_stats {
 enum nskind {
 	NS_DIR,
 	NS_SYMLINK,
+	NS_LAYERS, /* layers/ and below (layers.c) */
 };
+
+struct lnode;
 
 /* Namespace nodes are interned by path: one path, one node, one inode
  * number for as long as the kernel knows it.  A second node for a path
@@ -71,6 +74,7 @@ struct nsnode {
 	unsigned depth;	 /* path components below images/ */
 	char *prefix;	 /* NS_DIR: canonical components so far, "" for images/ */
 	char *target;	 /* NS_SYMLINK */
+	struct lnode *lnode; /* NS_LAYERS */
 	/* NS_DIR: when its listing last changed, as the kernel's check of
 	 * a cached listing wants it; fs.ns_lock. */
 	struct timespec mtime;
@@ -80,6 +84,7 @@ struct fs {
 	struct manager *manager;
 	struct fs_options opts;
 	struct nsnode images; /* images/ */
+	struct nsnode *layers; /* layers/, permanent */
 	struct timespec started;
 	struct fuse_session *session;
 	char *mountpoint;
@@ -200,6 +205,35 @@ void ns_notifier_stop(struct fs *fs);
  * control request that removed images answers after that, as the kernel
  * should forget them first).  Returns at once when no notifier runs. */
 void ns_notifier_settle(void *fs);
+
+/* namespace.c, for layers.c: interning (ns_intern() makes a new node of
+ * kind for key unless the kernel holds one, which it returns instead;
+ * either way with a lookup taken, NULL when memory is short), the entry
+ * reply of a node, listing entries, and the lookup that runs ensure for
+ * reference: then(req, fs, r, img, userdata) answers the request, from
+ * the flight's thread or at once (img NULL when r < 0, else one image
+ * reference for then).  ns_ensure_lookup() returns as ns_lookup(). */
+struct nsnode *ns_intern(struct fs *fs, const char *key, enum nskind kind, struct lnode *ln);
+struct nsnode *ns_find(struct fs *fs, const char *key);
+void ns_reply_node(fuse_req_t req, struct fs *fs, struct nsnode *n);
+typedef void ns_then_fn(fuse_req_t req, struct fs *fs, int r, struct image *img, void *userdata);
+bool ns_ensure_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char *name,
+		      const char *reference, ns_then_fn *then, void *userdata);
+struct nslisting;
+int ns_listing_add(struct nslisting *l, const char *name, bool file);
+void caller_of(fuse_req_t req, struct caller *c);
+
+/* layers.c: MOUNT/layers/, the Additional Layer Store (docs/layer-store.md).
+ * layers_init() from ns_init(); the rest are the namespace's and fs.c's
+ * hooks for NS_LAYERS nodes and their files.  layers_open() and
+ * layers_read() return false when ino is not a file of theirs. */
+int layers_init(struct fs *fs);
+void layers_node_free(struct lnode *ln);
+void layers_stat(struct fs *fs, const struct nsnode *n, struct stat *st);
+bool layers_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char *name);
+int layers_list(struct fs *fs, const struct nsnode *n, struct nslisting *l);
+bool layers_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_info *fi);
+bool layers_read(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size, off_t off);
 
 /* dentries.c: image roots the kernel holds, by canonical reference.
  * dentries_note() records one as the kernel gets it (takes notify_lock);

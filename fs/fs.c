@@ -78,6 +78,10 @@ static bool do_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			fuse_reply_entry(req, &e);
 			return false;
 		}
+		if (!strcmp(name, "layers")) {
+			ns_reply_node(req, fs, ns_find(fs, fs->layers->key));
+			return false;
+		}
 		reply_err(req, -ENOENT);
 		return false;
 	}
@@ -215,7 +219,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	if (!ino_is_image(ino)) {
-		reply_err(req, -EISDIR);
+		if (!layers_open(req, fs_of(req), ino, fi))
+			reply_err(req, -EISDIR);
 		return;
 	}
 	struct image *img;
@@ -261,7 +266,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	if (!ino_is_image(ino)) {
-		reply_err(req, -EISDIR);
+		if (!layers_read(req, fs_of(req), ino, size, off))
+			reply_err(req, -EISDIR);
 		return;
 	}
 	t = ino_node(fs_of(req), ino, &img);

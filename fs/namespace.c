@@ -24,6 +24,10 @@ void ns_stat(struct fs *fs, fuse_ino_t ino, const struct nsnode *n, struct stat 
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = ino;
+	if (n && n->kind == NS_LAYERS) {
+		layers_stat(fs, n, st);
+		return;
+	}
 	st->st_uid = 0;
 	st->st_gid = 0;
 	st->st_mtim = st->st_ctim = st->st_atim = fs->started;
@@ -65,6 +69,7 @@ static struct nsnode *nsnode_new(enum nskind kind, bool short_form, unsigned dep
 
 void nsnode_free(struct nsnode *n)
 {
+	layers_node_free(n->lnode);
 	free(n->key);
 	free(n->prefix);
 	free(n->target);
@@ -132,7 +137,9 @@ int ns_init(struct fs *fs)
 	fs->images.kind = NS_DIR;
 	fs->images.prefix = (char *)"";
 	fs->images.mtime = fs->started;
-	return nsnode_assign_ino(fs, &fs->images);
+	if (nsnode_assign_ino(fs, &fs->images) < 0)
+		return -ENOMEM;
+	return layers_init(fs);
 }
 
 void nsnode_forget(struct fs *fs, struct nsnode *n, uint64_t count)
@@ -206,7 +213,7 @@ static struct nsnode *nsnode_intern(struct fs *fs, const char *key, struct nsnod
 	return n;
 }
 
-static void caller_of(fuse_req_t req, struct caller *c)
+void caller_of(fuse_req_t req, struct caller *c)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	char path[64];
@@ -243,7 +250,24 @@ static void reply_image_root(fuse_req_t req, struct fs *fs, struct image *img)
 		image_unref(img, 1);
 }
 
-static void reply_nsnode(fuse_req_t req, struct fs *fs, struct nsnode *n)
+struct nsnode *ns_find(struct fs *fs, const char *key)
+{
+	return nsnode_find(fs, key);
+}
+
+struct nsnode *ns_intern(struct fs *fs, const char *key, enum nskind kind, struct lnode *ln)
+{
+	struct nsnode *n = nsnode_new(kind, false, 0, NULL, NULL);
+
+	if (!n) {
+		layers_node_free(ln);
+		return NULL;
+	}
+	n->lnode = ln;
+	return nsnode_intern(fs, key, n);
+}
+
+void ns_reply_node(fuse_req_t req, struct fs *fs, struct nsnode *n)
 {
 	struct fuse_entry_param e = { 0 };
 
@@ -273,6 +297,8 @@ struct lookup_call {
 	bool finished;		  /* lock: the answer is decided */
 	uint64_t parent;
 	int64_t start_ns;
+	ns_then_fn *then; /* NULL: the image root is the answer */
+	void *then_data;
 	char *reference; /* canonical, for dentries_note(); NULL when unparsed */
 	char name[];
 };
@@ -290,7 +316,9 @@ static void lookup_reply(struct lookup_call *lc, int r, struct image *img)
 {
 	struct fs *fs = lc->fs;
 
-	if (r < 0) {
+	if (lc->then) {
+		lc->then(lc->req, fs, r, img, lc->then_data);
+	} else if (r < 0) {
 		reply_err(lc->req, r);
 	} else {
 		if (lc->reference)
@@ -331,12 +359,12 @@ static void lookup_interrupt(fuse_req_t req, void *data)
 	}
 }
 
-/* The lookup of the name that closes a reference: step's reference,
- * parsed, is handed to ensure (a text outside the grammar as it is, for
- * ensure to report).  Returns true when the answer is left to the flight
- * or an interrupt. */
-static bool image_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char *name,
-			 struct pathform_step *step)
+/* A lookup that runs ensure: step's reference, parsed, is handed to
+ * ensure (a text outside the grammar as it is, for ensure to report), and
+ * the answer is the image root, or then's.  Returns true when the answer
+ * is left to the flight or an interrupt. */
+static bool ensure_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char *name,
+			  struct pathform_step *step, ns_then_fn *then, void *then_data)
 {
 	struct lookup_call *lc;
 	struct ensure_call *call;
@@ -356,10 +384,15 @@ static bool image_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, c
 	lc->fs = fs;
 	lc->parent = parent->ino;
 	lc->start_ns = mono_ns();
+	lc->then = then;
+	lc->then_data = then_data;
 	strcpy(lc->name, name);
 	if (step->ref && !(lc->reference = reference_to_string(step->ref))) {
 		free(lc);
-		reply_err(req, -ENOMEM);
+		if (then)
+			then(req, fs, -ENOMEM, NULL, then_data);
+		else
+			reply_err(req, -ENOMEM);
 		return false;
 	}
 	caller_of(req, &who);
@@ -391,6 +424,14 @@ static bool image_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, c
 	return true;
 }
 
+bool ns_ensure_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char *name,
+		      const char *reference, ns_then_fn *then, void *userdata)
+{
+	struct pathform_step step = { .text = (char *)reference };
+
+	return ensure_lookup(req, fs, parent, name, &step, then, userdata);
+}
+
 static bool known_host(void *userdata, const char *host)
 {
 	return manager_is_known_host(userdata, host);
@@ -407,6 +448,8 @@ bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char 
 	bool answered_later;
 	int r;
 
+	if (parent->kind == NS_LAYERS)
+		return layers_lookup(req, fs, parent, name);
 	if (parent->kind != NS_DIR) {
 		reply_err(req, -ENOTDIR);
 		return false;
@@ -417,7 +460,7 @@ bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char 
 		return false;
 	}
 	if (step.kind == PATHFORM_REFERENCE) {
-		answered_later = image_lookup(req, fs, parent, name, &step);
+		answered_later = ensure_lookup(req, fs, parent, name, &step, NULL, NULL);
 		pathform_step_done(&step);
 		return answered_later;
 	}
@@ -431,7 +474,7 @@ bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char 
 	n = nsnode_find(fs, key);
 	if (n) {
 		pathform_step_done(&step);
-		reply_nsnode(req, fs, n);
+		ns_reply_node(req, fs, n);
 		return false;
 	}
 	switch (step.kind) {
@@ -455,7 +498,7 @@ bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char 
 		reply_err(req, -ENOMEM);
 		return false;
 	}
-	reply_nsnode(req, fs, n);
+	ns_reply_node(req, fs, n);
 	return false;
 }
 
@@ -614,9 +657,8 @@ struct nslisting {
 	bool files;
 };
 
-static int listing_add(void *userdata, const char *name, bool is_image)
+int ns_listing_add(struct nslisting *l, const char *name, bool file)
 {
-	struct nslisting *l = userdata;
 	size_t len = strlen(name);
 	struct nsentry *e;
 
@@ -632,10 +674,17 @@ static int listing_add(void *userdata, const char *name, bool is_image)
 	if (!e)
 		return -ENOMEM;
 	e->cookie = (name_hash(name) >> 2) + 3;
-	e->file = l->files;
+	e->file = file;
 	memcpy(e->name, name, len + 1);
 	l->e[l->n++] = e;
 	return 0;
+}
+
+static int listing_add(void *userdata, const char *name, bool is_image)
+{
+	struct nslisting *l = userdata;
+
+	return ns_listing_add(l, name, l->files);
 }
 
 static void listing_done(struct nslisting *l)
@@ -662,6 +711,8 @@ static int ns_list(struct fs *fs, fuse_ino_t ino, struct nslisting *l)
 
 	if (ino == FUSE_ROOT_ID) {
 		r = listing_add(l, "images", false);
+		if (r == 0)
+			r = listing_add(l, "layers", false);
 	} else if (ino == INO_CTL_DIR) {
 		l->files = true;
 		r = listing_add(l, "status", false);
@@ -673,6 +724,8 @@ static int ns_list(struct fs *fs, fuse_ino_t ino, struct nslisting *l)
 		const struct nsnode *n = ino_nsnode(fs, ino);
 		if (!n)
 			r = -ESTALE;
+		else if (n->kind == NS_LAYERS)
+			r = layers_list(fs, n, l);
 		else if (n->kind != NS_DIR)
 			r = -ENOTDIR;
 		else if (n->short_form)

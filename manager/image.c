@@ -47,7 +47,7 @@ static void content_put(struct manager *m, struct image_content *c)
 		content_free(m, c);
 }
 
-static int manifest_load_cached(struct manager *m, const char *digest, struct manifest **ret)
+int manifest_load_cached(struct manager *m, const char *digest, struct manifest **ret)
 {
 	_cleanup_free_ char *buf = NULL;
 	size_t len;
@@ -130,7 +130,10 @@ static int content_get(struct manager *m, const char *digest, struct image_conte
 		*ret = c;
 		return 0;
 	}
-	r = content_load(m, digest, &c, errbuf, errlen);
+	if (!strncmp(digest, LAYER_CONTENT_PREFIX, strlen(LAYER_CONTENT_PREFIX)))
+		r = layer_content_load(m, digest, &c, errbuf, errlen);
+	else
+		r = content_load(m, digest, &c, errbuf, errlen);
 	if (r < 0)
 		return r;
 	pthread_mutex_lock(&m->content_lock);
@@ -234,6 +237,7 @@ static void image_free(struct image *img)
 
 	if (img->key)
 		key_release(m, img->key);
+	layer_view_free(img->layer);
 	content_put(m, img->content);
 	free(img);
 }

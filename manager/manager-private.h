@@ -23,6 +23,8 @@ struct strmap;
 struct reference;
 struct pack;
 struct packs;
+struct manifest;
+struct layer_view;
 struct imagekeys;
 
 #define PULL_DURATION_BUCKETS 18
@@ -49,6 +51,7 @@ struct image {
 	struct image_content *content;
 	uint32_t key;	     /* in manager.keys: part of every node id */
 	uint32_t generation; /* from the manifest digest, never 0 */
+	struct layer_view *layer; /* a view of one layer (layerview.c), or NULL */
 };
 
 /* What the manager knows of one reference. */
@@ -220,6 +223,16 @@ void manager_emit(struct manager *m, enum event_type type, const char *reason, c
  * left. */
 int image_load(struct manager *m, const char *reference, const char *digest, struct image **ret,
 	       char *errbuf, size_t errlen);
+/* layerview.c: contents whose digest is LAYER_CONTENT_PREFIX and a layer
+ * digest hold that layer alone, in overlayfs's format; content_get() loads
+ * them with layer_content_load().  image_free() ends a view's hold on its
+ * image with layer_view_free(). */
+#define LAYER_CONTENT_PREFIX "layer:"
+int layer_content_load(struct manager *m, const char *digest, struct image_content **ret,
+		       char *errbuf, size_t errlen);
+void layer_view_free(struct layer_view *lv);
+/* image.c: the cached manifest of digest; 0, -ENOENT, -EBADMSG, -ENOMEM. */
+int manifest_load_cached(struct manager *m, const char *digest, struct manifest **ret);
 /* image.c: frees what the kernel still held when the mount went away. */
 void images_free_all(struct manager *m);
 

@@ -1,0 +1,36 @@
+/* Views of single layers, for MOUNT/layers/ (containers/storage's
+ * Additional Layer Store, docs/layer-store.md): one layer of an ensured
+ * image, its own tree in the format overlayfs stacks (whiteouts as 0/0
+ * character devices, opaque directories marked by the overlay opaque
+ * xattrs), served from the same cache as the image.  A view is a struct
+ * image like any other (node ids, files, lazy reads work unchanged); it
+ * holds its image, counted as open for GC, as long as it lives. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "events.h"
+
+struct image;
+
+/* The view of layer `digest` of img, which reference named when ensured.
+ * Blocks (reads the cache, builds the layer's tree).  Returns 0 with a
+ * new view (one reference for the caller), -ENOENT when the image has no
+ * such layer (an event says so, with who), -EBADMSG, -ENOMEM. */
+int manager_layer_view(struct image *img, const char *reference, const char *digest,
+		       const struct caller *who, struct image **ret_view);
+
+/* The layer's "info" document (containers/storage's Layer JSON), borrowed
+ * from the view. */
+const char *layer_view_info(const struct image *view, size_t *ret_len);
+
+/* The compressed blob as the registry has it: its size, and a read of
+ * part of it (fetched from the registry with a Range request; the cache
+ * keeps layers unpacked).  Returns the bytes read or -errno; blocks. */
+uint64_t layer_view_blob_size(const struct image *view);
+ssize_t layer_view_blob_read(struct image *view, uint64_t off, size_t size, void *buf);
+
+/* The engine said it uses the layer (its "use" marker). */
+void layer_view_used(struct image *view);
