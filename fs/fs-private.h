@@ -233,6 +233,9 @@ void layers_stat(struct fs *fs, const struct nsnode *n, struct stat *st);
 bool layers_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char *name);
 int layers_list(struct fs *fs, const struct nsnode *n, struct nslisting *l);
 bool layers_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_info *fi);
+/* An xattr a layer view answers beside its tree's own, or NULL. */
+const struct tree_xattr *layers_getxattr(struct image *img, const struct tinode *t,
+					 const char *name);
 bool layers_read(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size, off_t off);
 
 /* dentries.c: image roots the kernel holds, by canonical reference.

@@ -399,6 +399,8 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	}
 	x = tinode_getxattr(t, name);
 	if (!x)
+		x = layers_getxattr(img, t, name);
+	if (!x)
 		reply_err(req, -ENODATA);
 	else if (size == 0)
 		fuse_reply_xattr(req, x->size);

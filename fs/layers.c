@@ -316,6 +316,14 @@ int layers_list(struct fs *fs, const struct nsnode *n, struct nslisting *l)
 	return r;
 }
 
+const struct tree_xattr *layers_getxattr(struct image *img, const struct tinode *t,
+					 const char *name)
+{
+	if (strcmp(name, "user.overlay.opaque") || !image_is_layer_view(img))
+		return NULL;
+	return tinode_getxattr(t, LAYER_VIEW_OPAQUE_XATTR);
+}
+
 static struct nsnode *layer_file(struct fs *fs, fuse_ino_t ino)
 {
 	struct nsnode *n = ino_nsnode(fs, ino);

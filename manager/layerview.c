@@ -50,9 +50,12 @@ struct layer_view {
 
 /* ---- the tree in overlay format --------------------------------------- */
 
+/* Only the trusted name is stored: a root engine's overlayfs reads it and
+ * hides it, while a user.* xattr would show in every container.  The
+ * user.overlay.opaque of a rootless mount ("userxattr") is answered to
+ * getxattr alone (layers.c). */
 static const struct layer_xattr opaque_xattrs[] = {
-	{ .name = (char *)"trusted.overlay.opaque", .value = (void *)"y", .size = 1 },
-	{ .name = (char *)"user.overlay.opaque", .value = (void *)"y", .size = 1 },
+	{ .name = (char *)LAYER_VIEW_OPAQUE_XATTR, .value = (void *)"y", .size = 1 },
 };
 
 /* Entry e with the opaque xattrs added; the arrays it allocates are
@@ -74,8 +77,7 @@ static int mark_opaque(struct layer_entry *e, void ***allocs, size_t *n_allocs)
 	/* an xattr of the same name in the tar gives way to the marker */
 	size_t n = 0;
 	for (uint32_t i = 0; i < e->n_xattrs; i++)
-		if (strcmp(e->xattrs[i].name, opaque_xattrs[0].name) &&
-		    strcmp(e->xattrs[i].name, opaque_xattrs[1].name))
+		if (strcmp(e->xattrs[i].name, opaque_xattrs[0].name))
 			x[n++] = e->xattrs[i];
 	for (size_t i = 0; i < ARRAY_SIZE(opaque_xattrs); i++)
 		x[n++] = opaque_xattrs[i];
@@ -350,6 +352,11 @@ out:
 	reference_free(ref);
 	manifest_free(mf);
 	return r;
+}
+
+bool image_is_layer_view(const struct image *img)
+{
+	return img->layer != NULL;
 }
 
 const char *layer_view_info(const struct image *view, size_t *ret_len)

@@ -22,6 +22,11 @@ struct image;
 int manager_layer_view(struct image *img, const char *reference, const char *digest,
 		       const struct caller *who, struct image **ret_view);
 
+/* The xattr that marks an opaque directory in a view's tree. */
+#define LAYER_VIEW_OPAQUE_XATTR "trusted.overlay.opaque"
+
+bool image_is_layer_view(const struct image *img);
+
 /* The layer's "info" document (containers/storage's Layer JSON), borrowed
  * from the view. */
 const char *layer_view_info(const struct image *view, size_t *ret_len);

@@ -48,6 +48,7 @@ assert_eq upper "$(cat "$d/opq/upper1")" "opq/upper1 in layer 2"
 assert_errno ENOENT "$d/opq/lower1"
 assert_errno ENOENT "$d/etc"
 [ -z "$(getfattr --absolute-names -d -m 'overlay' "$d/added" 2>/dev/null)" ] || fail "added/ must not be opaque"
+assert_eq "" "$(getfattr --absolute-names -d -m 'user\.' "$d/opq" 2>/dev/null)" "user.* xattrs listed on opq (a container would show them)"
 
 # ---- info: what containers/storage decodes into its Layer
 info=$(cat "$L2/info")

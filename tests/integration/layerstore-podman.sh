@@ -1,0 +1,105 @@
+#!/bin/bash
+# podman (Debian 12's 4.3, containers/storage 1.43) with MOUNT/layers as its
+# Additional Layer Store: podman pull fetches manifest and config only,
+# every layer comes from pullfs (fetched by pullfs once), and a container
+# sees exactly the merged tree images/<ref> shows, whiteouts and opaque
+# directories included.
+source "$(dirname "$0")/lib.sh"
+source "$INTEGRATION_DIR/images.sh"
+
+need_fuse
+need_cmd podman
+need_cmd runc
+start_registry
+push_busybox test/busybox:1
+push_edge test/edge:1
+mount_pullfs
+
+conf=$WORK/storage.conf
+cat >"$conf" <<EOF
+[storage]
+driver = "overlay"
+graphroot = "$WORK/storage"
+runroot = "$WORK/run"
+
+[storage.options]
+additionallayerstores = ["$MNT/layers:ref"]
+EOF
+export CONTAINERS_STORAGE_CONF=$conf
+
+# The storage root is private through storage.conf alone: podman 4.3 drops
+# the conf's driver options (the layer store among them) when --root,
+# --runroot or --storage-driver is given on its command line.
+pod() {
+    podman --events-backend none --cgroup-manager cgroupfs "$@"
+}
+# The machine forbids raising RLIMIT_NPROC/NOFILE, and crun needs a cgroup
+# setup it does not have here (TOOL-FACTS.md).
+pod_run() {
+    pod run --rm --pull never --network none --runtime runc \
+        --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 "$@"
+}
+# Teardown: podman's own overlay mounts go before the pullfs mount does.
+stop_podman() { pod image unmount --all --force >/dev/null 2>&1 || true; }
+trap 'rc=$?; set +e; stop_podman; (exit $rc); _cleanup' EXIT
+track_mount "$WORK/storage/overlay"
+
+# gets_by AGENT PATH MARK: GETs of PATH after MARK by the client whose
+# User-Agent starts with AGENT.
+gets_by() {
+    tail -n +"$(($3 + 1))" "$REGISTRY_LOG" | grep -F "\"GET $2" | grep -cF "\"$1" || true
+}
+
+# podman_pull REPO:TAG: podman pull; asserts that podman fetched the
+# manifest and config and no layer, pullfs each layer exactly once, and
+# that every layer podman has points into the store.
+podman_pull() {
+    local name=$1 repo=${1%:*} mark blobs config l n
+    mapfile -t blobs < <(image_blobs "$name")
+    config=${blobs[0]}
+    mark=$(registry_mark)
+    pod ${PODMAN_LOG_LEVEL:+--log-level "$PODMAN_LOG_LEVEL"} pull -q --tls-verify=false \
+        "$REGISTRY/$name" >"$WORK/pull.out" 2>"$WORK/pull.err" ||
+        fail "podman pull $REGISTRY/$name: $(cat "$WORK/pull.err")"
+    [ "$(gets_by containers/ "/v2/$repo/manifests/" "$mark")" -ge 1 ] ||
+        fail "podman fetched no manifest of $name"
+    assert_eq 1 "$(gets_by containers/ "/v2/$repo/blobs/$config" "$mark")" "podman's GETs of the config of $name"
+    for l in "${blobs[@]:1}"; do
+        assert_eq 0 "$(gets_by containers/ "/v2/$repo/blobs/$l" "$mark")" "podman's GETs of layer $l of $name"
+        assert_eq 1 "$(gets_by pullfs/ "/v2/$repo/blobs/$l" "$mark")" "pullfs's GETs of layer $l of $name"
+    done
+    n=$(grep -l "^$MNT/layers/" "$WORK"/storage/overlay/*/additionallayer 2>/dev/null | wc -l)
+    [ "$n" -ge "$((${#blobs[@]} - 1))" ] ||
+        fail "podman took $n layers of $name from the store, expected $((${#blobs[@]} - 1)): $(cat "$WORK/pull.err")"
+}
+
+# ---- a gzip image: podman run reads a file of it
+podman_pull test/busybox:1
+wait_event Pulled "$REGISTRY/test/busybox:1"
+# (/etc/hostname is podman's own bind mount: read another file)
+assert_eq "$(cat "$MNT/images/$REGISTRY/test/busybox:1/etc/passwd")" \
+    "$(pod_run "$REGISTRY/test/busybox:1" /bin/cat /etc/passwd)" "podman run cat /etc/passwd"
+
+# ---- whiteouts and an opaque directory: the container sees the merged tree
+podman_pull test/edge:1
+root=$MNT/images/$REGISTRY/test/edge:1
+# podman's own overlay of the layers (what a container's rootfs is made
+# of), beside pullfs's merged tree
+merged=$(pod image mount "$REGISTRY/test/edge:1") || fail "podman image mount failed"
+[ -d "$merged" ] || fail "podman image mount gave no directory: $merged"
+# Kernel overlayfs reports the lower inode's link count for a hardlink
+# group an upper layer split (TOOL-FACTS.md); everything else must agree.
+py "$TREECMP" "$root" "$merged" >"$WORK/treecmp.out" 2>&1 || true
+if grep -v -e '^treecmp: split/[ab]: nlink 2 != 3$' -e '^treecmp: [0-9]* difference(s) between' "$WORK/treecmp.out" | grep -q .; then
+    cat "$WORK/treecmp.out" >&2
+    fail "podman's merged edge image differs from $root"
+fi
+pod image unmount "$REGISTRY/test/edge:1" >/dev/null
+# and in a running container (a static busybox from outside to look with)
+bb=$(_static_busybox)
+dirs=(/opq /del /deldir /opq/upperdir)
+out=$(pod_run -v "$bb:/busybox:ro" "$REGISTRY/test/edge:1" /busybox sh -c \
+    'for d in "$@"; do echo "$d:"; /busybox ls -a "$d" | /busybox sort; done' sh "${dirs[@]}") ||
+    fail "podman run of the edge image failed: $out"
+want=$(for d in "${dirs[@]}"; do echo "$d:"; ls -a "$root$d" | LC_ALL=C sort; done)
+assert_eq "$want" "$out" "directories touched by whiteouts and an opaque directory, seen in the container"
