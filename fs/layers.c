@@ -225,7 +225,9 @@ static void file_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, co
 		/* containers/storage creates it to say it uses the layer, and
 		 * wants ENOENT from a store that counts; on a read-only mount
 		 * the kernel looks the name up first, and that is the note */
-		layer_view_used(view);
+		struct caller who;
+		caller_of(req, &who);
+		layer_view_used(view, &who);
 		reply_err(req, -ENOENT);
 		return;
 	}

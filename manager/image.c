@@ -273,10 +273,18 @@ static void free_left(void *userdata, uint32_t key, void *value)
 	image_free(value);
 }
 
+static void detach_left(void *userdata, uint32_t key, void *value)
+{
+	layer_view_detach(value);
+}
+
 void images_free_all(struct manager *m)
 {
-	if (m->keys)
-		imagekeys_foreach(m->keys, free_left, NULL);
+	if (!m->keys)
+		return;
+	/* every image goes, in no order: views must not drop theirs */
+	imagekeys_foreach(m->keys, detach_left, NULL);
+	imagekeys_foreach(m->keys, free_left, NULL);
 }
 
 void image_ref(struct image *img, uint64_t n)

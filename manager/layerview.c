@@ -44,6 +44,7 @@ struct layer_view {
 	size_t info_len;
 	char *domain, *repo; /* where the blob is, for "blob" reads */
 	char *digest;
+	char *reference;
 	uint64_t blob_size;
 	atomic_uint uses; /* "use" notifications */
 };
@@ -206,12 +207,15 @@ void layer_view_free(struct layer_view *lv)
 {
 	if (!lv)
 		return;
-	image_close(lv->image);
-	image_unref(lv->image, 1);
+	if (lv->image) {
+		image_close(lv->image);
+		image_unref(lv->image, 1);
+	}
 	free(lv->info);
 	free(lv->domain);
 	free(lv->repo);
 	free(lv->digest);
+	free(lv->reference);
 	free(lv);
 }
 
@@ -321,7 +325,8 @@ int manager_layer_view(struct image *img, const char *reference, const char *dig
 	lv->domain = strdup(ref->domain);
 	lv->repo = strdup(ref->path);
 	lv->digest = strdup(digest);
-	if (!lv->domain || !lv->repo || !lv->digest) {
+	lv->reference = strdup(reference);
+	if (!lv->domain || !lv->repo || !lv->digest || !lv->reference) {
 		r = -ENOMEM;
 		goto out;
 	}
@@ -347,11 +352,18 @@ out:
 		free(lv->domain);
 		free(lv->repo);
 		free(lv->digest);
+		free(lv->reference);
 		free(lv);
 	}
 	reference_free(ref);
 	manifest_free(mf);
 	return r;
+}
+
+void layer_view_detach(struct image *img)
+{
+	if (img->layer)
+		img->layer->image = NULL;
 }
 
 bool image_is_layer_view(const struct image *img)
@@ -403,7 +415,13 @@ ssize_t layer_view_blob_read(struct image *view, uint64_t off, size_t size, void
 	return r < 0 ? r : (ssize_t)b.used;
 }
 
-void layer_view_used(struct image *view)
+void layer_view_used(struct image *view, const struct caller *who)
 {
-	atomic_fetch_add(&view->layer->uses, 1);
+	struct layer_view *lv = view->layer;
+
+	atomic_fetch_add(&lv->uses, 1);
+	manager_emit(view->manager, EVENT_NORMAL, "LayerUsed", lv->reference,
+		     image_digest(lv->image), 0, who,
+		     "Layer %s of image \"%s\" is used by the engine from the layer store",
+		     lv->digest, lv->reference);
 }

@@ -37,5 +37,6 @@ const char *layer_view_info(const struct image *view, size_t *ret_len);
 uint64_t layer_view_blob_size(const struct image *view);
 ssize_t layer_view_blob_read(struct image *view, uint64_t off, size_t size, void *buf);
 
-/* The engine said it uses the layer (its "use" marker). */
-void layer_view_used(struct image *view);
+/* The engine said it uses the layer (its "use" marker): counted, and a
+ * LayerUsed event names who. */
+void layer_view_used(struct image *view, const struct caller *who);

@@ -231,6 +231,9 @@ int image_load(struct manager *m, const char *reference, const char *digest, str
 int layer_content_load(struct manager *m, const char *digest, struct image_content **ret,
 		       char *errbuf, size_t errlen);
 void layer_view_free(struct layer_view *lv);
+/* At the end, when every image is freed regardless of references: the
+ * view of img (if it is one) forgets its image without dropping it. */
+void layer_view_detach(struct image *img);
 /* image.c: the cached manifest of digest; 0, -ENOENT, -EBADMSG, -ENOMEM. */
 int manifest_load_cached(struct manager *m, const char *digest, struct manifest **ret);
 /* image.c: frees what the kernel still held when the mount went away. */

@@ -13,7 +13,17 @@ need_cmd runc
 start_registry
 push_busybox test/busybox:1
 push_edge test/edge:1
-mount_pullfs
+# the edge image as zstd:chunked, served lazily: through a proxy that holds
+# every GET of a whole layer blob (the background completion) until
+# $WORK/whole exists, so what a container reads meanwhile came by Range
+plain=$WORK/edge-plain
+_skopeo copy --dest-decompress "oci:$(layout_of edge):1" "dir:$plain"
+_skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd:chunked \
+    "dir:$plain" "docker://$REGISTRY/test/edge-chunked:1"
+rm -rf "$plain"
+chunked_layers=$(image_blobs test/edge-chunked:1 | tail -n +2 | paste -sd'|')
+start_slowproxy --gate "GET /v2/test/edge-chunked/blobs/($chunked_layers)\$=$WORK/whole"
+mount_pullfs --insecure-registry "$PROXY"
 
 conf=$WORK/storage.conf
 cat >"$conf" <<EOF
@@ -50,23 +60,25 @@ gets_by() {
     tail -n +"$(($3 + 1))" "$REGISTRY_LOG" | grep -F "\"GET $2" | grep -cF "\"$1" || true
 }
 
-# podman_pull REPO:TAG: podman pull; asserts that podman fetched the
+# podman_pull REPO:TAG [HOST]: podman pull; counting the registry's log from
+# $MARK (default: now), asserts that podman fetched the
 # manifest and config and no layer, pullfs each layer exactly once, and
 # that every layer podman has points into the store.
 podman_pull() {
-    local name=$1 repo=${1%:*} mark blobs config l n
+    local name=$1 repo=${1%:*} host=${2:-$REGISTRY} mark blobs config l n
     mapfile -t blobs < <(image_blobs "$name")
     config=${blobs[0]}
-    mark=$(registry_mark)
+    mark=${MARK:-$(registry_mark)}
     pod ${PODMAN_LOG_LEVEL:+--log-level "$PODMAN_LOG_LEVEL"} pull -q --tls-verify=false \
-        "$REGISTRY/$name" >"$WORK/pull.out" 2>"$WORK/pull.err" ||
-        fail "podman pull $REGISTRY/$name: $(cat "$WORK/pull.err")"
+        "$host/$name" >"$WORK/pull.out" 2>"$WORK/pull.err" ||
+        fail "podman pull $host/$name: $(cat "$WORK/pull.err")"
     [ "$(gets_by containers/ "/v2/$repo/manifests/" "$mark")" -ge 1 ] ||
         fail "podman fetched no manifest of $name"
     assert_eq 1 "$(gets_by containers/ "/v2/$repo/blobs/$config" "$mark")" "podman's GETs of the config of $name"
     for l in "${blobs[@]:1}"; do
         assert_eq 0 "$(gets_by containers/ "/v2/$repo/blobs/$l" "$mark")" "podman's GETs of layer $l of $name"
-        assert_eq 1 "$(gets_by pullfs/ "/v2/$repo/blobs/$l" "$mark")" "pullfs's GETs of layer $l of $name"
+        [ -n "${LAZY:-}" ] ||
+            assert_eq 1 "$(gets_by pullfs/ "/v2/$repo/blobs/$l" "$mark")" "pullfs's GETs of layer $l of $name"
     done
     n=$(grep -l "^$MNT/layers/" "$WORK"/storage/overlay/*/additionallayer 2>/dev/null | wc -l)
     [ "$n" -ge "$((${#blobs[@]} - 1))" ] ||
@@ -76,13 +88,24 @@ podman_pull() {
 # ---- a gzip image: podman run reads a file of it
 podman_pull test/busybox:1
 wait_event Pulled "$REGISTRY/test/busybox:1"
+# ensure ran for podman, which also said it uses each layer
+for reason in Pulling LayerUsed; do
+    assert_eq podman "$(events field "$reason" "$REGISTRY/test/busybox:1" comm)" "comm of the $reason event"
+done
 # (/etc/hostname is podman's own bind mount: read another file)
 assert_eq "$(cat "$MNT/images/$REGISTRY/test/busybox:1/etc/passwd")" \
     "$(pod_run "$REGISTRY/test/busybox:1" /bin/cat /etc/passwd)" "podman run cat /etc/passwd"
 
-# ---- whiteouts and an opaque directory: the container sees the merged tree
-podman_pull test/edge:1
+# ---- whiteouts and an opaque directory: the container sees the merged tree.
+# images/ of the same image is read at the same time: still one fetch of
+# each layer (podman_pull counts them).
 root=$MNT/images/$REGISTRY/test/edge:1
+mark=$(registry_mark)
+cat "$root/etc/hostname" >"$WORK/images.out" 2>&1 &
+reader=$!
+MARK=$mark podman_pull test/edge:1
+wait "$reader" || fail "reading $root/etc/hostname while podman pulled: $(cat "$WORK/images.out")"
+assert_eq edge "$(cat "$WORK/images.out")" "etc/hostname through images/ while podman pulled"
 # podman's own overlay of the layers (what a container's rootfs is made
 # of), beside pullfs's merged tree
 merged=$(pod image mount "$REGISTRY/test/edge:1") || fail "podman image mount failed"
@@ -103,3 +126,17 @@ out=$(pod_run -v "$bb:/busybox:ro" "$REGISTRY/test/edge:1" /busybox sh -c \
     fail "podman run of the edge image failed: $out"
 want=$(for d in "${dirs[@]}"; do echo "$d:"; ls -a "$root$d" | LC_ALL=C sort; done)
 assert_eq "$want" "$out" "directories touched by whiteouts and an opaque directory, seen in the container"
+
+# ---- lazy: zstd:chunked layers are served from their tables of contents;
+# podman pulls and runs while no whole layer blob has been fetched
+LAZY=1 podman_pull test/edge-chunked:1 "$PROXY"
+out=$(pod_run -v "$bb:/busybox:ro" "$PROXY/test/edge-chunked:1" /busybox cat /etc/passwd /opq/upper1) ||
+    fail "podman run of the lazy image failed: $out"
+assert_eq "$(cat "$root/etc/passwd" "$root/opq/upper1")" "$out" "files read in a container of the lazy image"
+assert_eq 0 "$(proxy_count done "GET /v2/test/edge-chunked/blobs/($chunked_layers) [0-9]+$")" \
+    "whole layer blobs fetched before the container read its files"
+[ "$(proxy_count range "/v2/test/edge-chunked/blobs/")" -gt 0 ] || fail "no Range request for the lazy image"
+for l in ${chunked_layers//|/ }; do
+    assert_eq 0 "$(gets_by containers/ "/v2/test/edge-chunked/blobs/$l" 0)" "podman's GETs of lazy layer $l"
+done
+touch "$WORK/whole"

@@ -77,8 +77,12 @@ class Proxy(http.server.BaseHTTPRequestHandler):
         self.hold(what)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
-        headers = {k: v for k, v in self.headers.items()
-                   if k.lower() not in HOP_HEADERS and k.lower() != "host"}
+        # a header given several times (podman's Accept) is joined, as
+        # HTTP allows, not cut down to its last value
+        headers = {}
+        for k, v in self.headers.items():
+            if k.lower() not in HOP_HEADERS and k.lower() != "host":
+                headers[k] = headers[k] + ", " + v if k in headers else v
         headers["Host"] = cfg.upstream
         conn = http.client.HTTPConnection(cfg.upstream, timeout=60)
         try:
