@@ -87,3 +87,13 @@ assert_errno ENOENT "$MNT/layers/$b64/sha256:abc"
 # a reference unknown to the registry: ensure's errno
 assert_errno ENOENT "$MNT/layers/$(printf %s "$REGISTRY/test/nosuch:1" | base64 -w0)/${layers[0]}"
 assert_contains layers "$(list_dir "$MNT")" "ls of the mount root"
+
+# ---- GC: an image whose layer view the kernel holds is in use
+source "$INTEGRATION_DIR/ctl.sh"
+exec 8<"$L2/info"
+ctl rm "$ref"
+assert_eq 1 "$RC" "exit status of rm of an image whose layer is open through layers/"
+assert_contains "in use" "$ERR" "rm of an image used through layers/"
+ctl_ok ls
+assert_contains "$ref " "$OUT" "ls after a refused rm"
+exec 8<&-
