@@ -216,6 +216,9 @@ void ns_notifier_settle(void *fs);
 struct nsnode *ns_intern(struct fs *fs, const char *key, enum nskind kind, struct lnode *ln);
 struct nsnode *ns_find(struct fs *fs, const char *key);
 void ns_reply_node(fuse_req_t req, struct fs *fs, struct nsnode *n);
+/* The entry of img's root, passing one image reference of the caller's
+ * to the kernel. */
+void ns_reply_image_root(fuse_req_t req, struct fs *fs, struct image *img, double entry_timeout);
 typedef void ns_then_fn(fuse_req_t req, struct fs *fs, int r, struct image *img, void *userdata);
 bool ns_ensure_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char *name,
 		      const char *reference, ns_then_fn *then, void *userdata);

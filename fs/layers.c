@@ -136,20 +136,6 @@ static char *decode_reference(const char *b64)
 	return (char *)TAKE_PTR(out);
 }
 
-static void reply_view_root(fuse_req_t req, struct fs *fs, struct image *view)
-{
-	struct fuse_entry_param e = { 0 };
-	const struct tinode *root = image_root(view);
-
-	e.ino = node_ino(view, root);
-	e.generation = image_generation(view);
-	image_stat(e.ino, root, &e.attr);
-	e.attr_timeout = e.entry_timeout = fs->opts.content_timeout;
-	image_ref(view, 1);
-	if (fuse_reply_entry(req, &e) != 0)
-		image_unref(view, 1);
-}
-
 /* A lookup of a layer directory waiting for ensure. */
 struct pending {
 	char *key;
@@ -218,7 +204,9 @@ static void file_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, co
 	struct nsnode *n;
 
 	if (!strcmp(name, "diff")) {
-		reply_view_root(req, fs, view);
+		/* a view's layer never changes under its name */
+		image_ref(view, 1);
+		ns_reply_image_root(req, fs, view, fs->opts.content_timeout);
 		return;
 	}
 	if (!strcmp(name, "use")) {

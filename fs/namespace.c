@@ -235,7 +235,7 @@ void caller_of(fuse_req_t req, struct caller *c)
 	}
 }
 
-static void reply_image_root(fuse_req_t req, struct fs *fs, struct image *img)
+void ns_reply_image_root(fuse_req_t req, struct fs *fs, struct image *img, double entry_timeout)
 {
 	struct fuse_entry_param e = { 0 };
 	const struct tinode *root = image_root(img);
@@ -244,7 +244,7 @@ static void reply_image_root(fuse_req_t req, struct fs *fs, struct image *img)
 	e.generation = image_generation(img);
 	image_stat(e.ino, root, &e.attr);
 	e.attr_timeout = fs->opts.content_timeout;
-	e.entry_timeout = fs->opts.image_timeout;
+	e.entry_timeout = entry_timeout;
 	/* The reference from ensure becomes the kernel's lookup reference. */
 	if (fuse_reply_entry(req, &e) != 0)
 		image_unref(img, 1);
@@ -323,7 +323,7 @@ static void lookup_reply(struct lookup_call *lc, int r, struct image *img)
 	} else {
 		if (lc->reference)
 			dentries_note(fs, lc->reference, lc->parent, lc->name);
-		reply_image_root(lc->req, fs, img);
+		ns_reply_image_root(lc->req, fs, img, fs->opts.image_timeout);
 	}
 	fsop_done(fs, FSOP_LOOKUP, lc->start_ns);
 }

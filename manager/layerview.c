@@ -87,10 +87,8 @@ static int mark_opaque(struct layer_entry *e, void ***allocs, size_t *n_allocs)
 	return 0;
 }
 
-/* Builds the overlay-format tree of one layer index.  The rewritten
- * index borrows every string from li. */
-static int overlay_tree(const struct layer_index *li, struct tree **ret, char *errbuf,
-			size_t errlen)
+/* The rewritten index borrows every string from li. */
+int layer_overlay_tree(const struct layer_index *li, struct tree **ret, char *errbuf, size_t errlen)
 {
 	struct layer_index out = { .data_size = li->data_size };
 	_cleanup_free_ void **allocs = NULL;
@@ -182,7 +180,7 @@ int layer_content_load(struct manager *m, const char *digest, struct image_conte
 	r = cache_layer_read_index(m->cache, layer, &li);
 	if (r < 0)
 		goto fail;
-	r = overlay_tree(li, &c->tree, errbuf, errlen);
+	r = layer_overlay_tree(li, &c->tree, errbuf, errlen);
 	layer_index_free(li);
 	if (r < 0)
 		goto fail;
@@ -347,14 +345,7 @@ int manager_layer_view(struct image *img, const char *reference, const char *dig
 	view->layer = TAKE_PTR(lv);
 	*ret_view = view;
 out:
-	if (lv) {
-		free(lv->info);
-		free(lv->domain);
-		free(lv->repo);
-		free(lv->digest);
-		free(lv->reference);
-		free(lv);
-	}
+	layer_view_free(lv);
 	reference_free(ref);
 	manifest_free(mf);
 	return r;

@@ -14,6 +14,17 @@
 #include "events.h"
 
 struct image;
+struct layer_index;
+struct tree;
+
+/* The tree of layer li alone in overlayfs's format: each whiteout a
+ * character device 0/0 (mode 0, owner root) under the removed name, each
+ * opaque marker LAYER_VIEW_OPAQUE_XATTR = "y" on its directory (the
+ * layer's own entry, else a 0755 directory made for it), the rest as in
+ * the layer.  Returns 0 with a tree owned by the caller, or what
+ * tree_build() returns. */
+int layer_overlay_tree(const struct layer_index *li, struct tree **ret, char *errbuf,
+		       size_t errlen);
 
 /* The view of layer `digest` of img, which reference named when ensured.
  * Blocks (reads the cache, builds the layer's tree).  Returns 0 with a
