@@ -140,3 +140,6 @@ for l in ${chunked_layers//|/ }; do
     assert_eq 0 "$(gets_by containers/ "/v2/test/edge-chunked/blobs/$l" 0)" "podman's GETs of lazy layer $l"
 done
 touch "$WORK/whole"
+
+stop_podman
+unmount_pullfs

@@ -97,3 +97,5 @@ assert_contains "in use" "$ERR" "rm of an image used through layers/"
 ctl_ok ls
 assert_contains "$ref " "$OUT" "ls after a refused rm"
 exec 8<&-
+
+unmount_pullfs
