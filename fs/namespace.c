@@ -375,7 +375,10 @@ static bool ensure_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, 
 
 	lc = calloc(1, sizeof(*lc) + strlen(name) + 1);
 	if (!lc) {
-		reply_err(req, -ENOMEM);
+		if (then)
+			then(req, fs, -ENOMEM, NULL, then_data);
+		else
+			reply_err(req, -ENOMEM);
 		return false;
 	}
 	pthread_mutex_init(&lc->lock, NULL);
