@@ -12,6 +12,7 @@ need_cmd podman
 need_cmd runc
 start_registry
 push_busybox test/busybox:1
+push_edge_zstd test/never:1
 push_edge test/edge:1
 # the edge image as zstd:chunked, served lazily: through a proxy that holds
 # every GET of a whole layer blob (the background completion) until
@@ -23,7 +24,8 @@ _skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd
 rm -rf "$plain"
 chunked_layers=$(image_blobs test/edge-chunked:1 | tail -n +2 | paste -sd'|')
 start_slowproxy --gate "GET /v2/test/edge-chunked/blobs/($chunked_layers)\$=$WORK/whole"
-mount_pullfs --insecure-registry "$PROXY"
+# test/never is an image pullfs must not pull: the engine pulls it itself
+mount_pullfs --insecure-registry "$PROXY" --pull-policy-rule "$REGISTRY/test/never:*=never"
 
 conf=$WORK/storage.conf
 cat >"$conf" <<EOF
@@ -140,6 +142,22 @@ for l in ${chunked_layers//|/ }; do
     assert_eq 0 "$(gets_by containers/ "/v2/test/edge-chunked/blobs/$l" 0)" "podman's GETs of lazy layer $l"
 done
 touch "$WORK/whole"
+
+# ---- an image pullfs cannot provide: podman falls back to its own pull,
+# and the events log says why (the errno podman got, naming podman)
+mapfile -t never_blobs < <(image_blobs test/never:1)
+mark=$(registry_mark)
+pod pull -q --tls-verify=false "$REGISTRY/test/never:1" >"$WORK/pull.out" 2>"$WORK/pull.err" ||
+    fail "podman pull of an image pullfs refuses: $(cat "$WORK/pull.err")"
+for l in "${never_blobs[@]:1}"; do
+    assert_eq 1 "$(gets_by containers/ "/v2/test/never/blobs/$l" "$mark")" "podman's own GETs of layer $l, which pullfs refused"
+done
+assert_eq 0 "$(gets_by pullfs/ "/v2/test/never/" "$mark")" "pullfs's requests for an image whose policy is Never"
+wait_event ErrImageNeverPull "$REGISTRY/test/never:1"
+assert_eq podman "$(events field ErrImageNeverPull "$REGISTRY/test/never:1" comm)" "comm of the ErrImageNeverPull event"
+assert_eq EPERM "$(events field ErrImageNeverPull "$REGISTRY/test/never:1" errno)" "errno of the ErrImageNeverPull event"
+assert_eq "$(cat "$root/opq/upper1")" \
+    "$(pod_run -v "$bb:/busybox:ro" "$REGISTRY/test/never:1" /busybox cat /opq/upper1)" "podman run of the image it pulled itself"
 
 stop_podman
 unmount_pullfs
