@@ -12,18 +12,46 @@ need_cmd podman
 need_cmd runc
 start_registry
 push_busybox test/busybox:1
-push_edge_zstd test/never:1
+# busybox with a layer of its own, different in every run: podman's
+# blob-info cache (/var/lib/containers/cache) outlives the test and would
+# let podman reuse a layer it met before
+never=$WORK/never
+cp -a "$(layout_of busybox)" "$never"
+mkdir -p "$WORK/never.stage/etc"
+echo "never $$ $(date +%s%N)" >"$WORK/never.stage/etc/never"
+LAYER_TIME='2021-01-01 00:00:00 UTC' _tar_layer "$WORK/never.stage" "$WORK/never.tar"
+_add_layer "$never:1" "$WORK/never.tar" 'a layer of its own'
+_skopeo copy --dest-tls-verify=false "oci:$never:1" "docker://$REGISTRY/test/never:1"
 push_edge test/edge:1
-# the edge image as zstd:chunked, served lazily: through a proxy that holds
-# every GET of a whole layer blob (the background completion) until
-# $WORK/whole exists, so what a container reads meanwhile came by Range
-plain=$WORK/edge-plain
-_skopeo copy --dest-decompress "oci:$(layout_of edge):1" "dir:$plain"
+# A two-layer image of its own as zstd:chunked, served lazily (its first
+# layer differs in every run: podman would use a layer it already has for
+# the same uncompressed content, whatever the store says), through a proxy
+# that holds every GET of a whole layer blob (the background completion)
+# until $WORK/whole exists, so what a container reads meanwhile came by
+# Range requests.
+lz=$WORK/lazy.stage
+mkdir -p "$lz/1/opq/lowerdir" "$lz/1/etc" "$lz/1/del" "$lz/2/opq" "$lz/2/del"
+echo "lazy $$ $(date +%s%N)" >"$lz/1/etc/unique"
+head -c 300000 /dev/urandom >"$lz/1/etc/big"
+echo lower >"$lz/1/opq/lower1"
+echo x >"$lz/1/opq/lowerdir/x"
+echo gone >"$lz/1/del/file"
+echo kept >"$lz/1/del/keep"
+: >"$lz/2/opq/.wh..wh..opq"
+echo upper >"$lz/2/opq/upper1"
+: >"$lz/2/del/.wh.file"
+LAYER_TIME='2010-01-01 10:00:00 UTC' _tar_layer "$lz/1" "$lz/1.tar"
+LAYER_TIME='2015-01-01 15:00:00 UTC' _tar_layer "$lz/2" "$lz/2.tar"
+umoci init --layout "$lz/oci"
+umoci new --image "$lz/oci:1"
+_add_layer "$lz/oci:1" "$lz/1.tar" 'lazy base'
+_add_layer "$lz/oci:1" "$lz/2.tar" 'whiteout and opaque directory'
+_skopeo copy --dest-decompress "oci:$lz/oci:1" "dir:$lz/plain"
 _skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd:chunked \
-    "dir:$plain" "docker://$REGISTRY/test/edge-chunked:1"
-rm -rf "$plain"
-chunked_layers=$(image_blobs test/edge-chunked:1 | tail -n +2 | paste -sd'|')
-start_slowproxy --gate "GET /v2/test/edge-chunked/blobs/($chunked_layers)\$=$WORK/whole"
+    "dir:$lz/plain" "docker://$REGISTRY/test/lazy-chunked:1"
+rm -rf "$lz"
+chunked_layers=$(image_blobs test/lazy-chunked:1 | tail -n +2 | paste -sd'|')
+start_slowproxy --gate "GET /v2/test/lazy-chunked/blobs/($chunked_layers)\$=$WORK/whole"
 # test/never is an image pullfs must not pull: the engine pulls it itself
 mount_pullfs --insecure-registry "$PROXY" --pull-policy-rule "$REGISTRY/test/never:*=never"
 
@@ -67,7 +95,7 @@ gets_by() {
 # manifest and config and no layer, pullfs each layer exactly once, and
 # that every layer podman has points into the store.
 podman_pull() {
-    local name=$1 repo=${1%:*} host=${2:-$REGISTRY} mark blobs config l n
+    local name=$1 repo=${1%:*} host=${2:-$REGISTRY} mark blobs config l b64
     mapfile -t blobs < <(image_blobs "$name")
     config=${blobs[0]}
     mark=${MARK:-$(registry_mark)}
@@ -82,9 +110,12 @@ podman_pull() {
         [ -n "${LAZY:-}" ] ||
             assert_eq 1 "$(gets_by pullfs/ "/v2/$repo/blobs/$l" "$mark")" "pullfs's GETs of layer $l of $name"
     done
-    n=$(grep -l "^$MNT/layers/" "$WORK"/storage/overlay/*/additionallayer 2>/dev/null | wc -l)
-    [ "$n" -ge "$((${#blobs[@]} - 1))" ] ||
-        fail "podman took $n layers of $name from the store, expected $((${#blobs[@]} - 1)): $(cat "$WORK/pull.err")"
+    b64=$(printf %s "$host/$name" | base64 -w0)
+    for l in "${blobs[@]:1}"; do
+        cat "$WORK"/storage/overlay/*/additionallayer 2>/dev/null | tr '\n' ' ' |
+            grep -qF "$MNT/layers/$b64/$l" ||
+            fail "podman did not take layer $l of $host/$name from the store: $(cat "$WORK/pull.err")"
+    done
 }
 
 # ---- a gzip image: podman run reads a file of it
@@ -131,15 +162,22 @@ assert_eq "$want" "$out" "directories touched by whiteouts and an opaque directo
 
 # ---- lazy: zstd:chunked layers are served from their tables of contents;
 # podman pulls and runs while no whole layer blob has been fetched
-LAZY=1 podman_pull test/edge-chunked:1 "$PROXY"
-out=$(pod_run -v "$bb:/busybox:ro" "$PROXY/test/edge-chunked:1" /busybox cat /etc/passwd /opq/upper1) ||
+LAZY=1 podman_pull test/lazy-chunked:1 "$PROXY"
+lroot=$MNT/images/$PROXY/test/lazy-chunked:1
+# podman's overlay of the lazy layers is the merged tree pullfs shows
+# (content compared: every file is read)
+merged=$(pod image mount "$PROXY/test/lazy-chunked:1") || fail "podman image mount of the lazy image failed"
+assert_tree_eq "$lroot" "$merged"
+pod image unmount "$PROXY/test/lazy-chunked:1" >/dev/null
+out=$(pod_run -v "$bb:/busybox:ro" "$PROXY/test/lazy-chunked:1" /busybox cat /etc/unique /opq/upper1) ||
     fail "podman run of the lazy image failed: $out"
-assert_eq "$(cat "$root/etc/passwd" "$root/opq/upper1")" "$out" "files read in a container of the lazy image"
-assert_eq 0 "$(proxy_count done "GET /v2/test/edge-chunked/blobs/($chunked_layers) [0-9]+$")" \
+assert_eq "$(cat "$lroot/etc/unique" "$lroot/opq/upper1")" "$out" "files read in a container of the lazy image"
+assert_eq keep "$(pod_run -v "$bb:/busybox:ro" "$PROXY/test/lazy-chunked:1" /busybox ls /del)" "ls /del in a container of the lazy image"
+assert_eq 0 "$(proxy_count done "GET /v2/test/lazy-chunked/blobs/($chunked_layers) [0-9]+$")" \
     "whole layer blobs fetched before the container read its files"
-[ "$(proxy_count range "/v2/test/edge-chunked/blobs/")" -gt 0 ] || fail "no Range request for the lazy image"
+[ "$(proxy_count range "/v2/test/lazy-chunked/blobs/")" -gt 0 ] || fail "no Range request for the lazy image"
 for l in ${chunked_layers//|/ }; do
-    assert_eq 0 "$(gets_by containers/ "/v2/test/edge-chunked/blobs/$l" 0)" "podman's GETs of lazy layer $l"
+    assert_eq 0 "$(gets_by containers/ "/v2/test/lazy-chunked/blobs/$l" 0)" "podman's GETs of lazy layer $l"
 done
 touch "$WORK/whole"
 
@@ -149,15 +187,14 @@ mapfile -t never_blobs < <(image_blobs test/never:1)
 mark=$(registry_mark)
 pod pull -q --tls-verify=false "$REGISTRY/test/never:1" >"$WORK/pull.out" 2>"$WORK/pull.err" ||
     fail "podman pull of an image pullfs refuses: $(cat "$WORK/pull.err")"
-for l in "${never_blobs[@]:1}"; do
-    assert_eq 1 "$(gets_by containers/ "/v2/test/never/blobs/$l" "$mark")" "podman's own GETs of layer $l, which pullfs refused"
-done
+assert_eq 1 "$(gets_by containers/ "/v2/test/never/blobs/${never_blobs[-1]}" "$mark")" \
+    "podman's own GETs of the new layer, which pullfs refused"
 assert_eq 0 "$(gets_by pullfs/ "/v2/test/never/" "$mark")" "pullfs's requests for an image whose policy is Never"
 wait_event ErrImageNeverPull "$REGISTRY/test/never:1"
 assert_eq podman "$(events field ErrImageNeverPull "$REGISTRY/test/never:1" comm)" "comm of the ErrImageNeverPull event"
 assert_eq EPERM "$(events field ErrImageNeverPull "$REGISTRY/test/never:1" errno)" "errno of the ErrImageNeverPull event"
-assert_eq "$(cat "$root/opq/upper1")" \
-    "$(pod_run -v "$bb:/busybox:ro" "$REGISTRY/test/never:1" /busybox cat /opq/upper1)" "podman run of the image it pulled itself"
+assert_eq "$(cat "$WORK/never.stage/etc/never")" \
+    "$(pod_run "$REGISTRY/test/never:1" /bin/cat /etc/never)" "podman run of the image it pulled itself"
 
 stop_podman
 unmount_pullfs
