@@ -228,6 +228,7 @@ static void file_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, co
 		return;
 	}
 	if (asprintf(&key, "%s/%s", parent->key, name) < 0) {
+		key = NULL;
 		reply_err(req, -ENOMEM);
 		return;
 	}
@@ -257,6 +258,7 @@ bool layers_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const c
 		return false;
 	}
 	if (asprintf(&key, "%s/%s", parent->key, name) < 0) {
+		key = NULL;
 		reply_err(req, -ENOMEM);
 		return false;
 	}
@@ -277,7 +279,7 @@ bool layers_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const c
 		if (pl->kind == LN_ROOT)
 			b64 = strdup(name);
 		else if (asprintf(&b64, "%s/%s", pl->b64, name) < 0)
-			b64 = NULL;
+			b64 = NULL; /* undefined after a failure */
 		n = b64 ? ns_intern(fs, key, NS_LAYERS, lnode_new(LN_REF, TAKE_PTR(b64), NULL))
 			: NULL;
 	}
