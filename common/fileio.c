@@ -1,6 +1,7 @@
 #include "fileio.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -92,4 +93,24 @@ int dir_stream(int dirfd, DIR **ret)
 	rewinddir(d);
 	*ret = d;
 	return 0;
+}
+
+int flush_data(int fd)
+{
+	return fdatasync(fd) < 0 ? negative_errno() : 0;
+}
+
+int flush_dir(int dirfd)
+{
+	return fsync(dirfd) < 0 ? negative_errno() : 0;
+}
+
+int flush_fs(int fd)
+{
+	return syncfs(fd) < 0 ? negative_errno() : 0;
+}
+
+void flush_start(int fd, uint64_t off, uint64_t len)
+{
+	(void)sync_file_range(fd, (off_t)off, (off_t)len, SYNC_FILE_RANGE_WRITE);
 }

@@ -1,11 +1,13 @@
 /* Whole reads and writes: reading a file into memory with a cap, and
  * writing a buffer through short writes and EINTR -- the loops the cache,
- * the layer index and the tools all need. */
+ * the layer index and the tools all need -- and the flushes that make what
+ * was written survive a power cut. */
 #pragma once
 
 #include <dirent.h>
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Reads fd from its current offset to the end into a new buffer, NUL
  * terminated (the terminator is not counted in *ret_len, which may be
@@ -22,3 +24,20 @@ int write_full(int fd, const void *buf, size_t len);
 /* A DIR stream over a duplicate of dirfd, from its start (the caller
  * closes the stream; dirfd stays open).  Returns 0 or -errno. */
 int dir_stream(int dirfd, DIR **ret);
+
+/* fdatasync(2) of fd: its data and what is needed to read it back (size,
+ * blocks) are on stable storage when this returns 0.  Blocks.  Returns 0
+ * or -errno (-EIO when write-back failed). */
+int flush_data(int fd);
+/* fsync(2) of a directory fd: the entries created, renamed or removed in
+ * it so far are on stable storage when this returns 0.  Blocks.  Returns
+ * 0 or -errno. */
+int flush_dir(int dirfd);
+/* syncfs(2) of the filesystem fd is on: every file and directory written
+ * there so far, by anyone, is on stable storage when this returns 0.  One
+ * call instead of one flush per file.  Blocks.  Returns 0 or -errno. */
+int flush_fs(int fd);
+/* Starts write-back of bytes off..off+len of fd (len 0: to the end),
+ * without waiting for it (sync_file_range(2) SYNC_FILE_RANGE_WRITE), so
+ * that a later flush finds less to do.  Best effort: no error. */
+void flush_start(int fd, uint64_t off, uint64_t len);

@@ -197,7 +197,8 @@ bool cache_blob_present(struct cache *c, const char *digest)
 	return digest_is_valid(digest) && faccessat(c->blobs_fd, digest_hex(digest), F_OK, 0) == 0;
 }
 
-/* Writes buf to tmp/ and renames it to name in dirfd. */
+/* Writes buf to tmp/ and renames it to name in dirfd: the content is on
+ * stable storage before the rename, the rename before this returns. */
 static int write_atomic(struct cache *c, int dirfd, const char *name, const void *buf, size_t len)
 {
 	char tmpname[64];
@@ -214,11 +215,15 @@ static int write_atomic(struct cache *c, int dirfd, const char *name, const void
 			return negative_errno();
 	}
 	r = write_full(fd, buf, len);
+	if (r == 0)
+		r = flush_data(fd);
 	if (r == 0 && renameat(c->tmp_fd, tmpname, dirfd, name) < 0)
 		r = negative_errno();
-	if (r < 0)
+	if (r < 0) {
 		unlinkat(c->tmp_fd, tmpname, 0);
-	return r;
+		return r;
+	}
+	return flush_dir(dirfd);
 }
 
 int cache_blob_write(struct cache *c, const char *digest, const void *buf, size_t len)
@@ -354,8 +359,19 @@ static int layer_commit(struct cache *c, struct cache_layer_stage *st, const cha
 		goto out;
 	}
 	r = layer_index_write(li, idx);
+	/* Everything the layer holds is on stable storage before any of it
+	 * is published: one syncfs for the whole stage costs less than a
+	 * flush per file.  Then the objects' index links and the stage's
+	 * own links to stored objects, then the layer itself (see
+	 * "Durability" in docs/content-store.md). */
+	if (r == 0)
+		r = flush_fs(st->dirfd);
 	if (r == 0)
 		r = objects_enter(c, st->dirfd, li, lazy);
+	if (r == 0)
+		r = flush_dir(c->objects_fd);
+	if (r == 0)
+		r = flush_dir(st->dirfd);
 	if (r < 0)
 		goto out;
 	if (renameat(c->tmp_fd, st->name, c->layers_fd, digest_hex(digest)) == 0) {
@@ -363,9 +379,12 @@ static int layer_commit(struct cache *c, struct cache_layer_stage *st, const cha
 		st->name = NULL;
 	} else if (errno != EEXIST && errno != ENOTEMPTY) {
 		/* (EEXIST: another pull of a sharing image won the race;
-		 * its copy is as good as ours) */
+		 * its copy is as good as ours, and durable once the
+		 * directory is) */
 		r = negative_errno();
+		goto out;
 	}
+	r = flush_dir(c->layers_fd);
 out:
 	cache_layer_abandon(c, st);
 	return r;
@@ -512,6 +531,11 @@ int cache_ref_save(struct cache *c, const struct cache_ref *r)
 	ret = ref_file_name(r->reference, name);
 	if (ret < 0)
 		return ret;
+	/* A layer this reference names may have been published by another
+	 * pull that has not flushed layers/ yet. */
+	ret = flush_dir(c->layers_fd);
+	if (ret < 0)
+		return ret;
 	o = json_pack("{s:s, s:s, s:I}", "reference", r->reference, "digest", r->digest,
 		      "pulled_at", (json_int_t)r->pulled_at);
 	if (!o)
@@ -536,9 +560,13 @@ int cache_ref_remove(struct cache *c, const char *reference)
 
 	if (r < 0)
 		return r;
-	if (unlinkat(c->refs_fd, name, 0) < 0 && errno != ENOENT)
-		return negative_errno();
-	return 0;
+	if (unlinkat(c->refs_fd, name, 0) < 0) {
+		if (errno != ENOENT)
+			return negative_errno();
+		return 0;
+	}
+	/* gone for good before GC may remove what it named */
+	return flush_dir(c->refs_fd);
 }
 
 int cache_statfs(struct cache *c, uint64_t *ret_total, uint64_t *ret_free)

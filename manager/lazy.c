@@ -35,6 +35,8 @@ struct lazy_file {
 	int fd;	   /* p.OBJ, still the object's inode once renamed */
 	int mapfd; /* p.OBJ.map; -1 once complete */
 	bool complete;
+	/* both files' names are on stable storage */
+	atomic_bool named;
 	char object[DIGEST_HEX_LEN + 1];
 };
 
@@ -363,14 +365,28 @@ static int write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, cons
 	const struct toc_chunk *c = &f->chunks[k];
 	void *n = realloc(*dst, c->size);
 	char err[256];
+	int r;
 
 	if (!n)
 		return -ENOMEM;
 	*dst = n;
 	if (toc_chunk_decompress(l->src.tl.format, c, src, c->blob_length, n, err, sizeof(err)) < 0)
 		return -EBADMSG; /* the registry sent what the TOC does not say */
-	if (pwrite(f->fd, n, c->size, (off_t)c->offset) != (ssize_t)c->size ||
-	    pwrite(f->mapfd, "1", 1, (off_t)k) != 1)
+	if (pwrite(f->fd, n, c->size, (off_t)c->offset) != (ssize_t)c->size)
+		return errno == ENOSPC ? -ENOSPC : -EIO;
+	/* Across a power cut too the map never runs ahead of the data: the
+	 * chunk is on stable storage before its bit is written, and the
+	 * names of both files before the first bit (a map that outlived
+	 * its data file would mark holes present). */
+	r = flush_data(f->fd);
+	if (r == 0 && !atomic_load(&f->named)) {
+		r = flush_dir(l->dirfd);
+		if (r == 0)
+			atomic_store(&f->named, true);
+	}
+	if (r < 0)
+		return r;
+	if (pwrite(f->mapfd, "1", 1, (off_t)k) != 1)
 		return errno == ENOSPC ? -ENOSPC : -EIO;
 	return 0;
 }
@@ -434,6 +450,10 @@ static int finish_file(struct lazy_layer *l, struct lazy_file *f)
 		goto out;
 	}
 	fchmod(f->fd, 0444);
+	/* (every chunk was flushed before its bit; this finds little to do) */
+	r = flush_data(f->fd);
+	if (r < 0)
+		goto out;
 	snprintf(name, sizeof(name), "p.%s", f->object);
 	snprintf(done, sizeof(done), "o.%s", f->object);
 	if (renameat(l->dirfd, name, l->dirfd, done) < 0) {
@@ -746,6 +766,10 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 	}
 	if (!all)
 		return 0;
+	/* every o.OBJ is there for good before the layer stops being lazy */
+	r = flush_dir(l->dirfd);
+	if (r < 0)
+		return r;
 	if (unlinkat(l->dirfd, "lazy", 0) < 0)
 		return errno == ENOENT ? 0 : negative_errno();
 	if (l->stats)
