@@ -1,0 +1,411 @@
+/* cache: the order of writes that makes a publish survive a power cut.
+ * The flushes (fdatasync, fsync, syncfs) and the publishing calls (renameat,
+ * linkat) are wrapped at link time (-Wl,--wrap): each is done for real and
+ * logged with the cache-relative paths of its descriptors, so the tests can
+ * check that content is flushed before the rename that publishes it and the
+ * directory after it; a flush can be made to fail, and then nothing may be
+ * published.  Also: a layer staged but never committed is gone after the
+ * next cache_open. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cache.h"
+#include "digest.h"
+
+#define LOG_MAX 64
+
+static char dir[64];
+static char calls[LOG_MAX][512];
+static size_t n_calls;
+static const char *fail_op; /* make this flush fail with EIO... */
+static const char *fail_at; /* ...on a path starting with this */
+
+/* The path of fd relative to the cache ("." for the cache itself). */
+static void fd_path(int fd, char *buf, size_t len)
+{
+	char link[64], full[PATH_MAX];
+	ssize_t n;
+	size_t dl = strlen(dir);
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, full, sizeof(full) - 1);
+	full[n < 0 ? 0 : n] = '\0';
+	if (strncmp(full, dir, dl) == 0 && full[dl] == '/')
+		snprintf(buf, len, "%s", full + dl + 1);
+	else if (strcmp(full, dir) == 0)
+		snprintf(buf, len, ".");
+	else
+		snprintf(buf, len, "%s", full);
+}
+
+static void log_call(const char *fmt, ...)
+{
+	va_list ap;
+
+	assert_true(n_calls < LOG_MAX);
+	va_start(ap, fmt);
+	vsnprintf(calls[n_calls++], sizeof(calls[0]), fmt, ap);
+	va_end(ap);
+}
+
+/* A flush, logged; fails when it is the one the test asked for. */
+static int flush_call(const char *op, int fd, int (*real)(int))
+{
+	char p[PATH_MAX];
+
+	fd_path(fd, p, sizeof(p));
+	log_call("%s %s", op, p);
+	if (fail_op && strcmp(op, fail_op) == 0 && strncmp(p, fail_at, strlen(fail_at)) == 0) {
+		errno = EIO;
+		return -1;
+	}
+	return real(fd);
+}
+
+int __wrap_fdatasync(int fd);
+int __wrap_fsync(int fd);
+int __wrap_syncfs(int fd);
+int __wrap_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
+int __wrap_linkat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags);
+int __real_fdatasync(int fd);
+int __real_fsync(int fd);
+int __real_syncfs(int fd);
+int __real_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
+int __real_linkat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags);
+
+int __wrap_fdatasync(int fd)
+{
+	return flush_call("fdatasync", fd, __real_fdatasync);
+}
+
+int __wrap_fsync(int fd)
+{
+	return flush_call("fsync", fd, __real_fsync);
+}
+
+int __wrap_syncfs(int fd)
+{
+	return flush_call("syncfs", fd, __real_syncfs);
+}
+
+int __wrap_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)
+{
+	char a[PATH_MAX], b[PATH_MAX];
+
+	fd_path(olddirfd, a, sizeof(a));
+	fd_path(newdirfd, b, sizeof(b));
+	log_call("rename %s/%s %s/%s", a, oldpath, b, newpath);
+	return __real_renameat(olddirfd, oldpath, newdirfd, newpath);
+}
+
+int __wrap_linkat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags)
+{
+	char a[PATH_MAX], b[PATH_MAX];
+
+	fd_path(olddirfd, a, sizeof(a));
+	fd_path(newdirfd, b, sizeof(b));
+	log_call("link %s/%s %s/%s", a, oldpath, b, newpath);
+	return __real_linkat(olddirfd, oldpath, newdirfd, newpath, flags);
+}
+
+/* The index of the first logged call from `from` on that starts with
+ * prefix, or -1. */
+static int find_call(size_t from, const char *prefix)
+{
+	for (size_t i = from; i < n_calls; i++)
+		if (strncmp(calls[i], prefix, strlen(prefix)) == 0)
+			return (int)i;
+	return -1;
+}
+
+static void print_calls(void)
+{
+	for (size_t i = 0; i < n_calls; i++)
+		print_message("  %s\n", calls[i]);
+}
+
+/* Calls a, b, c... were logged in this order (each prefix found after the
+ * one before). */
+static void assert_order(const char *const *prefixes, size_t n)
+{
+	int at = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		int j = find_call((size_t)at, prefixes[i]);
+
+		if (j < 0) {
+			print_calls();
+			fail_msg("no \"%s\" after call %d", prefixes[i], at);
+		}
+		at = j + 1;
+	}
+}
+
+static struct cache *cache;
+
+static int setup(void **state)
+{
+	char err[256];
+
+	(void)state;
+	strcpy(dir, "/tmp/test-cache.XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(cache_open(dir, &cache, err, sizeof(err)), 0);
+	n_calls = 0;
+	fail_op = fail_at = NULL;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[128];
+
+	(void)state;
+	cache_close(cache);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+	return 0;
+}
+
+static size_t entries_in(const char *sub)
+{
+	char p[PATH_MAX];
+	size_t n = 0;
+	struct dirent *de;
+	DIR *d;
+
+	snprintf(p, sizeof(p), "%s/%s", dir, sub);
+	d = opendir(p);
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			n++;
+	closedir(d);
+	return n;
+}
+
+static void blob_digest(const char *content, char digest[DIGEST_STRING_MAX])
+{
+	assert_int_equal(digest_buffer(content, strlen(content), digest), 0);
+}
+
+static void test_blob(void **state)
+{
+	char d[DIGEST_STRING_MAX], rename_to[128];
+	static const char *content = "{\"config\":1}";
+
+	(void)state;
+	blob_digest(content, d);
+	assert_int_equal(cache_blob_write(cache, d, content, strlen(content)), 0);
+	snprintf(rename_to, sizeof(rename_to), "rename tmp/f.");
+	const char *order[] = { "fdatasync tmp/f.", rename_to, "fsync blobs/sha256" };
+	assert_order(order, 3);
+	/* the rename names the flushed file */
+	int fl = find_call(0, "fdatasync tmp/"), rn = find_call(0, "rename ");
+	char flushed[256];
+	snprintf(flushed, sizeof(flushed), "rename %s ", calls[fl] + strlen("fdatasync "));
+	assert_int_equal(strncmp(calls[rn], flushed, strlen(flushed)), 0);
+	assert_true(cache_blob_present(cache, d));
+}
+
+static void test_blob_flush_fails(void **state)
+{
+	char d[DIGEST_STRING_MAX];
+	static const char *content = "{\"config\":2}";
+
+	(void)state;
+	blob_digest(content, d);
+	fail_op = "fdatasync";
+	fail_at = "tmp/";
+	assert_int_equal(cache_blob_write(cache, d, content, strlen(content)), -EIO);
+	assert_false(cache_blob_present(cache, d));
+	assert_int_equal(find_call(0, "rename "), -1);
+	assert_int_equal(entries_in("tmp"), 0);
+}
+
+static void test_ref(void **state)
+{
+	struct cache_ref cr = {
+		.reference = "registry.test/a/b:1",
+		.digest = "sha256:"
+			  "0000000000000000000000000000000000000000000000000000000000000001",
+		.pulled_at = 1,
+	};
+	struct cache_ref *got = NULL;
+	size_t n = 0;
+
+	(void)state;
+	assert_int_equal(cache_ref_save(cache, &cr), 0);
+	/* layers it names another pull published are durable first */
+	const char *order[] = { "fsync layers", "fdatasync tmp/f.", "rename tmp/f.", "fsync refs" };
+	assert_order(order, 4);
+	assert_int_equal(cache_refs_load(cache, &got, &n), 0);
+	assert_int_equal(n, 1);
+	cache_ref_done(&got[0]);
+	free(got);
+
+	/* a removal is durable before GC goes on to what it named */
+	n_calls = 0;
+	assert_int_equal(cache_ref_remove(cache, cr.reference), 0);
+	assert_true(find_call(0, "fsync refs") >= 0);
+}
+
+static void test_ref_flush_fails(void **state)
+{
+	struct cache_ref cr = {
+		.reference = "registry.test/a/b:2",
+		.digest = "sha256:"
+			  "0000000000000000000000000000000000000000000000000000000000000002",
+	};
+	struct cache_ref *got = NULL;
+	size_t n = 9;
+
+	(void)state;
+	fail_op = "fdatasync";
+	fail_at = "tmp/";
+	assert_int_equal(cache_ref_save(cache, &cr), -EIO);
+	assert_int_equal(cache_refs_load(cache, &got, &n), 0);
+	assert_int_equal(n, 0);
+	free(got);
+	assert_int_equal(entries_in("tmp"), 0);
+}
+
+/* A layer of one object file and a pack, staged as the unpacker leaves
+ * it. */
+static void stage_layer(struct cache_layer_stage *st, const char *digest, char object[65],
+			struct layer_index *li, struct layer_entry *e)
+{
+	static const char *content = "object content";
+	char d[DIGEST_STRING_MAX], name[80];
+	int fd;
+
+	assert_int_equal(cache_layer_stage(cache, digest, st), 0);
+	assert_int_equal(write(st->pack_fd, "pack", 4), 4);
+	blob_digest(content, d);
+	snprintf(object, 65, "%s", digest_hex(d));
+	snprintf(name, sizeof(name), "o.%s", object);
+	fd = openat(st->dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, content, strlen(content)), (ssize_t)strlen(content));
+	close(fd);
+	*e = (struct layer_entry){ .path = "f",
+				   .type = LAYER_ENTRY_REG,
+				   .mode = 0644,
+				   .size = strlen(content),
+				   .object = object };
+	*li = (struct layer_index){ .entries = e, .n_entries = 1, .data_size = 4 };
+}
+
+static void test_layer(void **state)
+{
+	static const char *digest =
+		"sha256:00000000000000000000000000000000000000000000000000000000000000aa";
+	struct cache_layer_stage st;
+	struct layer_index li;
+	struct layer_entry e;
+	char object[65], link_to[320], stage[128];
+
+	(void)state;
+	stage_layer(&st, digest, object, &li, &e);
+	snprintf(stage, sizeof(stage), "syncfs tmp/%s", st.name);
+	n_calls = 0;
+	assert_int_equal(cache_layer_commit(cache, &st, digest, &li), 0);
+	snprintf(link_to, sizeof(link_to), "link %s/o.%s objects/%s", stage + strlen("syncfs "),
+		 object, object);
+	/* content, its index link, the links' directory and the stage's,
+	 * the layer, layers/ */
+	const char *order[] = {
+		stage,	       link_to, "fsync objects", "fsync tmp/layer-", "rename tmp/layer-",
+		"fsync layers"
+	};
+	assert_order(order, 6);
+	/* and the rename publishes the stage that was flushed */
+	char renamed[160];
+	snprintf(renamed, sizeof(renamed), "rename %s ", stage + strlen("syncfs "));
+	assert_true(find_call(0, renamed) >= 0);
+	assert_true(cache_layer_present(cache, digest));
+	assert_int_equal(entries_in("objects"), 1);
+}
+
+static void test_layer_flush_fails(void **state)
+{
+	static const char *digest =
+		"sha256:00000000000000000000000000000000000000000000000000000000000000bb";
+	struct cache_layer_stage st;
+	struct layer_index li;
+	struct layer_entry e;
+	char object[65];
+
+	(void)state;
+	stage_layer(&st, digest, object, &li, &e);
+	fail_op = "syncfs";
+	fail_at = "tmp/layer-";
+	assert_int_equal(cache_layer_commit(cache, &st, digest, &li), -EIO);
+	assert_false(cache_layer_present(cache, digest));
+	/* not even an index link to content that may not be on disk */
+	assert_int_equal(entries_in("objects"), 0);
+	assert_int_equal(entries_in("layers"), 0);
+	assert_int_equal(entries_in("tmp"), 0);
+}
+
+/* What a power cut or a kill leaves between staging and commit: a stage
+ * with all of a layer's files but no rename, and a blob never renamed.
+ * The next start throws them away and publishes nothing from them. */
+static void test_staged_layer_discarded_at_open(void **state)
+{
+	static const char *digest =
+		"sha256:00000000000000000000000000000000000000000000000000000000000000cc";
+	static const char *const files[] = { "pack", "index", "o.0123" };
+	char p[PATH_MAX], err[256];
+	FILE *f;
+
+	(void)state;
+	cache_close(cache);
+	snprintf(p, sizeof(p), "%s/tmp/layer-%.12s.99.0badf00d", dir, digest_hex(digest));
+	assert_int_equal(mkdir(p, 0700), 0);
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		snprintf(p, sizeof(p), "%s/tmp/layer-%.12s.99.0badf00d/%s", dir, digest_hex(digest),
+			 files[i]);
+		assert_non_null(f = fopen(p, "w"));
+		fputs("half", f);
+		fclose(f);
+	}
+	snprintf(p, sizeof(p), "%s/tmp/f.99.0badf00d", dir);
+	assert_non_null(f = fopen(p, "w"));
+	fclose(f);
+	assert_int_equal(entries_in("tmp"), 2);
+
+	assert_int_equal(cache_open(dir, &cache, err, sizeof(err)), 0);
+	assert_int_equal(entries_in("tmp"), 0);
+	assert_false(cache_layer_present(cache, digest));
+	assert_int_equal(entries_in("layers"), 0);
+	assert_int_equal(entries_in("objects"), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_blob, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_blob_flush_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ref, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ref_flush_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_layer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_layer_flush_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_staged_layer_discarded_at_open, setup,
+						teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
