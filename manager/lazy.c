@@ -449,11 +449,8 @@ static int finish_file(struct lazy_layer *l, struct lazy_file *f)
 		r = ftruncate(f->mapfd, 0) < 0 ? -EIO : -EBADMSG;
 		goto out;
 	}
+	/* (no flush needed: every chunk was, before its bit) */
 	fchmod(f->fd, 0444);
-	/* (every chunk was flushed before its bit; this finds little to do) */
-	r = flush_data(f->fd);
-	if (r < 0)
-		goto out;
 	snprintf(name, sizeof(name), "p.%s", f->object);
 	snprintf(done, sizeof(done), "o.%s", f->object);
 	if (renameat(l->dirfd, name, l->dirfd, done) < 0) {
