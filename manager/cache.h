@@ -14,9 +14,12 @@
  *   tmp/                 work in progress; emptied at every start
  *
  * Publishing is a rename into place, so a kill at any moment leaves either
- * the old state or the new one.  A layer's objects are entered into
- * objects/ before the layer itself is published.  A reference file is written last: an
- * image is visible only once everything it needs is in place. */
+ * the old state or the new one; what is published is flushed to stable
+ * storage before its rename and the directory after it, so a power cut
+ * does too ("Durability" in docs/content-store.md).  A layer's objects are
+ * entered into objects/ before the layer itself is published.  A reference
+ * file is written last: an image is visible only once everything it needs
+ * is in place. */
 #pragma once
 
 #include <stdbool.h>
@@ -38,7 +41,9 @@ void cache_close(struct cache *c);
 int cache_blob_read(struct cache *c, const char *digest, size_t max, char **ret_buf,
 		    size_t *ret_len);
 bool cache_blob_present(struct cache *c, const char *digest);
-/* Stores a verified blob atomically.  Returns 0 or -errno (-ENOSPC). */
+/* Stores a verified blob atomically and durably (flushed before its
+ * rename, the directory after).  Blocks on the disk.  Returns 0 or -errno
+ * (-ENOSPC, -EIO from a flush). */
 int cache_blob_write(struct cache *c, const char *digest, const void *buf, size_t len);
 
 bool cache_layer_present(struct cache *c, const char *digest);
@@ -64,10 +69,12 @@ struct cache_layer_stage {
 	int pack_fd;
 };
 int cache_layer_stage(struct cache *c, const char *digest, struct cache_layer_stage *st);
-/* Writes the index, enters the layer's objects into the content store
- * (sharing stored copies of the same content) and publishes the layer as
- * layers/HEX of digest.  When the layer appeared meanwhile, the staged copy
- * is discarded and 0 returned.  The stage is finished either way. */
+/* Writes the index, flushes the stage to stable storage (one syncfs),
+ * enters the layer's objects into the content store (sharing stored copies
+ * of the same content) and publishes the layer as layers/HEX of digest,
+ * durably.  When the layer appeared meanwhile, the staged copy is
+ * discarded and 0 returned.  Blocks on the disk.  The stage is finished
+ * either way; on an error (-EIO from a flush too) nothing is published. */
 int cache_layer_commit(struct cache *c, struct cache_layer_stage *st, const char *digest,
 		       const struct layer_index *li);
 /* The same for a lazy layer (lazy.h): the index from its table of
@@ -115,7 +122,8 @@ void cache_ref_done(struct cache_ref *r);
 
 /* Every reference file that parses; damaged ones are skipped. */
 int cache_refs_load(struct cache *c, struct cache_ref **ret, size_t *ret_n);
-/* Writes the reference file atomically (the publish step of a pull). */
+/* Writes the reference file atomically and durably (the publish step of
+ * a pull), after flushing layers/.  Blocks on the disk. */
 int cache_ref_save(struct cache *c, const struct cache_ref *r);
 int cache_ref_remove(struct cache *c, const char *reference);
 
