@@ -37,6 +37,8 @@ struct lazy_file {
 	bool complete;
 	/* both files' names are on stable storage */
 	atomic_bool named;
+	/* chunks the completion wrote and did not flush (nor mark) */
+	atomic_bool unflushed;
 	char object[DIGEST_HEX_LEN + 1];
 };
 
@@ -358,9 +360,12 @@ fail:
 /* Fetches chunks a..e (adjacent in the blob) with one Range request and
  * writes each, verified, at its place; the map byte follows the data. */
 /* Chunk k of f from its compressed bytes src: verified, then written, and
- * then marked in the map.  dst is a buffer the caller keeps (grown here). */
+ * with mark, flushed and then marked in the map.  Without, the caller
+ * flushes (the completion: one syncfs for the layer, no map, as the file
+ * is finished right after).  dst is a buffer the caller keeps (grown
+ * here). */
 static int write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const void *src,
-		       void **dst)
+		       void **dst, bool mark)
 {
 	const struct toc_chunk *c = &f->chunks[k];
 	void *n = realloc(*dst, c->size);
@@ -374,6 +379,10 @@ static int write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, cons
 		return -EBADMSG; /* the registry sent what the TOC does not say */
 	if (pwrite(f->fd, n, c->size, (off_t)c->offset) != (ssize_t)c->size)
 		return errno == ENOSPC ? -ENOSPC : -EIO;
+	if (!mark) {
+		atomic_store(&f->unflushed, true);
+		return 0;
+	}
 	/* Across a power cut too the map never runs ahead of the data: the
 	 * chunk is on stable storage before its bit is written, and the
 	 * names of both files before the first bit (a map that outlived
@@ -410,7 +419,7 @@ static int fetch_run(struct lazy_layer *l, struct registry *reg, struct lazy_fil
 			atomic_fetch_add(&l->stats->bytes, b.len);
 	}
 	for (size_t k = a; k <= e && r == 0; k++)
-		r = write_chunk(l, f, k, b.data + (f->chunks[k].blob_offset - start), &dst);
+		r = write_chunk(l, f, k, b.data + (f->chunks[k].blob_offset - start), &dst, true);
 	free(dst);
 	free(b.data);
 	return r;
@@ -449,7 +458,15 @@ static int finish_file(struct lazy_layer *l, struct lazy_file *f)
 		r = ftruncate(f->mapfd, 0) < 0 ? -EIO : -EBADMSG;
 		goto out;
 	}
-	/* (no flush needed: every chunk was, before its bit) */
+	/* chunks a reader fetched were flushed before their bit; those of
+	 * the completion by its syncfs, unless this comes first */
+	if (atomic_exchange(&f->unflushed, false)) {
+		r = flush_data(f->fd);
+		if (r < 0) {
+			atomic_store(&f->unflushed, true);
+			goto out;
+		}
+	}
 	fchmod(f->fd, 0444);
 	snprintf(name, sizeof(name), "p.%s", f->object);
 	snprintf(done, sizeof(done), "o.%s", f->object);
@@ -604,7 +621,7 @@ static int stream_chunk(struct stream *s, const struct pending *pd, const void *
 	}
 	f->state[pd->k] = CHUNK_FETCHING;
 	pthread_mutex_unlock(&f->lock);
-	r = write_chunk(s->l, f, pd->k, src, &s->dst);
+	r = write_chunk(s->l, f, pd->k, src, &s->dst, false);
 	pthread_mutex_lock(&f->lock);
 	f->state[pd->k] = r == 0 ? CHUNK_PRESENT : CHUNK_MISSING;
 	pthread_cond_broadcast(&f->cond);
@@ -742,6 +759,12 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 	}
 	if (r == 0 && n > 0)
 		r = stream_blob(l, reg, p, n, cancel);
+	/* what the stream wrote, on stable storage at once rather than file
+	 * by file as each is finished */
+	if (r == 0 && n > 0)
+		r = flush_fs(l->dirfd);
+	for (size_t i = 0; r == 0 && i < n; i++)
+		atomic_store(&p[i].f->unflushed, false);
 	free(p);
 	if (r < 0)
 		return r;

@@ -23,11 +23,15 @@ _skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd
     "dir:$plain" "docker://$REGISTRY/test/edge-chunked:1"
 umoci unpack --image "$(layout_of edge):1" "$WORK/bundle" >/dev/null
 reference=$WORK/bundle/rootfs
-full=$MNT/images/$REGISTRY/test/edge:1
-lazy=$MNT/images/$REGISTRY/test/edge-chunked:1
+# The background completion's GET of a whole lazy layer is held while
+# $WORK/whole is missing, so that a reader fetches chunks first.
+layers=$(image_blobs test/edge-chunked:1 | tail -n +2 | paste -sd '|')
+start_slowproxy --gate "GET /v2/test/edge-chunked/blobs/($layers)\$=$WORK/whole"
+full=$MNT/images/$PROXY/test/edge:1
+lazy=$MNT/images/$PROXY/test/edge-chunked:1
 TRACE=$WORK/trace
 
-mount_pullfs
+mount_pullfs --insecure-registry "$PROXY"
 # Every thread of the daemon, and those it starts, from before the first
 # lookup.  -y names each descriptor's file, so the checker sees paths.
 strace -f -y -s 0 -o "$TRACE" \
@@ -36,18 +40,21 @@ strace -f -y -s 0 -o "$TRACE" \
 STRACE_PID=$!
 track_pid "$STRACE_PID"
 _attached() { grep -q "Process $PULLFS_PID attached" "$WORK/strace.err"; }
-wait_for 20 _attached || fail "strace did not attach: $(cat "$WORK/strace.err")"
+wait_for 30 _attached ||
+    fail "strace did not attach: $(cat "$WORK/strace.err"); strace $(ps -o stat= -p "$STRACE_PID"); pullfs threads: $(cat /proc/"$PULLFS_PID"/task/*/stat 2>&1 | cut -d' ' -f2-3 | tr '\n' ' ')"
 
 # The lazy image first, completed: its files are fetched and become
 # objects.  Then the full pull of edge shares its large file (links into
 # its stage), and busybox's brings new objects (index links).
 assert_errno OK "$lazy"
 cmp "$reference/large" "$lazy/large" || fail "content of large differs (lazy image)"
+cmp "$reference/etc/passwd" "$lazy/etc/passwd" || fail "content of etc/passwd differs (lazy image)"
+touch "$WORK/whole"
 complete() { ! ls "$CACHE"/layers/*/lazy >/dev/null 2>&1 && ! ls "$CACHE"/layers/*/p.* >/dev/null 2>&1; }
 wait_for 60 complete || fail "lazy layers not completed: $(ls "$CACHE"/layers/*/lazy "$CACHE"/layers/*/p.* 2>&1 | head)"
 assert_errno OK "$full"
 cmp "$reference/large" "$full/large" || fail "content of large differs (full pull)"
-assert_errno OK "$MNT/images/$REGISTRY/test/busybox:1/bin/busybox"
+assert_errno OK "$MNT/images/$PROXY/test/busybox:1/bin/busybox"
 unmount_pullfs
 wait_for 20 _pid_gone "$STRACE_PID" || fail "strace did not end with the daemon"
 wait "$STRACE_PID" || true
@@ -68,7 +75,7 @@ mv "$CACHE/layers/$hex" "$CACHE/tmp/layer-${hex:0:12}.999.0badf00d"
 printf half >"$CACHE/tmp/f.999.0badf00d"
 find "$CACHE/refs" -type f -delete
 mark=$(registry_mark)
-mount_pullfs
+mount_pullfs --insecure-registry "$PROXY"
 left=$(find "$CACHE/tmp" -mindepth 1 | head -n 5)
 [ -z "$left" ] || fail "left in $CACHE/tmp after a start: $left"
 [ ! -e "$CACHE/layers/$hex" ] || fail "the staged layer was published at start"

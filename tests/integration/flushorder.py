@@ -21,12 +21,13 @@ CACHE the daemon's cache directory.  Rules, for every call that succeeded:
             layer's index links, both before the layer is renamed.
   link      a link of a staged or published object into objects/ comes
             after a flush of its content as above.
-  lazyfile  a rename of layers/L/p.OBJ to o.OBJ comes after an fdatasync of
-            p.OBJ that began after its last write had returned.
+  lazyfile  a rename of layers/L/p.OBJ to o.OBJ comes after a flush of
+            p.OBJ (its fdatasync, or a syncfs of a descriptor in layers/L)
+            that began after its last write had returned.
   chunk     a write of a chunk map layers/L/p.OBJ.map comes after an
-            fdatasync of p.OBJ that began after its last write had returned,
-            and after an fsync of layers/L (once per map, before its first
-            write).
+            fdatasync of p.OBJ by the same thread that began after the
+            thread's last write to p.OBJ had returned, and after an fsync of
+            layers/L (once per map, before its first write).
   lazydone  the unlink of layers/L/lazy comes after an fsync of layers/L
             that began after the last rename in it had returned.
 
@@ -137,20 +138,27 @@ def main():
     def under(p, top):
         return p == top or p.startswith(top + "/")
 
-    def last_write(top, before):
+    def last_write(top, before, pid=None):
         """Line where the last write to top (or below it) returned before
-        line `before`, or -1."""
+        line `before` (by thread pid only, when given), or -1."""
         e = -1
         for w, p in writes:
-            if w.start < before and under(p, top):
+            if w.start < before and under(p, top) and pid in (None, w.pid):
                 e = max(e, w.end)
         return e
 
-    def flushed(path, before):
+    def flushed(path, before, pid=None):
         """path's data was flushed (fdatasync or fsync of it) after its
-        last write returned, and before line `before`."""
+        last write returned, and before line `before`; with pid, the
+        writes and the flush of that thread only."""
+        lw = last_write(path, before, pid)
+        return any(fl.start > lw and fl.end < before and p == path and fl.name != "syncfs" and pid in (None, fl.pid) for fl, p in flushes)
+
+    def synced_in(path, top, before):
+        """A syncfs of a descriptor in top began after the last write to
+        path returned and returned before line `before`."""
         lw = last_write(path, before)
-        return any(fl.start > lw and fl.end < before and p == path and fl.name != "syncfs" for fl, p in flushes)
+        return any(fl.name == "syncfs" and fl.start > lw and fl.end < before and under(p, top) for fl, p in flushes)
 
     def tree_flushed(top, before):
         """Everything written to top and below it was flushed before line
@@ -200,7 +208,7 @@ def main():
                     break
         elif re.match(r"layers/[0-9a-f]{64}/p\.[0-9a-f]{64}$", src) and re.search(r"/o\.[0-9a-f]{64}$", dst):
             seen["lazyfile"] += 1
-            if not flushed(src, c.start):
+            if not flushed(src, c.start) and not synced_in(src, os.path.dirname(src), c.start):
                 errors.append("lazy file %s renamed to %s before its data was flushed" % (src, dst))
 
     for c, src, dst in links:
@@ -212,7 +220,8 @@ def main():
             ok = tree_flushed(stage, c.start)
         else:
             # a lazy layer's finished file, flushed under its partial name
-            ok = flushed(re.sub(r"/o\.([0-9a-f]{64})$", r"/p.\1", src), c.start)
+            part = re.sub(r"/o\.([0-9a-f]{64})$", r"/p.\1", src)
+            ok = flushed(part, c.start) or synced_in(part, os.path.dirname(src), c.start)
         if not ok:
             errors.append("object %s linked as %s before its content was flushed" % (src, dst))
 
@@ -223,7 +232,9 @@ def main():
             continue
         seen["chunk"] += 1
         data = m.group(1) + "/" + m.group(2)
-        if not flushed(data, c.start):
+        # (threads write other chunks of the file meanwhile: what this
+        # thread wrote is what its map byte marks)
+        if not flushed(data, c.start, c.pid):
             errors.append("chunk map %s written before the data it marks was flushed" % p)
         if p not in first_map_write:
             first_map_write[p] = c
