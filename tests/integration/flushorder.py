@@ -188,7 +188,8 @@ def main():
             if kind == "layer":
                 # links and renames into the stage after its content was
                 # flushed (shared objects) are flushed too
-                last = max([x[0].end for x in renames + links if under(x[2], src) and x[0].start < c.start] or [-1])
+                synced = max([fl.end for fl, p in flushes if fl.name == "syncfs" and under(p, src) and fl.end < c.start] or [-1])
+                last = max([x[0].end for x in renames + links if under(x[2], src) and synced < x[0].start < c.start] or [-1])
                 if last >= 0:
                     seen["shared"] += 1
                 if last >= 0 and not any(fl.start > last and fl.end < c.start and p == src for fl, p in dirsyncs):
@@ -201,9 +202,8 @@ def main():
             if nxt is None or nxt.name != "fsync" or fds(nxt)[:1] != [d]:
                 errors.append("%s %s: %s/ not flushed right after the rename" % (kind, dst, d))
                 continue
-            after = [nxt]
             for rc, _, rdst in ref_renames:
-                if rc.start > c.end and rc is not c and after[0].end > rc.start:
+                if rc.start > c.end and rc is not c and nxt.end > rc.start:
                     errors.append("reference %s published before %s/ was flushed after %s" % (rdst, d, dst))
                     break
         elif re.match(r"layers/[0-9a-f]{64}/p\.[0-9a-f]{64}$", src) and re.search(r"/o\.[0-9a-f]{64}$", dst):
