@@ -60,6 +60,8 @@ struct control {
 	struct manager *manager;
 	control_status_fn status;
 	control_settle_fn settle;
+	control_upgrade_fn upgrade;
+	control_answered_fn upgrade_answered;
 	void *userdata;
 	pthread_mutex_t lock;
 	pthread_cond_t conn_done;		    /* a connection became CONN_DONE */
@@ -74,7 +76,8 @@ static json_t *failure(int r, const char *msg)
 			 msg && *msg ? msg : strerror(-r));
 }
 
-static json_t *handle(struct control *c, json_t *req)
+/* *upgrade_go: an upgrade was accepted, to go ahead once answered. */
+static json_t *handle(struct control *c, json_t *req, bool *upgrade_go)
 {
 	const char *op = json_string_value(json_object_get(req, "op"));
 	struct error_detail err = { 0 };
@@ -118,6 +121,14 @@ static json_t *handle(struct control *c, json_t *req)
 		free(v);
 		if (r == 0 && c->settle)
 			c->settle(c->userdata);
+	} else if (!strcmp(op, "upgrade")) {
+		if (!c->upgrade) {
+			error_detail_set(&err, -EOPNOTSUPP,
+					 "this pullfs cannot be upgraded in place");
+			return failure(err.err, err.message);
+		}
+		r = c->upgrade(c->userdata, &ans, &err);
+		*upgrade_go = r == 0;
 	} else if (!strcmp(op, "gc")) {
 		json_t *to = json_object_get(req, "to_bytes");
 		if (to && (!json_is_integer(to) || json_integer_value(to) < 0))
@@ -248,7 +259,7 @@ static void answer(int fd, json_t *ans, int64_t deadline_ms)
 		(void)send_all(fd, "\n", 1, deadline_ms);
 }
 
-static json_t *answer_for(struct control *c, const char *buf, size_t len)
+static json_t *answer_for(struct control *c, const char *buf, size_t len, bool *upgrade_go)
 {
 	json_t *req = json_loadb(buf, len, JSON_DISABLE_EOF_CHECK, NULL);
 	json_t *ans;
@@ -257,7 +268,7 @@ static json_t *answer_for(struct control *c, const char *buf, size_t len)
 		json_decref(req);
 		return failure(-EINVAL, "request is not a JSON object");
 	}
-	ans = handle(c, req);
+	ans = handle(c, req, upgrade_go);
 	json_decref(req);
 	return ans;
 }
@@ -269,7 +280,7 @@ static void *conn_thread(void *arg)
 	_cleanup_free_ char *buf = malloc(REQUEST_MAX);
 	json_t *ans = NULL;
 	size_t len = 0;
-	bool evicted;
+	bool evicted, upgrade_go = false;
 	int r = 0;
 
 	if (!buf)
@@ -294,7 +305,7 @@ static void *conn_thread(void *arg)
 	else if (r == -E2BIG)
 		ans = failure(r, "request over " STRINGIFY(REQUEST_MAX_KIB) " KiB");
 	else if (r == 0 && !ans)
-		ans = answer_for(c, buf, len);
+		ans = answer_for(c, buf, len, &upgrade_go);
 	/* A dropped client gets what fits at once: its slot is being waited
 	 * for. */
 	answer(cn->fd, ans, evicted ? 0 : now_ms() + CONTROL_DEADLINE_S * 1000);
@@ -305,6 +316,10 @@ static void *conn_thread(void *arg)
 	cn->state = CONN_DONE;
 	pthread_cond_broadcast(&c->conn_done);
 	pthread_mutex_unlock(&c->lock);
+	/* the client has its answer (and the end of it) before this process
+	 * is replaced */
+	if (upgrade_go && c->upgrade_answered)
+		c->upgrade_answered(c->userdata);
 	return NULL;
 }
 
@@ -462,6 +477,13 @@ int control_new(const char *path, struct manager *m, struct control **ret, char 
 		return negative_errno();
 	*ret = TAKE_PTR(c);
 	return 0;
+}
+
+void control_set_upgrade(struct control *c, control_upgrade_fn upgrade,
+			 control_answered_fn answered)
+{
+	c->upgrade = upgrade;
+	c->upgrade_answered = answered;
 }
 
 int control_start(struct control *c, control_status_fn status, control_settle_fn settle,

@@ -26,6 +26,13 @@ typedef json_t *(*control_status_fn)(void *userdata);
  * (removed names), before the answer of rm or gc goes out. */
 typedef void (*control_settle_fn)(void *userdata);
 
+/* The upgrade verb: 0 with the answer, or -errno with the reason in err;
+ * once an accepted upgrade was answered, answered(userdata) is called
+ * from the connection's thread. */
+struct error_detail;
+typedef int (*control_upgrade_fn)(void *userdata, json_t **ret, struct error_detail *err);
+typedef void (*control_answered_fn)(void *userdata);
+
 /* Binds path and listens, mode 0600, replacing a socket left by a dead
  * daemon (but not one something still answers on, nor a file that is not
  * a socket).  Nothing is served before control_start, so this may run
@@ -39,6 +46,11 @@ int control_new(const char *path, struct manager *m, struct control **ret, char 
  * document; settle (may be NULL) follows rm and gc.  Returns 0 or -errno. */
 int control_start(struct control *c, control_status_fn status, control_settle_fn settle,
 		  void *userdata);
+
+/* Before control_start: serve "upgrade" with these (the same userdata);
+ * without, the verb answers EOPNOTSUPP. */
+void control_set_upgrade(struct control *c, control_upgrade_fn upgrade,
+			 control_answered_fn answered);
 
 /* Stops serving: closes every connection and joins every thread, waiting
  * for requests that are running.  The socket stays bound.  Accepts NULL

@@ -82,6 +82,7 @@ static json_t *fs_status(struct fs *fs)
 	if (manager_status(fs->manager, &o) < 0)
 		return NULL;
 	json_object_set_new(o, "pid", json_integer(getpid()));
+	serve_status(fs, o);
 	if (fs->mountpoint)
 		json_object_set_new(o, "mountpoint", json_string(fs->mountpoint));
 	if (fs->opts.control)
@@ -208,12 +209,22 @@ void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_in
 /* A RELEASE can come while a READ of the same handle is still being
  * answered (the reader was killed mid-request), so both hold this lock
  * while they touch the buffer. */
+/* The buffer of a handle, NULL for one this process did not give out (a
+ * file opened before a takeover reads as empty).  ctl_lock held. */
+static struct ctlbuf *ctlbuf_of_locked(uint64_t fh)
+{
+	for (struct dlist_node *n = ctl_open_bufs.head; n; n = n->next)
+		if ((uint64_t)(uintptr_t)dlist_entry(n, struct ctlbuf, node) == fh)
+			return dlist_entry(n, struct ctlbuf, node);
+	return NULL;
+}
+
 void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	struct ctlbuf *b;
 
 	pthread_mutex_lock(&ctl_lock);
-	b = (struct ctlbuf *)(uintptr_t)fi->fh;
+	b = ctlbuf_of_locked(fi->fh);
 	if (!b || off < 0 || (size_t)off >= b->len)
 		fuse_reply_buf(req, NULL, 0);
 	else
@@ -224,7 +235,7 @@ void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi)
 void ctl_release(struct fuse_file_info *fi)
 {
 	pthread_mutex_lock(&ctl_lock);
-	struct ctlbuf *b = (struct ctlbuf *)(uintptr_t)fi->fh;
+	struct ctlbuf *b = ctlbuf_of_locked(fi->fh);
 	if (b)
 		ctlbuf_free_locked(b);
 	pthread_mutex_unlock(&ctl_lock);

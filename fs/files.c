@@ -17,7 +17,18 @@
  * reply, not an openat() and two ioctls.  Every open of an
  * object is in passthrough or none is: after a refused registration
  * (no CAP_SYS_ADMIN, the cache on a stacked filesystem) passthrough is off
- * for the rest of the mount, and objects are read like packs. */
+ * for the rest of the mount, and objects are read like packs.
+ *
+ * A file handle outlives the process that gave it out when another takes
+ * the connection over (supervisor.c): its top 16 bits are the epoch of the
+ * process that made it, the rest the struct ofile of an object's open (0
+ * for a pack's).  A handle of another epoch is resolved from the node
+ * alone: its object opened for each read, a lazy file read lazily; its
+ * image was pinned open when this process restored it.  Backing ids are
+ * the connection's, not the process's: each registration and closing is
+ * noted in the hand-over log, and the next process takes the live ones
+ * over, pinned, so a new open of an inode the kernel still holds open in
+ * passthrough gets the same backing file. */
 #include "fs-private.h"
 
 #include <errno.h>
@@ -29,12 +40,16 @@
 #include <unistd.h>
 
 #include "fuseio.h"
+#include "handover.h"
 #include "strmap.h"
 
 #define BACKING_IDLE_MAX 4096
 
+#define FH_EPOCH_SHIFT 48
+
 struct backing {
 	int id;
+	bool pinned;		/* taken over from another process: never dropped */
 	unsigned opens;		/* fs.backing_lock */
 	struct dlist_node idle; /* registered and unused; fs.backing_lock */
 	char object[];
@@ -44,6 +59,7 @@ static void backing_drop(struct fs *fs, struct backing *b)
 {
 	dlist_remove(&fs->backing_idle, &b->idle);
 	strmap_remove(fs->backings, b->object);
+	handover_note(handover_format_backing_closed(b->id));
 	fuseio_backing_close(b->id);
 	free(b);
 }
@@ -119,6 +135,7 @@ static int backing_get(struct fs *fs, const char *object, int fd)
 			return -ENOMEM;
 		}
 		b->id = r;
+		handover_note(handover_format_backing(r, object));
 	}
 	dlist_remove(&fs->backing_idle, &b->idle);
 	b->opens++;
@@ -151,7 +168,7 @@ static void backing_put(struct fs *fs, const char *object)
 
 	pthread_mutex_lock(&fs->backing_lock);
 	b = strmap_get(fs->backings, object);
-	if (b && --b->opens == 0) {
+	if (b && --b->opens == 0 && !b->pinned) {
 		dlist_push(&fs->backing_idle, &b->idle);
 		if (fs->backing_idle.len > BACKING_IDLE_MAX)
 			backing_drop(fs, dlist_entry(fs->backing_idle.head, struct backing, idle));
@@ -209,7 +226,7 @@ reply:
 		of->object = t->object; /* lives as long as the image */
 		fi->keep_cache = 0;
 	}
-	fi->fh = (uint64_t)(uintptr_t)of;
+	fi->fh = fs->fh_epoch << FH_EPOCH_SHIFT | (uint64_t)(uintptr_t)of;
 	/* Counted before the reply: GC must never see the file closed. */
 	image_open(img);
 	ofile_track(fs, of);
@@ -232,7 +249,7 @@ void file_open(fuse_req_t req, struct fs *fs, struct image *img, const struct ti
 {
 	fi->keep_cache = 1;
 	fi->noflush = 1;
-	fi->fh = 0;
+	fi->fh = fs->fh_epoch << FH_EPOCH_SHIFT;
 	if (t->object) {
 		open_object(req, fs, img, t, fi);
 		return;
@@ -313,11 +330,51 @@ static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t,
 	pthread_mutex_destroy(&lc.lock);
 }
 
+/* The ofile of a handle this process gave out (NULL for a pack's);
+ * *foreign when another process gave it out. */
+static struct ofile *fh_ofile(struct fs *fs, uint64_t fh, bool *foreign)
+{
+	*foreign = fh >> FH_EPOCH_SHIFT != fs->fh_epoch;
+	if (*foreign)
+		return NULL;
+	return (struct ofile *)(uintptr_t)(fh & ((UINT64_C(1) << FH_EPOCH_SHIFT) - 1));
+}
+
+void files_set_epoch(struct fs *fs, unsigned generation)
+{
+	/* never 0, and never the previous process's */
+	fs->fh_epoch = generation % 0xffff + 1;
+}
+
+int files_restore_backing(struct fs *fs, int id, const char *object)
+{
+	size_t len = strlen(object);
+	struct backing *b = calloc(1, sizeof(*b) + len + 1);
+	int r = 0;
+
+	if (!b)
+		return -ENOMEM;
+	memcpy(b->object, object, len + 1);
+	b->id = id;
+	b->pinned = true;
+	pthread_mutex_lock(&fs->backing_lock);
+	if (strmap_get(fs->backings, b->object) || strmap_put(fs->backings, b->object, b) < 0) {
+		/* a second id for one object: only the first is used */
+		free(b);
+		r = -EEXIST;
+	}
+	pthread_mutex_unlock(&fs->backing_lock);
+	if (r == 0)
+		handover_note(handover_format_backing(id, object));
+	return r;
+}
+
 void file_read(fuse_req_t req, struct image *img, const struct tinode *t, size_t size, off_t off,
 	       struct fuse_file_info *fi)
 {
 	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(0);
-	struct ofile *of = (struct ofile *)(uintptr_t)fi->fh;
+	bool foreign;
+	struct ofile *of = fh_ofile(fs_of(req), fi->fh, &foreign);
 	int fd, own = -1;
 	uint64_t base = 0;
 
@@ -327,7 +384,7 @@ void file_read(fuse_req_t req, struct image *img, const struct tinode *t, size_t
 	}
 	if (size > t->size - (uint64_t)off)
 		size = (size_t)(t->size - (uint64_t)off);
-	if (of && of->lazy) {
+	if ((of && of->lazy) || (foreign && t->object && image_file_lazy(img, t))) {
 		read_lazy(req, img, t, size, off);
 		return;
 	}
@@ -357,8 +414,12 @@ void file_read(fuse_req_t req, struct image *img, const struct tinode *t, size_t
 
 void file_release(struct fs *fs, struct image *img, struct fuse_file_info *fi)
 {
-	struct ofile *of = (struct ofile *)(uintptr_t)fi->fh;
+	bool foreign;
+	struct ofile *of = fh_ofile(fs, fi->fh, &foreign);
 
+	/* the image of a handle given out before a takeover is pinned open */
+	if (foreign)
+		return;
 	if (of) {
 		ofile_untrack(fs, of);
 		if (of->fd >= 0)

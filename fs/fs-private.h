@@ -117,6 +117,12 @@ struct fs {
 	struct dlist open_files;   /* struct ofile of every open object; backing_lock */
 	atomic_bool passthrough_refused;
 	atomic_uint_fast64_t passthrough_opens;
+	/* files.c: the top bits of the file handles this process gives out */
+	uint64_t fh_epoch;
+	/* serve.c: under the supervisor (sup_fd -1: not) */
+	struct fs_handoff handoff;
+	pthread_mutex_t sup_lock; /* one exchange with the supervisor at a time */
+	double held_ms;		  /* requests held by the last takeover */
 };
 
 /* The one place where a negative errno r becomes a FUSE reply. */
@@ -181,6 +187,12 @@ void file_release(struct fs *fs, struct image *img, struct fuse_file_info *fi);
 void files_free_all(struct fs *fs);
 /* Backing files registered with the kernel now. */
 unsigned files_backing_count(struct fs *fs);
+/* Takeover (handover.h): the epoch of this process's file handles, from
+ * the number of processes before it; a backing id another process
+ * registered, kept for good (0, -EEXIST for a second id of one object,
+ * -ENOMEM).  Before the session loop. */
+void files_set_epoch(struct fs *fs, unsigned generation);
+int files_restore_backing(struct fs *fs, int id, const char *object);
 
 /* namespace.c: images/ and the directories below it down to the name that
  * closes a reference, whose lookup runs ensure.  ns_init() sets up images/
@@ -193,6 +205,9 @@ void ns_stat(struct fs *fs, fuse_ino_t ino, const struct nsnode *n, struct stat 
 void nsnode_free(struct nsnode *n);
 void nsnode_forget(struct fs *fs, struct nsnode *n, uint64_t count);
 bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char *name);
+/* Takeover: makes the node of key (a path below images/ another process
+ * gave out) and those above it, kept for good.  0 or -errno. */
+int ns_restore(struct fs *fs, const char *key);
 /* A READDIR(PLUS) of the root, .pullfs/ or a namespace directory. */
 void ns_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size, off_t off, bool plus);
 /* The notifier: a thread that tells the kernel to drop its cached
@@ -241,6 +256,17 @@ const struct tree_xattr *layers_getxattr(struct image *img, const struct tinode 
 					 const char *name);
 bool layers_read(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size, off_t off);
 
+/* takeover.c: what a process that takes the connection over restores
+ * (handover.h), and the images this process hands out, noted before the
+ * kernel hears of them. */
+struct handover_state;
+void takeover_note_image(struct fs *fs, struct image *img, const char *reference);
+/* Restores what st lists; failures are counted in *ret_failed and printed.
+ * Before the session loop.  0 or -ENOMEM. */
+int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *ret_failed);
+/* Frees the note of images handed out (at the filesystem's end). */
+void takeover_free(void);
+
 /* dentries.c: image roots the kernel holds, by canonical reference.
  * dentries_note() records one as the kernel gets it (takes notify_lock);
  * dentries_removed_locked() moves those of a removed name to
@@ -252,6 +278,9 @@ void dentries_note(struct fs *fs, const char *reference, fuse_ino_t parent, cons
 void dentries_removed_locked(struct fs *fs, const char *reference);
 void dentries_invalidate(struct fs *fs, struct root_dentry *list);
 void dentries_free(struct fs *fs);
+
+/* serve.c: the serving process in the status document ("serving"). */
+void serve_status(struct fs *fs, json_t *o);
 
 /* ctlview.c: the request counters, and the control view (.pullfs/status
  * and .pullfs/metrics, made at open and read with direct I/O). */

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct manager;
 struct fuse_args;
@@ -20,6 +21,19 @@ struct fs_options {
 
 struct fs;
 
+/* A serving process under the supervisor (supervisor.h): the connection
+ * it serves and what it is told of the processes before it. */
+struct fs_handoff {
+	int dev_fd;	     /* /dev/fuse, mounted by the supervisor */
+	int state_fd;	     /* the hand-over log (handover.h) */
+	int sup_fd;	     /* a SOCK_SEQPACKET socket to the supervisor */
+	int sup_pid;	     /* the supervisor */
+	unsigned generation; /* serving processes before this one */
+	unsigned upgrades, recoveries;
+	int64_t down_ns; /* CLOCK_MONOTONIC when the previous one stopped; 0: none */
+	bool upgrade;	 /* the previous one was replaced, not crashed */
+};
+
 int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret);
 void fs_free(struct fs *fs);
 
@@ -29,3 +43,9 @@ void fs_free(struct fs *fs);
  * stop, or -errno (with a message printed on stderr) when mounting
  * failed. */
 int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, bool foreground);
+/* The same for a serving process under the supervisor: no mount, no
+ * detaching; the connection taken over when h->generation > 0.  Returns
+ * 0 after a clean stop (the supervisor's SIGTERM, an unmount), or -errno
+ * with a message printed. */
+int fs_serve_handoff(struct fs *fs, struct fuse_args *args, const char *mountpoint,
+		     const struct fs_handoff *h);

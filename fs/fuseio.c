@@ -12,9 +12,13 @@
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
 
 #include "fuseio.h"
+#include "handover.h"
 
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
 #include <inttypes.h>
 #include <linux/fuse.h>
 #include <stdatomic.h>
@@ -28,6 +32,8 @@
 
 #define PFS_FUSE_PASSTHROUGH (UINT64_C(1) << 37)
 #define PFS_FOPEN_PASSTHROUGH (1u << 7)
+/* protocol 7.40: requeue every request read but not answered */
+#define PFS_FUSE_NOTIFY_RESEND 7
 
 /* struct fuse_init_out of 7.40: max_stack_depth took the first unused
  * word after flags2. */
@@ -75,12 +81,84 @@ static _Thread_local int open_backing_id;
 static _Atomic uint64_t init_unique;
 static _Atomic uint64_t init_add;
 
+/* Taking a connection over (fuseio_options.takeover_init): the first read
+ * returns the INIT request the kernel sent the first process, libfuse's
+ * reply to it is not sent, and no other read reaches the kernel before
+ * that reply was made -- libfuse would answer EIO to a request read before
+ * INIT.  Then NOTIFY_RESEND, and the gate opens. */
+static void *takeover_req;
+static size_t takeover_len;
+static bool takeover_given; /* gate_lock */
+static atomic_bool gate_open = true;
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static atomic_int_fast64_t resent_at_ns; /* CLOCK_MONOTONIC; 0: not yet */
+static atomic_int resend_err;
+static void (*taken_over_fn)(void *userdata, int64_t resent_ns, int err);
+static void *taken_over_data;
+
+/* The synthetic INIT into buf, or wait for the gate; 0 when the caller
+ * reads from the kernel, else the length given. */
+static ssize_t takeover_read(void *buf, size_t len)
+{
+	ssize_t n = 0;
+
+	pthread_mutex_lock(&gate_lock);
+	if (!takeover_given && takeover_len <= len) {
+		memcpy(buf, takeover_req, takeover_len);
+		takeover_given = true;
+		n = (ssize_t)takeover_len;
+	} else {
+		while (!atomic_load(&gate_open))
+			pthread_cond_wait(&gate_cond, &gate_lock);
+	}
+	pthread_mutex_unlock(&gate_lock);
+	return n;
+}
+
+/* After libfuse made its INIT reply in a process that took over. */
+static int send_resend(int fd)
+{
+	struct fuse_out_header h = { .len = sizeof(h), .error = PFS_FUSE_NOTIFY_RESEND };
+
+	return write(fd, &h, sizeof(h)) == (ssize_t)sizeof(h) ? 0 : errno ? errno : EIO;
+}
+
+static void takeover_done(int fd)
+{
+	struct timespec ts;
+	int err = send_resend(fd);
+
+	atomic_store(&resend_err, err);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	atomic_store(&resent_at_ns, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
+	pthread_mutex_lock(&gate_lock);
+	atomic_store(&gate_open, true);
+	pthread_cond_broadcast(&gate_cond);
+	pthread_mutex_unlock(&gate_lock);
+	if (taken_over_fn)
+		taken_over_fn(taken_over_data, atomic_load(&resent_at_ns), err);
+}
+
+int fuseio_resend(void)
+{
+	return -send_resend(dev_fd);
+}
+
 static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 {
-	ssize_t n = read(fd, buf, len);
+	ssize_t n = 0;
 	const struct fuse_in_header *in = buf;
+	bool synthetic = false;
 
+	if (!atomic_load_explicit(&gate_open, memory_order_acquire))
+		synthetic = (n = takeover_read(buf, len)) > 0;
+	if (!synthetic)
+		n = read(fd, buf, len);
 	if (n >= (ssize_t)sizeof(*in) && in->opcode == FUSE_INIT) {
+		/* for the process that may take over from this one */
+		if (!synthetic)
+			handover_note(handover_format_init(buf, (size_t)n));
 		const struct fuse_init_in *arg = (const void *)(in + 1);
 		size_t arglen = (size_t)n - sizeof(*in);
 		uint64_t offered = 0;
@@ -103,7 +181,8 @@ static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 
 /* The INIT reply: header and struct fuse_init_out, as libfuse sends it.
  * Amended in a copy; libfuse's own buffers are left alone. */
-static ssize_t write_init_reply(int fd, const struct iovec *iov, int count, uint64_t add)
+static ssize_t write_init_reply(int fd, const struct iovec *iov, int count, uint64_t add,
+				bool swallow)
 {
 	const struct fuse_out_header *out = iov[0].iov_base;
 	struct pfs_init_out init = { 0 };
@@ -112,11 +191,15 @@ static ssize_t write_init_reply(int fd, const struct iovec *iov, int count, uint
 	bool ext;
 	ssize_t n;
 
-	if (count != 2 || out->error != 0)
-		return writev(fd, iov, count);
+	if (count != 2 || out->error != 0 || iov[1].iov_len > sizeof(init) ||
+	    iov[1].iov_len < offsetof(struct pfs_init_out, flags) + sizeof(init.flags)) {
+		if (!swallow)
+			return writev(fd, iov, count);
+		/* libfuse refused the INIT it accepted in the first process */
+		fuse_log(FUSE_LOG_ERR, "fuseio: the session cannot be taken over: INIT refused\n");
+		return (ssize_t)(iov[0].iov_len + (count > 1 ? iov[1].iov_len : 0));
+	}
 	len = iov[1].iov_len;
-	if (len > sizeof(init) || len < offsetof(struct pfs_init_out, flags) + sizeof(init.flags))
-		return writev(fd, iov, count);
 	memcpy(&init, iov[1].iov_base, len);
 	/* flags2 only where the kernel reads it: an extended reply, which
 	 * may be made one when the kernel offered it. */
@@ -142,7 +225,8 @@ static ssize_t write_init_reply(int fd, const struct iovec *iov, int count, uint
 	v[0] = iov[0];
 	v[1].iov_base = &init;
 	v[1].iov_len = len;
-	n = writev(fd, v, 2);
+	/* taken over: the kernel has had this answer from the first process */
+	n = swallow ? (ssize_t)(v[0].iov_len + len) : writev(fd, v, 2);
 	if (n >= 0 && (add & PFS_FUSE_PASSTHROUGH))
 		atomic_store(&passthrough_on, true);
 	return n;
@@ -172,9 +256,15 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 
 	if (pending && count > 0 && iov[0].iov_len >= sizeof(struct fuse_out_header) &&
 	    ((const struct fuse_out_header *)iov[0].iov_base)->unique == pending &&
-	    atomic_compare_exchange_strong(&init_unique, &pending, 0))
-		return write_init_reply(fd, iov, count,
-					atomic_load_explicit(&init_add, memory_order_relaxed));
+	    atomic_compare_exchange_strong(&init_unique, &pending, 0)) {
+		bool swallow = takeover_req && !atomic_load(&gate_open);
+		ssize_t n = write_init_reply(fd, iov, count,
+					     atomic_load_explicit(&init_add, memory_order_relaxed),
+					     swallow);
+		if (swallow)
+			takeover_done(fd);
+		return n;
+	}
 	if (open_backing_id > 0)
 		return write_open_reply(fd, iov, count, open_backing_id);
 	return writev(fd, iov, count);
@@ -200,10 +290,34 @@ int fuseio_attach(struct fuse_session *se, const struct fuseio_options *opts)
 	if (opts->passthrough)
 		init_wanted |= PFS_FUSE_PASSTHROUGH | FUSE_INIT_EXT;
 	debug = opts->debug;
-	dev_fd = fuse_session_fd(se);
+	dev_fd = opts->fd >= 0 ? opts->fd : fuse_session_fd(se);
 	atomic_store(&init_unique, 0);
 	atomic_store(&passthrough_on, false);
-	return fuse_session_custom_io(se, &io, fuse_session_fd(se));
+	if (opts->takeover_init) {
+		takeover_req = malloc(opts->takeover_init_len);
+		if (!takeover_req)
+			return -ENOMEM;
+		memcpy(takeover_req, opts->takeover_init, opts->takeover_init_len);
+		takeover_len = opts->takeover_init_len;
+		takeover_given = false;
+		taken_over_fn = opts->taken_over;
+		taken_over_data = opts->userdata;
+		atomic_store(&gate_open, false);
+	}
+	return fuse_session_custom_io(se, &io, dev_fd);
+}
+
+void fuseio_detach(void)
+{
+	free(takeover_req);
+	takeover_req = NULL;
+	takeover_len = 0;
+}
+
+int64_t fuseio_resent_at_ns(int *ret_err)
+{
+	*ret_err = atomic_load(&resend_err);
+	return atomic_load(&resent_at_ns);
 }
 
 bool fuseio_passthrough(void)

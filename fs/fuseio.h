@@ -9,6 +9,8 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #ifndef FUSE_USE_VERSION
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
@@ -19,6 +21,17 @@ struct fuseio_options {
 	bool parallel_dirops; /* FUSE_PARALLEL_DIROPS in the INIT reply, if offered */
 	bool passthrough;     /* FUSE_PASSTHROUGH in the INIT reply, if offered */
 	bool debug;	      /* print the INIT reply as sent (stderr, as -d does) */
+	int fd;		      /* the /dev/fuse descriptor; -1: the session's own */
+	/* Taking over a connection another process negotiated (handover.h):
+	 * the kernel's INIT request as that process read it, given to
+	 * libfuse as the first request; its reply is not sent, and once it
+	 * is made the kernel is asked to send again every request the
+	 * other process read and did not answer (FUSE_NOTIFY_RESEND). */
+	const void *takeover_init;
+	size_t takeover_init_len;
+	/* called once the resend was asked for (from a session thread) */
+	void (*taken_over)(void *userdata, int64_t resent_ns, int err);
+	void *userdata;
 };
 
 /* Takes over reading and writing se's /dev/fuse descriptor (splice of file
@@ -28,6 +41,14 @@ struct fuseio_options {
  * block.  Returns 0, or -errno from libfuse (-ENOMEM), the session then
  * doing its own I/O as before. */
 int fuseio_attach(struct fuse_session *se, const struct fuseio_options *opts);
+
+/* Asks the kernel to send again what was read and not answered. */
+int fuseio_resend(void);
+/* Frees what fuseio_attach() kept, once the session loop has ended. */
+void fuseio_detach(void);
+/* When NOTIFY_RESEND went out after a takeover (CLOCK_MONOTONIC ns), 0
+ * before; *ret_err the errno of its write, 0 when the kernel took it. */
+int64_t fuseio_resent_at_ns(int *ret_err);
 
 /* Whether the kernel accepted passthrough for this connection (known once
  * INIT is answered). */

@@ -9,16 +9,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <sys/vfs.h>
 #include <sys/stat.h>
 
 #include "credentials.h"
 #include "control.h"
+#include "config.h"
 #include "fs.h"
+#include "handover.h"
 #include "macro.h"
 #include "manager.h"
 #include "options.h"
+#include "supervisor.h"
 
 /* --auth-file, or docker's default place where a missing file is no
  * error.  Exits on a file that cannot be used. */
@@ -98,6 +103,49 @@ static void raise_fd_limit(void)
 		strerror(errno));
 }
 
+/* The FUSE arguments: argv[0], the mount options, -d. */
+static int fuse_args_of(const struct settings *s, const char *argv0, struct fuse_args *args)
+{
+	_cleanup_free_ char *opts = NULL;
+
+	/* "ro" comes last so that no -o can make the mount writable. */
+	if (asprintf(&opts, "fsname=pullfs,subtype=pullfs,default_permissions%s%s,ro",
+		     s->fuse_opts ? "," : "", s->fuse_opts ? s->fuse_opts : "") < 0) {
+		opts = NULL;
+		return -ENOMEM;
+	}
+	if (fuse_opt_add_arg(args, argv0) != 0 || fuse_opt_add_arg(args, "-o") != 0 ||
+	    fuse_opt_add_arg(args, opts) != 0 || (s->fo.debug && fuse_opt_add_arg(args, "-d") != 0))
+		return -ENOMEM;
+	return 0;
+}
+
+/* The supervisor's check run of this binary before an upgrade: can it
+ * take over from the running one?  Prints one line; 0 when it can. */
+static int check_run(const struct settings *s, unsigned their_version)
+{
+	static const char *const dirs[] = { "blobs/sha256", "layers", "objects", "refs" };
+	char path[4096];
+	struct stat st;
+
+	if (their_version != HANDOVER_VERSION) {
+		printf("pullfs %s cannot take over: the running pullfs hands over state of format "
+		       "%u, this one reads format %d\n",
+		       PULLFS_VERSION, their_version, HANDOVER_VERSION);
+		return 3;
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
+		snprintf(path, sizeof(path), "%s/%s", s->mo.cache_dir, dirs[i]);
+		if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
+			printf("pullfs %s cannot use the cache \"%s\": \"%s\" is missing\n",
+			       PULLFS_VERSION, s->mo.cache_dir, path);
+			return 3;
+		}
+	}
+	printf("pullfs %s can take over\n", PULLFS_VERSION);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct settings s = { 0 };
@@ -106,17 +154,43 @@ int main(int argc, char **argv)
 	struct fs *fs = NULL;
 	struct control *ctl = NULL;
 	struct credentials *creds = NULL;
-	_cleanup_free_ char *opts = NULL;
+	struct fs_handoff h;
+	unsigned check_version = 0;
 	char errbuf[512] = "";
 	int status = 1;
-	int r;
+	int r, mode;
 
 	settings_parse(&s, argc, argv);
+	mode = supervisor_child_env(&h, &check_version);
+	if (mode == 1) {
+		status = check_run(&s, check_version);
+		goto done;
+	}
+	if (mode < 0 && mode != -ENOENT) {
+		fprintf(stderr, "pullfs: bad %s in the environment\n", SUPERVISOR_ENV);
+		goto done;
+	}
+	if (mode == 0) {
+		/* a serving process ends with its supervisor (supervisor.h) */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != h.sup_pid)
+			goto done;
+	} else if (s.supervise) {
+		if (check_mountpoint(s.mountpoint) < 0)
+			goto done;
+		if (fuse_args_of(&s, argv[0], &args) < 0) {
+			fprintf(stderr, "pullfs: %s\n", strerror(ENOMEM));
+			goto done;
+		}
+		status = supervisor_run(&args, s.mountpoint, s.foreground, argv);
+		goto done;
+	}
 	raise_fd_limit();
 	/* A reader that goes away mid-transfer must not kill the daemon. */
 	signal(SIGPIPE, SIG_IGN);
 
-	if (check_mountpoint(s.mountpoint) < 0)
+	/* under the supervisor the mount is there, and nobody serves it yet */
+	if (mode != 0 && check_mountpoint(s.mountpoint) < 0)
 		goto done;
 	creds = load_credentials(&s);
 
@@ -148,20 +222,13 @@ int main(int argc, char **argv)
 		goto done;
 	}
 
-	/* "ro" comes last so that no -o can make the mount writable. */
-	if (asprintf(&opts, "fsname=pullfs,subtype=pullfs,default_permissions%s%s,ro",
-		     s.fuse_opts ? "," : "", s.fuse_opts ? s.fuse_opts : "") < 0) {
-		opts = NULL;
-		r = -ENOMEM;
+	r = fuse_args_of(&s, argv[0], &args);
+	if (r < 0)
 		goto out;
-	}
-	if (fuse_opt_add_arg(&args, argv[0]) != 0 || fuse_opt_add_arg(&args, "-o") != 0 ||
-	    fuse_opt_add_arg(&args, opts) != 0 ||
-	    (s.fo.debug && fuse_opt_add_arg(&args, "-d") != 0)) {
-		r = -ENOMEM;
-		goto out;
-	}
-	r = fs_serve(fs, &args, s.mountpoint, s.foreground);
+	if (mode == 0)
+		r = fs_serve_handoff(fs, &args, s.mountpoint, &h);
+	else
+		r = fs_serve(fs, &args, s.mountpoint, s.foreground);
 out:
 	if (r < 0)
 		fprintf(stderr, "pullfs: cannot serve \"%s\": %s\n", s.mountpoint, strerror(-r));

@@ -19,6 +19,7 @@
 #include "pathform.h"
 #include "reference.h"
 #include "strmap.h"
+#include "handover.h"
 
 void ns_stat(struct fs *fs, fuse_ino_t ino, const struct nsnode *n, struct stat *st)
 {
@@ -210,6 +211,8 @@ static struct nsnode *nsnode_intern(struct fs *fs, const char *key, struct nsnod
 		nsnode_free(n);
 		return other;
 	}
+	/* before the kernel hears of it: the next process must know it */
+	handover_note(handover_format_ns(key));
 	return n;
 }
 
@@ -321,8 +324,10 @@ static void lookup_reply(struct lookup_call *lc, int r, struct image *img)
 	} else if (r < 0) {
 		reply_err(lc->req, r);
 	} else {
-		if (lc->reference)
+		if (lc->reference) {
 			dentries_note(fs, lc->reference, lc->parent, lc->name);
+			takeover_note_image(fs, img, lc->reference);
+		}
 		ns_reply_image_root(lc->req, fs, img, fs->opts.image_timeout);
 	}
 	fsop_done(fs, FSOP_LOOKUP, lc->start_ns);
@@ -440,13 +445,48 @@ static bool known_host(void *userdata, const char *host)
 	return manager_is_known_host(userdata, host);
 }
 
+/* The node for name below parent, step being its pathform step (taken),
+ * with one lookup taken; NULL with *ret_err. */
+static struct nsnode *ns_child(struct fs *fs, struct nsnode *parent, const char *name,
+			       struct pathform_step *step, int *ret_err)
+{
+	_cleanup_free_ char *key = pathform_join(parent->key, name);
+	struct nsnode *n;
+
+	*ret_err = -ENOMEM;
+	if (!key) {
+		pathform_step_done(step);
+		return NULL;
+	}
+	n = nsnode_find(fs, key);
+	if (n) {
+		pathform_step_done(step);
+		return n;
+	}
+	switch (step->kind) {
+	case PATHFORM_HOST:
+	case PATHFORM_DIR:
+		n = nsnode_new(NS_DIR, step->dir.short_form, step->dir.depth,
+			       TAKE_PTR(step->dir.prefix), NULL);
+		break;
+	case PATHFORM_SHORT_LINK:
+		n = nsnode_new(NS_SYMLINK, true, step->dir.depth, NULL, TAKE_PTR(step->target));
+		break;
+	default:
+		*ret_err = step->err;
+		pathform_step_done(step);
+		return NULL;
+	}
+	pathform_step_done(step);
+	return nsnode_intern(fs, key, n);
+}
+
 bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char *name)
 {
 	const struct pathform_dir dir = { .depth = parent->depth,
 					  .short_form = parent->short_form,
 					  .prefix = parent->prefix };
 	struct pathform_step step;
-	_cleanup_free_ char *key = NULL;
 	struct nsnode *n = NULL;
 	bool answered_later;
 	int r;
@@ -468,41 +508,50 @@ bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char 
 		return answered_later;
 	}
 
-	key = pathform_join(parent->key, name);
-	if (!key) {
-		pathform_step_done(&step);
-		reply_err(req, -ENOMEM);
-		return false;
-	}
-	n = nsnode_find(fs, key);
-	if (n) {
-		pathform_step_done(&step);
-		ns_reply_node(req, fs, n);
-		return false;
-	}
-	switch (step.kind) {
-	case PATHFORM_HOST:
-	case PATHFORM_DIR:
-		n = nsnode_new(NS_DIR, step.dir.short_form, step.dir.depth,
-			       TAKE_PTR(step.dir.prefix), NULL);
-		break;
-	case PATHFORM_SHORT_LINK:
-		n = nsnode_new(NS_SYMLINK, true, step.dir.depth, NULL, TAKE_PTR(step.target));
-		break;
-	default:
-		r = step.err;
-		pathform_step_done(&step);
-		reply_err(req, r);
-		return false;
-	}
-	pathform_step_done(&step);
-	n = nsnode_intern(fs, key, n);
+	n = ns_child(fs, parent, name, &step, &r);
 	if (!n) {
-		reply_err(req, -ENOMEM);
+		reply_err(req, r);
 		return false;
 	}
 	ns_reply_node(req, fs, n);
 	return false;
+}
+
+int ns_restore(struct fs *fs, const char *key)
+{
+	_cleanup_free_ char *copy = strdup(key);
+	struct nsnode *parent = &fs->images, *n;
+	char *save = NULL;
+	int r;
+
+	if (!copy)
+		return -ENOMEM;
+	for (char *name = strtok_r(copy, "/", &save); name; name = strtok_r(NULL, "/", &save)) {
+		const struct pathform_dir dir = { .depth = parent->depth,
+						  .short_form = parent->short_form,
+						  .prefix = parent->prefix };
+		struct pathform_step step;
+
+		if (parent->kind != NS_DIR)
+			return -ENOTDIR;
+		r = pathform_step(&dir, name, known_host, fs->manager, &step);
+		if (r < 0)
+			return r;
+		if (step.kind == PATHFORM_REFERENCE) {
+			/* an image root: restored by its key */
+			pathform_step_done(&step);
+			return 0;
+		}
+		n = ns_child(fs, parent, name, &step, &r);
+		if (!n)
+			return r;
+		/* the kernel's count of lookups went with the old process */
+		pthread_mutex_lock(&fs->ns_lock);
+		n->permanent = true;
+		pthread_mutex_unlock(&fs->ns_lock);
+		parent = n;
+	}
+	return 0;
 }
 
 /* ---- invalidation of cached listings --------------------------------- */

@@ -93,6 +93,9 @@ static int set_nothing(struct settings *s, const struct opt *o, const char *v, c
 static const struct opt options[] = {
 	{ "foreground", 'f', KIND_FLAG, EVERYWHERE, AT(foreground),
 	  .help = "stay in the foreground" },
+	{ "supervise", 0, KIND_FLAG, EVERYWHERE, AT(supervise),
+	  .help = "serve from a process a small supervisor restarts when it dies and replaces "
+		  "on `pullfsctl upgrade`, the mount staying up" },
 	{ "debug", 'd', KIND_FLAG, EVERYWHERE, NO_FIELD, .set = set_debug,
 	  .help = "print every FUSE request (implies -f)" },
 	{ "cache", 0, KIND_PATH, EVERYWHERE, AT(mo.cache_dir), .arg = "DIR",

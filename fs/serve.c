@@ -12,11 +12,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "control.h"
 #include "fuseio.h"
+#include "handover.h"
+#include "macro.h"
 #include "strmap.h"
 #include "manager.h"
 
@@ -41,6 +45,8 @@ int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
 	pthread_mutex_init(&fs->notify_lock, NULL);
 	pthread_cond_init(&fs->notify_cond, NULL);
 	pthread_cond_init(&fs->notify_sent_cond, NULL);
+	pthread_mutex_init(&fs->sup_lock, NULL);
+	fs->handoff.sup_fd = fs->handoff.state_fd = fs->handoff.dev_fd = -1;
 	clock_gettime(CLOCK_REALTIME, &fs->started);
 	fs->backings = strmap_new();
 	fs->notify_keys = strmap_new();
@@ -85,10 +91,12 @@ void fs_free(struct fs *fs)
 	strmap_free(fs->backings);
 	ctl_free_all();
 	files_free_all(fs);
+	takeover_free();
 	pthread_mutex_destroy(&fs->backing_lock);
 	pthread_mutex_destroy(&fs->notify_lock);
 	pthread_cond_destroy(&fs->notify_cond);
 	pthread_cond_destroy(&fs->notify_sent_cond);
+	pthread_mutex_destroy(&fs->sup_lock);
 	free(fs);
 }
 
@@ -126,10 +134,166 @@ static void *stop_thread(void *arg)
 	return NULL;
 }
 
-int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, bool foreground)
+/* ---- under the supervisor ------------------------------------------- */
+
+/* fuseio's callback once the kernel was asked to resend: the event of the
+ * takeover, with how long requests were held. */
+static void taken_over(void *userdata, int64_t resent_ns, int err)
+{
+	struct fs *fs = userdata;
+	const struct fs_handoff *h = &fs->handoff;
+	char msg[256];
+	double held = h->down_ns ? (double)(resent_ns - h->down_ns) / 1e6 : 0;
+
+	fs->held_ms = held;
+	if (err)
+		snprintf(msg, sizeof(msg),
+			 "Serving process %ld took the mount over, but the kernel refused to "
+			 "resend requests in flight: %s",
+			 (long)getpid(), strerror(err));
+	else
+		snprintf(msg, sizeof(msg),
+			 "Serving process %ld took the mount over %s; requests were held for "
+			 "%.1f ms",
+			 (long)getpid(),
+			 h->upgrade ? "from the previous version" : "after the previous one died",
+			 held);
+	manager_serving_event(fs->manager, h->upgrade ? "Upgraded" : "Recovered", msg);
+}
+
+/* The log of the process before, read, and the log started afresh with
+ * what it holds (so it does not grow across restarts).  0 with *st, or
+ * -errno with a message printed. */
+static int read_handover(int fd, struct handover_state *st)
+{
+	_cleanup_free_ char *buf = NULL, *compact = NULL;
+	size_t len = 0, cap = 0;
+	ssize_t n;
+	int r;
+
+	for (;;) {
+		if (len == cap) {
+			char *b = realloc(buf, cap = cap ? cap * 2 : 65536);
+			if (!b)
+				return -ENOMEM;
+			buf = b;
+		}
+		n = pread(fd, buf + len, cap - len, (off_t)len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			r = -errno;
+			fprintf(stderr, "pullfs: cannot read the hand-over state: %s\n",
+				strerror(-r));
+			return r;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	r = handover_parse(buf, len, st);
+	if (r < 0) {
+		fprintf(stderr, "pullfs: the hand-over state cannot be read by this version: %s\n",
+			strerror(-r));
+		return r;
+	}
+	compact = handover_format_state(st);
+	if (!compact) {
+		handover_state_done(st);
+		return -ENOMEM;
+	}
+	/* one truncate and one write: a kill between the two is the one
+	 * moment that loses the state */
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, compact, strlen(compact), 0) < 0)
+		fprintf(stderr, "pullfs: cannot rewrite the hand-over state: %s\n",
+			strerror(errno));
+	return 0;
+}
+
+static int sup_send(const struct fs *fs, const char *msg)
+{
+	if (fs->handoff.sup_fd < 0)
+		return -ENOTCONN;
+	return send(fs->handoff.sup_fd, msg, strlen(msg), MSG_NOSIGNAL) < 0 ? -errno : 0;
+}
+
+/* The control socket's upgrade: the supervisor checks the binary at its
+ * path and answers "ok" or "err MESSAGE". */
+static int serve_upgrade(void *userdata, json_t **ret, struct error_detail *err)
+{
+	struct fs *fs = userdata;
+	char ans[2200];
+	ssize_t n = 0;
+	int r;
+
+	if (fs->handoff.sup_fd < 0) {
+		error_detail_set(
+			err, -EOPNOTSUPP,
+			"pullfs runs without its supervisor (--supervise): nothing can take "
+			"the mount over");
+		return -EOPNOTSUPP;
+	}
+	pthread_mutex_lock(&fs->sup_lock);
+	r = sup_send(fs, "upgrade");
+	if (r == 0) {
+		do
+			n = recv(fs->handoff.sup_fd, ans, sizeof(ans) - 1, 0);
+		while (n < 0 && errno == EINTR);
+		r = n < 0 ? -errno : n == 0 ? -ECONNRESET : 0;
+	}
+	pthread_mutex_unlock(&fs->sup_lock);
+	if (r < 0) {
+		error_detail_set(err, r, "cannot reach the supervisor: %s", strerror(-r));
+		return r;
+	}
+	ans[n] = '\0';
+	if (strncmp(ans, "ok", 2) != 0) {
+		error_detail_set(err, -ENOEXEC, "%s",
+				 strncmp(ans, "err ", 4) == 0 ? ans + 4
+							      : "refused by the supervisor");
+		return -ENOEXEC;
+	}
+	*ret = json_pack("{s:b, s:i, s:s}", "ok", 1, "pid", (json_int_t)getpid(), "binary",
+			 ans[2] == ' ' ? ans + 3 : "");
+	return *ret ? 0 : -ENOMEM;
+}
+
+/* After the upgrade's answer went to the client: the supervisor may stop
+ * this process now. */
+static void serve_upgrade_answered(void *userdata)
+{
+	struct fs *fs = userdata;
+
+	pthread_mutex_lock(&fs->sup_lock);
+	sup_send(fs, "go");
+	pthread_mutex_unlock(&fs->sup_lock);
+}
+
+void serve_status(struct fs *fs, json_t *o)
+{
+	char when[64];
+	struct tm tm;
+
+	gmtime_r(&fs->started.tv_sec, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	json_object_set_new(
+		o, "serving",
+		json_pack("{s:i, s:s, s:b, s:i, s:i, s:i, s:f}", "pid", (json_int_t)getpid(),
+			  "started", when, "supervised", fs->handoff.sup_fd >= 0, "restarts",
+			  (json_int_t)fs->handoff.generation, "upgrades",
+			  (json_int_t)fs->handoff.upgrades, "recoveries",
+			  (json_int_t)fs->handoff.recoveries, "last_held_ms", fs->held_ms));
+}
+
+/* ---- the session ----------------------------------------------------- */
+
+static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, bool foreground,
+		 const struct fs_handoff *h)
 {
 	struct fuse_loop_config *cfg = NULL;
 	struct sigaction sa = { 0 };
+	struct handover_state st = { 0 };
+	bool mounted = false;
 	int r;
 
 	fs->session = fuse_session_new(args, &fs_ops, sizeof(fs_ops), fs);
@@ -156,24 +320,57 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, bool
 		sigaction(SIGTERM, &sa, NULL);
 	}
 
-	if (fuse_session_mount(fs->session, mountpoint) != 0) {
-		r = -EIO;
-		goto out_signals;
-	}
 	/* op_init asks for FUSE_CAP_PARALLEL_DIROPS, which libfuse before
 	 * 3.17 does not pass on to the kernel. */
 	struct fuseio_options io = { .parallel_dirops = true,
 				     .passthrough = !fs->opts.no_passthrough,
-				     .debug = fs->opts.debug };
+				     .debug = fs->opts.debug,
+				     .fd = -1 };
+	if (h) {
+		fs->handoff = *h;
+		files_set_epoch(fs, h->generation);
+		handover_set_fd(h->state_fd);
+		r = read_handover(h->state_fd, &st);
+		if (r < 0)
+			goto out_signals;
+		io.fd = h->dev_fd;
+		if (h->generation > 0 && st.init) {
+			io.takeover_init = st.init;
+			io.takeover_init_len = st.init_len;
+			io.taken_over = taken_over;
+			io.userdata = fs;
+		}
+	} else {
+		if (fuse_session_mount(fs->session, mountpoint) != 0) {
+			r = -EIO;
+			goto out_signals;
+		}
+		mounted = true;
+	}
 	r = fuseio_attach(fs->session, &io);
 	if (r < 0)
 		goto out_unmount;
-	if (fuse_daemonize(foreground) != 0) {
+	if (h && h->generation > 0 && !st.init)
+		/* the process before died before it noted INIT: whatever it
+		 * read, INIT included, is to be read again */
+		fuseio_resend();
+	if (!h && fuse_daemonize(foreground) != 0) {
 		r = -EIO;
 		goto out_unmount;
 	}
 	/* Threads only now: fuse_daemonize forks. */
 	fs->mountpoint = realpath(mountpoint, NULL);
+	if (h && st.version) {
+		unsigned failed = 0;
+		r = takeover_restore(fs, &st, &failed);
+		if (r < 0)
+			goto out_unmount;
+		if (failed)
+			fprintf(stderr,
+				"pullfs: %u nodes of the previous process could not be restored: "
+				"the kernel gets ESTALE for them\n",
+				failed);
+	}
 	r = ns_notifier_start(fs);
 	if (r < 0)
 		goto out_unmount;
@@ -186,6 +383,7 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, bool
 		goto out_unmount;
 	}
 	if (fs->opts.control) {
+		control_set_upgrade(fs->opts.control, serve_upgrade, serve_upgrade_answered);
 		r = control_start(fs->opts.control, ctl_status_for_control, ns_notifier_settle, fs);
 		if (r < 0) {
 			fprintf(stderr, "pullfs: cannot serve the control socket: %s\n",
@@ -201,6 +399,8 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, bool
 	fuse_loop_cfg_set_clone_fd(cfg, 0);
 	fuse_loop_cfg_set_max_threads(cfg, fs->opts.max_threads);
 	fuse_loop_cfg_set_idle_threads(cfg, 8);
+	if (h)
+		sup_send(fs, "ready");
 	r = fuse_session_loop_mt(fs->session, cfg);
 	/* A positive value is the signal that ended the loop: a clean stop. */
 	r = r > 0 ? 0 : r < 0 ? r : 0;
@@ -217,11 +417,29 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, bool
 	}
 out_unmount:
 	ns_notifier_stop(fs);
-	fuse_session_unmount(fs->session);
+	if (mounted)
+		fuse_session_unmount(fs->session);
+	else if (h && getppid() != h->sup_pid && fs->mountpoint)
+		/* the supervisor is gone (its death sent SIGTERM): nobody else
+		 * will take the mount down */
+		umount2(fs->mountpoint, MNT_DETACH);
 out_signals:
 	fuse_remove_signal_handlers(fs->session);
 out_destroy:
 	fuse_session_destroy(fs->session);
 	fs->session = NULL;
+	fuseio_detach();
+	handover_state_done(&st);
 	return r;
+}
+
+int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, bool foreground)
+{
+	return serve(fs, args, mountpoint, foreground, NULL);
+}
+
+int fs_serve_handoff(struct fs *fs, struct fuse_args *args, const char *mountpoint,
+		     const struct fs_handoff *h)
+{
+	return serve(fs, args, mountpoint, true, h);
 }

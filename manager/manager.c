@@ -420,3 +420,19 @@ void manager_free(struct manager *m)
 	pthread_mutex_destroy(&m->lock);
 	free(m);
 }
+
+/* ---- a serving process taking over ------------------------------------ */
+
+int manager_restore_image(struct manager *m, const char *reference, const char *digest,
+			  struct image **ret)
+{
+	char errbuf[256] = "";
+	int r = refs_image_get(m, reference, digest, ret, errbuf, sizeof(errbuf));
+
+	return r == -EBADMSG && errbuf[0] ? -EBADMSG : r;
+}
+
+void manager_serving_event(struct manager *m, const char *reason, const char *message)
+{
+	manager_emit(m, EVENT_NORMAL, reason, NULL, NULL, 0, NULL, "%s", message);
+}

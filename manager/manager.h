@@ -193,6 +193,17 @@ int manager_remove(struct manager *m, const char *const *references, size_t n, j
 /* to_bytes 0: down to the low threshold. */
 int manager_gc(struct manager *m, uint64_t to_bytes, json_t **ret_json, struct error_detail *err);
 
+/* For a serving process that takes the filesystem over from another
+ * (fs/takeover.c): the image reference named at manifest digest, from
+ * the cache only, with the key the name's state holds.  0 with one image
+ * reference, -ENOENT when the cache lacks part of it, -EBADMSG, -ENOMEM.
+ * Blocks on the cache. */
+int manager_restore_image(struct manager *m, const char *reference, const char *digest,
+			  struct image **ret);
+/* An event about the serving process itself (an upgrade, a recovery),
+ * reason one word, message a sentence. */
+void manager_serving_event(struct manager *m, const char *reason, const char *message);
+
 /* Images: immutable once returned; refcounted; safe from any thread. */
 void image_ref(struct image *img, uint64_t n);
 void image_unref(struct image *img, uint64_t n);

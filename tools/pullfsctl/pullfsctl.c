@@ -32,6 +32,8 @@ static const struct command commands[] = {
 	  "show an image's digest, platform, layers and config" },
 	{ "rm", cmd_rm, rm_usage, "rm REFERENCE...", "remove images from the cache" },
 	{ "gc", cmd_gc, gc_usage, "gc [--to BYTES]", "remove least recently used images now" },
+	{ "upgrade", cmd_upgrade, upgrade_usage, "upgrade",
+	  "replace the serving process by the installed binary, mount kept" },
 	{ "status", cmd_status, status_usage, "status [--json]",
 	  "pulls in flight, back-off, queues, cache usage" },
 	{ "events", cmd_events, events_usage, "events [-f] [--image REF] [--reason R] [--since T]",

@@ -189,6 +189,8 @@ void inspect_usage(FILE *f);
 int cmd_rm(int argc, char **argv);
 void rm_usage(FILE *f);
 int cmd_gc(int argc, char **argv);
+int cmd_upgrade(int argc, char **argv);
+void upgrade_usage(FILE *f);
 void gc_usage(FILE *f);
 int cmd_status(int argc, char **argv);
 void status_usage(FILE *f);

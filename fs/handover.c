@@ -1,0 +1,505 @@
+/* The hand-over log (handover.h): its records, written and read. */
+#include "handover.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "macro.h"
+#include "strmap.h"
+
+/* ---- records ---------------------------------------------------------- */
+
+static bool needs_escape(unsigned char c)
+{
+	return c <= ' ' || c >= 0x7f || c == '%';
+}
+
+/* s escaped, in a new string. */
+static char *escape(const char *s)
+{
+	size_t n = 0;
+	char *out, *p;
+
+	for (const char *q = s; *q; q++)
+		n += needs_escape((unsigned char)*q) ? 3 : 1;
+	out = p = malloc(n + 1);
+	if (!out)
+		return NULL;
+	for (const char *q = s; *q; q++) {
+		if (needs_escape((unsigned char)*q))
+			p += sprintf(p, "%%%02X", (unsigned char)*q);
+		else
+			*p++ = *q;
+	}
+	*p = '\0';
+	return out;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* Unescapes s in place; -EBADMSG for a bad escape or an empty string. */
+static int unescape(char *s)
+{
+	char *w = s;
+
+	if (!*s)
+		return -EBADMSG;
+	for (const char *r = s; *r; r++) {
+		if (*r != '%') {
+			*w++ = *r;
+			continue;
+		}
+		int hi = hexval(r[1]), lo = hi < 0 ? -1 : hexval(r[2]);
+		if (lo < 0 || (hi == 0 && lo == 0))
+			return -EBADMSG;
+		*w++ = (char)(hi << 4 | lo);
+		r += 2;
+	}
+	*w = '\0';
+	return 0;
+}
+
+static char *format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *format(const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+	int r;
+
+	va_start(ap, fmt);
+	r = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	return r < 0 ? NULL : s;
+}
+
+char *handover_format_version(void)
+{
+	return format("v %d\n", HANDOVER_VERSION);
+}
+
+char *handover_format_init(const void *req, size_t len)
+{
+	const unsigned char *b = req;
+	char *s = malloc(5 + 2 * len + 2), *p = s;
+
+	if (!s)
+		return NULL;
+	p += sprintf(p, "init ");
+	for (size_t i = 0; i < len; i++)
+		p += sprintf(p, "%02x", b[i]);
+	strcpy(p, "\n");
+	return s;
+}
+
+char *handover_format_ns(const char *key)
+{
+	_cleanup_free_ char *k = escape(key);
+
+	/* images/ itself ("") is never recorded: every process has it */
+	return k && *k ? format("ns %s\n", k) : NULL;
+}
+
+char *handover_format_image(uint32_t key, const char *digest, const char *reference)
+{
+	_cleanup_free_ char *d = escape(digest), *r = escape(reference);
+
+	return d && r && *d && *r ? format("img %" PRIu32 " %s %s\n", key, d, r) : NULL;
+}
+
+char *handover_format_backing(int id, const char *object)
+{
+	_cleanup_free_ char *o = escape(object);
+
+	return o && *o ? format("bk %d %s\n", id, o) : NULL;
+}
+
+char *handover_format_backing_closed(int id)
+{
+	return format("bkx %d\n", id);
+}
+
+/* ---- parsing ---------------------------------------------------------- */
+
+static int parse_uint(const char *s, uint64_t max, uint64_t *ret)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!*s || *s == '-' || *s == '+')
+		return -EBADMSG;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v > max)
+		return -EBADMSG;
+	*ret = v;
+	return 0;
+}
+
+/* Splits line into at most max fields at single spaces; the count. */
+static size_t split(char *line, char **f, size_t max)
+{
+	size_t n = 0;
+
+	while (n < max) {
+		f[n++] = line;
+		line = strchr(line, ' ');
+		if (!line)
+			break;
+		*line++ = '\0';
+	}
+	return line ? max + 1 : n;
+}
+
+struct parse {
+	struct handover_state *s;
+	struct strmap *ns;     /* key -> (void *)1 */
+	struct strmap *images; /* key in decimal -> struct handover_image * */
+	struct strmap *bk;     /* id in decimal -> object (owned) */
+};
+
+static int add_ns(struct parse *p, const char *key)
+{
+	char **v;
+
+	if (strmap_get(p->ns, key))
+		return 0;
+	v = realloc(p->s->ns_keys, (p->s->n_ns_keys + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	p->s->ns_keys = v;
+	if (!(v[p->s->n_ns_keys] = strdup(key)))
+		return -ENOMEM;
+	p->s->n_ns_keys++;
+	return strmap_put(p->ns, key, (void *)1);
+}
+
+static int add_image(struct parse *p, char **f)
+{
+	struct handover_image *img;
+	uint64_t key;
+	char name[24];
+
+	if (parse_uint(f[1], UINT32_MAX, &key) < 0 || key == 0 || unescape(f[2]) < 0 ||
+	    unescape(f[3]) < 0)
+		return -EBADMSG;
+	snprintf(name, sizeof(name), "%" PRIu64, key);
+	img = strmap_get(p->images, name);
+	if (!img) {
+		img = calloc(1, sizeof(*img));
+		if (!img || strmap_put(p->images, name, img) < 0) {
+			free(img);
+			return -ENOMEM;
+		}
+	}
+	free(img->digest);
+	free(img->reference);
+	img->key = (uint32_t)key;
+	img->digest = strdup(f[2]);
+	img->reference = strdup(f[3]);
+	return img->digest && img->reference ? 0 : -ENOMEM;
+}
+
+static int add_backing(struct parse *p, char **f, size_t n)
+{
+	uint64_t id;
+	char *old, *obj = NULL;
+
+	if (parse_uint(f[1], INT32_MAX, &id) < 0 || id == 0)
+		return -EBADMSG;
+	if (n == 3) {
+		if (unescape(f[2]) < 0)
+			return -EBADMSG;
+		if (!(obj = strdup(f[2])))
+			return -ENOMEM;
+	}
+	old = strmap_remove(p->bk, f[1]);
+	free(old);
+	if (obj && strmap_put(p->bk, f[1], obj) < 0) {
+		free(obj);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static int parse_init(struct handover_state *s, const char *hex)
+{
+	size_t n = strlen(hex);
+	unsigned char *b;
+
+	if (n == 0 || n % 2)
+		return -EBADMSG;
+	b = malloc(n / 2);
+	if (!b)
+		return -ENOMEM;
+	for (size_t i = 0; i < n / 2; i++) {
+		int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+		if (hi < 0 || lo < 0) {
+			free(b);
+			return -EBADMSG;
+		}
+		b[i] = (unsigned char)(hi << 4 | lo);
+	}
+	free(s->init);
+	s->init = b;
+	s->init_len = n / 2;
+	return 0;
+}
+
+static int parse_line(struct parse *p, char *line, bool first)
+{
+	char *f[5];
+	size_t n = split(line, f, 4);
+	uint64_t v;
+
+	if (first) {
+		if (n != 2 || strcmp(f[0], "v") != 0 || parse_uint(f[1], UINT32_MAX, &v) < 0)
+			return -EBADMSG;
+		if (v != HANDOVER_VERSION)
+			return -EPROTO;
+		p->s->version = (unsigned)v;
+		return 0;
+	}
+	if (!strcmp(f[0], "init"))
+		return n == 2 ? parse_init(p->s, f[1]) : -EBADMSG;
+	if (!strcmp(f[0], "ns"))
+		return n == 2 && unescape(f[1]) == 0 ? add_ns(p, f[1]) : -EBADMSG;
+	if (!strcmp(f[0], "img"))
+		return n == 4 ? add_image(p, f) : -EBADMSG;
+	if (!strcmp(f[0], "bk"))
+		return n == 3 ? add_backing(p, f, n) : -EBADMSG;
+	if (!strcmp(f[0], "bkx"))
+		return n == 2 ? add_backing(p, f, n) : -EBADMSG;
+	return 0;
+}
+
+static int collect_image(void *userdata, const char *key, void *value)
+{
+	struct handover_state *s = userdata;
+	struct handover_image *img = value;
+
+	s->images[s->n_images++] = *img;
+	free(img);
+	return 0;
+}
+
+static int collect_backing(void *userdata, const char *key, void *value)
+{
+	struct handover_state *s = userdata;
+
+	s->backings[s->n_backings++] =
+		(struct handover_backing){ .id = atoi(key), .object = value };
+	return 0;
+}
+
+static int free_image_entry(void *userdata, const char *key, void *value)
+{
+	struct handover_image *img = value;
+
+	free(img->digest);
+	free(img->reference);
+	free(img);
+	return 0;
+}
+
+static int free_entry(void *userdata, const char *key, void *value)
+{
+	free(value);
+	return 0;
+}
+
+static int cmp_backing(const void *a, const void *b)
+{
+	const struct handover_backing *x = a, *y = b;
+
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+static int cmp_image(const void *a, const void *b)
+{
+	const struct handover_image *x = a, *y = b;
+
+	return (x->key > y->key) - (x->key < y->key);
+}
+
+int handover_parse(const char *text, size_t len, struct handover_state *ret)
+{
+	struct handover_state s = { 0 };
+	struct parse p = { .s = &s };
+	_cleanup_free_ char *buf = malloc(len + 1);
+	char *line, *nl;
+	bool first = true;
+	int r = 0;
+
+	p.ns = strmap_new();
+	p.images = strmap_new();
+	p.bk = strmap_new();
+	if (!buf || !p.ns || !p.images || !p.bk) {
+		r = -ENOMEM;
+		goto out;
+	}
+	memcpy(buf, text, len);
+	buf[len] = '\0';
+	if (memchr(buf, '\0', len)) {
+		r = -EBADMSG;
+		goto out;
+	}
+	/* a last line without its newline was cut by a kill: not a record */
+	for (line = buf; (nl = strchr(line, '\n')); line = nl + 1) {
+		*nl = '\0';
+		r = parse_line(&p, line, first);
+		if (r < 0)
+			goto out;
+		first = false;
+	}
+	if (first) {
+		r = -EBADMSG;
+		goto out;
+	}
+	s.images = calloc(strmap_size(p.images) + 1, sizeof(*s.images));
+	s.backings = calloc(strmap_size(p.bk) + 1, sizeof(*s.backings));
+	if (!s.images || !s.backings) {
+		r = -ENOMEM;
+		goto out;
+	}
+	strmap_foreach(p.images, collect_image, &s);
+	strmap_foreach(p.bk, collect_backing, &s);
+	strmap_free(p.images);
+	strmap_free(p.bk);
+	p.images = p.bk = NULL;
+	qsort(s.images, s.n_images, sizeof(*s.images), cmp_image);
+	qsort(s.backings, s.n_backings, sizeof(*s.backings), cmp_backing);
+out:
+	if (p.images)
+		strmap_foreach(p.images, free_image_entry, NULL);
+	if (p.bk)
+		strmap_foreach(p.bk, free_entry, NULL);
+	strmap_free(p.images);
+	strmap_free(p.bk);
+	strmap_free(p.ns);
+	if (r < 0) {
+		handover_state_done(&s);
+		return r;
+	}
+	*ret = s;
+	return 0;
+}
+
+void handover_state_done(struct handover_state *s)
+{
+	for (size_t i = 0; i < s->n_ns_keys; i++)
+		free(s->ns_keys[i]);
+	for (size_t i = 0; i < s->n_images; i++) {
+		free(s->images[i].digest);
+		free(s->images[i].reference);
+	}
+	for (size_t i = 0; i < s->n_backings; i++)
+		free(s->backings[i].object);
+	free(s->ns_keys);
+	free(s->images);
+	free(s->backings);
+	free(s->init);
+	*s = (struct handover_state){ 0 };
+}
+
+/* Appends record (taken) to *buf; false when out of memory. */
+static bool append(char **buf, size_t *len, char *record)
+{
+	size_t n;
+	char *b;
+
+	if (!record)
+		return false;
+	n = strlen(record);
+	b = realloc(*buf, *len + n + 1);
+	if (!b) {
+		free(record);
+		return false;
+	}
+	memcpy(b + *len, record, n + 1);
+	*buf = b;
+	*len += n;
+	free(record);
+	return true;
+}
+
+char *handover_format_state(const struct handover_state *s)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	bool ok = append(&buf, &len, handover_format_version());
+
+	if (ok && s->init)
+		ok = append(&buf, &len, handover_format_init(s->init, s->init_len));
+	for (size_t i = 0; ok && i < s->n_ns_keys; i++)
+		ok = append(&buf, &len, handover_format_ns(s->ns_keys[i]));
+	for (size_t i = 0; ok && i < s->n_images; i++)
+		ok = append(&buf, &len,
+			    handover_format_image(s->images[i].key, s->images[i].digest,
+						  s->images[i].reference));
+	for (size_t i = 0; ok && i < s->n_backings; i++)
+		ok = append(&buf, &len,
+			    handover_format_backing(s->backings[i].id, s->backings[i].object));
+	if (!ok) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+/* ---- this process's log ------------------------------------------------ */
+
+static int log_fd = -1;
+static atomic_ulong lost;
+
+void handover_set_fd(int fd)
+{
+	log_fd = fd;
+	if (fd >= 0)
+		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_APPEND);
+}
+
+int handover_fd(void)
+{
+	return log_fd;
+}
+
+void handover_note(char *record)
+{
+	size_t n;
+
+	if (log_fd < 0) {
+		free(record);
+		return;
+	}
+	if (!record) {
+		atomic_fetch_add(&lost, 1);
+		return;
+	}
+	n = strlen(record);
+	/* O_APPEND: one write(2) is one record, whatever other threads do */
+	if (write(log_fd, record, n) != (ssize_t)n)
+		atomic_fetch_add(&lost, 1);
+	free(record);
+}
+
+unsigned long handover_lost(void)
+{
+	return atomic_load(&lost);
+}

@@ -1,0 +1,77 @@
+/* What a serving process leaves for the one that takes its /dev/fuse
+ * connection over (supervisor.c): the kernel's INIT request, so that the
+ * next process can give libfuse the same negotiation without a new one,
+ * and what the kernel may still name -- namespace directories, images
+ * handed out by key, backing files registered for passthrough.
+ *
+ * The state is a log of text lines, one record each, appended with one
+ * write(2) before the kernel hears of what the record describes, so a
+ * process killed at any moment leaves a log that covers everything the
+ * kernel knows.  A last line without its newline (killed mid-write) is
+ * ignored.  Strings are escaped (%XX for '%', blanks and non-ASCII), so
+ * a record is always one line of space-separated fields:
+ *
+ *   v 1                       format version, first
+ *   init HEX                  the kernel's INIT request as read
+ *   ns KEY                    a namespace node (path below images/)
+ *   img KEY DIGEST REFERENCE  an image handed out under image key KEY
+ *   bk ID OBJECT              backing id ID registered for OBJECT
+ *   bkx ID                    ... and closed
+ *
+ * Records of an unknown kind are skipped, for a newer writer.  The pure
+ * parts (format, parse) are what the unit test covers. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HANDOVER_VERSION 1
+
+struct handover_image {
+	uint32_t key;
+	char *digest;
+	char *reference;
+};
+
+struct handover_backing {
+	int id;
+	char *object;
+};
+
+struct handover_state {
+	unsigned version;
+	void *init; /* NULL when no INIT was seen */
+	size_t init_len;
+	char **ns_keys; /* distinct */
+	size_t n_ns_keys;
+	struct handover_image *images; /* distinct keys, the last record wins */
+	size_t n_images;
+	struct handover_backing *backings; /* registered and not closed */
+	size_t n_backings;
+};
+
+/* Parses a log.  Returns 0 with *ret filled (free with
+ * handover_state_done()), -EBADMSG for a log without a version record, a
+ * bad field or a version this build cannot read (-EPROTO), -ENOMEM. */
+int handover_parse(const char *text, size_t len, struct handover_state *ret);
+void handover_state_done(struct handover_state *s);
+
+/* One record, with its newline, in a new string (NULL: out of memory). */
+char *handover_format_version(void);
+char *handover_format_init(const void *req, size_t len);
+char *handover_format_ns(const char *key);
+char *handover_format_image(uint32_t key, const char *digest, const char *reference);
+char *handover_format_backing(int id, const char *object);
+char *handover_format_backing_closed(int id);
+/* The whole state as a log, compacted; NULL when out of memory. */
+char *handover_format_state(const struct handover_state *s);
+
+/* The log of this process: fd is the descriptor of the state file the
+ * supervisor holds (-1: none, every note is then a no-op).  Set once,
+ * before any thread.  A note writes its record at once (O_APPEND, one
+ * write), before the caller lets the kernel know; a failed write is
+ * counted, not fatal: the next process then knows less. */
+void handover_set_fd(int fd);
+int handover_fd(void);
+void handover_note(char *record); /* takes the record; NULL is counted as lost */
+unsigned long handover_lost(void);

@@ -1,0 +1,490 @@
+/* The supervisor (supervisor.h).  One thread, one poll(2) loop over a
+ * signalfd and the socket of the current serving process.  Messages from
+ * the serving process, one per datagram:
+ *
+ *   ready      it serves (the first one: the start succeeded)
+ *   upgrade    check the binary at our path; answered "ok PATH" or
+ *              "err MESSAGE"
+ *   go         the upgrade was answered to its client: replace me
+ *
+ * A serving process that dies without exiting 0 is replaced at once; one
+ * that dies before saying ready is replaced after a back-off that doubles
+ * (a binary or cache that cannot start must not spin).  An exit with
+ * status 0 is the end of the mount (unmounted, or stopped by its own
+ * SIGTERM): the supervisor ends too. */
+#define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
+
+#include "supervisor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs.h"
+#include "handover.h"
+#include "macro.h"
+
+#define BACKOFF_FIRST_MS 100
+#define BACKOFF_MAX_MS 10000
+#define CHECK_TIMEOUT_MS 30000
+
+struct sup {
+	char exe[1024];
+	char **argv;
+	int dev_fd, state_fd, sig_fd;
+	int sock;  /* our end of the serving process's socket; -1: none */
+	pid_t pid; /* the serving process; 0: none */
+	bool ready, ever_ready, stopping, upgrading;
+	unsigned generation, upgrades, recoveries, fast_deaths;
+	int64_t down_ns;
+	int notify_fd; /* the waiting parent (not foreground); -1: none */
+	int status;
+};
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Tells the parent waiting in the terminal how the start went. */
+static void notify_parent(struct sup *s, char status)
+{
+	if (s->notify_fd < 0)
+		return;
+	if (write(s->notify_fd, &status, 1) < 0) {
+		/* the parent is gone: nobody to tell */
+	}
+	close(s->notify_fd);
+	s->notify_fd = -1;
+	if (status == 0) {
+		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+		if (null >= 0) {
+			dup2(null, STDIN_FILENO);
+			dup2(null, STDOUT_FILENO);
+			dup2(null, STDERR_FILENO);
+			close(null);
+		}
+	}
+}
+
+static int spawn(struct sup *s)
+{
+	int sv[2];
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		int r = -errno;
+		close(sv[0]);
+		close(sv[1]);
+		return r;
+	}
+	if (pid == 0) {
+		char env[256];
+		sigset_t none;
+
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		/* only these three cross the exec */
+		fcntl(s->dev_fd, F_SETFD, 0);
+		fcntl(s->state_fd, F_SETFD, 0);
+		fcntl(sv[1], F_SETFD, 0);
+		snprintf(env, sizeof(env),
+			 "gen=%u,dev=%d,state=%d,sup=%d,ppid=%ld,down=%" PRId64
+			 ",upgrade=%d,upgrades=%u,recoveries=%u",
+			 s->generation, s->dev_fd, s->state_fd, sv[1], (long)getppid(), s->down_ns,
+			 s->upgrading, s->upgrades, s->recoveries);
+		setenv(SUPERVISOR_ENV, env, 1);
+		execv(s->exe, s->argv);
+		fprintf(stderr, "pullfs: cannot start \"%s\": %s\n", s->exe, strerror(errno));
+		_exit(127);
+	}
+	close(sv[1]);
+	s->sock = sv[0];
+	s->pid = pid;
+	s->ready = false;
+	s->upgrading = false;
+	return 0;
+}
+
+/* The check run of the binary at our path: 0, or -ENOEXEC with its
+ * message in msg. */
+static int check_binary(struct sup *s, char *msg, size_t len)
+{
+	int out[2];
+	size_t got = 0;
+	int64_t deadline = now_ns() + (int64_t)CHECK_TIMEOUT_MS * 1000000;
+	int status = 0;
+	pid_t pid;
+
+	msg[0] = '\0';
+	if (pipe2(out, O_CLOEXEC) < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		close(out[0]);
+		close(out[1]);
+		return -errno;
+	}
+	if (pid == 0) {
+		char env[64];
+		sigset_t none;
+
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		dup2(out[1], STDOUT_FILENO);
+		dup2(out[1], STDERR_FILENO);
+		snprintf(env, sizeof(env), "check=%d", HANDOVER_VERSION);
+		setenv(SUPERVISOR_ENV, env, 1);
+		execv(s->exe, s->argv);
+		printf("cannot run \"%s\": %s\n", s->exe, strerror(errno));
+		_exit(127);
+	}
+	close(out[1]);
+	for (;;) {
+		struct pollfd p = { .fd = out[0], .events = POLLIN };
+		int64_t left = (deadline - now_ns()) / 1000000;
+		ssize_t n;
+
+		if (left <= 0 || poll(&p, 1, (int)left) == 0) {
+			kill(pid, SIGKILL);
+			snprintf(msg, len, "the check run of \"%s\" did not end within %d s",
+				 s->exe, CHECK_TIMEOUT_MS / 1000);
+			break;
+		}
+		n = read(out[0], msg + got, len - 1 - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+		msg[got] = '\0';
+		if (got == len - 1)
+			break;
+	}
+	close(out[0]);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	msg[strcspn(msg, "\n")] = '\0';
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return 0;
+	if (!msg[0])
+		snprintf(msg, len, "the check run of \"%s\" failed", s->exe);
+	return -ENOEXEC;
+}
+
+static void on_message(struct sup *s)
+{
+	char buf[256], ans[2200];
+	ssize_t n = recv(s->sock, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+
+	if (n <= 0) {
+		/* the serving process closed its end: it is dying, SIGCHLD
+		 * follows */
+		if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+			close(s->sock);
+			s->sock = -1;
+		}
+		return;
+	}
+	buf[n] = '\0';
+	if (!strcmp(buf, "ready")) {
+		s->ready = s->ever_ready = true;
+		s->fast_deaths = 0;
+		notify_parent(s, 0);
+	} else if (!strcmp(buf, "upgrade")) {
+		char msg[1100];
+		if (check_binary(s, msg, sizeof(msg)) == 0)
+			snprintf(ans, sizeof(ans), "ok %s", s->exe);
+		else
+			snprintf(ans, sizeof(ans), "err %s", msg);
+		if (send(s->sock, ans, strlen(ans), MSG_NOSIGNAL) < 0) {
+			/* it died meanwhile: SIGCHLD follows */
+		}
+	} else if (!strcmp(buf, "go") && !s->stopping) {
+		/* Stopped at once: what it read and did not answer the next
+		 * one answers (NOTIFY_RESEND), so nothing it would do while
+		 * stopping -- answering lookups of pulls with ECANCELED -- can
+		 * reach a container. */
+		s->upgrading = true;
+		s->down_ns = now_ns();
+		kill(s->pid, SIGKILL);
+	}
+}
+
+/* The serving process is gone: start the next one, or end. */
+static void on_child(struct sup *s, int status, int *ret_delay_ms)
+{
+	bool upgrading = s->upgrading;
+	long pid = (long)s->pid;
+
+	if (s->sock >= 0) {
+		close(s->sock);
+		s->sock = -1;
+	}
+	s->pid = 0;
+	*ret_delay_ms = -1;
+	if (s->stopping || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+		s->stopping = true;
+		s->status = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+		return;
+	}
+	if (!s->ever_ready) {
+		/* the first start failed: its message is on stderr */
+		s->stopping = true;
+		s->status = 1;
+		return;
+	}
+	if (!upgrading) {
+		s->down_ns = now_ns();
+		s->recoveries++;
+		if (WIFSIGNALED(status))
+			fprintf(stderr,
+				"pullfs: serving process %ld was killed by signal %d; "
+				"starting another\n",
+				pid, WTERMSIG(status));
+		else
+			fprintf(stderr,
+				"pullfs: serving process %ld exited with status %d; "
+				"starting another\n",
+				pid, WEXITSTATUS(status));
+	} else {
+		s->upgrades++;
+	}
+	s->generation++;
+	if (!s->ready && !upgrading)
+		s->fast_deaths++;
+	*ret_delay_ms = 0;
+	if (s->fast_deaths > 1) {
+		unsigned shift = MIN(s->fast_deaths - 2, 10u);
+		*ret_delay_ms = (int)MIN((unsigned)BACKOFF_FIRST_MS << shift, BACKOFF_MAX_MS);
+	}
+}
+
+static void loop(struct sup *s)
+{
+	int delay_ms = -1; /* > -1: start the next serving process then */
+	int64_t start_at = 0;
+
+	while (!(s->stopping && s->pid == 0)) {
+		struct pollfd p[2] = { { .fd = s->sig_fd, .events = POLLIN },
+				       { .fd = s->sock, .events = POLLIN } };
+		int timeout = -1;
+
+		if (delay_ms >= 0 && s->pid == 0 && !s->stopping) {
+			int64_t left = (start_at - now_ns()) / 1000000;
+			if (left <= 0) {
+				int r = spawn(s);
+				delay_ms = -1;
+				if (r < 0) {
+					fprintf(stderr,
+						"pullfs: cannot start a serving process: %s\n",
+						strerror(-r));
+					delay_ms = BACKOFF_MAX_MS;
+					start_at = now_ns() + (int64_t)delay_ms * 1000000;
+				}
+				continue;
+			}
+			timeout = (int)left;
+		}
+		if (poll(p, s->sock >= 0 ? 2 : 1, timeout) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (p[0].revents & POLLIN) {
+			struct signalfd_siginfo si;
+			if (read(s->sig_fd, &si, sizeof(si)) != sizeof(si))
+				continue;
+			if (si.ssi_signo == SIGCHLD) {
+				int status;
+				pid_t pid;
+				while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+					if (pid != s->pid)
+						continue;
+					on_child(s, status, &delay_ms);
+					start_at = now_ns() + (int64_t)MAX(delay_ms, 0) * 1000000;
+				}
+			} else if (si.ssi_signo == SIGHUP) {
+				if (s->pid)
+					kill(s->pid, SIGHUP);
+			} else {
+				s->stopping = true;
+				if (s->pid)
+					kill(s->pid, SIGTERM);
+			}
+		}
+		if (s->sock >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+			on_message(s);
+	}
+}
+
+/* Detaches: the parent waits for the word of the first serving process
+ * and exits with it. */
+static int daemonize(struct sup *s)
+{
+	int p[2];
+	pid_t pid;
+	char c = 1;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid > 0) {
+		close(p[1]);
+		if (read(p[0], &c, 1) != 1)
+			c = 1;
+		_exit(c);
+	}
+	close(p[0]);
+	s->notify_fd = p[1];
+	setsid();
+	if (chdir("/") < 0) {
+		/* nothing relies on the working directory */
+	}
+	return 0;
+}
+
+int supervisor_run(struct fuse_args *args, const char *mountpoint, bool foreground, char **argv)
+{
+	static const struct fuse_lowlevel_ops none = { 0 };
+	struct sup s = { .argv = argv,
+			 .dev_fd = -1,
+			 .state_fd = -1,
+			 .sig_fd = -1,
+			 .sock = -1,
+			 .notify_fd = -1,
+			 .status = 1 };
+	struct fuse_session *se = NULL;
+	_cleanup_free_ char *version = handover_format_version();
+	sigset_t mask, old;
+	ssize_t n;
+
+	n = readlink("/proc/self/exe", s.exe, sizeof(s.exe) - 1);
+	if (n < 0 || !version) {
+		fprintf(stderr, "pullfs: cannot find its own binary: %s\n", strerror(errno));
+		return 1;
+	}
+	s.exe[n] = '\0';
+	if (!foreground && daemonize(&s) < 0) {
+		fprintf(stderr, "pullfs: cannot detach: %s\n", strerror(errno));
+		return 1;
+	}
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGCHLD);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	sigprocmask(SIG_BLOCK, &mask, &old);
+	s.sig_fd = signalfd(-1, &mask, SFD_CLOEXEC);
+	s.state_fd = memfd_create("pullfs-handover", MFD_CLOEXEC);
+	if (s.sig_fd < 0 || s.state_fd < 0 ||
+	    write(s.state_fd, version, strlen(version)) != (ssize_t)strlen(version)) {
+		fprintf(stderr, "pullfs: cannot set up the supervisor: %s\n", strerror(errno));
+		goto out;
+	}
+	se = fuse_session_new(args, &none, sizeof(none), NULL);
+	if (!se || fuse_session_mount(se, mountpoint) != 0) {
+		fprintf(stderr, "pullfs: cannot mount \"%s\"\n", mountpoint);
+		goto out;
+	}
+	s.dev_fd = fuse_session_fd(se);
+	if (spawn(&s) < 0) {
+		fprintf(stderr, "pullfs: cannot start the serving process: %s\n", strerror(errno));
+		goto out_unmount;
+	}
+	loop(&s);
+out_unmount:
+	fuse_session_unmount(se);
+out:
+	notify_parent(&s, (char)(s.status ? 1 : 0));
+	if (se)
+		fuse_session_destroy(se);
+	if (s.sig_fd >= 0)
+		close(s.sig_fd);
+	if (s.state_fd >= 0)
+		close(s.state_fd);
+	if (s.sock >= 0)
+		close(s.sock);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	return s.status ? 1 : 0;
+}
+
+/* ---- in the serving process ------------------------------------------ */
+
+int supervisor_child_env(struct fs_handoff *h, unsigned *check_version)
+{
+	const char *env = getenv(SUPERVISOR_ENV);
+	_cleanup_free_ char *copy = NULL;
+	char *save = NULL;
+	unsigned seen = 0;
+
+	if (!env)
+		return -ENOENT;
+	copy = strdup(env);
+	unsetenv(SUPERVISOR_ENV);
+	if (!copy)
+		return -ENOMEM;
+	*h = (struct fs_handoff){ .dev_fd = -1, .state_fd = -1, .sup_fd = -1 };
+	for (char *f = strtok_r(copy, ",", &save); f; f = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(f, '='), *end;
+		long long v;
+
+		if (!eq)
+			return -EINVAL;
+		*eq++ = '\0';
+		errno = 0;
+		v = strtoll(eq, &end, 10);
+		if (errno || *end || !*eq || v < 0)
+			return -EINVAL;
+		if (!strcmp(f, "check")) {
+			*check_version = (unsigned)v;
+			return 1;
+		}
+		if (!strcmp(f, "gen"))
+			h->generation = (unsigned)v;
+		else if (!strcmp(f, "dev"))
+			h->dev_fd = (int)v, seen |= 1;
+		else if (!strcmp(f, "state"))
+			h->state_fd = (int)v, seen |= 2;
+		else if (!strcmp(f, "sup"))
+			h->sup_fd = (int)v, seen |= 4;
+		else if (!strcmp(f, "ppid"))
+			h->sup_pid = (int)v;
+		else if (!strcmp(f, "down"))
+			h->down_ns = v;
+		else if (!strcmp(f, "upgrade"))
+			h->upgrade = v != 0;
+		else if (!strcmp(f, "upgrades"))
+			h->upgrades = (unsigned)v;
+		else if (!strcmp(f, "recoveries"))
+			h->recoveries = (unsigned)v;
+	}
+	if (seen != 7)
+		return -EINVAL;
+	/* ours alone from now on: not to be inherited by anything we run */
+	fcntl(h->dev_fd, F_SETFD, FD_CLOEXEC);
+	fcntl(h->state_fd, F_SETFD, FD_CLOEXEC);
+	fcntl(h->sup_fd, F_SETFD, FD_CLOEXEC);
+	return 0;
+}

@@ -1,0 +1,34 @@
+/* The supervisor (--supervise): a small process of pullfs's own that
+ * mounts, holds the /dev/fuse descriptor and the hand-over log
+ * (handover.h), and runs the serving process -- the same binary, started
+ * again with the descriptors inherited.  When the serving process dies
+ * the mount stays: the kernel keeps requests waiting while the descriptor
+ * is open, and a new serving process takes the connection over and has
+ * them sent again.  `pullfsctl upgrade` starts the binary now installed
+ * at the supervisor's path the same way, after a check run of it.
+ *
+ * The supervisor itself has no threads and does nothing but wait.  When
+ * it dies, the serving process gets SIGTERM (PR_SET_PDEATHSIG), unmounts
+ * and exits: the mount goes away rather than hang. */
+#pragma once
+
+#include <stdbool.h>
+
+struct fuse_args;
+struct fs_handoff;
+
+/* The environment variable a serving process is started with. */
+#define SUPERVISOR_ENV "PULLFS_SERVE"
+
+/* Runs the supervisor: mounts mountpoint with args, starts the serving
+ * process (argv again, with SUPERVISOR_ENV), detaches from the terminal
+ * once it serves unless foreground, and returns when the mount ends: 0
+ * after SIGTERM/SIGINT or an unmount, 1 when the first serving process
+ * failed to start (its message is on stderr). */
+int supervisor_run(struct fuse_args *args, const char *mountpoint, bool foreground, char **argv);
+
+/* In a serving process: reads and removes SUPERVISOR_ENV.  Returns 0 and
+ * fills *h (then the process serves), 1 for a check run (*check_version
+ * is the hand-over version of the asking supervisor), -ENOENT when the
+ * variable is not set (an ordinary start), -EINVAL when it is malformed. */
+int supervisor_child_env(struct fs_handoff *h, unsigned *check_version);

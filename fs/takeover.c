@@ -1,0 +1,124 @@
+/* Taking a /dev/fuse connection over from a process that is gone
+ * (supervisor.c, handover.h): what the kernel may still name is made
+ * again before the first request is read -- namespace nodes, the images
+ * handed out, by the key in their node ids, and the backing files
+ * registered for passthrough.  The kernel's counts of lookups and open
+ * files went with the old process, so everything restored is pinned for
+ * this process's life: a restored image is never collected while it
+ * runs, which is the price of a kernel that can still name any of its
+ * nodes.  Images handed out by this process are noted in the log for the
+ * next one. */
+#include "fs-private.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "handover.h"
+#include "manager.h"
+#include "strmap.h"
+
+/* Enough references that the kernel's FORGETs never drop a restored image
+ * to zero: it cannot have taken more lookups than it can count. */
+#define PIN_REFS (UINT64_C(1) << 48)
+
+static pthread_mutex_t noted_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct strmap *noted; /* image key in decimal -> digest; noted_lock */
+
+void takeover_note_image(struct fs *fs, struct image *img, const char *reference)
+{
+	char name[16];
+	const char *digest = image_digest(img), *had;
+	char *d;
+
+	if (handover_fd() < 0)
+		return;
+	snprintf(name, sizeof(name), "%" PRIu32, image_key(img));
+	pthread_mutex_lock(&noted_lock);
+	if (!noted)
+		noted = strmap_new();
+	had = noted ? strmap_get(noted, name) : NULL;
+	if (had && !strcmp(had, digest)) {
+		pthread_mutex_unlock(&noted_lock);
+		return;
+	}
+	/* still under the lock: the record goes out before any reply */
+	handover_note(handover_format_image(image_key(img), digest, reference));
+	d = noted ? strdup(digest) : NULL;
+	if (d) {
+		free(strmap_remove(noted, name));
+		if (strmap_put(noted, name, d) < 0)
+			free(d);
+	}
+	pthread_mutex_unlock(&noted_lock);
+}
+
+static int free_noted(void *userdata, const char *key, void *value)
+{
+	free(value);
+	return 0;
+}
+
+void takeover_free(void)
+{
+	pthread_mutex_lock(&noted_lock);
+	if (noted) {
+		strmap_foreach(noted, free_noted, NULL);
+		strmap_free(noted);
+		noted = NULL;
+	}
+	pthread_mutex_unlock(&noted_lock);
+}
+
+static int restore_image(struct fs *fs, const struct handover_image *hi)
+{
+	struct image *img = NULL;
+	int r = manager_restore_image(fs->manager, hi->reference, hi->digest, &img);
+
+	if (r < 0) {
+		fprintf(stderr, "pullfs: cannot restore image \"%s\" (%s): %s\n", hi->reference,
+			hi->digest, strerror(-r));
+		return r;
+	}
+	if (image_key(img) != hi->key) {
+		fprintf(stderr,
+			"pullfs: image \"%s\" has key %" PRIu32 " now, %" PRIu32
+			" before: its nodes are stale\n",
+			hi->reference, image_key(img), hi->key);
+		image_unref(img, 1);
+		return -ESTALE;
+	}
+	image_ref(img, PIN_REFS - 1);
+	image_open(img);
+	takeover_note_image(fs, img, hi->reference);
+	return 0;
+}
+
+int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *ret_failed)
+{
+	unsigned failed = 0;
+	int r;
+
+	for (size_t i = 0; i < st->n_ns_keys; i++) {
+		r = ns_restore(fs, st->ns_keys[i]);
+		if (r == -ENOMEM)
+			return r;
+		if (r < 0) {
+			fprintf(stderr, "pullfs: cannot restore directory \"images/%s\": %s\n",
+				st->ns_keys[i], strerror(-r));
+			failed++;
+		}
+	}
+	for (size_t i = 0; i < st->n_images; i++)
+		if (restore_image(fs, &st->images[i]) < 0)
+			failed++;
+	for (size_t i = 0; i < st->n_backings; i++) {
+		r = files_restore_backing(fs, st->backings[i].id, st->backings[i].object);
+		if (r == -ENOMEM)
+			return r;
+	}
+	*ret_failed = failed;
+	return 0;
+}
