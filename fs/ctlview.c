@@ -167,20 +167,19 @@ void ctl_free_all(void)
 	pthread_mutex_unlock(&ctl_lock);
 }
 
-void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_info *fi)
+/* The contents of a control file now, in a new buffer; NULL when out of
+ * memory. */
+static struct ctlbuf *ctlbuf_make(struct fs *fs, fuse_ino_t ino)
 {
 	struct ctlbuf *b = calloc(1, sizeof(*b));
 	FILE *f;
 
-	if (!b) {
-		reply_err(req, -ENOMEM);
-		return;
-	}
+	if (!b)
+		return NULL;
 	f = open_memstream(&b->data, &b->len);
 	if (!f) {
 		free(b);
-		reply_err(req, -ENOMEM);
-		return;
+		return NULL;
 	}
 	if (ino == INO_CTL_STATUS) {
 		json_t *o = fs_status(fs);
@@ -193,6 +192,17 @@ void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_in
 		fs_metrics(fs, f);
 	}
 	fclose(f);
+	return b;
+}
+
+void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ctlbuf *b = ctlbuf_make(fs, ino);
+
+	if (!b) {
+		reply_err(req, -ENOMEM);
+		return;
+	}
 	fi->fh = (uint64_t)(uintptr_t)b;
 	fi->direct_io = 1;
 	pthread_mutex_lock(&ctl_lock);
@@ -219,17 +229,31 @@ static struct ctlbuf *ctlbuf_of_locked(uint64_t fh)
 	return NULL;
 }
 
-void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi)
+void ctl_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	struct ctlbuf *b;
+	struct ctlbuf *b, *fresh = NULL;
 
 	pthread_mutex_lock(&ctl_lock);
 	b = ctlbuf_of_locked(fi->fh);
-	if (!b || off < 0 || (size_t)off >= b->len)
+	if (!b) {
+		/* opened before a takeover: the contents as they are now */
+		pthread_mutex_unlock(&ctl_lock);
+		b = fresh = ctlbuf_make(fs_of(req), ino);
+		if (!b) {
+			reply_err(req, -ENOMEM);
+			return;
+		}
+		pthread_mutex_lock(&ctl_lock);
+	}
+	if (off < 0 || (size_t)off >= b->len)
 		fuse_reply_buf(req, NULL, 0);
 	else
 		fuse_reply_buf(req, b->data + off, MIN(size, b->len - (size_t)off));
 	pthread_mutex_unlock(&ctl_lock);
+	if (fresh) {
+		free(fresh->data);
+		free(fresh);
+	}
 }
 
 void ctl_release(struct fuse_file_info *fi)

@@ -312,7 +312,8 @@ static inline void op_timer_done(struct op_timer *t)
 void ctl_stat(struct fs *fs, fuse_ino_t ino, struct stat *st);
 void ctl_reply_entry(fuse_req_t req, struct fs *fs, fuse_ino_t ino);
 void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_info *fi);
-void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
+/* A handle given out before a takeover reads the contents as they are. */
+void ctl_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
 void ctl_release(struct fuse_file_info *fi);
 /* Frees the contents of control files still open (at the filesystem's
  * end: the kernel released them with the connection). */

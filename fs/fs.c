@@ -262,7 +262,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct image *img;
 
 	if (ino == INO_CTL_STATUS || ino == INO_CTL_METRICS) {
-		ctl_read(req, size, off, fi);
+		ctl_read(req, ino, size, off, fi);
 		return;
 	}
 	if (!ino_is_image(ino)) {
