@@ -1,0 +1,178 @@
+/* handover: the records of the hand-over log, written and read back; what
+ * a log that grew by appends means (the last record wins, a closed
+ * backing is gone, a torn last line does not count); logs refused. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "handover.h"
+#include "macro.h"
+
+static int parse(const char *text, struct handover_state *st)
+{
+	return handover_parse(text, strlen(text), st);
+}
+
+static void test_round_trip(void **state)
+{
+	static const unsigned char init[] = { 0x38, 0, 0, 0, 0x1a, 0, 0, 0, 0xff, 0x25, 0x0a };
+	char *ns[] = { "127.0.0.1:5000", "127.0.0.1:5000/a b", "x/100%\n", "docker.io/library" };
+	struct handover_image images[] = {
+		{ 7, "sha256:aa", "127.0.0.1:5000/test/busybox:1" },
+		{ 0x7fffffff, "sha256:bb", "weird name%with\tblanks" },
+	};
+	struct handover_backing backings[] = { { 1, "ab12" }, { 42, "o b%j" } };
+	struct handover_state in = {
+		.version = HANDOVER_VERSION,
+		.init = (void *)init,
+		.init_len = sizeof(init),
+		.ns_keys = ns,
+		.n_ns_keys = ARRAY_SIZE(ns),
+		.images = images,
+		.n_images = ARRAY_SIZE(images),
+		.backings = backings,
+		.n_backings = ARRAY_SIZE(backings),
+	};
+	struct handover_state out;
+	char *text = handover_format_state(&in);
+
+	assert_non_null(text);
+	/* one record a line, whatever the strings hold */
+	size_t lines = 0;
+	for (const char *p = text; *p; p++)
+		lines += *p == '\n';
+	assert_int_equal(lines, 2 + ARRAY_SIZE(ns) + ARRAY_SIZE(images) + ARRAY_SIZE(backings));
+	assert_int_equal(parse(text, &out), 0);
+	assert_int_equal(out.version, HANDOVER_VERSION);
+	assert_int_equal(out.init_len, sizeof(init));
+	assert_memory_equal(out.init, init, sizeof(init));
+	assert_int_equal(out.n_ns_keys, ARRAY_SIZE(ns));
+	for (size_t i = 0; i < ARRAY_SIZE(ns); i++)
+		assert_string_equal(out.ns_keys[i], ns[i]);
+	assert_int_equal(out.n_images, ARRAY_SIZE(images));
+	for (size_t i = 0; i < ARRAY_SIZE(images); i++) {
+		assert_int_equal(out.images[i].key, images[i].key);
+		assert_string_equal(out.images[i].digest, images[i].digest);
+		assert_string_equal(out.images[i].reference, images[i].reference);
+	}
+	assert_int_equal(out.n_backings, ARRAY_SIZE(backings));
+	for (size_t i = 0; i < ARRAY_SIZE(backings); i++) {
+		assert_int_equal(out.backings[i].id, backings[i].id);
+		assert_string_equal(out.backings[i].object, backings[i].object);
+	}
+	handover_state_done(&out);
+	free(text);
+}
+
+/* A log as appends leave it. */
+static void test_log_semantics(void **state)
+{
+	struct handover_state st;
+	const char *log = "v 1\n"
+			  "ns a\n"
+			  "ns a/b\n"
+			  "ns a\n"
+			  "img 5 sha256:old a/b/c:1\n"
+			  "bk 3 obj3\n"
+			  "bk 4 obj4\n"
+			  "future-record with fields\n"
+			  "img 5 sha256:new a/b/c:1\n"
+			  "bkx 3\n"
+			  "init 0102\n"
+			  "init 0304\n"
+			  "bk 9 torn";
+
+	assert_int_equal(parse(log, &st), 0);
+	assert_int_equal(st.n_ns_keys, 2);
+	assert_string_equal(st.ns_keys[0], "a");
+	assert_string_equal(st.ns_keys[1], "a/b");
+	assert_int_equal(st.n_images, 1);
+	assert_string_equal(st.images[0].digest, "sha256:new");
+	assert_int_equal(st.n_backings, 1);
+	assert_int_equal(st.backings[0].id, 4);
+	assert_string_equal(st.backings[0].object, "obj4");
+	assert_int_equal(st.init_len, 2);
+	assert_memory_equal(st.init, "\x03\x04", 2);
+	handover_state_done(&st);
+
+	/* a log with nothing but its version: a process that saw no INIT */
+	assert_int_equal(parse("v 1\n", &st), 0);
+	assert_null(st.init);
+	assert_int_equal(st.n_ns_keys + st.n_images + st.n_backings, 0);
+	handover_state_done(&st);
+}
+
+static void test_refused(void **state)
+{
+	static const struct {
+		const char *log;
+		int r;
+	} cases[] = {
+		{ "", -EBADMSG },
+		{ "v 1", -EBADMSG }, /* torn: no record at all */
+		{ "ns a\n", -EBADMSG },
+		{ "v 2\n", -EPROTO },
+		{ "v x\n", -EBADMSG },
+		{ "v 1\ninit 012\n", -EBADMSG },
+		{ "v 1\ninit 01zz\n", -EBADMSG },
+		{ "v 1\ninit\n", -EBADMSG },
+		{ "v 1\nns\n", -EBADMSG },
+		{ "v 1\nns a b\n", -EBADMSG },
+		{ "v 1\nns %zz\n", -EBADMSG },
+		{ "v 1\nns a%00b\n", -EBADMSG },
+		{ "v 1\nns a%4\n", -EBADMSG },
+		{ "v 1\nimg 0 sha256:a r\n", -EBADMSG },
+		{ "v 1\nimg 4294967296 sha256:a r\n", -EBADMSG },
+		{ "v 1\nimg -1 sha256:a r\n", -EBADMSG },
+		{ "v 1\nimg 1 sha256:a\n", -EBADMSG },
+		{ "v 1\nbk 0 o\n", -EBADMSG },
+		{ "v 1\nbk 2147483648 o\n", -EBADMSG },
+		{ "v 1\nbk 1\n", -EBADMSG },
+		{ "v 1\nbkx 1 o\n", -EBADMSG },
+		{ "v 1\nbkx +1\n", -EBADMSG },
+	};
+	struct handover_state st;
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		memset(&st, 0x55, sizeof(st));
+		if (parse(cases[i].log, &st) != cases[i].r)
+			fail_msg("\"%s\": not refused with %d", cases[i].log, cases[i].r);
+	}
+	/* a NUL inside is no text */
+	assert_int_equal(handover_parse("v 1\nns a\0b\n", 11, &st), -EBADMSG);
+}
+
+static void test_records(void **state)
+{
+	char *s;
+
+	/* images/ itself is every process's, never a record */
+	assert_null(handover_format_ns(""));
+	s = handover_format_ns("a b/%");
+	assert_string_equal(s, "ns a%20b/%25\n");
+	free(s);
+	s = handover_format_backing_closed(12);
+	assert_string_equal(s, "bkx 12\n");
+	free(s);
+	s = handover_format_init("\x00\xff", 2);
+	assert_string_equal(s, "init 00ff\n");
+	free(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_round_trip),
+		cmocka_unit_test(test_log_semantics),
+		cmocka_unit_test(test_refused),
+		cmocka_unit_test(test_records),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
