@@ -32,6 +32,7 @@ struct fs_handoff {
 	unsigned upgrades, recoveries;
 	int64_t down_ns; /* CLOCK_MONOTONIC when the previous one stopped; 0: none */
 	bool upgrade;	 /* the previous one was replaced, not crashed */
+	bool fdstore;	 /* systemd keeps the descriptors: the mount outlives us all */
 };
 
 int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret);

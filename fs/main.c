@@ -171,12 +171,16 @@ int main(int argc, char **argv)
 		goto done;
 	}
 	if (mode == 0) {
-		/* a serving process ends with its supervisor (supervisor.h) */
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		/* A serving process ends with its supervisor (supervisor.h):
+		 * cleanly, unmounting, unless systemd keeps the mount for the
+		 * next start -- then as after a crash, so that what it had
+		 * read is answered by the next one, not cancelled. */
+		prctl(PR_SET_PDEATHSIG, h.fdstore ? SIGKILL : SIGTERM);
 		if (getppid() != h.sup_pid)
 			goto done;
 	} else if (s.supervise) {
-		if (check_mountpoint(s.mountpoint) < 0)
+		/* a mount systemd kept for us is there and waits for us */
+		if (!supervisor_fds_passed() && check_mountpoint(s.mountpoint) < 0)
 			goto done;
 		if (fuse_args_of(&s, argv[0], &args) < 0) {
 			fprintf(stderr, "pullfs: %s\n", strerror(ENOMEM));

@@ -419,7 +419,7 @@ out_unmount:
 	ns_notifier_stop(fs);
 	if (mounted)
 		fuse_session_unmount(fs->session);
-	else if (h && getppid() != h->sup_pid && fs->mountpoint)
+	else if (h && !h->fdstore && getppid() != h->sup_pid && fs->mountpoint)
 		/* the supervisor is gone (its death sent SIGTERM): nobody else
 		 * will take the mount down */
 		umount2(fs->mountpoint, MNT_DETACH);

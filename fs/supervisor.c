@@ -27,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/un.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -52,7 +54,81 @@ struct sup {
 	int64_t down_ns;
 	int notify_fd; /* the waiting parent (not foreground); -1: none */
 	int status;
+	bool fdstore; /* systemd holds the descriptors too (FileDescriptorStoreMax=) */
+	bool adopted; /* ... and gave them to this start */
 };
+
+/* ---- systemd's notification socket ------------------------------------ */
+
+/* One message to $NOTIFY_SOCKET, with fd attached when >= 0.  0, or
+ * -errno (-ENOENT: not under systemd). */
+static int sd_message(const char *msg, int fd)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
+	struct iovec iov = { .iov_base = (void *)msg, .iov_len = strlen(msg) };
+	struct msghdr mh = { .msg_name = &sa, .msg_iov = &iov, .msg_iovlen = 1 };
+	socklen_t salen;
+	int sock, r = 0;
+
+	if (!path || (path[0] != '/' && path[0] != '@') || strlen(path) >= sizeof(sa.sun_path))
+		return -ENOENT;
+	strcpy(sa.sun_path, path);
+	salen = offsetof(struct sockaddr_un, sun_path) + strlen(path);
+	if (path[0] == '@')
+		sa.sun_path[0] = '\0';
+	else
+		salen++;
+	mh.msg_namelen = salen;
+	if (fd >= 0) {
+		struct cmsghdr *c;
+		mh.msg_control = cbuf;
+		mh.msg_controllen = sizeof(cbuf);
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	}
+	sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (sock < 0)
+		return -errno;
+	if (sendmsg(sock, &mh, MSG_NOSIGNAL) < 0)
+		r = -errno;
+	close(sock);
+	return r;
+}
+
+/* The descriptors systemd kept for a supervisor that died, by name
+ * (sd_listen_fds_with_names(3) conventions).  True when both were given. */
+static bool fds_passed(int *dev_fd, int *state_fd)
+{
+	const char *pid = getenv("LISTEN_PID"), *n = getenv("LISTEN_FDS");
+	const char *names = getenv("LISTEN_FDNAMES");
+	_cleanup_free_ char *copy = names ? strdup(names) : NULL;
+	char *save = NULL;
+	int i = 0;
+
+	*dev_fd = *state_fd = -1;
+	if (!pid || !n || !copy || atol(pid) != (long)getpid())
+		return false;
+	for (char *f = strtok_r(copy, ":", &save); f && i < atoi(n);
+	     f = strtok_r(NULL, ":", &save), i++) {
+		if (!strcmp(f, "fuse"))
+			*dev_fd = 3 + i;
+		else if (!strcmp(f, "handover"))
+			*state_fd = 3 + i;
+	}
+	return *dev_fd >= 0 && *state_fd >= 0;
+}
+
+bool supervisor_fds_passed(void)
+{
+	int a, b;
+
+	return fds_passed(&a, &b);
+}
 
 static int64_t now_ns(void)
 {
@@ -109,9 +185,9 @@ static int spawn(struct sup *s)
 		fcntl(sv[1], F_SETFD, 0);
 		snprintf(env, sizeof(env),
 			 "gen=%u,dev=%d,state=%d,sup=%d,ppid=%ld,down=%" PRId64
-			 ",upgrade=%d,upgrades=%u,recoveries=%u",
+			 ",upgrade=%d,upgrades=%u,recoveries=%u,fdstore=%d",
 			 s->generation, s->dev_fd, s->state_fd, sv[1], (long)getppid(), s->down_ns,
-			 s->upgrading, s->upgrades, s->recoveries);
+			 s->upgrading, s->upgrades, s->recoveries, s->fdstore);
 		setenv(SUPERVISOR_ENV, env, 1);
 		execv(s->exe, s->argv);
 		fprintf(stderr, "pullfs: cannot start \"%s\": %s\n", s->exe, strerror(errno));
@@ -207,6 +283,8 @@ static void on_message(struct sup *s)
 	}
 	buf[n] = '\0';
 	if (!strcmp(buf, "ready")) {
+		if (!s->ever_ready)
+			sd_message("READY=1", -1);
 		s->ready = s->ever_ready = true;
 		s->fast_deaths = 0;
 		notify_parent(s, 0);
@@ -397,25 +475,58 @@ int supervisor_run(struct fuse_args *args, const char *mountpoint, bool foregrou
 	sigaddset(&mask, SIGHUP);
 	sigprocmask(SIG_BLOCK, &mask, &old);
 	s.sig_fd = signalfd(-1, &mask, SFD_CLOEXEC);
-	s.state_fd = memfd_create("pullfs-handover", MFD_CLOEXEC);
-	if (s.sig_fd < 0 || s.state_fd < 0 ||
-	    write(s.state_fd, version, strlen(version)) != (ssize_t)strlen(version)) {
+	if (s.sig_fd < 0) {
 		fprintf(stderr, "pullfs: cannot set up the supervisor: %s\n", strerror(errno));
 		goto out;
 	}
-	se = fuse_session_new(args, &none, sizeof(none), NULL);
-	if (!se || fuse_session_mount(se, mountpoint) != 0) {
-		fprintf(stderr, "pullfs: cannot mount \"%s\"\n", mountpoint);
-		goto out;
+	if (fds_passed(&s.dev_fd, &s.state_fd)) {
+		/* A supervisor before this one died; systemd kept the mount's
+		 * descriptor and the log: take over as after a crash. */
+		fcntl(s.dev_fd, F_SETFD, FD_CLOEXEC);
+		fcntl(s.state_fd, F_SETFD, FD_CLOEXEC);
+		s.adopted = s.fdstore = s.ever_ready = true;
+		s.generation = 1;
+		s.recoveries = 1;
+		s.down_ns = now_ns();
+		fprintf(stderr, "pullfs: taking over \"%s\" from the descriptors systemd kept\n",
+			mountpoint);
+	} else {
+		s.state_fd = memfd_create("pullfs-handover", MFD_CLOEXEC);
+		if (s.state_fd < 0 ||
+		    write(s.state_fd, version, strlen(version)) != (ssize_t)strlen(version)) {
+			fprintf(stderr, "pullfs: cannot set up the supervisor: %s\n",
+				strerror(errno));
+			goto out;
+		}
+		se = fuse_session_new(args, &none, sizeof(none), NULL);
+		if (!se || fuse_session_mount(se, mountpoint) != 0) {
+			fprintf(stderr, "pullfs: cannot mount \"%s\"\n", mountpoint);
+			goto out;
+		}
+		s.dev_fd = fuse_session_fd(se);
+		/* Under systemd with a descriptor store, the mount outlives a
+		 * dead supervisor too. */
+		s.fdstore = sd_message("FDSTORE=1\nFDNAME=fuse", s.dev_fd) == 0 &&
+			    sd_message("FDSTORE=1\nFDNAME=handover", s.state_fd) == 0;
 	}
-	s.dev_fd = fuse_session_fd(se);
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
 	if (spawn(&s) < 0) {
 		fprintf(stderr, "pullfs: cannot start the serving process: %s\n", strerror(errno));
 		goto out_unmount;
 	}
 	loop(&s);
 out_unmount:
-	fuse_session_unmount(se);
+	if (s.fdstore) {
+		/* the mount ends here: nothing for a next start to take over */
+		sd_message("FDSTOREREMOVE=1\nFDNAME=fuse", -1);
+		sd_message("FDSTOREREMOVE=1\nFDNAME=handover", -1);
+	}
+	if (se)
+		fuse_session_unmount(se);
+	else if (umount2(mountpoint, MNT_DETACH) < 0 && errno != EINVAL)
+		fprintf(stderr, "pullfs: cannot unmount \"%s\": %s\n", mountpoint, strerror(errno));
 out:
 	notify_parent(&s, (char)(s.status ? 1 : 0));
 	if (se)
@@ -424,6 +535,8 @@ out:
 		close(s.sig_fd);
 	if (s.state_fd >= 0)
 		close(s.state_fd);
+	if (s.adopted && s.dev_fd >= 0)
+		close(s.dev_fd);
 	if (s.sock >= 0)
 		close(s.sock);
 	sigprocmask(SIG_SETMASK, &old, NULL);
@@ -479,6 +592,8 @@ int supervisor_child_env(struct fs_handoff *h, unsigned *check_version)
 			h->upgrades = (unsigned)v;
 		else if (!strcmp(f, "recoveries"))
 			h->recoveries = (unsigned)v;
+		else if (!strcmp(f, "fdstore"))
+			h->fdstore = v != 0;
 	}
 	if (seen != 7)
 		return -EINVAL;

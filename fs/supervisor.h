@@ -9,7 +9,10 @@
  *
  * The supervisor itself has no threads and does nothing but wait.  When
  * it dies, the serving process gets SIGTERM (PR_SET_PDEATHSIG), unmounts
- * and exits: the mount goes away rather than hang. */
+ * and exits: the mount goes away rather than hang -- unless systemd holds
+ * the descriptors in its store (FileDescriptorStoreMax=, $NOTIFY_SOCKET),
+ * which gives them to the next start of the unit: the mount then stays,
+ * and that start takes it over. */
 #pragma once
 
 #include <stdbool.h>
@@ -26,6 +29,11 @@ struct fs_handoff;
  * after SIGTERM/SIGINT or an unmount, 1 when the first serving process
  * failed to start (its message is on stderr). */
 int supervisor_run(struct fuse_args *args, const char *mountpoint, bool foreground, char **argv);
+
+/* Whether systemd passed the descriptors of a supervisor before this one
+ * (then the mount point is in use and must not be checked: nobody answers
+ * it yet). */
+bool supervisor_fds_passed(void);
 
 /* In a serving process: reads and removes SUPERVISOR_ENV.  Returns 0 and
  * fills *h (then the process serves), 1 for a check run (*check_version

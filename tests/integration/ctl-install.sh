@@ -51,9 +51,14 @@ grep -q 'edited by the operator' "$DEST$SYSCONF/pullfs.conf" || fail "a reinstal
 
 # ---- the unit
 unit=$P/lib/systemd/system/pullfs.service
-grep -qx "ExecStart=$PREFIX/bin/pullfs --config $SYSCONF/pullfs.conf -o allow_other /run/pullfs" "$unit" ||
+grep -qx "ExecStart=$PREFIX/bin/pullfs --supervise -f --config $SYSCONF/pullfs.conf -o allow_other /run/pullfs" "$unit" ||
     fail "ExecStart of the unit: $(grep ExecStart "$unit")"
-for l in Type=forking Restart=on-failure LimitNOFILE=524288 After=network-online.target Wants=network-online.target WantedBy=multi-user.target; do
+# The supervisor says READY=1 and keeps the FUSE descriptor and the
+# hand-over state in systemd's store (restart.sh and fdstore.sh test what
+# it does with them); reload upgrades in place.
+grep -qx "ExecReload=$PREFIX/bin/pullfsctl -m /run/pullfs upgrade" "$unit" ||
+    fail "ExecReload of the unit: $(grep ExecReload "$unit")"
+for l in Type=notify NotifyAccess=main FileDescriptorStoreMax=2 Restart=on-failure LimitNOFILE=524288 After=network-online.target Wants=network-online.target WantedBy=multi-user.target; do
     grep -qx "$l" "$unit" || fail "no '$l' in the unit"
 done
 if command -v systemd-analyze >/dev/null 2>&1; then
@@ -81,7 +86,7 @@ if [ "$have_man" = 1 ]; then
             grep -q "^$s" "$WORK/$page.txt" || fail "no $s section in $page(8)"
         done
     done
-    for c in pull ls inspect rm gc status events; do
+    for c in pull ls inspect rm gc upgrade status events; do
         grep -q "^       $c" "$WORK/pullfsctl.txt" || fail "pullfsctl(8) does not describe $c"
     done
     grep -q "fuse.pullfs" "$WORK/pullfs.txt" || fail "pullfs(8) does not show the fstab line"

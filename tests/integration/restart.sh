@@ -74,7 +74,7 @@ chroot "$bb" /bin/sh -c '
     done' >"$WORK/sh.out" 2>"$WORK/sh.err" &
 sh_pid=$!
 track_pid "$sh_pid"
-py "$INTEGRATION_DIR/restartreader.py" "$bb/etc" "$bb" "$WORK/reader.json" "${want[@]/#/../}" \
+python3 "$INTEGRATION_DIR/restartreader.py" "$bb/etc" "$bb" "$WORK/reader.json" "${want[@]/#/../}" \
     2>"$WORK/reader.err" &
 reader_pid=$!
 track_pid "$reader_pid"

@@ -1,0 +1,89 @@
+#!/bin/bash
+# The supervisor under systemd's descriptor store (the unit's
+# FileDescriptorStoreMax=2, Type=notify): this machine's PID 1 is not
+# systemd, so fakesystemd.py plays the part the unit relies on -- a
+# $NOTIFY_SOCKET that keeps descriptors sent with FDSTORE=1, and a restart
+# of the main process with them ($LISTEN_FDS, $LISTEN_FDNAMES) when it dies.
+# A SIGKILL of the supervisor then does not unmount: the next start takes
+# the mount over from the kept descriptors, and a reader holding files open
+# in the image sees no error.  A stop (SIGTERM) removes the descriptors from
+# the store and unmounts.
+source "$(dirname "$0")/lib.sh"
+source "$INTEGRATION_DIR/images.sh"
+
+need_fuse
+need_root
+need_cmd umoci
+
+start_registry
+push_busybox test/busybox:1
+mkdir -p "$WORK/sd"
+sdlog=$WORK/sd/fakesystemd.log
+touch "$sdlog"
+echo "+ fakesystemd.py $PULLFS --supervise -f ... $MNT" >>"$PULLFS_LOG"
+python3 "$INTEGRATION_DIR/fakesystemd.py" "$WORK/sd" -- "$PULLFS" --supervise -f --cache "$CACHE" \
+    --events-log "$EVENTS" --insecure-registry "$REGISTRY" "$MNT" >>"$PULLFS_LOG" 2>&1 &
+sd_pid=$!
+track_pid "$sd_pid"
+_logged() { grep -qx "$1" "$sdlog"; }
+_logged_n() { [ "$(grep -c "$1" "$sdlog" || true)" -ge "$2" ]; }
+wait_for 30 _logged "stored fuse" || fail "the supervisor stored no FUSE descriptor: $(cat "$sdlog")"
+wait_for 30 _logged "stored handover" || fail "the supervisor stored no hand-over state: $(cat "$sdlog")"
+wait_for 30 _logged_n "^ready " 1 || fail "the supervisor never said READY=1: $(cat "$sdlog")"
+
+mount_id() {
+    awk -v d="$(realpath -m "$MNT")" '$5 == d { id = $1 } END { print id }' /proc/self/mountinfo
+}
+serving() {
+    py -c 'import json, sys; print(json.load(open(sys.argv[1]))["serving"][sys.argv[2]])' \
+        "$MNT/.pullfs/status" "$1"
+}
+first_mount=$(mount_id)
+[ -n "$first_mount" ] || fail "nothing mounted on $MNT"
+
+bb=$MNT/images/$REGISTRY/test/busybox:1
+umoci unpack --image "$(layout_of busybox):1" "$WORK/busybox" >/dev/null
+want=()
+for f in bin/busybox etc/passwd etc/hostname; do
+    want+=("../$f=$(sha256sum "$WORK/busybox/rootfs/$f" | cut -d' ' -f1)")
+done
+python3 "$INTEGRATION_DIR/restartreader.py" "$bb/etc" "$bb" "$WORK/reader.json" "${want[@]}" \
+    2>"$WORK/reader.err" &
+reader_pid=$!
+track_pid "$reader_pid"
+reader_rounds() { py -c 'import json, sys; print(json.load(open(sys.argv[1]))["rounds"])' "$WORK/reader.json" 2>/dev/null || echo 0; }
+_progressed() { [ "$(reader_rounds)" -gt "$1" ]; }
+settle() {
+    local r=$(($(reader_rounds) + 1))
+    wait_for 60 _progressed "$r" || fail "$1: the reader made no progress"
+}
+settle "start"
+
+sup=$(cat "$WORK/sd/main.pid")
+srv=$(serving pid)
+kill -KILL "$sup"
+wait_for 30 _logged_n "^started " 2 || fail "no new start after the supervisor died: $(cat "$sdlog")"
+_replaced() { [ "$(serving pid)" != "$1" ]; }
+wait_for 30 _replaced "$srv" || fail "serving process $srv not replaced"
+wait_for 30 _pid_gone "$srv" || fail "the serving process $srv outlived its supervisor"
+settle "after the supervisor's death"
+assert_eq "$first_mount" "$(mount_id)" "mount id after the supervisor's death"
+assert_eq 1 "$(serving restarts)" "serving.restarts"
+assert_eq 1 "$(serving recoveries)" "serving.recoveries"
+assert_contains "took the mount over" "$(grep '"reason":"Recovered"' "$EVENTS" | tail -n 1)" "Recovered event"
+
+kill -TERM "$reader_pid"
+wait_for 30 _pid_gone "$reader_pid" || fail "the reader did not stop"
+[ ! -s "$WORK/reader.err" ] || fail "reader: $(head -c 2000 "$WORK/reader.err")"
+errors=$(py -c 'import json, sys; print("\n".join(json.load(open(sys.argv[1]))["errors"]))' "$WORK/reader.json")
+[ -z "$errors" ] || fail "reader errors: $errors"
+
+# A stop: the store is emptied and the mount goes.
+kill -TERM "$sd_pid"
+wait_for 30 _pid_gone "$sd_pid" || fail "pullfs did not stop on SIGTERM"
+rc=0
+wait "$sd_pid" || rc=$?
+assert_eq 0 "$rc" "exit status after SIGTERM"
+_logged "removed fuse" || fail "the FUSE descriptor was left in the store: $(cat "$sdlog")"
+! is_mounted "$MNT" || fail "$MNT still mounted after the stop"
+log "ok"
