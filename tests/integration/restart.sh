@@ -7,7 +7,8 @@
 # killed with SIGKILL 20 times and upgraded 20 times.  No read fails, no
 # checksum is wrong, and the mount stays the same mount throughout.  A
 # pull held at the registry when its serving process is killed completes
-# after the recovery, with the right tree.  An upgrade to a binary whose
+# after the recovery, with the right tree, and so does the background
+# completion of a lazy image under way at a kill.  An upgrade to a binary whose
 # check run refuses is refused with its reason, the old process serving
 # on.  Status and events count it all.  Last, a SIGKILL of the supervisor
 # itself: the serving process unmounts and exits, and a new start serves.
@@ -21,8 +22,18 @@ need_cmd umoci chroot
 start_registry
 push_busybox test/busybox:1
 push_edge test/edge:1
+# edge again as zstd:chunked: a lazy image, completed in the background
+_skopeo copy --dest-decompress "oci:$(layout_of edge):1" "dir:$WORK/edge-plain"
+_skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd:chunked \
+    "dir:$WORK/edge-plain" "docker://$REGISTRY/test/edge-chunked:1"
+chunked_layers=$(registry_manifest test/edge-chunked:1 |
+    py -c 'import json, sys; print("|".join(l["digest"] for l in json.load(sys.stdin)["layers"]))')
+# The proxy holds the blobs of edge until $gate exists, and the whole-blob
+# GETs of edge-chunked (its background completion) until $whole does.
 gate=$WORK/release-edge
-start_slowproxy --gate "GET /v2/test/edge/blobs/=$gate"
+whole=$WORK/release-whole
+start_slowproxy --gate "GET /v2/test/edge/blobs/=$gate" \
+    --gate "GET /v2/test/edge-chunked/blobs/($chunked_layers)\$=$whole"
 
 # The daemon runs from a path of the test's own, where upgrades install
 # new binaries (rename over it, as a package manager does).
@@ -154,6 +165,25 @@ assert_eq 0 "$rc" "ls of edge after the recovery ($(cat "$WORK/edge.err"))"
 assert_tree_eq "$edge" "$WORK/edge/rootfs"
 settle "pull kill"
 
+# A lazy image whose background completion is under way when its serving
+# process is killed: the next one, restoring the image the kernel holds,
+# completes it.
+chunked=$MNT/images/$PROXY/test/edge-chunked:1
+ls "$chunked/" >/dev/null || fail "lookup of the lazy image failed"
+_whole_held() { [ "$(proxy_count held "GET /v2/test/edge-chunked/blobs/($chunked_layers)\$")" -ge "$1" ]; }
+wait_for 30 _whole_held 1 || fail "the background completion of edge-chunked did not start"
+ls "$CACHE"/layers/*/lazy >/dev/null 2>&1 || fail "no lazy layer in the cache while its completion is held"
+held_before=$(proxy_count held "GET /v2/test/edge-chunked/blobs/($chunked_layers)\$")
+pid=$(serving pid)
+kill -KILL "$pid"
+wait_for 30 _replaced "$pid" || fail "lazy kill: serving process $pid not replaced"
+wait_for 30 _whole_held $((held_before + 1)) || fail "the background completion did not start again after the recovery"
+touch "$whole"
+_complete() { ! ls "$CACHE"/layers/*/lazy >/dev/null 2>&1 && ! ls "$CACHE"/layers/*/p.* >/dev/null 2>&1; }
+wait_for 60 _complete || fail "lazy layers not completed after the recovery: $(ls "$CACHE"/layers/*/lazy "$CACHE"/layers/*/p.* 2>&1 | head)"
+assert_tree_eq "$chunked" "$WORK/edge/rootfs"
+settle "lazy kill"
+
 # The readers' verdict.
 kill -TERM "$reader_pid"
 wait_for 30 _pid_gone "$reader_pid" || fail "the reader did not stop"
@@ -177,11 +207,11 @@ log "shell: $(sh_rounds) rounds, every checksum right"
 assert_eq "$first_mount" "$(mount_id)" "mount id at the end"
 
 # What status and events say.
-assert_eq 41 "$(serving restarts)" "serving.restarts"
+assert_eq 42 "$(serving restarts)" "serving.restarts"
 assert_eq 20 "$(serving upgrades)" "serving.upgrades"
-assert_eq 21 "$(serving recoveries)" "serving.recoveries"
+assert_eq 22 "$(serving recoveries)" "serving.recoveries"
 assert_eq 20 "$(grep -c '"reason":"Upgraded"' "$EVENTS" || true)" "Upgraded events"
-assert_eq 21 "$(grep -c '"reason":"Recovered"' "$EVENTS" || true)" "Recovered events"
+assert_eq 22 "$(grep -c '"reason":"Recovered"' "$EVENTS" || true)" "Recovered events"
 assert_contains "requests were held for" "$(grep '"reason":"Recovered"' "$EVENTS" | tail -n 1)" "Recovered event"
 
 # The supervisor killed: its serving process unmounts and exits; the next
