@@ -264,6 +264,9 @@ void takeover_note_image(struct fs *fs, struct image *img, const char *reference
 /* Restores what st lists; failures are counted in *ret_failed and printed.
  * Before the session loop.  0 or -ENOMEM. */
 int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *ret_failed);
+/* Notes every change of the back-off table in the log (before the
+ * manager starts). */
+void takeover_watch(struct fs *fs);
 /* Frees the note of images handed out (at the filesystem's end). */
 void takeover_free(void);
 

@@ -135,6 +135,22 @@ char *handover_format_backing_closed(int id)
 	return format("bkx %d\n", id);
 }
 
+char *handover_format_backoff(const struct handover_backoff *b)
+{
+	_cleanup_free_ char *r = escape(b->reference), *m = escape(b->message);
+
+	return r && m && *r ? format("bo %s %u %" PRId64 " %" PRId64 " %d =%s\n", r, b->failures,
+				     b->delay_ns, b->last_ns, -b->err, m)
+			    : NULL;
+}
+
+char *handover_format_backoff_cleared(const char *reference)
+{
+	_cleanup_free_ char *r = escape(reference);
+
+	return r && *r ? format("bok %s\n", r) : NULL;
+}
+
 /* ---- parsing ---------------------------------------------------------- */
 
 static int parse_uint(const char *s, uint64_t max, uint64_t *ret)
@@ -153,6 +169,16 @@ static int parse_uint(const char *s, uint64_t max, uint64_t *ret)
 }
 
 /* Splits line into at most max fields at single spaces; the count. */
+static int parse_i64(const char *s, int64_t *ret)
+{
+	uint64_t v;
+	int r = parse_uint(s, INT64_MAX, &v);
+
+	if (r == 0)
+		*ret = (int64_t)v;
+	return r;
+}
+
 static size_t split(char *line, char **f, size_t max)
 {
 	size_t n = 0;
@@ -172,7 +198,48 @@ struct parse {
 	struct strmap *ns;     /* key -> (void *)1 */
 	struct strmap *images; /* key in decimal -> struct handover_image * */
 	struct strmap *bk;     /* id in decimal -> object (owned) */
+	struct strmap *bo;     /* reference -> struct handover_backoff * */
 };
+
+static void backoff_free(struct handover_backoff *b)
+{
+	if (b) {
+		free(b->reference);
+		free(b->message);
+		free(b);
+	}
+}
+
+static int add_backoff(struct parse *p, char **f, size_t n)
+{
+	struct handover_backoff *b;
+	uint64_t failures, err;
+
+	if (unescape(f[1]) < 0)
+		return -EBADMSG;
+	backoff_free(strmap_remove(p->bo, f[1]));
+	if (n == 2)
+		return 0;
+	if (parse_uint(f[2], UINT32_MAX, &failures) < 0 || failures == 0 || f[6][0] != '=' ||
+	    parse_uint(f[5], 4095, &err) < 0 || (f[6][1] && unescape(f[6] + 1) < 0))
+		return -EBADMSG;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->failures = (unsigned)failures;
+	b->err = -(int)err;
+	if (parse_i64(f[3], &b->delay_ns) < 0 || parse_i64(f[4], &b->last_ns) < 0) {
+		backoff_free(b);
+		return -EBADMSG;
+	}
+	b->reference = strdup(f[1]);
+	b->message = strdup(f[6] + 1);
+	if (!b->reference || !b->message || strmap_put(p->bo, b->reference, b) < 0) {
+		backoff_free(b);
+		return -ENOMEM;
+	}
+	return 0;
+}
 
 static int add_ns(struct parse *p, const char *key)
 {
@@ -264,8 +331,8 @@ static int parse_init(struct handover_state *s, const char *hex)
 
 static int parse_line(struct parse *p, char *line, bool first)
 {
-	char *f[5];
-	size_t n = split(line, f, 4);
+	char *f[8];
+	size_t n = split(line, f, 7);
 	uint64_t v;
 
 	if (first) {
@@ -286,6 +353,10 @@ static int parse_line(struct parse *p, char *line, bool first)
 		return n == 3 ? add_backing(p, f, n) : -EBADMSG;
 	if (!strcmp(f[0], "bkx"))
 		return n == 2 ? add_backing(p, f, n) : -EBADMSG;
+	if (!strcmp(f[0], "bo"))
+		return n == 7 ? add_backoff(p, f, n) : -EBADMSG;
+	if (!strcmp(f[0], "bok"))
+		return n == 2 ? add_backoff(p, f, n) : -EBADMSG;
 	return 0;
 }
 
@@ -305,6 +376,22 @@ static int collect_backing(void *userdata, const char *key, void *value)
 
 	s->backings[s->n_backings++] =
 		(struct handover_backing){ .id = atoi(key), .object = value };
+	return 0;
+}
+
+static int collect_backoff(void *userdata, const char *key, void *value)
+{
+	struct handover_state *s = userdata;
+
+	s->backoffs[s->n_backoffs] = *(struct handover_backoff *)value;
+	free(value);
+	s->n_backoffs++;
+	return 0;
+}
+
+static int free_backoff_entry(void *userdata, const char *key, void *value)
+{
+	backoff_free(value);
 	return 0;
 }
 
@@ -350,7 +437,8 @@ int handover_parse(const char *text, size_t len, struct handover_state *ret)
 	p.ns = strmap_new();
 	p.images = strmap_new();
 	p.bk = strmap_new();
-	if (!buf || !p.ns || !p.images || !p.bk) {
+	p.bo = strmap_new();
+	if (!buf || !p.ns || !p.images || !p.bk || !p.bo) {
 		r = -ENOMEM;
 		goto out;
 	}
@@ -374,15 +462,18 @@ int handover_parse(const char *text, size_t len, struct handover_state *ret)
 	}
 	s.images = calloc(strmap_size(p.images) + 1, sizeof(*s.images));
 	s.backings = calloc(strmap_size(p.bk) + 1, sizeof(*s.backings));
-	if (!s.images || !s.backings) {
+	s.backoffs = calloc(strmap_size(p.bo) + 1, sizeof(*s.backoffs));
+	if (!s.images || !s.backings || !s.backoffs) {
 		r = -ENOMEM;
 		goto out;
 	}
 	strmap_foreach(p.images, collect_image, &s);
 	strmap_foreach(p.bk, collect_backing, &s);
+	strmap_foreach(p.bo, collect_backoff, &s);
 	strmap_free(p.images);
 	strmap_free(p.bk);
-	p.images = p.bk = NULL;
+	strmap_free(p.bo);
+	p.images = p.bk = p.bo = NULL;
 	qsort(s.images, s.n_images, sizeof(*s.images), cmp_image);
 	qsort(s.backings, s.n_backings, sizeof(*s.backings), cmp_backing);
 out:
@@ -390,8 +481,11 @@ out:
 		strmap_foreach(p.images, free_image_entry, NULL);
 	if (p.bk)
 		strmap_foreach(p.bk, free_entry, NULL);
+	if (p.bo)
+		strmap_foreach(p.bo, free_backoff_entry, NULL);
 	strmap_free(p.images);
 	strmap_free(p.bk);
+	strmap_free(p.bo);
 	strmap_free(p.ns);
 	if (r < 0) {
 		handover_state_done(&s);
@@ -411,6 +505,11 @@ void handover_state_done(struct handover_state *s)
 	}
 	for (size_t i = 0; i < s->n_backings; i++)
 		free(s->backings[i].object);
+	for (size_t i = 0; i < s->n_backoffs; i++) {
+		free(s->backoffs[i].reference);
+		free(s->backoffs[i].message);
+	}
+	free(s->backoffs);
 	free(s->ns_keys);
 	free(s->images);
 	free(s->backings);
@@ -456,6 +555,8 @@ char *handover_format_state(const struct handover_state *s)
 	for (size_t i = 0; ok && i < s->n_backings; i++)
 		ok = append(&buf, &len,
 			    handover_format_backing(s->backings[i].id, s->backings[i].object));
+	for (size_t i = 0; ok && i < s->n_backoffs; i++)
+		ok = append(&buf, &len, handover_format_backoff(&s->backoffs[i]));
 	if (!ok) {
 		free(buf);
 		return NULL;

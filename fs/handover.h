@@ -17,6 +17,11 @@
  *   img KEY DIGEST REFERENCE  an image handed out under image key KEY
  *   bk ID OBJECT              backing id ID registered for OBJECT
  *   bkx ID                    ... and closed
+ *   bo REF N DELAY LAST ERR =MESSAGE
+ *                             REF in back-off after N failures, DELAY ns
+ *                             from LAST (CLOCK_MONOTONIC ns, the same for
+ *                             every process), the last one -ERR
+ *   bok REF                   ... and out of it
  *
  * Records of an unknown kind are skipped, for a newer writer.  The pure
  * parts (format, parse) are what the unit test covers. */
@@ -38,6 +43,14 @@ struct handover_backing {
 	char *object;
 };
 
+struct handover_backoff {
+	char *reference;
+	unsigned failures;
+	int64_t delay_ns, last_ns;
+	int err; /* negative errno */
+	char *message;
+};
+
 struct handover_state {
 	unsigned version;
 	void *init; /* NULL when no INIT was seen */
@@ -48,6 +61,8 @@ struct handover_state {
 	size_t n_images;
 	struct handover_backing *backings; /* registered and not closed */
 	size_t n_backings;
+	struct handover_backoff *backoffs; /* the last record of each, if "bo" */
+	size_t n_backoffs;
 };
 
 /* Parses a log.  Returns 0 with *ret filled (free with
@@ -63,6 +78,8 @@ char *handover_format_ns(const char *key);
 char *handover_format_image(uint32_t key, const char *digest, const char *reference);
 char *handover_format_backing(int id, const char *object);
 char *handover_format_backing_closed(int id);
+char *handover_format_backoff(const struct handover_backoff *b);
+char *handover_format_backoff_cleared(const char *reference);
 /* The whole state as a log, compacted; NULL when out of memory. */
 char *handover_format_state(const struct handover_state *s);
 

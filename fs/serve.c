@@ -330,6 +330,7 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 		fs->handoff = *h;
 		files_set_epoch(fs, h->generation);
 		handover_set_fd(h->state_fd);
+		takeover_watch(fs);
 		r = read_handover(h->state_fd, &st);
 		if (r < 0)
 			goto out_signals;

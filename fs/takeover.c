@@ -6,8 +6,8 @@
  * files went with the old process, so everything restored is pinned for
  * this process's life: a restored image is never collected while it
  * runs, which is the price of a kernel that can still name any of its
- * nodes.  Images handed out by this process are noted in the log for the
- * next one. */
+ * nodes.  Images handed out by this process, and the back-off table, are
+ * noted in the log for the next one. */
 #include "fs-private.h"
 
 #include <errno.h>
@@ -15,8 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "handover.h"
+#include "macro.h"
 #include "manager.h"
 #include "strmap.h"
 
@@ -72,6 +74,54 @@ void takeover_free(void)
 	pthread_mutex_unlock(&noted_lock);
 }
 
+static int64_t mono_ns_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The manager's back-off hook (under its lock: a write, nothing more).
+ * The manager's clock is CLOCK_MONOTONIC, which every process shares. */
+static void backoff_noted(void *userdata, const char *key, const struct backoff_state *st)
+{
+	struct handover_backoff b;
+
+	if (!st) {
+		handover_note(handover_format_backoff_cleared(key));
+		return;
+	}
+	b = (struct handover_backoff){ .reference = (char *)key,
+				       .failures = st->failures,
+				       .delay_ns = st->delay_ns,
+				       .last_ns = mono_ns_now() - st->idle_ns,
+				       .err = st->last.err,
+				       .message = (char *)st->last.message };
+	handover_note(handover_format_backoff(&b));
+}
+
+void takeover_watch(struct fs *fs)
+{
+	if (handover_fd() >= 0)
+		manager_set_backoff_hook(fs->manager, backoff_noted, NULL);
+}
+
+static void restore_backoff(struct fs *fs, const struct handover_backoff *b)
+{
+	struct backoff_state st = { .delay_ns = b->delay_ns,
+				    .failures = b->failures,
+				    .idle_ns = MAX(mono_ns_now() - b->last_ns, 0) };
+
+	st.last.err = b->err;
+	snprintf(st.last.message, sizeof(st.last.message), "%s", b->message);
+	/* a delay outside this process's bounds (other options): dropped */
+	if (manager_restore_backoff(fs->manager, b->reference, &st) == -EINVAL)
+		fprintf(stderr,
+			"pullfs: back-off of \"%s\" not carried over: its delay is out of bounds\n",
+			b->reference);
+}
+
 static int restore_image(struct fs *fs, const struct handover_image *hi)
 {
 	struct image *img = NULL;
@@ -114,6 +164,8 @@ int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *r
 	for (size_t i = 0; i < st->n_images; i++)
 		if (restore_image(fs, &st->images[i]) < 0)
 			failed++;
+	for (size_t i = 0; i < st->n_backoffs; i++)
+		restore_backoff(fs, &st->backoffs[i]);
 	for (size_t i = 0; i < st->n_backings; i++) {
 		r = files_restore_backing(fs, st->backings[i].id, st->backings[i].object);
 		if (r == -ENOMEM)

@@ -28,7 +28,67 @@ struct backoff {
 	pthread_mutex_t lock;
 	struct strmap *entries; /* key -> struct entry *; lock */
 	int64_t swept_ns;	/* last sweep of stale entries; lock */
+	backoff_hook_fn *hook;	/* lock */
+	void *hook_data;
 };
+
+static void tell_hook_locked(struct backoff *b, const struct entry *e, int64_t now)
+{
+	struct backoff_state st;
+
+	if (!b->hook)
+		return;
+	st = (struct backoff_state){ .delay_ns = e->delay_ns,
+				     .idle_ns = now - e->last_ns,
+				     .remaining_ns = e->last_ns + e->delay_ns - now,
+				     .failures = e->failures,
+				     .last = e->last };
+	b->hook(b->hook_data, e->key, &st);
+}
+
+void backoff_set_hook(struct backoff *b, backoff_hook_fn *fn, void *userdata)
+{
+	pthread_mutex_lock(&b->lock);
+	b->hook = fn;
+	b->hook_data = userdata;
+	pthread_mutex_unlock(&b->lock);
+}
+
+int backoff_restore(struct backoff *b, const char *key, const struct backoff_state *st)
+{
+	size_t len = strlen(key);
+	struct entry *e;
+	int64_t now;
+	int r = 0;
+
+	if (st->delay_ns < b->initial_ns || st->delay_ns > b->max_ns || st->failures == 0 ||
+	    st->idle_ns < 0)
+		return -EINVAL;
+	pthread_mutex_lock(&b->lock);
+	now = clock_now_ns(b->clock);
+	e = strmap_get(b->entries, key);
+	if (!e) {
+		e = calloc(1, sizeof(*e) + len + 1);
+		if (!e) {
+			r = -ENOMEM;
+			goto out;
+		}
+		memcpy(e->key, key, len + 1);
+		r = strmap_put(b->entries, e->key, e);
+		if (r < 0) {
+			free(e);
+			goto out;
+		}
+	}
+	e->delay_ns = st->delay_ns;
+	e->failures = st->failures;
+	e->last = st->last;
+	e->last_ns = now - st->idle_ns;
+	tell_hook_locked(b, e, now);
+out:
+	pthread_mutex_unlock(&b->lock);
+	return r;
+}
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct backoff *, backoff_free);
 
@@ -195,6 +255,7 @@ int backoff_failure(struct backoff *b, const char *key, const struct error_detai
 	}
 	e->last_ns = now;
 	e->last = *why;
+	tell_hook_locked(b, e, now);
 out:
 	pthread_mutex_unlock(&b->lock);
 	return r;
@@ -202,8 +263,13 @@ out:
 
 void backoff_success(struct backoff *b, const char *key)
 {
+	struct entry *e;
+
 	pthread_mutex_lock(&b->lock);
-	free(strmap_remove(b->entries, key));
+	e = strmap_remove(b->entries, key);
+	if (e && b->hook)
+		b->hook(b->hook_data, key, NULL);
+	free(e);
 	maybe_sweep_locked(b, clock_now_ns(b->clock));
 	pthread_mutex_unlock(&b->lock);
 }

@@ -85,6 +85,18 @@ void backoff_success(struct backoff *b, const char *key);
 /* Drops entries untouched for more than 2*max.  Returns how many. */
 size_t backoff_gc(struct backoff *b);
 
+/* A watcher of the table (a serving process noting it for the one that
+ * takes over from it): fn(userdata, key, st) after each failure, with the
+ * entry's state, and after each success, with st NULL; called with b's
+ * lock held, so it must only take note.  fn NULL: none. */
+typedef void backoff_hook_fn(void *userdata, const char *key, const struct backoff_state *st);
+void backoff_set_hook(struct backoff *b, backoff_hook_fn *fn, void *userdata);
+
+/* Makes key's entry what st says (delay, failures, last failure, and the
+ * time since it, idle_ns), as a process before this one left it.  0 or
+ * -ENOMEM; -EINVAL for a delay outside [initial, max]. */
+int backoff_restore(struct backoff *b, const char *key, const struct backoff_state *st);
+
 /* A copy of every live entry, for a status view, in no particular order.
  * Returns 0 with an array owned by the caller (free it with
  * backoff_entries_free) in *ret and its length in *ret_n (0 and NULL

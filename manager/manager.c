@@ -432,6 +432,17 @@ int manager_restore_image(struct manager *m, const char *reference, const char *
 	return r == -EBADMSG && errbuf[0] ? -EBADMSG : r;
 }
 
+void manager_set_backoff_hook(struct manager *m, backoff_hook_fn *fn, void *userdata)
+{
+	backoff_set_hook(m->backoff, fn, userdata);
+}
+
+int manager_restore_backoff(struct manager *m, const char *reference,
+			    const struct backoff_state *st)
+{
+	return backoff_restore(m->backoff, reference, st);
+}
+
 void manager_serving_event(struct manager *m, const char *reason, const char *message)
 {
 	manager_emit(m, EVENT_NORMAL, reason, NULL, NULL, 0, NULL, "%s", message);

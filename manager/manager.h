@@ -13,6 +13,7 @@
 
 #include <jansson.h>
 
+#include "backoff.h"
 #include "clock.h"
 #include "errdetail.h"
 #include "events.h"
@@ -200,6 +201,12 @@ int manager_gc(struct manager *m, uint64_t to_bytes, json_t **ret_json, struct e
  * Blocks on the cache. */
 int manager_restore_image(struct manager *m, const char *reference, const char *digest,
 			  struct image **ret);
+/* Back-off across a takeover (backoff.h): a hook told of every change of
+ * the table (failures and successes, by canonical reference), and an entry
+ * made again as the process before left it. */
+void manager_set_backoff_hook(struct manager *m, backoff_hook_fn *fn, void *userdata);
+int manager_restore_backoff(struct manager *m, const char *reference,
+			    const struct backoff_state *st);
 /* An event about the serving process itself (an upgrade, a recovery),
  * reason one word, message a sentence. */
 void manager_serving_event(struct manager *m, const char *reason, const char *message);

@@ -8,7 +8,8 @@
 # checksum is wrong, and the mount stays the same mount throughout.  A
 # pull held at the registry when its serving process is killed completes
 # after the recovery, with the right tree, and so does the background
-# completion of a lazy image under way at a kill.  An upgrade to a binary whose
+# completion of a lazy image under way at a kill; a reference in back-off
+# stays in back-off.  An upgrade to a binary whose
 # check run refuses is refused with its reason, the old process serving
 # on.  Status and events count it all.  Last, a SIGKILL of the supervisor
 # itself: the serving process unmounts and exits, and a new start serves.
@@ -184,6 +185,19 @@ wait_for 60 _complete || fail "lazy layers not completed after the recovery: $(l
 assert_tree_eq "$chunked" "$WORK/edge/rootfs"
 settle "lazy kill"
 
+# Back-off carries over: a reference that failed is refused by the next
+# process without asking the registry, until its delay has passed.
+missing=$MNT/images/$PROXY/test/missing:1
+assert_eq ENOENT "$(errno_of "$missing")" "lookup of a missing image"
+asked=$(registry_count GET "/v2/test/missing/manifests/1 ")
+[ "$asked" -ge 1 ] || fail "the registry was not asked for test/missing:1"
+pid=$(serving pid)
+kill -KILL "$pid"
+wait_for 30 _replaced "$pid" || fail "back-off kill: serving process $pid not replaced"
+assert_eq EAGAIN "$(errno_of "$missing")" "lookup of a missing image after a recovery"
+assert_eq "$asked" "$(registry_count GET "/v2/test/missing/manifests/1 ")" "registry asked for test/missing:1 again"
+wait_event BackOff "$PROXY/test/missing:1"
+
 # The readers' verdict.
 kill -TERM "$reader_pid"
 wait_for 30 _pid_gone "$reader_pid" || fail "the reader did not stop"
@@ -207,11 +221,11 @@ log "shell: $(sh_rounds) rounds, every checksum right"
 assert_eq "$first_mount" "$(mount_id)" "mount id at the end"
 
 # What status and events say.
-assert_eq 42 "$(serving restarts)" "serving.restarts"
+assert_eq 43 "$(serving restarts)" "serving.restarts"
 assert_eq 20 "$(serving upgrades)" "serving.upgrades"
-assert_eq 22 "$(serving recoveries)" "serving.recoveries"
+assert_eq 23 "$(serving recoveries)" "serving.recoveries"
 assert_eq 20 "$(grep -c '"reason":"Upgraded"' "$EVENTS" || true)" "Upgraded events"
-assert_eq 22 "$(grep -c '"reason":"Recovered"' "$EVENTS" || true)" "Recovered events"
+assert_eq 23 "$(grep -c '"reason":"Recovered"' "$EVENTS" || true)" "Recovered events"
 assert_contains "requests were held for" "$(grep '"reason":"Recovered"' "$EVENTS" | tail -n 1)" "Recovered event"
 
 # The supervisor killed: its serving process unmounts and exits; the next

@@ -28,6 +28,10 @@ static void test_round_trip(void **state)
 		{ 0x7fffffff, "sha256:bb", "weird name%with\tblanks" },
 	};
 	struct handover_backing backings[] = { { 1, "ab12" }, { 42, "o b%j" } };
+	struct handover_backoff backoffs[] = {
+		{ "127.0.0.1:5000/x:1", 3, 40000000000, 123456789, -ENOENT, "manifest: not found" },
+		{ "r:2", 1, 10, 0, 0, "" },
+	};
 	struct handover_state in = {
 		.version = HANDOVER_VERSION,
 		.init = (void *)init,
@@ -38,6 +42,8 @@ static void test_round_trip(void **state)
 		.n_images = ARRAY_SIZE(images),
 		.backings = backings,
 		.n_backings = ARRAY_SIZE(backings),
+		.backoffs = backoffs,
+		.n_backoffs = ARRAY_SIZE(backoffs),
 	};
 	struct handover_state out;
 	char *text = handover_format_state(&in);
@@ -47,7 +53,8 @@ static void test_round_trip(void **state)
 	size_t lines = 0;
 	for (const char *p = text; *p; p++)
 		lines += *p == '\n';
-	assert_int_equal(lines, 2 + ARRAY_SIZE(ns) + ARRAY_SIZE(images) + ARRAY_SIZE(backings));
+	assert_int_equal(lines, 2 + ARRAY_SIZE(ns) + ARRAY_SIZE(images) + ARRAY_SIZE(backings) +
+					ARRAY_SIZE(backoffs));
 	assert_int_equal(parse(text, &out), 0);
 	assert_int_equal(out.version, HANDOVER_VERSION);
 	assert_int_equal(out.init_len, sizeof(init));
@@ -65,6 +72,19 @@ static void test_round_trip(void **state)
 	for (size_t i = 0; i < ARRAY_SIZE(backings); i++) {
 		assert_int_equal(out.backings[i].id, backings[i].id);
 		assert_string_equal(out.backings[i].object, backings[i].object);
+	}
+	assert_int_equal(out.n_backoffs, ARRAY_SIZE(backoffs));
+	for (size_t i = 0; i < ARRAY_SIZE(backoffs); i++) {
+		const struct handover_backoff *b = NULL;
+		for (size_t j = 0; j < out.n_backoffs; j++)
+			if (!strcmp(out.backoffs[j].reference, backoffs[i].reference))
+				b = &out.backoffs[j];
+		assert_non_null(b);
+		assert_int_equal(b->failures, backoffs[i].failures);
+		assert_int_equal(b->delay_ns, backoffs[i].delay_ns);
+		assert_int_equal(b->last_ns, backoffs[i].last_ns);
+		assert_int_equal(b->err, backoffs[i].err);
+		assert_string_equal(b->message, backoffs[i].message);
 	}
 	handover_state_done(&out);
 	free(text);
@@ -86,6 +106,10 @@ static void test_log_semantics(void **state)
 			  "bkx 3\n"
 			  "init 0102\n"
 			  "init 0304\n"
+			  "bo a/b/c:1 1 10 5 2 =first\n"
+			  "bo a/b/c:1 2 20 9 2 =second\n"
+			  "bo gone:1 1 10 5 2 =\n"
+			  "bok gone:1\n"
 			  "bk 9 torn";
 
 	assert_int_equal(parse(log, &st), 0);
@@ -99,6 +123,11 @@ static void test_log_semantics(void **state)
 	assert_string_equal(st.backings[0].object, "obj4");
 	assert_int_equal(st.init_len, 2);
 	assert_memory_equal(st.init, "\x03\x04", 2);
+	assert_int_equal(st.n_backoffs, 1);
+	assert_string_equal(st.backoffs[0].reference, "a/b/c:1");
+	assert_int_equal(st.backoffs[0].failures, 2);
+	assert_int_equal(st.backoffs[0].delay_ns, 20);
+	assert_string_equal(st.backoffs[0].message, "second");
 	handover_state_done(&st);
 
 	/* a log with nothing but its version: a process that saw no INIT */
@@ -136,6 +165,12 @@ static void test_refused(void **state)
 		{ "v 1\nbk 1\n", -EBADMSG },
 		{ "v 1\nbkx 1 o\n", -EBADMSG },
 		{ "v 1\nbkx +1\n", -EBADMSG },
+		{ "v 1\nbo r 0 10 5 2 =m\n", -EBADMSG },
+		{ "v 1\nbo r 1 10 5 2 m\n", -EBADMSG },
+		{ "v 1\nbo r 1 -10 5 2 =m\n", -EBADMSG },
+		{ "v 1\nbo r 1 10 5 5000 =m\n", -EBADMSG },
+		{ "v 1\nbo r 1 10 5 2\n", -EBADMSG },
+		{ "v 1\nbok\n", -EBADMSG },
 	};
 	struct handover_state st;
 
