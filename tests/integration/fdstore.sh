@@ -34,9 +34,19 @@ wait_for 30 _logged_n "^ready " 1 || fail "the supervisor never said READY=1: $(
 mount_id() {
     awk -v d="$(realpath -m "$MNT")" '$5 == d { id = $1 } END { print id }' /proc/self/mountinfo
 }
+# A document read across a switch of serving process may be cut (part of
+# it from each): read again.
 serving() {
-    py -c 'import json, sys; print(json.load(open(sys.argv[1]))["serving"][sys.argv[2]])' \
-        "$MNT/.pullfs/status" "$1"
+    py -c '
+import json, sys, time
+for i in range(100):
+    try:
+        print(json.load(open(sys.argv[1]))["serving"][sys.argv[2]])
+        break
+    except ValueError:
+        time.sleep(0.05)
+else:
+    sys.exit("no whole status document in 100 reads")' "$MNT/.pullfs/status" "$1"
 }
 first_mount=$(mount_id)
 [ -n "$first_mount" ] || fail "nothing mounted on $MNT"

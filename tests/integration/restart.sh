@@ -57,9 +57,19 @@ mount_id() {
     awk -v d="$(realpath -m "$MNT")" '$5 == d { id = $1 } END { print id }' /proc/self/mountinfo
 }
 # serving KEY: a field of the status's "serving" object.
+# A document read across a switch of serving process may be cut (part of
+# it from each): read again.
 serving() {
-    py -c 'import json, sys; print(json.load(open(sys.argv[1]))["serving"][sys.argv[2]])' \
-        "$MNT/.pullfs/status" "$1"
+    py -c '
+import json, sys, time
+for i in range(100):
+    try:
+        print(json.load(open(sys.argv[1]))["serving"][sys.argv[2]])
+        break
+    except ValueError:
+        time.sleep(0.05)
+else:
+    sys.exit("no whole status document in 100 reads")' "$MNT/.pullfs/status" "$1"
 }
 
 umoci unpack --image "$(layout_of busybox):1" "$WORK/busybox" >/dev/null

@@ -1,9 +1,14 @@
 /* pullfsctl upgrade: replace the serving process with the binary now
  * installed at the supervisor's path, the mount staying up. */
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "fileio.h"
 #include "pullfsctl.h"
 
 #define UPGRADE_WAIT_S 60
@@ -25,10 +30,29 @@ void upgrade_usage(FILE *f)
 	      f);
 }
 
-static long serving_pid(json_t *st)
+/* The pid of the serving process, from the status read through the mount
+ * (while no process serves it the read waits); 0 when the document was
+ * cut by the switch (read partly from the old process and partly from the
+ * new one): the caller reads again. */
+static long serving_pid(void)
 {
-	json_t *v = json_object_get(json_object_get(st, "serving"), "pid");
+	_cleanup_free_ char *path = NULL, *buf = NULL;
+	_cleanup_json_ json_t *st = NULL;
+	_cleanup_close_ int fd = -1;
+	size_t len = 0;
+	json_t *v;
+	int r;
 
+	if (asprintf(&path, "%s/.pullfs/status", mount_dir()) < 0)
+		return -ENOMEM;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	r = read_full(fd, STATUS_MAX, &buf, &len);
+	if (r < 0)
+		return r;
+	st = json_loadb(buf, len, 0, NULL);
+	v = json_object_get(json_object_get(st, "serving"), "pid");
 	return json_is_integer(v) ? (long)json_integer_value(v) : 0;
 }
 
@@ -66,11 +90,11 @@ int cmd_upgrade(int argc, char **argv)
 	/* The status is read through the mount: while no process serves it
 	 * the read waits, so each pass sees the old process or the new. */
 	for (int i = 0; i < UPGRADE_WAIT_S * 20; i++) {
-		_cleanup_json_ json_t *st = NULL;
-
-		if (status_load(&st) < 0)
+		now = serving_pid();
+		if (now < 0) {
+			explain_mount_error("the status", (int)now);
 			return EXIT_FAILED;
-		now = serving_pid(st);
+		}
 		if (now && now != old)
 			break;
 		nanosleep(&(struct timespec){ .tv_nsec = 50 * 1000 * 1000 }, NULL);
