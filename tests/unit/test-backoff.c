@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -379,6 +380,84 @@ static void test_cap_without_overflow(void **state)
 	backoff_free(b);
 }
 
+/* What a hook is told, for the takeover tests. */
+struct told {
+	int calls;
+	char key[64];
+	bool cleared;
+	struct backoff_state st;
+};
+
+static void hook(void *userdata, const char *k, const struct backoff_state *st)
+{
+	struct told *t = userdata;
+
+	t->calls++;
+	snprintf(t->key, sizeof(t->key), "%s", k);
+	t->cleared = !st;
+	if (st)
+		t->st = *st;
+}
+
+/* The hook hears every failure (with the entry's state) and success. */
+static void test_hook(void **state)
+{
+	struct fixture *f = *state;
+	struct told t = { 0 };
+
+	backoff_set_hook(f->b, hook, &t);
+	assert_int_equal(fail_with(f->b, key, -ENOENT, "gone"), 0);
+	assert_int_equal(t.calls, 1);
+	assert_string_equal(t.key, key);
+	assert_false(t.cleared);
+	assert_int_equal(t.st.failures, 1);
+	assert_int_equal(t.st.delay_ns, S(10));
+	assert_int_equal(t.st.idle_ns, 0);
+	assert_string_equal(t.st.last.message, "gone");
+	f->now += S(10);
+	assert_int_equal(fail_with(f->b, key, -ENOENT, NULL), 0);
+	assert_int_equal(t.st.failures, 2);
+	assert_int_equal(t.st.delay_ns, S(20));
+	backoff_success(f->b, key);
+	assert_int_equal(t.calls, 3);
+	assert_true(t.cleared);
+	/* a success for a key not in back-off changes nothing: not told */
+	backoff_success(f->b, "other");
+	assert_int_equal(t.calls, 3);
+	backoff_set_hook(f->b, NULL, NULL);
+	assert_int_equal(fail_with(f->b, key, -ENOENT, NULL), 0);
+	assert_int_equal(t.calls, 3);
+}
+
+/* An entry restored as another process left it: refused for what was left
+ * of its window, and the next failure doubles its delay. */
+static void test_restore(void **state)
+{
+	struct fixture *f = *state;
+	struct backoff_state st = { .delay_ns = S(40), .idle_ns = S(15), .failures = 3 };
+	struct backoff_state got;
+
+	error_detail_set(&st.last, -EHOSTUNREACH, "%s", "unreachable");
+	assert_int_equal(backoff_restore(f->b, key, &st), 0);
+	assert_int_equal(backoff_check(f->b, key, &got), -EAGAIN);
+	assert_int_equal(got.remaining_ns, S(25));
+	assert_int_equal(got.failures, 3);
+	assert_string_equal(got.last.message, "unreachable");
+	assert_int_equal(got.delay_ns, S(40));
+	assert_int_equal(got.idle_ns, S(15));
+	f->now += S(25) - 1;
+	assert_int_equal(backoff_check(f->b, key, NULL), -EAGAIN);
+	f->now += 1;
+	assert_int_equal(backoff_check(f->b, key, NULL), 0);
+	assert_int_equal(fail_with(f->b, key, -ENOENT, NULL), 0);
+	assert_window(f, S(80));
+	/* delays this back-off would never have: refused */
+	st.delay_ns = S(1);
+	assert_int_equal(backoff_restore(f->b, key, &st), -EINVAL);
+	st.delay_ns = S(301);
+	assert_int_equal(backoff_restore(f->b, key, &st), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -397,6 +476,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_small_options, setup_small, teardown),
 		cmocka_unit_test(test_options),
 		cmocka_unit_test(test_cap_without_overflow),
+		cmocka_unit_test_setup_teardown(test_hook, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_restore, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
