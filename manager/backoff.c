@@ -54,9 +54,25 @@ void backoff_set_hook(struct backoff *b, backoff_hook_fn *fn, void *userdata)
 	pthread_mutex_unlock(&b->lock);
 }
 
-int backoff_restore(struct backoff *b, const char *key, const struct backoff_state *st)
+/* A new entry for key in the table, zeroed; NULL when out of memory.
+ * b.lock held. */
+static struct entry *entry_new_locked(struct backoff *b, const char *key)
 {
 	size_t len = strlen(key);
+	struct entry *e = calloc(1, sizeof(*e) + len + 1);
+
+	if (!e)
+		return NULL;
+	memcpy(e->key, key, len + 1);
+	if (strmap_put(b->entries, e->key, e) < 0) {
+		free(e);
+		return NULL;
+	}
+	return e;
+}
+
+int backoff_restore(struct backoff *b, const char *key, const struct backoff_state *st)
+{
 	struct entry *e;
 	int64_t now;
 	int r = 0;
@@ -67,18 +83,9 @@ int backoff_restore(struct backoff *b, const char *key, const struct backoff_sta
 	pthread_mutex_lock(&b->lock);
 	now = clock_now_ns(b->clock);
 	e = strmap_get(b->entries, key);
-	if (!e) {
-		e = calloc(1, sizeof(*e) + len + 1);
-		if (!e) {
-			r = -ENOMEM;
-			goto out;
-		}
-		memcpy(e->key, key, len + 1);
-		r = strmap_put(b->entries, e->key, e);
-		if (r < 0) {
-			free(e);
-			goto out;
-		}
+	if (!e && !(e = entry_new_locked(b, key))) {
+		r = -ENOMEM;
+		goto out;
 	}
 	e->delay_ns = st->delay_ns;
 	e->failures = st->failures;
@@ -237,17 +244,9 @@ int backoff_failure(struct backoff *b, const char *key, const struct error_detai
 		e->delay_ns = e->delay_ns > b->max_ns / 2 ? b->max_ns : 2 * e->delay_ns;
 		e->failures++;
 	} else {
-		size_t len = strlen(key);
-
-		e = calloc(1, sizeof(*e) + len + 1);
+		e = entry_new_locked(b, key);
 		if (!e) {
 			r = -ENOMEM;
-			goto out;
-		}
-		memcpy(e->key, key, len + 1);
-		r = strmap_put(b->entries, e->key, e);
-		if (r < 0) {
-			free(e);
 			goto out;
 		}
 		e->delay_ns = b->initial_ns;

@@ -10,6 +10,7 @@
 # the store and unmounts.
 source "$(dirname "$0")/lib.sh"
 source "$INTEGRATION_DIR/images.sh"
+source "$INTEGRATION_DIR/restartlib.sh"
 
 need_fuse
 need_root
@@ -31,23 +32,6 @@ wait_for 30 _logged "stored fuse" || fail "the supervisor stored no FUSE descrip
 wait_for 30 _logged "stored handover" || fail "the supervisor stored no hand-over state: $(cat "$sdlog")"
 wait_for 30 _logged_n "^ready " 1 || fail "the supervisor never said READY=1: $(cat "$sdlog")"
 
-mount_id() {
-    awk -v d="$(realpath -m "$MNT")" '$5 == d { id = $1 } END { print id }' /proc/self/mountinfo
-}
-# A document read across a switch of serving process may be cut (part of
-# it from each): read again.
-serving() {
-    py -c '
-import json, sys, time
-for i in range(100):
-    try:
-        print(json.load(open(sys.argv[1]))["serving"][sys.argv[2]])
-        break
-    except ValueError:
-        time.sleep(0.05)
-else:
-    sys.exit("no whole status document in 100 reads")' "$MNT/.pullfs/status" "$1"
-}
 first_mount=$(mount_id)
 [ -n "$first_mount" ] || fail "nothing mounted on $MNT"
 
@@ -61,7 +45,6 @@ python3 "$INTEGRATION_DIR/restartreader.py" "$bb/etc" "$bb" "$WORK/reader.json" 
     2>"$WORK/reader.err" &
 reader_pid=$!
 track_pid "$reader_pid"
-reader_rounds() { py -c 'import json, sys; print(json.load(open(sys.argv[1]))["rounds"])' "$WORK/reader.json" 2>/dev/null || echo 0; }
 _progressed() { [ "$(reader_rounds)" -gt "$1" ]; }
 settle() {
     local r=$(($(reader_rounds) + 1))
@@ -73,7 +56,6 @@ sup=$(cat "$WORK/sd/main.pid")
 srv=$(serving pid)
 kill -KILL "$sup"
 wait_for 30 _logged_n "^started " 2 || fail "no new start after the supervisor died: $(cat "$sdlog")"
-_replaced() { [ "$(serving pid)" != "$1" ]; }
 wait_for 30 _replaced "$srv" || fail "serving process $srv not replaced"
 wait_for 30 _pid_gone "$srv" || fail "the serving process $srv outlived its supervisor"
 settle "after the supervisor's death"
@@ -85,7 +67,7 @@ assert_contains "took the mount over" "$(grep '"reason":"Recovered"' "$EVENTS" |
 kill -TERM "$reader_pid"
 wait_for 30 _pid_gone "$reader_pid" || fail "the reader did not stop"
 [ ! -s "$WORK/reader.err" ] || fail "reader: $(head -c 2000 "$WORK/reader.err")"
-errors=$(py -c 'import json, sys; print("\n".join(json.load(open(sys.argv[1]))["errors"]))' "$WORK/reader.json")
+errors=$(reader_errors)
 [ -z "$errors" ] || fail "reader errors: $errors"
 
 # A stop: the store is emptied and the mount goes.

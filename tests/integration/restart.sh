@@ -15,6 +15,7 @@
 # itself: the serving process unmounts and exits, and a new start serves.
 source "$(dirname "$0")/lib.sh"
 source "$INTEGRATION_DIR/images.sh"
+source "$INTEGRATION_DIR/restartlib.sh"
 
 need_fuse
 need_root
@@ -51,26 +52,6 @@ PULLFS=$WORK/bin/pullfs
 mount_pullfs --supervise --insecure-registry "$PROXY"
 bb=$MNT/images/$PROXY/test/busybox:1
 ctl() { "$PULLFSCTL" -m "$MNT" "$@"; }
-
-# mount_id: the mountinfo id of what is mounted on $MNT, or nothing.
-mount_id() {
-    awk -v d="$(realpath -m "$MNT")" '$5 == d { id = $1 } END { print id }' /proc/self/mountinfo
-}
-# serving KEY: a field of the status's "serving" object.
-# A document read across a switch of serving process may be cut (part of
-# it from each): read again.
-serving() {
-    py -c '
-import json, sys, time
-for i in range(100):
-    try:
-        print(json.load(open(sys.argv[1]))["serving"][sys.argv[2]])
-        break
-    except ValueError:
-        time.sleep(0.05)
-else:
-    sys.exit("no whole status document in 100 reads")' "$MNT/.pullfs/status" "$1"
-}
 
 umoci unpack --image "$(layout_of busybox):1" "$WORK/busybox" >/dev/null
 umoci unpack --image "$(layout_of edge):1" "$WORK/edge" >/dev/null
@@ -111,7 +92,6 @@ track_pid "$reader_pid"
 watch_pid=$!
 track_pid "$watch_pid"
 
-reader_rounds() { py -c 'import json, sys; print(json.load(open(sys.argv[1]))["rounds"])' "$WORK/reader.json" 2>/dev/null || echo 0; }
 sh_rounds() { grep -c '^round ' "$WORK/sh.out" || true; }
 _progressed() { [ "$(reader_rounds)" -gt "$1" ] && [ "$(sh_rounds)" -gt "$2" ]; }
 # settle: both readers complete rounds that started after this call
@@ -120,7 +100,6 @@ settle() {
     r=$(($(reader_rounds) + 1)) s=$(($(sh_rounds) + 1))
     wait_for 60 _progressed "$r" "$s" || fail "$1: the readers made no progress (reader $(reader_rounds), shell $(sh_rounds))"
 }
-_replaced() { [ "$(serving pid)" != "$1" ]; }
 settle "start"
 
 for i in $(seq 1 20); do
@@ -216,7 +195,7 @@ wait "$sh_pid" 2>/dev/null || true
 touch "$WORK/stop-watch"
 wait "$watch_pid" || true
 [ ! -s "$WORK/reader.err" ] || fail "reader: $(head -c 2000 "$WORK/reader.err")"
-errors=$(py -c 'import json, sys; print("\n".join(json.load(open(sys.argv[1]))["errors"]))' "$WORK/reader.json")
+errors=$(reader_errors)
 [ -z "$errors" ] || fail "reader errors: $errors"
 log "reader: $(reader_rounds) rounds, $(py -c 'import json, sys; print(json.load(open(sys.argv[1]))["reads"])' "$WORK/reader.json") reads, no error"
 [ ! -s "$WORK/sh.err" ] || fail "shell in the image: $(head -c 2000 "$WORK/sh.err")"
