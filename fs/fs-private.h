@@ -70,10 +70,10 @@ struct nsnode {
 	char *key;	/* path below images/, "" for images/ itself */
 	bool permanent; /* images/ itself: never freed */
 	enum nskind kind;
-	bool short_form; /* below a docker.io short name: closing names are symlinks */
-	unsigned depth;	 /* path components below images/ */
-	char *prefix;	 /* NS_DIR: canonical components so far, "" for images/ */
-	char *target;	 /* NS_SYMLINK */
+	bool short_form;     /* below a docker.io short name: closing names are symlinks */
+	unsigned depth;	     /* path components below images/ */
+	char *prefix;	     /* NS_DIR: canonical components so far, "" for images/ */
+	char *target;	     /* NS_SYMLINK */
 	struct lnode *lnode; /* NS_LAYERS */
 	/* NS_DIR: when its listing last changed, as the kernel's check of
 	 * a cached listing wants it; fs.ns_lock. */
@@ -83,7 +83,7 @@ struct nsnode {
 struct fs {
 	struct manager *manager;
 	struct fs_options opts;
-	struct nsnode images; /* images/ */
+	struct nsnode images;  /* images/ */
 	struct nsnode *layers; /* layers/, permanent */
 	struct timespec started;
 	struct fuse_session *session;
