@@ -109,6 +109,8 @@ void events_emit(struct events *ev, const struct event *e)
 	set_str(o, "message", e->message);
 	if (e->err)
 		set_str(o, "errno", errno_name(e->err));
+	if (e->bytes_saved)
+		json_object_set_new(o, "bytes_saved", json_integer((json_int_t)e->bytes_saved));
 	if (e->caller && e->caller->pid > 0) {
 		json_object_set_new(o, "pid", json_integer(e->caller->pid));
 		json_object_set_new(o, "uid", json_integer(e->caller->uid));

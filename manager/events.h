@@ -6,6 +6,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* The process whose file access caused an event. */
@@ -29,6 +30,7 @@ struct event {
 	const char *message;	     /* kubelet-style sentence */
 	int err;		     /* 0, or the negative errno of a failure */
 	const struct caller *caller; /* may be NULL */
+	uint64_t bytes_saved;	     /* a partial pull's, written when not 0 */
 };
 
 struct events;

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cache.h"
 #include "imagekeys.h"
@@ -61,6 +62,7 @@ int manifest_load_cached(struct manager *m, const char *digest, struct manifest 
 
 /* Reads the manifest and the layer indexes and builds the tree. */
 static void content_complete_lazy(struct manager *m, struct image_content *c);
+static void announce_complete(struct manager *m);
 
 static int content_load(struct manager *m, const char *digest, struct image_content **ret,
 			char *errbuf, size_t errlen)
@@ -151,6 +153,9 @@ static int content_get(struct manager *m, const char *digest, struct image_conte
 	}
 	if (r < 0)
 		return r;
+	/* (a layer may have completed before the content was findable) */
+	if (!other)
+		announce_complete(m);
 	*ret = c;
 	return 0;
 }
@@ -399,18 +404,122 @@ ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t o
 	return n;
 }
 
+/* Background completions of lazy layers running at once, all images
+ * together: each streams a blob, and the reads someone waits for come
+ * first anyway (lazy.h). */
+#define LAZY_COMPLETIONS_MAX 2
+
 struct completion {
 	struct manager *m;
 	struct pack *pack;
 	struct lazy_layer *lazy;
 };
 
+/* Waits for a completion slot; false when the manager is cancelled. */
+static bool completion_slot_take(struct manager *m)
+{
+	bool ok;
+
+	pthread_mutex_lock(&m->lock);
+	while (m->lazy_completing >= LAZY_COMPLETIONS_MAX && !atomic_load(&m->cancelled)) {
+		struct timespec ts;
+
+		/* (manager_cancel() does not signal: look again soon) */
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 200000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&m->flight_cond, &m->lock, &ts);
+	}
+	ok = !atomic_load(&m->cancelled);
+	if (ok)
+		m->lazy_completing++;
+	pthread_mutex_unlock(&m->lock);
+	return ok;
+}
+
+static void completion_slot_give(struct manager *m)
+{
+	pthread_mutex_lock(&m->lock);
+	m->lazy_completing--;
+	pthread_cond_broadcast(&m->flight_cond);
+	pthread_mutex_unlock(&m->lock);
+}
+
+struct announce_ctx {
+	struct manager *m;
+	char **digests;
+	size_t n;
+};
+
+static int content_now_complete(void *userdata, const char *key, void *value)
+{
+	struct announce_ctx *a = userdata;
+	struct image_content *c = value;
+	char **d;
+
+	if (!c->lazy_pending)
+		return 0;
+	for (size_t i = 0; i < c->n_layers; i++)
+		if (!pack_complete(a->m->packs, c->packs[i]))
+			return 0;
+	d = realloc(a->digests, (a->n + 1) * sizeof(*d));
+	if (!d)
+		return 0;
+	a->digests = d;
+	if ((d[a->n] = strdup(c->digest)))
+		a->n++;
+	c->lazy_pending = false;
+	return 0;
+}
+
+static int announce_ref(void *userdata, const char *key, void *value)
+{
+	struct announce_ctx *a = userdata;
+	const struct refstate *rs = value;
+
+	for (size_t i = 0; i < a->n; i++)
+		if (!strcmp(rs->digest, a->digests[i]))
+			manager_emit(a->m, EVENT_NORMAL, "Pulled", key, rs->digest, 0, NULL,
+				     "Image \"%s\", started lazily, is complete: every layer "
+				     "fetched and verified",
+				     key);
+	return 0;
+}
+
+/* The Pulled event of each loaded image whose last lazy layer just
+ * completed, for each of its names. */
+static void announce_complete(struct manager *m)
+{
+	struct announce_ctx a = { .m = m };
+
+	pthread_mutex_lock(&m->content_lock);
+	strmap_foreach(m->contents, content_now_complete, &a);
+	pthread_mutex_unlock(&m->content_lock);
+	if (a.n == 0)
+		return;
+	pthread_mutex_lock(&m->lock);
+	strmap_foreach(m->refs, announce_ref, &a);
+	pthread_mutex_unlock(&m->lock);
+	for (size_t i = 0; i < a.n; i++)
+		free(a.digests[i]);
+	free(a.digests);
+}
+
 static void *complete_thread(void *arg)
 {
 	struct completion *cp = arg;
 	struct manager *m = cp->m;
-	int r = lazy_layer_complete(cp->lazy, m->registry, &m->cancelled);
+	int r = -ECANCELED;
 
+	if (completion_slot_take(m)) {
+		r = lazy_layer_complete(cp->lazy, m->registry, &m->cancelled);
+		completion_slot_give(m);
+	}
+	if (r == 0 && !lazy_layer_is_complete(cp->lazy))
+		r = -EAGAIN; /* a file that did not verify: fetched again later */
 	if (r == 0)
 		manager_emit(m, EVENT_NORMAL, "LayerCompleted", NULL, pack_digest(cp->pack), 0,
 			     NULL, "Layer %s, pulled lazily, is complete and verified",
@@ -421,6 +530,10 @@ static void *complete_thread(void *arg)
 			     "Fetching the rest of lazy layer %s failed: %s (its files are fetched "
 			     "when read)",
 			     pack_digest(cp->pack), strerror(-r));
+	if (r == 0)
+		announce_complete(m);
+	else
+		pack_completion_failed(m->packs, cp->pack);
 	packs_put(m->packs, cp->pack);
 	free(cp);
 	pthread_mutex_lock(&m->lock);
@@ -439,6 +552,8 @@ static void content_complete_lazy(struct manager *m, struct image_content *c)
 		pthread_attr_t attr;
 		pthread_t th;
 
+		if (l && !lazy_layer_is_complete(l))
+			c->lazy_pending = true;
 		if (!l || atomic_load(&m->cancelled) ||
 		    !pack_claim_completion(m->packs, c->packs[i]))
 			continue;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -52,7 +53,40 @@ struct lazy_layer {
 	pthread_mutex_t lock;
 	struct strmap *entry_of; /* object -> entry index + 1; read-only */
 	struct strmap *files;	 /* object -> struct lazy_file *; lock */
+	atomic_bool complete;	 /* lazy_layer_complete() finished */
 };
+
+const double lazy_latency_bounds[LAZY_LATENCY_BUCKETS] = {
+	0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+};
+
+void lazy_stats_observe(struct lazy_stats *s, uint64_t us)
+{
+	unsigned i = 0;
+
+	while (i < LAZY_LATENCY_BUCKETS && (double)us > lazy_latency_bounds[i] * 1e6)
+		i++;
+	atomic_fetch_add(&s->latency[i], 1);
+	atomic_fetch_add(&s->latency_sum_us, us);
+}
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* The compressed bytes of a file's chunks. */
+static uint64_t chunks_bytes(const struct toc_chunk *c, size_t n)
+{
+	uint64_t sum = 0;
+
+	for (size_t k = 0; k < n; k++)
+		sum += c[k].blob_length;
+	return sum;
+}
 
 /* ---- fetching the TOC ------------------------------------------------ */
 
@@ -322,6 +356,21 @@ static int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_f
 		f->complete = true; /* fetched before, or shared at publishing */
 		goto put;
 	}
+	/* stored since by another layer (a partial pull): linked, not
+	 * fetched; what a fetch before left is dropped */
+	if (cache_object_enter(l->cache, l->dirfd, object) == 0 &&
+	    (f->fd = cache_object_openat(l->dirfd, object)) >= 0) {
+		f->complete = true;
+		snprintf(name, sizeof(name), "p.%s", object);
+		unlinkat(l->dirfd, name, 0);
+		snprintf(name, sizeof(name), "p.%s.map", object);
+		unlinkat(l->dirfd, name, 0);
+		if (l->stats) {
+			atomic_fetch_add(&l->stats->files_linked, 1);
+			atomic_fetch_add(&l->stats->saved_bytes, chunks_bytes(f->chunks, f->n));
+		}
+		goto put;
+	}
 	snprintf(name, sizeof(name), "p.%s", object);
 	f->fd = openat(l->dirfd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 	snprintf(name, sizeof(name), "p.%s.map", object);
@@ -401,10 +450,10 @@ static int write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, cons
 }
 
 static int fetch_run(struct lazy_layer *l, struct registry *reg, struct lazy_file *f, size_t a,
-		     size_t e)
+		     size_t e, bool foreground)
 {
 	const struct toc_chunk *first = &f->chunks[a], *last = &f->chunks[e];
-	uint64_t start = first->blob_offset;
+	uint64_t start = first->blob_offset, t0 = now_us();
 	struct membuf b = { 0 };
 	void *dst = NULL;
 	int r;
@@ -417,6 +466,10 @@ static int fetch_run(struct lazy_layer *l, struct registry *reg, struct lazy_fil
 			atomic_fetch_add(&l->stats->failures, 1);
 		else
 			atomic_fetch_add(&l->stats->bytes, b.len);
+		if (r == 0 && !foreground)
+			atomic_fetch_add(&l->stats->background_bytes, b.len);
+		if (foreground)
+			lazy_stats_observe(l->stats, now_us() - t0);
 	}
 	for (size_t k = a; k <= e && r == 0; k++)
 		r = write_chunk(l, f, k, b.data + (f->chunks[k].blob_offset - start), &dst, true);
@@ -525,7 +578,7 @@ static int ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy
 		pthread_mutex_unlock(&f->lock);
 		if (foreground && l->stats)
 			atomic_fetch_add(&l->stats->foreground, 1);
-		r = fetch_run(l, reg, f, k, e);
+		r = fetch_run(l, reg, f, k, e, foreground);
 		if (foreground && l->stats)
 			atomic_fetch_sub(&l->stats->foreground, 1);
 		pthread_mutex_lock(&f->lock);
@@ -714,6 +767,7 @@ static int stream_blob(struct lazy_layer *l, struct registry *reg, struct pendin
 	if (l->stats) {
 		atomic_fetch_add(&l->stats->fetches, 1);
 		atomic_fetch_add(&l->stats->bytes, s.pos);
+		atomic_fetch_add(&l->stats->background_bytes, s.pos);
 		if (r < 0)
 			atomic_fetch_add(&l->stats->failures, 1);
 	}
@@ -727,6 +781,7 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 	const struct layer_index *li = l->toc->index;
 	struct pending *p = NULL;
 	size_t n = 0, cap = 0;
+	uint64_t missing = 0;
 	bool all = true;
 	int r = 0;
 
@@ -754,10 +809,13 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 				p = q;
 			}
 			p[n++] = (struct pending){ .f = f, .k = k };
+			missing += f->chunks[k].blob_length;
 		}
 		pthread_mutex_unlock(&f->lock);
 	}
-	if (r == 0 && n > 0)
+	/* the whole blob, whose digest is then checked too, unless most of
+	 * it is here already: then the ranges below */
+	if (r == 0 && n > 0 && missing >= l->src.tl.blob_size / 2)
 		r = stream_blob(l, reg, p, n, cancel);
 	/* what the stream wrote, on stable storage at once rather than file
 	 * by file as each is finished */
@@ -790,15 +848,106 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 	r = flush_dir(l->dirfd);
 	if (r < 0)
 		return r;
-	if (unlinkat(l->dirfd, "lazy", 0) < 0)
-		return errno == ENOENT ? 0 : negative_errno();
+	if (unlinkat(l->dirfd, "lazy", 0) < 0 && errno != ENOENT)
+		return negative_errno();
+	atomic_store(&l->complete, true);
 	if (l->stats)
 		atomic_fetch_add(&l->stats->layers_complete, 1);
 	return 0;
 }
 
+bool lazy_layer_is_complete(struct lazy_layer *l)
+{
+	return atomic_load(&l->complete);
+}
+
+/* The present chunks' bytes of the file with content object, from its
+ * state when it is in use, else from the disk. */
+static uint64_t file_local_bytes(struct lazy_layer *l, const char *object,
+				 const struct toc_chunk *c, size_t n)
+{
+	char name[DIGEST_HEX_LEN + 8], map[4096];
+	_cleanup_close_ int fd = -1;
+	struct lazy_file *f;
+	uint64_t sum = 0;
+	ssize_t got;
+	off_t at = 0;
+
+	pthread_mutex_lock(&l->lock);
+	f = strmap_get(l->files, object);
+	pthread_mutex_unlock(&l->lock);
+	if (f) {
+		pthread_mutex_lock(&f->lock);
+		for (size_t k = 0; k < f->n; k++)
+			if (f->complete || f->state[k] == CHUNK_PRESENT)
+				sum += c[k].blob_length;
+		pthread_mutex_unlock(&f->lock);
+		return sum;
+	}
+	snprintf(name, sizeof(name), "o.%s", object);
+	if (faccessat(l->dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+		return chunks_bytes(c, n);
+	snprintf(name, sizeof(name), "p.%s.map", object);
+	fd = openat(l->dirfd, name, O_RDONLY | O_CLOEXEC);
+	while (fd >= 0 && (size_t)at < n && (got = pread(fd, map, sizeof(map), at)) > 0) {
+		for (ssize_t i = 0; i < got && (size_t)(at + i) < n; i++)
+			if (map[i] == '1')
+				sum += c[at + i].blob_length;
+		at += got;
+	}
+	return sum;
+}
+
+void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_total)
+{
+	const struct layer_index *li = l->toc->index;
+	uint64_t total = l->src.tl.blob_size, local = l->src.where.length;
+
+	if (!atomic_load(&l->complete)) {
+		for (size_t i = 0; i < li->n_entries; i++) {
+			const char *o = li->entries[i].object;
+			const struct toc_chunk *c;
+			size_t n;
+
+			/* a content the layer holds twice counts once */
+			if (!o || (uintptr_t)strmap_get(l->entry_of, o) != i + 1)
+				continue;
+			c = toc_entry_chunks(l->toc, i, &n);
+			local += file_local_bytes(l, o, c, n);
+		}
+	}
+	*ret_local = atomic_load(&l->complete) ? total : MIN(local, total);
+	*ret_total = total;
+}
+
+uint64_t lazy_toc_present_bytes(int dirfd, const struct toc *toc)
+{
+	const struct layer_index *li = toc->index;
+	struct strmap *seen = strmap_new();
+	char name[DIGEST_HEX_LEN + 8];
+	uint64_t sum = 0;
+
+	for (size_t i = 0; seen && i < li->n_entries; i++) {
+		const char *o = li->entries[i].object;
+		const struct toc_chunk *c;
+		size_t n;
+
+		if (!o || strmap_get(seen, o) || strmap_put(seen, o, (void *)1) < 0)
+			continue;
+		snprintf(name, sizeof(name), "o.%s", o);
+		if (faccessat(dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) != 0)
+			continue;
+		c = toc_entry_chunks(toc, i, &n);
+		sum += chunks_bytes(c, n);
+	}
+	strmap_free(seen);
+	return sum;
+}
+
 void lazy_stats_metrics(const struct lazy_stats *s, FILE *f)
 {
+	uint64_t cum = 0;
+
 	fprintf(f,
 		"# HELP pullfs_lazy_fetches_total Range requests for chunks of lazy layers.\n"
 		"# TYPE pullfs_lazy_fetches_total counter\n"
@@ -820,4 +969,31 @@ void lazy_stats_metrics(const struct lazy_stats *s, FILE *f)
 		(unsigned long long)atomic_load(&s->failures),
 		(unsigned long long)atomic_load(&s->files_complete),
 		(unsigned long long)atomic_load(&s->layers_complete));
+	fprintf(f,
+		"# HELP pullfs_lazy_background_bytes_total Compressed bytes the background completion fetched.\n"
+		"# TYPE pullfs_lazy_background_bytes_total counter\n"
+		"pullfs_lazy_background_bytes_total %llu\n"
+		"# HELP pullfs_lazy_files_linked_total Files of lazy layers found in the content store instead of fetched.\n"
+		"# TYPE pullfs_lazy_files_linked_total counter\n"
+		"pullfs_lazy_files_linked_total %llu\n"
+		"# HELP pullfs_lazy_saved_bytes_total Compressed bytes not fetched because the content store had the file.\n"
+		"# TYPE pullfs_lazy_saved_bytes_total counter\n"
+		"pullfs_lazy_saved_bytes_total %llu\n"
+		"# HELP pullfs_lazy_fetch_duration_seconds Duration of the fetches readers waited for.\n"
+		"# TYPE pullfs_lazy_fetch_duration_seconds histogram\n",
+		(unsigned long long)atomic_load(&s->background_bytes),
+		(unsigned long long)atomic_load(&s->files_linked),
+		(unsigned long long)atomic_load(&s->saved_bytes));
+	for (unsigned i = 0; i < LAZY_LATENCY_BUCKETS; i++) {
+		cum += atomic_load(&s->latency[i]);
+		fprintf(f, "pullfs_lazy_fetch_duration_seconds_bucket{le=\"%g\"} %llu\n",
+			lazy_latency_bounds[i], (unsigned long long)cum);
+	}
+	cum += atomic_load(&s->latency[LAZY_LATENCY_BUCKETS]);
+	fprintf(f,
+		"pullfs_lazy_fetch_duration_seconds_bucket{le=\"+Inf\"} %llu\n"
+		"pullfs_lazy_fetch_duration_seconds_sum %.6f\n"
+		"pullfs_lazy_fetch_duration_seconds_count %llu\n",
+		(unsigned long long)cum, (double)atomic_load(&s->latency_sum_us) / 1e6,
+		(unsigned long long)cum);
 }

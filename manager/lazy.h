@@ -24,6 +24,14 @@
 struct cache;
 struct registry;
 struct lazy_layer;
+struct lazy_stats;
+
+#define LAZY_LATENCY_BUCKETS 12
+/* The upper bounds of the latency buckets, in seconds. */
+extern const double lazy_latency_bounds[LAZY_LATENCY_BUCKETS];
+
+/* Counts one on-demand fetch of us microseconds in stats. */
+void lazy_stats_observe(struct lazy_stats *stats, uint64_t us);
 
 /* What lazy fetching did, for the metrics (shared by every layer of one
  * daemon). */
@@ -33,6 +41,15 @@ struct lazy_stats {
 	atomic_uint_fast64_t failures;	     /* fetches that failed */
 	atomic_uint_fast64_t files_complete; /* files that became objects */
 	atomic_uint_fast64_t layers_complete;
+	atomic_uint_fast64_t background_bytes; /* of bytes: the completion's */
+	/* files found in the content store instead of fetched (partial
+	 * pulls), and the compressed bytes that spared */
+	atomic_uint_fast64_t files_linked;
+	atomic_uint_fast64_t saved_bytes;
+	/* latency of the fetches readers waited for: a count per bucket
+	 * (lazy_latency_bounds; the last is +Inf) and the sum */
+	atomic_uint_fast64_t latency[LAZY_LATENCY_BUCKETS + 1];
+	atomic_uint_fast64_t latency_sum_us;
 	/* readers' fetches under way: the background completion yields to
 	 * them */
 	atomic_uint foreground;
@@ -77,6 +94,21 @@ void lazy_layer_free(struct lazy_layer *l);
 ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object, uint64_t off,
 		  size_t size, void *buf);
 
+/* How much of the layer is local: ret_local of its ret_total compressed
+ * bytes (the blob's size).  A file counts with the compressed bytes of
+ * its chunks that are present, the table of contents with its own; a
+ * complete layer is all local.  Reads the maps of files not used yet.
+ * Takes the layer's locks. */
+void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_total);
+
+/* Whether lazy_layer_complete() finished the layer. */
+bool lazy_layer_is_complete(struct lazy_layer *l);
+
+/* The compressed bytes of the files of toc that the layer directory dirfd
+ * already holds as objects: what publishing it took from the content
+ * store instead of the registry. */
+uint64_t lazy_toc_present_bytes(int dirfd, const struct toc *toc);
+
 /* The Prometheus text of the stats. */
 void lazy_stats_metrics(const struct lazy_stats *stats, FILE *f);
 
@@ -84,6 +116,9 @@ void lazy_stats_metrics(const struct lazy_stats *stats, FILE *f);
  * digest) writes every chunk still missing as it streams past, with no
  * reader ever waiting for it; what is left (chunks whose fetch by a reader
  * failed meanwhile) comes by range; every file is checked whole and made
- * an object, and the layer is marked complete (no "lazy" file).  Stops
+ * an object, and the layer is marked complete (no "lazy" file).  When
+ * less than half of the blob is missing (files found in the content store,
+ * or read already), the rest comes by range instead of the whole blob:
+ * every file is still checked against its digest in the verified TOC.  Stops
  * with -ECANCELED when *cancel becomes true.  Returns 0 or -errno. */
 int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel);

@@ -39,6 +39,9 @@ struct image_content {
 	struct pack **packs; /* one per layer, by tinode.layer */
 	size_t n_layers;
 	uint64_t size; /* config + compressed layers, as the registry sent it */
+	/* lazy layers are left to complete; the Pulled event is due when
+	 * they are (manager.content_lock) */
+	bool lazy_pending;
 };
 
 /* One name of an image: images/<reference>/ as the kernel knows it.  A few
@@ -178,6 +181,9 @@ struct manager {
 	bool gc_wanted;	       /* lock */
 	bool stopping;	       /* lock */
 	atomic_bool cancelled; /* manager_cancel(): pulls give up */
+	/* background completions of lazy layers running, all images
+	 * together (image.c); lock, waited for on flight_cond */
+	unsigned lazy_completing;
 	/* wall ms of the last LazyReadFailed event (rate limit) */
 	_Atomic int64_t lazy_warned_ms;
 	pthread_cond_t gc_cond;

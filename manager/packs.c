@@ -184,6 +184,11 @@ const char *pack_digest(const struct pack *pk)
 	return pk->digest;
 }
 
+struct lazy_stats *packs_lazy_stats(struct packs *p)
+{
+	return &p->lazy_stats;
+}
+
 void packs_lazy_metrics(struct packs *p, FILE *f)
 {
 	lazy_stats_metrics(&p->lazy_stats, f);
@@ -206,6 +211,41 @@ bool pack_claim_completion(struct packs *p, struct pack *pk)
 		pk->refs++; /* held by the completion */
 	pthread_mutex_unlock(&p->lock);
 	return mine;
+}
+
+void pack_completion_failed(struct packs *p, struct pack *pk)
+{
+	pthread_mutex_lock(&p->lock);
+	pk->completing = false;
+	pthread_mutex_unlock(&p->lock);
+}
+
+bool pack_complete(struct packs *p, struct pack *pk)
+{
+	struct lazy_layer *l = pack_lazy(p, pk);
+
+	return !l || lazy_layer_is_complete(l);
+}
+
+void packs_layer_bytes(struct packs *p, const char *digest, uint64_t size, uint64_t *ret_local,
+		       bool *ret_completing)
+{
+	struct lazy_layer *l;
+	struct pack *pk;
+	uint64_t total;
+
+	*ret_local = size;
+	*ret_completing = false;
+	if (packs_get(p, digest, &pk) < 0)
+		return;
+	l = pack_lazy(p, pk);
+	if (l && !lazy_layer_is_complete(l)) {
+		lazy_layer_bytes(l, ret_local, &total);
+		pthread_mutex_lock(&p->lock);
+		*ret_completing = pk->completing;
+		pthread_mutex_unlock(&p->lock);
+	}
+	packs_put(p, pk);
 }
 
 int packs_remove_layer(struct packs *p, const char *digest)

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 struct cache;
@@ -52,6 +53,8 @@ int pack_object_open(struct packs *p, struct pack *pk, const char *object);
 struct lazy_layer *pack_lazy(struct packs *p, struct pack *pk);
 /* The layer digest of a pack (lives as long as the pack). */
 const char *pack_digest(const struct pack *pk);
+/* The counters of lazy fetching, shared by every pack. */
+struct lazy_stats *packs_lazy_stats(struct packs *p);
 /* The metrics of lazy fetching (lazy.h), Prometheus text. */
 void packs_lazy_metrics(struct packs *p, FILE *f);
 /* Whether the layer was lazy when first asked (its files then are never
@@ -61,6 +64,18 @@ bool pack_was_lazy(struct packs *p, struct pack *pk);
 /* True once per lazy layer, for the caller to complete it in the
  * background: the caller then holds a reference (packs_put() it). */
 bool pack_claim_completion(struct packs *p, struct pack *pk);
+
+/* The completion that pack_claim_completion() gave ended without
+ * completing the layer: the next load of an image may claim it again. */
+void pack_completion_failed(struct packs *p, struct pack *pk);
+/* Whether the layer is complete (a layer that was never lazy is). */
+bool pack_complete(struct packs *p, struct pack *pk);
+
+/* How much of layer digest (of blob size bytes) is local: a lazy layer's
+ * share (lazy_layer_bytes), all of any other; ret_completing: whether its
+ * background completion runs. */
+void packs_layer_bytes(struct packs *p, const char *digest, uint64_t size, uint64_t *ret_local,
+		       bool *ret_completing);
 
 /* Garbage collection's removal of a layer: deleted when no loaded image
  * uses it, else pinned (above).  Returns 0 or -errno. */

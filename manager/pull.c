@@ -20,6 +20,7 @@
 #include "fileio.h"
 #include "macro.h"
 #include "manifest.h"
+#include "packs.h"
 #include "puller.h"
 #include "reference.h"
 #include "registry.h"
@@ -97,6 +98,32 @@ static void *unpack_thread(void *arg)
  * this thread moves bytes from the registry through SHA-256 into a pipe,
  * another inflates and unpacks them, so the two cores overlap.  Nothing is
  * published unless the digest matched and the tar was sound. */
+/* A partial pull: the files of a lazy layer just published that the
+ * content store had already (any image, any layer) were linked, not
+ * fetched; their bytes are counted and said in an event. */
+static void lazy_report_shared(struct pull *p, const char *digest, const struct toc *toc)
+{
+	struct manager *m = p->m;
+	struct lazy_stats *st = packs_lazy_stats(m->packs);
+	_cleanup_close_ int dirfd = cache_layer_open_dir(m->cache, digest);
+	uint64_t saved = dirfd >= 0 ? lazy_toc_present_bytes(dirfd, toc) : 0;
+	char msg[512];
+
+	if (saved == 0)
+		return;
+	atomic_fetch_add(&st->saved_bytes, saved);
+	snprintf(msg, sizeof(msg),
+		 "Layer %s of \"%s\": files of %llu compressed bytes were in the content store "
+		 "already and are not fetched",
+		 digest, p->canonical, (unsigned long long)saved);
+	events_emit(m->events, &(struct event){ .type = EVENT_NORMAL,
+						.reason = "PartialPull",
+						.image = p->canonical,
+						.digest = digest,
+						.message = msg,
+						.bytes_saved = saved });
+}
+
 /* A layer with a table of contents is published from it alone (lazy.h):
  * its files come when they are read.  Returns 0 when it was, 1 when the
  * layer is to be pulled whole (no TOC, or one that is not usable: said in
@@ -144,6 +171,8 @@ static int try_lazy(struct pull *p, const struct descriptor *d)
 	if (r == 0)
 		r = cache_layer_commit_lazy(m->cache, &stage, d->digest, toc->index, text, tocbuf,
 					    toclen);
+	if (r == 0)
+		lazy_report_shared(p, d->digest, toc);
 	toc_free(toc);
 	if (r < 0) {
 		pull_fail(p, "cannot publish lazy layer %s: %s", d->digest, strerror(-r));

@@ -62,26 +62,43 @@ static int status_pull(void *userdata, const char *key, void *value)
 	return 0;
 }
 
-/* Bytes one image takes in the cache: its blobs and layers. */
-static uint64_t image_bytes(struct manager *m, const char *digest, const char *index_digest)
+struct image_bytes {
+	uint64_t disk;	/* what it takes in the cache: blobs and layers */
+	uint64_t local; /* of its compressed layers and config, what is here */
+	uint64_t total;
+	bool completing; /* a lazy layer's completion runs */
+};
+
+/* The bytes of one image (lazy layers are partly local). */
+static void image_bytes(struct manager *m, const char *digest, const char *index_digest,
+			struct image_bytes *ret)
 {
 	_cleanup_free_ char *buf = NULL;
 	struct manifest *mf = NULL;
-	uint64_t n = cache_blob_bytes(m->cache, digest);
 	size_t len;
 
+	*ret = (struct image_bytes){ .disk = cache_blob_bytes(m->cache, digest) };
 	if (index_digest)
-		n += cache_blob_bytes(m->cache, index_digest);
+		ret->disk += cache_blob_bytes(m->cache, index_digest);
 	if (cache_blob_read(m->cache, digest, MANIFEST_MAX_BYTES, &buf, &len) < 0 ||
 	    manifest_parse(buf, len, NULL, &mf, NULL, 0) < 0)
-		return n;
+		return;
 	if (mf->kind == MANIFEST_IMAGE) {
-		n += cache_blob_bytes(m->cache, mf->config.digest);
-		for (size_t i = 0; i < mf->n_layers; i++)
-			n += cache_layer_bytes(m->cache, mf->layers[i].digest);
+		ret->disk += cache_blob_bytes(m->cache, mf->config.digest);
+		ret->local = ret->total = mf->config.size;
+		for (size_t i = 0; i < mf->n_layers; i++) {
+			uint64_t local;
+			bool completing;
+
+			ret->disk += cache_layer_bytes(m->cache, mf->layers[i].digest);
+			packs_layer_bytes(m->packs, mf->layers[i].digest, mf->layers[i].size,
+					  &local, &completing);
+			ret->completing |= completing;
+			ret->local += local;
+			ret->total += mf->layers[i].size;
+		}
 	}
 	manifest_free(mf);
-	return n;
 }
 
 static int status_image(void *userdata, const char *key, void *value)
@@ -94,17 +111,20 @@ static int status_image(void *userdata, const char *key, void *value)
 	 * caller's. */
 	bool in_use = img && (open || atomic_load(&img->refcount) > 1);
 	bool pinned = false;
+	struct image_bytes b;
 
 	for (size_t i = 0; i < s->m->opts.n_pins; i++)
 		if (fnmatch(s->m->pins[i], key, 0) == 0)
 			pinned = true;
-	json_array_append_new(s->array,
-			      json_pack("{s:s, s:s, s:I, s:o, s:o, s:b, s:i, s:b}", "reference",
-					key, "digest", rs->digest, "size",
-					(json_int_t)image_bytes(s->m, rs->digest, rs->index_digest),
-					"pulled", time_string_ms(rs->pulled_at * 1000), "last_used",
-					time_string_ms(rs->last_used_ms), "in_use", in_use,
-					"open_files", (int)open, "pinned", pinned));
+	image_bytes(s->m, rs->digest, rs->index_digest, &b);
+	json_array_append_new(
+		s->array,
+		json_pack("{s:s, s:s, s:I, s:I, s:I, s:b, s:b, s:o, s:o, s:b, s:i, s:b}",
+			  "reference", key, "digest", rs->digest, "size", (json_int_t)b.disk,
+			  "bytes_local", (json_int_t)b.local, "bytes_total", (json_int_t)b.total,
+			  "complete", b.local == b.total, "completing", b.completing, "pulled", time_string_ms(rs->pulled_at * 1000),
+			  "last_used", time_string_ms(rs->last_used_ms), "in_use", in_use,
+			  "open_files", (int)open, "pinned", pinned));
 	return 0;
 }
 

@@ -36,12 +36,14 @@ struct fixture {
 	struct fake_transport *fake;
 	struct registry *reg;
 	char blob[DIGEST_STRING_MAX];
+	char blob2[DIGEST_STRING_MAX]; /* another layer with the same file */
 	char object[DIGEST_HEX_LEN + 1];
 	unsigned char content[CHUNK * NCHUNKS];
 };
 
-/* A layer with one file of five zstd frames and its table. */
-static void make_layer(struct fixture *f)
+/* A layer with one file of five zstd frames and its table, after pad
+ * bytes of zeros; published (but not fetched) when publish is set. */
+static void make_layer(struct fixture *f, size_t pad, char *ret_blob, bool publish)
 {
 	struct blob b = { 0 };
 	struct toc_layer tl;
@@ -55,7 +57,7 @@ static void make_layer(struct fixture *f)
 
 	for (size_t i = 0; i < sizeof(f->content); i++)
 		f->content[i] = (unsigned char)(i * 131 + i / 97);
-	blob_zeros(&b, 64);
+	blob_zeros(&b, pad);
 	for (int k = 0; k < NCHUNKS; k++) {
 		at[k] = put_zstd(&b, f->content + k * CHUNK, CHUNK);
 		sha256(f->content + k * CHUNK, CHUNK, cd[k]);
@@ -78,16 +80,20 @@ static void make_layer(struct fixture *f)
 				      at[k], k * CHUNK, CHUNK, cd[k]);
 	snprintf(json + n, sizeof(json) - n, "]}");
 	put_zstd_end(&b, json, &tl);
-	fake_put_blob(f->fake, "app", b.p, b.len, f->blob);
+	fake_put_blob(f->fake, "app", b.p, b.len, ret_blob);
+	if (!publish) {
+		free(b.p);
+		return;
+	}
 
 	/* what the pull does: fetch and verify the table, publish from it */
 	src.tl = tl;
 	assert_int_equal(
-		lazy_fetch_toc(f->reg, &src, f->blob, &toc, &tocbuf, &toclen, err, sizeof(err)), 0);
+		lazy_fetch_toc(f->reg, &src, ret_blob, &toc, &tocbuf, &toclen, err, sizeof(err)), 0);
 	assert_int_equal(lazy_source_format(&src, &text), 0);
-	assert_int_equal(cache_layer_stage(f->cache, f->blob, &st), 0);
+	assert_int_equal(cache_layer_stage(f->cache, ret_blob, &st), 0);
 	assert_int_equal(
-		cache_layer_commit_lazy(f->cache, &st, f->blob, toc->index, text, tocbuf, toclen),
+		cache_layer_commit_lazy(f->cache, &st, ret_blob, toc->index, text, tocbuf, toclen),
 		0);
 	toc_free(toc);
 	free(tocbuf);
@@ -108,7 +114,7 @@ static int setup(void **state)
 	f->fake = fake_transport_new();
 	ro.transport = fake_transport_get(f->fake);
 	assert_int_equal(registry_new(&ro, &f->reg), 0);
-	make_layer(f);
+	make_layer(f, 64, f->blob, true);
 	*state = f;
 	return 0;
 }
@@ -264,6 +270,140 @@ static void test_restart_and_complete(void **state)
 	close(fd);
 }
 
+/* The value of metric name in the stats' text, or -1. */
+static long long metric(const struct lazy_stats *st, const char *name)
+{
+	char *text = NULL, *at;
+	size_t len = 0;
+	FILE *mf = open_memstream(&text, &len);
+	long long v = -1;
+
+	assert_non_null(mf);
+	lazy_stats_metrics(st, mf);
+	fclose(mf);
+	for (at = text; at && *at; at = strchr(at, '\n') ? strchr(at, '\n') + 1 : NULL)
+		if (!strncmp(at, name, strlen(name)) && at[strlen(name)] == ' ')
+			v = atoll(at + strlen(name) + 1);
+	free(text);
+	return v;
+}
+
+static void test_bytes_and_metrics(void **state)
+{
+	struct fixture *f = *state;
+	struct lazy_stats st = { 0 };
+	struct lazy_layer *l;
+	unsigned char buf[100];
+	uint64_t local, total, first;
+
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, &st, &l), 0);
+	lazy_layer_bytes(l, &local, &total);
+	first = local;
+	assert_true(local > 0 && local < total);
+	/* one fetch a reader waits for: counted in the histogram */
+	assert_int_equal(lazy_read(l, f->reg, f->object, 10, sizeof(buf), buf), sizeof(buf));
+	lazy_layer_bytes(l, &local, &total);
+	assert_true(local > first && local < total);
+	assert_int_equal(metric(&st, "pullfs_lazy_fetch_duration_seconds_count"), 1);
+	assert_int_equal(metric(&st, "pullfs_lazy_fetch_duration_seconds_bucket{le=\"+Inf\"}"), 1);
+	assert_int_equal(metric(&st, "pullfs_lazy_background_bytes_total"), 0);
+	/* what is on disk says the same to a new process */
+	{
+		struct lazy_layer *again;
+		uint64_t l2, t2;
+
+		assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &again), 0);
+		lazy_layer_bytes(again, &l2, &t2);
+		assert_int_equal(l2, local);
+		assert_int_equal(t2, total);
+		lazy_layer_free(again);
+	}
+	/* the background completion is counted apart, and not in the
+	 * histogram */
+	assert_int_equal(lazy_layer_complete(l, f->reg, NULL), 0);
+	assert_true(lazy_layer_is_complete(l));
+	lazy_layer_bytes(l, &local, &total);
+	assert_int_equal(local, total);
+	assert_true(metric(&st, "pullfs_lazy_background_bytes_total") > 0);
+	assert_int_equal(metric(&st, "pullfs_lazy_fetch_duration_seconds_count"), 1);
+	lazy_layer_free(l);
+}
+
+/* A second layer holding the same file: once the first layer's copy is in
+ * the content store, the second one links it and fetches nothing. */
+static void test_partial_pull_links(void **state)
+{
+	struct fixture *f = *state;
+	struct lazy_stats st = { 0 };
+	struct lazy_layer *a, *b;
+	unsigned char buf[CHUNK];
+	unsigned before;
+	char m[128];
+
+	make_layer(f, 200, f->blob2, true);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &a), 0);
+	assert_int_equal(lazy_layer_complete(a, f->reg, NULL), 0);
+	lazy_layer_free(a);
+	snprintf(m, sizeof(m), "GET /v2/app/blobs/%s", f->blob2);
+	before = fake_count(f->fake, m);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob2, &st, &b), 0);
+	assert_int_equal(lazy_read(b, f->reg, f->object, 2 * CHUNK, CHUNK, buf), CHUNK);
+	assert_memory_equal(buf, f->content + 2 * CHUNK, CHUNK);
+	assert_int_equal(fake_count(f->fake, m), before);
+	assert_int_equal(metric(&st, "pullfs_lazy_files_linked_total"), 1);
+	assert_true(metric(&st, "pullfs_lazy_saved_bytes_total") > 0);
+	/* and the layer completes without its blob */
+	assert_int_equal(lazy_layer_complete(b, f->reg, NULL), 0);
+	assert_true(lazy_layer_is_complete(b));
+	assert_int_equal(fake_count(f->fake, m), before);
+	lazy_layer_free(b);
+}
+
+/* Publishing a layer whose files are stored already links them then. */
+static void test_present_at_publishing(void **state)
+{
+	struct fixture *f = *state;
+	struct lazy_layer *a;
+	struct toc *toc = NULL;
+	char err[256];
+	int dirfd;
+	char *tocbuf;
+	size_t toclen;
+	struct lazy_source src = { .domain = "registry.test", .repo = "app" };
+
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &a), 0);
+	assert_int_equal(lazy_layer_complete(a, f->reg, NULL), 0);
+	lazy_layer_free(a);
+	make_layer(f, 300, f->blob2, true);
+	/* the same table, parsed again to measure what it spared */
+	assert_int_equal(lazy_layer_open(f->cache, f->blob2, NULL, &a), 0);
+	lazy_layer_free(a);
+	dirfd = cache_layer_open_dir(f->cache, f->blob2);
+	assert_true(dirfd >= 0);
+	{
+		char path[256], *text = NULL;
+		size_t len;
+		FILE *lf;
+
+		snprintf(path, sizeof(path), "%s/layers/%s/lazy", f->dir, digest_hex(f->blob2));
+		lf = fopen(path, "r");
+		assert_non_null(lf);
+		text = calloc(1, 4096);
+		len = fread(text, 1, 4095, lf);
+		fclose(lf);
+		assert_true(len > 0);
+		assert_int_equal(lazy_source_parse(text, &src), 0);
+		free(text);
+	}
+	assert_int_equal(
+		lazy_fetch_toc(f->reg, &src, f->blob2, &toc, &tocbuf, &toclen, err, sizeof(err)), 0);
+	assert_true(lazy_toc_present_bytes(dirfd, toc) > 0);
+	toc_free(toc);
+	free(tocbuf);
+	lazy_source_done(&src);
+	close(dirfd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -271,6 +411,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_readers_share_a_fetch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wrong_chunk_never_served, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_and_complete, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bytes_and_metrics, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_partial_pull_links, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_present_at_publishing, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
