@@ -122,9 +122,10 @@ static int status_image(void *userdata, const char *key, void *value)
 		json_pack("{s:s, s:s, s:I, s:I, s:I, s:b, s:b, s:o, s:o, s:b, s:i, s:b}",
 			  "reference", key, "digest", rs->digest, "size", (json_int_t)b.disk,
 			  "bytes_local", (json_int_t)b.local, "bytes_total", (json_int_t)b.total,
-			  "complete", b.local == b.total, "completing", b.completing, "pulled", time_string_ms(rs->pulled_at * 1000),
-			  "last_used", time_string_ms(rs->last_used_ms), "in_use", in_use,
-			  "open_files", (int)open, "pinned", pinned));
+			  "complete", b.local == b.total, "completing", b.completing, "pulled",
+			  time_string_ms(rs->pulled_at * 1000), "last_used",
+			  time_string_ms(rs->last_used_ms), "in_use", in_use, "open_files",
+			  (int)open, "pinned", pinned));
 	return 0;
 }
 

@@ -89,7 +89,8 @@ static void make_layer(struct fixture *f, size_t pad, char *ret_blob, bool publi
 	/* what the pull does: fetch and verify the table, publish from it */
 	src.tl = tl;
 	assert_int_equal(
-		lazy_fetch_toc(f->reg, &src, ret_blob, &toc, &tocbuf, &toclen, err, sizeof(err)), 0);
+		lazy_fetch_toc(f->reg, &src, ret_blob, &toc, &tocbuf, &toclen, err, sizeof(err)),
+		0);
 	assert_int_equal(lazy_source_format(&src, &text), 0);
 	assert_int_equal(cache_layer_stage(f->cache, ret_blob, &st), 0);
 	assert_int_equal(
@@ -396,7 +397,8 @@ static void test_present_at_publishing(void **state)
 		free(text);
 	}
 	assert_int_equal(
-		lazy_fetch_toc(f->reg, &src, f->blob2, &toc, &tocbuf, &toclen, err, sizeof(err)), 0);
+		lazy_fetch_toc(f->reg, &src, f->blob2, &toc, &tocbuf, &toclen, err, sizeof(err)),
+		0);
 	assert_true(lazy_toc_present_bytes(dirfd, toc) > 0);
 	toc_free(toc);
 	free(tocbuf);
