@@ -944,46 +944,34 @@ uint64_t lazy_toc_present_bytes(int dirfd, const struct toc *toc)
 	return sum;
 }
 
+static void counter(FILE *f, const char *name, const char *help, const atomic_uint_fast64_t *v)
+{
+	fprintf(f, "# HELP pullfs_lazy_%s %s\n# TYPE pullfs_lazy_%s counter\npullfs_lazy_%s %llu\n",
+		name, help, name, name, (unsigned long long)atomic_load(v));
+}
+
 void lazy_stats_metrics(const struct lazy_stats *s, FILE *f)
 {
 	uint64_t cum = 0;
 
-	fprintf(f,
-		"# HELP pullfs_lazy_fetches_total Range requests for chunks of lazy layers.\n"
-		"# TYPE pullfs_lazy_fetches_total counter\n"
-		"pullfs_lazy_fetches_total %llu\n"
-		"# HELP pullfs_lazy_fetched_bytes_total Compressed bytes fetched for lazy layers.\n"
-		"# TYPE pullfs_lazy_fetched_bytes_total counter\n"
-		"pullfs_lazy_fetched_bytes_total %llu\n"
-		"# HELP pullfs_lazy_fetch_failures_total Chunk fetches that failed (the reader got the errno).\n"
-		"# TYPE pullfs_lazy_fetch_failures_total counter\n"
-		"pullfs_lazy_fetch_failures_total %llu\n"
-		"# HELP pullfs_lazy_files_completed_total Files of lazy layers fetched whole and verified.\n"
-		"# TYPE pullfs_lazy_files_completed_total counter\n"
-		"pullfs_lazy_files_completed_total %llu\n"
-		"# HELP pullfs_lazy_layers_completed_total Lazy layers completed.\n"
-		"# TYPE pullfs_lazy_layers_completed_total counter\n"
-		"pullfs_lazy_layers_completed_total %llu\n",
-		(unsigned long long)atomic_load(&s->fetches),
-		(unsigned long long)atomic_load(&s->bytes),
-		(unsigned long long)atomic_load(&s->failures),
-		(unsigned long long)atomic_load(&s->files_complete),
-		(unsigned long long)atomic_load(&s->layers_complete));
-	fprintf(f,
-		"# HELP pullfs_lazy_background_bytes_total Compressed bytes the background completion fetched.\n"
-		"# TYPE pullfs_lazy_background_bytes_total counter\n"
-		"pullfs_lazy_background_bytes_total %llu\n"
-		"# HELP pullfs_lazy_files_linked_total Files of lazy layers found in the content store instead of fetched.\n"
-		"# TYPE pullfs_lazy_files_linked_total counter\n"
-		"pullfs_lazy_files_linked_total %llu\n"
-		"# HELP pullfs_lazy_saved_bytes_total Compressed bytes not fetched because the content store had the file.\n"
-		"# TYPE pullfs_lazy_saved_bytes_total counter\n"
-		"pullfs_lazy_saved_bytes_total %llu\n"
-		"# HELP pullfs_lazy_fetch_duration_seconds Duration of the fetches readers waited for.\n"
-		"# TYPE pullfs_lazy_fetch_duration_seconds histogram\n",
-		(unsigned long long)atomic_load(&s->background_bytes),
-		(unsigned long long)atomic_load(&s->files_linked),
-		(unsigned long long)atomic_load(&s->saved_bytes));
+	counter(f, "fetches_total", "Range requests for chunks of lazy layers.", &s->fetches);
+	counter(f, "fetched_bytes_total", "Compressed bytes fetched for lazy layers.", &s->bytes);
+	counter(f, "fetch_failures_total", "Chunk fetches that failed (the reader got the errno).",
+		&s->failures);
+	counter(f, "files_completed_total", "Files of lazy layers fetched whole and verified.",
+		&s->files_complete);
+	counter(f, "layers_completed_total", "Lazy layers completed.", &s->layers_complete);
+	counter(f, "background_bytes_total", "Compressed bytes the background completion fetched.",
+		&s->background_bytes);
+	counter(f, "files_linked_total",
+		"Files of lazy layers found in the content store instead of fetched.",
+		&s->files_linked);
+	counter(f, "saved_bytes_total",
+		"Compressed bytes not fetched because the content store had the file.",
+		&s->saved_bytes);
+	fputs("# HELP pullfs_lazy_fetch_duration_seconds Duration of the fetches readers waited for.\n"
+	      "# TYPE pullfs_lazy_fetch_duration_seconds histogram\n",
+	      f);
 	for (unsigned i = 0; i < LAZY_LATENCY_BUCKETS; i++) {
 		cum += atomic_load(&s->latency[i]);
 		fprintf(f, "pullfs_lazy_fetch_duration_seconds_bucket{le=\"%g\"} %llu\n",
