@@ -105,6 +105,7 @@ static int content_load(struct manager *m, const char *digest, struct image_cont
 	if (r < 0)
 		goto out;
 	c->refs = 1;
+	c->loaded_s = manager_now_f(m);
 	content_complete_lazy(m, c);
 	*ret = TAKE_PTR(c);
 out:
@@ -450,7 +451,11 @@ static void completion_slot_give(struct manager *m)
 
 struct announce_ctx {
 	struct manager *m;
-	char **digests;
+	struct announced {
+		char *digest;
+		double seconds; /* since the content was loaded */
+		uint64_t size;
+	} * done;
 	size_t n;
 };
 
@@ -458,18 +463,21 @@ static int content_now_complete(void *userdata, const char *key, void *value)
 {
 	struct announce_ctx *a = userdata;
 	struct image_content *c = value;
-	char **d;
+	struct announced *d;
 
 	if (!c->lazy_pending)
 		return 0;
 	for (size_t i = 0; i < c->n_layers; i++)
 		if (!pack_complete(a->m->packs, c->packs[i]))
 			return 0;
-	d = realloc(a->digests, (a->n + 1) * sizeof(*d));
+	d = realloc(a->done, (a->n + 1) * sizeof(*d));
 	if (!d)
 		return 0;
-	a->digests = d;
-	if ((d[a->n] = strdup(c->digest)))
+	a->done = d;
+	d[a->n] = (struct announced){ .digest = strdup(c->digest),
+				      .seconds = manager_now_f(a->m) - c->loaded_s,
+				      .size = c->size };
+	if (d[a->n].digest)
 		a->n++;
 	c->lazy_pending = false;
 	return 0;
@@ -481,11 +489,11 @@ static int announce_ref(void *userdata, const char *key, void *value)
 	const struct refstate *rs = value;
 
 	for (size_t i = 0; i < a->n; i++)
-		if (!strcmp(rs->digest, a->digests[i]))
+		if (!strcmp(rs->digest, a->done[i].digest))
 			manager_emit(a->m, EVENT_NORMAL, "Pulled", key, rs->digest, 0, NULL,
-				     "Image \"%s\", started lazily, is complete: every layer "
-				     "fetched and verified",
-				     key);
+				     "Image \"%s\", started lazily, is complete in %.3fs: every "
+				     "layer fetched and verified. Image size: %llu bytes.",
+				     key, a->done[i].seconds, (unsigned long long)a->done[i].size);
 	return 0;
 }
 
@@ -504,8 +512,8 @@ static void announce_complete(struct manager *m)
 	strmap_foreach(m->refs, announce_ref, &a);
 	pthread_mutex_unlock(&m->lock);
 	for (size_t i = 0; i < a.n; i++)
-		free(a.digests[i]);
-	free(a.digests);
+		free(a.done[i].digest);
+	free(a.done);
 }
 
 static void *complete_thread(void *arg)

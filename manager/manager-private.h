@@ -42,6 +42,7 @@ struct image_content {
 	/* lazy layers are left to complete; the Pulled event is due when
 	 * they are (manager.content_lock) */
 	bool lazy_pending;
+	double loaded_s; /* manager_now_f() when loaded */
 };
 
 /* One name of an image: images/<reference>/ as the kernel knows it.  A few

@@ -3,6 +3,7 @@
 
     slowproxy.py --upstream HOST:PORT --port-file FILE [--log FILE]
                  [--delay ERE=SECONDS]... [--gate ERE=PATH]...
+                 [--rate ERE=BYTES_PER_SECOND]...
 
 Listens on a free loopback port (written to FILE once it listens) and
 forwards every request to the upstream registry, streaming the answer back.
@@ -11,6 +12,8 @@ Each rule's ERE is searched in "METHOD PATH" of a request, followed by
 
   --delay ERE=SECONDS  answer a matching request only after SECONDS
   --gate ERE=PATH      answer a matching request only once PATH exists
+  --rate ERE=BPS       send the body of a matching request's answer at
+                       about BPS bytes per second
 
 so a test can make a pull slow, or stop it at a known point and let it go
 on when it chooses.  --log gets one line per request when it arrives
@@ -75,6 +78,7 @@ class Proxy(http.server.BaseHTTPRequestHandler):
             # rules see the range too: "GET /path bytes=A-B"
             what += " " + self.headers.get("Range")
         self.hold(what)
+        rate = next((bps for rx, bps in cfg.rates if rx.search(what)), 0)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
         # a header given several times (podman's Accept) is joined, as
@@ -105,9 +109,11 @@ class Proxy(http.server.BaseHTTPRequestHandler):
         try:
             if self.command != "HEAD":
                 while True:
-                    data = resp.read(65536)
+                    data = resp.read(16384 if rate else 65536)
                     if not data:
                         break
+                    if rate:
+                        time.sleep(len(data) / rate)
                     if chunked:
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                     else:
@@ -146,8 +152,10 @@ def main():
                     type=lambda t: rule(t, float))
     ap.add_argument("--gate", action="append", default=[],
                     type=lambda t: rule(t, str))
+    ap.add_argument("--rate", action="append", default=[],
+                    type=lambda t: rule(t, float))
     cfg = ap.parse_args()
-    cfg.delays, cfg.gates = cfg.delay, cfg.gate
+    cfg.delays, cfg.gates, cfg.rates = cfg.delay, cfg.gate, cfg.rate
     cfg.log_lock = threading.Lock()
     cfg.log = open(cfg.log, "a") if cfg.log else None
     srv = Server(("127.0.0.1", 0), Proxy)

@@ -31,6 +31,12 @@ void pull_usage(FILE *f)
 	      "while downloading) and one \"REFERENCE: done DIGEST SIZE in TIME\" line per\n"
 	      "image.\n"
 	      "\n"
+	      "An image the daemon starts lazily (eStargz, zstd:chunked) is usable as\n"
+	      "soon as its tables of contents are in; pull waits until the background\n"
+	      "completion has fetched and verified all of it (state \"completing\", with\n"
+	      "the bytes local of the total), and fails with EIO when that completion\n"
+	      "stopped.\n"
+	      "\n"
 	      "With --background, the daemon is asked over the control socket to pull\n"
 	      "each image and the command returns at once, printing \"REFERENCE: present\"\n"
 	      "or \"REFERENCE: pulling\": such a pull completes even though no process\n"
@@ -133,6 +139,7 @@ int cmd_pull(int argc, char **argv)
 			j->phase = JOB_DONE;
 			j->err = r;
 			j->reported = true;
+			j->settled = true;
 			continue;
 		}
 		if (asprintf(&j->path, "%s/images/%s", mount_dir(), j->reference) < 0) {
@@ -178,6 +185,14 @@ int cmd_pull(int argc, char **argv)
 				all_done = false;
 				if (st)
 					job_update(j, st, now);
+			} else if (!j->settled) {
+				/* looked up: a lazy image is waited for until
+				 * it is complete */
+				if (j->err || !j->path)
+					j->settled = true;
+				else if (st)
+					job_follow_completion(j, st, now);
+				all_done = all_done && j->settled;
 			}
 		}
 		if (all_done)
@@ -189,8 +204,9 @@ int cmd_pull(int argc, char **argv)
 		/* Wait up to 200 ms, returning early if all finished. */
 		for (int k = 0; k < 20; k++) {
 			bool any_running = false;
+			/* (a completion is followed at the next poll) */
 			for (size_t i = 0; i < n; i++)
-				if (__atomic_load_n(&jobs[i].phase, __ATOMIC_ACQUIRE) != JOB_DONE)
+				if (!job_over(&jobs[i]))
 					any_running = true;
 			if (!any_running)
 				break;

@@ -13,7 +13,9 @@ void status_usage(FILE *f)
 	      "\n"
 	      "Show the state of the daemon: pulls in flight with their progress (state\n"
 	      "waiting, resolving or downloading; bytes and layers done; processes\n"
-	      "waiting for them), references in back-off with the time left and the\n"
+	      "waiting for them), images started lazily that are not complete yet (the\n"
+	      "compressed bytes local of their total, and whether their background\n"
+	      "completion runs), references in back-off with the time left and the\n"
 	      "error that put them there, queue lengths, and cache usage with the\n"
 	      "garbage collection thresholds.  Reads MOUNT/.pullfs/status.\n"
 	      "\n"
@@ -31,8 +33,8 @@ int cmd_status(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	_cleanup_json_ json_t *st = NULL;
-	_cleanup_table_ struct table *pt = NULL, *bt = NULL;
-	const json_t *q, *cache, *objs, *pulls, *backoff, *e;
+	_cleanup_table_ struct table *pt = NULL, *bt = NULL, *lt = NULL;
+	const json_t *q, *cache, *objs, *pulls, *backoff, *images, *e;
 	char a[32], b[32], d[32];
 	bool json = false;
 	size_t i;
@@ -124,6 +126,31 @@ int cmd_status(int argc, char **argv)
 		}
 		table_print(pt, stdout);
 	}
+
+	images = json_object_get(st, "images");
+	lt = table_new(3, "", "", "");
+	if (!lt)
+		return EXIT_FAILED;
+	table_add(lt, (const char *const[]){ "REFERENCE", "LOCAL", "COMPLETION" });
+	json_array_foreach(images, i, e)
+	{
+		char local[96];
+		double total = jnum(e, "bytes_total");
+
+		if (!json_is_false(json_object_get(e, "complete")))
+			continue;
+		format_size(jnum(e, "bytes_local"), a, sizeof(a));
+		format_size(total, b, sizeof(b));
+		snprintf(local, sizeof(local), "%s / %s (%.0f%%)", a, b,
+			 total > 0 ? 100.0 * jnum(e, "bytes_local") / total : 0.0);
+		table_add(lt, (const char *const[]){ jstr(e, "reference"), local,
+						     json_is_true(json_object_get(e, "completing"))
+							     ? "running"
+							     : "stopped" });
+	}
+	printf("\nLazy images not complete:%s\n", lt->nrows > 1 ? "" : " none");
+	if (lt->nrows > 1)
+		table_print(lt, stdout);
 
 	backoff = json_object_get(st, "backoff");
 	printf("\nBack-off:%s\n", json_array_size(backoff) ? "" : " none");

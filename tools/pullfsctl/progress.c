@@ -62,6 +62,45 @@ void job_update(struct job *j, const json_t *status, double now)
 	}
 }
 
+void job_follow_completion(struct job *j, const json_t *status, double now)
+{
+	const json_t *im = status_entry(status, "images", j->reference);
+	double local;
+
+	if (j->err || !im || !json_is_false(json_object_get(im, "complete"))) {
+		j->settled = true;
+		return;
+	}
+	if (!json_is_true(json_object_get(im, "completing"))) {
+		j->err = -EIO;
+		j->reported = true;
+		j->settled = true;
+		j->finished = now;
+		err_msg("pull %s: %s: the background completion of the image stopped before it "
+			"was complete (see LazyFetchFailed in the events log); its files are "
+			"fetched when read",
+			j->reference, errno_name(j->err));
+		return;
+	}
+	local = jnum(im, "bytes_local");
+	if (strcmp(j->state, "completing")) {
+		snprintf(j->state, sizeof(j->state), "%s", "completing");
+		j->rate_bytes = local;
+		j->rate_time = now;
+		j->rate = 0;
+	} else if (now - j->rate_time >= 0.5) {
+		double r = (local - j->rate_bytes) / (now - j->rate_time);
+		j->rate = j->rate > 0 ? 0.5 * j->rate + 0.5 * r : r;
+		j->rate_bytes = local;
+		j->rate_time = now;
+	}
+	j->seen = true;
+	j->bytes_done = local;
+	j->bytes_total = jnum(im, "bytes_total");
+	j->layers_total = 0;
+	j->finished = now;
+}
+
 static int terminal_columns(void)
 {
 	struct winsize ws;
@@ -85,7 +124,8 @@ static void job_progress_text(const struct job *j, bool bar, int bar_width, char
 	if (j->layers_total > 0)
 		snprintf(layers, sizeof(layers), "layers %.0f/%.0f", j->layers_done,
 			 j->layers_total);
-	if (strcmp(j->state, "downloading") || j->bytes_total <= 0) {
+	if ((strcmp(j->state, "downloading") && strcmp(j->state, "completing")) ||
+	    j->bytes_total <= 0) {
 		snprintf(buf, len, "%s%s%s", j->state, layers[0] ? "  " : "", layers);
 		return;
 	}
@@ -141,7 +181,7 @@ void draw_tty(struct job *jobs, size_t n, const json_t *status, size_t *drawn)
 		char text[512], ref[256];
 		size_t rl = strlen(j->reference);
 
-		if (__atomic_load_n(&j->phase, __ATOMIC_ACQUIRE) == JOB_DONE)
+		if (job_over(j))
 			job_result_text(j, status, text, sizeof(text));
 		else
 			job_progress_text(j, true, MAX(10, cols - (int)refw - 60), text,
@@ -153,10 +193,7 @@ void draw_tty(struct job *jobs, size_t n, const json_t *status, size_t *drawn)
 		/* Progress is cut to the width so that redrawing stays in
 		 * place; a final result is printed whole. */
 		printf("\r\033[K%-*s  %.*s\n", (int)refw, ref,
-		       __atomic_load_n(&j->phase, __ATOMIC_ACQUIRE) == JOB_DONE
-			       ? (int)sizeof(text)
-			       : MAX(0, cols - (int)refw - 3),
-		       text);
+		       job_over(j) ? (int)sizeof(text) : MAX(0, cols - (int)refw - 3), text);
 	}
 	*drawn = n;
 	fflush(stdout);
@@ -169,7 +206,7 @@ void draw_plain(struct job *jobs, size_t n, double now)
 		char text[512];
 		bool changed;
 
-		if (!j->seen || __atomic_load_n(&j->phase, __ATOMIC_ACQUIRE) == JOB_DONE)
+		if (!j->seen || job_over(j))
 			continue;
 		changed = strcmp(j->state, j->printed_state) || j->layers_done != j->printed_layers;
 		if (!changed && now - j->printed_time < 5)

@@ -160,7 +160,20 @@ struct job {
 	char printed_state[16];
 	double printed_layers, printed_time;
 	bool reported;
+	/* main thread: the lookup returned and the image is whole (or the
+	 * lookup failed); until then a lazily started image is completing */
+	bool settled;
 };
+
+/* Whether the job is over: looked up and, for a lazy image, complete. */
+static inline bool job_over(const struct job *j)
+{
+	return __atomic_load_n(&j->phase, __ATOMIC_ACQUIRE) == JOB_DONE && j->settled;
+}
+/* After the lookup: follows the completion of a lazily started image in
+ * the status document; settles the job once the image is complete, or
+ * fails it (-EIO) when its completion stopped. */
+void job_follow_completion(struct job *j, const json_t *status, double now);
 
 /* The thread of a job: stat(2) of its path, which pulls the image. */
 void *job_run(void *p);

@@ -1,0 +1,155 @@
+#!/bin/bash
+# Lazy images, what follows the lookup: the status shows the bytes local of
+# the total per image; kill -9 of the daemon during the background
+# completion, then a restart: the image is served from what is local, the
+# completion resumes and ends with the exact tree and a Pulled event;
+# `pullfsctl pull` of a lazily started image waits until it is complete;
+# a second zstd:chunked image sharing a file with the first links it from
+# the content store instead of fetching it (a partial pull).
+. "$(dirname "$0")/lib.sh"
+. "$INTEGRATION_DIR/images.sh"
+
+need_root
+need_fuse
+need_cmd umoci skopeo
+start_registry
+
+# Two images of one layer each: share-a holds big (shared) and six files of
+# its own, share-b big and one file of its own.  Random bytes: the blobs
+# are as large as the files.
+head -c 3145728 /dev/urandom >"$WORK/big"
+build_share() {
+    local name=$1 out=$WORK/layout-$1 st=$WORK/stage-$1
+    shift
+    umoci init --layout "$out"
+    umoci new --image "$out:1"
+    mkdir -p "$st/data" "$st/etc"
+    cp "$WORK/big" "$st/data/big"
+    echo "$name" >"$st/etc/name"
+    for f in "$@"; do head -c "${f#*=}" /dev/urandom >"$st/data/${f%=*}"; done
+    LAYER_TIME='2021-01-01 00:00:00 UTC' _tar_layer "$st" "$WORK/$name.tar"
+    _add_layer "$out:1" "$WORK/$name.tar" "$name"
+    umoci unpack --image "$out:1" "$WORK/bundle-$name" >/dev/null
+    _skopeo copy --dest-decompress "oci:$out:1" "dir:$WORK/plain-$name"
+    _skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd:chunked \
+        "dir:$WORK/plain-$name" "docker://$REGISTRY/test/$name:1"
+}
+build_share share-a a1=1048576 a2=1048576 a3=1048576 a4=1048576 a5=1048576 a6=1048576
+build_share share-b b1=102400
+layer_of() { registry_manifest "test/$1:1" | py -c 'import json,sys; print(json.load(sys.stdin)["layers"][0]["digest"])'; }
+layer_a=$(layer_of share-a)
+layer_b=$(layer_of share-b)
+
+# Every blob request waits for $WORK/open, the whole layer blob of share-a
+# (the background completion) for $WORK/whole too, and comes at 1.5 MB/s.
+touch "$WORK/open"
+start_slowproxy --gate "GET /v2/test/share-[ab]/blobs/=$WORK/open" \
+    --gate "GET /v2/test/share-a/blobs/$layer_a\$=$WORK/whole" \
+    --rate "GET /v2/test/share-a/blobs/$layer_a\$=1500000"
+img() { echo "$MNT/images/$PROXY/test/$1"; }
+# status_of REF FIELD: FIELD of the image in .pullfs/status
+status_of() {
+    py - "$MNT/.pullfs/status" "$PROXY/test/$1" "$2" <<'PY'
+import json, sys
+for i in json.load(open(sys.argv[1]))["images"]:
+    if i["reference"] == sys.argv[2]:
+        v = i[sys.argv[3]]
+        print(str(v).lower() if isinstance(v, bool) else v)
+PY
+}
+metric() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.pullfs/metrics"; }
+mount_pullfs --insecure-registry "$PROXY"
+
+# Looked up: usable, not complete, its completion running.
+ls "$(img share-a:1)" >/dev/null || fail "lookup of share-a:1"
+assert_eq false "$(status_of share-a:1 complete)" "share-a complete after the lookup"
+assert_eq true "$(status_of share-a:1 completing)" "share-a completing after the lookup"
+total=$(status_of share-a:1 bytes_total)
+local0=$(status_of share-a:1 bytes_local)
+log "after the lookup: $local0 of $total bytes local"
+[ "$local0" -lt "$((total / 10))" ] || fail "after the lookup $local0 of $total bytes are local"
+"$PULLFSCTL" -m "$MNT" status >"$WORK/status.txt" || fail "pullfsctl status"
+grep -E "test/share-a:1 +[0-9.]+ ?[KMG]?i?B / [0-9.]+ ?[KMG]?i?B \([0-9]+%\) +running" "$WORK/status.txt" >/dev/null ||
+    fail "pullfsctl status does not show share-a being completed: $(cat "$WORK/status.txt")"
+
+# A read fetches its file: the bytes local grow, the histogram counts it.
+cmp "$WORK/bundle-share-a/rootfs/data/a1" "$(img share-a:1)/data/a1" || fail "data/a1"
+local1=$(status_of share-a:1 bytes_local)
+[ "$local1" -gt "$((local0 + 1000000))" ] || fail "reading 1 MiB took local bytes from $local0 to $local1"
+[ "$(metric pullfs_lazy_fetch_duration_seconds_count)" -ge 1 ] ||
+    fail "no fetch in the latency histogram: $(grep duration "$MNT/.pullfs/metrics")"
+py "$INTEGRATION_DIR/promcheck.py" "$MNT/.pullfs/metrics" pullfs_lazy_fetch_duration_seconds_bucket \
+    pullfs_lazy_background_bytes_total pullfs_lazy_saved_bytes_total || fail "metrics exposition"
+
+# The completion streams the blob; kill -9 once it wrote 2 MB of it.
+touch "$WORK/whole"
+streamed() {
+    local n
+    n=$(status_of share-a:1 bytes_local)
+    [ "$n" -ge "$((local1 + 2000000))" ] && killed_at=$n
+}
+wait_for 60 streamed || fail "the completion did not write 2 MB: $(status_of share-a:1 bytes_local) of $total"
+kill -KILL "$PULLFS_PID"
+wait_for 20 _pid_gone "$PULLFS_PID" || fail "pullfs survived SIGKILL"
+wait "$PULLFS_PID" || true
+PULLFS_PID=
+[ "$killed_at" -lt "$total" ] || fail "the completion ended before the kill"
+log "killed with $killed_at of $total bytes local"
+
+# Restarted with the registry held: what is local is served, nothing of it
+# was lost, and the image is not complete.
+rm "$WORK/open"
+mount_pullfs --insecure-registry "$PROXY" --pull-policy if-not-present
+answers() { [ "$(errno_of "$MNT/images")" = OK ]; }
+wait_for 30 answers || fail "$MNT/images does not answer after the restart"
+local2=$(status_of share-a:1 bytes_local)
+[ "$local2" -ge "$killed_at" ] && [ "$local2" -lt "$total" ] ||
+    fail "after the restart $local2 bytes local, $killed_at before the kill, of $total"
+timeout 60 cmp "$WORK/bundle-share-a/rootfs/data/a1" "$(img share-a:1)/data/a1" ||
+    fail "data/a1 from what is local after the restart"
+
+# pullfsctl pull waits for the completion, which waits for the registry.
+"$PULLFSCTL" -m "$MNT" pull --plain "$PROXY/test/share-a:1" >"$WORK/pull.out" 2>"$WORK/pull.err" &
+puller=$!
+track_pid "$puller"
+completing() { grep -q "share-a:1: completing" "$WORK/pull.out"; }
+wait_for 30 completing || fail "pullfsctl pull shows no completion: $(cat "$WORK/pull.out" "$WORK/pull.err")"
+! _pid_gone "$puller" || fail "pullfsctl pull ended before the image was complete: $(cat "$WORK/pull.out")"
+assert_eq false "$(status_of share-a:1 complete)" "share-a complete with the registry held"
+touch "$WORK/open"
+wait_for 120 _pid_gone "$puller" || fail "pullfsctl pull did not end once the registry was back"
+rc=0
+wait "$puller" || rc=$?
+assert_eq 0 "$rc" "pullfsctl pull's exit status ($(cat "$WORK/pull.err"))"
+grep -q "share-a:1: done" "$WORK/pull.out" || fail "pullfsctl pull output: $(cat "$WORK/pull.out")"
+assert_eq true "$(status_of share-a:1 complete)" "share-a complete after pullfsctl pull"
+assert_eq "$total" "$(status_of share-a:1 bytes_local)" "bytes local of share-a once complete"
+d=$CACHE/layers/${layer_a#sha256:}
+[ ! -e "$d/lazy" ] && ! ls "$d"/p.* >/dev/null 2>&1 || fail "layer of share-a left partial: $(ls "$d")"
+assert_tree_eq "$WORK/bundle-share-a/rootfs" "$(img share-a:1)"
+assert_eq 1 "$(event_count_msg Pulled "$PROXY/test/share-a:1" "is complete in ")" "Pulled events at completion"
+event_fields Pulled "$PROXY/test/share-a:1" message | grep "is complete" | grep -q "Image size: [0-9]* bytes" ||
+    fail "the Pulled event at completion has no image size"
+[ "$(metric pullfs_lazy_background_bytes_total)" -gt 0 ] || fail "no background bytes counted"
+
+# share-b: its big file is in the content store, linked and not fetched;
+# the rest comes by range, its blob is never fetched whole.
+mark=$(grep -c "^range GET /v2/test/share-b/" "$PROXY_LOG" || true)
+ls "$(img share-b:1)" >/dev/null || fail "lookup of share-b:1"
+wait_event PartialPull "$PROXY/test/share-b:1"
+saved=$(event_fields PartialPull "$PROXY/test/share-b:1" bytes_saved)
+[ "$saved" -gt 3000000 ] || fail "share-b saved $saved bytes"
+after_lookup=$(grep -c "^range GET /v2/test/share-b/" "$PROXY_LOG" || true)
+cmp "$WORK/big" "$(img share-b:1)/data/big" || fail "share-b data/big"
+assert_eq "$after_lookup" "$(grep -c "^range GET /v2/test/share-b/" "$PROXY_LOG" || true)" \
+    "range requests of share-b for a file in the content store"
+log "share-b: lookup made $((after_lookup - mark)) range requests, $saved bytes saved"
+[ "$(metric pullfs_lazy_saved_bytes_total)" -ge "$saved" ] || fail "saved bytes not in the metrics"
+b_complete() { [ "$(status_of share-b:1 complete)" = true ]; }
+wait_for 60 b_complete || fail "share-b not completed: $(status_of share-b:1 bytes_local)"
+# (each request has a "request" line, a Range request a "range" line too)
+assert_eq "$(proxy_count range "GET /v2/test/share-b/blobs/$layer_b ")" \
+    "$(proxy_count request "GET /v2/test/share-b/blobs/$layer_b\$")" "share-b's layer: requests that were not for a range"
+assert_tree_eq "$WORK/bundle-share-b/rootfs" "$(img share-b:1)"
+unmount_pullfs
+log "PASS"
