@@ -141,6 +141,9 @@ static const struct opt options[] = {
 	  .help = "auto: eStargz and zstd:chunked layers are published from their table of "
 		  "contents and their files fetched when read; off: pulled whole before the "
 		  "lookup returns" },
+	{ "lazy-rule", 0, KIND_LIST, EVERYWHERE, AT(mo.lazy_rules), AT(mo.n_lazy_rules),
+	  .arg = "PATTERN=MODE",
+	  .help = "--lazy MODE for references matching the glob PATTERN; the first match wins" },
 	{ "max-parallel-pulls", 0, KIND_UINT, EVERYWHERE, AT(mo.max_parallel_pulls), .min = 1,
 	  .max = 64, .def = "1: serialised", .help = "images pulled at once" },
 	{ "max-names-per-user", 0, KIND_UINT, EVERYWHERE, AT(mo.max_names_per_user), .min = 1,

@@ -137,6 +137,7 @@ struct manager {
 	struct events *events;
 	struct registry *registry;
 	struct policy *policy;
+	struct policy *lazy_rules; /* values: enum lazy_mode */
 	struct backoff *backoff;
 	struct throttle *throttle;
 	struct puller *puller;

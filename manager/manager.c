@@ -190,6 +190,15 @@ static int setup_ensure(struct manager *m, const struct manager_options *opts, c
 			return r;
 		}
 	}
+	r = policy_new(&m->lazy_rules);
+	for (size_t i = 0; r == 0 && i < opts->n_lazy_rules; i++) {
+		r = policy_add_rule_parsed(m->lazy_rules, opts->lazy_rules[i], lazy_mode_parse);
+		if (r < 0)
+			snprintf(errbuf, errlen, "invalid lazy rule \"%s\" (want PATTERN=auto|off)",
+				 opts->lazy_rules[i]);
+	}
+	if (r < 0)
+		return r;
 	r = backoff_new(
 		&(struct backoff_options){
 			.initial_ns = (int64_t)(opts->backoff_initial_s ?: 10) * CLOCK_NS_PER_SEC,
@@ -244,6 +253,8 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 	m->opts = *opts;
 	m->opts.policy_rules = NULL;
 	m->opts.n_policy_rules = 0;
+	m->opts.lazy_rules = NULL;
+	m->opts.n_lazy_rules = 0;
 	m->clock = opts->clock ? opts->clock : clock_monotonic();
 	m->opts.pins = NULL;
 	m->opts.n_pins = 0;
@@ -408,6 +419,7 @@ void manager_free(struct manager *m)
 	puller_free(m->puller);
 	backoff_free(m->backoff);
 	policy_free(m->policy);
+	policy_free(m->lazy_rules);
 	registry_free(m->registry);
 	events_close(m->events);
 	cache_close(m->cache);

@@ -46,6 +46,10 @@ struct manager_options {
 	/* --lazy off: eStargz and zstd:chunked layers pulled whole too
 	 * (lazy.h) */
 	bool no_lazy;
+	/* Per-reference lazy rules, "PATTERN=auto|off" (policy.h); they win
+	 * over no_lazy. */
+	const char *const *lazy_rules;
+	size_t n_lazy_rules;
 	unsigned max_parallel_pulls; /* 0: 1, serialised like the kubelet */
 	unsigned max_queued_pulls;   /* waiters for a pull slot or a token; 0: 100 */
 	/* Limits per user other than root (users.c). */

@@ -10,7 +10,7 @@
 
 struct rule {
 	char *pattern;
-	enum pull_policy policy;
+	int value; /* enum pull_policy, or the setting's own */
 };
 
 struct policy {
@@ -66,11 +66,21 @@ void policy_free(struct policy *p)
 	free(p);
 }
 
-int policy_add(struct policy *p, const char *pattern, enum pull_policy pp)
+static int pull_policy_value(const char *s, int *ret)
+{
+	enum pull_policy pp;
+	int r = pull_policy_parse(s, &pp);
+
+	if (r == 0)
+		*ret = (int)pp;
+	return r;
+}
+
+static int rule_append(struct policy *p, const char *pattern, int value)
 {
 	_cleanup_free_ char *copy = NULL;
 
-	if (!*pattern || (pp != PULL_ALWAYS && pp != PULL_IF_NOT_PRESENT && pp != PULL_NEVER))
+	if (!*pattern || value == 0)
 		return -EINVAL;
 	copy = strdup(pattern);
 	if (!copy)
@@ -84,16 +94,23 @@ int policy_add(struct policy *p, const char *pattern, enum pull_policy pp)
 		p->rules = r;
 		p->allocated = n;
 	}
-	p->rules[p->n_rules++] = (struct rule){ TAKE_PTR(copy), pp };
+	p->rules[p->n_rules++] = (struct rule){ TAKE_PTR(copy), value };
 	return 0;
 }
 
-int policy_add_spec(struct policy *p, const char *spec)
+int policy_add(struct policy *p, const char *pattern, enum pull_policy pp)
+{
+	if (pp != PULL_ALWAYS && pp != PULL_IF_NOT_PRESENT && pp != PULL_NEVER)
+		return -EINVAL;
+	return rule_append(p, pattern, (int)pp);
+}
+
+static int add_spec(struct policy *p, const char *spec, policy_value_parse_fn *parse)
 {
 	static const char blanks[] = " \t\r\n";
 	_cleanup_free_ char *buf = strdup(spec);
 	char *save = NULL, *pattern, *name;
-	enum pull_policy pp;
+	int value;
 
 	if (!buf)
 		return -ENOMEM;
@@ -101,21 +118,42 @@ int policy_add_spec(struct policy *p, const char *spec)
 	name = pattern ? strtok_r(NULL, blanks, &save) : NULL;
 	if (!name || strtok_r(NULL, blanks, &save))
 		return -EINVAL;
-	if (pull_policy_parse(name, &pp) < 0)
+	if (parse(name, &value) < 0)
 		return -EINVAL;
-	return policy_add(p, pattern, pp);
+	return rule_append(p, pattern, value);
+}
+
+int policy_add_spec(struct policy *p, const char *spec)
+{
+	return add_spec(p, spec, pull_policy_value);
+}
+
+int policy_add_rule_parsed(struct policy *p, const char *rule, policy_value_parse_fn *parse)
+{
+	const char *eq = strrchr(rule, '=');
+	int value;
+
+	if (eq && eq != rule && parse(eq + 1, &value) == 0) {
+		_cleanup_free_ char *pattern = strndup(rule, (size_t)(eq - rule));
+		return pattern ? rule_append(p, pattern, value) : -ENOMEM;
+	}
+	return add_spec(p, rule, parse);
 }
 
 int policy_add_rule(struct policy *p, const char *rule)
 {
-	const char *eq = strrchr(rule, '=');
-	enum pull_policy pp;
+	return policy_add_rule_parsed(p, rule, pull_policy_value);
+}
 
-	if (eq && eq != rule && pull_policy_parse(eq + 1, &pp) == 0) {
-		_cleanup_free_ char *pattern = strndup(rule, (size_t)(eq - rule));
-		return pattern ? policy_add(p, pattern, pp) : -ENOMEM;
-	}
-	return policy_add_spec(p, rule);
+int lazy_mode_parse(const char *s, int *ret)
+{
+	if (!strcmp(s, "auto"))
+		*ret = LAZY_MODE_AUTO;
+	else if (!strcmp(s, "off"))
+		*ret = LAZY_MODE_OFF;
+	else
+		return -EINVAL;
+	return 0;
 }
 
 size_t policy_count(const struct policy *p)
@@ -123,14 +161,19 @@ size_t policy_count(const struct policy *p)
 	return p ? p->n_rules : 0;
 }
 
-enum pull_policy policy_match(const struct policy *p, const char *canonical)
+int policy_match_value(const struct policy *p, const char *canonical)
 {
 	if (!p)
-		return PULL_POLICY_UNSET;
+		return 0;
 	for (size_t i = 0; i < p->n_rules; i++)
 		if (fnmatch(p->rules[i].pattern, canonical, 0) == 0)
-			return p->rules[i].policy;
-	return PULL_POLICY_UNSET;
+			return p->rules[i].value;
+	return 0;
+}
+
+enum pull_policy policy_match(const struct policy *p, const char *canonical)
+{
+	return (enum pull_policy)policy_match_value(p, canonical);
 }
 
 enum pull_policy policy_default_for(const char *tag, const char *digest)

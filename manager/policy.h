@@ -13,7 +13,10 @@
  *     canonical reference always has a tag or a digest), and
  *     "127.0.0.1:5000/prod*" also matches ".../production/x:1".
  *
- * Rules are tried in the order they were added; the first match wins. */
+ * Rules are tried in the order they were added; the first match wins.
+ *
+ * The same tables, patterns and forms serve other per-reference settings
+ * (the lazy rules: PATTERN=auto|off), with values of their own. */
 #pragma once
 
 #include <stddef.h>
@@ -52,7 +55,27 @@ int policy_add_spec(struct policy *p, const char *spec);
  * form policy_add_spec reads.  Returns 0, -EINVAL, -ENOMEM. */
 int policy_add_rule(struct policy *p, const char *rule);
 
+/* Rules of another setting, in the forms policy_add_rule reads: parse
+ * turns the VALUE text into a nonzero int (0 is "no rule"), or returns
+ * -EINVAL.  Returns 0, -EINVAL, -ENOMEM. */
+typedef int policy_value_parse_fn(const char *name, int *ret);
+int policy_add_rule_parsed(struct policy *p, const char *rule, policy_value_parse_fn *parse);
+
+/* Whether layers with a table of contents are published from it (lazy.h)
+ * for a reference: --lazy-rule PATTERN=auto|off, else --lazy. */
+enum lazy_mode {
+	LAZY_MODE_UNSET,
+	LAZY_MODE_AUTO,
+	LAZY_MODE_OFF,
+};
+/* "auto" or "off", for policy_add_rule_parsed.  Returns 0 or -EINVAL. */
+int lazy_mode_parse(const char *s, int *ret);
+
 size_t policy_count(const struct policy *p);
+
+/* The value of the first rule whose pattern matches canonical, or 0 when
+ * none does (or p is NULL). */
+int policy_match_value(const struct policy *p, const char *canonical);
 
 /* The policy of the first rule whose pattern matches canonical, or
  * PULL_POLICY_UNSET when none does (or p is NULL). */

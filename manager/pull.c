@@ -139,7 +139,9 @@ static int try_lazy(struct pull *p, const struct descriptor *d)
 	char err[256] = "";
 	int r;
 
-	if (m->opts.no_lazy)
+	int mode = policy_match_value(m->lazy_rules, p->canonical);
+
+	if (mode == LAZY_MODE_OFF || (mode == LAZY_MODE_UNSET && m->opts.no_lazy))
 		return 1;
 	r = toc_layer_from_descriptor(d, &src.tl, err, sizeof(err));
 	if (r == 0 && src.tl.format == TOC_NONE)

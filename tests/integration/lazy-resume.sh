@@ -5,7 +5,8 @@
 # completion resumes and ends with the exact tree and a Pulled event;
 # `pullfsctl pull` of a lazily started image waits until it is complete;
 # a second zstd:chunked image sharing a file with the first links it from
-# the content store instead of fetching it (a partial pull).
+# the content store instead of fetching it (a partial pull); --lazy-rule
+# decides per reference.
 . "$(dirname "$0")/lib.sh"
 . "$INTEGRATION_DIR/images.sh"
 
@@ -152,4 +153,21 @@ assert_eq "$(proxy_count range "GET /v2/test/share-b/blobs/$layer_b ")" \
     "$(proxy_count request "GET /v2/test/share-b/blobs/$layer_b\$")" "share-b's layer: requests that were not for a range"
 assert_tree_eq "$WORK/bundle-share-b/rootfs" "$(img share-b:1)"
 unmount_pullfs
+
+# Lazy rules per reference: with --lazy off, a rule makes share-b lazy
+# again, share-a is pulled whole; a rule that is not auto or off is
+# refused at start.
+CACHE=$WORK/cache-rules
+mount_pullfs --insecure-registry "$PROXY" --lazy off --lazy-rule "$PROXY/test/share-b:*=auto"
+ls "$(img share-a:1)" "$(img share-b:1)" >/dev/null || fail "lookups with lazy rules"
+[ -e "$CACHE/layers/${layer_b#sha256:}/toc" ] || fail "share-b was not published from its TOC"
+[ ! -e "$CACHE/layers/${layer_a#sha256:}/toc" ] || fail "share-a was published from its TOC with --lazy off"
+assert_tree_eq "$WORK/bundle-share-a/rootfs" "$(img share-a:1)"
+unmount_pullfs
+rc=0
+"$PULLFS" -f --cache "$WORK/cache-bad" --lazy-rule "$PROXY/*=sometimes" "$MNT" 2>"$WORK/bad.err" || rc=$?
+# (refused when the manager starts, as a bad pull policy rule: exit 1)
+assert_eq 1 "$rc" "exit status with a bad lazy rule ($(cat "$WORK/bad.err"))"
+! is_mounted "$MNT" || fail "mounted with a bad lazy rule"
+grep -q 'invalid lazy rule' "$WORK/bad.err" || fail "bad lazy rule message: $(cat "$WORK/bad.err")"
 log "PASS"

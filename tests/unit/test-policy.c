@@ -196,6 +196,27 @@ static void test_resolve_precedence(void **state)
 	policy_free(p);
 }
 
+/* Lazy rules: the same table and forms, values of their own. */
+static void test_lazy_rules(void **state)
+{
+	struct policy *p = NULL;
+
+	assert_int_equal(policy_new(&p), 0);
+	assert_int_equal(policy_add_rule_parsed(p, "127.0.0.1:5000/big/*=off", lazy_mode_parse), 0);
+	assert_int_equal(policy_add_rule_parsed(p, "*:dev auto", lazy_mode_parse), 0);
+	/* a pull policy is no lazy mode, nor the reverse */
+	assert_int_equal(policy_add_rule_parsed(p, "a/*=never", lazy_mode_parse), -EINVAL);
+	assert_int_equal(policy_add_rule_parsed(p, "=off", lazy_mode_parse), -EINVAL);
+	assert_int_equal(policy_add_rule_parsed(p, "x off extra", lazy_mode_parse), -EINVAL);
+	assert_int_equal(policy_add_rule(p, "a/*=off"), -EINVAL);
+	assert_int_equal(policy_count(p), 2);
+	assert_int_equal(policy_match_value(p, "127.0.0.1:5000/big/model:1"), LAZY_MODE_OFF);
+	assert_int_equal(policy_match_value(p, "127.0.0.1:5000/app:dev"), LAZY_MODE_AUTO);
+	assert_int_equal(policy_match_value(p, "127.0.0.1:5000/app:1"), LAZY_MODE_UNSET);
+	assert_int_equal(policy_match_value(NULL, "127.0.0.1:5000/app:1"), LAZY_MODE_UNSET);
+	policy_free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -207,6 +228,7 @@ int main(void)
 		cmocka_unit_test(test_add_spec),
 		cmocka_unit_test(test_add_rule),
 		cmocka_unit_test(test_resolve_precedence),
+		cmocka_unit_test(test_lazy_rules),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
