@@ -29,6 +29,21 @@ void *job_run(void *p)
 	return NULL;
 }
 
+/* The rate from bytes done, smoothed; restart: a new count begins. */
+static void job_rate(struct job *j, double done, double now, bool restart)
+{
+	if (restart || done < j->rate_bytes) {
+		j->rate_bytes = done;
+		j->rate_time = now;
+		j->rate = 0;
+	} else if (now - j->rate_time >= 0.5) {
+		double r = (done - j->rate_bytes) / (now - j->rate_time);
+		j->rate = j->rate > 0 ? 0.5 * j->rate + 0.5 * r : r;
+		j->rate_bytes = done;
+		j->rate_time = now;
+	}
+}
+
 void job_update(struct job *j, const json_t *status, double now)
 {
 	json_t *pulls = json_object_get(status, "pulls"), *p;
@@ -42,16 +57,7 @@ void job_update(struct job *j, const json_t *status, double now)
 		if (!ref || strcmp(ref, j->reference))
 			continue;
 		done = jnum(p, "bytes_done");
-		if (!j->seen || done < j->rate_bytes) {
-			j->rate_bytes = done;
-			j->rate_time = now;
-			j->rate = 0;
-		} else if (now - j->rate_time >= 0.5) {
-			double r = (done - j->rate_bytes) / (now - j->rate_time);
-			j->rate = j->rate > 0 ? 0.5 * j->rate + 0.5 * r : r;
-			j->rate_bytes = done;
-			j->rate_time = now;
-		}
+		job_rate(j, done, now, !j->seen);
 		j->seen = true;
 		snprintf(j->state, sizeof(j->state), "%s", state ? state : "pulling");
 		j->bytes_done = done;
@@ -83,17 +89,8 @@ void job_follow_completion(struct job *j, const json_t *status, double now)
 		return;
 	}
 	local = jnum(im, "bytes_local");
-	if (strcmp(j->state, "completing")) {
-		snprintf(j->state, sizeof(j->state), "%s", "completing");
-		j->rate_bytes = local;
-		j->rate_time = now;
-		j->rate = 0;
-	} else if (now - j->rate_time >= 0.5) {
-		double r = (local - j->rate_bytes) / (now - j->rate_time);
-		j->rate = j->rate > 0 ? 0.5 * j->rate + 0.5 * r : r;
-		j->rate_bytes = local;
-		j->rate_time = now;
-	}
+	job_rate(j, local, now, strcmp(j->state, "completing") != 0);
+	snprintf(j->state, sizeof(j->state), "%s", "completing");
 	j->seen = true;
 	j->bytes_done = local;
 	j->bytes_total = jnum(im, "bytes_total");
