@@ -781,7 +781,7 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 	const struct layer_index *li = l->toc->index;
 	struct pending *p = NULL;
 	size_t n = 0, cap = 0;
-	uint64_t missing = 0;
+	uint64_t missing = 0, chunks = 0;
 	bool all = true;
 	int r = 0;
 
@@ -795,6 +795,7 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 		if (r < 0)
 			break;
 		pthread_mutex_lock(&f->lock);
+		chunks += chunks_bytes(f->chunks, f->n);
 		for (size_t k = 0; k < f->n && !f->complete; k++) {
 			if (f->state[k] != CHUNK_MISSING)
 				continue;
@@ -814,8 +815,8 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 		pthread_mutex_unlock(&f->lock);
 	}
 	/* the whole blob, whose digest is then checked too, unless most of
-	 * it is here already: then the ranges below */
-	if (r == 0 && n > 0 && missing >= l->src.tl.blob_size / 2)
+	 * the files' bytes are here already: then the ranges below */
+	if (r == 0 && n > 0 && missing >= chunks / 2)
 		r = stream_blob(l, reg, p, n, cancel);
 	/* what the stream wrote, on stable storage at once rather than file
 	 * by file as each is finished */

@@ -117,8 +117,8 @@ void lazy_stats_metrics(const struct lazy_stats *stats, FILE *f);
  * reader ever waiting for it; what is left (chunks whose fetch by a reader
  * failed meanwhile) comes by range; every file is checked whole and made
  * an object, and the layer is marked complete (no "lazy" file).  When
- * less than half of the blob is missing (files found in the content store,
- * or read already), the rest comes by range instead of the whole blob:
+ * less than half of its files' compressed bytes is missing (files found in
+ * the content store, or read already), the rest comes by range instead:
  * every file is still checked against its digest in the verified TOC.  Stops
  * with -ECANCELED when *cancel becomes true.  Returns 0 or -errno. */
 int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel);
