@@ -23,6 +23,8 @@
 /* One Range request fetches at most this many compressed bytes of
  * adjacent missing chunks. */
 #define LAZY_RUN_MAX (4u << 20)
+/* ... in at most this many ranges (runs of chunks adjacent in the blob) */
+#define LAZY_RANGES_MAX 16
 
 enum { CHUNK_MISSING, CHUNK_FETCHING, CHUNK_PRESENT };
 
@@ -544,46 +546,135 @@ out:
 }
 
 /* Makes chunks a..b of f present; foreground: for a reader who waits. */
+/* A run of chunks adjacent in the blob, fetched as one range. */
+struct run {
+	size_t a, e;
+};
+
+struct runs_fetch {
+	struct membuf *bufs;
+};
+
+static int runs_sink(void *userdata, size_t index, const void *buf, size_t len)
+{
+	struct runs_fetch *rf = userdata;
+
+	return membuf_sink(&rf->bufs[index], buf, len);
+}
+
+/* Runs of f's chunks in one request (several ranges where the registry
+ * allows it), each chunk verified and written. */
+static int fetch_runs(struct lazy_layer *l, struct registry *reg, struct lazy_file *f,
+		      const struct run *runs, size_t n, bool foreground)
+{
+	struct registry_range rg[LAZY_RANGES_MAX];
+	struct membuf bufs[LAZY_RANGES_MAX] = { 0 };
+	struct runs_fetch rf = { .bufs = bufs };
+	struct error_detail rerr = { 0 };
+	uint64_t t0 = now_us(), bytes = 0;
+	void *dst = NULL;
+	int r = 0;
+
+	if (n == 1)
+		return fetch_run(l, reg, f, runs[0].a, runs[0].e, foreground);
+	for (size_t i = 0; i < n && r == 0; i++) {
+		const struct toc_chunk *first = &f->chunks[runs[i].a],
+				       *last = &f->chunks[runs[i].e];
+
+		rg[i] = (struct registry_range){ first->blob_offset, last->blob_offset +
+									     last->blob_length -
+									     first->blob_offset };
+		bufs[i].cap = rg[i].length;
+		bufs[i].data = malloc(rg[i].length);
+		if (!bufs[i].data)
+			r = -ENOMEM;
+	}
+	if (r == 0)
+		r = registry_get_blob_ranges(reg, l->src.domain, l->src.repo, l->blob_digest,
+					     l->src.tl.blob_size, rg, n, runs_sink, &rf, &rerr);
+	for (size_t i = 0; i < n && r == 0; i++) {
+		bytes += bufs[i].len;
+		if (bufs[i].len != rg[i].length)
+			r = -EBADMSG;
+	}
+	if (l->stats) {
+		atomic_fetch_add(&l->stats->fetches, 1);
+		if (r < 0)
+			atomic_fetch_add(&l->stats->failures, 1);
+		else
+			atomic_fetch_add(&l->stats->bytes, bytes);
+		if (r == 0 && !foreground)
+			atomic_fetch_add(&l->stats->background_bytes, bytes);
+		if (foreground)
+			lazy_stats_observe(l->stats, now_us() - t0);
+	}
+	for (size_t i = 0; i < n && r == 0; i++)
+		for (size_t k = runs[i].a; k <= runs[i].e && r == 0; k++)
+			r = write_chunk(l, f, k,
+					bufs[i].data + (f->chunks[k].blob_offset - rg[i].offset),
+					&dst, true);
+	for (size_t i = 0; i < n; i++)
+		free(bufs[i].data);
+	free(dst);
+	return r;
+}
+
+/* Makes chunks a..b of f present; foreground: for a reader who waits. */
 static int ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_file *f, size_t a,
 			 size_t b, bool foreground)
 {
+	struct run runs[LAZY_RANGES_MAX];
 	int r = 0;
 
 	pthread_mutex_lock(&f->lock);
 	while (!f->complete && f->n > 0) {
-		size_t k = a, e;
-		uint64_t run;
+		uint64_t total = 0;
+		bool others = false;
+		size_t n = 0;
 
-		while (k <= b && f->state[k] == CHUNK_PRESENT)
-			k++;
-		if (k > b)
-			break;
-		if (f->state[k] == CHUNK_FETCHING) {
+		/* claim the missing chunks one request can bring: runs of
+		 * chunks adjacent in the blob, several ranges at most
+		 * LAZY_RUN_MAX bytes in all; chunks another thread fetches
+		 * are waited for after */
+		for (size_t k = a; k <= b; k++) {
+			const struct toc_chunk *c = &f->chunks[k];
+
+			if (f->state[k] == CHUNK_PRESENT)
+				continue;
+			if (f->state[k] == CHUNK_FETCHING) {
+				others = true;
+				continue;
+			}
+			if (n > 0 && total + c->blob_length > LAZY_RUN_MAX)
+				break;
+			if (n > 0 && runs[n - 1].e == k - 1 &&
+			    c->blob_offset ==
+				    f->chunks[k - 1].blob_offset + f->chunks[k - 1].blob_length) {
+				runs[n - 1].e = k;
+			} else if (n < LAZY_RANGES_MAX) {
+				runs[n++] = (struct run){ k, k };
+			} else {
+				break;
+			}
+			f->state[k] = CHUNK_FETCHING;
+			total += c->blob_length;
+		}
+		if (n == 0) {
+			if (!others)
+				break;
 			pthread_cond_wait(&f->cond, &f->lock);
 			continue;
 		}
-		/* claim the missing chunks after k that the same request
-		 * can bring */
-		e = k;
-		run = f->chunks[k].blob_length;
-		while (e + 1 <= b && f->state[e + 1] == CHUNK_MISSING &&
-		       f->chunks[e + 1].blob_offset ==
-			       f->chunks[e].blob_offset + f->chunks[e].blob_length &&
-		       run + f->chunks[e + 1].blob_length <= LAZY_RUN_MAX) {
-			e++;
-			run += f->chunks[e].blob_length;
-		}
-		for (size_t j = k; j <= e; j++)
-			f->state[j] = CHUNK_FETCHING;
 		pthread_mutex_unlock(&f->lock);
 		if (foreground && l->stats)
 			atomic_fetch_add(&l->stats->foreground, 1);
-		r = fetch_run(l, reg, f, k, e, foreground);
+		r = fetch_runs(l, reg, f, runs, n, foreground);
 		if (foreground && l->stats)
 			atomic_fetch_sub(&l->stats->foreground, 1);
 		pthread_mutex_lock(&f->lock);
-		for (size_t j = k; j <= e; j++)
-			f->state[j] = r == 0 ? CHUNK_PRESENT : CHUNK_MISSING;
+		for (size_t i = 0; i < n; i++)
+			for (size_t j = runs[i].a; j <= runs[i].e; j++)
+				f->state[j] = r == 0 ? CHUNK_PRESENT : CHUNK_MISSING;
 		pthread_cond_broadcast(&f->cond);
 		if (r < 0)
 			break;

@@ -545,3 +545,85 @@ int registry_get_blob_range(struct registry *r, const char *domain, const char *
 	request_done(&q);
 	return k;
 }
+
+/* What one range of the fallback requests brings, to the caller's sink. */
+struct one_range {
+	registry_range_sink_fn sink;
+	void *userdata;
+	size_t index;
+};
+
+static int one_range_sink(void *userdata, const void *buf, size_t len)
+{
+	struct one_range *o = userdata;
+
+	return o->sink(o->userdata, o->index, buf, len);
+}
+
+int registry_get_blob_ranges(struct registry *r, const char *domain, const char *repo,
+			     const char *digest, uint64_t size, const struct registry_range *ranges,
+			     size_t n, registry_range_sink_fn sink, void *userdata,
+			     struct error_detail *err)
+{
+	_cleanup_free_ uint64_t *got = calloc(n ? n : 1, sizeof(*got));
+	_cleanup_free_ char *list = NULL;
+	struct request q = { .err = err,
+			     .kind = BODY_RANGES,
+			     .blob_size = size,
+			     .ranges = ranges,
+			     .n_ranges = n,
+			     .range_got = got,
+			     .range_sink = sink,
+			     .userdata = userdata };
+	size_t len = 0;
+	FILE *f;
+	int k;
+
+	if (!got)
+		return error_detail_set(err, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		if (ranges[i].length == 0 || ranges[i].offset > size ||
+		    ranges[i].length > size - ranges[i].offset ||
+		    (i > 0 && ranges[i].offset < ranges[i - 1].offset + ranges[i - 1].length))
+			return error_detail_set(err, -EINVAL,
+						"range %zu of %zu is empty, outside the blob or "
+						"out of order",
+						i, n);
+	if (n == 0)
+		return 0;
+	if (n == 1)
+		return registry_get_blob_range(r, domain, repo, digest, size, ranges[0].offset,
+					       ranges[0].length, one_range_sink,
+					       &(struct one_range){ sink, userdata, 0 }, err);
+	f = open_memstream(&list, &len);
+	if (!f)
+		return error_detail_set(err, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "%s%" PRIu64 "-%" PRIu64, i ? "," : "", ranges[i].offset,
+			ranges[i].offset + ranges[i].length - 1);
+	if (fclose(f) != 0 || !list)
+		return error_detail_set(err, -ENOMEM, "out of memory");
+	q.range_list = list;
+	q.size = 0;
+	for (size_t i = 0; i < n; i++)
+		q.size += ranges[i].length;
+	k = blob_run(r, &q, domain, repo, digest);
+	request_done(&q);
+	/* -EBADMSG with no callback's failure: blob_run's count, the answer
+	 * brought less than every range */
+	if (k < 0 && (k != -EBADMSG || q.failure < 0 || q.sink_failed))
+		return k;
+	/* what the answer did not bring (a registry that sends the first
+	 * range only, or refused a multipart answer), a request per range */
+	for (size_t i = 0; i < n; i++) {
+		if (got[i] == ranges[i].length)
+			continue;
+		k = registry_get_blob_range(r, domain, repo, digest, size,
+					    ranges[i].offset + got[i], ranges[i].length - got[i],
+					    one_range_sink,
+					    &(struct one_range){ sink, userdata, i }, err);
+		if (k < 0)
+			return k;
+	}
+	return 0;
+}

@@ -119,6 +119,30 @@ int registry_get_blob(struct registry *r, const char *domain, const char *repo, 
  * from the first byte not yet seen, like registry_get_blob.  Blocks.
  * Errors as registry_get_blob, plus -EINVAL for a range outside the
  * blob. */
+/* One range of a blob, for registry_get_blob_ranges(). */
+struct registry_range {
+	uint64_t offset;
+	uint64_t length;
+};
+
+/* Receives bytes of range index of a registry_get_blob_ranges() call. */
+typedef int (*registry_range_sink_fn)(void *userdata, size_t index, const void *buf, size_t len);
+
+/* GET of n ranges of the blob in one request ("Range: bytes=A-B,C-D"),
+ * where the registry allows it: its multipart/byteranges answer is split
+ * by part.  A registry that answers with one range (the first, or one
+ * covering several) or with the whole blob works too; what one request
+ * did not bring comes with a request per range (registry_get_blob_range).
+ * The ranges must be sorted by offset and not overlap, none empty.  sink
+ * gets the bytes of each range exactly once and in order (ranges may
+ * interleave only as they arrive).  Nothing is hashed.  Blocks.  Errors
+ * as registry_get_blob_range; -EBADMSG for a multipart answer that is not
+ * well formed. */
+int registry_get_blob_ranges(struct registry *r, const char *domain, const char *repo,
+			     const char *digest, uint64_t size, const struct registry_range *ranges,
+			     size_t n, registry_range_sink_fn sink, void *userdata,
+			     struct error_detail *err);
+
 int registry_get_blob_range(struct registry *r, const char *domain, const char *repo,
 			    const char *digest, uint64_t size, uint64_t offset, uint64_t length,
 			    registry_sink_fn sink, void *userdata, struct error_detail *err);

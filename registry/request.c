@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "digest.h"
@@ -124,6 +125,160 @@ static int body_sink(struct request *q, const struct transport_response *resp, c
 	return enough ? TRANSPORT_BODY_ENOUGH : TRANSPORT_BODY_MORE;
 }
 
+/* ---- several ranges ---------------------------------------------------- */
+
+/* Bytes [pos, pos + n) of the blob to the ranges they fall in: each
+ * range's bytes once and in order (what a retry sends again, and what
+ * lies past a gap, is left). */
+static int ranges_deliver(struct request *q, const struct transport_response *resp, uint64_t pos,
+			  const char *data, size_t n)
+{
+	uint64_t end = pos + n;
+	bool all = true;
+
+	for (size_t i = 0; i < q->n_ranges; i++) {
+		const struct registry_range *g = &q->ranges[i];
+		uint64_t want = g->offset + q->range_got[i];
+		uint64_t s = MAX(pos, want), e = MIN(end, g->offset + g->length);
+
+		if (s == want && s < e) {
+			int r = q->range_sink(q->userdata, i, data + (s - pos), (size_t)(e - s));
+
+			if (r < 0) {
+				q->sink_failed = true;
+				return error_detail_set_http(q->err, resp->status, r,
+							     "blob sink failed: %s", errno_name(r));
+			}
+			q->range_got[i] += e - s;
+			q->got += e - s;
+		}
+		all = all && q->range_got[i] == g->length;
+	}
+	return all ? TRANSPORT_BODY_ENOUGH : TRANSPORT_BODY_MORE;
+}
+
+/* How the answer comes: the parts of a multipart/byteranges (its
+ * boundary), one range from its Content-Range, or the whole blob. */
+static int ranges_start(struct request *q, const struct transport_response *resp)
+{
+	const char *ct = resp->content_type, *b;
+	size_t len;
+
+	q->stream_pos = 0;
+	q->mode = RANGES_STREAM;
+	if (resp->status != 206)
+		return 0; /* the blob from its first byte */
+	if (!ct || strncasecmp(ct, "multipart/byteranges", 20) != 0) {
+		if (resp->range_start < 0)
+			return error_detail_set_http(q->err, resp->status, -EBADMSG,
+						     "%s answers ranges with no Content-Range",
+						     resp->where);
+		q->stream_pos = (uint64_t)resp->range_start;
+		return 0;
+	}
+	b = strcasestr(ct, "boundary=");
+	if (b) {
+		b += 9;
+		if (*b == '"')
+			b++;
+		len = strcspn(b, "\"; \t");
+	}
+	if (!b || len == 0 || len >= sizeof(q->boundary) - 4)
+		return error_detail_set_http(
+			q->err, resp->status, -EBADMSG,
+			"%s answers with multipart ranges and no usable boundary", resp->where);
+	snprintf(q->boundary, sizeof(q->boundary), "--%.*s", (int)len, b);
+	q->mode = RANGES_PART_HEAD;
+	q->head_len = 0;
+	return 0;
+}
+
+/* A part's delimiter and headers are in q->head: where its bytes go. */
+static int ranges_part_begin(struct request *q, const struct transport_response *resp)
+{
+	const char *d = memmem(q->head, q->head_len, q->boundary, strlen(q->boundary)), *cr;
+	uint64_t a, b, total;
+
+	q->head[q->head_len] = '\0';
+	cr = strcasestr(q->head, "\ncontent-range:");
+	if (!d || !cr ||
+	    sscanf(cr + 15, " bytes %" SCNu64 "-%" SCNu64 "/%" SCNu64, &a, &b, &total) != 3 ||
+	    b < a || total != q->blob_size || b >= total)
+		return error_detail_set_http(q->err, resp->status, -EBADMSG,
+					     "%s sends a part of a multipart answer without a "
+					     "valid Content-Range",
+					     resp->where);
+	q->stream_pos = a;
+	q->part_left = b - a + 1;
+	q->mode = RANGES_PART_DATA;
+	return 0;
+}
+
+static int body_ranges(struct request *q, const struct transport_response *resp, const char *data,
+		       size_t n)
+{
+	size_t blen;
+	int r;
+
+	if (q->mode == RANGES_START) {
+		r = ranges_start(q, resp);
+		if (r < 0)
+			return r;
+	}
+	blen = strlen(q->boundary);
+	while (n > 0) {
+		size_t take;
+
+		switch (q->mode) {
+		case RANGES_STREAM:
+			r = ranges_deliver(q, resp, q->stream_pos, data, n);
+			q->stream_pos += n;
+			return r;
+		case RANGES_PART_DATA:
+			take = (size_t)MIN((uint64_t)n, q->part_left);
+			r = ranges_deliver(q, resp, q->stream_pos, data, take);
+			if (r < 0)
+				return r;
+			q->stream_pos += take;
+			q->part_left -= take;
+			data += take;
+			n -= take;
+			if (q->part_left == 0) {
+				q->mode = RANGES_PART_HEAD;
+				q->head_len = 0;
+			}
+			if (r == TRANSPORT_BODY_ENOUGH)
+				return r;
+			break;
+		case RANGES_PART_HEAD:
+			/* byte by byte: the part's data must not be taken
+			 * for headers */
+			if (q->head_len == RANGES_HEAD_MAX)
+				return error_detail_set_http(q->err, resp->status, -EBADMSG,
+							     "%s sends a multipart delimiter or "
+							     "headers over %d bytes",
+							     resp->where, RANGES_HEAD_MAX);
+			q->head[q->head_len++] = *data++;
+			n--;
+			if (q->head_len >= blen + 2 &&
+			    !memcmp(q->head + q->head_len - 2, "--", 2) &&
+			    !memcmp(q->head + q->head_len - blen - 2, q->boundary, blen)) {
+				q->mode = RANGES_END;
+			} else if (q->head_len >= 4 &&
+				   !memcmp(q->head + q->head_len - 4, "\r\n\r\n", 4)) {
+				r = ranges_part_begin(q, resp);
+				if (r < 0)
+					return r;
+			}
+			break;
+		case RANGES_END:
+		default:
+			return TRANSPORT_BODY_MORE; /* the epilogue */
+		}
+	}
+	return TRANSPORT_BODY_MORE;
+}
+
 static int request_body(void *userdata, const struct transport_response *resp, const void *data,
 			size_t n)
 {
@@ -136,6 +291,9 @@ static int request_body(void *userdata, const struct transport_response *resp, c
 		break;
 	case BODY_SINK:
 		r = body_sink(q, resp, data, n);
+		break;
+	case BODY_RANGES:
+		r = body_ranges(q, resp, data, n);
 		break;
 	case BODY_NONE:
 	default:
@@ -194,6 +352,8 @@ static void request_reset(struct request *q)
 	q->failure = 0;
 	q->length_seen = false;
 	q->skip = 0;
+	q->mode = RANGES_START;
+	q->head_len = 0;
 	q->retry_after_ms = -1;
 	q->have_challenge = false;
 	if (q->kind == BODY_BUFFER) {
@@ -270,6 +430,10 @@ int request_perform(const struct registry_transport *t, struct request *q, const
 		req.has_range = true;
 		req.range_start = q->offset + q->got;
 		req.range_end = q->ranged ? q->offset + q->size - 1 : TRANSPORT_RANGE_OPEN;
+	}
+	if (q->kind == BODY_RANGES) {
+		req.has_range = true;
+		req.range_list = q->range_list;
 	}
 	q->transport_r = t->perform(t, &req, &q->resp, q->err);
 	k = request_finish(q);

@@ -16,7 +16,19 @@ enum body_kind {
 	BODY_NONE,   /* HEAD: no body expected */
 	BODY_BUFFER, /* manifest or token: into buf, at most buf_max bytes */
 	BODY_SINK,   /* blob: counted, maybe hashed, and handed to sink */
+	BODY_RANGES, /* several ranges of a blob, each to range_sink */
 };
+
+/* BODY_RANGES: how the answer came, and where a multipart one stands. */
+enum ranges_mode {
+	RANGES_START,	  /* nothing seen yet */
+	RANGES_STREAM,	  /* a 200 (the blob) or a 206 of one range: bytes from stream_pos */
+	RANGES_PART_HEAD, /* multipart: reading a part's delimiter and headers */
+	RANGES_PART_DATA, /* multipart: part_left bytes of a part from stream_pos */
+	RANGES_END,	  /* multipart: the closing delimiter came */
+};
+
+#define RANGES_HEAD_MAX 1024 /* a part's delimiter and headers, at most */
 
 /* State of one request across its attempts (retries, resumes, the next
  * mirror).  Set up by the caller with designated initialisers; released
@@ -45,6 +57,20 @@ struct request {
 	bool ranged;
 	uint64_t got;	  /* bytes handed to the sink */
 	bool sink_failed; /* the sink said no: nothing is retried */
+
+	/* BODY_RANGES: the ranges (sorted, not overlapping), the bytes of
+	 * each handed to range_sink (in order, once), and the answer's
+	 * parsing state (reset with each attempt) */
+	const struct registry_range *ranges;
+	size_t n_ranges;
+	uint64_t *range_got;
+	registry_range_sink_fn range_sink;
+	enum ranges_mode mode;
+	uint64_t stream_pos, part_left;
+	char boundary[72];
+	const char *range_list; /* "A-B,C-D,...", the Range sent */
+	char head[RANGES_HEAD_MAX + 1];
+	size_t head_len;
 
 	/* Of the last attempt. */
 	struct transport_response resp;

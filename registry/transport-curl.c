@@ -337,7 +337,9 @@ static int call_setup(struct curl_call *cc, const struct curl_slist *headers)
 		SETOPT(c, CURLOPT_NOBODY, 1L);
 	if (strcmp(req->method, "POST") == 0)
 		SETOPT(c, CURLOPT_POSTFIELDS, req->post_fields ? req->post_fields : "");
-	if (req->has_range) {
+	if (req->has_range && req->range_list) {
+		SETOPT(c, CURLOPT_RANGE, req->range_list);
+	} else if (req->has_range) {
 		transport_range_format(req, range, sizeof(range));
 		SETOPT(c, CURLOPT_RANGE, range);
 	}

@@ -47,7 +47,9 @@ void transport_describe_url(const char *url, char *out, size_t outlen)
 
 void transport_range_format(const struct transport_request *req, char *out, size_t outlen)
 {
-	if (req->range_end == TRANSPORT_RANGE_OPEN)
+	if (req->range_list)
+		snprintf(out, outlen, "%s", req->range_list);
+	else if (req->range_end == TRANSPORT_RANGE_OPEN)
 		snprintf(out, outlen, "%" PRIu64 "-", req->range_start);
 	else
 		snprintf(out, outlen, "%" PRIu64 "-%" PRIu64, req->range_start, req->range_end);

@@ -71,6 +71,9 @@ struct transport_request {
 	bool has_range;			 /* Range: bytes=range_start-range_end */
 	uint64_t range_start;
 	uint64_t range_end; /* inclusive, or TRANSPORT_RANGE_OPEN */
+	/* several ranges instead, "A-B,C-D,..." (has_range set too): the
+	 * answer may be multipart/byteranges */
+	const char *range_list;
 	struct transport_auth auth;
 	/* Called with the body of a 2xx response, in order, and never with
 	 * the body of a redirect or of an error; resp has the status and
@@ -102,8 +105,9 @@ void transport_response_reset(struct transport_response *resp);
 
 /* Helpers for transports. */
 
-/* The value of the Range request's "bytes=" ("A-B", or "A-" when open),
- * into out (at least 48 bytes). */
+/* The value of the Range request's "bytes=" ("A-B", or "A-" when open,
+ * or the range_list), into out (at least 48 bytes; a longer list is
+ * cut). */
 void transport_range_format(const struct transport_request *req, char *out, size_t outlen);
 
 /* "host[:port]/path" of url, as in transport_response.where; "(unknown

@@ -2,6 +2,7 @@
 #include "fake-transport.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -286,6 +287,64 @@ static void error_response(struct transport_response *resp, long status, bool ma
 	}
 }
 
+/* Several ranges (req->range_list): a multipart/byteranges answer, its
+ * first part without a CRLF before the delimiter as Go writes it. */
+static int serve_multipart(const struct transport_request *req, struct transport_response *resp,
+			   struct error_detail *err, const struct fake_fault *fault,
+			   struct fake_object *o)
+{
+	_cleanup_free_ char *body = NULL;
+	size_t len = 0, n, done = 0;
+	const char *p = req->range_list;
+	bool first = true;
+	FILE *f = open_memstream(&body, &len);
+	int k;
+
+	assert_non_null(f);
+	while (*p) {
+		char *end;
+		uint64_t a = strtoull(p, &end, 10), b;
+
+		assert_true(*end == '-');
+		b = strtoull(end + 1, &end, 10);
+		assert_true(a <= b && b < o->len);
+		fprintf(f,
+			"%s--FAKEB\r\nContent-Type: application/octet-stream\r\n"
+			"Content-Range: bytes %" PRIu64 "-%" PRIu64 "/%zu\r\n\r\n",
+			first ? "" : "\r\n", a, b, o->len);
+		if (fault->kind == FAKE_CORRUPT && first)
+			o->data[a] ^= 0x55;
+		fwrite(o->data + a, 1, (size_t)(b - a + 1), f);
+		first = false;
+		p = *end == ',' ? end + 1 : end;
+	}
+	fputs("\r\n--FAKEB--\r\n", f);
+	assert_int_equal(fclose(f), 0);
+	resp->status = 206;
+	free(resp->content_type);
+	resp->content_type = xstrdup("multipart/byteranges; boundary=FAKEB");
+	resp->content_length = (int64_t)len;
+	n = len;
+	if (fault->kind == FAKE_BREAK && (uint64_t)fault->arg < n)
+		n = (size_t)fault->arg;
+	while (done < n) {
+		size_t c = MIN(n - done, (size_t)CHUNK);
+
+		k = req->body(req->userdata, resp, body + done, c);
+		if (k < 0)
+			return k;
+		if (k == TRANSPORT_BODY_ENOUGH)
+			return 0;
+		done += c;
+	}
+	if (n < len) {
+		resp->transient = true;
+		return error_detail_set_http(err, resp->status, -EHOSTUNREACH,
+					     "connection to %s broke: fake", resp->where);
+	}
+	return 0;
+}
+
 static int serve(const struct transport_request *req, struct transport_response *resp,
 		 struct error_detail *err, const struct fake_fault *fault, struct fake_object *o)
 {
@@ -297,7 +356,17 @@ static int serve(const struct transport_request *req, struct transport_response 
 	resp->content_type = o->media_type ? xstrdup(o->media_type) : NULL;
 	if (fault->kind != FAKE_NO_DIGEST)
 		resp->docker_digest = xstrdup(o->digest);
-	if (req->has_range && fault->kind != FAKE_WHOLE) {
+	if (req->range_list && fault->kind != FAKE_WHOLE && fault->kind != FAKE_FIRST_RANGE &&
+	    strcmp(req->method, "HEAD") != 0)
+		return serve_multipart(req, resp, err, fault, o);
+	if (req->range_list && fault->kind == FAKE_FIRST_RANGE) {
+		char *dash;
+
+		start = strtoull(req->range_list, &dash, 10);
+		end = MIN(end, (uint64_t)strtoull(dash + 1, NULL, 10));
+		resp->status = 206;
+		resp->range_start = (int64_t)start;
+	} else if (req->has_range && fault->kind != FAKE_WHOLE) {
 		start = req->range_start;
 		if (req->range_end != TRANSPORT_RANGE_OPEN && req->range_end < end)
 			end = req->range_end;
@@ -341,7 +410,7 @@ static int fake_perform(const struct registry_transport *t, const struct transpo
 	struct fake_object o = { 0 };
 	struct fake_fault fault;
 	const char *path = strstr(req->url, "://");
-	char line[1024], objpath[512], range[64] = "", who[160] = "";
+	char line[1024], objpath[512], range[512] = "", who[160] = "";
 	_cleanup_free_ char *challenge = NULL;
 	bool found, manifest;
 	int k;

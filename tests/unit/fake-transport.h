@@ -36,15 +36,16 @@ void fake_set_challenge(struct fake_transport *f, const char *challenge);
 void fake_remove(struct fake_transport *f, const char *path);
 
 enum fake_fault_kind {
-	FAKE_STATUS,	/* answers with status arg (and an error body, and a
+	FAKE_STATUS,	  /* answers with status arg (and an error body, and a
 			 * Basic challenge for a 401) */
-	FAKE_REFUSE,	/* the connection is refused: -EHOSTUNREACH */
-	FAKE_TIMEOUT,	/* the server says nothing: -ETIMEDOUT */
-	FAKE_BREAK,	/* the connection breaks after arg bytes of body */
-	FAKE_CORRUPT,	/* the body with its first byte changed */
-	FAKE_WHOLE,	/* a Range is ignored: 200 and the whole body */
-	FAKE_NO_DIGEST, /* no Docker-Content-Digest header */
-	FAKE_HOLD,	/* the request waits for fake_release(), then is served */
+	FAKE_REFUSE,	  /* the connection is refused: -EHOSTUNREACH */
+	FAKE_TIMEOUT,	  /* the server says nothing: -ETIMEDOUT */
+	FAKE_BREAK,	  /* the connection breaks after arg bytes of body */
+	FAKE_CORRUPT,	  /* the body with its first byte changed */
+	FAKE_WHOLE,	  /* a Range is ignored: 200 and the whole body */
+	FAKE_NO_DIGEST,	  /* no Docker-Content-Digest header */
+	FAKE_HOLD,	  /* the request waits for fake_release(), then is served */
+	FAKE_FIRST_RANGE, /* several ranges asked: 206 with the first only */
 };
 
 /* The next `times` requests (-1: every one) whose log line ("GET

@@ -271,6 +271,41 @@ static void test_restart_and_complete(void **state)
 	close(fd);
 }
 
+/* Chunks 1 and 3 read, then the whole file: chunks 0, 2 and 4 come in
+ * one request of three ranges, or (first_only: a registry that answers
+ * several ranges with the first only) the other two by a request each. */
+static void read_around(struct fixture *f, bool first_only)
+{
+	struct lazy_layer *l;
+	static unsigned char buf[CHUNK * NCHUNKS];
+	unsigned before, all;
+
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
+	assert_int_equal(lazy_read(l, f->reg, f->object, CHUNK + 1, 10, buf), 10);
+	assert_int_equal(lazy_read(l, f->reg, f->object, 3 * CHUNK + 1, 10, buf), 10);
+	before = ranges(f);
+	all = fake_count(f->fake, "GET ");
+	if (first_only)
+		fake_fault(f->fake, "bytes=", FAKE_FIRST_RANGE, 0, -1);
+	assert_int_equal(lazy_read(l, f->reg, f->object, 0, sizeof(buf), buf), sizeof(buf));
+	assert_memory_equal(buf, f->content, sizeof(buf));
+	assert_int_equal(ranges(f), before + (first_only ? 3 : 1));
+	/* (the first request asked for all three) */
+	assert_non_null(strstr(fake_request(f->fake, all), ","));
+	fake_clear_faults(f->fake);
+	lazy_layer_free(l);
+}
+
+static void test_several_ranges(void **state)
+{
+	read_around(*state, false);
+}
+
+static void test_first_range_only(void **state)
+{
+	read_around(*state, true);
+}
+
 /* The value of metric name in the stats' text, or -1. */
 static long long metric(const struct lazy_stats *st, const char *name)
 {
@@ -414,6 +449,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_wrong_chunk_never_served, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_and_complete, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bytes_and_metrics, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_several_ranges, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_first_range_only, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_partial_pull_links, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_present_at_publishing, setup, teardown),
 	};

@@ -335,6 +335,102 @@ static void test_blob_range(void **state)
 			 -EACCES);
 }
 
+/* Several ranges: each range's bytes, in order, kept apart. */
+struct ranges_got {
+	char *data[4];
+	size_t len[4];
+	size_t calls;
+};
+
+static int collect_ranges(void *userdata, size_t index, const void *buf, size_t len)
+{
+	struct ranges_got *g = userdata;
+
+	assert_true(index < 4);
+	g->data[index] = realloc(g->data[index], g->len[index] + len);
+	assert_non_null(g->data[index]);
+	memcpy(g->data[index] + g->len[index], buf, len);
+	g->len[index] += len;
+	g->calls++;
+	return 0;
+}
+
+static void ranges_ok(struct fixture *f, const struct registry_range *rg, size_t n)
+{
+	struct error_detail err;
+	struct ranges_got g = { 0 };
+
+	assert_int_equal(registry_get_blob_ranges(f->r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, rg,
+						  n, collect_ranges, &g, &err),
+			 0);
+	for (size_t i = 0; i < n; i++) {
+		assert_int_equal(g.len[i], rg[i].length);
+		assert_memory_equal(g.data[i], f->blob + rg[i].offset, rg[i].length);
+		free(g.data[i]);
+	}
+}
+
+static void test_blob_ranges(void **state)
+{
+	static const struct registry_range rg[] = {
+		{ 10, 1500 }, { 2000, 3 }, { 2003, 997 }, { BLOB_LEN - 700, 700 }
+	};
+	struct fixture *f = *state;
+	struct error_detail err;
+	struct ranges_got g = { 0 };
+	unsigned before = fake_count(f->fake, "GET ");
+
+	/* one request, a multipart answer split by part (its headers cut
+	 * across the transport's pieces) */
+	ranges_ok(f, rg, 4);
+	assert_int_equal(fake_count(f->fake, "GET "), before + 1);
+	assert_non_null(
+		strstr(fake_request(f->fake, before), " bytes=10-1509,2000-2002,2003-2999,"));
+
+	/* the whole blob instead: cut into the ranges, one request */
+	before = fake_count(f->fake, "GET ");
+	fake_fault(f->fake, "blobs/", FAKE_WHOLE, 0, 1);
+	ranges_ok(f, rg, 4);
+	assert_int_equal(fake_count(f->fake, "GET "), before + 1);
+
+	/* the first range only: the others by a request each */
+	before = fake_count(f->fake, "GET ");
+	fake_fault(f->fake, "blobs/", FAKE_FIRST_RANGE, 0, 1);
+	ranges_ok(f, rg, 4);
+	assert_int_equal(fake_count(f->fake, "GET "), before + 4);
+
+	/* broken inside a part: asked again, nothing handed twice */
+	before = fake_count(f->fake, "GET ");
+	fake_fault(f->fake, "blobs/", FAKE_BREAK, 1700, 1);
+	ranges_ok(f, rg, 4);
+	assert_int_equal(fake_count(f->fake, "GET "), before + 2);
+
+	/* one range: a plain Range request */
+	ranges_ok(f, rg + 1, 1);
+	assert_non_null(
+		strstr(fake_request(f->fake, fake_count(f->fake, "GET ") - 1), " bytes=2000-2002"));
+
+	/* out of order, overlapping, empty or outside: refused unasked */
+	before = fake_count(f->fake, "GET ");
+	assert_int_equal(
+		registry_get_blob_ranges(f->r, DOMAIN, REPO, f->blob_digest, BLOB_LEN,
+					 (const struct registry_range[]){ { 100, 10 }, { 50, 10 } },
+					 2, collect_ranges, &g, &err),
+		-EINVAL);
+	assert_int_equal(
+		registry_get_blob_ranges(f->r, DOMAIN, REPO, f->blob_digest, BLOB_LEN,
+					 (const struct registry_range[]){ { 0, 10 }, { 5, 10 } }, 2,
+					 collect_ranges, &g, &err),
+		-EINVAL);
+	assert_int_equal(registry_get_blob_ranges(
+				 f->r, DOMAIN, REPO, f->blob_digest, BLOB_LEN,
+				 (const struct registry_range[]){ { 0, 10 }, { BLOB_LEN, 1 } }, 2,
+				 collect_ranges, &g, &err),
+			 -EINVAL);
+	assert_int_equal(fake_count(f->fake, "GET "), before);
+	assert_int_equal(g.calls, 0);
+}
+
 /* A second client, with credentials for DOMAIN. */
 static struct registry *client_with_credentials(struct fixture *f, struct credentials **ret_creds)
 {
@@ -481,6 +577,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_blob, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_blob_resume, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_blob_range, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_blob_ranges, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_basic_auth, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_token_auth, setup, teardown),
 		cmocka_unit_test(test_describe_url),
