@@ -221,6 +221,7 @@ static size_t call_write(char *data, size_t size, size_t nmemb, void *userp)
 	struct transport_response *resp = cc->resp;
 	size_t n = size * nmemb;
 	long status = 0;
+	char *ct = NULL;
 	int k;
 
 	/* The status of the response whose body this is: a redirect body
@@ -240,6 +241,11 @@ static size_t call_write(char *data, size_t size, size_t nmemb, void *userp)
 		resp->content_length = cl >= 0 ? (int64_t)cl : -1;
 		resp->range_start = status == 206 ? content_range_start(cc->curl) : -1;
 		call_where_now(cc, resp->where, sizeof(resp->where));
+		/* a multipart answer is parsed as it streams */
+		if (!resp->content_type &&
+		    curl_easy_getinfo(cc->curl, CURLINFO_CONTENT_TYPE, &ct) == CURLE_OK && ct &&
+		    !(resp->content_type = strdup(ct)))
+			return call_abort(cc, -ENOMEM);
 	}
 	if (!cc->req->body)
 		return n;
@@ -370,7 +376,8 @@ static int call_capture(struct curl_call *cc)
 	char *ct = NULL;
 	size_t amount = 1;
 
-	if (curl_easy_getinfo(cc->curl, CURLINFO_CONTENT_TYPE, &ct) == CURLE_OK && ct &&
+	if (!resp->content_type &&
+	    curl_easy_getinfo(cc->curl, CURLINFO_CONTENT_TYPE, &ct) == CURLE_OK && ct &&
 	    !(resp->content_type = strdup(ct)))
 		return -ENOMEM;
 	if (dup_header(cc->curl, "Docker-Content-Digest", 0, &resp->docker_digest) < 0 ||

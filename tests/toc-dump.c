@@ -6,6 +6,9 @@
  *       prints one line per entry, decompresses every chunk of every
  *       file (each checked against its digest and the file against its
  *       own) and writes each file's content to OUTDIR/o.<sha256>.
+ *   toc-dump chunks DESCRIPTOR.json BLOB
+ *       the same checks, printing instead one line per chunk: the file's
+ *       path, the chunk's offset and size in the file.
  *   toc-dump unpack DESCRIPTOR.json BLOB OUTDIR
  *       layer_unpack() of the whole blob, every file an object in OUTDIR,
  *       the entries printed the same way.
@@ -149,6 +152,8 @@ static int write_object(const char *outdir, const char *hex, const void *buf, ui
 
 /* Every chunk of every file out of the blob, each file checked against
  * its own digest as well. */
+static bool print_chunks;
+
 static int check_content(const struct toc *t, const unsigned char *blob, const char *outdir,
 			 unsigned *ret_chunks)
 {
@@ -179,6 +184,9 @@ static int check_content(const struct toc *t, const unsigned char *blob, const c
 				return die(e->path, r, err);
 			if (!cs[k].digest[0])
 				return die(e->path, -EBADMSG, "chunk without digest");
+			if (print_chunks)
+				printf("%s\t%" PRIu64 "\t%" PRIu64 "\n", e->path, cs[k].offset,
+				       cs[k].size);
 			(*ret_chunks)++;
 		}
 		if (digest_buffer(buf, e->size, digest) < 0)
@@ -210,7 +218,7 @@ static int cmd_toc(const struct toc_layer *tl, const unsigned char *blob, size_t
 	r = toc_parse(tl, &where, blob + where.offset, where.length, NULL, &t, err, sizeof(err));
 	if (r < 0)
 		return die("parse", r, err);
-	for (size_t i = 0; i < t->index->n_entries; i++)
+	for (size_t i = 0; i < t->index->n_entries && !print_chunks; i++)
 		print_entry(&t->index->entries[i]);
 	r = check_content(t, blob, outdir, &chunks);
 	fprintf(stderr,
@@ -261,14 +269,17 @@ int main(int argc, char **argv)
 	int fd, r;
 
 	if (argc < 4 || argc > 5 ||
-	    (strcmp(argv[1], "toc") != 0 && strcmp(argv[1], "unpack") != 0) ||
+	    (strcmp(argv[1], "toc") != 0 && strcmp(argv[1], "unpack") != 0 &&
+	     strcmp(argv[1], "chunks") != 0) ||
 	    (strcmp(argv[1], "unpack") == 0 && argc != 5)) {
 		fprintf(stderr, "usage: toc-dump toc DESCRIPTOR.json BLOB [OUTDIR]\n"
+				"       toc-dump chunks DESCRIPTOR.json BLOB\n"
 				"       toc-dump unpack DESCRIPTOR.json BLOB OUTDIR\n");
 		return 2;
 	}
 	if (load_descriptor(argv[2], &m) != 0)
 		return 1;
+	print_chunks = strcmp(argv[1], "chunks") == 0;
 	if (strcmp(argv[1], "unpack") == 0) {
 		r = cmd_unpack(&m->layers[0], argv[3], argv[4]);
 		manifest_free(m);

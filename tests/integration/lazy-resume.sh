@@ -82,6 +82,54 @@ local1=$(status_of share-a:1 bytes_local)
 py "$INTEGRATION_DIR/promcheck.py" "$MNT/.pullfs/metrics" pullfs_lazy_fetch_duration_seconds_bucket \
     pullfs_lazy_background_bytes_total pullfs_lazy_saved_bytes_total || fail "metrics exposition"
 
+# Several ranges in one request: in three chunks of a file adjacent in
+# the blob (found in the table by toc-dump), the middle one is read first,
+# then all three with one O_DIRECT read (one READ of at most 128 KiB): the
+# two missing chunks come in one request of two ranges, which the registry
+# answers with a multipart/byteranges.
+curl -sf "http://$REGISTRY/v2/test/share-a/blobs/$layer_a" -o "$WORK/layer-a" || fail "blob of share-a"
+registry_manifest test/share-a:1 | py -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["layers"][0]))' >"$WORK/layer-a.json"
+"$TOC_DUMP" chunks "$WORK/layer-a.json" "$WORK/layer-a" >"$WORK/chunks-a" 2>"$WORK/toc-dump.err" ||
+    fail "toc-dump chunks: $(cat "$WORK/toc-dump.err")"
+multi_before=$(grep -cE "^range GET /v2/test/share-a/blobs/.* bytes=[0-9-]+,[0-9-]+$" "$PROXY_LOG" || true)
+py - "$WORK/chunks-a" "$(img share-a:1)" "$WORK/bundle-share-a/rootfs" <<'PY' || fail "reads around a chunk"
+import mmap, os, sys
+B = 4096
+chunks = {}
+for line in open(sys.argv[1]):
+    path, off, size = line.split("\t")
+    chunks.setdefault(path, []).append((int(off), int(size)))
+def window():
+    for path in sorted(chunks):
+        if path in ("data/a1", "data/big"):
+            continue  # read already, or shared with share-b
+        cs = sorted(chunks[path])
+        for k in range(1, len(cs) - 1):
+            (o0, s0), (o1, s1), (o2, s2) = cs[k - 1], cs[k], cs[k + 1]
+            start, end = o0 // B * B, -(-(o2 + s2) // B) * B
+            mid = -(-o1 // B) * B
+            # the first and last blocks only in the outer chunks, a block
+            # wholly in the middle one
+            if end - start <= 131072 and start + B <= o1 and mid + B <= o1 + s1 \
+                    and end - B >= o1 + s1:
+                return path, start, end, mid
+    return None
+w = window()
+if not w:
+    sys.exit("no three chunks of a file within 128 KiB: %s" % {p: len(c) for p, c in chunks.items()})
+path, start, end, mid = w
+print("lazy-resume: %s: chunk at %d read first, then %d-%d" % (path, mid, start, end), file=sys.stderr)
+want = open(os.path.join(sys.argv[3], path), "rb").read()
+fd = os.open(os.path.join(sys.argv[2], path), os.O_RDONLY | os.O_DIRECT)
+buf = mmap.mmap(-1, end - start)
+small = mmap.mmap(-1, B)
+assert os.preadv(fd, [small], mid) == B and small[:] == want[mid:mid + B], "middle block"
+n = os.preadv(fd, [buf], start)
+assert n == min(end, len(want)) - start and buf[:n] == want[start:start + n], "the three chunks"
+PY
+multi_after=$(grep -cE "^range GET /v2/test/share-a/blobs/.* bytes=[0-9-]+,[0-9-]+$" "$PROXY_LOG" || true)
+assert_eq $((multi_before + 1)) "$multi_after" "requests of two ranges for share-a"
+
 # The completion streams the blob; kill -9 once it wrote 2 MB of it.
 touch "$WORK/whole"
 streamed() {
