@@ -1,8 +1,8 @@
 /* Garbage collection of the cache: least recently used references first,
  * then every layer and blob no remaining reference needs.  Thresholds as
  * the kubelet's image GC (start above 85 % of the budget, stop at 80 %),
- * never an image with open files, a pull in flight, a pin, or an age under
- * the minimum. */
+ * never an image with open files, a pull in flight (a lazy image's
+ * background completion included), a pin, or an age under the minimum. */
 #include <errno.h>
 #include <fnmatch.h>
 #include <jansson.h>
@@ -83,6 +83,9 @@ static int collect_one(void *userdata, const char *key, void *value)
 	c->pulled_at = rs->pulled_at;
 	c->open_files = img ? atomic_load(&img->open_files) : 0;
 	c->in_flight = strmap_get(ctx->m->flights, rs->reference) != NULL;
+	/* a lazy image being completed is still being pulled */
+	for (size_t i = 0; img && i < img->content->n_layers && !c->in_flight; i++)
+		c->in_flight = pack_completing(ctx->m->packs, img->content->packs[i]);
 	c->pinned = pinned(ctx->m, rs->reference);
 	ctx->n++;
 	return 0;

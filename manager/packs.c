@@ -220,6 +220,17 @@ void pack_completion_failed(struct packs *p, struct pack *pk)
 	pthread_mutex_unlock(&p->lock);
 }
 
+bool pack_completing(struct packs *p, struct pack *pk)
+{
+	struct lazy_layer *l = pack_lazy(p, pk);
+	bool running;
+
+	pthread_mutex_lock(&p->lock);
+	running = pk->completing;
+	pthread_mutex_unlock(&p->lock);
+	return running && l && !lazy_layer_is_complete(l);
+}
+
 bool pack_complete(struct packs *p, struct pack *pk)
 {
 	struct lazy_layer *l = pack_lazy(p, pk);

@@ -68,6 +68,8 @@ bool pack_claim_completion(struct packs *p, struct pack *pk);
 /* The completion that pack_claim_completion() gave ended without
  * completing the layer: the next load of an image may claim it again. */
 void pack_completion_failed(struct packs *p, struct pack *pk);
+/* Whether the layer's background completion runs now. */
+bool pack_completing(struct packs *p, struct pack *pk);
 /* Whether the layer is complete (a layer that was never lazy is). */
 bool pack_complete(struct packs *p, struct pack *pk);
 

@@ -3,7 +3,8 @@
 # the total per image; kill -9 of the daemon during the background
 # completion, then a restart: the image is served from what is local, the
 # completion resumes and ends with the exact tree and a Pulled event;
-# `pullfsctl pull` of a lazily started image waits until it is complete;
+# GC keeps an image whose completion runs; `pullfsctl pull` of a lazily
+# started image waits until it is complete;
 # a second zstd:chunked image sharing a file with the first links it from
 # the content store instead of fetching it (a partial pull); --lazy-rule
 # decides per reference.
@@ -148,7 +149,7 @@ log "killed with $killed_at of $total bytes local"
 # Restarted with the registry held: what is local is served, nothing of it
 # was lost, and the image is not complete.
 rm "$WORK/open"
-mount_pullfs --insecure-registry "$PROXY" --pull-policy if-not-present
+mount_pullfs --insecure-registry "$PROXY" --pull-policy if-not-present --gc-min-age 0
 answers() { [ "$(errno_of "$MNT/images")" = OK ]; }
 wait_for 30 answers || fail "$MNT/images does not answer after the restart"
 local2=$(status_of share-a:1 bytes_local)
@@ -156,6 +157,15 @@ local2=$(status_of share-a:1 bytes_local)
     fail "after the restart $local2 bytes local, $killed_at before the kill, of $total"
 timeout 60 cmp "$WORK/bundle-share-a/rootfs/data/a1" "$(img share-a:1)/data/a1" ||
     fail "data/a1 from what is local after the restart"
+
+# Being completed, the image is still being pulled: GC keeps it, rm is
+# refused.
+"$PULLFSCTL" -m "$MNT" gc --to 1 >"$WORK/gc.out" 2>&1 || fail "pullfsctl gc: $(cat "$WORK/gc.out")"
+assert_eq false "$(status_of share-a:1 complete)" "share-a (still there) after gc --to 1 ($(cat "$WORK/gc.out"))"
+rc=0
+"$PULLFSCTL" -m "$MNT" rm "$PROXY/test/share-a:1" >"$WORK/rm.out" 2>&1 || rc=$?
+[ "$rc" != 0 ] && grep -q "being pulled" "$WORK/rm.out" ||
+    fail "rm of an image being completed: status $rc, $(cat "$WORK/rm.out")"
 
 # pullfsctl pull waits for the completion, which waits for the registry.
 "$PULLFSCTL" -m "$MNT" pull --plain "$PROXY/test/share-a:1" >"$WORK/pull.out" 2>"$WORK/pull.err" &
