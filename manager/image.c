@@ -409,6 +409,10 @@ ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t o
  * together: each streams a blob, and the reads someone waits for come
  * first anyway (lazy.h). */
 #define LAZY_COMPLETIONS_MAX 2
+/* A completion that fails (the registry unreachable...) tries again after
+ * 10 s, then 20, 40, 80: five tries, then the files come when read. */
+#define LAZY_COMPLETION_TRIES 5
+#define LAZY_COMPLETION_RETRY_S 10
 
 struct completion {
 	struct manager *m;
@@ -437,6 +441,36 @@ static bool completion_slot_take(struct manager *m)
 	ok = !atomic_load(&m->cancelled);
 	if (ok)
 		m->lazy_completing++;
+	pthread_mutex_unlock(&m->lock);
+	return ok;
+}
+
+/* Waits s seconds; false when the manager is cancelled first. */
+static bool completion_pause(struct manager *m, unsigned s)
+{
+	struct timespec end, now;
+	bool ok;
+
+	clock_gettime(CLOCK_REALTIME, &end);
+	end.tv_sec += s;
+	pthread_mutex_lock(&m->lock);
+	while (!atomic_load(&m->cancelled)) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &now);
+		if (now.tv_sec > end.tv_sec ||
+		    (now.tv_sec == end.tv_sec && now.tv_nsec >= end.tv_nsec))
+			break;
+		/* (manager_cancel() does not signal: look again soon) */
+		ts = now;
+		ts.tv_nsec += 200000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&m->flight_cond, &m->lock, &ts);
+	}
+	ok = !atomic_load(&m->cancelled);
 	pthread_mutex_unlock(&m->lock);
 	return ok;
 }
@@ -520,24 +554,36 @@ static void *complete_thread(void *arg)
 {
 	struct completion *cp = arg;
 	struct manager *m = cp->m;
-	int r = -ECANCELED;
+	unsigned delay = LAZY_COMPLETION_RETRY_S;
+	int r;
 
-	if (completion_slot_take(m)) {
-		r = lazy_layer_complete(cp->lazy, m->registry, &m->cancelled);
-		completion_slot_give(m);
+	for (unsigned tries = 1;; tries++) {
+		bool again = tries < LAZY_COMPLETION_TRIES;
+
+		r = -ECANCELED;
+		if (completion_slot_take(m)) {
+			r = lazy_layer_complete(cp->lazy, m->registry, &m->cancelled);
+			completion_slot_give(m);
+		}
+		if (r == 0 && !lazy_layer_is_complete(cp->lazy))
+			r = -EAGAIN; /* a file that did not verify */
+		if (r == 0 || r == -ECANCELED)
+			break;
+		manager_emit(
+			m, EVENT_WARNING, "LazyFetchFailed", NULL, pack_digest(cp->pack), r, NULL,
+			again ? "Fetching the rest of lazy layer %s failed: %s (tries again in "
+				"%u s; its files are fetched when read)"
+			      : "Fetching the rest of lazy layer %s failed: %s (gave up after "
+				"%u tries; its files are fetched when read)",
+			pack_digest(cp->pack), strerror(-r), again ? delay : LAZY_COMPLETION_TRIES);
+		if (!again || !completion_pause(m, delay))
+			break;
+		delay *= 2;
 	}
-	if (r == 0 && !lazy_layer_is_complete(cp->lazy))
-		r = -EAGAIN; /* a file that did not verify: fetched again later */
 	if (r == 0)
 		manager_emit(m, EVENT_NORMAL, "LayerCompleted", NULL, pack_digest(cp->pack), 0,
 			     NULL, "Layer %s, pulled lazily, is complete and verified",
 			     pack_digest(cp->pack));
-	else if (r != -ECANCELED)
-		manager_emit(m, EVENT_WARNING, "LazyFetchFailed", NULL, pack_digest(cp->pack), r,
-			     NULL,
-			     "Fetching the rest of lazy layer %s failed: %s (its files are fetched "
-			     "when read)",
-			     pack_digest(cp->pack), strerror(-r));
 	if (r == 0)
 		announce_complete(m);
 	else

@@ -146,9 +146,10 @@ PULLFS_PID=
 [ "$killed_at" -lt "$total" ] || fail "the completion ended before the kill"
 log "killed with $killed_at of $total bytes local"
 
-# Restarted with the registry held: what is local is served, nothing of it
-# was lost, and the image is not complete.
-rm "$WORK/open"
+# Restarted with the registry gone: what is local is served, nothing of
+# it was lost, the image is not complete, and its completion fails and
+# says it will try again.
+stop_registry
 mount_pullfs --insecure-registry "$PROXY" --pull-policy if-not-present --gc-min-age 0
 answers() { [ "$(errno_of "$MNT/images")" = OK ]; }
 wait_for 30 answers || fail "$MNT/images does not answer after the restart"
@@ -157,6 +158,8 @@ local2=$(status_of share-a:1 bytes_local)
     fail "after the restart $local2 bytes local, $killed_at before the kill, of $total"
 timeout 60 cmp "$WORK/bundle-share-a/rootfs/data/a1" "$(img share-a:1)/data/a1" ||
     fail "data/a1 from what is local after the restart"
+retrying() { grep '"reason":"LazyFetchFailed"' "$EVENTS" | grep -q "${layer_a}.*tries again in 10 s"; }
+wait_for 60 retrying || fail "no LazyFetchFailed saying the completion tries again: $(grep LazyFetch "$EVENTS")"
 
 # Being completed, the image is still being pulled: GC keeps it, rm is
 # refused.
@@ -167,15 +170,16 @@ rc=0
 [ "$rc" != 0 ] && grep -q "being pulled" "$WORK/rm.out" ||
     fail "rm of an image being completed: status $rc, $(cat "$WORK/rm.out")"
 
-# pullfsctl pull waits for the completion, which waits for the registry.
+# pullfsctl pull waits for the completion, which tries again until the
+# registry is back.
 "$PULLFSCTL" -m "$MNT" pull --plain "$PROXY/test/share-a:1" >"$WORK/pull.out" 2>"$WORK/pull.err" &
 puller=$!
 track_pid "$puller"
 completing() { grep -q "share-a:1: completing" "$WORK/pull.out"; }
 wait_for 30 completing || fail "pullfsctl pull shows no completion: $(cat "$WORK/pull.out" "$WORK/pull.err")"
 ! _pid_gone "$puller" || fail "pullfsctl pull ended before the image was complete: $(cat "$WORK/pull.out")"
-assert_eq false "$(status_of share-a:1 complete)" "share-a complete with the registry held"
-touch "$WORK/open"
+assert_eq false "$(status_of share-a:1 complete)" "share-a complete with the registry gone"
+restart_registry
 wait_for 120 _pid_gone "$puller" || fail "pullfsctl pull did not end once the registry was back"
 rc=0
 wait "$puller" || rc=$?
