@@ -146,7 +146,7 @@ int cmd_status(int argc, char **argv)
 		table_add(lt, (const char *const[]){ jstr(e, "reference"), local,
 						     json_is_true(json_object_get(e, "completing"))
 							     ? "running"
-							     : "stopped" });
+							     : "not running" });
 	}
 	printf("\nLazy images not complete:%s\n", lt->nrows > 1 ? "" : " none");
 	if (lt->nrows > 1)
