@@ -953,15 +953,60 @@ bool lazy_layer_is_complete(struct lazy_layer *l)
 	return atomic_load(&l->complete);
 }
 
-/* The present chunks' bytes of the file with content object, from its
- * state when it is in use, else from the disk. */
-static uint64_t file_local_bytes(struct lazy_layer *l, const char *object,
-				 const struct toc_chunk *c, size_t n)
+/* The blob ranges of present chunks, to count their union: eStargz puts
+ * several small files in one gzip member, which their chunks share. */
+struct spans {
+	struct toc_range *v;
+	size_t n, cap;
+	bool failed;
+};
+
+static void spans_add(struct spans *sp, const struct toc_chunk *c)
+{
+	if (sp->n == sp->cap) {
+		size_t cap = sp->cap ? sp->cap * 2 : 256;
+		struct toc_range *v = realloc(sp->v, cap * sizeof(*v));
+
+		if (!v) {
+			sp->failed = true;
+			return;
+		}
+		sp->v = v;
+		sp->cap = cap;
+	}
+	sp->v[sp->n++] = (struct toc_range){ c->blob_offset, c->blob_length };
+}
+
+static int cmp_span(const void *a, const void *b)
+{
+	const struct toc_range *x = a, *y = b;
+
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+static uint64_t spans_union(struct spans *sp)
+{
+	uint64_t sum = 0, end = 0;
+
+	qsort(sp->v, sp->n, sizeof(*sp->v), cmp_span);
+	for (size_t i = 0; i < sp->n; i++) {
+		uint64_t s = MAX(sp->v[i].offset, end), e = sp->v[i].offset + sp->v[i].length;
+
+		if (e > s)
+			sum += e - s;
+		end = MAX(end, e);
+	}
+	return sum;
+}
+
+/* The present chunks of the file with content object, from its state when
+ * it is in use, else from the disk. */
+static void file_local_spans(struct lazy_layer *l, const char *object, const struct toc_chunk *c,
+			     size_t n, struct spans *sp)
 {
 	char name[DIGEST_HEX_LEN + 8], map[4096];
 	_cleanup_close_ int fd = -1;
 	struct lazy_file *f;
-	uint64_t sum = 0;
 	ssize_t got;
 	off_t at = 0;
 
@@ -972,44 +1017,54 @@ static uint64_t file_local_bytes(struct lazy_layer *l, const char *object,
 		pthread_mutex_lock(&f->lock);
 		for (size_t k = 0; k < f->n; k++)
 			if (f->complete || f->state[k] == CHUNK_PRESENT)
-				sum += c[k].blob_length;
+				spans_add(sp, &c[k]);
 		pthread_mutex_unlock(&f->lock);
-		return sum;
+		return;
 	}
 	snprintf(name, sizeof(name), "o.%s", object);
-	if (faccessat(l->dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
-		return chunks_bytes(c, n);
+	if (faccessat(l->dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+		for (size_t k = 0; k < n; k++)
+			spans_add(sp, &c[k]);
+		return;
+	}
 	snprintf(name, sizeof(name), "p.%s.map", object);
 	fd = openat(l->dirfd, name, O_RDONLY | O_CLOEXEC);
 	while (fd >= 0 && (size_t)at < n && (got = pread(fd, map, sizeof(map), at)) > 0) {
 		for (ssize_t i = 0; i < got && (size_t)(at + i) < n; i++)
 			if (map[i] == '1')
-				sum += c[at + i].blob_length;
+				spans_add(sp, &c[at + i]);
 		at += got;
 	}
-	return sum;
 }
 
 void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_total)
 {
 	const struct layer_index *li = l->toc->index;
 	uint64_t total = l->src.tl.blob_size, local = l->src.where.length;
+	struct spans sp = { 0 };
 
-	if (!atomic_load(&l->complete)) {
-		for (size_t i = 0; i < li->n_entries; i++) {
-			const char *o = li->entries[i].object;
-			const struct toc_chunk *c;
-			size_t n;
-
-			/* a content the layer holds twice counts once */
-			if (!o || (uintptr_t)strmap_get(l->entry_of, o) != i + 1)
-				continue;
-			c = toc_entry_chunks(l->toc, i, &n);
-			local += file_local_bytes(l, o, c, n);
-		}
-	}
-	*ret_local = atomic_load(&l->complete) ? total : MIN(local, total);
 	*ret_total = total;
+	if (atomic_load(&l->complete)) {
+		*ret_local = total;
+		return;
+	}
+	for (size_t i = 0; i < li->n_entries; i++) {
+		const char *o = li->entries[i].object;
+		const struct toc_chunk *c;
+		size_t n;
+
+		/* a content the layer holds twice counts once */
+		if (!o || (uintptr_t)strmap_get(l->entry_of, o) != i + 1)
+			continue;
+		c = toc_entry_chunks(l->toc, i, &n);
+		file_local_spans(l, o, c, n, &sp);
+	}
+	if (!sp.failed)
+		local += spans_union(&sp);
+	free(sp.v);
+	/* all of it only once complete (tar headers and padding are in no
+	 * chunk) */
+	*ret_local = MIN(local, total - 1);
 }
 
 uint64_t lazy_toc_present_bytes(int dirfd, const struct toc *toc)

@@ -95,10 +95,10 @@ ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object
 		  size_t size, void *buf);
 
 /* How much of the layer is local: ret_local of its ret_total compressed
- * bytes (the blob's size).  A file counts with the compressed bytes of
- * its chunks that are present, the table of contents with its own; a
- * complete layer is all local.  Reads the maps of files not used yet.
- * Takes the layer's locks. */
+ * bytes (the blob's size): the table of contents and the blob ranges of
+ * the chunks present (their union: eStargz files may share a gzip
+ * member); all of it only once complete.  Reads the maps of files not
+ * used yet.  Takes the layer's locks. */
 void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_total);
 
 /* Whether lazy_layer_complete() finished the layer. */

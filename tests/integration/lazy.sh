@@ -105,6 +105,18 @@ done
 [ "$(proxy_count held "GET /v2/test/edge-[a-z]+/blobs/($layers)\$")" -ge 1 ] ||
     fail "the background completion did not start for every layer: $(grep -v bytes= "$PROXY_LOG" | grep '^request GET .*blobs')"
 ls "$CACHE"/layers/*/lazy >/dev/null 2>&1 || fail "lazy layers complete with their blobs held"
+# the status says so per image: bytes local below the total
+image_status() {
+    py - "$MNT/.pullfs/status" "$PROXY/test/$1" <<'PY'
+import json, sys
+for i in json.load(open(sys.argv[1]))["images"]:
+    if i["reference"] == sys.argv[2]:
+        print(str(i["complete"]).lower(), int(i["bytes_local"] < i["bytes_total"]))
+PY
+}
+for ref in edge-esgz:1 edge-chunked:1; do
+    assert_eq "false 1" "$(image_status "$ref")" "status of $ref with its blobs held (complete, local < total)"
+done
 touch "$WORK/whole"
 
 # At least the tail and the table of each of the six layers came by range,
@@ -118,6 +130,9 @@ wait_for 60 complete || fail "lazy layers not completed: $(ls "$CACHE"/layers/*/
 # ... and the events and the metrics say so (six lazy layers, two images).
 assert_eq 6 "$(grep -c '"reason":"LayerCompleted"' "$EVENTS")" "LayerCompleted events"
 assert_eq 6 "$(metric pullfs_lazy_layers_completed_total)" "lazy layers completed"
+for ref in edge-esgz:1 edge-chunked:1; do
+    assert_eq "true 0" "$(image_status "$ref")" "status of $ref once complete (complete, local < total)"
+done
 [ "$(metric pullfs_lazy_fetches_total)" -gt 0 ] && [ "$(metric pullfs_lazy_fetched_bytes_total)" -gt 1000000 ] ||
     fail "lazy fetches not counted: $(grep pullfs_lazy "$MNT/.pullfs/metrics")"
 py "$INTEGRATION_DIR/promcheck.py" "$MNT/.pullfs/metrics" pullfs_lazy_fetches_total \
