@@ -420,24 +420,30 @@ struct completion {
 	struct lazy_layer *lazy;
 };
 
+/* Waits on flight_cond for at most 200 ms (manager_cancel() does not
+ * signal it: the caller looks at the flag again soon).  manager.lock
+ * held. */
+static void completion_nap(struct manager *m)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += 200000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(&m->flight_cond, &m->lock, &ts);
+}
+
 /* Waits for a completion slot; false when the manager is cancelled. */
 static bool completion_slot_take(struct manager *m)
 {
 	bool ok;
 
 	pthread_mutex_lock(&m->lock);
-	while (m->lazy_completing >= LAZY_COMPLETIONS_MAX && !atomic_load(&m->cancelled)) {
-		struct timespec ts;
-
-		/* (manager_cancel() does not signal: look again soon) */
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 200000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&m->flight_cond, &m->lock, &ts);
-	}
+	while (m->lazy_completing >= LAZY_COMPLETIONS_MAX && !atomic_load(&m->cancelled))
+		completion_nap(m);
 	ok = !atomic_load(&m->cancelled);
 	if (ok)
 		m->lazy_completing++;
@@ -451,24 +457,15 @@ static bool completion_pause(struct manager *m, unsigned s)
 	struct timespec end, now;
 	bool ok;
 
-	clock_gettime(CLOCK_REALTIME, &end);
+	clock_gettime(CLOCK_MONOTONIC, &end);
 	end.tv_sec += s;
 	pthread_mutex_lock(&m->lock);
 	while (!atomic_load(&m->cancelled)) {
-		struct timespec ts;
-
-		clock_gettime(CLOCK_REALTIME, &now);
+		clock_gettime(CLOCK_MONOTONIC, &now);
 		if (now.tv_sec > end.tv_sec ||
 		    (now.tv_sec == end.tv_sec && now.tv_nsec >= end.tv_nsec))
 			break;
-		/* (manager_cancel() does not signal: look again soon) */
-		ts = now;
-		ts.tv_nsec += 200000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&m->flight_cond, &m->lock, &ts);
+		completion_nap(m);
 	}
 	ok = !atomic_load(&m->cancelled);
 	pthread_mutex_unlock(&m->lock);
