@@ -53,8 +53,8 @@ struct image {
 	atomic_uint open_files; /* regular files the filesystem has open */
 	struct manager *manager;
 	struct image_content *content;
-	uint32_t key;	     /* in manager.keys: part of every node id */
-	uint32_t generation; /* from the manifest digest, never 0 */
+	uint32_t key;		  /* in manager.keys: part of every node id */
+	uint32_t generation;	  /* from the manifest digest, never 0 */
 	struct layer_view *layer; /* a view of one layer (layerview.c), or NULL */
 };
 

@@ -67,7 +67,7 @@ struct request {
 	registry_range_sink_fn range_sink;
 	enum ranges_mode mode;
 	uint64_t stream_pos, part_left;
-	char boundary[80]; /* "--" and up to 70 characters (RFC 2046) */
+	char boundary[80];	/* "--" and up to 70 characters (RFC 2046) */
 	const char *range_list; /* "A-B,C-D,...", the Range sent */
 	char head[RANGES_HEAD_MAX + 1];
 	size_t head_len;
