@@ -14,6 +14,7 @@
 
 #include "cache.h"
 #include "digest.h"
+#include "dlist.h"
 #include "errname.h"
 #include "fileio.h"
 #include "macro.h"
@@ -25,6 +26,10 @@
 #define LAZY_RUN_MAX (4u << 20)
 /* ... in at most this many ranges (runs of chunks adjacent in the blob) */
 #define LAZY_RANGES_MAX 16
+/* Files of one layer whose descriptors stay open while nobody uses them:
+ * a layer of a hundred thousand files must not hold two descriptors for
+ * each while its completion runs. */
+#define LAZY_IDLE_FILES 64
 
 enum { CHUNK_MISSING, CHUNK_FETCHING, CHUNK_PRESENT };
 
@@ -35,8 +40,13 @@ struct lazy_file {
 	size_t n;
 	uint8_t *state; /* per chunk; lock */
 	uint64_t size;
-	int fd;	   /* p.OBJ, still the object's inode once renamed */
-	int mapfd; /* p.OBJ.map; -1 once complete */
+	/* p.OBJ (o.OBJ once complete) and p.OBJ.map (-1 once complete);
+	 * both -1 while the file is parked (users 0 and not among the
+	 * layer's idle files) */
+	int fd;
+	int mapfd;
+	unsigned users;		     /* the layer's lock: holders of fd */
+	struct dlist_node idle_node; /* the layer's lock: on idle */
 	bool complete;
 	/* both files' names are on stable storage */
 	atomic_bool named;
@@ -56,6 +66,7 @@ struct lazy_layer {
 	struct strmap *entry_of; /* object -> entry index + 1; read-only */
 	struct strmap *files;	 /* object -> struct lazy_file *; lock */
 	atomic_bool complete;	 /* lazy_layer_complete() finished */
+	struct dlist idle;	 /* lock: files with descriptors and no user */
 };
 
 const double lazy_latency_bounds[LAZY_LATENCY_BUCKETS] = {
@@ -318,8 +329,79 @@ fail:
 	return r == -EFBIG ? -EBADMSG : r;
 }
 
+/* Opens f's descriptors again after they were parked.  l->lock held,
+ * users 0, so f->complete does not change meanwhile. */
+static int file_reopen(struct lazy_layer *l, struct lazy_file *f)
+{
+	char name[DIGEST_HEX_LEN + 8];
+
+	if (f->complete) {
+		f->fd = cache_object_openat(l->dirfd, f->object);
+		return f->fd < 0 ? f->fd : 0;
+	}
+	snprintf(name, sizeof(name), "p.%s", f->object);
+	f->fd = openat(l->dirfd, name, O_RDWR | O_CLOEXEC);
+	snprintf(name, sizeof(name), "p.%s.map", f->object);
+	f->mapfd = openat(l->dirfd, name, O_RDWR | O_CLOEXEC);
+	if (f->fd >= 0 && f->mapfd >= 0)
+		return 0;
+	/* (removed behind our back: the next reader sees the error) */
+	if (f->fd >= 0)
+		close(f->fd);
+	if (f->mapfd >= 0)
+		close(f->mapfd);
+	f->fd = f->mapfd = -1;
+	return -EIO;
+}
+
+/* Makes f's descriptors usable until file_put(); l->lock held. */
+static int file_hold_locked(struct lazy_layer *l, struct lazy_file *f)
+{
+	if (f->users == 0) {
+		dlist_remove(&l->idle, &f->idle_node);
+		if (f->fd < 0) {
+			int r = file_reopen(l, f);
+
+			if (r < 0)
+				return r;
+		}
+	}
+	f->users++;
+	return 0;
+}
+
+static int file_hold(struct lazy_layer *l, struct lazy_file *f)
+{
+	int r;
+
+	pthread_mutex_lock(&l->lock);
+	r = file_hold_locked(l, f);
+	pthread_mutex_unlock(&l->lock);
+	return r;
+}
+
+/* Gives up a hold: the file joins the idle ones, and the oldest idle
+ * ones beyond LAZY_IDLE_FILES close their descriptors. */
+static void file_put(struct lazy_layer *l, struct lazy_file *f)
+{
+	pthread_mutex_lock(&l->lock);
+	if (--f->users == 0)
+		dlist_push(&l->idle, &f->idle_node);
+	while (l->idle.len > LAZY_IDLE_FILES) {
+		struct lazy_file *old = dlist_entry(l->idle.head, struct lazy_file, idle_node);
+
+		dlist_remove(&l->idle, &old->idle_node);
+		if (old->fd >= 0)
+			close(old->fd);
+		if (old->mapfd >= 0)
+			close(old->mapfd);
+		old->fd = old->mapfd = -1;
+	}
+	pthread_mutex_unlock(&l->lock);
+}
+
 /* The state of the file with content object, made at its first use from
- * what is on disk. */
+ * what is on disk, held (file_put() gives it back). */
 static int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **ret)
 {
 	char name[DIGEST_HEX_LEN + 8];
@@ -329,8 +411,10 @@ static int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_f
 
 	pthread_mutex_lock(&l->lock);
 	f = strmap_get(l->files, object);
-	if (f)
+	if (f) {
+		r = file_hold_locked(l, f);
 		goto out;
+	}
 	i = (size_t)(uintptr_t)strmap_get(l->entry_of, object);
 	if (i == 0) {
 		r = -ENOENT;
@@ -398,6 +482,7 @@ put:
 		r = -ENOMEM;
 		goto fail;
 	}
+	f->users = 1;
 out:
 	pthread_mutex_unlock(&l->lock);
 	*ret = f;
@@ -702,8 +787,10 @@ ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object
 	r = lazy_file_get(l, object, &f);
 	if (r < 0)
 		return r;
-	if (off >= f->size || size == 0)
+	if (off >= f->size || size == 0) {
+		file_put(l, f);
 		return 0;
+	}
 	size = (size_t)MIN((uint64_t)size, f->size - off);
 	if (!f->complete && f->n > 0) {
 		while (a + 1 < f->n && f->chunks[a + 1].offset <= off)
@@ -712,11 +799,16 @@ ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object
 		while (b + 1 < f->n && f->chunks[b + 1].offset < off + size)
 			b++;
 		r = ensure_chunks(l, reg, f, a, b, true);
-		if (r < 0)
+		if (r < 0) {
+			file_put(l, f);
 			return r;
+		}
 	}
 	n = pread(f->fd, buf, size, (off_t)off);
-	return n < 0 ? negative_errno() : n;
+	if (n < 0)
+		n = negative_errno();
+	file_put(l, f);
+	return n;
 }
 
 /* ---- completion: the whole blob in one pass -------------------------- */
@@ -765,7 +857,11 @@ static int stream_chunk(struct stream *s, const struct pending *pd, const void *
 	}
 	f->state[pd->k] = CHUNK_FETCHING;
 	pthread_mutex_unlock(&f->lock);
-	r = write_chunk(s->l, f, pd->k, src, &s->dst, false);
+	r = file_hold(s->l, f);
+	if (r == 0) {
+		r = write_chunk(s->l, f, pd->k, src, &s->dst, false);
+		file_put(s->l, f);
+	}
 	pthread_mutex_lock(&f->lock);
 	f->state[pd->k] = r == 0 ? CHUNK_PRESENT : CHUNK_MISSING;
 	pthread_cond_broadcast(&f->cond);
@@ -904,6 +1000,7 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 			missing += f->chunks[k].blob_length;
 		}
 		pthread_mutex_unlock(&f->lock);
+		file_put(l, f);
 	}
 	/* the whole blob, whose digest is then checked too, unless most of
 	 * the files' bytes are here already: then the ranges below */
@@ -928,11 +1025,14 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 		if (cancel && atomic_load(cancel))
 			return -ECANCELED;
 		r = lazy_file_get(l, li->entries[i].object, &f);
-		if (r == 0 && !f->complete)
-			r = ensure_chunks(l, reg, f, 0, f->n ? f->n - 1 : 0, false);
 		if (r < 0)
 			return r;
+		if (!f->complete)
+			r = ensure_chunks(l, reg, f, 0, f->n ? f->n - 1 : 0, false);
 		all = all && f->complete;
+		file_put(l, f);
+		if (r < 0)
+			return r;
 	}
 	if (!all)
 		return 0;

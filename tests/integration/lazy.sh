@@ -127,7 +127,10 @@ touch "$WORK/whole"
 # file left.
 complete() { ! ls "$CACHE"/layers/*/lazy >/dev/null 2>&1 && ! ls "$CACHE"/layers/*/p.* >/dev/null 2>&1; }
 wait_for 60 complete || fail "lazy layers not completed: $(ls "$CACHE"/layers/*/lazy "$CACHE"/layers/*/p.* 2>&1 | head)"
-# ... and the events and the metrics say so (six lazy layers, two images).
+# ... and the events and the metrics say so (six lazy layers, two images;
+# each event follows the removal of its layer's marker).
+layers_completed() { [ "$(grep -c '"reason":"LayerCompleted"' "$EVENTS")" -ge 6 ]; }
+wait_for 10 layers_completed || true
 assert_eq 6 "$(grep -c '"reason":"LayerCompleted"' "$EVENTS")" "LayerCompleted events"
 assert_eq 6 "$(metric pullfs_lazy_layers_completed_total)" "lazy layers completed"
 for ref in edge-esgz:1 edge-chunked:1; do

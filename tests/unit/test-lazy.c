@@ -41,19 +41,19 @@ struct fixture {
 	unsigned char content[CHUNK * NCHUNKS];
 };
 
+static void publish_blob(struct fixture *f, struct blob *b, const struct toc_layer *tl,
+			 char *ret_blob, bool publish);
+
 /* A layer with one file of five zstd frames and its table, after pad
  * bytes of zeros; published (but not fetched) when publish is set. */
 static void make_layer(struct fixture *f, size_t pad, char *ret_blob, bool publish)
 {
 	struct blob b = { 0 };
 	struct toc_layer tl;
-	struct toc *toc = NULL;
-	struct cache_layer_stage st;
-	struct lazy_source src = { .domain = "registry.test", .repo = "app" };
 	size_t at[NCHUNKS], end;
-	char d[DIGEST_STRING_MAX], cd[NCHUNKS][DIGEST_STRING_MAX], err[256];
-	char json[8192], *text = NULL, *tocbuf;
-	size_t n, toclen;
+	char d[DIGEST_STRING_MAX], cd[NCHUNKS][DIGEST_STRING_MAX];
+	char json[8192];
+	size_t n;
 
 	for (size_t i = 0; i < sizeof(f->content); i++)
 		f->content[i] = (unsigned char)(i * 131 + i / 97);
@@ -80,14 +80,28 @@ static void make_layer(struct fixture *f, size_t pad, char *ret_blob, bool publi
 				      at[k], k * CHUNK, CHUNK, cd[k]);
 	snprintf(json + n, sizeof(json) - n, "]}");
 	put_zstd_end(&b, json, &tl);
-	fake_put_blob(f->fake, "app", b.p, b.len, ret_blob);
+	publish_blob(f, &b, &tl, ret_blob, publish);
+}
+
+/* Puts the layer b (its table described by tl) in the registry and, with
+ * publish, publishes it lazily as the pull does. */
+static void publish_blob(struct fixture *f, struct blob *b, const struct toc_layer *tl,
+			 char *ret_blob, bool publish)
+{
+	struct lazy_source src = { .domain = "registry.test", .repo = "app" };
+	struct cache_layer_stage st;
+	struct toc *toc = NULL;
+	char err[256], *text = NULL, *tocbuf;
+	size_t toclen;
+
+	fake_put_blob(f->fake, "app", b->p, b->len, ret_blob);
 	if (!publish) {
-		free(b.p);
+		free(b->p);
 		return;
 	}
 
 	/* what the pull does: fetch and verify the table, publish from it */
-	src.tl = tl;
+	src.tl = *tl;
 	assert_int_equal(
 		lazy_fetch_toc(f->reg, &src, ret_blob, &toc, &tocbuf, &toclen, err, sizeof(err)),
 		0);
@@ -99,7 +113,7 @@ static void make_layer(struct fixture *f, size_t pad, char *ret_blob, bool publi
 	toc_free(toc);
 	free(tocbuf);
 	free(text);
-	free(b.p);
+	free(b->p);
 }
 
 static int setup(void **state)
@@ -441,6 +455,77 @@ static void test_present_at_publishing(void **state)
 	close(dirfd);
 }
 
+static unsigned open_fds(void)
+{
+	char path[64];
+	unsigned n = 0;
+
+	for (int fd = 0; fd < 4096; fd++) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		n += access(path, F_OK) == 0;
+	}
+	return n;
+}
+
+#define MANY_FILES 300
+
+/* A layer of many small files: its completion, and reads of every file
+ * before and after it, keep a bounded number of descriptors open. */
+static void test_many_files_few_descriptors(void **state)
+{
+	struct fixture *f = *state;
+	struct blob b = { 0 };
+	struct toc_layer tl;
+	struct lazy_layer *l;
+	char blob[DIGEST_STRING_MAX], objects[MANY_FILES][DIGEST_HEX_LEN + 1];
+	char *json = malloc(MANY_FILES * 400), content[64], buf[64];
+	size_t n = 0, len, at, end;
+	unsigned before;
+
+	assert_non_null(json);
+	n += (size_t)snprintf(json, 64, "{\"version\":1,\"entries\":[");
+	for (int i = 0; i < MANY_FILES; i++) {
+		char d[DIGEST_STRING_MAX];
+
+		len = (size_t)snprintf(content, sizeof(content), "file number %d\n", i);
+		at = put_zstd(&b, content, len);
+		end = b.len;
+		sha256(content, len, d);
+		snprintf(objects[i], sizeof(objects[i]), "%s", digest_hex(d));
+		n += (size_t)snprintf(json + n, 400,
+				      "%s{\"type\":\"reg\",\"name\":\"./f%d\",\"mode\":420,"
+				      "\"size\":%zu,\"digest\":\"%s\",\"offset\":%zu,"
+				      "\"endOffset\":%zu,\"chunkSize\":%zu,\"chunkDigest\":\"%s\"}",
+				      i ? "," : "", i, len, d, at, end, len, d);
+	}
+	snprintf(json + n, 8, "]}");
+	blob_zeros(&b, 32);
+	put_zstd_end(&b, json, &tl);
+	free(json);
+	publish_blob(f, &b, &tl, blob, true);
+
+	before = open_fds();
+	assert_int_equal(lazy_layer_open(f->cache, blob, NULL, &l), 0);
+	/* a reader first, then the completion, then readers again */
+	for (int i = 0; i < MANY_FILES; i += 3) {
+		len = (size_t)snprintf(content, sizeof(content), "file number %d\n", i);
+		assert_int_equal(lazy_read(l, f->reg, objects[i], 0, sizeof(buf), buf), len);
+		assert_memory_equal(buf, content, len);
+	}
+	assert_true(open_fds() <= before + 1 + 2 * 64);
+	assert_int_equal(lazy_layer_complete(l, f->reg, NULL), 0);
+	assert_true(lazy_layer_is_complete(l));
+	assert_true(open_fds() <= before + 1 + 2 * 64);
+	for (int i = 0; i < MANY_FILES; i++) {
+		len = (size_t)snprintf(content, sizeof(content), "file number %d\n", i);
+		assert_int_equal(lazy_read(l, f->reg, objects[i], 0, sizeof(buf), buf), len);
+		assert_memory_equal(buf, content, len);
+	}
+	assert_true(open_fds() <= before + 1 + 2 * 64);
+	lazy_layer_free(l);
+	assert_int_equal(open_fds(), before);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -453,6 +538,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_first_range_only, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_partial_pull_links, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_present_at_publishing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_many_files_few_descriptors, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
