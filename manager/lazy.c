@@ -1,4 +1,6 @@
-/* Lazy layers; see lazy.h and docs/content-store.md. */
+/* Lazy layers: their TOC, their files' state and descriptors, chunks fetched
+ * for readers (the completion is lazy-complete.c, what is local and the
+ * metrics lazy-bytes.c); see lazy.h and docs/content-store.md. */
 #include "lazy.h"
 
 #include <errno.h>
@@ -17,6 +19,7 @@
 #include "dlist.h"
 #include "errname.h"
 #include "fileio.h"
+#include "lazy-private.h"
 #include "macro.h"
 #include "registry.h"
 #include "strmap.h"
@@ -31,58 +34,6 @@
  * each while its completion runs. */
 #define LAZY_IDLE_FILES 64
 
-enum { CHUNK_MISSING, CHUNK_FETCHING, CHUNK_PRESENT };
-
-struct lazy_file {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	const struct toc_chunk *chunks; /* the toc's */
-	size_t n;
-	uint8_t *state; /* per chunk; lock */
-	uint64_t size;
-	/* p.OBJ (o.OBJ once complete) and p.OBJ.map (-1 once complete);
-	 * both -1 while the file is parked (users 0 and not among the
-	 * layer's idle files) */
-	int fd;
-	int mapfd;
-	unsigned users;		     /* the layer's lock: holders of fd */
-	struct dlist_node idle_node; /* the layer's lock: on idle */
-	bool complete;
-	/* both files' names are on stable storage */
-	atomic_bool named;
-	/* chunks the completion wrote and did not flush (nor mark) */
-	atomic_bool unflushed;
-	char object[DIGEST_HEX_LEN + 1];
-};
-
-struct lazy_layer {
-	int dirfd;
-	struct cache *cache;
-	struct lazy_stats *stats;
-	struct lazy_source src;
-	char *blob_digest;
-	struct toc *toc;
-	pthread_mutex_t lock;
-	struct strmap *entry_of; /* object -> entry index + 1; read-only */
-	struct strmap *files;	 /* object -> struct lazy_file *; lock */
-	atomic_bool complete;	 /* lazy_layer_complete() finished */
-	struct dlist idle;	 /* lock: files with descriptors and no user */
-};
-
-const double lazy_latency_bounds[LAZY_LATENCY_BUCKETS] = {
-	0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
-};
-
-void lazy_stats_observe(struct lazy_stats *s, uint64_t us)
-{
-	unsigned i = 0;
-
-	while (i < LAZY_LATENCY_BUCKETS && (double)us > lazy_latency_bounds[i] * 1e6)
-		i++;
-	atomic_fetch_add(&s->latency[i], 1);
-	atomic_fetch_add(&s->latency_sum_us, us);
-}
-
 static uint64_t now_us(void)
 {
 	struct timespec ts;
@@ -92,7 +43,7 @@ static uint64_t now_us(void)
 }
 
 /* The compressed bytes of a file's chunks. */
-static uint64_t chunks_bytes(const struct toc_chunk *c, size_t n)
+uint64_t lazy_chunks_bytes(const struct toc_chunk *c, size_t n)
 {
 	uint64_t sum = 0;
 
@@ -354,7 +305,7 @@ static int file_reopen(struct lazy_layer *l, struct lazy_file *f)
 	return -EIO;
 }
 
-/* Makes f's descriptors usable until file_put(); l->lock held. */
+/* Makes f's descriptors usable until lazy_file_put(); l->lock held. */
 static int file_hold_locked(struct lazy_layer *l, struct lazy_file *f)
 {
 	if (f->users == 0) {
@@ -370,7 +321,7 @@ static int file_hold_locked(struct lazy_layer *l, struct lazy_file *f)
 	return 0;
 }
 
-static int file_hold(struct lazy_layer *l, struct lazy_file *f)
+int lazy_file_hold(struct lazy_layer *l, struct lazy_file *f)
 {
 	int r;
 
@@ -382,7 +333,7 @@ static int file_hold(struct lazy_layer *l, struct lazy_file *f)
 
 /* Gives up a hold: the file joins the idle ones, and the oldest idle
  * ones beyond LAZY_IDLE_FILES close their descriptors. */
-static void file_put(struct lazy_layer *l, struct lazy_file *f)
+void lazy_file_put(struct lazy_layer *l, struct lazy_file *f)
 {
 	pthread_mutex_lock(&l->lock);
 	if (--f->users == 0)
@@ -401,8 +352,8 @@ static void file_put(struct lazy_layer *l, struct lazy_file *f)
 }
 
 /* The state of the file with content object, made at its first use from
- * what is on disk, held (file_put() gives it back). */
-static int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **ret)
+ * what is on disk, held (lazy_file_put() gives it back). */
+int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **ret)
 {
 	char name[DIGEST_HEX_LEN + 8];
 	struct lazy_file *f;
@@ -453,7 +404,8 @@ static int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_f
 		unlinkat(l->dirfd, name, 0);
 		if (l->stats) {
 			atomic_fetch_add(&l->stats->files_linked, 1);
-			atomic_fetch_add(&l->stats->saved_bytes, chunks_bytes(f->chunks, f->n));
+			atomic_fetch_add(&l->stats->saved_bytes,
+					 lazy_chunks_bytes(f->chunks, f->n));
 		}
 		goto put;
 	}
@@ -500,8 +452,8 @@ fail:
  * flushes (the completion: one syncfs for the layer, no map, as the file
  * is finished right after).  dst is a buffer the caller keeps (grown
  * here). */
-static int write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const void *src,
-		       void **dst, bool mark)
+int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const void *src,
+		     void **dst, bool mark)
 {
 	const struct toc_chunk *c = &f->chunks[k];
 	void *n = realloc(*dst, c->size);
@@ -559,7 +511,8 @@ static int fetch_run(struct lazy_layer *l, struct registry *reg, struct lazy_fil
 			lazy_stats_observe(l->stats, now_us() - t0);
 	}
 	for (size_t k = a; k <= e && r == 0; k++)
-		r = write_chunk(l, f, k, b.data + (f->chunks[k].blob_offset - start), &dst, true);
+		r = lazy_write_chunk(l, f, k, b.data + (f->chunks[k].blob_offset - start), &dst,
+				     true);
 	free(dst);
 	free(b.data);
 	return r;
@@ -695,9 +648,9 @@ static int fetch_runs(struct lazy_layer *l, struct registry *reg, struct lazy_fi
 	}
 	for (size_t i = 0; i < n && r == 0; i++)
 		for (size_t k = runs[i].a; k <= runs[i].e && r == 0; k++)
-			r = write_chunk(l, f, k,
-					bufs[i].data + (f->chunks[k].blob_offset - rg[i].offset),
-					&dst, true);
+			r = lazy_write_chunk(
+				l, f, k, bufs[i].data + (f->chunks[k].blob_offset - rg[i].offset),
+				&dst, true);
 	for (size_t i = 0; i < n; i++)
 		free(bufs[i].data);
 	free(dst);
@@ -705,8 +658,8 @@ static int fetch_runs(struct lazy_layer *l, struct registry *reg, struct lazy_fi
 }
 
 /* Makes chunks a..b of f present; foreground: for a reader who waits. */
-static int ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_file *f, size_t a,
-			 size_t b, bool foreground)
+int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_file *f, size_t a,
+		       size_t b, bool foreground)
 {
 	struct run runs[LAZY_RANGES_MAX];
 	int r = 0;
@@ -788,7 +741,7 @@ ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object
 	if (r < 0)
 		return r;
 	if (off >= f->size || size == 0) {
-		file_put(l, f);
+		lazy_file_put(l, f);
 		return 0;
 	}
 	size = (size_t)MIN((uint64_t)size, f->size - off);
@@ -798,437 +751,15 @@ ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object
 		b = a;
 		while (b + 1 < f->n && f->chunks[b + 1].offset < off + size)
 			b++;
-		r = ensure_chunks(l, reg, f, a, b, true);
+		r = lazy_ensure_chunks(l, reg, f, a, b, true);
 		if (r < 0) {
-			file_put(l, f);
+			lazy_file_put(l, f);
 			return r;
 		}
 	}
 	n = pread(f->fd, buf, size, (off_t)off);
 	if (n < 0)
 		n = negative_errno();
-	file_put(l, f);
+	lazy_file_put(l, f);
 	return n;
-}
-
-/* ---- completion: the whole blob in one pass -------------------------- */
-
-/* A chunk the stream may bring: chunk k of f. */
-struct pending {
-	struct lazy_file *f;
-	size_t k;
-};
-
-struct stream {
-	struct lazy_layer *l;
-	const atomic_bool *cancel;
-	struct pending *p;
-	size_t n, next;	    /* by blob offset; next: the one being collected */
-	uint64_t pos;	    /* bytes of the blob seen */
-	unsigned char *buf; /* the blob from buf_start on, buf_len bytes */
-	uint64_t buf_start;
-	size_t buf_len, cap;
-	void *dst;
-};
-
-static const struct toc_chunk *pending_chunk(const struct pending *pd)
-{
-	return &pd->f->chunks[pd->k];
-}
-
-static int cmp_pending(const void *a, const void *b)
-{
-	uint64_t x = pending_chunk(a)->blob_offset, y = pending_chunk(b)->blob_offset;
-
-	return x < y ? -1 : x > y;
-}
-
-/* The bytes of one chunk are in: written unless a reader has it already or
- * is fetching it (readers never wait for the stream). */
-static int stream_chunk(struct stream *s, const struct pending *pd, const void *src)
-{
-	struct lazy_file *f = pd->f;
-	int r;
-
-	pthread_mutex_lock(&f->lock);
-	if (f->complete || f->state[pd->k] != CHUNK_MISSING) {
-		pthread_mutex_unlock(&f->lock);
-		return 0;
-	}
-	f->state[pd->k] = CHUNK_FETCHING;
-	pthread_mutex_unlock(&f->lock);
-	r = file_hold(s->l, f);
-	if (r == 0) {
-		r = write_chunk(s->l, f, pd->k, src, &s->dst, false);
-		file_put(s->l, f);
-	}
-	pthread_mutex_lock(&f->lock);
-	f->state[pd->k] = r == 0 ? CHUNK_PRESENT : CHUNK_MISSING;
-	pthread_cond_broadcast(&f->cond);
-	pthread_mutex_unlock(&f->lock);
-	return r;
-}
-
-static int stream_sink(void *userdata, const void *data, size_t len)
-{
-	struct stream *s = userdata;
-	const unsigned char *d = data;
-
-	if (s->cancel && atomic_load(s->cancel))
-		return -ECANCELED;
-	/* A reader is waiting for chunks: the stream pauses, its socket
-	 * buffer fills and the sender stops, leaving the link to the
-	 * reader's request. */
-	while (s->l->stats && atomic_load(&s->l->stats->foreground) > 0 &&
-	       !(s->cancel && atomic_load(s->cancel)))
-		usleep(2000);
-	while (len > 0 && s->next < s->n) {
-		const struct toc_chunk *c = pending_chunk(&s->p[s->next]);
-		uint64_t end = c->blob_offset + c->blob_length, have;
-		size_t take;
-
-		if (s->buf_len == 0 && s->pos < c->blob_offset) {
-			/* nothing wanted before the next chunk */
-			take = (size_t)MIN((uint64_t)len, c->blob_offset - s->pos);
-			d += take;
-			len -= take;
-			s->pos += take;
-			s->buf_start = s->pos;
-			continue;
-		}
-		have = s->buf_start + s->buf_len;
-		take = (size_t)MIN((uint64_t)len, end > have ? end - have : 0);
-		if (take > s->cap - s->buf_len) {
-			size_t cap = s->buf_len + take;
-			unsigned char *n = realloc(s->buf, cap);
-
-			if (!n)
-				return -ENOMEM;
-			s->buf = n;
-			s->cap = cap;
-		}
-		memcpy(s->buf + s->buf_len, d, take);
-		s->buf_len += take;
-		d += take;
-		len -= take;
-		s->pos += take;
-		if (s->buf_start + s->buf_len < end)
-			continue;
-		int r = stream_chunk(s, &s->p[s->next], s->buf + (c->blob_offset - s->buf_start));
-
-		if (r < 0)
-			return r;
-		/* keep only what the next chunk (sorted, maybe overlapping)
-		 * still needs */
-		if (++s->next < s->n) {
-			uint64_t next = pending_chunk(&s->p[s->next])->blob_offset;
-
-			if (next >= s->buf_start + s->buf_len) {
-				s->buf_len = 0;
-				s->buf_start = s->pos;
-			} else {
-				size_t drop = (size_t)(next - s->buf_start);
-
-				memmove(s->buf, s->buf + drop, s->buf_len - drop);
-				s->buf_len -= drop;
-				s->buf_start = next;
-			}
-		}
-	}
-	s->pos += len;
-	return 0;
-}
-
-/* One GET of the whole blob, checked against its digest, writing every
- * chunk that is still missing as it passes. */
-static int stream_blob(struct lazy_layer *l, struct registry *reg, struct pending *p, size_t n,
-		       const atomic_bool *cancel)
-{
-	struct stream s = { .l = l, .cancel = cancel, .p = p, .n = n };
-	struct error_detail rerr = { 0 };
-	int r;
-
-	qsort(p, n, sizeof(*p), cmp_pending);
-	r = registry_get_blob(reg, l->src.domain, l->src.repo, l->blob_digest, l->src.tl.blob_size,
-			      stream_sink, &s, &rerr);
-	if (l->stats) {
-		atomic_fetch_add(&l->stats->fetches, 1);
-		atomic_fetch_add(&l->stats->bytes, s.pos);
-		atomic_fetch_add(&l->stats->background_bytes, s.pos);
-		if (r < 0)
-			atomic_fetch_add(&l->stats->failures, 1);
-	}
-	free(s.buf);
-	free(s.dst);
-	return r;
-}
-
-int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel)
-{
-	const struct layer_index *li = l->toc->index;
-	struct pending *p = NULL;
-	size_t n = 0, cap = 0;
-	uint64_t missing = 0, chunks = 0;
-	bool all = true;
-	int r = 0;
-
-	/* what is missing now; readers may fetch some of it meanwhile */
-	for (size_t i = 0; i < li->n_entries && r == 0; i++) {
-		struct lazy_file *f;
-
-		if (!li->entries[i].object)
-			continue;
-		r = lazy_file_get(l, li->entries[i].object, &f);
-		if (r < 0)
-			break;
-		pthread_mutex_lock(&f->lock);
-		chunks += chunks_bytes(f->chunks, f->n);
-		for (size_t k = 0; k < f->n && !f->complete; k++) {
-			if (f->state[k] != CHUNK_MISSING)
-				continue;
-			if (n == cap) {
-				struct pending *q =
-					realloc(p, (cap = cap ? cap * 2 : 256) * sizeof(*p));
-
-				if (!q) {
-					r = -ENOMEM;
-					break;
-				}
-				p = q;
-			}
-			p[n++] = (struct pending){ .f = f, .k = k };
-			missing += f->chunks[k].blob_length;
-		}
-		pthread_mutex_unlock(&f->lock);
-		file_put(l, f);
-	}
-	/* the whole blob, whose digest is then checked too, unless most of
-	 * the files' bytes are here already: then the ranges below */
-	if (r == 0 && n > 0 && missing >= chunks / 2)
-		r = stream_blob(l, reg, p, n, cancel);
-	/* what the stream wrote, on stable storage at once rather than file
-	 * by file as each is finished */
-	if (r == 0 && n > 0)
-		r = flush_fs(l->dirfd);
-	for (size_t i = 0; r == 0 && i < n; i++)
-		atomic_store(&p[i].f->unflushed, false);
-	free(p);
-	if (r < 0)
-		return r;
-	/* every file: what the stream did not bring (a reader's fetch that
-	 * failed meanwhile) by range, then checked whole and made an object */
-	for (size_t i = 0; i < li->n_entries; i++) {
-		struct lazy_file *f;
-
-		if (!li->entries[i].object)
-			continue;
-		if (cancel && atomic_load(cancel))
-			return -ECANCELED;
-		r = lazy_file_get(l, li->entries[i].object, &f);
-		if (r < 0)
-			return r;
-		if (!f->complete)
-			r = ensure_chunks(l, reg, f, 0, f->n ? f->n - 1 : 0, false);
-		all = all && f->complete;
-		file_put(l, f);
-		if (r < 0)
-			return r;
-	}
-	if (!all)
-		return 0;
-	/* every o.OBJ is there for good before the layer stops being lazy */
-	r = flush_dir(l->dirfd);
-	if (r < 0)
-		return r;
-	if (unlinkat(l->dirfd, "lazy", 0) < 0 && errno != ENOENT)
-		return negative_errno();
-	atomic_store(&l->complete, true);
-	if (l->stats)
-		atomic_fetch_add(&l->stats->layers_complete, 1);
-	return 0;
-}
-
-bool lazy_layer_is_complete(struct lazy_layer *l)
-{
-	return atomic_load(&l->complete);
-}
-
-/* The blob ranges of present chunks, to count their union: eStargz puts
- * several small files in one gzip member, which their chunks share. */
-struct spans {
-	struct toc_range *v;
-	size_t n, cap;
-	bool failed;
-};
-
-static void spans_add(struct spans *sp, const struct toc_chunk *c)
-{
-	if (sp->n == sp->cap) {
-		size_t cap = sp->cap ? sp->cap * 2 : 256;
-		struct toc_range *v = realloc(sp->v, cap * sizeof(*v));
-
-		if (!v) {
-			sp->failed = true;
-			return;
-		}
-		sp->v = v;
-		sp->cap = cap;
-	}
-	sp->v[sp->n++] = (struct toc_range){ c->blob_offset, c->blob_length };
-}
-
-static int cmp_span(const void *a, const void *b)
-{
-	const struct toc_range *x = a, *y = b;
-
-	return x->offset < y->offset ? -1 : x->offset > y->offset;
-}
-
-static uint64_t spans_union(struct spans *sp)
-{
-	uint64_t sum = 0, end = 0;
-
-	qsort(sp->v, sp->n, sizeof(*sp->v), cmp_span);
-	for (size_t i = 0; i < sp->n; i++) {
-		uint64_t s = MAX(sp->v[i].offset, end), e = sp->v[i].offset + sp->v[i].length;
-
-		if (e > s)
-			sum += e - s;
-		end = MAX(end, e);
-	}
-	return sum;
-}
-
-/* The present chunks of the file with content object, from its state when
- * it is in use, else from the disk. */
-static void file_local_spans(struct lazy_layer *l, const char *object, const struct toc_chunk *c,
-			     size_t n, struct spans *sp)
-{
-	char name[DIGEST_HEX_LEN + 8], map[4096];
-	_cleanup_close_ int fd = -1;
-	struct lazy_file *f;
-	ssize_t got;
-	off_t at = 0;
-
-	pthread_mutex_lock(&l->lock);
-	f = strmap_get(l->files, object);
-	pthread_mutex_unlock(&l->lock);
-	if (f) {
-		pthread_mutex_lock(&f->lock);
-		for (size_t k = 0; k < f->n; k++)
-			if (f->complete || f->state[k] == CHUNK_PRESENT)
-				spans_add(sp, &c[k]);
-		pthread_mutex_unlock(&f->lock);
-		return;
-	}
-	snprintf(name, sizeof(name), "o.%s", object);
-	if (faccessat(l->dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
-		for (size_t k = 0; k < n; k++)
-			spans_add(sp, &c[k]);
-		return;
-	}
-	snprintf(name, sizeof(name), "p.%s.map", object);
-	fd = openat(l->dirfd, name, O_RDONLY | O_CLOEXEC);
-	while (fd >= 0 && (size_t)at < n && (got = pread(fd, map, sizeof(map), at)) > 0) {
-		for (ssize_t i = 0; i < got && (size_t)(at + i) < n; i++)
-			if (map[i] == '1')
-				spans_add(sp, &c[at + i]);
-		at += got;
-	}
-}
-
-void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_total)
-{
-	const struct layer_index *li = l->toc->index;
-	uint64_t total = l->src.tl.blob_size, local = l->src.where.length;
-	struct spans sp = { 0 };
-
-	*ret_total = total;
-	if (atomic_load(&l->complete)) {
-		*ret_local = total;
-		return;
-	}
-	for (size_t i = 0; i < li->n_entries; i++) {
-		const char *o = li->entries[i].object;
-		const struct toc_chunk *c;
-		size_t n;
-
-		/* a content the layer holds twice counts once */
-		if (!o || (uintptr_t)strmap_get(l->entry_of, o) != i + 1)
-			continue;
-		c = toc_entry_chunks(l->toc, i, &n);
-		file_local_spans(l, o, c, n, &sp);
-	}
-	if (!sp.failed)
-		local += spans_union(&sp);
-	free(sp.v);
-	/* all of it only once complete (tar headers and padding are in no
-	 * chunk) */
-	*ret_local = MIN(local, total - 1);
-}
-
-uint64_t lazy_toc_present_bytes(int dirfd, const struct toc *toc)
-{
-	const struct layer_index *li = toc->index;
-	struct strmap *seen = strmap_new();
-	char name[DIGEST_HEX_LEN + 8];
-	uint64_t sum = 0;
-
-	for (size_t i = 0; seen && i < li->n_entries; i++) {
-		const char *o = li->entries[i].object;
-		const struct toc_chunk *c;
-		size_t n;
-
-		if (!o || strmap_get(seen, o) || strmap_put(seen, o, (void *)1) < 0)
-			continue;
-		snprintf(name, sizeof(name), "o.%s", o);
-		if (faccessat(dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) != 0)
-			continue;
-		c = toc_entry_chunks(toc, i, &n);
-		sum += chunks_bytes(c, n);
-	}
-	strmap_free(seen);
-	return sum;
-}
-
-static void counter(FILE *f, const char *name, const char *help, const atomic_uint_fast64_t *v)
-{
-	fprintf(f, "# HELP pullfs_lazy_%s %s\n# TYPE pullfs_lazy_%s counter\npullfs_lazy_%s %llu\n",
-		name, help, name, name, (unsigned long long)atomic_load(v));
-}
-
-void lazy_stats_metrics(const struct lazy_stats *s, FILE *f)
-{
-	uint64_t cum = 0;
-
-	counter(f, "fetches_total", "Range requests for chunks of lazy layers.", &s->fetches);
-	counter(f, "fetched_bytes_total", "Compressed bytes fetched for lazy layers.", &s->bytes);
-	counter(f, "fetch_failures_total", "Chunk fetches that failed (the reader got the errno).",
-		&s->failures);
-	counter(f, "files_completed_total", "Files of lazy layers fetched whole and verified.",
-		&s->files_complete);
-	counter(f, "layers_completed_total", "Lazy layers completed.", &s->layers_complete);
-	counter(f, "background_bytes_total", "Compressed bytes the background completion fetched.",
-		&s->background_bytes);
-	counter(f, "files_linked_total",
-		"Files of lazy layers found in the content store instead of fetched.",
-		&s->files_linked);
-	counter(f, "saved_bytes_total",
-		"Compressed bytes not fetched because the content store had the file.",
-		&s->saved_bytes);
-	fputs("# HELP pullfs_lazy_fetch_duration_seconds Duration of the fetches readers waited for.\n"
-	      "# TYPE pullfs_lazy_fetch_duration_seconds histogram\n",
-	      f);
-	for (unsigned i = 0; i < LAZY_LATENCY_BUCKETS; i++) {
-		cum += atomic_load(&s->latency[i]);
-		fprintf(f, "pullfs_lazy_fetch_duration_seconds_bucket{le=\"%g\"} %llu\n",
-			lazy_latency_bounds[i], (unsigned long long)cum);
-	}
-	cum += atomic_load(&s->latency[LAZY_LATENCY_BUCKETS]);
-	fprintf(f,
-		"pullfs_lazy_fetch_duration_seconds_bucket{le=\"+Inf\"} %llu\n"
-		"pullfs_lazy_fetch_duration_seconds_sum %.6f\n"
-		"pullfs_lazy_fetch_duration_seconds_count %llu\n",
-		(unsigned long long)cum, (double)atomic_load(&s->latency_sum_us) / 1e6,
-		(unsigned long long)cum);
 }

@@ -1,0 +1,68 @@
+/* What lazy.c, lazy-complete.c and lazy-bytes.c share: the state of a
+ * lazy layer and of its files.  See lazy.h. */
+#pragma once
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "digest.h"
+#include "dlist.h"
+#include "lazy.h"
+
+struct strmap;
+
+enum { CHUNK_MISSING, CHUNK_FETCHING, CHUNK_PRESENT };
+
+struct lazy_file {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	const struct toc_chunk *chunks; /* the toc's */
+	size_t n;
+	uint8_t *state; /* per chunk; lock */
+	uint64_t size;
+	/* p.OBJ (o.OBJ once complete) and p.OBJ.map (-1 once complete);
+	 * both -1 while the file is parked (users 0 and not among the
+	 * layer's idle files) */
+	int fd;
+	int mapfd;
+	unsigned users;		     /* the layer's lock: holders of fd */
+	struct dlist_node idle_node; /* the layer's lock: on idle */
+	bool complete;
+	/* both files' names are on stable storage */
+	atomic_bool named;
+	/* chunks the completion wrote and did not flush (nor mark) */
+	atomic_bool unflushed;
+	char object[DIGEST_HEX_LEN + 1];
+};
+
+struct lazy_layer {
+	int dirfd;
+	struct cache *cache;
+	struct lazy_stats *stats;
+	struct lazy_source src;
+	char *blob_digest;
+	struct toc *toc;
+	pthread_mutex_t lock;
+	struct strmap *entry_of; /* object -> entry index + 1; read-only */
+	struct strmap *files;	 /* object -> struct lazy_file *; lock */
+	atomic_bool complete;	 /* lazy_layer_complete() finished */
+	struct dlist idle;	 /* lock: files with descriptors and no user */
+};
+
+/* lazy.c: the state of the file with content object, held (its
+ * descriptors stay open) until lazy_file_put(); lazy_file_hold() holds
+ * one the caller has.  0 or -errno. */
+int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **ret);
+int lazy_file_hold(struct lazy_layer *l, struct lazy_file *f);
+void lazy_file_put(struct lazy_layer *l, struct lazy_file *f);
+/* Chunk k of f from its compressed bytes src, verified and written;
+ * with mark, flushed and marked in the map (see lazy.c). */
+int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const void *src,
+		     void **dst, bool mark);
+/* Makes chunks a..b of f present (f held); foreground: a reader waits. */
+int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_file *f, size_t a,
+		       size_t b, bool foreground);
+/* The compressed bytes of n chunks. */
+uint64_t lazy_chunks_bytes(const struct toc_chunk *c, size_t n);
