@@ -247,7 +247,10 @@ void ns_reply_image_root(fuse_req_t req, struct fs *fs, struct image *img, doubl
 	e.generation = image_generation(img);
 	image_stat(e.ino, root, &e.attr);
 	e.attr_timeout = fs->opts.content_timeout;
-	e.entry_timeout = entry_timeout;
+	/* The kernel keeps a lookup for every user: content pulled with
+	 * credentials is looked up again by each path walk, so that each
+	 * caller is checked (access.h). */
+	e.entry_timeout = manager_digest_private(fs->manager, image_digest(img)) ? 0 : entry_timeout;
 	/* The reference from ensure becomes the kernel's lookup reference. */
 	if (fuse_reply_entry(req, &e) != 0)
 		image_unref(img, 1);
@@ -509,6 +512,17 @@ bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char 
 	}
 
 	n = ns_child(fs, parent, name, &step, &r);
+	if (!n && r == -EINVAL && strpbrk(name, ":@")) {
+		/* Meant as a reference (a tag, a digest or a port), if not
+		 * a valid one: ensure would have said so in the events log.
+		 * Other names are no reference at all (".git", probes of
+		 * programs): no event. */
+		_cleanup_free_ char *key = pathform_join(parent->key, name);
+		struct caller who;
+		caller_of(req, &who);
+		if (key)
+			manager_invalid_reference(fs->manager, key, &who);
+	}
 	if (!n) {
 		reply_err(req, r);
 		return false;

@@ -17,6 +17,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "access.h"
 #include "config.h"
 #include "conffile.h"
 #include "errname.h"
@@ -76,6 +77,8 @@ static int set_insecure(struct settings *s, const struct opt *o, const char *v, 
 			size_t errlen);
 static int set_lazy(struct settings *s, const struct opt *o, const char *v, char *errbuf,
 		    size_t errlen);
+static int set_access_rule(struct settings *s, const struct opt *o, const char *v, char *errbuf,
+			   size_t errlen);
 static int set_connect_timeout(struct settings *s, const struct opt *o, const char *v, char *errbuf,
 			       size_t errlen);
 static int set_low_speed_timeout(struct settings *s, const struct opt *o, const char *v,
@@ -152,6 +155,17 @@ static const struct opt options[] = {
 	{ "max-pulls-per-user", 0, KIND_UINT, EVERYWHERE, AT(mo.max_pulls_per_user), .min = 1,
 	  .max = 1024, .def = STRINGIFY(MANAGER_DEFAULT_PULLS_PER_USER),
 	  .help = "pulls a user other than root may start at once" },
+	{ "pull-access-rule", 0, KIND_LIST, EVERYWHERE, AT(mo.pull_access_rules),
+	  AT(mo.n_pull_access_rules), .set = set_access_rule, .arg = "PATTERN=WHO[,WHO...]",
+	  .def = "everybody",
+	  .help = "who may cause a pull of a reference matching the glob PATTERN that is not "
+		  "cached: users (name or uid), groups (@name or @gid) or *; root always may; the "
+		  "first match wins" },
+	{ "private-access-rule", 0, KIND_LIST, EVERYWHERE, AT(mo.private_access_rules),
+	  AT(mo.n_private_access_rules), .set = set_access_rule, .arg = "PATTERN=WHO[,WHO...]",
+	  .def = "root only",
+	  .help = "who may see an image matching PATTERN that was pulled with registry "
+		  "credentials; the first match wins" },
 	{ "auth-file", 0, KIND_PATH, EVERYWHERE, AT(auth_file), .arg = "FILE",
 	  .def = "$DOCKER_CONFIG/config.json, else ~/.docker/config.json",
 	  .help = "registry credentials, docker config.json format" },
@@ -354,6 +368,17 @@ static int set_insecure(struct settings *s, const struct opt *o, const char *v, 
 	if (!hosts_name_is_sane(v))
 		return errbuf_fail(-EINVAL, errbuf, errlen, "invalid registry host \"%s\" for %s",
 				   v, o->name);
+	list_append(s, o, v);
+	return 0;
+}
+
+static int set_access_rule(struct settings *s, const struct opt *o, const char *v, char *errbuf,
+			   size_t errlen)
+{
+	char why[256];
+
+	if (access_rule_check(v, why, sizeof(why)) < 0)
+		return errbuf_fail(-EINVAL, errbuf, errlen, "%s: %s", o->name, why);
 	list_append(s, o, v);
 	return 0;
 }

@@ -472,6 +472,8 @@ static int ref_parse(const char *buf, size_t len, struct cache_ref *ret)
 		ret->pulled_at = at;
 		/* Out of range: as if absent, the key is derived again. */
 		ret->image_key = key > 0 && key <= UINT32_C(0x7fffffff) ? (uint32_t)key : 0;
+		ret->credentials_known = json_is_boolean(json_object_get(o, "credentials"));
+		ret->credentials = json_is_true(json_object_get(o, "credentials"));
 		if (!ret->reference || !ret->digest || (idx && !ret->index_digest)) {
 			cache_ref_done(ret);
 			r = -ENOMEM;
@@ -544,6 +546,7 @@ int cache_ref_save(struct cache *c, const struct cache_ref *r)
 		json_object_set_new(o, "index_digest", json_string(r->index_digest));
 	if (r->image_key)
 		json_object_set_new(o, "image_key", json_integer(r->image_key));
+	json_object_set_new(o, "credentials", json_boolean(r->credentials));
 	s = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	if (!s)

@@ -117,6 +117,9 @@ struct cache_ref {
 	char *index_digest; /* the index it was picked from, or NULL */
 	int64_t pulled_at;  /* unix seconds */
 	uint32_t image_key; /* the key of its view (imagekeys.h); 0: none stored */
+	/* Pulled with the registry's credentials; not known for a file from
+	 * before it was recorded. */
+	bool credentials, credentials_known;
 };
 void cache_ref_done(struct cache_ref *r);
 

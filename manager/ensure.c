@@ -11,8 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "access.h"
 #include "backoff.h"
 #include "cache.h"
+#include "credentials.h"
 #include "errname.h"
 #include "errtable.h"
 #include "macro.h"
@@ -30,6 +32,138 @@ enum pull_policy manager_policy_of(const struct manager *m, const struct referen
 }
 
 #define emit manager_emit
+
+void manager_invalid_reference(struct manager *m, const char *text, const struct caller *who)
+{
+	emit(m, EVENT_WARNING, errtable_reason(-EINVAL), text, NULL, -EINVAL, who,
+	     "Failed to apply default image tag \"%s\": invalid reference format", text);
+}
+
+/* ---- access (access.h) ---------------------------------------------- */
+
+bool manager_credentials_for(struct manager *m, const char *reference)
+{
+	struct reference *ref = NULL;
+	bool r;
+
+	if (reference_parse(reference, REFERENCE_DEFAULT_TAG, &ref) < 0)
+		return false;
+	r = credentials_configured(m->opts.credentials, ref->domain);
+	reference_free(ref);
+	return r;
+}
+
+bool manager_may_pull(struct manager *m, const struct reference *ref, const char *canonical,
+		      const struct caller *who, char *why, size_t len)
+{
+	if (!who || who->uid == 0)
+		return true;
+	return access_may_pull(m->access, canonical,
+			       credentials_configured(m->opts.credentials, ref->domain), who, why,
+			       len);
+}
+
+void manager_pull_denied(struct manager *m, const char *canonical, const struct caller *who,
+			 const char *why)
+{
+	if (access_event_due(m->access, who->uid, "PullDenied", canonical, manager_wall_ms()))
+		emit(m, EVENT_WARNING, "PullDenied", canonical, NULL, -EACCES, who,
+		     "Refused to pull image \"%s\": %s", canonical, why);
+}
+
+/* The names of one digest, and whether one of them was pulled without
+ * credentials. */
+struct digest_names {
+	const char *digest;
+	char **names; /* those pulled with credentials */
+	size_t n, cap;
+	bool open; /* one was pulled without */
+	bool oom;
+};
+
+static int pick_names(void *userdata, const char *key, void *value)
+{
+	struct digest_names *p = userdata;
+	const struct refstate *rs = value;
+
+	if (strcmp(rs->digest, p->digest) != 0)
+		return 0;
+	if (!rs->credentials) {
+		p->open = true;
+		return 0;
+	}
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? 2 * p->cap : 4;
+		char **n = reallocarray(p->names, cap, sizeof(*n));
+		if (!n) {
+			p->oom = true;
+			return 0;
+		}
+		p->names = n;
+		p->cap = cap;
+	}
+	if ((p->names[p->n] = strdup(key)))
+		p->n++;
+	else
+		p->oom = true;
+	return 0;
+}
+
+static void digest_names_get(struct manager *m, const char *digest, struct digest_names *p)
+{
+	*p = (struct digest_names){ .digest = digest };
+	pthread_mutex_lock(&m->lock);
+	strmap_foreach(m->refs, pick_names, p);
+	pthread_mutex_unlock(&m->lock);
+}
+
+static void digest_names_done(struct digest_names *p)
+{
+	for (size_t i = 0; i < p->n; i++)
+		free(p->names[i]);
+	free(p->names);
+}
+
+bool manager_digest_private(struct manager *m, const char *digest)
+{
+	struct digest_names p;
+	bool r;
+
+	digest_names_get(m, digest, &p);
+	r = !p.open && (p.n > 0 || p.oom);
+	digest_names_done(&p);
+	return r;
+}
+
+/* Every name of a digest serves the same bytes (a digest reference is
+ * served from the cache whatever name brought the manifest), so the check
+ * is on the content: it is seen by everybody when one of its names was
+ * pulled without credentials (anybody could pull it so), and otherwise by
+ * whoever a rule of one of its names admits. */
+int manager_admit(struct manager *m, const char *canonical, const char *digest,
+		  const struct caller *who)
+{
+	struct digest_names p;
+	char why[512] = "";
+	int r = -EACCES;
+
+	if (!who || who->uid == 0)
+		return 0;
+	digest_names_get(m, digest, &p);
+	if (p.open || (p.n == 0 && !p.oom))
+		r = 0;
+	/* Groups may be read from /proc: outside the lock. */
+	for (size_t i = 0; i < p.n && r < 0; i++)
+		if (access_may_see(m->access, p.names[i], who, i ? NULL : why, i ? 0 : sizeof(why)))
+			r = 0;
+	if (r < 0 &&
+	    access_event_due(m->access, who->uid, "AccessDenied", canonical, manager_wall_ms()))
+		emit(m, EVENT_WARNING, "AccessDenied", canonical, digest, -EACCES, who,
+		     "Refused image \"%s\": it was pulled with registry credentials, and %s",
+		     canonical, why[0] ? why : "its names could not be read");
+	digest_names_done(&p);
+	return r;
+}
 
 int manager_decide(struct manager *m, const struct reference *ref, const char *canonical,
 		   enum pull_policy policy, const struct caller *who, double t_wait,
@@ -53,7 +187,8 @@ int manager_decide(struct manager *m, const struct reference *ref, const char *c
 		known = strdup(rs->digest);
 		known_index = rs->index_digest ? strdup(rs->index_digest) : NULL;
 		unsigned iv = m->opts.revalidate_interval_s ?: MANAGER_DEFAULT_REVALIDATE_S;
-		revalidate = policy == PULL_ALWAYS && manager_now_s(m) - rs->checked_at >= iv;
+		revalidate = policy == PULL_ALWAYS && manager_now_s(m) - rs->checked_at >= iv &&
+			     atomic_load(&f->may_pull);
 	}
 	pthread_mutex_unlock(&m->lock);
 	if (rs && !known)
@@ -65,7 +200,10 @@ int manager_decide(struct manager *m, const struct reference *ref, const char *c
 	if (!known && ref->digest && cache_blob_present(m->cache, ref->digest)) {
 		struct image *img;
 		if (refs_image_get(m, canonical, ref->digest, &img, errbuf, sizeof(errbuf)) == 0) {
-			refs_publish(m, canonical, ref->digest, NULL, image_key(img), who);
+			/* Nothing pulled: the name is as private as the
+			 * names that brought the content. */
+			refs_publish(m, canonical, ref->digest, NULL, image_key(img), who,
+				     manager_digest_private(m, image_digest(img)));
 			manager_present_event(m, canonical, ref->digest, who);
 			*ret = img;
 			return 0;
@@ -97,6 +235,16 @@ int manager_decide(struct manager *m, const struct reference *ref, const char *c
 		     "Back-off pulling image \"%s\": %s", canonical,
 		     bs.last.message[0] ? bs.last.message : errno_name(bs.last.err));
 		return -EAGAIN;
+	}
+
+	if (!atomic_load(&f->may_pull)) {
+		/* Only callers who may not pull wait for this flight. */
+		char why[512] = "the caller may not cause pulls";
+		if (who)
+			manager_may_pull(m, ref, canonical, who, why, sizeof(why));
+		if (who)
+			manager_pull_denied(m, canonical, who, why);
+		return -EACCES;
 	}
 
 	p.repo = strdup(ref->path);
@@ -142,7 +290,8 @@ int manager_decide(struct manager *m, const struct reference *ref, const char *c
 	if (r == 0)
 		r = refs_image_get(m, canonical, digest, ret, errbuf, sizeof(errbuf));
 	if (r == 0) {
-		r = refs_publish(m, canonical, digest, index_digest, image_key(*ret), who);
+		r = refs_publish(m, canonical, digest, index_digest, image_key(*ret), who,
+				 credentials_configured(m->opts.credentials, ref->domain));
 		if (r < 0) {
 			image_unref(*ret, 1);
 			pull_fail(&p, "cannot record reference: %s", strerror(-r));

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache.h"
 #include "errtable.h"
 #include "macro.h"
 #include "puller.h"
@@ -168,10 +169,16 @@ static void flight_run(struct flight_job *j)
 
 	/* Outside the lock: a callback may reply to the kernel. */
 	for (c = calls; c; c = next) {
+		int cr = r;
 		next = c->next;
-		if (r == 0)
+		/* Each caller's own: a flight is shared by users who may see
+		 * its image and users who may not. */
+		if (cr == 0)
+			cr = manager_admit(m, j->canonical, image_digest(img),
+					   c->has_who ? &c->who : NULL);
+		if (cr == 0)
 			image_ref(img, 1);
-		c->done(c->userdata, r, r == 0 ? img : NULL);
+		c->done(c->userdata, cr, cr == 0 ? img : NULL);
 		free(c);
 	}
 	if (r == 0)
@@ -373,7 +380,8 @@ static int ensure_begin(struct manager *m, struct reference *ref, const struct c
 	struct flight *f;
 	struct image *img = NULL;
 	enum pull_policy policy;
-	char limit_msg[256] = "";
+	char limit_msg[256] = "", why[512] = "";
+	bool may_pull, cached_digest, pull_denied = false;
 	double t_wait = manager_now_f(m);
 	int r;
 
@@ -388,25 +396,41 @@ static int ensure_begin(struct manager *m, struct reference *ref, const struct c
 		return -ENOMEM;
 	}
 
+	/* Who may cause a pull is known before the lock: groups may be read
+	 * from /proc.  One who may not still gets what is cached. */
+	may_pull = manager_may_pull(m, ref, canonical, who, why, sizeof(why));
+	cached_digest = !may_pull && ref->digest && cache_blob_present(m->cache, ref->digest);
+
 	pthread_mutex_lock(&m->lock);
 	if (ensure_cached_locked(m, canonical, policy, &img)) {
 		record_outcome_locked(m, policy, ref->domain,
 				      &(struct ensure_outcome){ .present = true });
 		touch_locked(m, canonical);
 		pthread_mutex_unlock(&m->lock);
-		manager_present_event(m, canonical, image_digest(img), who);
 		reference_free(ref);
 		free(call);
+		r = manager_admit(m, canonical, image_digest(img), who);
+		if (r < 0) {
+			image_unref(img, 1);
+			return r;
+		}
+		manager_present_event(m, canonical, image_digest(img), who);
 		*ret_img = img;
 		return 1;
 	}
 	r = recent_lookup_locked(m, who, canonical);
 	f = strmap_get(m->flights, canonical);
+	if (r == 0 && !f && !may_pull && !cached_digest && !strmap_get(m->refs, canonical)) {
+		r = -EACCES;
+		pull_denied = true;
+	}
 	if (r == 0 && !f) {
 		r = flight_start_locked(m, TAKE_PTR(ref), canonical, policy, who, t_wait, &f,
 					limit_msg, sizeof(limit_msg));
 	}
 	if (r == 0) {
+		if (may_pull)
+			atomic_store(&f->may_pull, true);
 		if (keep)
 			f->keep = true;
 		if (call) {
@@ -426,6 +450,8 @@ static int ensure_begin(struct manager *m, struct reference *ref, const struct c
 	if (limit_msg[0])
 		emit(m, EVENT_WARNING, "UserLimit", canonical, NULL, -EAGAIN, who,
 		     "Refused image \"%s\": %s", canonical, limit_msg);
+	if (pull_denied)
+		manager_pull_denied(m, canonical, who, why);
 	return r;
 }
 
@@ -436,9 +462,7 @@ static int ensure_parse(struct manager *m, const char *reference, const struct c
 	int r = reference_parse(reference, REFERENCE_DEFAULT_TAG, ret);
 
 	if (r == -EINVAL)
-		emit(m, EVENT_WARNING, errtable_reason(-EINVAL), reference, NULL, -EINVAL, who,
-		     "Failed to apply default image tag \"%s\": invalid reference format",
-		     reference);
+		manager_invalid_reference(m, reference, who);
 	return r;
 }
 

@@ -71,6 +71,9 @@ struct refstate {
 	 * counted against that user's limit, and collected when idle. */
 	bool ephemeral;
 	uid_t uid; /* who created it, when ephemeral */
+	/* Pulled with the registry's credentials: seen only by whom the
+	 * private access rules admit (access.h). */
+	bool credentials;
 	/* The image key of (reference, digest), as stored in the cache or
 	 * derived; image.c gives it to the view it makes when free. */
 	uint32_t key;
@@ -103,6 +106,9 @@ struct flight {
 	/* Nobody waits any more and it has not started: leave the queue. */
 	atomic_bool abandon;
 	bool counted; /* charged to uid's pulls */
+	/* A caller that may cause pulls waits for it: it may revalidate and
+	 * pull (access.h); otherwise it serves what is cached or fails. */
+	atomic_bool may_pull;
 	uid_t uid;
 	struct pull_progress progress;
 };
@@ -138,6 +144,7 @@ struct manager {
 	struct registry *registry;
 	struct policy *policy;
 	struct policy *lazy_rules; /* values: enum lazy_mode */
+	struct access *access;
 	struct backoff *backoff;
 	struct throttle *throttle;
 	struct puller *puller;
@@ -267,7 +274,8 @@ int refs_image_get(struct manager *m, const char *reference, const char *digest,
  * name is ephemeral (a user other than root made it), then in the table.
  * Takes manager.lock.  Returns 0, -ENOMEM, or the cache's -errno. */
 int refs_publish(struct manager *m, const char *reference, const char *digest,
-		 const char *index_digest, uint32_t key, const struct caller *who);
+		 const char *index_digest, uint32_t key, const struct caller *who,
+		 bool credentials);
 /* The rate-limited "already present" event.  Takes manager.lock. */
 void manager_present_event(struct manager *m, const char *canonical, const char *digest,
 			   const struct caller *who);
@@ -310,6 +318,19 @@ enum pull_policy manager_policy_of(const struct manager *m, const struct referen
 int manager_decide(struct manager *m, const struct reference *ref, const char *canonical,
 		   enum pull_policy policy, const struct caller *who, double t_wait,
 		   struct flight *f, struct ensure_outcome *out, struct image **ret);
+/* ensure.c, for flight.c: whether who may cause a pull of ref (the
+ * reason in why when not); and whether who may see the content digest
+ * that canonical names now: 0, or -EACCES with an AccessDenied event. */
+bool manager_may_pull(struct manager *m, const struct reference *ref, const char *canonical,
+		      const struct caller *who, char *why, size_t len);
+int manager_admit(struct manager *m, const char *canonical, const char *digest,
+		  const struct caller *who);
+/* Whether a pull of reference (canonical) would present the registry's
+ * credentials (credentials.h): what "pulled with credentials" records. */
+bool manager_credentials_for(struct manager *m, const char *reference);
+/* The rate-limited PullDenied event. */
+void manager_pull_denied(struct manager *m, const char *canonical, const struct caller *who,
+			 const char *why);
 /* gc.c: true when usage is over the high threshold. */
 bool gc_needed(struct manager *m);
 /* gc.c: starts the background collector's thread (after the daemon has

@@ -17,6 +17,7 @@
 #include "macro.h"
 #include "manifest.h"
 #include "packs.h"
+#include "access.h"
 #include "policy.h"
 #include "puller.h"
 #include "registry.h"
@@ -199,6 +200,11 @@ static int setup_ensure(struct manager *m, const struct manager_options *opts, c
 	}
 	if (r < 0)
 		return r;
+	r = access_new(opts->pull_access_rules, opts->n_pull_access_rules,
+		       opts->private_access_rules, opts->n_private_access_rules,
+		       opts->access_groups, &m->access, errbuf, errlen);
+	if (r < 0)
+		return r;
 	r = backoff_new(
 		&(struct backoff_options){
 			.initial_ns = (int64_t)(opts->backoff_initial_s ?: 10) * CLOCK_NS_PER_SEC,
@@ -258,6 +264,8 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 	m->clock = opts->clock ? opts->clock : clock_monotonic();
 	m->opts.pins = NULL;
 	m->opts.n_pins = 0;
+	m->opts.pull_access_rules = m->opts.private_access_rules = NULL;
+	m->opts.n_pull_access_rules = m->opts.n_private_access_rules = 0;
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_rwlock_init(&m->gc_lock, NULL);
 	pthread_cond_init(&m->gc_cond, NULL);
@@ -420,6 +428,7 @@ void manager_free(struct manager *m)
 	backoff_free(m->backoff);
 	policy_free(m->policy);
 	policy_free(m->lazy_rules);
+	access_free(m->access);
 	registry_free(m->registry);
 	events_close(m->events);
 	cache_close(m->cache);

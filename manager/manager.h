@@ -56,8 +56,16 @@ struct manager_options {
 	unsigned max_names_per_user; /* ephemeral names in use; 0: 256 */
 	unsigned max_pulls_per_user; /* pulls in progress; 0: 8 */
 	unsigned name_idle_s;	     /* collect names unused this long; 0: 300 */
-	unsigned max_open_packs;     /* pack descriptors kept open; 0: 256 */
-	const struct clock *clock;   /* NULL: CLOCK_MONOTONIC */
+	/* Who may cause pulls and who may see images pulled with
+	 * credentials: "PATTERN=WHO[,WHO...]" rules (access.h). */
+	const char *const *pull_access_rules;
+	size_t n_pull_access_rules;
+	const char *const *private_access_rules;
+	size_t n_private_access_rules;
+	/* For tests: the callers' supplementary groups (NULL: /proc). */
+	int (*access_groups)(const struct caller *who, gid_t *groups, size_t max);
+	unsigned max_open_packs;   /* pack descriptors kept open; 0: 256 */
+	const struct clock *clock; /* NULL: CLOCK_MONOTONIC */
 	/* Registry client (registry/): mirrors and TLS per registry, and
 	 * credentials; borrowed, must outlive the manager; NULL: none. */
 	const struct registry_hosts *registry_hosts;
@@ -139,6 +147,16 @@ bool ensure_call_cancel(struct ensure_call *call);
  * back-off, a full queue). */
 int manager_pull_background(struct manager *m, const char *reference, json_t **ret_json,
 			    struct error_detail *err);
+
+/* Writes the InspectFailed event of a reference outside the grammar, as
+ * ensure does for one it is given: for the filesystem, which refuses such
+ * a name before ensure runs. */
+void manager_invalid_reference(struct manager *m, const char *text, const struct caller *who);
+
+/* Whether the content digest names was pulled with credentials under a
+ * name still known (so that the filesystem lets the kernel keep none of
+ * its lookups).  Takes manager.lock. */
+bool manager_digest_private(struct manager *m, const char *digest);
 
 /* True when host is a registry the manager knows by name: an insecure
  * registry from the options or the domain of a cached image. */

@@ -161,12 +161,17 @@ size_t policy_count(const struct policy *p)
 	return p ? p->n_rules : 0;
 }
 
+bool policy_pattern_matches(const char *pattern, const char *canonical)
+{
+	return fnmatch(pattern, canonical, 0) == 0;
+}
+
 int policy_match_value(const struct policy *p, const char *canonical)
 {
 	if (!p)
 		return 0;
 	for (size_t i = 0; i < p->n_rules; i++)
-		if (fnmatch(p->rules[i].pattern, canonical, 0) == 0)
+		if (policy_pattern_matches(p->rules[i].pattern, canonical))
 			return p->rules[i].value;
 	return 0;
 }

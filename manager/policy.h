@@ -19,6 +19,7 @@
  * (the lazy rules: PATTERN=auto|off), with values of their own. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 
 enum pull_policy {
@@ -76,6 +77,9 @@ size_t policy_count(const struct policy *p);
 /* The value of the first rule whose pattern matches canonical, or 0 when
  * none does (or p is NULL). */
 int policy_match_value(const struct policy *p, const char *canonical);
+/* Whether a rule's pattern matches a canonical reference, by the rules
+ * above; every rule list of references (access.h too) matches this way. */
+bool policy_pattern_matches(const char *pattern, const char *canonical);
 
 /* The policy of the first rule whose pattern matches canonical, or
  * PULL_POLICY_UNSET when none does (or p is NULL). */

@@ -55,6 +55,7 @@ static bool key_moved_locked(struct manager *m, const char *reference, const cha
 	ret->index_digest = rs->index_digest ? strdup(rs->index_digest) : NULL;
 	ret->pulled_at = rs->pulled_at;
 	ret->image_key = rs->key;
+	ret->credentials = rs->credentials;
 	if (!ret->reference || !ret->digest || (rs->index_digest && !ret->index_digest)) {
 		cache_ref_done(ret);
 		return false;
@@ -201,7 +202,7 @@ static int refstate_set(struct manager *m, const char *reference, const char *di
  * first, as the publish step of a pull, and a name root uses becomes
  * permanent. */
 int refs_publish(struct manager *m, const char *reference, const char *digest,
-		 const char *index_digest, uint32_t key, const struct caller *who)
+		 const char *index_digest, uint32_t key, const struct caller *who, bool credentials)
 {
 	bool ephemeral = who && who->uid != 0;
 	int r;
@@ -221,6 +222,7 @@ int refs_publish(struct manager *m, const char *reference, const char *digest,
 			.index_digest = (char *)index_digest,
 			.pulled_at = time(NULL),
 			.image_key = key,
+			.credentials = credentials,
 		};
 		r = cache_ref_save(m->cache, &cr);
 		if (r < 0)
@@ -231,6 +233,7 @@ int refs_publish(struct manager *m, const char *reference, const char *digest,
 	if (r == 0) {
 		struct refstate *rs = strmap_get(m->refs, reference);
 		rs->key = key;
+		rs->credentials = credentials;
 		if (rs->ephemeral && !ephemeral) {
 			struct user_usage *u = users_get_locked(m, rs->uid);
 			if (u && u->names > 0)
@@ -293,6 +296,11 @@ int refs_load(struct manager *m)
 			rs->key = refs[i].image_key
 					  ? refs[i].image_key
 					  : imagekey_derive(refs[i].reference, refs[i].digest);
+			/* A file from before this was recorded: pulled with
+			 * credentials if its registry has some now. */
+			rs->credentials = refs[i].credentials_known
+						  ? refs[i].credentials
+						  : manager_credentials_for(m, refs[i].reference);
 		}
 		cache_ref_done(&refs[i]);
 	}

@@ -517,6 +517,25 @@ int credentials_lookup(const struct credentials *c, const char *host, int helper
 	return -ENOENT;
 }
 
+bool credentials_configured(const struct credentials *c, const char *host)
+{
+	char want[HOST_MAX];
+
+	if (!c || !host)
+		return false;
+	if (c->store)
+		return true;
+	credentials_normalize_host(host, want, sizeof(want));
+	for (size_t i = 0; i < c->n_helpers; i++)
+		if (strcmp(c->helpers[i].host, want) == 0)
+			return true;
+	for (size_t i = 0; i < c->n_auths; i++)
+		if (strcmp(c->auths[i].host, want) == 0 &&
+		    (c->auths[i].cred.username || c->auths[i].cred.identity_token))
+			return true;
+	return false;
+}
+
 struct cache_entry {
 	int found; /* 0, or -ENOENT for "none" */
 	struct credential cred;

@@ -45,6 +45,12 @@ void credentials_free(struct credentials *c);
 int credentials_lookup(const struct credentials *c, const char *host, int helper_timeout_ms,
 		       struct credential *ret);
 
+/* Whether a pull from host would present credentials: an "auths" entry
+ * with a user or a token, a helper for host, or a credsStore (which may
+ * know the host; only running it would tell).  Runs nothing; c may be
+ * NULL.  Thread-safe. */
+bool credentials_configured(const struct credentials *c, const char *host);
+
 /* How a host is written as a key of "auths" after stripping scheme and
  * path, docker.io's aliases folded to "docker.io", into out.  Pure. */
 void credentials_normalize_host(const char *key, char *out, size_t outlen);

@@ -29,11 +29,13 @@ SIZE_RE = re.compile(r"[Ss]ize:? [0-9]+ ?(bytes|B)?\b")
 
 # BackOff is a Normal event, as the kubelet logs it.
 NORMAL_REASONS = {"Pulling", "Pulled", "BackOff"}
-WARNING_REASONS = {"Failed", "ErrImageNeverPull", "InspectFailed"}
+WARNING_REASONS = {"Failed", "ErrImageNeverPull", "InspectFailed", "PullDenied",
+                   "AccessDenied"}
 # Events of a failed lookup carry the errno the caller got (SPEC section 4:
 # "errno on failures"); for these reasons it can only be this one.
 FIXED_ERRNO = {"BackOff": "EAGAIN", "ErrImageNeverPull": "EPERM",
-               "InspectFailed": "EINVAL"}
+               "InspectFailed": "EINVAL", "PullDenied": "EACCES",
+               "AccessDenied": "EACCES"}
 
 
 def load(path):

@@ -17,11 +17,7 @@ stop_registry
 REGISTRY_PORT=
 
 pass='S3cret-Pa55-w0rd'
-htpasswd -Bbn alice "$pass" >"$WORK/htpasswd"
-start_registry_as BASIC "$REGISTRY_STORAGE" "auth:
-  htpasswd:
-    realm: pullfs-test
-    path: $WORK/htpasswd"
+start_htpasswd_registry BASIC "$REGISTRY_STORAGE" alice "$pass"
 host=127.0.0.1:$BASIC_PORT
 ref=$host/test/busybox:1
 export DOCKER_CONFIG=$WORK/docker-empty

@@ -5,6 +5,8 @@
 #       TOP_YAML added at the top level of its config (auth:, proxy:),
 #       HTTP_YAML inside http: (tls:).  Sets NAME_PORT, NAME_PID, NAME_LOG.
 #   stop_registry_as NAME
+#   start_htpasswd_registry NAME STORAGE USER PASS   start_registry_as with
+#       htpasswd authentication for USER
 #   start_token_server ARGS...   tokenserver.py; sets TOKEN_PORT, TOKEN_LOG
 #   start_fault_proxy UPSTREAM ARGS...  faultproxy.py; sets PROXY_PORT,
 #       PROXY_REDIRECT_PORT, PROXY_LOG, PROXY_CONTROL
@@ -66,6 +68,15 @@ EOY
     done
     tail -n 20 "$logf" >&2 || true
     fail "docker-registry $name did not come up"
+}
+
+start_htpasswd_registry() {
+    local name=$1 storage=$2 user=$3 pass=$4
+    htpasswd -Bbn "$user" "$pass" >"$WORK/htpasswd-$name"
+    start_registry_as "$name" "$storage" "auth:
+  htpasswd:
+    realm: pullfs-test
+    path: $WORK/htpasswd-$name"
 }
 
 stop_registry_as() {

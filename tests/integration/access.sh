@@ -1,0 +1,159 @@
+#!/bin/bash
+# Private images stay private on an allow_other mount (issue 14, item 3).
+# An image pulled with registry credentials is seen only by root and the
+# users and groups of its --private-access-rule; everybody else gets
+# EACCES on the image path, under any of its names, whoever looked it up
+# before (the kernel keeps no lookup of it for another user to reuse), and
+# after a restart.  --pull-access-rule says who may cause pulls: others get
+# EACCES for what is not cached, and nothing reaches the registry.  Both
+# refusals are Warning events naming the uid.  Lookups run as other users
+# through setpriv.
+source "$(dirname "$0")/lib.sh"
+source "$INTEGRATION_DIR/images.sh"
+source "$INTEGRATION_DIR/regservers.sh"
+
+need_fuse
+need_cmd setpriv htpasswd
+start_registry
+push_busybox test/busybox:1
+push_busybox test/public:1
+push_busybox test/open:1
+push_edge test/private:1
+
+pass='Acc3ss-Pa55'
+start_htpasswd_registry BASIC "$REGISTRY_STORAGE" alice "$pass"
+host=127.0.0.1:$BASIC_PORT
+auth_file "$WORK/auth.json" "$host" alice "$pass"
+export DOCKER_CONFIG=$WORK/docker-empty
+mkdir -p "$DOCKER_CONFIG"
+chmod 0755 "$WORK"
+
+priv=$host/test/private:1
+pub=$REGISTRY/test/public:1
+
+# as UID[:GID[:GROUPS]] CMD...: CMD as that user (primary group GID, the
+# uid by default; supplementary GROUPS, comma-separated, none by default).
+as() {
+    local uid gid groups
+    IFS=: read -r uid gid groups <<<"$1"
+    shift
+    local g=(--clear-groups)
+    [ -z "$groups" ] || g=(--groups "$groups")
+    setpriv --reuid "$uid" --regid "${gid:-$uid}" "${g[@]}" "$@"
+}
+# errno_as WHO PATH: errno_of as that user.
+errno_as() {
+    as "$1" timeout -k 5 120 /usr/bin/python3 - "$2" <<'PY'
+import errno, os, stat, sys
+p = sys.argv[1]
+try:
+    st = os.stat(p)
+    if stat.S_ISDIR(st.st_mode):
+        os.listdir(p)
+    else:
+        open(p, "rb").read(1)
+    print("OK")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e.errno)))
+PY
+}
+assert_errno_as() {
+    assert_eq "$2" "$(errno_as "$1" "$3")" "uid ${1%%:*} on $3"
+}
+manifest_gets() { grep -c "GET /v2/$1/manifests/" "$2" || true; }
+
+daemon_args=(-o allow_other --insecure-registry "$host" --auth-file "$WORK/auth.json"
+    --private-access-rule "$host/test/*=1000,@4242"
+    --pull-access-rule "$REGISTRY/test/open:*=*"
+    --pull-access-rule "$REGISTRY/*=1000,@4343")
+mount_pullfs "${daemon_args[@]}"
+
+# ---- who may cause a pull: uid 65534 may not pull from $REGISTRY, and the
+# registry hears nothing of it; uid 2002 may, by its group 4343.
+assert_errno_as 65534 EACCES "$MNT/images/$pub"
+wait_event PullDenied "$pub"
+assert_eq 65534 "$(events field PullDenied "$pub" uid)" "uid of the PullDenied event"
+assert_eq EACCES "$(events field PullDenied "$pub" errno)" "errno of the PullDenied event"
+assert_contains "uid 65534" "$(events field PullDenied "$pub" message)" "PullDenied message"
+assert_eq 0 "$(manifest_gets test/public "$REGISTRY_LOG")" "manifest GETs of a refused pull"
+assert_eq 0 "$(event_count Pulling "$pub")" "Pulling events of a refused pull"
+# A rule earlier in the list lets everybody pull test/open.
+assert_errno_as 65534 OK "$MNT/images/$REGISTRY/test/open:1/etc/hostname"
+assert_errno_as 2002:2002:4343 OK "$MNT/images/$pub/etc/hostname"
+wait_event Pulled "$pub"
+# Cached now, and pulled without credentials: everybody sees it.
+assert_errno_as 65534 OK "$MNT/images/$pub/etc/hostname"
+
+# ---- a pull with credentials is not caused by one who could not see it
+assert_errno_as 65534 EACCES "$MNT/images/$priv"
+wait_event PullDenied "$priv"
+assert_contains "credentials" "$(events field PullDenied "$priv" message)" "PullDenied message"
+assert_eq 0 "$(manifest_gets test/private "$BASIC_LOG")" "manifest GETs of a refused pull"
+
+# ---- root pulls it with credentials; then users one after the other
+assert_eq edge "$(cat "$MNT/images/$priv/etc/hostname")" "root reads the private image"
+wait_event Pulled "$priv"
+assert_errno_as 65534 EACCES "$MNT/images/$priv"
+assert_errno_as 65534 EACCES "$MNT/images/$priv/bin"
+assert_errno_as 65534 EACCES "$MNT/images/$priv/added"
+wait_event AccessDenied "$priv"
+assert_eq 65534 "$(events field AccessDenied "$priv" uid)" "uid of the AccessDenied event"
+assert_contains "uid 65534" "$(events field AccessDenied "$priv" message)" "AccessDenied message"
+assert_eq OK "$(errno_of "$MNT/images/$priv/bin")" "root after a refused user"
+assert_errno_as 1000 OK "$MNT/images/$priv/bin"
+assert_errno_as 65534 EACCES "$MNT/images/$priv/bin"
+assert_errno_as 2000:2000:4242 OK "$MNT/images/$priv/bin"
+assert_errno_as 2001:4242 OK "$MNT/images/$priv/bin"
+assert_errno_as 2000 EACCES "$MNT/images/$priv/bin"
+# A process of uid 1000 inside the image stays there; uid 65534 is still
+# refused meanwhile.
+as 1000 sh -c 'cd "$1" && exec sleep 30' sh "$MNT/images/$priv/bin" &
+sleeper=$!
+track_pid "$sleeper"
+assert_errno_as 65534 EACCES "$MNT/images/$priv/bin"
+kill "$sleeper"
+wait "$sleeper" 2>/dev/null || true
+
+# ---- the same content by another name: a digest, here or on another host
+digest=$(manifest_digest test/private:1)
+assert_errno_as 65534 EACCES "$MNT/images/$host/test/private@$digest/bin"
+assert_errno_as 65534 EACCES "$MNT/images/$REGISTRY/test/other@$digest/bin"
+assert_errno_as 1000 OK "$MNT/images/$REGISTRY/test/other@$digest/bin"
+# Anonymous content stays open to all.
+assert_errno_as 65534 OK "$MNT/images/$pub/bin/busybox"
+
+# ---- denials are rate-limited per user and reference, not one per walk
+n=$(event_count AccessDenied "$priv")
+for _ in 1 2 3 4 5; do errno_as 65534 "$MNT/images/$priv/bin" >/dev/null; done
+less_than "$(event_count AccessDenied "$priv")" $((n + 2)) ||
+    fail "one AccessDenied event per lookup: $(event_count AccessDenied "$priv") after $n"
+unmount_pullfs
+
+# ---- after a restart, with the private registry gone: the cache
+# remembers it was pulled with credentials.
+grep -l '"credentials":true' "$CACHE"/refs/* >/dev/null || fail "no reference file records credentials"
+stop_registry_as BASIC
+mount_pullfs "${daemon_args[@]}"
+assert_errno_as 65534 EACCES "$MNT/images/$priv/bin"
+assert_errno_as 1000 OK "$MNT/images/$priv/bin"
+assert_eq OK "$(errno_of "$MNT/images/$priv/bin")" "root after a restart"
+# Names made by users other than root are not kept: root pulls it again.
+assert_errno_as 65534 EACCES "$MNT/images/$pub/etc/hostname"
+assert_eq OK "$(errno_of "$MNT/images/$pub/etc/hostname")" "root pulls the public image"
+assert_errno_as 65534 OK "$MNT/images/$pub/etc/hostname"
+# Content pulled with credentials is open to all once a name of it was
+# pulled without: anybody could have pulled it so.
+assert_errno_as 1000 OK "$MNT/images/$REGISTRY/test/private:1/bin"
+assert_errno_as 65534 OK "$MNT/images/$priv/bin"
+unmount_pullfs
+
+# ---- options refused with one line and exit 2
+for rule in "nopattern" "$host/*=" "=1000" "$host/*=no-such-user-xyz" "$host/*=@no-such-group-xyz"; do
+    rc=0
+    out=$("$PULLFS" -f --cache "$WORK/c2" --private-access-rule "$rule" "$MNT" 2>&1) || rc=$?
+    assert_eq 2 "$rc" "exit status for --private-access-rule '$rule'"
+    assert_eq 1 "$(printf '%s\n' "$out" | wc -l)" "lines printed for '$rule'"
+done
+
+events check >&2 || fail "malformed events in $EVENTS"
+log "PASS"
