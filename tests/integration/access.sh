@@ -107,7 +107,8 @@ assert_errno_as 2001:4242 OK "$MNT/images/$priv/bin"
 assert_errno_as 2000 EACCES "$MNT/images/$priv/bin"
 # A process of uid 1000 inside the image stays there; uid 65534 is still
 # refused meanwhile.
-as 1000 sh -c 'cd "$1" && exec sleep 30' sh "$MNT/images/$priv/bin" &
+setpriv --reuid 1000 --regid 1000 --clear-groups \
+    sh -c 'cd "$1" && exec sleep 30' sh "$MNT/images/$priv/bin" &
 sleeper=$!
 track_pid "$sleeper"
 assert_errno_as 65534 EACCES "$MNT/images/$priv/bin"
