@@ -56,6 +56,25 @@ static void test_auths(void **state)
 	credentials_free(c);
 }
 
+/* Whether a registry has credentials, without running anything. */
+static void test_configured(void **state)
+{
+	struct credentials *c = parse("{\"auths\":{\"https://reg.example.com/v1/\":{\"auth\":"
+				      "\"dTpw\"},\"empty.example.com\":{}},"
+				      "\"credHelpers\":{\"helped.example.com\":\"x\"}}");
+
+	assert_true(credentials_configured(c, "reg.example.com"));
+	assert_true(credentials_configured(c, "helped.example.com"));
+	assert_false(credentials_configured(c, "empty.example.com")); /* no user, no token */
+	assert_false(credentials_configured(c, "other.example.com"));
+	assert_false(credentials_configured(NULL, "reg.example.com"));
+	credentials_free(c);
+	/* A credsStore may know any host. */
+	c = parse("{\"credsStore\":\"x\"}");
+	assert_true(credentials_configured(c, "other.example.com"));
+	credentials_free(c);
+}
+
 static void test_normalize(void **state)
 {
 	static const struct {
@@ -157,9 +176,10 @@ static void test_cache(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_auths),	     cmocka_unit_test(test_normalize),
-		cmocka_unit_test(test_malformed),    cmocka_unit_test(test_helpers_parse),
-		cmocka_unit_test(test_missing_file), cmocka_unit_test(test_cache),
+		cmocka_unit_test(test_auths),	      cmocka_unit_test(test_configured),
+		cmocka_unit_test(test_normalize),     cmocka_unit_test(test_malformed),
+		cmocka_unit_test(test_helpers_parse), cmocka_unit_test(test_missing_file),
+		cmocka_unit_test(test_cache),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
