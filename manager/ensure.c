@@ -309,7 +309,7 @@ int manager_decide(struct manager *m, const struct reference *ref, const char *c
 	out->bytes = atomic_load(&progress->bytes_done);
 	emit(m, EVENT_NORMAL, "Pulled", canonical, digest, 0, who,
 	     "Successfully pulled image \"%s\" in %.3fs (%.3fs including waiting). "
-	     "Image size: %llu bytes.",
+	     "Image size: %llu bytes (config and compressed layers, as downloaded).",
 	     canonical, t1 - t0, t1 - t_wait, (unsigned long long)size);
 	return 0;
 

@@ -13,7 +13,7 @@ mount_pullfs
 
 # Empty cache: just the header.
 ctl_ok ls
-assert_eq "REFERENCE DIGEST SIZE LAST USED IN USE PINNED" "$(tr -s ' ' <<<"$OUT")" "ls of an empty cache"
+assert_eq "REFERENCE DIGEST SIZE ON DISK LAST USED IN USE PINNED" "$(tr -s ' ' <<<"$OUT")" "ls of an empty cache"
 ctl_ok ls --json
 assert_eq "[]" "$(tr -d ' \n' <<<"$OUT")" "ls --json of an empty cache"
 
@@ -44,7 +44,7 @@ edge_size=$(json_get "$WORK/ls.json" "[i for i in j if i['reference'] == '$edge'
 # ---- the table: most recently used first, short digests, human sizes
 ctl_ok ls
 assert_eq 3 "$(wc -l <<<"$OUT")" "lines of ls"
-assert_eq "REFERENCE DIGEST SIZE LAST USED IN USE PINNED" "$(nth_row 1 | tr -s ' ')" "header of ls"
+assert_eq "REFERENCE DIGEST SIZE ON DISK LAST USED IN USE PINNED" "$(nth_row 1 | tr -s ' ')" "header of ls"
 row_edge=$(nth_row 2)
 row_bb=$(nth_row 3)
 assert_contains "$edge" "$row_edge" "first row of ls (most recent)"

@@ -24,7 +24,12 @@ assert_contains "$ref: pulling" "$OUT" "plain output of pull"
 last=$(tail -n1 <<<"$OUT")
 [[ $last == "$ref: done $digest  "*" in "*s ]] ||
     fail "last line of pull should be '$ref: done $digest  SIZE in TIME', got: $last"
-[[ $last =~ [0-9.]+\ (B|KiB|MiB) ]] || fail "no human size in: $last"
+[[ $last =~ [0-9.]+\ (B|KiB|MiB)\ on\ disk ]] || fail "no human size on disk in: $last"
+# Progress lines show a rate from the start (the average since the pull
+# began until a window of its own has passed), never a rate of nothing
+# beside bytes already done.
+! grep -E ' [1-9][0-9.]* (B|KiB|MiB) / [0-9.]+ (B|KiB|MiB)  0 B/s' <<<"$OUT" ||
+    fail "a progress line with bytes done and a rate of 0 B/s: $OUT"
 [[ $OUT != *$'\e'* ]] || fail "escape sequences in the output of pull on a pipe: $OUT"
 [ -z "$ERR" ] || fail "pull printed on stderr: $ERR"
 # It went through the mount: the daemon's own events name the pull.

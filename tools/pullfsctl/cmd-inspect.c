@@ -13,8 +13,10 @@ void inspect_usage(FILE *f)
 	fputs("Usage: pullfsctl [-m MOUNT] inspect [--json] REFERENCE\n"
 	      "\n"
 	      "Show what the cache knows of one image (it is not pulled): manifest\n"
-	      "digest, the index it was picked from, platform, media type, size on disk,\n"
-	      "its layers with digests, sizes and media types, and from its config the\n"
+	      "digest, the index it was picked from, platform, media type, download size\n"
+	      "(config and compressed layers as the manifest gives them, what the Pulled\n"
+	      "event counts; ls shows the size on disk), its layers with digests,\n"
+	      "compressed sizes and media types, and from its config the\n"
 	      "entrypoint, command, working directory, user, environment and labels.\n"
 	      "Asks the control socket (op \"inspect\"), which is for root.\n"
 	      "\n"
@@ -85,7 +87,8 @@ int cmd_inspect(int argc, char **argv)
 		printf("%-12s%s\n", "Index:", jstr(a, "index_digest"));
 	printf("%-12s%s\n", "Platform:", jstr(a, "platform") ? jstr(a, "platform") : "-");
 	printf("%-12s%s\n", "Media type:", jstr(a, "media_type") ? jstr(a, "media_type") : "-");
-	printf("%-12s%s\n", "Size:", size);
+	printf("%-12s%s (download: config and compressed layers; ls shows the size on disk)\n",
+	       "Size:", size);
 	cfg = json_object_get(a, "config");
 	cc = json_object_get(cfg, "config");
 	if (jstr(cfg, "created"))
@@ -113,7 +116,7 @@ int cmd_inspect(int argc, char **argv)
 	t = table_new(3, "", "", "");
 	if (!t)
 		return EXIT_FAILED;
-	table_add(t, (const char *const[]){ "  DIGEST", "SIZE", "MEDIA TYPE" });
+	table_add(t, (const char *const[]){ "  DIGEST", "COMPRESSED", "MEDIA TYPE" });
 	json_array_foreach(layers, i, l)
 	{
 		_cleanup_free_ char *d = NULL;

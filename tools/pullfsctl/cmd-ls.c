@@ -14,8 +14,9 @@ void ls_usage(FILE *f)
 	      "\n"
 	      "List the images in the cache, least recently used last:\n"
 	      "REFERENCE, DIGEST (of the manifest, its first 12 hex digits unless\n"
-	      "--no-trunc), SIZE (bytes its layers and blobs\n"
-	      "take on disk; a layer shared by two images counts for both), LAST USED\n"
+	      "--no-trunc), SIZE ON DISK (bytes its unpacked layers and its blobs\n"
+	      "take in the cache; a layer shared by two images counts for both; not\n"
+	      "the download size that inspect and the Pulled event give), LAST USED\n"
 	      "(how long ago), IN USE (open files or held by the kernel) and PINNED\n"
 	      "(never removed by garbage collection).\n"
 	      "\n"
@@ -89,8 +90,8 @@ int cmd_ls(int argc, char **argv)
 		return EXIT_FAILED;
 	json_array_foreach(images, i, im) rows[i] = im;
 	qsort(rows, n, sizeof(*rows), by_last_used);
-	table_add(t, (const char *const[]){ "REFERENCE", "DIGEST", "SIZE", "LAST USED", "IN USE",
-					    "PINNED" });
+	table_add(t, (const char *const[]){ "REFERENCE", "DIGEST", "SIZE ON DISK", "LAST USED",
+					    "IN USE", "PINNED" });
 	for (i = 0; i < n; i++) {
 		char size[32], age[64], shortdigest[32];
 		const char *digest = jstr(rows[i], "digest");

@@ -29,19 +29,25 @@ void *job_run(void *p)
 	return NULL;
 }
 
-/* The rate from bytes done, smoothed; restart: a new count begins. */
-static void job_rate(struct job *j, double done, double now, bool restart)
+/* The rate from bytes done, smoothed; restart: a new count begins.  Until
+ * a window of its own has passed, the rate is average (the bytes per
+ * second since the transfer began, when known, else 0), so that a pull
+ * shorter than a window shows one too. */
+static void job_rate(struct job *j, double done, double now, bool restart, double average)
 {
 	if (restart || done < j->rate_bytes) {
 		j->rate_bytes = done;
 		j->rate_time = now;
-		j->rate = 0;
+		j->rate_measured = false;
 	} else if (now - j->rate_time >= 0.5) {
 		double r = (done - j->rate_bytes) / (now - j->rate_time);
-		j->rate = j->rate > 0 ? 0.5 * j->rate + 0.5 * r : r;
+		j->rate = j->rate_measured ? 0.5 * j->rate + 0.5 * r : r;
+		j->rate_measured = true;
 		j->rate_bytes = done;
 		j->rate_time = now;
 	}
+	if (!j->rate_measured)
+		j->rate = average > 0 ? average : 0;
 }
 
 void job_update(struct job *j, const json_t *status, double now)
@@ -57,7 +63,8 @@ void job_update(struct job *j, const json_t *status, double now)
 		if (!ref || strcmp(ref, j->reference))
 			continue;
 		done = jnum(p, "bytes_done");
-		job_rate(j, done, now, !j->seen);
+		double elapsed = jnum(p, "elapsed_s");
+		job_rate(j, done, now, !j->seen, elapsed > 0 ? done / elapsed : 0);
 		j->seen = true;
 		snprintf(j->state, sizeof(j->state), "%s", state ? state : "pulling");
 		j->bytes_done = done;
@@ -89,7 +96,7 @@ void job_follow_completion(struct job *j, const json_t *status, double now)
 		return;
 	}
 	local = jnum(im, "bytes_local");
-	job_rate(j, local, now, strcmp(j->state, "completing") != 0);
+	job_rate(j, local, now, strcmp(j->state, "completing") != 0, 0);
 	snprintf(j->state, sizeof(j->state), "%s", "completing");
 	j->seen = true;
 	j->bytes_done = local;
@@ -150,17 +157,29 @@ static void job_progress_text(const struct job *j, bool bar, int bar_width, char
 void job_result_text(const struct job *j, const json_t *status, char *buf, size_t len)
 {
 	const json_t *im = status ? status_entry(status, "images", j->reference) : NULL;
-	char size[32] = "", took[32];
+	char size[48] = "", took[32], dl[96] = "";
 
 	snprintf(took, sizeof(took), "%.1fs", j->finished - j->started);
 	if (j->err) {
 		snprintf(buf, len, "failed: %s", errno_name(j->err));
 		return;
 	}
-	if (im && jhas(im, "size"))
+	/* Two sizes, each saying what it counts: the image on disk (as ls
+	 * shows it) and what this pull downloaded, with its rate. */
+	if (im && jhas(im, "size")) {
 		format_size(jnum(im, "size"), size, sizeof(size));
-	snprintf(buf, len, "done %s%s%s in %s", im && jstr(im, "digest") ? jstr(im, "digest") : "",
-		 size[0] ? "  " : "", size, took);
+		strncat(size, " on disk", sizeof(size) - strlen(size) - 1);
+	}
+	if (j->seen && j->bytes_total > 0 && j->finished > j->started) {
+		char got[32], rate[32];
+		format_size(j->bytes_total, got, sizeof(got));
+		format_size(j->bytes_total / (j->finished - j->started), rate, sizeof(rate));
+		snprintf(dl, sizeof(dl), "%s%s downloaded at %s/s,", size[0] ? ", " : "", got,
+			 rate);
+	}
+	snprintf(buf, len, "done %s%s%s%s in %s",
+		 im && jstr(im, "digest") ? jstr(im, "digest") : "", size[0] || dl[0] ? "  " : "",
+		 size, dl, took);
 }
 
 void draw_tty(struct job *jobs, size_t n, const json_t *status, size_t *drawn)

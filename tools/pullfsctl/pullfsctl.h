@@ -156,6 +156,7 @@ struct job {
 	char state[16];
 	double bytes_done, bytes_total, layers_done, layers_total;
 	double rate, rate_bytes, rate_time;
+	bool rate_measured; /* over a window of its own; until then, from the start */
 	/* Plain-line mode: what was printed last. */
 	char printed_state[16];
 	double printed_layers, printed_time;
