@@ -351,9 +351,10 @@ bool access_may_pull(struct access *a, const char *canonical, bool with_credenti
 	if (with_credentials && !may_see(a, canonical, who, why, len)) {
 		/* Nobody causes a pull with credentials whose result they
 		 * could not see. */
-		size_t used = strlen(why);
-		snprintf(why + used, len > used ? len - used : 0,
-			 ", and the pull would use the registry's credentials");
+		size_t used = why ? strlen(why) : 0;
+		if (why)
+			snprintf(why + used, len > used ? len - used : 0,
+				 ", and the pull would use the registry's credentials");
 		return false;
 	}
 	return true;

@@ -156,5 +156,11 @@ for rule in "nopattern" "$host/*=" "=1000" "$host/*=no-such-user-xyz" "$host/*=@
     assert_eq 1 "$(printf '%s\n' "$out" | wc -l)" "lines printed for '$rule'"
 done
 
+printf 'private-access-rule = %s/*=@no-such-group-xyz\n' "$host" >"$WORK/bad.conf"
+rc=0
+out=$("$PULLFS" -f --cache "$WORK/c2" --config "$WORK/bad.conf" "$MNT" 2>&1) || rc=$?
+assert_eq 2 "$rc" "exit status for a bad rule in the config file"
+assert_contains "$WORK/bad.conf:1:" "$out" "a bad rule in the config file"
+
 events check >&2 || fail "malformed events in $EVENTS"
 log "PASS"
