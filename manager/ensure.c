@@ -129,6 +129,8 @@ bool manager_digest_private(struct manager *m, const char *digest)
 	struct digest_names p;
 	bool r;
 
+	if (!atomic_load(&m->any_credentials))
+		return false;
 	digest_names_get(m, digest, &p);
 	r = !p.open && (p.n > 0 || p.oom);
 	digest_names_done(&p);
@@ -147,7 +149,7 @@ int manager_admit(struct manager *m, const char *canonical, const char *digest,
 	char why[512] = "";
 	int r = -EACCES;
 
-	if (!who || who->uid == 0)
+	if (!who || who->uid == 0 || !atomic_load(&m->any_credentials))
 		return 0;
 	digest_names_get(m, digest, &p);
 	if (p.open || (p.n == 0 && !p.oom))

@@ -145,6 +145,9 @@ struct manager {
 	struct policy *policy;
 	struct policy *lazy_rules; /* values: enum lazy_mode */
 	struct access *access;
+	/* Set once a name pulled with credentials is known: until then no
+	 * access check needs to look at the names. */
+	atomic_bool any_credentials;
 	struct backoff *backoff;
 	struct throttle *throttle;
 	struct puller *puller;

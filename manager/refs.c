@@ -234,6 +234,8 @@ int refs_publish(struct manager *m, const char *reference, const char *digest,
 		struct refstate *rs = strmap_get(m->refs, reference);
 		rs->key = key;
 		rs->credentials = credentials;
+		if (credentials)
+			atomic_store(&m->any_credentials, true);
 		if (rs->ephemeral && !ephemeral) {
 			struct user_usage *u = users_get_locked(m, rs->uid);
 			if (u && u->names > 0)
@@ -301,6 +303,8 @@ int refs_load(struct manager *m)
 			rs->credentials = refs[i].credentials_known
 						  ? refs[i].credentials
 						  : manager_credentials_for(m, refs[i].reference);
+			if (rs->credentials)
+				atomic_store(&m->any_credentials, true);
 		}
 		cache_ref_done(&refs[i]);
 	}
