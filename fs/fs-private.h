@@ -93,6 +93,9 @@ struct fs {
 	struct strmap *nsinos;	/* ino in hex -> struct nsnode *; ns_lock */
 	/* The kernel opens directories itself (no OPENDIR requests). */
 	bool no_opendir;
+	/* The kernel enforces POSIX ACLs, which give the roots of images
+	 * pulled with credentials their readers (fs.c). */
+	bool posix_acl;
 	/* Namespace directories whose listings changed, by key, and the
 	 * dentries of removed names, waiting for the notifier thread to
 	 * invalidate them in the kernel. */

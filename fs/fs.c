@@ -24,6 +24,10 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
+#include <endian.h>
+#include <linux/posix_acl.h>
+#include <linux/posix_acl_xattr.h>
+#include <linux/xattr.h>
 
 #include "macro.h"
 #include "manager.h"
@@ -45,6 +49,15 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * for the network): asynchronous ones it cannot. */
 	conn->want &= ~FUSE_CAP_ASYNC_DIO;
 	((struct fs *)userdata)->no_opendir = conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT;
+	/* Who may see an image pulled with credentials is enforced by the
+	 * kernel, for every caller with its own groups, from an ACL on the
+	 * image's root (see root_acl()): the entry the kernel keeps for a
+	 * name serves every user, so no answer to a lookup can do it. */
+	if (conn->capable & FUSE_CAP_POSIX_ACL) {
+		conn->want |= FUSE_CAP_POSIX_ACL;
+		((struct fs *)userdata)->posix_acl = true;
+		manager_set_kernel_enforces_access(((struct fs *)userdata)->manager, true);
+	}
 }
 
 /* Returns true when the lookup was timed by its own answer. */
@@ -382,6 +395,54 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 	readdir_common(req, ino, size, off, fi, true);
 }
 
+/* The access ACL of the root of an image pulled with credentials
+ * (linux/posix_acl_xattr.h's layout, little-endian): the owner as the
+ * mode says, then each admitted user and group with r-x, the owning group
+ * and others nothing, so that only root and the rules' readers get in.
+ * Returns the length, 0 when the image is open to all, or -errno. */
+struct acl_entry {
+	uint16_t tag, perm;
+	uint32_t id;
+};
+
+static ssize_t root_acl(struct fs *fs, struct image *img, const struct tinode *root, char **ret)
+{
+	struct image_readers rd;
+	size_t n, o = 0;
+	char *buf;
+	int r = manager_image_readers(fs->manager, image_digest(img), &rd);
+
+	if (r <= 0)
+		return r;
+	n = 4 + (4 + rd.n_users + rd.n_groups) * 8;
+	buf = malloc(n);
+	if (!buf) {
+		image_readers_done(&rd);
+		return -ENOMEM;
+	}
+#define PUT(tag, perm, id)                                                         \
+	do {                                                                       \
+		struct acl_entry e = { htole16(tag), htole16(perm), htole32(id) }; \
+		memcpy(buf + o, &e, sizeof(e));                                    \
+		o += sizeof(e);                                                    \
+	} while (0)
+	uint32_t version = htole32(POSIX_ACL_XATTR_VERSION);
+	memcpy(buf, &version, 4);
+	o = 4;
+	PUT(ACL_USER_OBJ, (root->mode >> 6) & 7, ACL_UNDEFINED_ID);
+	for (size_t i = 0; i < rd.n_users; i++)
+		PUT(ACL_USER, 5, rd.users[i]);
+	PUT(ACL_GROUP_OBJ, 0, ACL_UNDEFINED_ID);
+	for (size_t i = 0; i < rd.n_groups; i++)
+		PUT(ACL_GROUP, 5, rd.groups[i]);
+	PUT(ACL_MASK, 5, ACL_UNDEFINED_ID);
+	PUT(ACL_OTHER, 0, ACL_UNDEFINED_ID);
+#undef PUT
+	image_readers_done(&rd);
+	*ret = buf;
+	return (ssize_t)o;
+}
+
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	_timed_(FSOP_GETXATTR);
@@ -396,6 +457,21 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	if (!t) {
 		reply_err(req, -ESTALE);
 		return;
+	}
+	if (fs_of(req)->posix_acl && t == image_root(img) &&
+	    !strcmp(name, XATTR_NAME_POSIX_ACL_ACCESS)) {
+		_cleanup_free_ char *acl = NULL;
+		ssize_t len = root_acl(fs_of(req), img, t, &acl);
+		if (len < 0)
+			reply_err(req, (int)len);
+		else if (len > 0 && size == 0)
+			fuse_reply_xattr(req, (size_t)len);
+		else if (len > 0 && size < (size_t)len)
+			reply_err(req, -ERANGE);
+		else if (len > 0)
+			fuse_reply_buf(req, acl, (size_t)len);
+		if (len != 0)
+			return;
 	}
 	x = tinode_getxattr(t, name);
 	if (!x)

@@ -247,10 +247,13 @@ void ns_reply_image_root(fuse_req_t req, struct fs *fs, struct image *img, doubl
 	e.generation = image_generation(img);
 	image_stat(e.ino, root, &e.attr);
 	e.attr_timeout = fs->opts.content_timeout;
-	/* The kernel keeps a lookup for every user: content pulled with
-	 * credentials is looked up again by each path walk, so that each
-	 * caller is checked (access.h). */
-	e.entry_timeout = manager_digest_private(fs->manager, image_digest(img)) ? 0 : entry_timeout;
+	/* The kernel keeps a lookup for every user.  Who may see content
+	 * pulled with credentials is enforced by the kernel from the root's
+	 * ACL (fs.c); without ACLs, such a root is looked up again by each
+	 * path walk, so that each caller is checked (access.h). */
+	e.entry_timeout = !fs->posix_acl && manager_digest_private(fs->manager, image_digest(img))
+				  ? 0
+				  : entry_timeout;
 	/* The reference from ensure becomes the kernel's lookup reference. */
 	if (fuse_reply_entry(req, &e) != 0)
 		image_unref(img, 1);

@@ -368,6 +368,19 @@ bool access_may_see(struct access *a, const char *canonical, const struct caller
 	return may_see(a, canonical, who, why, len);
 }
 
+int access_readers(struct access *a, const char *canonical,
+		   int (*fn)(void *userdata, bool everybody, bool group, uint32_t id),
+		   void *userdata)
+{
+	const struct access_rule *r = rule_for(&a->private, canonical);
+	int k;
+
+	for (size_t i = 0; r && i < r->n_who; i++)
+		if ((k = fn(userdata, r->who[i].everybody, r->who[i].group, r->who[i].id)) != 0)
+			return k;
+	return 0;
+}
+
 struct prune_ctx {
 	int64_t before;
 	char **keys;

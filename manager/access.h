@@ -58,6 +58,13 @@ bool access_may_pull(struct access *a, const char *canonical, bool with_credenti
 bool access_may_see(struct access *a, const char *canonical, const struct caller *who, char *why,
 		    size_t len);
 
+/* Calls fn for each entry of the private access rule that matches
+ * canonical (none when no rule does: root only): a user or a group id, or
+ * everybody.  Returns 0 or what fn returned. */
+int access_readers(struct access *a, const char *canonical,
+		   int (*fn)(void *userdata, bool everybody, bool group, uint32_t id),
+		   void *userdata);
+
 /* True at most once per uid, reason and reference every few seconds: a
  * refused lookup is retried by every path walk, and the log wants it
  * once. */

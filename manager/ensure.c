@@ -164,7 +164,92 @@ int manager_admit(struct manager *m, const char *canonical, const char *digest,
 		     "Refused image \"%s\": it was pulled with registry credentials, and %s",
 		     canonical, why[0] ? why : "its names could not be read");
 	digest_names_done(&p);
+	/* The kernel refuses the user by the image root's ACL. */
+	if (r < 0 && atomic_load(&m->kernel_enforces_access))
+		r = 0;
 	return r;
+}
+
+void manager_set_kernel_enforces_access(struct manager *m, bool on)
+{
+	atomic_store(&m->kernel_enforces_access, on);
+}
+
+struct readers_ctx {
+	struct image_readers *r;
+	bool everybody;
+	bool oom;
+};
+
+static bool id_add(uint32_t **ids, size_t *n, uint32_t id)
+{
+	uint32_t *grown;
+
+	for (size_t i = 0; i < *n; i++)
+		if ((*ids)[i] == id)
+			return true;
+	grown = reallocarray(*ids, *n + 1, sizeof(**ids));
+	if (!grown)
+		return false;
+	*ids = grown;
+	(*ids)[(*n)++] = id;
+	return true;
+}
+
+static int reader_add(void *userdata, bool everybody, bool group, uint32_t id)
+{
+	struct readers_ctx *c = userdata;
+
+	if (everybody)
+		c->everybody = true;
+	else if (!id_add(group ? &c->r->groups : &c->r->users,
+			 group ? &c->r->n_groups : &c->r->n_users, id))
+		c->oom = true;
+	return 0;
+}
+
+static int id_cmp(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+int manager_image_readers(struct manager *m, const char *digest, struct image_readers *ret)
+{
+	struct readers_ctx c = { .r = ret };
+	struct digest_names p;
+	bool private;
+
+	*ret = (struct image_readers){ 0 };
+	if (!atomic_load(&m->any_credentials))
+		return 0;
+	digest_names_get(m, digest, &p);
+	if (p.oom) {
+		digest_names_done(&p);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < p.n; i++)
+		access_readers(m->access, p.names[i], reader_add, &c);
+	private = !p.open && p.n > 0 && !c.everybody;
+	digest_names_done(&p);
+	if (c.oom || !private) {
+		image_readers_done(ret);
+		return c.oom ? -ENOMEM : 0;
+	}
+	/* The order an ACL wants: by id within each kind. */
+	if (ret->n_users > 1)
+		qsort(ret->users, ret->n_users, sizeof(*ret->users), id_cmp);
+	if (ret->n_groups > 1)
+		qsort(ret->groups, ret->n_groups, sizeof(*ret->groups), id_cmp);
+	return 1;
+}
+
+void image_readers_done(struct image_readers *r)
+{
+	free(r->users);
+	free(r->groups);
+	*r = (struct image_readers){ 0 };
 }
 
 int manager_decide(struct manager *m, const struct reference *ref, const char *canonical,

@@ -148,6 +148,7 @@ struct manager {
 	/* Set once a name pulled with credentials is known: until then no
 	 * access check needs to look at the names. */
 	atomic_bool any_credentials;
+	atomic_bool kernel_enforces_access; /* manager_set_kernel_enforces_access() */
 	struct backoff *backoff;
 	struct throttle *throttle;
 	struct puller *puller;

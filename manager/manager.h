@@ -158,6 +158,25 @@ void manager_invalid_reference(struct manager *m, const char *text, const struct
  * its lookups).  Takes manager.lock. */
 bool manager_digest_private(struct manager *m, const char *digest);
 
+/* Who may see the content digest names, for the kernel to enforce (a
+ * POSIX ACL on the image root): returns 0 when everybody may (no name of
+ * it was pulled with credentials, or one was pulled without, or a rule
+ * admits everybody), 1 with the users and groups the rules of its names
+ * admit (root aside; none: root only), or -ENOMEM.  Takes manager.lock;
+ * the caller frees the arrays. */
+struct image_readers {
+	uint32_t *users, *groups;
+	size_t n_users, n_groups;
+};
+int manager_image_readers(struct manager *m, const char *digest, struct image_readers *ret);
+void image_readers_done(struct image_readers *r);
+
+/* The kernel enforces who may see private images (the filesystem gives
+ * it their ACLs): a refused user is then still given the image's root by
+ * a lookup, with its event, since a lookup that fails makes the kernel
+ * drop that entry for everybody, and with it the mounts below it. */
+void manager_set_kernel_enforces_access(struct manager *m, bool on);
+
 /* True when host is a registry the manager knows by name: an insecure
  * registry from the options or the domain of a cached image. */
 bool manager_is_known_host(struct manager *m, const char *host);
