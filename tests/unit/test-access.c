@@ -173,6 +173,41 @@ static void test_supplementary_groups(void **state)
 	access_free(a);
 }
 
+struct collected {
+	char text[256];
+};
+
+static int collect(void *userdata, bool everybody, bool group, uint32_t id)
+{
+	struct collected *c = userdata;
+	size_t used = strlen(c->text);
+
+	snprintf(c->text + used, sizeof(c->text) - used, "%s%s%u ", everybody ? "*" : "",
+		 group ? "@" : "", everybody ? 0u : id);
+	return 0;
+}
+
+/* The readers of the first matching rule, for the image root's ACL. */
+static void test_readers(void **state)
+{
+	static const char *const priv[] = {
+		"reg/team/*=1000,@4242,2000",
+		"reg/open/*=*",
+	};
+	struct access *a = make(NULL, 0, priv, 2);
+	struct collected c = { "" };
+
+	assert_int_equal(access_readers(a, "reg/team/app:1", collect, &c), 0);
+	assert_string_equal(c.text, "1000 @4242 2000 ");
+	c.text[0] = '\0';
+	assert_int_equal(access_readers(a, "reg/open/app:1", collect, &c), 0);
+	assert_string_equal(c.text, "*0 ");
+	c.text[0] = '\0';
+	assert_int_equal(access_readers(a, "elsewhere/app:1", collect, &c), 0);
+	assert_string_equal(c.text, ""); /* root only */
+	access_free(a);
+}
+
 static void test_event_rate(void **state)
 {
 	struct access *a = make(NULL, 0, NULL, 0);
@@ -195,9 +230,9 @@ static void test_event_rate(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_syntax),	   cmocka_unit_test(test_defaults),
-		cmocka_unit_test(test_rules),	   cmocka_unit_test(test_supplementary_groups),
-		cmocka_unit_test(test_event_rate),
+		cmocka_unit_test(test_syntax),	cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_rules),	cmocka_unit_test(test_supplementary_groups),
+		cmocka_unit_test(test_readers), cmocka_unit_test(test_event_rate),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
