@@ -178,6 +178,11 @@ static inline void image_stat(fuse_ino_t ino, const struct tinode *t, struct sta
 	st->st_ino = ino;
 }
 
+/* fs.c: the mode the root of an image pulled with credentials shows when
+ * the kernel enforces its ACL (group bits r-x, the ACL's mask; nothing
+ * for others); other nodes as they are. */
+void root_mode_private(struct fs *fs, struct image *img, const struct tinode *t, struct stat *st);
+
 /* files.c: regular files of images.  file_release() takes img NULL when
  * the image is gone (the file is still released). */
 void file_open(fuse_req_t req, struct fs *fs, struct image *img, const struct tinode *t,

@@ -187,6 +187,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 			return;
 		}
 		image_stat(ino, t, &st);
+		root_mode_private(fs, img, t, &st);
 		fuse_reply_attr(req, &st, fs->opts.content_timeout);
 	} else {
 		struct nsnode *n = ino_nsnode(fs, ino);
@@ -441,6 +442,16 @@ static ssize_t root_acl(struct fs *fs, struct image *img, const struct tinode *r
 	image_readers_done(&rd);
 	*ret = buf;
 	return (ssize_t)o;
+}
+
+void root_mode_private(struct fs *fs, struct image *img, const struct tinode *t, struct stat *st)
+{
+	/* The kernel reads the ACL only when the group bits are not all
+	 * clear, and the mode's group bits are the ACL's mask: r-x, and
+	 * nothing for others, as the ACL says. */
+	if (fs->posix_acl && t == image_root(img) &&
+	    manager_digest_private(fs->manager, image_digest(img)))
+		st->st_mode = (st->st_mode & ~(mode_t)077) | 050;
 }
 
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)

@@ -246,6 +246,7 @@ void ns_reply_image_root(fuse_req_t req, struct fs *fs, struct image *img, doubl
 	e.ino = node_ino(img, root);
 	e.generation = image_generation(img);
 	image_stat(e.ino, root, &e.attr);
+	root_mode_private(fs, img, root, &e.attr);
 	e.attr_timeout = fs->opts.content_timeout;
 	/* The kernel keeps a lookup for every user.  Who may see content
 	 * pulled with credentials is enforced by the kernel from the root's

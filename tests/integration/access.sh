@@ -115,6 +115,10 @@ PY
 for e in user:1000:r-x group:4242:r-x group::--- other::---; do
     [[ " $acl " == *" $e "* ]] || fail "no '$e' in the ACL of $priv: $acl"
 done
+# Its mode agrees: the group bits are the ACL's mask, nothing for others
+# (an image root with no group bits would have the kernel skip the ACL).
+assert_eq 750 "$(stat -c %a "$MNT/images/$priv")" "mode of the root of $priv"
+assert_eq 755 "$(stat -c %a "$MNT/images/$pub")" "mode of the root of $pub"
 # A mount below the image (as a runtime makes for /proc) outlives a
 # refused user's walks.
 mount -t tmpfs none "$MNT/images/$priv/added" || fail "cannot mount a tmpfs in $priv"
