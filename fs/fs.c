@@ -411,7 +411,7 @@ static ssize_t root_acl(struct fs *fs, struct image *img, const struct tinode *r
 	struct image_readers rd;
 	size_t n, o = 0;
 	char *buf;
-	int r = manager_image_readers(fs->manager, image_digest(img), &rd);
+	int r = manager_image_readers(fs->manager, img, &rd);
 
 	if (r <= 0)
 		return r;
@@ -449,8 +449,7 @@ void root_mode_private(struct fs *fs, struct image *img, const struct tinode *t,
 	/* The kernel reads the ACL only when the group bits are not all
 	 * clear, and the mode's group bits are the ACL's mask: r-x, and
 	 * nothing for others, as the ACL says. */
-	if (fs->posix_acl && t == image_root(img) &&
-	    manager_digest_private(fs->manager, image_digest(img)))
+	if (fs->posix_acl && t == image_root(img) && manager_image_private(fs->manager, img))
 		st->st_mode = (st->st_mode & ~(mode_t)077) | 050;
 }
 

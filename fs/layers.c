@@ -327,8 +327,22 @@ static struct nsnode *layer_file(struct fs *fs, fuse_ino_t ino)
 
 bool layers_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	if (!layer_file(fs, ino))
+	struct nsnode *n = layer_file(fs, ino);
+	struct caller who;
+	int r;
+
+	if (!n)
 		return false;
+	/* A layer of an image pulled with credentials: its blob and info
+	 * are for its readers only, checked at each open (the kernel's ACL
+	 * covers the diff tree). */
+	caller_of(req, &who);
+	r = manager_admit_image(fs->manager, n->lnode->view, layer_view_reference(n->lnode->view),
+				&who);
+	if (r < 0) {
+		reply_err(req, r);
+		return true;
+	}
 	/* immutable, like image files */
 	fi->keep_cache = 1;
 	fuse_reply_open(req, fi);

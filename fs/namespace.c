@@ -252,9 +252,8 @@ void ns_reply_image_root(fuse_req_t req, struct fs *fs, struct image *img, doubl
 	 * pulled with credentials is enforced by the kernel from the root's
 	 * ACL (fs.c); without ACLs, such a root is looked up again by each
 	 * path walk, so that each caller is checked (access.h). */
-	e.entry_timeout = !fs->posix_acl && manager_digest_private(fs->manager, image_digest(img))
-				  ? 0
-				  : entry_timeout;
+	e.entry_timeout =
+		!fs->posix_acl && manager_image_private(fs->manager, img) ? 0 : entry_timeout;
 	/* The reference from ensure becomes the kernel's lookup reference. */
 	if (fuse_reply_entry(req, &e) != 0)
 		image_unref(img, 1);

@@ -17,6 +17,7 @@
 #include "credentials.h"
 #include "errname.h"
 #include "errtable.h"
+#include "layerview.h"
 #include "macro.h"
 #include "pull.h"
 #include "reference.h"
@@ -142,8 +143,8 @@ bool manager_digest_private(struct manager *m, const char *digest)
  * is on the content: it is seen by everybody when one of its names was
  * pulled without credentials (anybody could pull it so), and otherwise by
  * whoever a rule of one of its names admits. */
-int manager_admit(struct manager *m, const char *canonical, const char *digest,
-		  const struct caller *who)
+static int admit(struct manager *m, const char *canonical, const char *digest,
+		 const struct caller *who)
 {
 	struct digest_names p;
 	char why[512] = "";
@@ -164,10 +165,36 @@ int manager_admit(struct manager *m, const char *canonical, const char *digest,
 		     "Refused image \"%s\": it was pulled with registry credentials, and %s",
 		     canonical, why[0] ? why : "its names could not be read");
 	digest_names_done(&p);
+	return r;
+}
+
+int manager_admit(struct manager *m, const char *canonical, const char *digest,
+		  const struct caller *who)
+{
+	int r = admit(m, canonical, digest, who);
+
 	/* The kernel refuses the user by the image root's ACL. */
 	if (r < 0 && atomic_load(&m->kernel_enforces_access))
 		r = 0;
 	return r;
+}
+
+/* The manifest digest whose names decide who sees img: its own, or that
+ * of the image a layer view is a layer of. */
+static const char *access_digest(const struct image *img)
+{
+	return image_digest(image_is_layer_view(img) ? layer_view_image(img) : img);
+}
+
+bool manager_image_private(struct manager *m, const struct image *img)
+{
+	return manager_digest_private(m, access_digest(img));
+}
+
+int manager_admit_image(struct manager *m, const struct image *img, const char *canonical,
+			const struct caller *who)
+{
+	return admit(m, canonical, access_digest(img), who);
 }
 
 void manager_set_kernel_enforces_access(struct manager *m, bool on)
@@ -215,9 +242,10 @@ static int id_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-int manager_image_readers(struct manager *m, const char *digest, struct image_readers *ret)
+int manager_image_readers(struct manager *m, const struct image *img, struct image_readers *ret)
 {
 	struct readers_ctx c = { .r = ret };
+	const char *digest = access_digest(img);
 	struct digest_names p;
 	bool private;
 

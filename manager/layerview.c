@@ -362,6 +362,16 @@ bool image_is_layer_view(const struct image *img)
 	return img->layer != NULL;
 }
 
+struct image *layer_view_image(const struct image *view)
+{
+	return view->layer->image;
+}
+
+const char *layer_view_reference(const struct image *view)
+{
+	return view->layer->reference;
+}
+
 const char *layer_view_info(const struct image *view, size_t *ret_len)
 {
 	*ret_len = view->layer->info_len;

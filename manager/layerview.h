@@ -38,6 +38,12 @@ int manager_layer_view(struct image *img, const char *reference, const char *dig
 
 bool image_is_layer_view(const struct image *img);
 
+/* The image a view is a layer of (borrowed from the view): who may see
+ * the view is who may see that image. */
+struct image *layer_view_image(const struct image *view);
+/* The reference that named that image when the view was made. */
+const char *layer_view_reference(const struct image *view);
+
 /* The layer's "info" document (containers/storage's Layer JSON), borrowed
  * from the view. */
 const char *layer_view_info(const struct image *view, size_t *ret_len);

@@ -158,7 +158,7 @@ void manager_invalid_reference(struct manager *m, const char *text, const struct
  * its lookups).  Takes manager.lock. */
 bool manager_digest_private(struct manager *m, const char *digest);
 
-/* Who may see the content digest names, for the kernel to enforce (a
+/* Who may see img's content, for the kernel to enforce (a
  * POSIX ACL on the image root): returns 0 when everybody may (no name of
  * it was pulled with credentials, or one was pulled without, or a rule
  * admits everybody), 1 with the users and groups the rules of its names
@@ -168,7 +168,15 @@ struct image_readers {
 	uint32_t *users, *groups;
 	size_t n_users, n_groups;
 };
-int manager_image_readers(struct manager *m, const char *digest, struct image_readers *ret);
+int manager_image_readers(struct manager *m, const struct image *img, struct image_readers *ret);
+/* manager_digest_private() for an image, a layer view included (by the
+ * image it is a layer of). */
+bool manager_image_private(struct manager *m, const struct image *img);
+/* Whether who may see img (a layer view by its image): 0, or -EACCES
+ * with a rate-limited AccessDenied event for canonical.  For what the
+ * kernel's ACL cannot cover (files a refused user could open). */
+int manager_admit_image(struct manager *m, const struct image *img, const char *canonical,
+			const struct caller *who);
 void image_readers_done(struct image_readers *r);
 
 /* The kernel enforces who may see private images (the filesystem gives

@@ -147,6 +147,17 @@ assert_eq 65534 "$(events field AccessDenied "$host/test/private@$digest" uid)" 
 assert_contains "uid 65534" "$(events field AccessDenied "$host/test/private@$digest" message)" "AccessDenied message"
 assert_errno_as 65534 EACCES "$MNT/images/$REGISTRY/test/other@$digest/bin"
 assert_errno_as 1000 OK "$MNT/images/$REGISTRY/test/other@$digest/bin"
+# ---- and through MOUNT/layers/ (the Additional Layer Store): the layer's
+# tree is the image's own (its ACL), its blob and info for readers only.
+b64=$(printf %s "$priv" | base64 -w0)
+layer=$(registry_manifest test/private:1 | py -c 'import json, sys; print(json.load(sys.stdin)["layers"][0]["digest"])')
+assert_eq OK "$(errno_of "$MNT/layers/$b64/$layer/diff")" "root on the layer's tree"
+assert_eq OK "$(errno_of "$MNT/layers/$b64/$layer/blob")" "root on the layer's blob"
+assert_errno_as 65534 EACCES "$MNT/layers/$b64/$layer/diff"
+assert_errno_as 65534 EACCES "$MNT/layers/$b64/$layer/blob"
+assert_errno_as 65534 EACCES "$MNT/layers/$b64/$layer/info"
+assert_errno_as 1000 OK "$MNT/layers/$b64/$layer/diff"
+assert_errno_as 1000 OK "$MNT/layers/$b64/$layer/info"
 # Anonymous content stays open to all.
 assert_errno_as 65534 OK "$MNT/images/$pub/bin/busybox"
 
