@@ -422,10 +422,18 @@ int manager_decide(struct manager *m, const struct reference *ref, const char *c
 	out->pulled = true;
 	out->seconds = t1 - t0;
 	out->bytes = atomic_load(&progress->bytes_done);
-	emit(m, EVENT_NORMAL, "Pulled", canonical, digest, 0, who,
-	     "Successfully pulled image \"%s\" in %.3fs (%.3fs including waiting). "
-	     "Image size: %llu bytes (config and compressed layers, as downloaded).",
-	     canonical, t1 - t0, t1 - t_wait, (unsigned long long)size);
+	if (image_lazy_pending(*ret))
+		/* Pulled follows once the background has fetched the rest */
+		emit(m, EVENT_NORMAL, "Usable", canonical, digest, 0, who,
+		     "Image \"%s\" usable in %.3fs (%.3fs including waiting), before its "
+		     "content: manifest, config and the lazy layers' tables of contents "
+		     "fetched (%llu bytes); the rest comes when read and in the background",
+		     canonical, t1 - t0, t1 - t_wait, (unsigned long long)out->bytes);
+	else
+		emit(m, EVENT_NORMAL, "Pulled", canonical, digest, 0, who,
+		     "Successfully pulled image \"%s\" in %.3fs (%.3fs including waiting). "
+		     "Image size: %llu bytes (config and compressed layers, as downloaded).",
+		     canonical, t1 - t0, t1 - t_wait, (unsigned long long)size);
 	return 0;
 
 failed:

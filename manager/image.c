@@ -336,6 +336,17 @@ const struct tinode *image_inode(const struct image *img, uint32_t index)
 	return tree_inode(img->content->tree, index);
 }
 
+bool image_lazy_pending(struct image *img)
+{
+	struct manager *m = img->manager;
+	bool r;
+
+	pthread_mutex_lock(&m->content_lock);
+	r = img->content->lazy_pending;
+	pthread_mutex_unlock(&m->content_lock);
+	return r;
+}
+
 const char *image_digest(const struct image *img)
 {
 	return img->content->digest;

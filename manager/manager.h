@@ -279,6 +279,9 @@ const struct tinode *image_root(const struct image *img);
 /* Node `index` of the image's tree, or NULL when out of range. */
 const struct tinode *image_inode(const struct image *img, uint32_t index);
 const char *image_digest(const struct image *img);
+/* Some lazy layer of img's content is still being completed (its Pulled
+ * event is still due). */
+bool image_lazy_pending(struct image *img);
 /* A read-only fd of the pack holding the data of regular file `file`,
  * open until image_file_fd_put(); -errno when the layer cannot be opened
  * (-ENOENT: it is gone).  May block on openat(). */

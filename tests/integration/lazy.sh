@@ -135,6 +135,11 @@ assert_eq 6 "$(grep -c '"reason":"LayerCompleted"' "$EVENTS")" "LayerCompleted e
 assert_eq 6 "$(metric pullfs_lazy_layers_completed_total)" "lazy layers completed"
 for ref in edge-esgz:1 edge-chunked:1; do
     assert_eq "true 0" "$(image_status "$ref")" "status of $ref once complete (complete, local < total)"
+    # usable at the lookup, pulled once complete: one event each
+    assert_eq 1 "$(event_count Usable "$PROXY/test/$ref")" "Usable events of $ref"
+    wait_event_count 1 Pulled "$PROXY/test/$ref"
+    assert_eq 1 "$(event_count Pulled "$PROXY/test/$ref")" "Pulled events of $ref"
+    assert_eq 1 "$(event_count_msg Pulled "$PROXY/test/$ref" "is complete in")" "Pulled of $ref at its completion"
 done
 [ "$(metric pullfs_lazy_fetches_total)" -gt 0 ] && [ "$(metric pullfs_lazy_fetched_bytes_total)" -gt 1000000 ] ||
     fail "lazy fetches not counted: $(grep pullfs_lazy "$MNT/.pullfs/metrics")"
