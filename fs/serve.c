@@ -335,6 +335,8 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 		if (r < 0)
 			goto out_signals;
 		io.fd = h->dev_fd;
+		if (h->generation > 0)
+			manager_took_over(fs->manager);
 		if (h->generation > 0 && st.init) {
 			io.takeover_init = st.init;
 			io.takeover_init_len = st.init_len;

@@ -90,6 +90,11 @@ int manager_list(struct manager *m, const char *prefix,
 	return r;
 }
 
+void manager_took_over(struct manager *m)
+{
+	packs_took_over(m->packs);
+}
+
 void manager_set_names_changed(struct manager *m, manager_names_changed_fn *fn,
 			       void (*settle)(void *userdata), void *userdata)
 {

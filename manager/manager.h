@@ -223,6 +223,10 @@ typedef void manager_names_changed_fn(void *userdata, const char *reference, boo
 /* settle (may be NULL) waits until the filesystem has acted on the
  * changes fn was told of; garbage collection calls it before saying an
  * image is gone. */
+/* The filesystem took its connection over from another process: files the
+ * other served through the daemon must stay so (packs_took_over()). */
+void manager_took_over(struct manager *m);
+
 void manager_set_names_changed(struct manager *m, manager_names_changed_fn *fn,
 			       void (*settle)(void *userdata), void *userdata);
 

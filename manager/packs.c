@@ -2,6 +2,7 @@
 #include "packs.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -24,6 +25,8 @@ struct pack {
 	/* lazy layers (lazy.h): loaded at the first read; packs.lock */
 	struct lazy_layer *lazy;
 	bool lazy_checked, completing;
+	/* after a takeover: the layer has a "toc" (was lazy once) */
+	bool toc_checked, had_toc;
 	char *retired; /* pinned: its name in the cache's tmp/ */
 	/* in packs.idle while its descriptor is open and unused */
 	struct dlist_node idle;
@@ -38,6 +41,7 @@ struct packs {
 	struct strmap *by_digest; /* digest -> struct pack *; lock */
 	struct dlist idle;	  /* open, unused: least recently used first; lock */
 	unsigned n_open;	  /* lock */
+	bool took_over;		  /* packs_took_over() */
 };
 
 int packs_new(struct cache *cache, unsigned max_open, struct packs **ret)
@@ -194,10 +198,32 @@ void packs_lazy_metrics(struct packs *p, FILE *f)
 	lazy_stats_metrics(&p->lazy_stats, f);
 }
 
+void packs_took_over(struct packs *p)
+{
+	pthread_mutex_lock(&p->lock);
+	p->took_over = true;
+	pthread_mutex_unlock(&p->lock);
+}
+
 bool pack_was_lazy(struct packs *p, struct pack *pk)
 {
+	bool r;
+
 	/* the lazy state lives as long as the pack, complete or not */
-	return pack_lazy(p, pk) != NULL;
+	if (pack_lazy(p, pk))
+		return true;
+	pthread_mutex_lock(&p->lock);
+	if (p->took_over && !pk->toc_checked) {
+		int dirfd = cache_layer_open_dir(p->cache, pk->digest);
+
+		pk->toc_checked = true;
+		pk->had_toc = dirfd >= 0 && faccessat(dirfd, "toc", F_OK, 0) == 0;
+		if (dirfd >= 0)
+			close(dirfd);
+	}
+	r = p->took_over && pk->had_toc;
+	pthread_mutex_unlock(&p->lock);
+	return r;
 }
 
 bool pack_claim_completion(struct packs *p, struct pack *pk)

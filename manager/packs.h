@@ -61,6 +61,11 @@ void packs_lazy_metrics(struct packs *p, FILE *f);
  * opened in passthrough while this process runs: the kernel cannot switch
  * an inode it has open through the daemon). */
 bool pack_was_lazy(struct packs *p, struct pack *pk);
+/* This process took the connection over from another one, which may have
+ * served files of a lazy layer through the daemon that are complete now
+ * and still open: from now on a layer that was ever lazy (it keeps its
+ * "toc") counts as lazy for pack_was_lazy(). */
+void packs_took_over(struct packs *p);
 /* True once per lazy layer, for the caller to complete it in the
  * background: the caller then holds a reference (packs_put() it). */
 bool pack_claim_completion(struct packs *p, struct pack *pk);

@@ -174,6 +174,19 @@ wait_for 60 _complete || fail "lazy layers not completed after the recovery: $(l
 assert_tree_eq "$chunked" "$WORK/edge/rootfs"
 settle "lazy kill"
 
+# A file this process served lazily (through the daemon: the kernel keeps
+# the inode in cached mode while it is open), complete now, stays open
+# across a kill: the next process must not offer passthrough for it
+# (the kernel would fail that open with EIO).
+exec 7<"$chunked/large"
+head -c 4096 <&7 >/dev/null || fail "read of the held lazy file"
+pid=$(serving pid)
+kill -KILL "$pid"
+wait_for 30 _replaced "$pid" || fail "held lazy file: serving process $pid not replaced"
+cmp "$chunked/large" "$WORK/edge/rootfs/large" || fail "open of a file held open across a kill, once lazy"
+exec 7<&-
+settle "held lazy file"
+
 # Back-off carries over: a reference that failed is refused by the next
 # process without asking the registry, until its delay has passed.
 missing=$MNT/images/$PROXY/test/missing:1
@@ -210,11 +223,11 @@ log "shell: $(sh_rounds) rounds, every checksum right"
 assert_eq "$first_mount" "$(mount_id)" "mount id at the end"
 
 # What status and events say.
-assert_eq 43 "$(serving restarts)" "serving.restarts"
+assert_eq 44 "$(serving restarts)" "serving.restarts"
 assert_eq 20 "$(serving upgrades)" "serving.upgrades"
-assert_eq 23 "$(serving recoveries)" "serving.recoveries"
+assert_eq 24 "$(serving recoveries)" "serving.recoveries"
 assert_eq 20 "$(grep -c '"reason":"Upgraded"' "$EVENTS" || true)" "Upgraded events"
-assert_eq 23 "$(grep -c '"reason":"Recovered"' "$EVENTS" || true)" "Recovered events"
+assert_eq 24 "$(grep -c '"reason":"Recovered"' "$EVENTS" || true)" "Recovered events"
 assert_contains "requests were held for" "$(grep '"reason":"Recovered"' "$EVENTS" | tail -n 1)" "Recovered event"
 
 # The supervisor killed: its serving process unmounts and exits; the next
