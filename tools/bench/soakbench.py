@@ -1,0 +1,769 @@
+#!/usr/bin/env python3
+"""The soak of pullfs (issue 14); run by tools/bench/soak.
+
+    soakbench.py manifest --registry H:P --storage DIR --arch A --images LIST --out FILE
+    soakbench.py run --manifest FILE [--minutes N] [--readers N] [--interval S]
+                     [--budget-fraction F] [--json FILE]
+
+`manifest` reads each image's manifest from the registry and its layer
+blobs from the registry's storage, applies the layers with the overlay
+rules (whiteouts, opaque directories, later layers win, hardlinks) and
+writes what every path of every image must be: its type, size and SHA-256,
+a symlink's target, a directory's names.  Nothing comes from pullfs.
+
+`run` (environment from tools/bench/soak: WORK, MNT, CACHE, EVENTS,
+PULLFS_LOG, INTEGRATION_DIR, SOAK_PULLFS, SOAK_PULLFS_SRC, SOAK_PULLFSCTL,
+SOAK_REGISTRY_CONFIG, SOAK_REGISTRY) starts the registry, faultproxy.py in
+front of it and pullfs --supervise with a small cache budget; reader
+processes look images up and check what they read against the manifest
+while the fault schedule runs; then a quiet tail and a final pass over
+every image, the figures and the verdict.
+"""
+
+import argparse
+import errno
+import gzip
+import hashlib
+import json
+import linecache
+import multiprocessing
+import os
+import random
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+
+from benchlib import PROCS, log, stop, wait_until
+
+# --------------------------------------------------------------- manifest
+
+ACCEPT = ", ".join([
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+])
+
+
+def get_manifest(registry, repo, ref):
+    req = urllib.request.Request(f"http://{registry}/v2/{repo}/manifests/{ref}",
+                                 headers={"Accept": ACCEPT})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.load(r)
+
+
+def layer_stream(storage, desc):
+    hexd = desc["digest"].split(":", 1)[1]
+    path = os.path.join(storage, "docker/registry/v2/blobs/sha256", hexd[:2], hexd, "data")
+    mt = desc["mediaType"]
+    if mt.endswith("gzip"):
+        return gzip.open(path, "rb"), None
+    if mt.endswith("zstd"):
+        p = subprocess.Popen(["zstd", "-dc", path], stdout=subprocess.PIPE)
+        return p.stdout, p
+    return open(path, "rb"), None
+
+
+def norm(name):
+    while name.startswith("./"):
+        name = name[2:]
+    name = name.strip("/")
+    return "" if name == "." else name
+
+
+def apply_layer(tree, layer_no, f):
+    """Apply one layer tar (a stream) to tree: path -> entry; returns the
+    bytes of file content in the layer."""
+    total = 0
+    def drop(path, lower_only=False, children_only=False):
+        pre = path + "/" if path else ""
+        for k in [k for k in tree if k.startswith(pre) or (k == path and not children_only)]:
+            if k == "" or (lower_only and tree[k]["layer"] >= layer_no):
+                continue
+            del tree[k]
+
+    with tarfile.open(fileobj=f, mode="r|") as tf:
+        for m in tf:
+            name = norm(m.name)
+            if name == "":
+                continue
+            parent, _, base = name.rpartition("/")
+            if base == ".wh..wh..opq":
+                drop(parent, lower_only=True, children_only=True)
+                continue
+            if base.startswith(".wh."):
+                drop(parent + "/" + base[4:] if parent else base[4:])
+                continue
+            old = tree.get(name)
+            if not (m.isdir() and old and old["t"] == "d"):
+                drop(name)
+            e = {"layer": layer_no}
+            if m.isdir():
+                e["t"] = "d"
+            elif m.isreg():
+                h = hashlib.sha256()
+                src = tf.extractfile(m)
+                while True:
+                    b = src.read(1 << 20)
+                    if not b:
+                        break
+                    h.update(b)
+                e.update(t="f", size=m.size, sha=h.hexdigest())
+                total += m.size
+            elif m.islnk():
+                target = tree[norm(m.linkname)]
+                e.update(t="f", size=target["size"], sha=target["sha"])
+            elif m.issym():
+                e.update(t="l", target=m.linkname)
+            elif m.ischr():
+                e["t"] = "c"
+            elif m.isblk():
+                e["t"] = "b"
+            elif m.isfifo():
+                e["t"] = "p"
+            else:
+                continue
+            tree[name] = e
+    return total
+
+
+def cmd_manifest(a):
+    images = []
+    layers_bytes = {}
+    with open(a.images) as f:
+        lines = [line.split() for line in f if line.strip()]
+    for name, fmt, base in lines:
+        repo, tag = name.rsplit(":", 1)
+        m = get_manifest(a.registry, repo, tag)
+        if "manifests" in m:
+            d = next(d for d in m["manifests"]
+                     if d["platform"]["architecture"] == a.arch and d["platform"]["os"] == "linux")
+            m = get_manifest(a.registry, repo, d["digest"])
+        tree = {"": {"t": "d", "layer": 0}}
+        for no, desc in enumerate(m["layers"], 1):
+            f, proc = layer_stream(a.storage, desc)
+            layers_bytes[desc["digest"]] = apply_layer(tree, no, f)
+            f.close()
+            if proc and proc.wait() != 0:
+                sys.exit(f"zstd -dc of {desc['digest']} failed")
+        dirs = {}
+        for k in tree:
+            if k:
+                dirs.setdefault(k.rpartition("/")[0], []).append(k.rpartition("/")[2])
+        entries = {}
+        for k, v in tree.items():
+            v = dict(v)
+            del v["layer"]
+            if v["t"] == "d":
+                v["names"] = sorted(dirs.get(k, []))
+            entries[k] = v
+        images.append({"name": name, "format": fmt, "base": base,
+                       "lazy": fmt == "zstd:chunked", "entries": entries})
+    out = {"images": images, "content_bytes": sum(layers_bytes.values())}
+    with open(a.out, "w") as f:
+        json.dump(out, f)
+    log(f"manifest: {len(images)} images, {len(layers_bytes)} distinct layers, "
+        f"{out['content_bytes'] / 1048576:.1f} MiB of file content")
+
+
+# -------------------------------------------------------------- the run
+
+ENV = os.environ
+WORK = ENV.get("WORK", "")
+MNT = ENV.get("MNT", "")
+
+
+def now():
+    return time.time()
+
+
+def ename(e):
+    return errno.errorcode.get(e, str(e))
+
+
+def reader(images, proxy, stop_at, outfile, seed):
+    """One reader process: until stop_at, pick an image, look it up, check
+    a few of its entries (and the files it keeps open).  Writes its
+    findings to outfile (JSON) at the end and every 50 rounds."""
+    rnd = random.Random(seed)
+    res = {"ops": {}, "errors": [], "mismatches": [], "max_op_s": 0.0, "rounds": 0}
+    held = []  # (fd, image name, path, sha, rounds left)
+
+    def count(kind):
+        res["ops"][kind] = res["ops"].get(kind, 0) + 1
+
+    def check(kind, img, path, fn):
+        t0 = now()
+        count(kind)
+        try:
+            fn()
+        except OSError as e:
+            # the system call that failed, from the frame that raised
+            tb = e.__traceback__
+            while tb.tb_next:
+                tb = tb.tb_next
+            call = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
+            res["errors"].append({"t0": t0, "t1": now(), "image": img, "path": path,
+                                  "op": kind, "call": call, "errno": ename(e.errno)})
+        finally:
+            res["max_op_s"] = max(res["max_op_s"], now() - t0)
+
+    def mismatch(img, path, what):
+        res["mismatches"].append({"t": now(), "image": img, "path": path, "what": what})
+
+    def read_sha(fd):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        h, off = hashlib.sha256(), 0
+        while True:
+            b = os.pread(fd, 1 << 17, off)
+            if not b:
+                return h.hexdigest(), off
+            h.update(b)
+            off += len(b)
+
+    def save():
+        with open(outfile + ".tmp", "w") as f:
+            json.dump(res, f)
+        os.rename(outfile + ".tmp", outfile)
+
+    while now() < stop_at:
+        img = rnd.choice(images)
+        root = os.path.join(MNT, "images", proxy, img["name"])
+        ents = img["entries"]
+
+        def lookup():
+            if not stat.S_ISDIR(os.stat(root).st_mode):
+                mismatch(img["name"], "", "image root is not a directory")
+        check("lookup", img["name"], "", lookup)
+        for path in rnd.sample(sorted(ents), min(6, len(ents))):
+            e = ents[path]
+            full = os.path.join(root, path) if path else root
+
+            def one(e=e, full=full, path=path):
+                st = os.lstat(full)
+                kinds = {"f": stat.S_ISREG, "d": stat.S_ISDIR, "l": stat.S_ISLNK,
+                         "c": stat.S_ISCHR, "b": stat.S_ISBLK, "p": stat.S_ISFIFO}
+                if not kinds[e["t"]](st.st_mode):
+                    return mismatch(img["name"], path, f"type {stat.filemode(st.st_mode)}, "
+                                    f"expected {e['t']}")
+                if e["t"] == "f":
+                    if st.st_size != e["size"]:
+                        return mismatch(img["name"], path, f"size {st.st_size} != {e['size']}")
+                    fd = os.open(full, os.O_RDONLY)
+                    keep = False
+                    try:
+                        sha, n = read_sha(fd)
+                        if sha != e["sha"] or n != e["size"]:
+                            mismatch(img["name"], path, f"read {n} bytes, sha256 {sha}")
+                        elif len(held) < 4 and rnd.random() < 0.1:
+                            held.append([fd, img["name"], path, e["sha"], rnd.randint(3, 30)])
+                            keep = True
+                    finally:
+                        if not keep:
+                            os.close(fd)
+                elif e["t"] == "l":
+                    t = os.readlink(full)
+                    if t != e["target"]:
+                        mismatch(img["name"], path, f"symlink to {t!r}, expected {e['target']!r}")
+                elif e["t"] == "d":
+                    names = sorted(os.listdir(full))
+                    if names != e["names"]:
+                        mismatch(img["name"], path, f"lists {names}, expected {e['names']}")
+            check({"f": "read", "l": "readlink", "d": "listdir"}.get(e["t"], "lstat"),
+                  img["name"], path, one)
+        for h in list(held):
+            fd, name, path, sha, left = h
+
+            def again(fd=fd, name=name, path=path, sha=sha):
+                got, _ = read_sha(fd)
+                if got != sha:
+                    mismatch(name, path, f"held file reads sha256 {got}")
+            check("read-held", name, path, again)
+            h[4] -= 1
+            if h[4] <= 0:
+                os.close(fd)
+                held.remove(h)
+        res["rounds"] += 1
+        if res["rounds"] % 50 == 0:
+            save()
+    for h in held:
+        os.close(h[0])
+    save()
+
+
+def final_pass(images, proxy):
+    """Every entry of every image once, in one process: (ops, errors,
+    mismatches)."""
+    ops, errors, bad = 0, [], []
+    for img in images:
+        root = os.path.join(MNT, "images", proxy, img["name"])
+        for path, e in sorted(img["entries"].items()):
+            full = os.path.join(root, path) if path else root
+            ops += 1
+            try:
+                st = os.lstat(full)
+                if e["t"] == "f":
+                    with open(full, "rb") as f:
+                        data = f.read()
+                    if hashlib.sha256(data).hexdigest() != e["sha"] or st.st_size != e["size"]:
+                        bad.append(f"{img['name']}/{path}: content differs")
+                elif e["t"] == "l" and os.readlink(full) != e["target"]:
+                    bad.append(f"{img['name']}/{path}: symlink target differs")
+                elif e["t"] == "d" and sorted(os.listdir(full)) != e["names"]:
+                    bad.append(f"{img['name']}/{path}: listing differs")
+            except OSError as x:
+                errors.append(f"{img['name']}/{path}: {ename(x.errno)}")
+    return ops, errors, bad
+
+
+class Soak:
+    def __init__(self, a):
+        self.a = a
+        with open(a.manifest) as f:
+            self.man = json.load(f)
+        self.images = self.man["images"]
+        self.windows = []  # {"kind", "start", "end", "allowed"}
+        self.actions = {}
+        self.samples = []  # time series of RSS and fds
+        self.replaced = []  # the serving process's figures at each replacement
+        self.problems = []  # what the driver itself saw go wrong
+        self.registry = None
+        self.proxy = None
+        self.pullfs = None
+
+    # ---- processes
+
+    def start_registry(self):
+        log_f = open(os.path.join(WORK, "registry.log"), "a")
+        self.registry = subprocess.Popen(["docker-registry", "serve", ENV["SOAK_REGISTRY_CONFIG"]],
+                                         stdout=log_f, stderr=log_f)
+        PROCS.append(self.registry)
+
+        def up():
+            if self.registry.poll() is not None:
+                raise RuntimeError("the registry exited")
+            try:
+                urllib.request.urlopen(f"http://{ENV['SOAK_REGISTRY']}/v2/", timeout=2).close()
+                return True
+            except OSError:
+                return False
+        wait_until(up, 30, "the registry", step=0.1)
+
+    def stop_registry(self):
+        stop(self.registry)
+        self.registry = None
+
+    def proxy_mode(self, mode):
+        ctl = os.path.join(WORK, "proxy-control.json")
+        with open(ctl + ".tmp", "w") as f:
+            json.dump(mode, f)
+        os.rename(ctl + ".tmp", ctl)
+
+    def start_proxy(self):
+        self.proxy_mode({})
+        portfile = os.path.join(WORK, "proxy.port")
+        self.proxy_proc = subprocess.Popen(
+            [sys.executable, os.path.join(ENV["INTEGRATION_DIR"], "faultproxy.py"),
+             "--port-file", portfile, "--upstream", ENV["SOAK_REGISTRY"],
+             "--log", os.path.join(WORK, "proxy.log"),
+             "--control", os.path.join(WORK, "proxy-control.json")],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(WORK, "proxy.err"), "w"))
+        PROCS.append(self.proxy_proc)
+        wait_until(lambda: os.path.exists(portfile), 30, "the fault proxy")
+        with open(portfile) as f:
+            self.proxy = "127.0.0.1:" + f.read().split()[0]
+
+    def start_pullfs(self, budget):
+        cmd = [ENV["SOAK_PULLFS"], "-f", "--supervise", "--cache", ENV["CACHE"],
+               "--events-log", ENV["EVENTS"], "--insecure-registry", self.proxy,
+               "--cache-max-bytes", str(budget), "--gc-min-age", "5",
+               "--backoff-initial", "2", "--backoff-max", str(self.a.backoff_max),
+               "--connect-timeout", "5", "--low-speed-timeout", "10",
+               "--max-parallel-pulls", "3", MNT]
+        logf = open(ENV["PULLFS_LOG"], "a")
+        logf.write("+ " + " ".join(cmd) + "\n")
+        logf.flush()
+        self.pullfs = subprocess.Popen(cmd, stdout=logf, stderr=logf)
+        PROCS.append(self.pullfs)
+        wait_until(lambda: self.pullfs.poll() is not None or self.mount_id(), 30, "the mount")
+        if self.pullfs.poll() is not None:
+            raise RuntimeError(f"pullfs exited with {self.pullfs.returncode}")
+
+    def mount_id(self):
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                p = line.split()
+                if p[4] == os.path.realpath(MNT):
+                    return p[0]
+        return None
+
+    def status(self):
+        for _ in range(100):
+            try:
+                with open(os.path.join(MNT, ".pullfs", "status")) as f:
+                    return json.load(f)
+            except ValueError:
+                time.sleep(0.05)
+        raise RuntimeError("no whole status document in 100 reads")
+
+    def serving_pid(self):
+        return self.status()["serving"]["pid"]
+
+    def ctl(self, *args, check=True):
+        r = subprocess.run([ENV["SOAK_PULLFSCTL"], "-m", MNT, *args], capture_output=True,
+                           text=True, timeout=120)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"pullfsctl {' '.join(args)}: {r.stdout}{r.stderr}")
+        return r
+
+    # ---- figures
+
+    @staticmethod
+    def proc_figures(pid):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+            fds = os.listdir(f"/proc/{pid}/fd")
+            memfd = 0
+            for fd in fds:
+                try:
+                    if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
+                        memfd += os.stat(f"/proc/{pid}/fd/{fd}").st_size
+                except OSError:
+                    pass
+            return {"rss_kib": rss, "fds": len(fds), "memfd_bytes": memfd}
+        except (OSError, StopIteration):
+            return None
+
+    def sample(self, label=None):
+        try:
+            sp = self.serving_pid()
+        except (OSError, RuntimeError):
+            sp = None
+        s = {"t": now(), "label": label, "serving_pid": sp,
+             "serving": self.proc_figures(sp) if sp else None,
+             "supervisor": self.proc_figures(self.pullfs.pid)}
+        self.samples.append(s)
+        return s
+
+    # ---- the actions
+
+    def window(self, kind, allowed, start, end):
+        self.windows.append({"kind": kind, "start": start, "end": end, "allowed": allowed})
+
+    def act(self, kind):
+        self.actions[kind] = self.actions.get(kind, 0) + 1
+        t0 = now()
+        if kind in ("kill", "upgrade"):
+            pid = self.serving_pid()
+            self.replaced.append({"how": kind, "pid": pid, "t": t0, **(self.proc_figures(pid) or {})})
+            if kind == "kill":
+                os.kill(pid, signal.SIGKILL)
+            else:
+                tmp = ENV["SOAK_PULLFS"] + ".new"
+                shutil.copy(ENV["SOAK_PULLFS_SRC"], tmp)
+                os.chmod(tmp, 0o755)
+                os.rename(tmp, ENV["SOAK_PULLFS"])
+                r = self.ctl("upgrade", check=False)
+                if r.returncode != 0 or "replaced by" not in r.stdout + r.stderr:
+                    self.problems.append(f"upgrade refused: {r.stdout}{r.stderr}".strip())
+                    return
+            try:
+                wait_until(lambda: self.serving_pid() != pid, 60, "a new serving process", step=0.05)
+            except RuntimeError:
+                self.problems.append(f"{kind}: serving process {pid} not replaced within 60 s")
+            self.window(kind, [], t0, now())
+        elif kind == "registry-down":
+            self.stop_registry()
+            time.sleep(self.a.fault_seconds)
+            self.start_registry()
+            self.window(kind, ["EHOSTUNREACH", "ETIMEDOUT"], t0, now())
+        elif kind in ("503", "cut", "corrupt"):
+            mode = {"503": {"fail503": 12}, "cut": {"cut": 4}, "corrupt": {"corrupt": True}}[kind]
+            allowed = {"503": ["EHOSTUNREACH"], "cut": ["EHOSTUNREACH", "ETIMEDOUT"],
+                       "corrupt": ["EBADMSG"]}[kind]
+            self.proxy_mode(mode)
+            time.sleep(self.a.fault_seconds)
+            self.proxy_mode({})
+            self.window(kind, allowed, t0, now())
+        elif kind == "gc":
+            r = self.ctl("gc", check=False)
+            if r.returncode != 0:
+                self.problems.append(f"pullfsctl gc: {r.stdout}{r.stderr}".strip())
+            self.window(kind, [], t0, now())
+
+    # ---- classification
+
+    def allowed(self, err):
+        """The expected errnos for an error seen between t0 and t1: those of
+        any fault window it overlaps (a window lasts GRACE after its end,
+        for pulls that started in it and fail later), and EAGAIN (back-off)
+        until BACKOFF_MAX after that."""
+        grace, bmax = self.a.grace, self.a.backoff_max
+        ok = set()
+        for w in self.windows:
+            if w["allowed"] and err["t0"] <= w["end"] + grace and err["t1"] >= w["start"]:
+                ok.update(w["allowed"])
+            if w["allowed"] and err["t0"] <= w["end"] + grace + bmax + 2 and err["t1"] >= w["start"]:
+                ok.add("EAGAIN")
+        return ok
+
+    def events(self):
+        out = []
+        try:
+            with open(ENV["EVENTS"]) as f:
+                for line in f:
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:
+                        out.append({"reason": "UNPARSABLE", "message": line[:200]})
+        except FileNotFoundError:
+            pass
+        return out
+
+    # ---- the whole run
+
+    def run(self):
+        a = self.a
+        budget = int(self.man["content_bytes"] * a.budget_fraction)
+        self.start_registry()
+        self.start_proxy()
+        self.start_pullfs(budget)
+        first_mount = self.mount_id()
+        log(f"pullfs --supervise (supervisor {self.pullfs.pid}), cache budget "
+            f"{budget / 1048576:.1f} MiB ({a.budget_fraction:.0%} of the images' "
+            f"{self.man['content_bytes'] / 1048576:.1f} MiB), {a.readers} readers, "
+            f"{a.minutes} min")
+        t_start = now()
+        t_end = t_start + a.minutes * 60
+        quiet = max(a.backoff_max + a.grace + 5, 0.1 * a.minutes * 60)
+        warm = min(60, 0.1 * a.minutes * 60)
+        faults_end = t_end - quiet
+        outs = [os.path.join(WORK, f"reader-{i}.json") for i in range(a.readers)]
+        ctx = multiprocessing.get_context("fork")
+        readers = [ctx.Process(target=reader, args=(self.images, self.proxy, t_end, outs[i],
+                                                     a.seed * 1000 + i))
+                   for i in range(a.readers)]
+        for p in readers:
+            p.start()
+        schedule = ["kill", "registry-down", "upgrade", "503", "gc", "cut", "kill", "corrupt",
+                    "upgrade", "registry-down", "gc", "503"]
+        k = 0
+        next_sample = t_start
+        time.sleep(warm)
+        self.sample("start")
+        mid_done = False
+        next_act = now()
+        while now() < t_end:
+            if now() >= next_sample:
+                self.sample()
+                next_sample = now() + 5
+            if not mid_done and now() >= t_start + (t_end - t_start) / 2:
+                self.sample("middle")
+                mid_done = True
+            if now() < faults_end and now() >= next_act:
+                kind = schedule[k % len(schedule)]
+                k += 1
+                log(f"{now() - t_start:6.0f} s: {kind}")
+                self.act(kind)
+                next_act = now() + a.interval
+            if self.pullfs.poll() is not None:
+                self.problems.append(f"the supervisor exited with {self.pullfs.returncode}")
+                break
+            time.sleep(0.2)
+        hung = []
+        for i, p in enumerate(readers):
+            p.join(120)
+            if p.is_alive():
+                hung.append(i)
+                p.kill()
+                p.join()
+        self.sample("end")
+        log("final pass over every image")
+        t_fp = now()
+        fp_ops, fp_errors, fp_bad = final_pass(self.images, self.proxy)
+        fp_s = now() - t_fp
+        last_mount = self.mount_id()
+        st = self.status()
+        return self.report(outs, hung, first_mount, last_mount, st, budget,
+                           (fp_ops, fp_errors, fp_bad, fp_s), t_start)
+
+    def report(self, outs, hung, first_mount, last_mount, st, budget, fp, t_start):
+        a = self.a
+        ops, errors, mism, max_op = {}, [], [], 0.0
+        for o in outs:
+            try:
+                with open(o) as f:
+                    r = json.load(f)
+            except (OSError, ValueError):
+                continue
+            for kk, v in r["ops"].items():
+                ops[kk] = ops.get(kk, 0) + v
+            errors += r["errors"]
+            mism += r["mismatches"]
+            max_op = max(max_op, r["max_op_s"])
+        by_errno = {}
+        unexpected = []
+        for e in errors:
+            ok = e["errno"] in self.allowed(e)
+            key = (e["errno"], ok)
+            by_errno[key] = by_errno.get(key, 0) + 1
+            if not ok:
+                unexpected.append(e)
+        ev = self.events()
+        reasons = {}
+        failed_by_errno = {}
+        for e in ev:
+            reasons[e.get("reason")] = reasons.get(e.get("reason"), 0) + 1
+            if e.get("reason") == "Failed":
+                failed_by_errno[e.get("errno")] = failed_by_errno.get(e.get("errno"), 0) + 1
+
+        def fig(label, who):
+            s = next((s for s in self.samples if s["label"] == label), None)
+            return s and s[who]
+
+        verdict = []
+        if unexpected:
+            verdict.append(f"{len(unexpected)} unexpected errors")
+        if mism:
+            verdict.append(f"{len(mism)} content mismatches")
+        if hung:
+            verdict.append(f"readers {hung} hung (an operation did not return within 120 s "
+                           f"of the end)")
+        if max_op > a.stall:
+            verdict.append(f"an operation took {max_op:.1f} s (over {a.stall} s)")
+        if first_mount != last_mount:
+            verdict.append(f"the mount changed ({first_mount} -> {last_mount})")
+        fp_ops, fp_errors, fp_bad, fp_s = fp
+        if fp_errors or fp_bad:
+            verdict.append(f"final pass: {len(fp_errors)} errors, {len(fp_bad)} wrong")
+        if reasons.get("UNPARSABLE"):
+            verdict.append(f"{reasons['UNPARSABLE']} events log lines do not parse")
+        verdict += self.problems
+        flat = []
+        for who, rss_slack, fd_slack in (("serving", 1.5, 16), ("supervisor", 1.1, 2)):
+            s0, s1 = fig("start", who), fig("end", who)
+            if not s0 or not s1:
+                flat.append(f"{who}: no figures")
+                continue
+            if s1["rss_kib"] > s0["rss_kib"] * rss_slack + 8192:
+                flat.append(f"{who} RSS grew {s0['rss_kib']} -> {s1['rss_kib']} KiB")
+            if s1["fds"] > s0["fds"] + fd_slack:
+                flat.append(f"{who} descriptors grew {s0['fds']} -> {s1['fds']}")
+        verdict += flat
+
+        p = print
+        p()
+        p(f"pullfs soak: {a.minutes} min, {len(self.images)} images "
+          f"({', '.join(sorted(set(i['format'] for i in self.images)))}), {a.readers} readers, "
+          f"cache budget {budget / 1048576:.1f} MiB, an action every {a.interval} s")
+        p()
+        p(f"operations: {sum(ops.values())} ({', '.join(f'{k} {v}' for k, v in sorted(ops.items()))})")
+        p(f"errors seen by readers: {len(errors)}")
+        for (en, ok), n in sorted(by_errno.items()):
+            p(f"  {en:14} {n:7}  {'expected' if ok else 'UNEXPECTED'}")
+        for e in unexpected[:10]:
+            p(f"    {time.strftime('%H:%M:%S', time.gmtime(e['t0']))} +{e['t1'] - e['t0']:.2f}s "
+              f"{e['op']} {e['image']}/{e['path']}: {e['errno']} from `{e.get('call')}`")
+        p(f"checksum or content mismatches: {len(mism)}")
+        for m in mism[:10]:
+            p(f"    {m['image']}/{m['path']}: {m['what']}")
+        p(f"longest operation: {max_op:.2f} s")
+        p(f"actions: {', '.join(f'{k} {v}' for k, v in sorted(self.actions.items()))}")
+        srv = st.get("serving", {})
+        p(f"serving process now: pid {srv.get('pid')}, restarts {srv.get('restarts')}, "
+          f"upgrades {srv.get('upgrades')}, recoveries {srv.get('recoveries')}, "
+          f"last held {srv.get('last_held_ms')} ms")
+        p(f"events: {', '.join(f'{k} {v}' for k, v in sorted(reasons.items(), key=str))}")
+        p(f"Failed pulls by errno: {', '.join(f'{k} {v}' for k, v in sorted(failed_by_errno.items(), key=str)) or 'none'}")
+        p(f"final pass (registry healthy, no faults): {fp_ops} entries in {fp_s:.1f} s, "
+          f"{len(fp_errors)} errors, {len(fp_bad)} wrong")
+        for x in (fp_errors + fp_bad)[:10]:
+            p(f"    {x}")
+        p()
+        p("| process | figure | start | middle | end |")
+        p("|---|---|---|---|---|")
+        for who in ("serving", "supervisor"):
+            for key, unit in (("rss_kib", "RSS KiB"), ("fds", "open fds"), ("memfd_bytes", "memfd bytes")):
+                vals = [fig(lbl, who) for lbl in ("start", "middle", "end")]
+                p(f"| {who} | {unit} | " + " | ".join(str(v[key]) if v else "-" for v in vals) + " |")
+        if self.replaced:
+            rs = [r for r in self.replaced if "rss_kib" in r]
+            if rs:
+                p(f"serving processes at their replacement: RSS {min(r['rss_kib'] for r in rs)}"
+                  f"-{max(r['rss_kib'] for r in rs)} KiB, fds {min(r['fds'] for r in rs)}"
+                  f"-{max(r['fds'] for r in rs)} (first {rs[0]['rss_kib']} KiB / {rs[0]['fds']}, "
+                  f"last {rs[-1]['rss_kib']} KiB / {rs[-1]['fds']})")
+        p()
+        if verdict:
+            p("verdict: FAIL")
+            for v in verdict:
+                p(f"  - {v}")
+        else:
+            p("verdict: PASS (no unexpected errno, every content check right, the same mount "
+              "throughout, RSS and descriptors flat)")
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"ops": ops, "errors": errors, "mismatches": mism,
+                           "windows": self.windows, "samples": self.samples,
+                           "replaced": self.replaced, "actions": self.actions,
+                           "events": reasons, "failed_by_errno": failed_by_errno,
+                           "final_pass": {"ops": fp_ops, "errors": fp_errors, "wrong": fp_bad},
+                           "verdict": verdict}, f, indent=1)
+        return 1 if verdict else 0
+
+
+def cmd_run(a):
+    s = Soak(a)
+    try:
+        return s.run()
+    finally:
+        if s.pullfs and s.pullfs.poll() is None:
+            s.pullfs.terminate()
+            try:
+                s.pullfs.wait(30)
+            except subprocess.TimeoutExpired:
+                s.problems.append("pullfs did not exit within 30 s of SIGTERM")
+        for p in list(PROCS):
+            stop(p)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("manifest")
+    m.add_argument("--registry", required=True)
+    m.add_argument("--storage", required=True)
+    m.add_argument("--arch", required=True)
+    m.add_argument("--images", required=True)
+    m.add_argument("--out", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--manifest", required=True)
+    r.add_argument("--minutes", type=float, default=30)
+    r.add_argument("--readers", type=int, default=8)
+    r.add_argument("--interval", type=float, default=10, help="seconds between actions")
+    r.add_argument("--fault-seconds", type=float, default=5)
+    r.add_argument("--budget-fraction", type=float, default=0.4)
+    r.add_argument("--backoff-max", type=int, default=10)
+    r.add_argument("--grace", type=float, default=20,
+                   help="seconds a fault's errnos stay expected after it ends")
+    r.add_argument("--stall", type=float, default=60,
+                   help="an operation longer than this fails the soak")
+    r.add_argument("--seed", type=int, default=1)
+    r.add_argument("--json")
+    a = ap.parse_args()
+    if a.cmd == "manifest":
+        cmd_manifest(a)
+        return 0
+    if a.minutes <= 0 or a.readers < 1 or a.interval <= 0:
+        ap.error("--minutes, --readers and --interval must be positive")
+    return cmd_run(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
