@@ -24,6 +24,7 @@ import argparse
 import errno
 import gzip
 import hashlib
+import io
 import json
 import linecache
 import multiprocessing
@@ -132,6 +133,42 @@ def apply_layer(tree, layer_no, f):
     return total
 
 
+def make_fresh(a):
+    """Single-layer images, each to be looked up once during the run, so
+    that pulls (manifest and blob) happen under the faults whatever GC
+    does: a file of 80 to 200 KiB (a content-store object, and a blob
+    over the size the fault proxy corrupts or cuts) and a small one.
+    Pushed with rawpush.py; their manifest is computed from the tars."""
+    rnd = random.Random(7)
+    d = os.path.join(os.path.dirname(a.out), "fresh")
+    os.makedirs(d, exist_ok=True)
+    lines, fresh = [], []
+    for k in range(a.fresh):
+        path = os.path.join(d, f"{k}.tar")
+        with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tf:
+            for name, data in (("fresh/id", f"fresh image {k}\n".encode()),
+                               ("fresh/data", rnd.randbytes(rnd.randint(80, 200) << 10))):
+                ti = tarfile.TarInfo(name)
+                ti.size, ti.mode, ti.mtime = len(data), 0o644, 1700000000
+                tf.addfile(ti, io.BytesIO(data))
+        tree = {"": {"t": "d", "layer": 0}}
+        with open(path, "rb") as f:
+            apply_layer(tree, 1, f)
+        entries = {k2: {kk: vv for kk, vv in v.items() if kk != "layer"} for k2, v in tree.items()}
+        entries[""]["names"] = ["fresh"]
+        entries["fresh"] = {"t": "d", "names": ["data", "id"]}
+        name = f"soak/fresh:{k}"
+        fresh.append({"name": name, "format": "gzip", "base": "fresh", "lazy": False,
+                      "entries": entries})
+        lines.append(f"{name} {path}\n")
+    r = subprocess.run([sys.executable, os.path.join(a.integration, "rawpush.py"), a.registry, "-"],
+                       input="".join(lines), text=True, stdout=subprocess.DEVNULL)
+    if r.returncode != 0:
+        sys.exit("rawpush.py failed")
+    shutil.rmtree(d)
+    return fresh
+
+
 def cmd_manifest(a):
     images = []
     layers_bytes = {}
@@ -164,7 +201,8 @@ def cmd_manifest(a):
             entries[k] = v
         images.append({"name": name, "format": fmt, "base": base,
                        "lazy": fmt == "zstd:chunked", "entries": entries})
-    out = {"images": images, "content_bytes": sum(layers_bytes.values())}
+    fresh = make_fresh(a) if a.fresh else []
+    out = {"images": images, "fresh": fresh, "content_bytes": sum(layers_bytes.values())}
     with open(a.out, "w") as f:
         json.dump(out, f)
     log(f"manifest: {len(images)} images, {len(layers_bytes)} distinct layers, "
@@ -294,6 +332,37 @@ def reader(images, proxy, stop_at, outfile, seed):
     for h in held:
         os.close(h[0])
     save()
+
+
+def fresher(fresh, proxy, stop_at, every, outfile):
+    """One image never seen before every `every` seconds: a lookup (a
+    pull: manifest and blobs), then each of its entries checked."""
+    res = {"ops": {}, "errors": [], "mismatches": [], "max_op_s": 0.0, "rounds": 0}
+    for img in fresh:
+        if now() >= stop_at:
+            break
+        t_next = now() + every
+        root = os.path.join(MNT, "images", proxy, img["name"])
+        t0 = now()
+        try:
+            res["ops"]["fresh-lookup"] = res["ops"].get("fresh-lookup", 0) + 1
+            os.stat(root)
+            for path, e in img["entries"].items():
+                if e["t"] == "f":
+                    res["ops"]["fresh-read"] = res["ops"].get("fresh-read", 0) + 1
+                    with open(os.path.join(root, path), "rb") as f:
+                        if hashlib.sha256(f.read()).hexdigest() != e["sha"]:
+                            res["mismatches"].append({"t": now(), "image": img["name"],
+                                                      "path": path, "what": "content differs"})
+        except OSError as x:
+            res["errors"].append({"t0": t0, "t1": now(), "image": img["name"], "path": "",
+                                  "op": "fresh", "call": "lookup or read",
+                                  "errno": ename(x.errno)})
+        res["max_op_s"] = max(res["max_op_s"], now() - t0)
+        res["rounds"] += 1
+        time.sleep(max(0.0, t_next - now()))
+    with open(outfile, "w") as f:
+        json.dump(res, f)
 
 
 def final_pass(images, proxy):
@@ -549,6 +618,12 @@ class Soak:
         readers = [ctx.Process(target=reader, args=(self.images, self.proxy, t_end, outs[i],
                                                      a.seed * 1000 + i))
                    for i in range(a.readers)]
+        fresh_out = os.path.join(WORK, "fresher.json")
+        if self.man.get("fresh"):
+            outs.append(fresh_out)
+            readers.append(ctx.Process(target=fresher, args=(self.man["fresh"], self.proxy,
+                                                              faults_end, a.fresh_every,
+                                                              fresh_out)))
         for p in readers:
             p.start()
         schedule = ["kill", "registry-down", "upgrade", "503", "gc", "cut", "kill", "corrupt",
@@ -589,6 +664,9 @@ class Soak:
         fp_ops, fp_errors, fp_bad = final_pass(self.images, self.proxy)
         fp_s = now() - t_fp
         last_mount = self.mount_id()
+        r = self.ctl("gc", check=False)
+        if r.returncode != 0:
+            self.problems.append(f"pullfsctl gc at the end: {r.stdout}{r.stderr}".strip())
         st = self.status()
         return self.report(outs, hung, first_mount, last_mount, st, budget,
                            (fp_ops, fp_errors, fp_bad, fp_s), t_start)
@@ -645,6 +723,15 @@ class Soak:
         if reasons.get("UNPARSABLE"):
             verdict.append(f"{reasons['UNPARSABLE']} events log lines do not parse")
         verdict += self.problems
+        cache = st.get("cache", {})
+        high = budget * cache.get("gc_high_percent", 85) / 100
+        if cache.get("bytes", 0) > high:
+            verdict.append(f"the cache stays over its budget: {cache['bytes']} bytes after "
+                           f"`pullfsctl gc` with no reader left, the high mark is {high:.0f} "
+                           f"({sum(1 for i in st.get('images', []) if i.get('in_use'))} of "
+                           f"{len(st.get('images', []))} images in use; README \"Restarts "
+                           f"and upgrades\": what a new serving process restored stays until "
+                           f"the next start)")
         flat = []
         for who, rss_slack, fd_slack in (("serving", 1.5, 16), ("supervisor", 1.1, 2)):
             s0, s1 = fig("start", who), fig("end", who)
@@ -681,6 +768,8 @@ class Soak:
           f"last held {srv.get('last_held_ms')} ms")
         p(f"events: {', '.join(f'{k} {v}' for k, v in sorted(reasons.items(), key=str))}")
         p(f"Failed pulls by errno: {', '.join(f'{k} {v}' for k, v in sorted(failed_by_errno.items(), key=str)) or 'none'}")
+        p(f"cache after `pullfsctl gc` at the end: {cache.get('bytes')} bytes, "
+          f"{cache.get('images')} images (budget {budget}, high mark {high:.0f})")
         p(f"final pass (registry healthy, no faults): {fp_ops} entries in {fp_s:.1f} s, "
           f"{len(fp_errors)} errors, {len(fp_bad)} wrong")
         for x in (fp_errors + fp_bad)[:10]:
@@ -692,6 +781,11 @@ class Soak:
             for key, unit in (("rss_kib", "RSS KiB"), ("fds", "open fds"), ("memfd_bytes", "memfd bytes")):
                 vals = [fig(lbl, who) for lbl in ("start", "middle", "end")]
                 p(f"| {who} | {unit} | " + " | ".join(str(v[key]) if v else "-" for v in vals) + " |")
+        m0, m1 = fig("start", "supervisor"), fig("end", "supervisor")
+        if m0 and m1:
+            p(f"hand-over log (the supervisor's memfd): {m0['memfd_bytes']} -> "
+              f"{m1['memfd_bytes']} bytes, "
+              f"{(m1['memfd_bytes'] - m0['memfd_bytes']) / max(a.minutes, 0.01):.0f} bytes a minute")
         if self.replaced:
             rs = [r for r in self.replaced if "rss_kib" in r]
             if rs:
@@ -742,6 +836,8 @@ def main():
     m.add_argument("--arch", required=True)
     m.add_argument("--images", required=True)
     m.add_argument("--out", required=True)
+    m.add_argument("--fresh", type=int, default=0, help="single-use images to make")
+    m.add_argument("--integration", default=ENV.get("INTEGRATION_DIR", ""))
     r = sub.add_parser("run")
     r.add_argument("--manifest", required=True)
     r.add_argument("--minutes", type=float, default=30)
@@ -755,6 +851,8 @@ def main():
     r.add_argument("--stall", type=float, default=60,
                    help="an operation longer than this fails the soak")
     r.add_argument("--seed", type=int, default=1)
+    r.add_argument("--fresh-every", type=float, default=2,
+                   help="seconds between lookups of images never pulled before")
     r.add_argument("--json")
     a = ap.parse_args()
     if a.cmd == "manifest":
