@@ -178,7 +178,11 @@ int main(int argc, char **argv)
 		prctl(PR_SET_PDEATHSIG, h.fdstore ? SIGKILL : SIGTERM);
 		if (getppid() != h.sup_pid)
 			goto done;
-	} else if (s.supervise) {
+		/* A failure injected by a crash test (manager/fault.h) kills
+		 * the first serving process only: the next one recovers. */
+		if (h.generation > 0)
+			unsetenv("PULLFS_FAULT");
+	} else if (!s.no_supervise) {
 		/* a mount systemd kept for us is there and waits for us */
 		if (!supervisor_fds_passed() && check_mountpoint(s.mountpoint) < 0)
 			goto done;

@@ -97,8 +97,11 @@ static const struct opt options[] = {
 	{ "foreground", 'f', KIND_FLAG, EVERYWHERE, AT(foreground),
 	  .help = "stay in the foreground" },
 	{ "supervise", 0, KIND_FLAG, EVERYWHERE, AT(supervise),
-	  .help = "serve from a process a small supervisor restarts when it dies and replaces "
-		  "on `pullfsctl upgrade`, the mount staying up" },
+	  .help = "the default: serve from a process a small supervisor restarts when it dies "
+		  "and replaces on `pullfsctl upgrade`, the mount staying up" },
+	{ "no-supervise", 0, KIND_FLAG, EVERYWHERE, AT(no_supervise),
+	  .help = "serve from one process, without a supervisor: a kill -9 of it leaves the "
+		  "mount stale (for debugging)" },
 	{ "debug", 'd', KIND_FLAG, EVERYWHERE, NO_FIELD, .set = set_debug,
 	  .help = "print every FUSE request (implies -f)" },
 	{ "cache", 0, KIND_PATH, EVERYWHERE, AT(mo.cache_dir), .arg = "DIR",

@@ -17,7 +17,8 @@ struct settings {
 	struct manager_options mo;
 	struct fs_options fo;
 	bool foreground;
-	bool supervise;		      /* supervisor.h */
+	bool supervise;		      /* supervisor.h; the default */
+	bool no_supervise;	      /* ... unless this */
 	char *auth_file;	      /* NULL: docker's default place */
 	char *control_socket;	      /* set by settings_parse() */
 	char *fuse_opts;	      /* comma-joined -o values that are FUSE's */

@@ -229,7 +229,7 @@ static int serve_upgrade(void *userdata, json_t **ret, struct error_detail *err)
 	if (fs->handoff.sup_fd < 0) {
 		error_detail_set(
 			err, -EOPNOTSUPP,
-			"pullfs runs without its supervisor (--supervise): nothing can take "
+			"pullfs runs without its supervisor (--no-supervise): nothing can take "
 			"the mount over");
 		return -EOPNOTSUPP;
 	}

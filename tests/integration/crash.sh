@@ -1,13 +1,24 @@
 #!/bin/bash
-# Crash safety.  For each failure-injection point of a pull (manager/
-# fault.h) the daemon SIGKILLs itself there; the lookup fails, the mount
-# is left stale (ENOTCONN).  A new daemon on the same mount point and
-# cache clears the stale mount with a message, shows no half image, and
-# the next lookup completes the pull with the right content; nothing is
-# left in CACHE/tmp.  Secondary check: a kill -9 by the test at a random
-# moment of a larger pull, then the same recovery.
+# Crash safety, as a user sees it.  By default pullfs is a supervisor that
+# holds the mount and a serving process it restarts (fs/supervisor.c).
+#
+# 1. For each failure-injection point of a pull (manager/fault.h) the
+#    serving process SIGKILLs itself there.  The lookup that caused the
+#    pull waits and then succeeds: the next serving process recovers the
+#    cache and pulls again, with the right tree; the mount is the same one
+#    throughout (never stale), nothing is left in CACHE/tmp.
+# 2. The same points under --no-supervise (one process): the lookup fails,
+#    the mount is left stale (ENOTCONN), no half image is visible; a new
+#    daemon on the same mount point and cache clears the stale mount with a
+#    message and the next lookup completes the pull.
+# 3. A kill -9 of the serving process by the test at a random moment of a
+#    larger pull: the lookup waits and succeeds, same mount, right content.
+# 4. A kill -9 of the supervisor (README, "Restarts and upgrades"): the
+#    serving process unmounts and exits, no stale mount is left, and a new
+#    start serves the cached image.
 source "$(dirname "$0")/lib.sh"
 source "$INTEGRATION_DIR/images.sh"
+source "$INTEGRATION_DIR/restartlib.sh"
 
 need_fuse
 need_cmd umoci
@@ -18,11 +29,6 @@ root=$MNT/images/$ref
 
 umoci unpack --image "$(layout_of edge):1" "$WORK/bundle" >/dev/null
 reference=$WORK/bundle/rootfs
-
-# mount_id: the mountinfo id of what is mounted on $MNT, or nothing.
-mount_id() {
-    awk -v d="$(realpath -m "$MNT")" '$5 == d { id = $1 } END { print id }' /proc/self/mountinfo
-}
 
 # expect_killed: the daemon must have died of SIGKILL; forget its PID.
 expect_killed() {
@@ -60,7 +66,7 @@ remount_after_crash() {
     PULLFS_ENV=()
     # The stale mount satisfies mount_pullfs at once: the message comes
     # before the new mount, which then answers where the stale one cannot.
-    mount_pullfs
+    mount_pullfs --no-supervise
     _stale_cleared() { [ "$(grep -c 'stale mount' "$PULLFS_LOG" || true)" -gt "$lines" ]; }
     wait_for 30 _stale_cleared || fail "$what: no stale-mount message from the new pullfs"
     assert_contains "was a stale mount of a pullfs that is gone; unmounted it" \
@@ -88,12 +94,41 @@ check_recovery() {
     assert_eq 0 "$(event_count Failed "$ref")" "$what: Failed events"
 }
 
+# check_supervised_recovery WHAT MOUNT_ID: after one death of the serving
+# process, the image is whole and right, on the same mount.
+check_supervised_recovery() {
+    local what=$1 id=$2 left
+    assert_eq "$id" "$(mount_id)" "$what: mount id (the mount stayed)"
+    assert_eq 1 "$(serving recoveries)" "$what: serving.recoveries"
+    assert_contains "was killed by signal 9" "$(grep '^pullfs: serving process' "$PULLFS_LOG" | tail -n 1)" "$what: the supervisor's message"
+    left=$(tmp_leftovers "$CACHE")
+    [ -z "$left" ] || fail "$what: left in $CACHE/tmp after the recovery: $left"
+}
+
 for point in manifest config mid-blob mid-unpack layer publish; do
-    log "fault point: $point"
+    log "fault point, supervised: $point"
+    CACHE=$WORK/cache-sup-$point
+    EVENTS=$WORK/events-sup-$point.log
+    PULLFS_ENV=(PULLFS_FAULT=$point)
+    mount_pullfs
+    id=$(mount_id)
+    first=$(serving pid)
+    # the lookup waits across the death of the serving process
+    assert_errno OK "$root"
+    [ "$(serving pid)" != "$first" ] || fail "$point: the serving process did not die at the fault point"
+    assert_tree_eq "$reference" "$root" --dir-mtime
+    check_supervised_recovery "$point" "$id"
+    unmount_pullfs
+    assert_eq 1 "$(event_count_msg Pulled "$ref" "Successfully pulled")" "$point: Pulled events"
+    PULLFS_ENV=()
+done
+
+for point in manifest config mid-blob mid-unpack layer publish; do
+    log "fault point, --no-supervise: $point"
     CACHE=$WORK/cache-$point
     EVENTS=$WORK/events-$point.log
     PULLFS_ENV=(PULLFS_FAULT=$point)
-    mount_pullfs
+    mount_pullfs --no-supervise
     got=$(errno_of "$root")
     case $got in
     ENOTCONN | ECONNABORTED) ;;
@@ -131,12 +166,11 @@ bigref=$REGISTRY/test/big:1
 CACHE=$WORK/cache-random
 EVENTS=$WORK/events-random.log
 mount_pullfs
-py - "$MNT/images/$bigref" <<'PY' &
+id=$(mount_id)
+victim=$(pullfs_serving_pid)
+py - "$MNT/images/$bigref" >"$WORK/lookup.out" 2>&1 <<'PY' &
 import os, sys
-try:
-    os.stat(sys.argv[1])
-except OSError:
-    pass
+os.stat(sys.argv[1])
 PY
 lookup=$!
 # The whole pull takes ~0.15 s here: poll without forking for the layer's
@@ -147,18 +181,29 @@ until compgen -G "$CACHE/tmp/layer-*" >/dev/null; do
     [ "$SECONDS" -lt "$deadline" ] || fail "random kill: the pull never started staging a layer"
 done
 sleep "$delay"
-kill -KILL "$PULLFS_PID"
-expect_killed "random kill"
-wait "$lookup" || true
-pulled=$(event_count_msg Pulled "$bigref" "Successfully pulled")
-log "killed ${delay}s after the layer download started; the pull had $([ "$pulled" -gt 0 ] && echo "already finished" || echo "not finished")"
-remount_after_crash "random kill"
-left=$(tmp_leftovers "$CACHE")
-[ -z "$left" ] || fail "random kill: left in $CACHE/tmp after a restart: $left"
-assert_errno OK "$MNT/images/$bigref"
+kill -KILL "$victim"
+wait_for 20 _pid_gone "$victim" || fail "random kill: the serving process $victim outlived SIGKILL"
+wait_for 60 _pid_gone "$lookup" || fail "random kill: the lookup did not return after the recovery"
+wait "$lookup" || fail "random kill: the lookup failed across the kill: $(cat "$WORK/lookup.out")"
+log "killed the serving process ${delay}s after the layer download started"
+! _pid_gone "$PULLFS_PID" || fail "random kill: the supervisor died"
+check_supervised_recovery "random kill" "$id"
 assert_tree_eq "$WORK/big.bundle/rootfs" "$MNT/images/$bigref"
 cmp "$WORK/big.bundle/rootfs/data/random" "$MNT/images/$bigref/data/random" || fail "random kill: content of data/random differs"
-unmount_pullfs
+
+# ---- the supervisor killed ----------------------------------------------
+log "kill -9 of the supervisor"
+serving_now=$(pullfs_serving_pid)
+pulled=$(event_count_msg Pulled "$bigref" "Successfully pulled")
+kill -KILL "$PULLFS_PID"
+wait "$PULLFS_PID" 2>/dev/null || true
+PULLFS_PID=
+wait_for 30 _pid_gone "$serving_now" || fail "the serving process $serving_now outlived its supervisor"
+! is_mounted "$MNT" || fail "$MNT still mounted after the supervisor and its serving process died"
 left=$(tmp_leftovers "$CACHE")
-[ -z "$left" ] || fail "random kill: left in $CACHE/tmp after unmount: $left"
+[ -z "$left" ] || fail "supervisor killed: left in $CACHE/tmp: $left"
+mount_pullfs
+cmp "$WORK/big.bundle/rootfs/data/random" "$MNT/images/$bigref/data/random" || fail "after a new start: content of data/random differs"
+assert_eq "$pulled" "$(event_count_msg Pulled "$bigref" "Successfully pulled")" "Pulled events of big (none again from the cache)"
+unmount_pullfs
 log "PASS"

@@ -51,7 +51,7 @@ grep -q 'edited by the operator' "$DEST$SYSCONF/pullfs.conf" || fail "a reinstal
 
 # ---- the unit
 unit=$P/lib/systemd/system/pullfs.service
-grep -qx "ExecStart=$PREFIX/bin/pullfs --supervise -f --config $SYSCONF/pullfs.conf -o allow_other /run/pullfs" "$unit" ||
+grep -qx "ExecStart=$PREFIX/bin/pullfs -f --config $SYSCONF/pullfs.conf -o allow_other /run/pullfs" "$unit" ||
     fail "ExecStart of the unit: $(grep ExecStart "$unit")"
 # The supervisor says READY=1 and keeps the FUSE descriptor and the
 # hand-over state in systemd's store (restart.sh and fdstore.sh test what

@@ -36,12 +36,12 @@ mount_pullfs --insecure-registry "$PROXY"
 # lookup.  -y names each descriptor's file, so the checker sees paths.
 strace -f -y -s 0 -o "$TRACE" \
     -e trace=write,pwrite64,fsync,fdatasync,syncfs,rename,renameat,renameat2,linkat,unlinkat \
-    -p "$PULLFS_PID" 2>"$WORK/strace.err" &
+    -p "$(pullfs_serving_pid)" 2>"$WORK/strace.err" &
 STRACE_PID=$!
 track_pid "$STRACE_PID"
 # (not an error before the shell has created the file: wait_for gives up
 # at once on status 2)
-_attached() { [ -f "$WORK/strace.err" ] && grep -q "Process $PULLFS_PID attached" "$WORK/strace.err"; }
+_attached() { [ -f "$WORK/strace.err" ] && grep -q "Process $(pullfs_serving_pid) attached" "$WORK/strace.err"; }
 wait_for 30 _attached ||
     fail "strace did not attach: $(cat "$WORK/strace.err" 2>&1)"
 

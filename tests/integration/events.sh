@@ -19,15 +19,17 @@ cp "$stat_bin" "$WORK/probe-stat"
 cp "$stat_bin" "$WORK/probe-nobody"
 chmod 0755 "$WORK" # probe-nobody runs as nobody
 
-# send_hup: SIGHUP to the daemon, and wait until it is no longer pending
-# (delivered) before the test goes on.
+# send_hup: SIGHUP to the serving process (the supervisor forwards its
+# own), and wait until it is no longer pending (delivered) before the test
+# goes on.
 send_hup() {
-    kill -HUP "$PULLFS_PID"
+    serving=$(pullfs_serving_pid)
+    kill -HUP "$serving"
     wait_for 10 _hup_delivered || fail "SIGHUP still pending for pullfs after 10 s"
 }
 _hup_delivered() {
     local key mask
-    ! _pid_gone "$PULLFS_PID" || return 2
+    ! _pid_gone "$serving" || return 2
     while read -r key mask; do
         case $key in
         ShdPnd: | SigPnd:)
@@ -35,7 +37,7 @@ _hup_delivered() {
             (((16#$mask & 1) == 0)) || return 1
             ;;
         esac
-    done <"/proc/$PULLFS_PID/status"
+    done <"/proc/$serving/status"
     return 0
 }
 

@@ -9,7 +9,7 @@ hard=$(ulimit -Hn)
 # The daemon inherits this shell's limits.
 ulimit -Sn 1024
 mount_pullfs
-limits=$(awk '/^Max open files/ { print $4, $5 }' "/proc/$PULLFS_PID/limits")
+limits=$(awk '/^Max open files/ { print $4, $5 }' "/proc/$(pullfs_serving_pid)/limits")
 assert_eq "$hard $hard" "$limits" "soft and hard limit of open files of pullfs"
 ! grep -q 'limit of open files' "$PULLFS_LOG" || fail "pullfs complained: $(cat "$PULLFS_LOG")"
 unmount_pullfs

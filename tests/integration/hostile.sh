@@ -160,6 +160,7 @@ for ref, reason in cases:
 sys.exit(1 if bad else 0)
 PY
 ! _pid_gone "$PULLFS_PID" || fail "pullfs died"
+assert_eq 0 "$(pullfs_serving recoveries)" "serving processes that died"
 
 # ---- nothing escaped, nothing half-published, still serving -------------------
 after=$(canary_state)

@@ -114,6 +114,9 @@ _cleanup() {
     local rc=$? m pid
     set +e
     trap - EXIT INT TERM
+    if [ "$rc" = 0 ] && ! (check_no_recovery); then
+        rc=1
+    fi
     if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then
         _dump_logs
     fi
@@ -372,9 +375,20 @@ _pullfs_mounted() {
     is_mounted "$MNT"
 }
 
+# check_no_recovery: no serving process died under the supervisor (which
+# would hide a crash from the test: the next one answers).  Tests that
+# kill it on purpose set PULLFS_RECOVERY_EXPECTED=1.
+check_no_recovery() {
+    [ "${PULLFS_RECOVERY_EXPECTED:-0}" = 1 ] && return 0
+    if grep -q '^pullfs: serving process .* starting another$' "$PULLFS_LOG" 2>/dev/null; then
+        fail "a serving process died: $(grep '^pullfs: serving process ' "$PULLFS_LOG" | head -n 3)"
+    fi
+}
+
 # unmount_pullfs: SIGTERM the daemon, which must unmount and exit 0.
 unmount_pullfs() {
     [ -n "$PULLFS_PID" ] || fail "unmount_pullfs: pullfs is not running"
+    check_no_recovery
     local rc=0 pid=$PULLFS_PID
     kill -TERM "$pid"
     wait_for 20 _pid_gone "$pid" || fail "pullfs did not exit within 20 s of SIGTERM"
@@ -383,6 +397,30 @@ unmount_pullfs() {
     [ "$rc" = 0 ] || fail "pullfs exited with status $rc after SIGTERM (expected 0)"
     ! is_mounted "$MNT" || fail "$MNT is still mounted after pullfs exited"
 }
+
+# pullfs_serving KEY: a field of the "serving" object of the mount's
+# status (pid, restarts, recoveries...).  Reading the status waits until a
+# serving process answers; a document read across a switch of serving
+# process may be cut (part of it from each): read again.
+pullfs_serving() {
+    py -c '
+import json, sys, time
+for i in range(100):
+    try:
+        print(json.load(open(sys.argv[1]))["serving"][sys.argv[2]])
+        break
+    except ValueError:
+        time.sleep(0.05)
+else:
+    sys.exit("no whole status document in 100 reads")' "$MNT/.pullfs/status" "$1"
+}
+
+# pullfs_serving_pid: the process that serves the mount.  By default
+# pullfs is two processes: $PULLFS_PID is the supervisor, which holds the
+# mount and forwards SIGHUP and SIGTERM, and the serving process (threads,
+# caches, descriptors of images, the raised limits) is its child, started
+# again when it dies.  Under --no-supervise both are $PULLFS_PID.
+pullfs_serving_pid() { pullfs_serving pid; }
 
 # image_path REF: the path of an image in the mount (REF without host gets
 # the test registry's host:port).

@@ -33,8 +33,9 @@ PULLFS_ENV=()
 ulimit -n 256
 mount_pullfs --registry-qps 0
 base=$MNT/images/$REGISTRY/fd
-fds() { ls /proc/"$PULLFS_PID"/fd | wc -l; }
-limit=$(awk '/^Max open files/ { print $4 }' /proc/"$PULLFS_PID"/limits)
+serving=$(pullfs_serving_pid)
+fds() { ls /proc/"$serving"/fd | wc -l; }
+limit=$(awk '/^Max open files/ { print $4 }' /proc/"$serving"/limits)
 assert_eq 256 "$limit" "the daemon's descriptor limit"
 
 max=0

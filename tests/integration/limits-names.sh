@@ -26,8 +26,9 @@ mount_pullfs -o allow_other
 base=$MNT/images/$REGISTRY/test
 assert_eq tiny "$(cat "$base/tiny:1/etc/hostname")" "content of the cached image"
 
-fds() { ls /proc/"$PULLFS_PID"/fd | wc -l; }
-rss_kb() { awk '/^VmRSS/ { print $2 }' /proc/"$PULLFS_PID"/status; }
+serving=$(pullfs_serving_pid)
+fds() { ls /proc/"$serving"/fd | wc -l; }
+rss_kb() { awk '/^VmRSS/ { print $2 }' /proc/"$serving"/status; }
 fds0=$(fds)
 rss0=$(rss_kb)
 

@@ -27,7 +27,7 @@ for i in $(seq 0 9); do
 done
 
 mount_pullfs --gc-min-age 0 --max-parallel-pulls 2 --registry-qps 0
-PYTHONPATH=$INTEGRATION_DIR py - "$MNT/images/$REGISTRY/stress" "$CACHE/control.sock" "$PULLFS_PID" "$SECONDS_TO_RUN" "$WORK" <<'PY' || fail "stress run"
+PYTHONPATH=$INTEGRATION_DIR py - "$MNT/images/$REGISTRY/stress" "$CACHE/control.sock" "$(pullfs_serving_pid)" "$SECONDS_TO_RUN" "$WORK" <<'PY' || fail "stress run"
 import hashlib, json, os, random, sys, threading, time
 import ctlsock
 

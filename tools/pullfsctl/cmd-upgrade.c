@@ -17,7 +17,7 @@ void upgrade_usage(FILE *f)
 {
 	fputs("Usage: pullfsctl [-m MOUNT] upgrade\n"
 	      "\n"
-	      "Replace the serving process of a pullfs started with --supervise by the\n"
+	      "Replace the serving process of a pullfs (not --no-supervise) by the\n"
 	      "binary now installed at the same path, without unmounting: the new binary\n"
 	      "is first run in a check mode (can it read the running one's state and the\n"
 	      "cache?) and refused with its reason if not, the old process then serving\n"
