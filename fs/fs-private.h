@@ -214,8 +214,12 @@ void nsnode_free(struct nsnode *n);
 void nsnode_forget(struct fs *fs, struct nsnode *n, uint64_t count);
 bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char *name);
 /* Takeover: makes the node of key (a path below images/ another process
- * gave out) and those above it, kept for good.  0 or -errno. */
+ * gave out, or a key of the layer store) and those above it.  0 or
+ * -errno. */
 int ns_restore(struct fs *fs, const char *key);
+/* Marks n, made again after a takeover, as held by the kernel for an
+ * unknown count of lookups. */
+void ns_restored(struct fs *fs, struct nsnode *n);
 /* A READDIR(PLUS) of the root, .pullfs/ or a namespace directory. */
 void ns_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size, off_t off, bool plus);
 /* The notifier: a thread that tells the kernel to drop its cached
@@ -263,12 +267,21 @@ bool layers_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file
 const struct tree_xattr *layers_getxattr(struct image *img, const struct tinode *t,
 					 const char *name);
 bool layers_read(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size, off_t off);
+/* Makes the node of key (below "/layers") again, and those above it, after
+ * a takeover: pinned, as ns_restore() does.  0 or -errno. */
+int layers_restore(struct fs *fs, const char *key);
 
 /* takeover.c: what a process that takes the connection over restores
  * (handover.h), and the images this process hands out, noted before the
  * kernel hears of them. */
 struct handover_state;
 void takeover_note_image(struct fs *fs, struct image *img, const char *reference);
+/* The view of layer (a digest) of reference's image img, handed out. */
+void takeover_note_view(struct fs *fs, struct image *view, struct image *img, const char *reference,
+			const char *layer);
+/* While takeover_restore() runs: the view of layer of reference it made
+ * again (no reference taken), or NULL. */
+struct image *takeover_view(const char *reference, const char *layer);
 /* Restores what st lists; failures are counted in *ret_failed and printed.
  * Before the session loop.  0 or -ENOMEM. */
 int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *ret_failed);

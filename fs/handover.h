@@ -13,8 +13,12 @@
  *
  *   v 1                       format version, first
  *   init HEX                  the kernel's INIT request as read
- *   ns KEY                    a namespace node (path below images/)
- *   img KEY DIGEST REFERENCE  an image handed out under image key KEY
+ *   ns KEY                    a namespace node (path below images/, or
+ *                             "/layers/..." in the layer store)
+ *   img KEY DIGEST REFERENCE  an image handed out under image key KEY; a
+ *                             view of one layer (layers/) is noted with
+ *                             REFERENCE "layer:LAYER-DIGEST:IMAGE-REF"
+ *                             and the image's manifest DIGEST
  *   bk ID OBJECT              backing id ID registered for OBJECT
  *   bkx ID                    ... and closed
  *   bo REF N DELAY LAST ERR =MESSAGE

@@ -160,6 +160,8 @@ static void layer_ensured(fuse_req_t req, struct fs *fs, int r, struct image *im
 	if (r >= 0) {
 		caller_of(req, &who);
 		r = manager_layer_view(img, p->reference, p->digest, &who, &view);
+		if (r >= 0)
+			takeover_note_view(fs, view, img, p->reference, p->digest);
 		image_unref(img, 1);
 	}
 	if (r < 0) {
@@ -378,4 +380,66 @@ bool layers_read(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size, off
 	else
 		fuse_reply_buf(req, buf, (size_t)r);
 	return true;
+}
+
+int layers_restore(struct fs *fs, const char *key)
+{
+	const size_t root_len = strlen(LAYERS_KEY);
+	_cleanup_free_ char *copy = NULL;
+	struct nsnode *parent = fs->layers;
+	char *save = NULL;
+
+	if (strncmp(key, LAYERS_KEY, root_len) || (key[root_len] && key[root_len] != '/'))
+		return -EINVAL;
+	copy = strdup(key + root_len);
+	if (!copy)
+		return -ENOMEM;
+	for (char *name = strtok_r(copy, "/", &save); name; name = strtok_r(NULL, "/", &save)) {
+		const struct lnode *pl = parent->lnode;
+		_cleanup_free_ char *k = NULL;
+		struct lnode *ln = NULL;
+		struct nsnode *n;
+
+		if (asprintf(&k, "%s/%s", parent->key, name) < 0) {
+			k = NULL;
+			return -ENOMEM;
+		}
+		if (pl->kind == LN_LAYER) {
+			/* a file of the layer directory: of its view */
+			if (strcmp(name, "info") && strcmp(name, "blob"))
+				return -ENOENT;
+			image_ref(pl->view, 1);
+			ln = lnode_new(strcmp(name, "info") ? LN_BLOB : LN_INFO, NULL, pl->view);
+		} else if (pl->kind == LN_REF && is_layer_digest(name)) {
+			/* a layer directory: with the view made again from its
+			 * image record (takeover.c) */
+			_cleanup_free_ char *reference = decode_reference(pl->b64);
+			struct image *view = reference ? takeover_view(reference, name) : NULL;
+
+			if (!view)
+				return -ESTALE;
+			image_ref(view, 1);
+			ln = lnode_new(LN_LAYER, NULL, view);
+		} else if ((pl->kind == LN_ROOT || pl->kind == LN_REF) && is_b64_piece(name)) {
+			char *b64 = NULL;
+
+			if (pl->kind == LN_ROOT)
+				b64 = strdup(name);
+			else if (asprintf(&b64, "%s/%s", pl->b64, name) < 0)
+				b64 = NULL;
+			if (!b64)
+				return -ENOMEM;
+			ln = lnode_new(LN_REF, b64, NULL);
+		} else {
+			return -ENOENT;
+		}
+		if (!ln)
+			return -ENOMEM;
+		n = ns_intern(fs, k, NS_LAYERS, ln);
+		if (!n)
+			return -ENOMEM;
+		ns_restored(fs, n);
+		parent = n;
+	}
+	return 0;
 }

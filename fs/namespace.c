@@ -534,6 +534,14 @@ bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char 
 	return false;
 }
 
+void ns_restored(struct fs *fs, struct nsnode *n)
+{
+	/* the kernel's count of lookups went with the old process */
+	pthread_mutex_lock(&fs->ns_lock);
+	n->permanent = true;
+	pthread_mutex_unlock(&fs->ns_lock);
+}
+
 int ns_restore(struct fs *fs, const char *key)
 {
 	_cleanup_free_ char *copy = strdup(key);
@@ -543,6 +551,9 @@ int ns_restore(struct fs *fs, const char *key)
 
 	if (!copy)
 		return -ENOMEM;
+	/* the layer store's keys are absolute (layers.c) */
+	if (key[0] == '/')
+		return layers_restore(fs, key);
 	for (char *name = strtok_r(copy, "/", &save); name; name = strtok_r(NULL, "/", &save)) {
 		const struct pathform_dir dir = { .depth = parent->depth,
 						  .short_form = parent->short_form,
@@ -562,10 +573,7 @@ int ns_restore(struct fs *fs, const char *key)
 		n = ns_child(fs, parent, name, &step, &r);
 		if (!n)
 			return r;
-		/* the kernel's count of lookups went with the old process */
-		pthread_mutex_lock(&fs->ns_lock);
-		n->permanent = true;
-		pthread_mutex_unlock(&fs->ns_lock);
+		ns_restored(fs, n);
 		parent = n;
 	}
 	return 0;

@@ -2,8 +2,9 @@
  * (supervisor.c, handover.h): what the kernel may still name is made
  * again before the first request is read -- namespace nodes, the images
  * handed out, by the key in their node ids, and the backing files
- * registered for passthrough.  The kernel's counts of lookups and open
- * files went with the old process, so everything restored is pinned for
+ * registered for passthrough -- and the layer store's nodes, with the
+ * views of single layers they hand out.  The kernel's counts of lookups
+ * and open files went with the old process, so everything restored is pinned for
  * this process's life: a restored image is never collected while it
  * runs, which is the price of a kernel that can still name any of its
  * nodes.  Images handed out by this process, and the back-off table, are
@@ -16,8 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "handover.h"
+#include "layerview.h"
 #include "macro.h"
 #include "manager.h"
 #include "strmap.h"
@@ -26,18 +29,27 @@
  * to zero: it cannot have taken more lookups than it can count. */
 #define PIN_REFS (UINT64_C(1) << 48)
 
+/* A view of one layer (layers.c) is noted as an image whose reference is
+ * VIEW_PREFIX, the layer digest, ':' and the image's reference, and whose
+ * digest is the image's manifest digest: what makes the view again. */
+#define VIEW_PREFIX "layer:"
+#define LAYER_DIGEST_LEN 71 /* sha256:<64 hex> */
+
 static pthread_mutex_t noted_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct strmap *noted; /* image key in decimal -> digest; noted_lock */
+/* the views restored, by "LAYER-DIGEST:REFERENCE"; only while restoring */
+static struct strmap *restored_views;
 
-void takeover_note_image(struct fs *fs, struct image *img, const char *reference)
+/* Notes image key as handed out under reference for digest, once. */
+static void note(uint32_t key, const char *digest, const char *reference)
 {
 	char name[16];
-	const char *digest = image_digest(img), *had;
+	const char *had;
 	char *d;
 
 	if (handover_fd() < 0)
 		return;
-	snprintf(name, sizeof(name), "%" PRIu32, image_key(img));
+	snprintf(name, sizeof(name), "%" PRIu32, key);
 	pthread_mutex_lock(&noted_lock);
 	if (!noted)
 		noted = strmap_new();
@@ -47,7 +59,7 @@ void takeover_note_image(struct fs *fs, struct image *img, const char *reference
 		return;
 	}
 	/* still under the lock: the record goes out before any reply */
-	handover_note(handover_format_image(image_key(img), digest, reference));
+	handover_note(handover_format_image(key, digest, reference));
 	d = noted ? strdup(digest) : NULL;
 	if (d) {
 		free(strmap_remove(noted, name));
@@ -55,6 +67,37 @@ void takeover_note_image(struct fs *fs, struct image *img, const char *reference
 			free(d);
 	}
 	pthread_mutex_unlock(&noted_lock);
+}
+
+void takeover_note_image(struct fs *fs, struct image *img, const char *reference)
+{
+	note(image_key(img), image_digest(img), reference);
+}
+
+void takeover_note_view(struct fs *fs, struct image *view, struct image *img, const char *reference,
+			const char *layer)
+{
+	_cleanup_free_ char *name = NULL;
+
+	if (handover_fd() < 0)
+		return;
+	if (asprintf(&name, VIEW_PREFIX "%s:%s", layer, reference) < 0) {
+		name = NULL;
+		handover_note(NULL); /* counted as lost */
+		return;
+	}
+	note(image_key(view), image_digest(img), name);
+}
+
+struct image *takeover_view(const char *reference, const char *layer)
+{
+	_cleanup_free_ char *name = NULL;
+
+	if (!restored_views || asprintf(&name, "%s:%s", layer, reference) < 0) {
+		name = NULL;
+		return NULL;
+	}
+	return strmap_get(restored_views, name);
 }
 
 static int free_noted(void *userdata, const char *key, void *value)
@@ -122,10 +165,35 @@ static void restore_backoff(struct fs *fs, const struct handover_backoff *b)
 			b->reference);
 }
 
+/* A view of a layer, made again from its image. */
+static int restore_view(struct fs *fs, const struct handover_image *hi, struct image **ret)
+{
+	const char *name = hi->reference + strlen(VIEW_PREFIX);
+	_cleanup_free_ char *layer = NULL;
+	struct caller who = { .pid = getpid() };
+	struct image *img = NULL;
+	int r;
+
+	if (strlen(name) <= LAYER_DIGEST_LEN || name[LAYER_DIGEST_LEN] != ':')
+		return -EINVAL;
+	layer = strndup(name, LAYER_DIGEST_LEN);
+	if (!layer)
+		return -ENOMEM;
+	snprintf(who.comm, sizeof(who.comm), "pullfs");
+	r = manager_restore_image(fs->manager, name + LAYER_DIGEST_LEN + 1, hi->digest, &img);
+	if (r < 0)
+		return r;
+	r = manager_layer_view(img, name + LAYER_DIGEST_LEN + 1, layer, &who, ret);
+	image_unref(img, 1);
+	return r;
+}
+
 static int restore_image(struct fs *fs, const struct handover_image *hi)
 {
 	struct image *img = NULL;
-	int r = manager_restore_image(fs->manager, hi->reference, hi->digest, &img);
+	bool view = !strncmp(hi->reference, VIEW_PREFIX, strlen(VIEW_PREFIX));
+	int r = view ? restore_view(fs, hi, &img)
+		     : manager_restore_image(fs->manager, hi->reference, hi->digest, &img);
 
 	if (r < 0) {
 		fprintf(stderr, "pullfs: cannot restore image \"%s\" (%s): %s\n", hi->reference,
@@ -142,28 +210,44 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 	}
 	image_ref(img, PIN_REFS - 1);
 	image_open(img);
-	takeover_note_image(fs, img, hi->reference);
+	note(image_key(img), hi->digest, hi->reference);
+	if (view) {
+		/* for its layer directory (layers_restore()) */
+		if (!restored_views)
+			restored_views = strmap_new();
+		if (!restored_views ||
+		    strmap_put(restored_views, hi->reference + strlen(VIEW_PREFIX), img) < 0)
+			return -ENOMEM;
+	}
 	return 0;
 }
 
 int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *ret_failed)
 {
 	unsigned failed = 0;
-	int r;
+	int r = 0;
 
-	for (size_t i = 0; i < st->n_ns_keys; i++) {
-		r = ns_restore(fs, st->ns_keys[i]);
-		if (r == -ENOMEM)
-			return r;
-		if (r < 0) {
-			fprintf(stderr, "pullfs: cannot restore directory \"images/%s\": %s\n",
-				st->ns_keys[i], strerror(-r));
-			failed++;
-		}
-	}
+	/* Images first: a layer directory of the store is made with its
+	 * view. */
 	for (size_t i = 0; i < st->n_images; i++)
 		if (restore_image(fs, &st->images[i]) < 0)
 			failed++;
+	for (size_t i = 0; i < st->n_ns_keys && r == 0; i++) {
+		r = ns_restore(fs, st->ns_keys[i]);
+		if (r < 0 && r != -ENOMEM) {
+			fprintf(stderr, "pullfs: cannot restore node \"%s%s\": %s\n",
+				st->ns_keys[i][0] == '/' ? "" : "images/", st->ns_keys[i],
+				strerror(-r));
+			failed++;
+			r = 0;
+		}
+	}
+	if (restored_views) {
+		strmap_free(restored_views);
+		restored_views = NULL;
+	}
+	if (r == -ENOMEM)
+		return r;
 	for (size_t i = 0; i < st->n_backoffs; i++)
 		restore_backoff(fs, &st->backoffs[i]);
 	for (size_t i = 0; i < st->n_backings; i++) {

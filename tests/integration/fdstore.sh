@@ -41,15 +41,8 @@ want=()
 for f in bin/busybox etc/passwd etc/hostname; do
     want+=("../$f=$(sha256sum "$WORK/busybox/rootfs/$f" | cut -d' ' -f1)")
 done
-python3 "$INTEGRATION_DIR/restartreader.py" "$bb/etc" "$bb" "$WORK/reader.json" "${want[@]}" \
-    2>"$WORK/reader.err" &
-reader_pid=$!
-track_pid "$reader_pid"
-_progressed() { [ "$(reader_rounds)" -gt "$1" ]; }
-settle() {
-    local r=$(($(reader_rounds) + 1))
-    wait_for 60 _progressed "$r" || fail "$1: the reader made no progress"
-}
+start_reader "$bb/etc" "$bb" "${want[@]}"
+settle() { reader_settle "$@"; }
 settle "start"
 
 sup=$(cat "$WORK/sd/main.pid")

@@ -102,12 +102,7 @@ settle() {
 }
 settle "start"
 
-for i in $(seq 1 20); do
-    pid=$(serving pid)
-    kill -KILL "$pid"
-    wait_for 30 _replaced "$pid" || fail "kill $i: serving process $pid not replaced"
-    settle "kill $i"
-done
+kill_serving 20 settle
 log "20 kills survived"
 
 for i in $(seq 1 20); do

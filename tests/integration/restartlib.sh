@@ -19,3 +19,33 @@ reader_rounds() { py -c 'import json, sys; print(json.load(open(sys.argv[1]))["r
 reader_errors() { py -c 'import json, sys; print("\n".join(json.load(open(sys.argv[1]))["errors"]))' "$WORK/reader.json"; }
 
 _replaced() { [ "$(serving pid)" != "$1" ]; }
+
+# start_reader CWD ROOTPATH REL=SHA256...: restartreader.py in the
+# background ($reader_pid), its status in $WORK/reader.json.
+start_reader() {
+    python3 "$INTEGRATION_DIR/restartreader.py" "$1" "$2" "$WORK/reader.json" "${@:3}" \
+        2>"$WORK/reader.err" &
+    reader_pid=$!
+    track_pid "$reader_pid"
+}
+
+_reader_past() { [ "$(reader_rounds)" -gt "$1" ]; }
+
+# reader_settle WHAT: the reader completes a round that started after this
+# call.
+reader_settle() {
+    local r=$(($(reader_rounds) + 1))
+    wait_for 60 _reader_past "$r" || fail "$1: the reader made no progress ($(reader_rounds) rounds): $(tail -n 5 "$WORK/reader.err")"
+}
+
+# kill_serving N SETTLE: N times, SIGKILL the serving process, wait until
+# another serves, and run SETTLE "kill I".
+kill_serving() {
+    local i pid
+    for ((i = 1; i <= $1; i++)); do
+        pid=$(serving pid)
+        kill -KILL "$pid"
+        wait_for 30 _replaced "$pid" || fail "kill $i: serving process $pid not replaced"
+        "$2" "kill $i"
+    done
+}
