@@ -69,6 +69,10 @@ struct nsnode {
 	fuse_ino_t ino;
 	char *key;	/* path below images/, "" for images/ itself */
 	bool permanent; /* images/ itself: never freed */
+	/* made again after a takeover: the kernel's count of lookups went
+	 * with the process before, and its first FORGET is its last
+	 * (fs.ns_lock) */
+	bool restored;
 	enum nskind kind;
 	bool short_form;     /* below a docker.io short name: closing names are symlinks */
 	unsigned depth;	     /* path components below images/ */
@@ -288,6 +292,12 @@ int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *r
 /* Notes every change of the back-off table in the log (before the
  * manager starts). */
 void takeover_watch(struct fs *fs);
+/* An image node forgotten by the kernel (before the unref): a restored
+ * image's root ends its pin of open files. */
+void takeover_forgot(struct fs *fs, struct image *img, fuse_ino_t ino);
+/* Once the connection is taken over: ends the pins of restored images
+ * whose root the kernel does not hold. */
+void takeover_probe(struct fs *fs);
 /* Frees the note of images handed out (at the filesystem's end). */
 void takeover_free(void);
 

@@ -143,8 +143,10 @@ static void forget_one(struct fs *fs, fuse_ino_t ino, uint64_t nlookup)
 	if (ino == FUSE_ROOT_ID || ino_is_ctl(ino))
 		return;
 	if (ino_is_image(ino)) {
-		if (ino_node(fs, ino, &img))
+		if (ino_node(fs, ino, &img)) {
+			takeover_forgot(fs, img, ino);
 			image_unref(img, nlookup);
+		}
 	} else {
 		struct nsnode *n = ino_nsnode(fs, ino);
 		if (n)

@@ -150,7 +150,7 @@ void nsnode_forget(struct fs *fs, struct nsnode *n, uint64_t count)
 	if (n->permanent)
 		return;
 	pthread_mutex_lock(&fs->ns_lock);
-	if (n->nlookup <= count) {
+	if (n->nlookup <= count || n->restored) {
 		if (strmap_get(fs->nsnodes, n->key) == n)
 			strmap_remove(fs->nsnodes, n->key);
 		ino_name(n->ino, name);
@@ -536,9 +536,8 @@ bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char 
 
 void ns_restored(struct fs *fs, struct nsnode *n)
 {
-	/* the kernel's count of lookups went with the old process */
 	pthread_mutex_lock(&fs->ns_lock);
-	n->permanent = true;
+	n->restored = true;
 	pthread_mutex_unlock(&fs->ns_lock);
 }
 

@@ -159,6 +159,7 @@ static void taken_over(void *userdata, int64_t resent_ns, int err)
 			 h->upgrade ? "from the previous version" : "after the previous one died",
 			 held);
 	manager_serving_event(fs->manager, h->upgrade ? "Upgraded" : "Recovered", msg);
+	takeover_probe(fs);
 }
 
 /* The log of the process before, read, and the log started afresh with

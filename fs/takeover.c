@@ -4,10 +4,11 @@
  * handed out, by the key in their node ids, and the backing files
  * registered for passthrough -- and the layer store's nodes, with the
  * views of single layers they hand out.  The kernel's counts of lookups
- * and open files went with the old process, so everything restored is pinned for
- * this process's life: a restored image is never collected while it
- * runs, which is the price of a kernel that can still name any of its
- * nodes.  Images handed out by this process, and the back-off table, are
+ * and open files went with the old process: a restored namespace node
+ * goes at its first FORGET (which carries the kernel's whole count), a
+ * restored image keeps its references pinned and is held open, for rm and
+ * GC, until the kernel forgets its root or is found to hold no inode of
+ * it.  Images handed out by this process, and the back-off table, are
  * noted in the log for the next one. */
 #include "fs-private.h"
 
@@ -39,6 +40,12 @@ static pthread_mutex_t noted_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct strmap *noted; /* image key in decimal -> digest; noted_lock */
 /* the views restored, by "LAYER-DIGEST:REFERENCE"; only while restoring */
 static struct strmap *restored_views;
+/* Images restored and held open for the handles the kernel may still
+ * have, by key in decimal, until the kernel is known to hold no dentry of
+ * theirs (restored_lock). */
+static pthread_mutex_t restored_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct strmap *restored;
+static atomic_bool any_restored;
 
 /* Notes image key as handed out under reference for digest, once. */
 static void note(uint32_t key, const char *digest, const char *reference)
@@ -108,6 +115,11 @@ static int free_noted(void *userdata, const char *key, void *value)
 
 void takeover_free(void)
 {
+	pthread_mutex_lock(&restored_lock);
+	strmap_free(restored);
+	restored = NULL;
+	atomic_store(&any_restored, false);
+	pthread_mutex_unlock(&restored_lock);
 	pthread_mutex_lock(&noted_lock);
 	if (noted) {
 		strmap_foreach(noted, free_noted, NULL);
@@ -190,6 +202,7 @@ static int restore_view(struct fs *fs, const struct handover_image *hi, struct i
 
 static int restore_image(struct fs *fs, const struct handover_image *hi)
 {
+	char name[16];
 	struct image *img = NULL;
 	bool view = !strncmp(hi->reference, VIEW_PREFIX, strlen(VIEW_PREFIX));
 	int r = view ? restore_view(fs, hi, &img)
@@ -210,6 +223,16 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 	}
 	image_ref(img, PIN_REFS - 1);
 	image_open(img);
+	snprintf(name, sizeof(name), "%" PRIu32, image_key(img));
+	pthread_mutex_lock(&restored_lock);
+	if (!restored)
+		restored = strmap_new();
+	if (restored && strmap_get(restored, name))
+		image_close(img); /* one pin per image */
+	else if (restored && strmap_put(restored, name, img) == 0)
+		atomic_store(&any_restored, true);
+	/* else: out of memory, pinned open for good */
+	pthread_mutex_unlock(&restored_lock);
 	note(image_key(img), hi->digest, hi->reference);
 	if (view) {
 		/* for its layer directory (layers_restore()) */
@@ -220,6 +243,73 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 			return -ENOMEM;
 	}
 	return 0;
+}
+
+/* Ends the pin of a restored image, once. */
+static void release_restored(struct image *img)
+{
+	char name[16];
+	bool had;
+
+	snprintf(name, sizeof(name), "%" PRIu32, image_key(img));
+	pthread_mutex_lock(&restored_lock);
+	had = restored && strmap_get(restored, name) == img;
+	if (had)
+		strmap_remove(restored, name);
+	pthread_mutex_unlock(&restored_lock);
+	if (had)
+		image_close(img);
+}
+
+/* The kernel evicts an inode only when nothing holds it, and its FORGET
+ * then carries every lookup it had (fs/fuse/inode.c, fuse_evict_inode).
+ * An open file, a working directory or a root holds the dentry of its
+ * inode, which holds its parent's, up to the image root: once the root is
+ * forgotten, the kernel has no handle of the image left from the process
+ * before, and the image may go when its name is removed.  (The pin of its
+ * references stays: a node the kernel still caches without a dentry is
+ * forgotten later, and that count must land somewhere.) */
+void takeover_forgot(struct fs *fs, struct image *img, fuse_ino_t ino)
+{
+	if (atomic_load(&any_restored) && ino == node_ino(img, image_root(img)))
+		release_restored(img);
+}
+
+static int collect_restored(void *userdata, const char *key, void *value)
+{
+	struct image ***next = userdata;
+
+	*(*next)++ = value;
+	return 0;
+}
+
+void takeover_probe(struct fs *fs)
+{
+	_cleanup_free_ struct image **imgs = NULL;
+	struct image **next;
+	size_t n = 0;
+
+	if (!atomic_load(&any_restored))
+		return;
+	pthread_mutex_lock(&restored_lock);
+	n = restored ? strmap_size(restored) : 0;
+	imgs = n ? calloc(n, sizeof(*imgs)) : NULL;
+	next = imgs;
+	if (imgs)
+		strmap_foreach(restored, collect_restored, &next);
+	pthread_mutex_unlock(&restored_lock);
+	/* Restored images whose root the kernel has no inode for at all
+	 * (forgotten before the takeover): nothing will forget them again.
+	 * Invalidating the root's attributes (no pages: offset -1) answers
+	 * ENOENT for those.  The pins are released by this thread or at a
+	 * FORGET, and the images live on (pinned references): imgs stays
+	 * valid. */
+	for (size_t i = 0; imgs && i < n; i++) {
+		struct image *img = imgs[i];
+		if (fuse_lowlevel_notify_inval_inode(fs->session, node_ino(img, image_root(img)),
+						     -1, 0) == -ENOENT)
+			release_restored(img);
+	}
 }
 
 int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *ret_failed)
