@@ -182,6 +182,11 @@ int main(int argc, char **argv)
 		 * the first serving process only: the next one recovers. */
 		if (h.generation > 0)
 			unsetenv("PULLFS_FAULT");
+		/* started where the supervisor was, for the relative paths
+		 * just parsed; detached, it then keeps no directory busy */
+		if (!s.foreground && chdir("/") < 0) {
+			/* nothing relies on the working directory */
+		}
 	} else if (!s.no_supervise) {
 		/* a mount systemd kept for us is there and waits for us */
 		if (!supervisor_fds_passed() && check_mountpoint(s.mountpoint) < 0)

@@ -45,6 +45,9 @@
 
 struct sup {
 	char exe[1024];
+	/* where pullfs was started: each serving process parses the same
+	 * arguments, relative paths included, from there */
+	char *start_dir;
 	char **argv;
 	int dev_fd, state_fd, sig_fd;
 	int sock;  /* our end of the serving process's socket; -1: none */
@@ -179,6 +182,11 @@ static int spawn(struct sup *s)
 
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
+		if (s->start_dir && chdir(s->start_dir) < 0) {
+			fprintf(stderr, "pullfs: cannot enter \"%s\" for its relative paths: %s\n",
+				s->start_dir, strerror(errno));
+			_exit(127);
+		}
 		/* only these three cross the exec */
 		fcntl(s->dev_fd, F_SETFD, 0);
 		fcntl(s->state_fd, F_SETFD, 0);
@@ -228,6 +236,10 @@ static int check_binary(struct sup *s, char *msg, size_t len)
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		dup2(out[1], STDOUT_FILENO);
 		dup2(out[1], STDERR_FILENO);
+		if (s->start_dir && chdir(s->start_dir) < 0) {
+			printf("cannot enter \"%s\": %s\n", s->start_dir, strerror(errno));
+			_exit(127);
+		}
 		snprintf(env, sizeof(env), "check=%d", HANDOVER_VERSION);
 		setenv(SUPERVISOR_ENV, env, 1);
 		execv(s->exe, s->argv);
@@ -464,6 +476,7 @@ int supervisor_run(struct fuse_args *args, const char *mountpoint, bool foregrou
 		return 1;
 	}
 	s.exe[n] = '\0';
+	s.start_dir = getcwd(NULL, 0);
 	if (!foreground && daemonize(&s) < 0) {
 		fprintf(stderr, "pullfs: cannot detach: %s\n", strerror(errno));
 		return 1;
@@ -539,6 +552,7 @@ out:
 		close(s.dev_fd);
 	if (s.sock >= 0)
 		close(s.sock);
+	free(s.start_dir);
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	return s.status ? 1 : 0;
 }
