@@ -60,7 +60,9 @@ for i in json.load(open(sys.argv[1]))["images"]:
 PY
 }
 metric() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.pullfs/metrics"; }
-mount_pullfs --insecure-registry "$PROXY"
+# One process: the kill -9 below ends the daemon (no supervisor starting
+# another), and the next start is made with the registry gone.
+mount_pullfs --no-supervise --insecure-registry "$PROXY"
 
 # Looked up: usable, not complete, its completion running.
 ls "$(img share-a:1)" >/dev/null || fail "lookup of share-a:1"
