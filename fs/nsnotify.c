@@ -1,0 +1,149 @@
+/* The namespace's notifier: when the manager adds or removes names, the
+ * kernel's cached listings of the directories above them and the dentries
+ * of removed image roots are invalidated from a thread of its own. */
+#include "fs-private.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "macro.h"
+#include "manager.h"
+#include "strmap.h"
+
+/* ---- invalidation of cached listings --------------------------------- */
+
+/* The manager's names_changed hook: notes the directories above
+ * reference ("", "host", "host/repo", ...) for the notifier, and the
+ * dentries of a removed name.  Called with the manager's lock held.
+ * When memory is short the note is lost and the kernel shows the old
+ * listing until the directory's attributes time out. */
+static void names_changed(void *userdata, const char *reference, bool removed)
+{
+	struct fs *fs = userdata;
+	_cleanup_free_ char *key = strdup(reference);
+	char *slash;
+
+	pthread_mutex_lock(&fs->notify_lock);
+	if (!fs->notify_stop) {
+		if (removed)
+			dentries_removed_locked(fs, reference);
+		if (key) {
+			strmap_put(fs->notify_keys, "", NULL);
+			for (slash = key; (slash = strchr(slash, '/')); *slash++ = '/') {
+				*slash = '\0';
+				strmap_put(fs->notify_keys, key, NULL);
+			}
+		}
+		fs->notify_queued++;
+		pthread_cond_signal(&fs->notify_cond);
+	}
+	pthread_mutex_unlock(&fs->notify_lock);
+}
+
+struct inval_batch {
+	struct fs *fs;
+	struct timespec now;
+	fuse_ino_t *inos;
+	size_t n;
+};
+
+/* Bumps the mtime of the node for key, if the kernel knows one, and
+ * picks its ino.  fs.ns_lock held. */
+static int inval_pick(void *userdata, const char *key, void *value)
+{
+	struct inval_batch *b = userdata;
+	struct nsnode *n = *key ? strmap_get(b->fs->nsnodes, key) : &b->fs->images;
+
+	if (n && n->kind == NS_DIR && !n->short_form) {
+		n->mtime = b->now;
+		b->inos[b->n++] = n->ino;
+	}
+	return 0;
+}
+
+/* Sends the invalidations from a thread of its own: never from a request
+ * handler, nor under a lock a request handler may wait for.  A node the
+ * kernel forgets meanwhile makes an invalidation it ignores (ENOENT). */
+static void *notifier(void *arg)
+{
+	struct fs *fs = arg;
+
+	pthread_mutex_lock(&fs->notify_lock);
+	for (;;) {
+		while (!fs->notify_stop && fs->notify_sent == fs->notify_queued)
+			pthread_cond_wait(&fs->notify_cond, &fs->notify_lock);
+		if (fs->notify_stop)
+			break;
+		uint64_t batch = fs->notify_queued;
+		struct strmap *keys = fs->notify_keys, *fresh = strmap_new();
+		if (!fresh) {
+			/* Try again with the same keys later. */
+			pthread_mutex_unlock(&fs->notify_lock);
+			sleep(1);
+			pthread_mutex_lock(&fs->notify_lock);
+			continue;
+		}
+		fs->notify_keys = fresh;
+		struct root_dentry *gone = TAKE_PTR(fs->dentries_gone);
+		pthread_mutex_unlock(&fs->notify_lock);
+
+		struct inval_batch b = { .fs = fs };
+		b.inos = calloc(strmap_size(keys), sizeof(*b.inos));
+		clock_gettime(CLOCK_REALTIME, &b.now);
+		if (b.inos) {
+			pthread_mutex_lock(&fs->ns_lock);
+			strmap_foreach(keys, inval_pick, &b);
+			pthread_mutex_unlock(&fs->ns_lock);
+		}
+		strmap_free(keys);
+		for (size_t i = 0; i < b.n; i++)
+			fuse_lowlevel_notify_inval_inode(fs->session, b.inos[i], 0, 0);
+		free(b.inos);
+		dentries_invalidate(fs, gone);
+		pthread_mutex_lock(&fs->notify_lock);
+		fs->notify_sent = batch;
+		pthread_cond_broadcast(&fs->notify_sent_cond);
+	}
+	pthread_mutex_unlock(&fs->notify_lock);
+	return NULL;
+}
+
+int ns_notifier_start(struct fs *fs)
+{
+	int r = pthread_create(&fs->notifier, NULL, notifier, fs);
+
+	if (r != 0)
+		return -r;
+	fs->notifier_started = true;
+	manager_set_names_changed(fs->manager, names_changed, ns_notifier_settle, fs);
+	return 0;
+}
+
+void ns_notifier_stop(struct fs *fs)
+{
+	manager_set_names_changed(fs->manager, NULL, NULL, NULL);
+	if (!fs->notifier_started)
+		return;
+	pthread_mutex_lock(&fs->notify_lock);
+	fs->notify_stop = true;
+	pthread_cond_signal(&fs->notify_cond);
+	pthread_cond_broadcast(&fs->notify_sent_cond);
+	pthread_mutex_unlock(&fs->notify_lock);
+	pthread_join(fs->notifier, NULL);
+	fs->notifier_started = false;
+}
+
+void ns_notifier_settle(void *userdata)
+{
+	struct fs *fs = userdata;
+
+	pthread_mutex_lock(&fs->notify_lock);
+	uint64_t target = fs->notify_queued;
+	while (!fs->notify_stop && fs->notifier_started && fs->notify_sent < target)
+		pthread_cond_wait(&fs->notify_sent_cond, &fs->notify_lock);
+	pthread_mutex_unlock(&fs->notify_lock);
+}
