@@ -474,8 +474,10 @@ int handover_parse(const char *text, size_t len, struct handover_state *ret)
 	strmap_free(p.bk);
 	strmap_free(p.bo);
 	p.images = p.bk = p.bo = NULL;
-	qsort(s.images, s.n_images, sizeof(*s.images), cmp_image);
-	qsort(s.backings, s.n_backings, sizeof(*s.backings), cmp_backing);
+	if (s.n_images > 1)
+		qsort(s.images, s.n_images, sizeof(*s.images), cmp_image);
+	if (s.n_backings > 1)
+		qsort(s.backings, s.n_backings, sizeof(*s.backings), cmp_backing);
 out:
 	if (p.images)
 		strmap_foreach(p.images, free_image_entry, NULL);

@@ -323,7 +323,8 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **re
 	pthread_mutex_unlock(&m->lock);
 	if (r < 0)
 		goto out;
-	qsort(c, n, sizeof(*c), by_last_used);
+	if (n > 1)
+		qsort(c, n, sizeof(*c), by_last_used);
 	for (size_t i = 0; i < n && b.usage > target; i++) {
 		uint64_t before = b.usage, got;
 

@@ -65,6 +65,8 @@ static uint64_t spans_union(struct spans *sp)
 {
 	uint64_t sum = 0, end = 0;
 
+	if (sp->n == 0)
+		return 0; /* (v is NULL: not for qsort) */
 	qsort(sp->v, sp->n, sizeof(*sp->v), cmp_span);
 	for (size_t i = 0; i < sp->n; i++) {
 		uint64_t s = MAX(sp->v[i].offset, end), e = sp->v[i].offset + sp->v[i].length;
