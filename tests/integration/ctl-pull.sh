@@ -12,7 +12,10 @@ start_registry
 push_busybox test/busybox:1
 push_busybox test/busybox:2
 push_edge test/edge:1
-mount_pullfs
+# edge's blobs at 1 MB/s through a proxy: a pull that lasts seconds, so that
+# its progress lines come while bytes are moving
+start_slowproxy --rate "GET /v2/test/edge/blobs/=1000000"
+mount_pullfs --insecure-registry "$PROXY"
 
 ref=$REGISTRY/test/busybox:1
 digest=$(manifest_digest test/busybox:1)
@@ -30,6 +33,12 @@ last=$(tail -n1 <<<"$OUT")
 # beside bytes already done.
 ! grep -E ' [1-9][0-9.]* (B|KiB|MiB) / [0-9.]+ (B|KiB|MiB)  0 B/s' <<<"$OUT" ||
     fail "a progress line with bytes done and a rate of 0 B/s: $OUT"
+# The slow pull: its progress lines all have a rate, from the first one.
+ctl pull "$PROXY/test/edge:1"
+[ "$RC" = 0 ] || fail "pullfsctl pull of the slow edge image exited $RC: $ERR"
+grep -qE ' [1-9][0-9.]* (B|KiB|MiB) / ' <<<"$OUT" || fail "no progress line with bytes done in the slow pull: $OUT"
+! grep -E ' [1-9][0-9.]* (B|KiB|MiB) / [0-9.]+ (B|KiB|MiB)  0 B/s' <<<"$OUT" ||
+    fail "a progress line of the slow pull with bytes done and a rate of 0 B/s: $OUT"
 [[ $OUT != *$'\e'* ]] || fail "escape sequences in the output of pull on a pipe: $OUT"
 [ -z "$ERR" ] || fail "pull printed on stderr: $ERR"
 # It went through the mount: the daemon's own events name the pull.
