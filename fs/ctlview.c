@@ -75,11 +75,13 @@ void ctl_reply_entry(fuse_req_t req, struct fs *fs, fuse_ino_t ino)
 	fuse_reply_entry(req, &e);
 }
 
-static json_t *fs_status(struct fs *fs)
+/* who NULL: everything (the control socket admits only root and the
+ * daemon's own user). */
+static json_t *fs_status(struct fs *fs, const struct caller *who)
 {
 	json_t *o = NULL;
 
-	if (manager_status(fs->manager, &o) < 0)
+	if (manager_status(fs->manager, who, &o) < 0)
 		return NULL;
 	json_object_set_new(o, "pid", json_integer(getpid()));
 	serve_status(fs, o);
@@ -93,7 +95,7 @@ static json_t *fs_status(struct fs *fs)
 
 json_t *ctl_status_for_control(void *userdata)
 {
-	return fs_status(userdata);
+	return fs_status(userdata, NULL);
 }
 
 static void fs_metrics(struct fs *fs, FILE *f)
@@ -167,9 +169,10 @@ void ctl_free_all(void)
 	pthread_mutex_unlock(&ctl_lock);
 }
 
-/* The contents of a control file now, in a new buffer; NULL when out of
- * memory. */
-static struct ctlbuf *ctlbuf_make(struct fs *fs, fuse_ino_t ino)
+/* The contents of a control file now, as req's caller may see them (the
+ * file is read with direct I/O: the kernel keeps no copy for another
+ * user), in a new buffer; NULL when out of memory. */
+static struct ctlbuf *ctlbuf_make(fuse_req_t req, struct fs *fs, fuse_ino_t ino)
 {
 	struct ctlbuf *b = calloc(1, sizeof(*b));
 	FILE *f;
@@ -182,7 +185,10 @@ static struct ctlbuf *ctlbuf_make(struct fs *fs, fuse_ino_t ino)
 		return NULL;
 	}
 	if (ino == INO_CTL_STATUS) {
-		json_t *o = fs_status(fs);
+		struct caller who;
+
+		caller_of(req, &who);
+		json_t *o = fs_status(fs, &who);
 		if (o) {
 			json_dumpf(o, f, JSON_INDENT(2));
 			fputc('\n', f);
@@ -197,7 +203,7 @@ static struct ctlbuf *ctlbuf_make(struct fs *fs, fuse_ino_t ino)
 
 void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct ctlbuf *b = ctlbuf_make(fs, ino);
+	struct ctlbuf *b = ctlbuf_make(req, fs, ino);
 
 	if (!b) {
 		reply_err(req, -ENOMEM);
@@ -238,7 +244,7 @@ void ctl_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fus
 	if (!b) {
 		/* opened before a takeover: the contents as they are now */
 		pthread_mutex_unlock(&ctl_lock);
-		b = fresh = ctlbuf_make(fs_of(req), ino);
+		b = fresh = ctlbuf_make(req, fs_of(req), ino);
 		if (!b) {
 			reply_err(req, -ENOMEM);
 			return;

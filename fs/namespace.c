@@ -646,8 +646,10 @@ static int entry_cmp(const void *a, const void *b)
 	return strcmp(x->name, y->name);
 }
 
-/* The names in namespace directory ino, sorted by cookie. */
-static int ns_list(struct fs *fs, fuse_ino_t ino, struct nslisting *l)
+/* The names in namespace directory ino that who may see, sorted by
+ * cookie; *ret_private is set when they depend on who asks. */
+static int ns_list(struct fs *fs, fuse_ino_t ino, const struct caller *who, struct nslisting *l,
+		   bool *ret_private)
 {
 	int r;
 
@@ -675,7 +677,7 @@ static int ns_list(struct fs *fs, fuse_ino_t ino, struct nslisting *l)
 			 * the canonical docker.io path. */
 			r = 0;
 		else
-			r = manager_list(fs->manager, n->prefix, listing_add, l);
+			r = manager_list(fs->manager, n->prefix, who, listing_add, l, ret_private);
 	}
 	if (r == 0 && l->n > 1)
 		qsort(l->e, l->n, sizeof(*l->e), entry_cmp);
@@ -694,9 +696,12 @@ void ns_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size, off_
 	struct nslisting l = { 0 };
 	_cleanup_free_ char *buf = NULL;
 	size_t used = 0, i = 0;
+	struct caller who;
+	bool private = false;
 	int r;
 
-	r = ns_list(fs, ino, &l);
+	caller_of(req, &who);
+	r = ns_list(fs, ino, &who, &l, &private);
 	if (r < 0) {
 		listing_done(&l);
 		reply_err(req, r);
@@ -741,5 +746,15 @@ void ns_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size, off_
 	}
 out:
 	listing_done(&l);
+	/* The kernel keeps a listing for every user once it has read to its
+	 * end, that is on an empty answer (no OPENDIR: fs.c).  A listing
+	 * that depends on who reads it is dropped from that cache before
+	 * its end is answered, so that the next reader's READDIR comes here
+	 * (a cache whose pages went missing is started afresh).  Sent from
+	 * the request's thread on purpose: it must precede the answer, and
+	 * the kernel holds no page of this directory locked while it waits
+	 * for one. */
+	if (private && used == 0)
+		fuse_lowlevel_notify_inval_inode(fs->session, ino, 0, 0);
 	fuse_reply_buf(req, buf, used);
 }

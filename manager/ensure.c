@@ -143,29 +143,50 @@ bool manager_digest_private(struct manager *m, const char *digest)
  * is on the content: it is seen by everybody when one of its names was
  * pulled without credentials (anybody could pull it so), and otherwise by
  * whoever a rule of one of its names admits. */
+static bool digest_visible(struct manager *m, const char *digest, const struct caller *who,
+			   char *why, size_t len)
+{
+	struct digest_names p;
+	bool r = false;
+
+	if (!who || who->uid == 0 || !atomic_load(&m->any_credentials))
+		return true;
+	digest_names_get(m, digest, &p);
+	if (p.open || (p.n == 0 && !p.oom))
+		r = true;
+	/* Groups may be read from /proc: outside the lock. */
+	for (size_t i = 0; i < p.n && !r; i++)
+		if (access_may_see(m->access, p.names[i], who, i ? NULL : why, i ? 0 : len))
+			r = true;
+	digest_names_done(&p);
+	return r;
+}
+
 static int admit(struct manager *m, const char *canonical, const char *digest,
 		 const struct caller *who)
 {
-	struct digest_names p;
 	char why[512] = "";
-	int r = -EACCES;
 
-	if (!who || who->uid == 0 || !atomic_load(&m->any_credentials))
+	if (digest_visible(m, digest, who, why, sizeof(why)))
 		return 0;
-	digest_names_get(m, digest, &p);
-	if (p.open || (p.n == 0 && !p.oom))
-		r = 0;
-	/* Groups may be read from /proc: outside the lock. */
-	for (size_t i = 0; i < p.n && r < 0; i++)
-		if (access_may_see(m->access, p.names[i], who, i ? NULL : why, i ? 0 : sizeof(why)))
-			r = 0;
-	if (r < 0 &&
-	    access_event_due(m->access, who->uid, "AccessDenied", canonical, manager_wall_ms()))
+	if (access_event_due(m->access, who->uid, "AccessDenied", canonical, manager_wall_ms()))
 		emit(m, EVENT_WARNING, "AccessDenied", canonical, digest, -EACCES, who,
 		     "Refused image \"%s\": it was pulled with registry credentials, and %s",
 		     canonical, why[0] ? why : "its names could not be read");
-	digest_names_done(&p);
-	return r;
+	return -EACCES;
+}
+
+bool manager_name_visible(struct manager *m, const char *canonical, const char *digest,
+			  const struct caller *who)
+{
+	if (!who || who->uid == 0 || !atomic_load(&m->any_credentials))
+		return true;
+	if (digest)
+		return digest_visible(m, digest, who, NULL, 0);
+	/* Not pulled yet (a pull in flight, a back-off entry): as private as
+	 * its pull would be. */
+	return !manager_credentials_for(m, canonical) ||
+	       access_may_see(m->access, canonical, who, NULL, 0);
 }
 
 int manager_admit(struct manager *m, const char *canonical, const char *digest,

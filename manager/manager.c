@@ -27,12 +27,42 @@
 
 /* ---- listing --------------------------------------------------------- */
 
+/* A reference below the prefix whose visibility is judged outside the
+ * lock (it may read /proc). */
+struct list_item {
+	char *name; /* the component shown */
+	char *reference;
+	char *digest;
+	bool image;
+};
+
 struct list_ctx {
 	const char *prefix;
 	size_t plen;
-	struct strmap *seen; /* name -> (void *)1 image, (void *)2 directory */
+	struct strmap *seen;	 /* name -> (void *)1 image, (void *)2 directory */
+	struct list_item *items; /* when names are judged: every reference */
+	size_t n_items;
+	bool judge;
 	int error;
 };
+
+static int list_item_add(struct list_ctx *c, const char *name, const char *key,
+			 const struct refstate *rs, bool image)
+{
+	struct list_item *grown = reallocarray(c->items, c->n_items + 1, sizeof(*grown));
+	struct list_item *it;
+
+	if (!grown)
+		return -ENOMEM;
+	c->items = grown;
+	it = &c->items[c->n_items];
+	*it = (struct list_item){ .name = strdup(name),
+				  .reference = strdup(key),
+				  .digest = strdup(rs->digest),
+				  .image = image };
+	c->n_items++;
+	return it->name && it->reference && it->digest ? 0 : -ENOMEM;
+}
 
 static int list_one(void *userdata, const char *key, void *value)
 {
@@ -55,8 +85,12 @@ static int list_one(void *userdata, const char *key, void *value)
 		return 0;
 	memcpy(name, rest, n);
 	name[n] = '\0';
-	if (strmap_put(c->seen, name, (void *)(uintptr_t)(image ? 1 : 2)) < 0)
+	if (c->judge) {
+		if (list_item_add(c, name, key, value, image) < 0)
+			c->error = -ENOMEM;
+	} else if (strmap_put(c->seen, name, (void *)(uintptr_t)(image ? 1 : 2)) < 0) {
 		c->error = -ENOMEM;
+	}
 	return 0;
 }
 
@@ -72,20 +106,60 @@ static int list_emit_one(void *userdata, const char *key, void *value)
 	return e->fn(e->userdata, key, (uintptr_t)value == 1);
 }
 
-int manager_list(struct manager *m, const char *prefix,
-		 int (*fn)(void *userdata, const char *name, bool is_image), void *userdata)
+/* Keeps the components of the references who may see; notes whether any
+ * reference is private. */
+static int list_judge(struct manager *m, struct list_ctx *c, const struct caller *who,
+		      bool *ret_private)
+{
+	for (size_t i = 0; i < c->n_items; i++) {
+		struct list_item *it = &c->items[i];
+		uintptr_t kind = it->image ? 1 : 2;
+
+		if (manager_digest_private(m, it->digest)) {
+			if (ret_private)
+				*ret_private = true;
+			if (!manager_name_visible(m, it->reference, it->digest, who))
+				continue;
+		}
+		/* A name both closes a reference and leads to others
+		 * ("a/b" and "a/b/c"): it is an image if one says so. */
+		if ((uintptr_t)strmap_get(c->seen, it->name) == 1)
+			kind = 1;
+		if (strmap_put(c->seen, it->name, (void *)kind) < 0)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+int manager_list(struct manager *m, const char *prefix, const struct caller *who,
+		 int (*fn)(void *userdata, const char *name, bool is_image), void *userdata,
+		 bool *ret_private)
 {
 	struct list_ctx c = { .prefix = prefix, .plen = strlen(prefix) };
 	struct list_emit e = { .fn = fn, .userdata = userdata };
 	int r;
 
+	if (ret_private)
+		*ret_private = false;
 	c.seen = strmap_new();
 	if (!c.seen)
 		return -ENOMEM;
+	/* Without credentials nothing is private: the names as they are. */
+	c.judge = atomic_load(&m->any_credentials);
 	pthread_mutex_lock(&m->lock);
 	strmap_foreach(m->refs, list_one, &c);
 	pthread_mutex_unlock(&m->lock);
-	r = c.error ? c.error : strmap_foreach(c.seen, list_emit_one, &e);
+	r = c.error;
+	if (r == 0 && c.judge)
+		r = list_judge(m, &c, who, ret_private);
+	if (r == 0)
+		r = strmap_foreach(c.seen, list_emit_one, &e);
+	for (size_t i = 0; i < c.n_items; i++) {
+		free(c.items[i].name);
+		free(c.items[i].reference);
+		free(c.items[i].digest);
+	}
+	free(c.items);
 	strmap_free(c.seen);
 	return r;
 }

@@ -169,6 +169,13 @@ struct image_readers {
 	size_t n_users, n_groups;
 };
 int manager_image_readers(struct manager *m, const struct image *img, struct image_readers *ret);
+/* Whether who may see a name and digest (its manifest's; NULL for a name
+ * not pulled yet, judged by whether its pull would use credentials) in a
+ * listing or a status: the rule of manager_admit_image(), with no event.
+ * who NULL (the operator) and root see everything.  Takes manager.lock;
+ * may read /proc. */
+bool manager_name_visible(struct manager *m, const char *canonical, const char *digest,
+			  const struct caller *who);
 /* manager_digest_private() for an image, a layer view included (by the
  * image it is a layer of). */
 bool manager_image_private(struct manager *m, const struct image *img);
@@ -192,9 +199,14 @@ bool manager_is_known_host(struct manager *m, const char *host);
 /* Lists the cache below a canonical prefix of path components ("" for the
  * hosts, "127.0.0.1:5000", "127.0.0.1:5000/test", ...): calls fn once per
  * distinct next component, with is_image set when that component closes a
- * reference.  Never asks a registry.  Returns 0, -ENOMEM or fn's value. */
-int manager_list(struct manager *m, const char *prefix,
-		 int (*fn)(void *userdata, const char *name, bool is_image), void *userdata);
+ * reference.  A component is shown to who only when a reference below it
+ * is one who may see (manager_name_visible(); who NULL: all).
+ * ret_private (may be NULL) is set when a reference below the prefix is
+ * private, so that the listing depends on who asks.  Never asks a
+ * registry.  Returns 0, -ENOMEM or fn's value. */
+int manager_list(struct manager *m, const char *prefix, const struct caller *who,
+		 int (*fn)(void *userdata, const char *name, bool is_image), void *userdata,
+		 bool *ret_private);
 
 /* Makes every pull in progress give up with -ECANCELED at its next
  * chunk of data, and every pull waiting for a slot or a token at once;
@@ -231,9 +243,11 @@ void manager_set_names_changed(struct manager *m, manager_names_changed_fn *fn,
 			       void (*settle)(void *userdata), void *userdata);
 
 /* A JSON document for MOUNT/.pullfs/status (docs/control.md), without the
- * fields only the filesystem knows.  Returns 0 with a json_t owned by the
- * caller, or -ENOMEM. */
-int manager_status(struct manager *m, json_t **ret_json);
+ * fields only the filesystem knows, and without the pulls, images and
+ * back-off entries of private images who may not see
+ * (manager_name_visible(); who NULL: all).  Returns 0 with a json_t owned
+ * by the caller, or -ENOMEM. */
+int manager_status(struct manager *m, const struct caller *who, json_t **ret_json);
 
 /* Appends the manager's metrics in Prometheus text format to f. */
 void manager_metrics(struct manager *m, FILE *f);

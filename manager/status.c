@@ -129,7 +129,22 @@ static int status_image(void *userdata, const char *key, void *value)
 	return 0;
 }
 
-int manager_status(struct manager *m, json_t **ret_json)
+/* Drops from array the entries whose "reference" (and "digest", when
+ * there is one) who may not see; returns how many are left. */
+static size_t status_filter(struct manager *m, json_t *array, const struct caller *who)
+{
+	for (size_t i = json_array_size(array); i-- > 0;) {
+		json_t *e = json_array_get(array, i);
+		const char *ref = json_string_value(json_object_get(e, "reference"));
+		const char *digest = json_string_value(json_object_get(e, "digest"));
+
+		if (ref && !manager_name_visible(m, ref, digest, who))
+			json_array_remove(array, i);
+	}
+	return json_array_size(array);
+}
+
+int manager_status(struct manager *m, const struct caller *who, json_t **ret_json)
 {
 	struct status_ctx s = { .m = m };
 	struct backoff_entry *be = NULL;
@@ -171,6 +186,10 @@ int manager_status(struct manager *m, json_t **ret_json)
 					  be[i].state.last.message));
 		backoff_entries_free(be, nbe);
 	}
+	/* No name or digest of a private image for who may not see it. */
+	status_filter(m, pulls, who);
+	status_filter(m, backoff, who);
+	n_images = status_filter(m, images, who);
 	puller_get_stats(m->puller, &ps);
 	throttle_get_stats(m->throttle, &ts);
 	cache_usage(m->cache, &bytes, &layers);
