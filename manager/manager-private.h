@@ -145,6 +145,7 @@ struct manager {
 	struct policy *policy;
 	struct policy *lazy_rules; /* values: enum lazy_mode */
 	struct access *access;
+	struct blobproof *proofs; /* blobproof.h */
 	/* Set once a name pulled with credentials is known: until then no
 	 * access check needs to look at the names. */
 	atomic_bool any_credentials;

@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 
 #include "backoff.h"
+#include "blobproof.h"
 #include "cache.h"
 #include "hosts.h"
 #include "imagekeys.h"
@@ -407,6 +408,12 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 	r = cache_open(opts->cache_dir, &m->cache, errbuf, errlen);
 	if (r < 0)
 		goto fail;
+	r = blobproof_open(opts->cache_dir, &m->proofs);
+	if (r < 0) {
+		snprintf(errbuf, errlen, "cannot open \"%s/proofs\": %s", opts->cache_dir,
+			 strerror(-r));
+		goto fail;
+	}
 	r = packs_new(m->cache, opts->max_open_packs ?: default_open_packs(), &m->packs);
 	if (r < 0)
 		goto fail;
@@ -508,6 +515,7 @@ void manager_free(struct manager *m)
 	policy_free(m->policy);
 	policy_free(m->lazy_rules);
 	access_free(m->access);
+	blobproof_close(m->proofs);
 	registry_free(m->registry);
 	events_close(m->events);
 	cache_close(m->cache);

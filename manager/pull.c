@@ -12,7 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "blobproof.h"
 #include "cache.h"
+#include "credentials.h"
 #include "digest.h"
 #include "errname.h"
 #include "fault.h"
@@ -269,6 +271,48 @@ fail:
 	return r;
 }
 
+/* ---- sharing what the cache holds (blobproof.h) --------------------- */
+
+static bool proof_line(const struct pull *p, char *buf, size_t len)
+{
+	return blobproof_line(p->ref->domain, p->repo,
+			      credentials_configured(p->m->opts.credentials, p->ref->domain), buf,
+			      len);
+}
+
+/* Whether digest, a layer or config already in the cache, may serve this
+ * pull: when a pull without credentials had it (public) or this
+ * repository has shown it has it; otherwise the registry is asked (HEAD
+ * of the blob in this pull's repository, with its credentials) and a yes
+ * is recorded.  false: the caller fetches it as if it were not cached, so
+ * that the registry decides as it would for a node without the blob (a
+ * 404 or 401 then fails the pull with its errno), and a registry or mirror
+ * that does not answer HEAD still serves the pull.  Blocks on the
+ * network. */
+static bool share_proven(struct pull *p, const char *digest)
+{
+	struct error_detail e = { 0 };
+	char line[512];
+
+	if (!proof_line(p, line, sizeof(line)))
+		return false;
+	if (blobproof_holds(p->m->proofs, digest, line))
+		return true;
+	if (registry_head_blob(p->m->registry, p->ref->domain, p->repo, digest, &e) < 0)
+		return false;
+	(void)blobproof_note(p->m->proofs, digest, line);
+	return true;
+}
+
+/* This pull fetched digest from its registry: a proof for the next. */
+static void share_note(struct pull *p, const char *digest)
+{
+	char line[512];
+
+	if (proof_line(p, line, sizeof(line)))
+		(void)blobproof_note(p->m->proofs, digest, line);
+}
+
 struct layer_queue {
 	struct pull *pull;
 	const struct manifest *mf;
@@ -293,14 +337,19 @@ static void *layer_worker(void *arg)
 		i = q->next++;
 		pthread_mutex_unlock(&q->lock);
 
-		if (cache_layer_present(q->pull->m->cache, q->mf->layers[i].digest)) {
+		bool cached = cache_layer_present(q->pull->m->cache, q->mf->layers[i].digest);
+		if (cached && share_proven(q->pull, q->mf->layers[i].digest)) {
 			atomic_fetch_add(&q->pull->progress->layers_done, 1);
 			atomic_fetch_add(&q->pull->progress->bytes_done, q->mf->layers[i].size);
 			continue;
 		}
-		r = try_lazy(q->pull, &q->mf->layers[i]);
+		/* Not proven: the whole blob, checked against its digest (a
+		 * lazy start would read a table of contents only). */
+		r = cached ? 1 : try_lazy(q->pull, &q->mf->layers[i]);
 		if (r > 0)
 			r = fetch_layer(q->pull, &q->mf->layers[i]);
+		if (r == 0)
+			share_note(q->pull, q->mf->layers[i].digest);
 		if (r < 0) {
 			pthread_mutex_lock(&q->lock);
 			if (q->result == 0)
@@ -363,7 +412,10 @@ static int fetch_config(struct pull *p, const struct descriptor *d)
 
 	if (cache_blob_read(p->m->cache, d->digest, CONFIG_MAX_BYTES, &c.data, &c.len) == 0) {
 		free(c.data);
-		return 0;
+		c.data = NULL;
+		c.len = 0;
+		if (share_proven(p, d->digest))
+			return 0;
 	}
 	if (d->size > CONFIG_MAX_BYTES) {
 		pull_fail(p, "config %s is larger than %u bytes", d->digest, CONFIG_MAX_BYTES);
@@ -379,6 +431,8 @@ static int fetch_config(struct pull *p, const struct descriptor *d)
 	free(c.data);
 	if (r < 0)
 		pull_fail(p, "cannot store config: %s", strerror(-r));
+	else
+		share_note(p, d->digest);
 	return r;
 }
 

@@ -490,6 +490,24 @@ static int blob_run(struct registry *r, struct request *q, const char *domain, c
 	return 0;
 }
 
+int registry_head_blob(struct registry *r, const char *domain, const char *repo, const char *digest,
+		       struct error_detail *err)
+{
+	struct request q = { .err = err, .kind = BODY_NONE };
+	int k;
+
+	error_detail_clear(err);
+	k = check_names(domain, repo, err);
+	if (k < 0)
+		return k;
+	if (!digest || !digest_is_valid(digest))
+		return error_detail_set(err, -EINVAL, "invalid digest \"%s\"",
+					digest ? digest : "");
+	k = op_run(r, &q, "HEAD", domain, repo, "blobs", digest, HOSTS_CAP_PULL, NULL);
+	request_done(&q);
+	return k < 0 ? k : 0;
+}
+
 int registry_get_blob(struct registry *r, const char *domain, const char *repo, const char *digest,
 		      uint64_t size, registry_sink_fn sink, void *userdata,
 		      struct error_detail *err)

@@ -108,6 +108,13 @@ int registry_get_blob(struct registry *r, const char *domain, const char *repo, 
 		      uint64_t size, registry_sink_fn sink, void *userdata,
 		      struct error_detail *err);
 
+/* HEAD /v2/<repo>/blobs/<digest>: whether the registry lets these
+ * credentials have the blob in that repository, without a byte of it.
+ * Blocks.  Returns 0 (2xx), or the errors of registry_get_manifest
+ * (-ENOENT for a 404, -EACCES for 401/403). */
+int registry_head_blob(struct registry *r, const char *domain, const char *repo, const char *digest,
+		       struct error_detail *err);
+
 /* GET of bytes [offset, offset + length) of the blob (a blob of `size`
  * bytes as its descriptor says), with "Range: bytes=A-B", feeding them to
  * sink exactly once and in order.  A registry that answers with the whole

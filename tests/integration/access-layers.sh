@@ -1,0 +1,120 @@
+#!/bin/bash
+# Content pulled with credentials is not handed out by digest (issue 14,
+# item 3).  Layers and configs are shared by digest, so a manifest that
+# anybody pushes to a registry of their own, naming the digests of a
+# private image's blobs, would be served from the cache.  A pull reuses a
+# blob that only pulls with credentials brought in once its own repository
+# has it (HEAD of the blob there); otherwise it fetches it, and the
+# registry's 404 fails it with ENOENT.  A public image that shares a layer
+# with a private one costs a HEAD, not a GET; one that shares a layer a
+# pull without credentials brought costs nothing.
+source "$(dirname "$0")/lib.sh"
+source "$INTEGRATION_DIR/images.sh"
+source "$INTEGRATION_DIR/regservers.sh"
+
+need_fuse
+need_cmd setpriv htpasswd
+start_registry
+push_edge secretteam/secretproj:1
+push_busybox test/base:1
+mapfile -t blobs < <(image_blobs secretteam/secretproj:1)
+config=${blobs[0]}
+layers=("${blobs[@]:1}")
+mapfile -t base_blobs < <(image_blobs test/base:1)
+
+pass='Lay3r-Pa55'
+start_private_registry alice "$pass"
+host=$PRIVATE_HOST
+
+# ---- the attacker's registry, anonymous, with storage of its own: the
+# same images, then the private blobs unlinked from the repositories, so
+# that its manifests name blobs it does not have.
+start_registry_as ATT "$WORK/att-storage"
+att=127.0.0.1:$ATT_PORT
+public_registry=$REGISTRY
+REGISTRY=$att
+push_edge attacker/copy:1
+push_edge attacker/cfg:1
+push_busybox other/bb:1
+REGISTRY=$public_registry
+unlink_blob() {
+    local code
+    code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "http://$att/v2/$1/blobs/$2")
+    assert_eq 202 "$code" "DELETE of $2 in $1"
+    code=$(curl -s -o /dev/null -w '%{http_code}' -I "http://$att/v2/$1/blobs/$2")
+    assert_eq 404 "$code" "HEAD of $2 in $1 once unlinked"
+}
+for l in "${layers[@]}"; do unlink_blob attacker/copy "$l"; done
+unlink_blob attacker/cfg "$config"
+
+# att_count METHOD PATH: requests in the attacker's registry log.
+att_count() { grep -F "\"$1 $2" "$ATT_LOG" | grep -cF "\"pullfs/" || true; }
+
+mount_pullfs -o allow_other --insecure-registry "$host" --insecure-registry "$att" \
+    --auth-file "$WORK/auth.json" --private-access-rule "$host/secretteam/*=1000"
+
+priv=$host/secretteam/secretproj:1
+assert_eq edge "$(cat "$MNT/images/$priv/etc/hostname")" "root reads the private image"
+wait_event Pulled "$priv"
+for b in "$config" "${layers[@]}"; do
+    assert_eq "$host/secretteam/secretproj" "$(cat "$CACHE/proofs/${b#sha256:}")" "proof of $b"
+done
+
+# ---- a manifest naming the private config from a repository without it
+cfg=$att/attacker/cfg:1
+assert_eq ENOENT "$(errno_of "$MNT/images/$cfg/etc/hostname")" "the attacker's image naming the private config"
+assert_eq 1 "$(att_count HEAD "/v2/attacker/cfg/blobs/$config")" "HEADs of the private config"
+assert_eq 0 "$(att_count HEAD "/v2/attacker/cfg/blobs/${layers[0]}")" "HEADs of layers after the config failed"
+
+# ---- a user names the private layers from their own registry: not
+# served; the registry was asked, and said no.
+as_nobody() { setpriv --reuid 65534 --regid 65534 --clear-groups "$@"; }
+copy=$att/attacker/copy:1
+got=$(as_nobody timeout -k 5 120 python3 -c '
+import errno, os, sys
+try:
+    os.stat(sys.argv[1])
+    print("OK")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e.errno)))' "$MNT/images/$copy/etc/hostname")
+assert_eq ENOENT "$got" "uid 65534 on the attacker's image naming private layers"
+wait_event Failed "$copy"
+assert_eq ENOENT "$(events field Failed "$copy" errno)" "errno of the Failed event"
+heads=0
+for l in "${layers[@]}"; do
+    heads=$((heads + $(att_count HEAD "/v2/attacker/copy/blobs/$l")))
+done
+[ "$heads" -ge 1 ] || fail "no HEAD of a private layer in the attacker's registry"
+grep -F "\"HEAD /v2/attacker/copy/blobs/" "$ATT_LOG" | grep -q '" 404 ' ||
+    fail "the attacker's registry did not answer 404 to the HEAD"
+# The config is in that repository: a HEAD proves it (public from then on,
+# since an anonymous pull may have it), no GET.
+assert_eq 1 "$(att_count HEAD "/v2/attacker/copy/blobs/$config")" "HEADs of the config of $copy"
+assert_eq 0 "$(att_count GET "/v2/attacker/copy/blobs/$config")" "GETs of the config of $copy"
+for l in "${layers[@]}"; do
+    grep -qx '\*' "$CACHE/proofs/${l#sha256:}" && fail "layer $l was made public"
+done
+
+# ---- the same image, pulled without credentials from a registry that has
+# it: a HEAD per blob, no GET, and the blobs are public from then on.
+mark=$(registry_mark)
+open=$REGISTRY/secretteam/secretproj:1
+assert_eq edge "$(cat "$MNT/images/$open/etc/hostname")" "the image pulled anonymously"
+assert_eq 0 "$(registry_count GET /v2/secretteam/secretproj/blobs/ "$mark")" "blob GETs of a public image sharing the private blobs"
+# (The config is public already: the attacker's registry had it.)
+assert_eq "${#layers[@]}" "$(registry_count HEAD /v2/secretteam/secretproj/blobs/ "$mark")" "blob HEADs of a public image sharing the private layers"
+for b in "${blobs[@]}"; do
+    grep -qx '\*' "$CACHE/proofs/${b#sha256:}" || fail "blob $b is not public after an anonymous pull"
+done
+
+# ---- a public base layer: shared with no request at all
+assert_eq OK "$(errno_of "$MNT/images/$REGISTRY/test/base:1/bin/busybox")" "the public base image"
+assert_eq OK "$(errno_of "$MNT/images/$att/other/bb:1/bin/busybox")" "another image of the same layers"
+for b in "${base_blobs[@]}"; do
+    assert_eq 0 "$(att_count GET "/v2/other/bb/blobs/$b")" "GETs of shared public blob $b"
+    assert_eq 0 "$(att_count HEAD "/v2/other/bb/blobs/$b")" "HEADs of shared public blob $b"
+done
+
+unmount_pullfs
+events check >&2 || fail "malformed events in $EVENTS"
+log "PASS"

@@ -20,12 +20,8 @@ push_busybox test/public:1
 push_edge secretteam/secretproj:1
 
 pass='L1st-Pa55'
-start_htpasswd_registry BASIC "$REGISTRY_STORAGE" alice "$pass"
-host=127.0.0.1:$BASIC_PORT
-auth_file "$WORK/auth.json" "$host" alice "$pass"
-export DOCKER_CONFIG=$WORK/docker-empty
-mkdir -p "$DOCKER_CONFIG"
-chmod 0755 "$WORK"
+start_private_registry alice "$pass"
+host=$PRIVATE_HOST
 
 priv=$host/secretteam/secretproj:1
 pub=$REGISTRY/test/public:1

@@ -21,12 +21,8 @@ push_busybox test/open:1
 push_edge test/private:1
 
 pass='Acc3ss-Pa55'
-start_htpasswd_registry BASIC "$REGISTRY_STORAGE" alice "$pass"
-host=127.0.0.1:$BASIC_PORT
-auth_file "$WORK/auth.json" "$host" alice "$pass"
-export DOCKER_CONFIG=$WORK/docker-empty
-mkdir -p "$DOCKER_CONFIG"
-chmod 0755 "$WORK"
+start_private_registry alice "$pass"
+host=$PRIVATE_HOST
 
 priv=$host/test/private:1
 pub=$REGISTRY/test/public:1
@@ -88,7 +84,7 @@ assert_errno_as 65534 OK "$MNT/images/$pub/etc/hostname"
 assert_errno_as 65534 EACCES "$MNT/images/$priv"
 wait_event PullDenied "$priv"
 assert_contains "credentials" "$(events field PullDenied "$priv" message)" "PullDenied message"
-assert_eq 0 "$(manifest_gets test/private "$BASIC_LOG")" "manifest GETs of a refused pull"
+assert_eq 0 "$(manifest_gets test/private "$PRIVATE_LOG")" "manifest GETs of a refused pull"
 
 # ---- root pulls it with credentials; then users one after the other
 assert_eq edge "$(cat "$MNT/images/$priv/etc/hostname")" "root reads the private image"
@@ -166,7 +162,7 @@ unmount_pullfs
 # ---- after a restart, with the private registry gone: the cache
 # remembers it was pulled with credentials.
 grep -l '"credentials":true' "$CACHE"/refs/* >/dev/null || fail "no reference file records credentials"
-stop_registry_as BASIC
+stop_registry_as PRIVATE
 mount_pullfs "${daemon_args[@]}"
 assert_errno_as 65534 EACCES "$MNT/images/$priv/bin"
 assert_errno_as 1000 OK "$MNT/images/$priv/bin"

@@ -14,6 +14,10 @@
 #       certificate, all signed by it, in DIR (ca.pem, server.pem,
 #       server-key.pem, client.pem, client-key.pem)
 #   auth_file PATH HOST USER PASS   a config.json with an "auth" entry
+#   start_private_registry USER PASS   start_htpasswd_registry PRIVATE on
+#       the registry's storage, its credentials in $WORK/auth.json, an empty
+#       DOCKER_CONFIG, and $WORK open to other users (the access tests run
+#       lookups as them); sets PRIVATE_HOST
 
 start_registry_as() {
     need_cmd docker-registry curl
@@ -77,6 +81,15 @@ start_htpasswd_registry() {
   htpasswd:
     realm: pullfs-test
     path: $WORK/htpasswd-$name"
+}
+
+start_private_registry() {
+    start_htpasswd_registry PRIVATE "$REGISTRY_STORAGE" "$1" "$2"
+    PRIVATE_HOST=127.0.0.1:$PRIVATE_PORT
+    auth_file "$WORK/auth.json" "$PRIVATE_HOST" "$1" "$2"
+    export DOCKER_CONFIG=$WORK/docker-empty
+    mkdir -p "$DOCKER_CONFIG"
+    chmod 0755 "$WORK"
 }
 
 stop_registry_as() {

@@ -133,6 +133,24 @@ static void test_head(void **state)
 	assert_int_equal(registry_head_manifest(f->r, DOMAIN, REPO, "2", &digest, &err), -ENOENT);
 }
 
+/* A blob's HEAD: yes for the repository that has it, the errno of a no
+ * for another, nothing of the body fetched. */
+static void test_head_blob(void **state)
+{
+	struct fixture *f = *state;
+	struct error_detail err;
+
+	assert_int_equal(registry_head_blob(f->r, DOMAIN, REPO, f->blob_digest, &err), 0);
+	assert_int_equal(fake_count(f->fake, "HEAD /v2/team/app/blobs/"), 1);
+	assert_int_equal(fake_count(f->fake, "GET "), 0);
+	assert_int_equal(registry_head_blob(f->r, DOMAIN, "team/other", f->blob_digest, &err),
+			 -ENOENT);
+	fake_fault(f->fake, "HEAD ", FAKE_STATUS, 403, 1);
+	assert_int_equal(registry_head_blob(f->r, DOMAIN, REPO, f->blob_digest, &err), -EACCES);
+	assert_int_equal(registry_head_blob(f->r, DOMAIN, REPO, "sha256:nothex", &err), -EINVAL);
+	assert_int_equal(fake_count(f->fake, "GET "), 0);
+}
+
 struct errno_row {
 	enum fake_fault_kind kind;
 	long status;
@@ -572,6 +590,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_manifest, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_head, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_head_blob, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_errno_rows, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_invalid_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_blob, setup, teardown),
