@@ -16,6 +16,7 @@ need_fuse
 need_cmd setpriv htpasswd
 start_registry
 push_edge secretteam/secretproj:1
+push_busybox secretteam/bb:1
 push_busybox test/base:1
 mapfile -t blobs < <(image_blobs secretteam/secretproj:1)
 config=${blobs[0]}
@@ -50,8 +51,13 @@ unlink_blob attacker/cfg "$config"
 # att_count METHOD PATH: requests in the attacker's registry log.
 att_count() { grep -F "\"$1 $2" "$ATT_LOG" | grep -cF "\"pullfs/" || true; }
 
+# A mirror-like proxy of the public registry that may refuse blob HEADs.
+start_fault_proxy "$REGISTRY"
+proxy=127.0.0.1:$PROXY_PORT
+
 mount_pullfs -o allow_other --insecure-registry "$host" --insecure-registry "$att" \
-    --auth-file "$WORK/auth.json" --private-access-rule "$host/secretteam/*=1000"
+    --insecure-registry "$proxy" --auth-file "$WORK/auth.json" \
+    --private-access-rule "$host/secretteam/*=1000"
 
 priv=$host/secretteam/secretproj:1
 assert_eq edge "$(cat "$MNT/images/$priv/etc/hostname")" "root reads the private image"
@@ -104,6 +110,19 @@ assert_eq 0 "$(registry_count GET /v2/secretteam/secretproj/blobs/ "$mark")" "bl
 # (The config is public already: the attacker's registry had it.)
 assert_eq "${#layers[@]}" "$(registry_count HEAD /v2/secretteam/secretproj/blobs/ "$mark")" "blob HEADs of a public image sharing the private layers"
 for b in "${blobs[@]}"; do
+    grep -qx '\*' "$CACHE/proofs/${b#sha256:}" || fail "blob $b is not public after an anonymous pull"
+done
+
+# ---- a registry that does not answer HEAD for blobs: the private blob is
+# fetched whole (and checked against its digest), and the pull works.
+assert_eq OK "$(errno_of "$MNT/images/$host/secretteam/bb:1/bin/busybox")" "root pulls a private busybox"
+proxy_mode '{"no_blob_head": true}'
+mapfile -t bb_blobs < <(image_blobs secretteam/bb:1)
+assert_eq OK "$(errno_of "$MNT/images/$proxy/secretteam/bb:1/bin/busybox")" "the same image through a registry without blob HEADs"
+for b in "${bb_blobs[@]}"; do
+    assert_eq 1 "$(py -c 'import json, sys
+print(sum(1 for l in open(sys.argv[1]) if (lambda j: j["method"] == "GET" and j["path"].endswith(sys.argv[2]))(json.loads(l))))' "$PROXY_LOG" "/blobs/$b")" \
+        "GETs of $b after a refused HEAD"
     grep -qx '\*' "$CACHE/proofs/${b#sha256:}" || fail "blob $b is not public after an anonymous pull"
 done
 

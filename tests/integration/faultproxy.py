@@ -10,6 +10,7 @@ It forwards GET and HEAD to --upstream and, as the JSON in --control says
   "corrupt": b       flip one byte in the middle of every blob body
   "redirect": b      answer blob GETs with 307 to a second port of this proxy
                      (another host:port), which serves them from upstream
+  "no_blob_head": b  answer blob HEADs with 405, as some mirrors do
 With --require-basic USER:PASS it demands Basic auth itself.  One JSON line
 per request goes to --log: which port, method, path, Range, whether an
 Authorization header came, and what was done.
@@ -96,6 +97,9 @@ def main():
                 if take("fail429"):
                     record(action="429", **info)
                     return self.simple(429, [("Retry-After", str(m.get("retry_after", 1)))])
+                if is_blob and self.command == "HEAD" and m.get("no_blob_head"):
+                    record(action="405", **info)
+                    return self.simple(405)
                 if is_blob and self.command == "GET" and m.get("redirect"):
                     loc = "http://127.0.0.1:%d%s" % (ports["redirect"], path)
                     record(action="307", **info)
