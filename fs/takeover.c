@@ -192,7 +192,7 @@ static int restore_view(struct fs *fs, const struct handover_image *hi, struct i
 	if (!layer)
 		return -ENOMEM;
 	snprintf(who.comm, sizeof(who.comm), "pullfs");
-	r = manager_restore_image(fs->manager, name + LAYER_DIGEST_LEN + 1, hi->digest, &img);
+	r = manager_restore_image(fs->manager, name + LAYER_DIGEST_LEN + 1, hi->digest, 0, &img);
 	if (r < 0)
 		return r;
 	r = manager_layer_view(img, name + LAYER_DIGEST_LEN + 1, layer, &who, ret);
@@ -206,7 +206,7 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 	struct image *img = NULL;
 	bool view = !strncmp(hi->reference, VIEW_PREFIX, strlen(VIEW_PREFIX));
 	int r = view ? restore_view(fs, hi, &img)
-		     : manager_restore_image(fs->manager, hi->reference, hi->digest, &img);
+		     : manager_restore_image(fs->manager, hi->reference, hi->digest, hi->key, &img);
 
 	if (r < 0) {
 		fprintf(stderr, "pullfs: cannot restore image \"%s\" (%s): %s\n", hi->reference,

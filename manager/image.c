@@ -248,8 +248,9 @@ static void image_free(struct image *img)
 	free(img);
 }
 
-int image_load(struct manager *m, const char *reference, const char *digest, struct image **ret,
-	       char *errbuf, size_t errlen)
+/* A new image of digest, without a key yet, one reference. */
+static int image_new(struct manager *m, const char *digest, struct image **ret, char *errbuf,
+		     size_t errlen)
 {
 	struct image *img = calloc(1, sizeof(*img));
 	int r;
@@ -264,11 +265,87 @@ int image_load(struct manager *m, const char *reference, const char *digest, str
 	img->manager = m;
 	img->generation = imagekey_generation(digest);
 	atomic_init(&img->refcount, 1);
+	*ret = img;
+	return 0;
+}
+
+int image_load(struct manager *m, const char *reference, const char *digest, struct image **ret,
+	       char *errbuf, size_t errlen)
+{
+	struct image *img;
+	int r;
+
+	r = image_new(m, digest, &img, errbuf, errlen);
+	if (r < 0)
+		return r;
 	r = key_assign(m, reference, digest, img);
 	if (r < 0) {
 		content_put(m, img->content);
 		free(img);
 		return r;
+	}
+	*ret = img;
+	return 0;
+}
+
+/* ---- a given key (a serving process taking over) ---------------------- */
+
+/* After a takeover img goes into the table of names when it is what
+ * reference names now (or the name has no state) and the table holds no
+ * image of that digest there, or one with another key than the state
+ * stores.  Otherwise it lives for the kernel's nodes alone.  manager.lock
+ * held. */
+static void table_offer_locked(struct manager *m, const char *reference, struct image *img)
+{
+	const struct refstate *rs = strmap_get(m->refs, reference);
+	struct image *had = strmap_get(m->images, reference);
+
+	if (rs && strcmp(rs->digest, image_digest(img)))
+		return;
+	if (had && !strcmp(image_digest(had), image_digest(img)) &&
+	    (!rs || had->key == rs->key || img->key != rs->key))
+		return;
+	if (strmap_put(m->images, reference, img) < 0)
+		return; /* the next lookup loads it again, with another key */
+	image_ref(img, 1);
+	if (had)
+		image_unref(had, 1);
+}
+
+int image_load_key(struct manager *m, const char *reference, const char *digest, uint32_t key,
+		   struct image **ret, char *errbuf, size_t errlen)
+{
+	struct image *img, *live;
+	int r;
+
+	if (key == 0 || key > IMAGEKEY_MAX)
+		return -EINVAL;
+	r = image_new(m, digest, &img, errbuf, errlen);
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&m->lock);
+	pthread_mutex_lock(&m->keys_lock);
+	live = manager_image(m, key);
+	if (live && !strcmp(image_digest(live), digest) && !live->layer) {
+		image_ref(live, 1);
+	} else if (live) {
+		r = -ESTALE; /* the key went to another image */
+	} else {
+		img->key = key;
+		r = imagekeys_insert(m->keys, key, img);
+		if (r < 0)
+			img->key = 0;
+	}
+	pthread_mutex_unlock(&m->keys_lock);
+	if (r == 0)
+		table_offer_locked(m, reference, live ? live : img);
+	pthread_mutex_unlock(&m->lock);
+	if (live || r < 0) {
+		content_put(m, img->content);
+		free(img);
+		if (r < 0)
+			return r;
+		img = live;
 	}
 	*ret = img;
 	return 0;

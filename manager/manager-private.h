@@ -256,6 +256,15 @@ void layer_view_free(struct layer_view *lv);
 void layer_view_detach(struct image *img);
 /* image.c: the cached manifest of digest; 0, -ENOENT, -EBADMSG, -ENOMEM. */
 int manifest_load_cached(struct manager *m, const char *digest, struct manifest **ret);
+/* image.c: the image of reference at manifest digest with exactly key,
+ * as a process before handed it out (fs/takeover.c): the live one of that
+ * key, or one loaded from the cache.  It becomes reference's image in
+ * the table when the name's state names digest and the table has none of
+ * that digest with the state's key.  One reference for the caller; takes
+ * manager.lock.  -ESTALE when key is another image's, -EINVAL for a key
+ * out of range, or what image_load returns. */
+int image_load_key(struct manager *m, const char *reference, const char *digest, uint32_t key,
+		   struct image **ret, char *errbuf, size_t errlen);
 /* image.c: frees what the kernel still held when the mount went away. */
 void images_free_all(struct manager *m);
 

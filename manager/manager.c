@@ -532,10 +532,11 @@ void manager_free(struct manager *m)
 /* ---- a serving process taking over ------------------------------------ */
 
 int manager_restore_image(struct manager *m, const char *reference, const char *digest,
-			  struct image **ret)
+			  uint32_t key, struct image **ret)
 {
 	char errbuf[256] = "";
-	int r = refs_image_get(m, reference, digest, ret, errbuf, sizeof(errbuf));
+	int r = key ? image_load_key(m, reference, digest, key, ret, errbuf, sizeof(errbuf))
+		    : refs_image_get(m, reference, digest, ret, errbuf, sizeof(errbuf));
 
 	return r == -EBADMSG && errbuf[0] ? -EBADMSG : r;
 }

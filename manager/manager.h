@@ -263,11 +263,13 @@ int manager_gc(struct manager *m, uint64_t to_bytes, json_t **ret_json, struct e
 
 /* For a serving process that takes the filesystem over from another
  * (fs/takeover.c): the image reference named at manifest digest, from
- * the cache only, with the key the name's state holds.  0 with one image
- * reference, -ENOENT when the cache lacks part of it, -EBADMSG, -ENOMEM.
- * Blocks on the cache. */
+ * the cache only, with exactly key (the one the kernel's nodes carry,
+ * whatever the name names now), or, key 0, the name's image as a lookup
+ * gets it.  0 with one image reference, -ENOENT when the cache lacks part
+ * of it, -ESTALE when key is another image's, -EBADMSG, -ENOMEM.  Blocks
+ * on the cache. */
 int manager_restore_image(struct manager *m, const char *reference, const char *digest,
-			  struct image **ret);
+			  uint32_t key, struct image **ret);
 /* Back-off across a takeover (backoff.h): a hook told of every change of
  * the table (failures and successes, by canonical reference), and an entry
  * made again as the process before left it. */

@@ -1,0 +1,73 @@
+#!/bin/bash
+# One name, two live images with different keys, across a kill of the
+# serving process: the kernel still holds one (a working directory, open
+# files) while the name was looked up again and got another.  The process
+# that takes over must make again exactly the image each key stood for,
+# whatever the name points to now; a reader of either sees no ESTALE and
+# the same content.  Two ways to get there:
+#  - a tag moved to other content (two digests, two keys);
+#  - a name removed while a process has its working directory in it, then
+#    pulled again (one digest, two keys: the first is still taken).
+source "$(dirname "$0")/lib.sh"
+source "$INTEGRATION_DIR/images.sh"
+source "$INTEGRATION_DIR/restartlib.sh"
+
+need_fuse
+need_root
+start_registry
+push_busybox test/app:latest
+push_busybox test/other:1
+mount_pullfs --revalidate-interval 1 --gc-min-age 0
+ctl() { "$PULLFSCTL" -m "$MNT" "$@"; }
+
+app=$MNT/images/$REGISTRY/test/app:latest
+other=$MNT/images/$REGISTRY/test/other:1
+bb_sha=$(sha256sum <"$(_static_busybox)" | cut -d' ' -f1)
+host_a=$(sha256sum <"$app/etc/hostname" | cut -d' ' -f1)
+passwd_sha=$(sha256sum <"$app/etc/passwd" | cut -d' ' -f1)
+
+# ---- a moved tag: A held by a reader, B looked up afterwards -------------
+start_reader "$app/etc" "$app" "../bin/busybox=$bb_sha" "hostname=$host_a" "passwd=$passwd_sha"
+push_edge test/app:latest
+sleep_until "$(plus "$(now)" 1.3)" # the revalidation interval and entry timeout
+assert_eq edge "$(cat "$app/etc/hostname")" "hostname of app:latest after the tag moved"
+# B kept by a working directory of its own, and read through it
+(cd "$app/etc" && exec sleep 1000) &
+holder_b=$!
+track_pid "$holder_b"
+
+# ---- one digest, two keys: rm while a process stays in it, pulled again --
+assert_eq busybox "$(cat "$other/etc/hostname")" "hostname of other:1"
+(cd "$other/etc" && exec sleep 1000) &
+holder_c=$!
+track_pid "$holder_c"
+_gone() { out=$(ctl rm "$REGISTRY/test/other:1" 2>&1); }
+wait_for 20 _gone || fail "rm of other:1: $out"
+assert_eq busybox "$(cat "$other/etc/hostname")" "hostname of other:1 pulled again"
+(cd "$other/etc" && exec sleep 1000) &
+holder_d=$!
+track_pid "$holder_d"
+
+# ---- kills ---------------------------------------------------------------
+_held_reads() {
+    local what=$1
+    assert_eq edge "$(cat /proc/$holder_b/cwd/hostname 2>&1)" "$what: B through its working directory"
+    assert_eq busybox "$(cat /proc/$holder_c/cwd/hostname 2>&1)" "$what: other:1 removed, through a working directory"
+    assert_eq busybox "$(cat /proc/$holder_d/cwd/hostname 2>&1)" "$what: other:1 pulled again, through a working directory"
+    assert_eq edge "$(cat "$app/etc/hostname")" "$what: app:latest by its name"
+    assert_eq busybox "$(cat "$other/etc/hostname")" "$what: other:1 by its name"
+}
+_held_reads "before the kills"
+settle() {
+    reader_settle "$1"
+    _held_reads "$1"
+}
+kill_serving 3 settle
+_stop_pid "$reader_pid"
+errors=$(reader_errors)
+[ -z "$errors" ] || fail "reader of the image the tag left: $(head -n 5 <<<"$errors")"
+! grep -q 'stale\|cannot restore' "$PULLFS_LOG" || fail "restore: $(grep 'stale\|cannot restore' "$PULLFS_LOG" | head -n 3)"
+log "moved tag and a name pulled again: $(reader_rounds) rounds across 3 kills, no error"
+
+unmount_pullfs
+log "PASS"
