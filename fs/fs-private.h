@@ -221,6 +221,10 @@ bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char 
  * gave out, or a key of the layer store) and those above it.  0 or
  * -errno. */
 int ns_restore(struct fs *fs, const char *key);
+/* After ns_restore(): the dentries of the restored directories that name
+ * the root of reference's image (canonical), noted for rm and GC
+ * (dentries.c, takeover.c).  Before the session loop. */
+void ns_restore_roots(struct fs *fs, const char *reference);
 /* Marks n, made again after a takeover, as held by the kernel for an
  * unknown count of lookups. */
 void ns_restored(struct fs *fs, struct nsnode *n);
@@ -298,6 +302,15 @@ void takeover_forgot(struct fs *fs, struct image *img, fuse_ino_t ino);
 /* Once the connection is taken over: ends the pins of restored images
  * whose root the kernel does not hold. */
 void takeover_probe(struct fs *fs);
+/* A dentry that may reach the root of a restored image: under images/, of
+ * the image handed out as reference (view NULL), or a layer directory
+ * holding view.  Noted while the namespace is restored. */
+void takeover_restored_dentry(struct fs *fs, const char *reference, struct image *view,
+			      fuse_ino_t parent, const char *name);
+/* The manager's hook before GC and rm (manager_set_gc_prepare(); userdata
+ * the fs): restored images nothing holds are let go of.  Blocks on the
+ * kernel; no lock held. */
+void takeover_settle(void *userdata);
 /* Frees the note of images handed out (at the filesystem's end). */
 void takeover_free(void);
 

@@ -439,6 +439,8 @@ int layers_restore(struct fs *fs, const char *key)
 		if (!n)
 			return -ENOMEM;
 		ns_restored(fs, n);
+		if (n->lnode->kind == LN_LAYER)
+			takeover_restored_dentry(fs, NULL, n->lnode->view, parent->ino, name);
 		parent = n;
 	}
 	return 0;

@@ -578,6 +578,56 @@ int ns_restore(struct fs *fs, const char *key)
 	return 0;
 }
 
+struct dirs_ctx {
+	struct nsnode **dirs;
+	size_t n;
+};
+
+static int collect_dir(void *userdata, const char *key, void *value)
+{
+	struct dirs_ctx *c = userdata;
+	struct nsnode *n = value;
+
+	if (n->kind == NS_DIR)
+		c->dirs[c->n++] = n;
+	return 0;
+}
+
+void ns_restore_roots(struct fs *fs, const char *reference)
+{
+	const char *slash = strrchr(reference, '/');
+	const char *name = slash ? slash + 1 : reference;
+	struct dirs_ctx c = { 0 };
+
+	pthread_mutex_lock(&fs->ns_lock);
+	c.dirs = calloc(strmap_size(fs->nsnodes) + 1, sizeof(*c.dirs));
+	if (c.dirs) {
+		c.dirs[c.n++] = &fs->images;
+		strmap_foreach(fs->nsnodes, collect_dir, &c);
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+	/* (no request is served yet: the nodes cannot go meanwhile) */
+	for (size_t i = 0; i < c.n; i++) {
+		const struct nsnode *n = c.dirs[i];
+		const struct pathform_dir dir = { .depth = n->depth,
+						  .short_form = n->short_form,
+						  .prefix = n->prefix };
+		struct pathform_step step;
+		_cleanup_free_ char *canonical = NULL;
+
+		if (pathform_step(&dir, name, known_host, fs->manager, &step) < 0)
+			continue;
+		if (step.kind == PATHFORM_REFERENCE && step.ref)
+			canonical = reference_to_string(step.ref);
+		pathform_step_done(&step);
+		if (canonical && !strcmp(canonical, reference)) {
+			dentries_note(fs, reference, n->ino, name);
+			takeover_restored_dentry(fs, reference, NULL, n->ino, name);
+		}
+	}
+	free(c.dirs);
+}
+
 /* ---- listings --------------------------------------------------------- */
 
 /* Namespace listings are made afresh at every READDIR, since no handle

@@ -120,12 +120,14 @@ int ns_notifier_start(struct fs *fs)
 		return -r;
 	fs->notifier_started = true;
 	manager_set_names_changed(fs->manager, names_changed, ns_notifier_settle, fs);
+	manager_set_gc_prepare(fs->manager, takeover_settle, fs);
 	return 0;
 }
 
 void ns_notifier_stop(struct fs *fs)
 {
 	manager_set_names_changed(fs->manager, NULL, NULL, NULL);
+	manager_set_gc_prepare(fs->manager, NULL, NULL);
 	if (!fs->notifier_started)
 		return;
 	pthread_mutex_lock(&fs->notify_lock);

@@ -12,11 +12,15 @@
  * noted in the log for the next one. */
 #include "fs-private.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,12 +44,28 @@ static pthread_mutex_t noted_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct strmap *noted; /* image key in decimal -> digest; noted_lock */
 /* the views restored, by "LAYER-DIGEST:REFERENCE"; only while restoring */
 static struct strmap *restored_views;
-/* Images restored and held open for the handles the kernel may still
- * have, by key in decimal, until the kernel is known to hold no dentry of
- * theirs (restored_lock). */
+/* A dentry that may still reach a restored image's root: the name of an
+ * image under images/, or of a layer directory of the layer store. */
+struct rdentry {
+	struct rdentry *next;
+	fuse_ino_t parent;
+	char name[];
+};
+
+/* An image restored and held open for the handles the kernel may still
+ * have, until the kernel is known to hold no dentry of it. */
+struct restored_image {
+	struct image *img;
+	char *reference; /* as handed out; NULL for a view */
+	struct rdentry *dentries;
+};
+
+/* The restored images by key in decimal (restored_lock). */
 static pthread_mutex_t restored_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct strmap *restored;
 static atomic_bool any_restored;
+/* the connection is taken over: the kernel may be asked (takeover_probe) */
+static atomic_bool connected;
 
 /* Notes image key as handed out under reference for digest, once. */
 static void note(uint32_t key, const char *digest, const char *reference)
@@ -113,11 +133,39 @@ static int free_noted(void *userdata, const char *key, void *value)
 	return 0;
 }
 
+static void rdentries_free(struct rdentry *d)
+{
+	while (d) {
+		struct rdentry *next = d->next;
+
+		free(d);
+		d = next;
+	}
+}
+
+static void restored_image_free(struct restored_image *ri)
+{
+	if (!ri)
+		return;
+	rdentries_free(ri->dentries);
+	free(ri->reference);
+	free(ri);
+}
+
+static int free_restored(void *userdata, const char *key, void *value)
+{
+	restored_image_free(value);
+	return 0;
+}
+
 void takeover_free(void)
 {
 	pthread_mutex_lock(&restored_lock);
+	if (restored)
+		strmap_foreach(restored, free_restored, NULL);
 	strmap_free(restored);
 	restored = NULL;
+	atomic_store(&connected, false);
 	atomic_store(&any_restored, false);
 	pthread_mutex_unlock(&restored_lock);
 	pthread_mutex_lock(&noted_lock);
@@ -203,6 +251,7 @@ static int restore_view(struct fs *fs, const struct handover_image *hi, struct i
 static int restore_image(struct fs *fs, const struct handover_image *hi)
 {
 	char name[16];
+	struct restored_image *ri;
 	struct image *img = NULL;
 	bool view = !strncmp(hi->reference, VIEW_PREFIX, strlen(VIEW_PREFIX));
 	int r = view ? restore_view(fs, hi, &img)
@@ -224,15 +273,24 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 	image_ref(img, PIN_REFS - 1);
 	image_open(img);
 	snprintf(name, sizeof(name), "%" PRIu32, image_key(img));
+	ri = calloc(1, sizeof(*ri));
+	if (ri) {
+		ri->img = img;
+		ri->reference = view ? NULL : strdup(hi->reference);
+	}
 	pthread_mutex_lock(&restored_lock);
 	if (!restored)
 		restored = strmap_new();
-	if (restored && strmap_get(restored, name))
+	if (restored && strmap_get(restored, name)) {
 		image_close(img); /* one pin per image */
-	else if (restored && strmap_put(restored, name, img) == 0)
+	} else if (ri && (view || ri->reference) && restored &&
+		   strmap_put(restored, name, ri) == 0) {
+		ri = NULL;
 		atomic_store(&any_restored, true);
+	}
 	/* else: out of memory, pinned open for good */
 	pthread_mutex_unlock(&restored_lock);
+	restored_image_free(ri);
 	note(image_key(img), hi->digest, hi->reference);
 	if (view) {
 		/* for its layer directory (layers_restore()) */
@@ -245,20 +303,71 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 	return 0;
 }
 
-/* Ends the pin of a restored image, once. */
+struct dentry_ctx {
+	const char *reference;
+	struct image *view;
+	fuse_ino_t parent;
+	const char *name;
+};
+
+static int add_dentry(void *userdata, const char *key, void *value)
+{
+	const struct dentry_ctx *c = userdata;
+	struct restored_image *ri = value;
+	size_t len = strlen(c->name);
+	struct rdentry *d;
+
+	if (c->view ? ri->img != c->view
+		    : !ri->reference || strcmp(ri->reference, c->reference) != 0)
+		return 0;
+	for (d = ri->dentries; d; d = d->next)
+		if (d->parent == c->parent && !strcmp(d->name, c->name))
+			return 0;
+	/* short of memory the image stays pinned until the kernel forgets
+	 * its root by itself */
+	d = malloc(sizeof(*d) + len + 1);
+	if (!d)
+		return 0;
+	d->parent = c->parent;
+	memcpy(d->name, c->name, len + 1);
+	d->next = ri->dentries;
+	ri->dentries = d;
+	return 0;
+}
+
+void takeover_restored_dentry(struct fs *fs, const char *reference, struct image *view,
+			      fuse_ino_t parent, const char *name)
+{
+	struct dentry_ctx c = {
+		.reference = reference, .view = view, .parent = parent, .name = name
+	};
+
+	pthread_mutex_lock(&restored_lock);
+	if (restored)
+		strmap_foreach(restored, add_dentry, &c);
+	pthread_mutex_unlock(&restored_lock);
+}
+
+/* Ends the pin of a restored image, once: no longer counted open, nor is
+ * the image a view of it was made from. */
 static void release_restored(struct image *img)
 {
+	struct restored_image *ri = NULL;
 	char name[16];
-	bool had;
 
 	snprintf(name, sizeof(name), "%" PRIu32, image_key(img));
 	pthread_mutex_lock(&restored_lock);
-	had = restored && strmap_get(restored, name) == img;
-	if (had)
+	ri = restored ? strmap_get(restored, name) : NULL;
+	if (ri && ri->img == img)
 		strmap_remove(restored, name);
+	else
+		ri = NULL;
 	pthread_mutex_unlock(&restored_lock);
-	if (had)
-		image_close(img);
+	if (!ri)
+		return;
+	restored_image_free(ri);
+	image_close(img);
+	layer_view_release(img);
 }
 
 /* The kernel evicts an inode only when nothing holds it, and its FORGET
@@ -278,8 +387,9 @@ void takeover_forgot(struct fs *fs, struct image *img, fuse_ino_t ino)
 static int collect_restored(void *userdata, const char *key, void *value)
 {
 	struct image ***next = userdata;
+	const struct restored_image *ri = value;
 
-	*(*next)++ = value;
+	*(*next)++ = ri->img;
 	return 0;
 }
 
@@ -289,6 +399,7 @@ void takeover_probe(struct fs *fs)
 	struct image **next;
 	size_t n = 0;
 
+	atomic_store(&connected, true);
 	if (!atomic_load(&any_restored))
 		return;
 	pthread_mutex_lock(&restored_lock);
@@ -310,6 +421,169 @@ void takeover_probe(struct fs *fs)
 						     -1, 0) == -ENOENT)
 			release_restored(img);
 	}
+}
+
+/* The keys of the images some process has its working directory or its
+ * root in, as the kernel shows them (/proc/PID/cwd and root, stat'ed
+ * without asking the filesystem); dev is the mount's.  NULL when that
+ * cannot be told (no /proc, not allowed to look). */
+static struct strmap *keys_entered(dev_t dev)
+{
+	static const char *const links[] = { "cwd", "root" };
+	struct strmap *keys = strmap_new();
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	bool ok = keys && d;
+
+	while (ok && (e = readdir(d))) {
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		for (size_t i = 0; i < ARRAY_SIZE(links) && ok; i++) {
+			char path[sizeof(e->d_name) + 8], name[16];
+			struct statx stx;
+			uint64_t ino;
+
+			snprintf(path, sizeof(path), "%s/%s", e->d_name, links[i]);
+			if (statx(dirfd(d), path, AT_STATX_DONT_SYNC, STATX_INO, &stx) < 0) {
+				/* a process gone meanwhile; or one this process
+				 * may not look at (of a more privileged user
+				 * namespace, like a sandbox's init): skipped,
+				 * it can hardly be in the mount (ENOMEM ends) */
+				ok = errno != ENOMEM;
+				continue;
+			}
+			ino = stx.stx_ino;
+			if (makedev(stx.stx_dev_major, stx.stx_dev_minor) != dev ||
+			    !ino_is_image(ino))
+				continue;
+			snprintf(name, sizeof(name), "%" PRIu32,
+				 (uint32_t)((ino & ~INO_IMAGE_BIT) >> 32));
+			ok = strmap_put(keys, name, (void *)1) == 0;
+		}
+	}
+	if (d)
+		closedir(d);
+	if (!ok) {
+		strmap_free(keys);
+		return NULL;
+	}
+	return keys;
+}
+
+/* What settling a restored image asks the kernel to drop: each dentry
+ * that may reach its root, and each entry of its root directory. */
+struct drop {
+	struct drop *next;
+	fuse_ino_t parent;
+	char name[];
+};
+
+static void drop_add(struct drop **list, fuse_ino_t parent, const char *name)
+{
+	size_t len = strlen(name);
+	struct drop *c = malloc(sizeof(*c) + len + 1);
+
+	if (!c)
+		return; /* that dentry stays until the kernel drops it itself */
+	c->next = *list;
+	c->parent = parent;
+	memcpy(c->name, name, len + 1);
+	*list = c;
+}
+
+struct drops_ctx {
+	struct strmap *entered;
+	struct drop *list;
+};
+
+static int collect_drops(void *userdata, const char *key, void *value)
+{
+	struct drops_ctx *c = userdata;
+	const struct restored_image *ri = value;
+	const struct tinode *root = image_root(ri->img);
+	fuse_ino_t root_ino = node_ino(ri->img, root);
+
+	if (strmap_get(c->entered, key))
+		return 0;
+	/* its entries too: a root the process before unhashed (the tag
+	 * moved) is alive only through them */
+	for (uint32_t i = 0; i < root->n_children; i++)
+		drop_add(&c->list, root_ino, root->child_names[i]);
+	for (const struct rdentry *d = ri->dentries; d; d = d->next)
+		drop_add(&c->list, d->parent, d->name);
+	return 0;
+}
+
+/* The kernel's counts of lookups of a restored image are not known, so
+ * it stays pinned open until the kernel lets go of its root; but the
+ * kernel keeps dentries nothing uses for as long as memory allows.  Before
+ * GC and rm judge what is in use, the kernel is asked to drop the dentries
+ * of restored images no process is in (a working directory or a root:
+ * dropping those would make getcwd() fail and detach mounts below, a
+ * container's /proc).  What nothing holds goes with its inode at once (a
+ * FORGET follows), which the probe sees; what an open file holds only
+ * leaves the dentry cache, and is found again at the next lookup. */
+void takeover_settle(void *userdata)
+{
+	struct fs *fs = userdata;
+	struct drops_ctx c = { 0 };
+	struct statx stx;
+
+	if (!atomic_load(&any_restored) || !atomic_load(&connected))
+		return;
+	if (statx(AT_FDCWD, fs->mountpoint, AT_STATX_DONT_SYNC, 0, &stx) < 0)
+		return;
+	c.entered = keys_entered(makedev(stx.stx_dev_major, stx.stx_dev_minor));
+	if (!c.entered)
+		return;
+	pthread_mutex_lock(&restored_lock);
+	if (restored)
+		strmap_foreach(restored, collect_drops, &c);
+	pthread_mutex_unlock(&restored_lock);
+	strmap_free(c.entered);
+	/* (images stay alive while listed: pinned references) */
+	while (c.list) {
+		struct drop *d = c.list;
+
+		c.list = d->next;
+		/* a dentry the kernel does not have is ENOENT: ignored */
+		fuse_lowlevel_notify_inval_entry(fs->session, d->parent, d->name, strlen(d->name));
+		free(d);
+	}
+	takeover_probe(fs);
+}
+
+static int collect_reference(void *userdata, const char *key, void *value)
+{
+	struct strmap *refs = userdata;
+	const struct restored_image *ri = value;
+
+	if (ri->reference)
+		strmap_put(refs, ri->reference, NULL);
+	return 0;
+}
+
+static int note_roots_of(void *userdata, const char *key, void *value)
+{
+	ns_restore_roots(userdata, key);
+	return 0;
+}
+
+/* The dentries of restored images under images/, from the namespace just
+ * restored.  Short of memory some are not noted: those images stay
+ * pinned until the kernel forgets their roots by itself. */
+static void note_root_dentries(struct fs *fs)
+{
+	struct strmap *refs = strmap_new();
+
+	if (!refs)
+		return;
+	pthread_mutex_lock(&restored_lock);
+	if (restored)
+		strmap_foreach(restored, collect_reference, refs);
+	pthread_mutex_unlock(&restored_lock);
+	strmap_foreach(refs, note_roots_of, fs);
+	strmap_free(refs);
 }
 
 int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *ret_failed)
@@ -336,6 +610,7 @@ int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *r
 		strmap_free(restored_views);
 		restored_views = NULL;
 	}
+	note_root_dentries(fs);
 	if (r == -ENOMEM)
 		return r;
 	for (size_t i = 0; i < st->n_backoffs; i++)

@@ -292,6 +292,35 @@ static json_t *answer(json_t *removed, uint64_t freed, const struct budget *b)
 			 (json_int_t)b->budget);
 }
 
+void manager_set_gc_prepare(struct manager *m, void (*fn)(void *userdata), void *userdata)
+{
+	pthread_mutex_lock(&m->lock);
+	m->gc_prepare = fn;
+	m->gc_prepare_userdata = userdata;
+	pthread_mutex_unlock(&m->lock);
+}
+
+/* Calls a hook of the filesystem's, read under manager.lock, outside
+ * every lock (it may wait for the kernel, which may wait for a lookup). */
+static void call_hook(struct manager *m, void (*const *fn)(void *), void *const *userdata)
+{
+	void (*f)(void *);
+	void *ud;
+
+	pthread_mutex_lock(&m->lock);
+	f = *fn;
+	ud = *userdata;
+	pthread_mutex_unlock(&m->lock);
+	if (f)
+		f(ud);
+}
+
+/* The filesystem's hook, before anything is judged in use. */
+static void prepare(struct manager *m)
+{
+	call_hook(m, &m->gc_prepare, &m->gc_prepare_userdata);
+}
+
 static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **ret,
 		  struct error_detail *err)
 {
@@ -307,6 +336,7 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **re
 	removed = json_array();
 	if (!removed)
 		return -ENOMEM;
+	prepare(m);
 	pthread_rwlock_wrlock(&m->gc_lock);
 	r = measure(m, &b);
 	if (r < 0) {
@@ -359,17 +389,8 @@ out:
 	/* The events say an image is gone once the kernel was told to forget
 	 * it (outside gc_lock: the kernel may wait for lookups that wait for
 	 * it). */
-	if (json_array_size(removed) > 0) {
-		void (*settle)(void *);
-		void *ud;
-
-		pthread_mutex_lock(&m->lock);
-		settle = m->names_settle;
-		ud = m->names_userdata;
-		pthread_mutex_unlock(&m->lock);
-		if (settle)
-			settle(ud);
-	}
+	if (json_array_size(removed) > 0)
+		call_hook(m, &m->names_settle, &m->names_userdata);
 	for (size_t i = 0; i < n; i++)
 		if (c[i].removed)
 			manager_emit(m, EVENT_NORMAL, "ImageGC", c[i].reference, c[i].digest, 0,
@@ -424,6 +445,7 @@ int manager_remove(struct manager *m, const char *const *references, size_t n, j
 	if (r < 0)
 		goto out_free;
 
+	prepare(m);
 	pthread_rwlock_wrlock(&m->gc_lock);
 	pthread_mutex_lock(&m->lock);
 	r = collect_locked(m, &c, &nc);

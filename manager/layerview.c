@@ -39,8 +39,9 @@ enum storage_compression {
 };
 
 struct layer_view {
-	struct image *image; /* held (one reference, counted open) */
-	char *info;	     /* the "info" JSON */
+	struct image *image;  /* held (one reference, counted open until released) */
+	atomic_bool released; /* layer_view_release(): no longer counted open */
+	char *info;	      /* the "info" JSON */
 	size_t info_len;
 	char *domain, *repo; /* where the blob is, for "blob" reads */
 	char *digest;
@@ -206,7 +207,8 @@ void layer_view_free(struct layer_view *lv)
 	if (!lv)
 		return;
 	if (lv->image) {
-		image_close(lv->image);
+		if (!atomic_load(&lv->released))
+			image_close(lv->image);
 		image_unref(lv->image, 1);
 	}
 	free(lv->info);
@@ -355,6 +357,14 @@ void layer_view_detach(struct image *img)
 {
 	if (img->layer)
 		img->layer->image = NULL;
+}
+
+void layer_view_release(struct image *view)
+{
+	struct layer_view *lv = view->layer;
+
+	if (lv && lv->image && !atomic_exchange(&lv->released, true))
+		image_close(lv->image);
 }
 
 bool image_is_layer_view(const struct image *img)

@@ -37,6 +37,11 @@ int manager_layer_view(struct image *img, const char *reference, const char *dig
 #define LAYER_VIEW_OPAQUE_XATTR "trusted.overlay.opaque"
 
 bool image_is_layer_view(const struct image *img);
+/* The kernel holds nothing of view any more, though its references stay
+ * (a view made again after a takeover, whose count of lookups is not
+ * known): its image is no longer counted as open for it, so that GC and
+ * rm may take that image.  Once; a no-op for an image that is no view. */
+void layer_view_release(struct image *view);
 
 /* The image a view is a layer of (borrowed from the view): who may see
  * the view is who may see that image. */

@@ -188,6 +188,9 @@ struct manager {
 	/* waits until the filesystem acted on what names_changed told it */
 	void (*names_settle)(void *userdata);
 	void *names_userdata;
+	/* manager_set_gc_prepare(); lock */
+	void (*gc_prepare)(void *userdata);
+	void *gc_prepare_userdata;
 
 	/* the background GC thread */
 	pthread_t gc_thread;

@@ -241,6 +241,11 @@ void manager_took_over(struct manager *m);
 
 void manager_set_names_changed(struct manager *m, manager_names_changed_fn *fn,
 			       void (*settle)(void *userdata), void *userdata);
+/* fn (NULL: none) is called, without locks, before garbage collection and
+ * rm look at which images are in use: the filesystem lets go there of
+ * images it counts as in use only because it cannot tell (fs/takeover.c).
+ * It may block (it asks the kernel).  Set NULL before userdata goes. */
+void manager_set_gc_prepare(struct manager *m, void (*fn)(void *userdata), void *userdata);
 
 /* A JSON document for MOUNT/.pullfs/status (docs/control.md), without the
  * fields only the filesystem knows, and without the pulls, images and
