@@ -8,8 +8,9 @@
  * goes at its first FORGET (which carries the kernel's whole count), a
  * restored image keeps its references pinned and is held open, for rm and
  * GC, until the kernel forgets its root or is found to hold no inode of
- * it.  Images handed out by this process, and the back-off table, are
- * noted in the log for the next one. */
+ * it; before GC and rm the kernel is asked to drop what nothing holds
+ * (takeover_settle()).  Images handed out by this process, and the
+ * back-off table, are noted in the log for the next one. */
 #include "fs-private.h"
 
 #include <dirent.h>
