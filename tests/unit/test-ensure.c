@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "fake-transport.h"
 #include "macro.h"
@@ -563,6 +564,82 @@ static void test_errno_rows(void **state)
 	assert_int_equal(ensure(f, "1", NULL), 0);
 }
 
+/* ---- a serving process taking over ------------------------------------ */
+
+/* An image held, as the kernel holds one across a restart. */
+static struct image *hold(struct fixture *f, const char *tag)
+{
+	struct answer a;
+
+	ensure_begin(f, tag, &a);
+	assert_int_equal(ensure_wait(&a), 0);
+	return a.img;
+}
+
+static void restore_check(struct fixture *f, const char *reference, const char *digest,
+			  uint32_t key)
+{
+	struct image *img = NULL;
+
+	assert_int_equal(manager_restore_image(f->m, reference, digest, key, &img), 0);
+	assert_int_equal(image_key(img), key);
+	assert_string_equal(image_digest(img), digest);
+	image_unref(img, 1);
+}
+
+static void ensure_key(struct fixture *f, const char *tag, uint32_t key)
+{
+	struct image *img = hold(f, tag);
+
+	assert_int_equal(image_key(img), key);
+	image_unref(img, 1);
+}
+
+/* Two live images of one name with different keys (a moved tag; a name
+ * removed while held, then pulled again): after a restart each is made
+ * again with exactly its key, in whatever order, and a lookup of the name
+ * gets the image the name names, with its key. */
+static void test_restore_by_key(void **state)
+{
+	struct fixture *f = *state;
+	const char *const latest = DOMAIN "/" REPO ":latest", *const one = DOMAIN "/" REPO ":1";
+	char a[DIGEST_STRING_MAX], b[DIGEST_STRING_MAX];
+	struct image *held[4];
+	struct error_detail err = { 0 };
+	json_t *j = NULL;
+	uint32_t k[4];
+
+	put_image(f, "latest", "a", a);
+	put_image(f, "1", "a", NULL);
+	start(f, PULL_POLICY_UNSET);
+	held[0] = hold(f, "latest");
+	put_image(f, "latest", "b", b);
+	advance(f, REVALIDATE_S);
+	held[1] = hold(f, "latest");
+	held[2] = hold(f, "1");
+	assert_int_equal(manager_remove(f->m, &one, 1, &j, &err), 0);
+	json_decref(j);
+	error_detail_clear(&err);
+	held[3] = hold(f, "1");
+	for (size_t i = 0; i < 4; i++) {
+		k[i] = image_key(held[i]);
+		image_unref(held[i], 1);
+	}
+	assert_int_not_equal(k[0], k[1]);
+	assert_int_not_equal(k[2], k[3]);
+	stop(f);
+
+	start(f, PULL_POLICY_UNSET);
+	restore_check(f, latest, b, k[1]);
+	restore_check(f, latest, a, k[0]);
+	restore_check(f, one, a, k[2]);
+	restore_check(f, one, a, k[3]);
+	/* a key that is another image's is refused */
+	assert_int_equal(manager_restore_image(f->m, one, b, k[3], &held[0]), -ESTALE);
+	ensure_key(f, "latest", k[1]);
+	ensure_key(f, "1", k[3]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -573,6 +650,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_backoff_timeline, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_single_flight, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_errno_rows, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_restore_by_key, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
