@@ -427,7 +427,7 @@ void takeover_probe(struct fs *fs)
 /* The keys of the images some process has its working directory or its
  * root in, as the kernel shows them (/proc/PID/cwd and root, stat'ed
  * without asking the filesystem); dev is the mount's.  NULL when that
- * cannot be told (no /proc, not allowed to look). */
+ * cannot be told (no /proc, out of memory). */
 static struct strmap *keys_entered(dev_t dev)
 {
 	static const char *const links[] = { "cwd", "root" };
