@@ -126,15 +126,17 @@ int ns_notifier_start(struct fs *fs)
 
 void ns_notifier_stop(struct fs *fs)
 {
-	manager_set_names_changed(fs->manager, NULL, NULL, NULL);
-	manager_set_gc_prepare(fs->manager, NULL, NULL);
-	if (!fs->notifier_started)
-		return;
+	/* stop first, so that a settle under way returns; removing the
+	 * hooks then waits for the calls that are still running */
 	pthread_mutex_lock(&fs->notify_lock);
 	fs->notify_stop = true;
 	pthread_cond_signal(&fs->notify_cond);
 	pthread_cond_broadcast(&fs->notify_sent_cond);
 	pthread_mutex_unlock(&fs->notify_lock);
+	manager_set_names_changed(fs->manager, NULL, NULL, NULL);
+	manager_set_gc_prepare(fs->manager, NULL, NULL);
+	if (!fs->notifier_started)
+		return;
 	pthread_join(fs->notifier, NULL);
 	fs->notifier_started = false;
 }

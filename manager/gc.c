@@ -297,7 +297,16 @@ void manager_set_gc_prepare(struct manager *m, void (*fn)(void *userdata), void 
 	pthread_mutex_lock(&m->lock);
 	m->gc_prepare = fn;
 	m->gc_prepare_userdata = userdata;
+	hooks_quiesce_locked(m);
 	pthread_mutex_unlock(&m->lock);
+}
+
+/* Once a hook is removed, its owner may free what it uses: wait for the
+ * calls under way.  Lock held. */
+void hooks_quiesce_locked(struct manager *m)
+{
+	while (m->hooks_running > 0)
+		pthread_cond_wait(&m->hooks_cond, &m->lock);
 }
 
 /* Calls a hook of the filesystem's, read under manager.lock, outside
@@ -310,9 +319,17 @@ static void call_hook(struct manager *m, void (*const *fn)(void *), void *const 
 	pthread_mutex_lock(&m->lock);
 	f = *fn;
 	ud = *userdata;
+	if (!f) {
+		pthread_mutex_unlock(&m->lock);
+		return;
+	}
+	m->hooks_running++;
 	pthread_mutex_unlock(&m->lock);
-	if (f)
-		f(ud);
+	f(ud);
+	pthread_mutex_lock(&m->lock);
+	if (--m->hooks_running == 0)
+		pthread_cond_broadcast(&m->hooks_cond);
+	pthread_mutex_unlock(&m->lock);
 }
 
 /* The filesystem's hook, before anything is judged in use. */

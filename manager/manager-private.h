@@ -191,6 +191,10 @@ struct manager {
 	/* manager_set_gc_prepare(); lock */
 	void (*gc_prepare)(void *userdata);
 	void *gc_prepare_userdata;
+	/* hooks called outside the lock and not returned yet (call_hook();
+	 * lock): a setter that removes a hook waits for hooks_cond */
+	unsigned hooks_running;
+	pthread_cond_t hooks_cond;
 
 	/* the background GC thread */
 	pthread_t gc_thread;
@@ -354,4 +358,5 @@ bool gc_needed(struct manager *m);
  * forked), and stops it; gc_stop does nothing when it never started.
  * gc_start returns 0 or -errno. */
 int gc_start(struct manager *m);
+void hooks_quiesce_locked(struct manager *m);
 void gc_stop(struct manager *m);

@@ -177,6 +177,7 @@ void manager_set_names_changed(struct manager *m, manager_names_changed_fn *fn,
 	m->names_changed = fn;
 	m->names_settle = settle;
 	m->names_userdata = userdata;
+	hooks_quiesce_locked(m);
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -350,6 +351,7 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 	pthread_rwlock_init(&m->gc_lock, NULL);
 	pthread_cond_init(&m->gc_cond, NULL);
 	pthread_cond_init(&m->flight_cond, NULL);
+	pthread_cond_init(&m->hooks_cond, NULL);
 	pthread_mutex_init(&m->content_lock, NULL);
 	pthread_mutex_init(&m->keys_lock, NULL);
 	m->recent = strmap_new();
@@ -492,6 +494,7 @@ void manager_free(struct manager *m)
 	pthread_rwlock_destroy(&m->gc_lock);
 	pthread_cond_destroy(&m->gc_cond);
 	pthread_cond_destroy(&m->flight_cond);
+	pthread_cond_destroy(&m->hooks_cond);
 	refs_free_all(m);
 	strmap_free(m->flights);
 	if (m->recent) {
