@@ -81,6 +81,8 @@ static int set_access_rule(struct settings *s, const struct opt *o, const char *
 			   size_t errlen);
 static int set_connect_timeout(struct settings *s, const struct opt *o, const char *v, char *errbuf,
 			       size_t errlen);
+static int set_lazy_completion_delay(struct settings *s, const struct opt *o, const char *v,
+				     char *errbuf, size_t errlen);
 static int set_low_speed_timeout(struct settings *s, const struct opt *o, const char *v,
 				 char *errbuf, size_t errlen);
 static int set_gc_min_age(struct settings *s, const struct opt *o, const char *v, char *errbuf,
@@ -150,6 +152,12 @@ static const struct opt options[] = {
 	{ "lazy-rule", 0, KIND_LIST, EVERYWHERE, AT(mo.lazy_rules), AT(mo.n_lazy_rules),
 	  .arg = "PATTERN=MODE",
 	  .help = "--lazy MODE for references matching the glob PATTERN; the first match wins" },
+	{ "lazy-completion-delay", 0, KIND_DURATION, EVERYWHERE, NO_FIELD,
+	  .set = set_lazy_completion_delay, .min = 0, .max = 3600,
+	  .def = STRINGIFY(MANAGER_DEFAULT_LAZY_DELAY_S),
+	  .help = "a lazily started image's background completion begins this long after "
+		  "the image became usable (later while its readers fetch), leaving the link "
+		  "to them; 0: at once" },
 	{ "max-parallel-pulls", 0, KIND_UINT, EVERYWHERE, AT(mo.max_parallel_pulls), .min = 1,
 	  .max = 64, .def = "1: serialised", .help = "images pulled at once" },
 	{ "max-names-per-user", 0, KIND_UINT, EVERYWHERE, AT(mo.max_names_per_user), .min = 1,
@@ -394,6 +402,17 @@ static int set_connect_timeout(struct settings *s, const struct opt *o, const ch
 
 	if (r == 0)
 		s->mo.connect_timeout_ms = (long)n * 1000;
+	return r;
+}
+
+static int set_lazy_completion_delay(struct settings *s, const struct opt *o, const char *v,
+				     char *errbuf, size_t errlen)
+{
+	unsigned n = 0;
+	int r = option_uint(o, v, &n, errbuf, errlen);
+
+	if (r == 0)
+		s->mo.lazy_completion_delay_ms = n ? (long)n * 1000 : -1;
 	return r;
 }
 

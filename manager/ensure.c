@@ -349,6 +349,7 @@ int manager_decide(struct manager *m, const struct reference *ref, const char *c
 	if (known && !revalidate) {
 		r = refs_image_get(m, canonical, known, ret, errbuf, sizeof(errbuf));
 		if (r == 0) {
+			image_completion_wake(*ret, false);
 			manager_present_event(m, canonical, known, who);
 			return 0;
 		}

@@ -543,8 +543,11 @@ int manager_pull_background(struct manager *m, const char *reference, json_t **r
 	r = ensure_begin(m, ref, NULL, true, NULL, NULL, NULL, &img);
 	if (r < 0)
 		return error_detail_set(err, r, "cannot pull \"%s\": %s", canonical, strerror(-r));
-	if (r == 1)
+	if (r == 1) {
+		/* asked for the whole image: its completion starts now */
+		image_completion_wake(img, true);
 		image_unref(img, 1);
+	}
 	json_t *answer =
 		json_pack("{s:b, s:s, s:b}", "ok", 1, "reference", canonical, "present", r == 1);
 	if (!answer)

@@ -17,6 +17,7 @@
 #include "macro.h"
 #include "manifest.h"
 #include "lazy.h"
+#include "lazy-schedule.h"
 #include "packs.h"
 #include "strmap.h"
 #include "manager-private.h"
@@ -497,15 +498,16 @@ ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t o
  * together: each streams a blob, and the reads someone waits for come
  * first anyway (lazy.h). */
 #define LAZY_COMPLETIONS_MAX 2
-/* A completion that fails (the registry unreachable...) tries again after
- * 10 s, then 20, 40, 80: five tries, then the files come when read. */
-#define LAZY_COMPLETION_TRIES 5
-#define LAZY_COMPLETION_RETRY_S 10
 
+/* One lazy layer's background completion: a thread of its own that waits
+ * for its schedule (lazy-schedule.h), then fetches, and tries again after a
+ * failure until the layer is complete or the manager stops. */
 struct completion {
 	struct manager *m;
 	struct pack *pack;
 	struct lazy_layer *lazy;
+	struct lazy_schedule sched; /* manager.lock */
+	struct dlist_node node;	    /* on manager.completions; manager.lock */
 };
 
 /* Waits on flight_cond for at most 200 ms (manager_cancel() does not
@@ -524,38 +526,29 @@ static void completion_nap(struct manager *m)
 	pthread_cond_timedwait(&m->flight_cond, &m->lock, &ts);
 }
 
-/* Waits for a completion slot; false when the manager is cancelled. */
-static bool completion_slot_take(struct manager *m)
+/* Waits until the schedule says go, then for a completion slot; false when
+ * the manager is cancelled first. */
+static bool completion_slot_take(struct completion *cp)
 {
+	struct manager *m = cp->m;
+	struct lazy_stats *st = packs_lazy_stats(m->packs);
 	bool ok;
 
 	pthread_mutex_lock(&m->lock);
-	while (m->lazy_completing >= LAZY_COMPLETIONS_MAX && !atomic_load(&m->cancelled))
-		completion_nap(m);
-	ok = !atomic_load(&m->cancelled);
-	if (ok)
-		m->lazy_completing++;
-	pthread_mutex_unlock(&m->lock);
-	return ok;
-}
-
-/* Waits s seconds; false when the manager is cancelled first. */
-static bool completion_pause(struct manager *m, unsigned s)
-{
-	struct timespec end, now;
-	bool ok;
-
-	clock_gettime(CLOCK_MONOTONIC, &end);
-	end.tv_sec += s;
-	pthread_mutex_lock(&m->lock);
-	while (!atomic_load(&m->cancelled)) {
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (now.tv_sec > end.tv_sec ||
-		    (now.tv_sec == end.tv_sec && now.tv_nsec >= end.tv_nsec))
+	for (;;) {
+		if (atomic_load(&m->cancelled))
+			break;
+		lazy_schedule_readers(&cp->sched, atomic_load(&st->reader_ok));
+		if (lazy_schedule_due(&cp->sched, NULL) &&
+		    m->lazy_completing < LAZY_COMPLETIONS_MAX)
 			break;
 		completion_nap(m);
 	}
 	ok = !atomic_load(&m->cancelled);
+	if (ok) {
+		m->lazy_completing++;
+		lazy_schedule_running(&cp->sched);
+	}
 	pthread_mutex_unlock(&m->lock);
 	return ok;
 }
@@ -639,14 +632,13 @@ static void *complete_thread(void *arg)
 {
 	struct completion *cp = arg;
 	struct manager *m = cp->m;
-	unsigned delay = LAZY_COMPLETION_RETRY_S;
 	int r;
 
-	for (unsigned tries = 1;; tries++) {
-		bool again = tries < LAZY_COMPLETION_TRIES;
+	for (;;) {
+		unsigned delay, tries;
 
 		r = -ECANCELED;
-		if (completion_slot_take(m)) {
+		if (completion_slot_take(cp)) {
 			r = lazy_layer_complete(cp->lazy, m->registry, &m->cancelled);
 			completion_slot_give(m);
 		}
@@ -654,16 +646,16 @@ static void *complete_thread(void *arg)
 			r = -EAGAIN; /* a file that did not verify */
 		if (r == 0 || r == -ECANCELED)
 			break;
-		manager_emit(
-			m, EVENT_WARNING, "LazyFetchFailed", NULL, pack_digest(cp->pack), r, NULL,
-			again ? "Fetching the rest of lazy layer %s failed: %s (tries again in "
-				"%u s; its files are fetched when read)"
-			      : "Fetching the rest of lazy layer %s failed: %s (gave up after "
-				"%u tries; its files are fetched when read)",
-			pack_digest(cp->pack), strerror(-r), again ? delay : LAZY_COMPLETION_TRIES);
-		if (!again || !completion_pause(m, delay))
-			break;
-		delay *= 2;
+		pthread_mutex_lock(&m->lock);
+		delay = lazy_schedule_failed(&cp->sched);
+		tries = cp->sched.failures;
+		pthread_mutex_unlock(&m->lock);
+		manager_emit(m, EVENT_WARNING, "LazyFetchFailed", NULL, pack_digest(cp->pack), r,
+			     NULL,
+			     "Fetching the rest of lazy layer %s failed: %s (try %u; tries again "
+			     "in %u s, sooner once a read or a lookup of the image gets through; "
+			     "its files are fetched when read)",
+			     pack_digest(cp->pack), strerror(-r), tries, delay);
 	}
 	if (r == 0)
 		manager_emit(m, EVENT_NORMAL, "LayerCompleted", NULL, pack_digest(cp->pack), 0,
@@ -673,6 +665,9 @@ static void *complete_thread(void *arg)
 		announce_complete(m);
 	else
 		pack_completion_failed(m->packs, cp->pack);
+	pthread_mutex_lock(&m->lock);
+	dlist_remove(&m->completions, &cp->node);
+	pthread_mutex_unlock(&m->lock);
 	packs_put(m->packs, cp->pack);
 	free(cp);
 	pthread_mutex_lock(&m->lock);
@@ -682,9 +677,21 @@ static void *complete_thread(void *arg)
 	return NULL;
 }
 
+/* The start-up window of a lazily started image (0: none). */
+static int64_t completion_window_ns(const struct manager *m)
+{
+	long ms = m->opts.lazy_completion_delay_ms;
+
+	if (ms == 0)
+		ms = MANAGER_DEFAULT_LAZY_DELAY_S * 1000L;
+	return ms < 0 ? 0 : (int64_t)ms * 1000000;
+}
+
 /* Background completion of the lazy layers of a content just loaded. */
 static void content_complete_lazy(struct manager *m, struct image_content *c)
 {
+	struct lazy_stats *st = packs_lazy_stats(m->packs);
+
 	for (size_t i = 0; i < c->n_layers; i++) {
 		struct lazy_layer *l = pack_lazy(m->packs, c->packs[i]);
 		struct completion *cp;
@@ -696,27 +703,64 @@ static void content_complete_lazy(struct manager *m, struct image_content *c)
 		if (!l || atomic_load(&m->cancelled) ||
 		    !pack_claim_completion(m->packs, c->packs[i]))
 			continue;
-		cp = malloc(sizeof(*cp));
+		cp = calloc(1, sizeof(*cp));
 		if (!cp) {
+			pack_completion_failed(m->packs, c->packs[i]);
 			packs_put(m->packs, c->packs[i]);
 			continue;
 		}
 		*cp = (struct completion){ .m = m, .pack = c->packs[i], .lazy = l };
+		lazy_schedule_init(&cp->sched, m->clock, completion_window_ns(m),
+				   atomic_load(&st->reader_ok));
 		pthread_mutex_lock(&m->lock);
 		m->jobs_running++;
+		dlist_push(&m->completions, &cp->node);
 		pthread_mutex_unlock(&m->lock);
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 		if (pthread_create(&th, &attr, complete_thread, cp) != 0) {
-			free(cp);
+			pack_completion_failed(m->packs, c->packs[i]);
 			packs_put(m->packs, c->packs[i]);
 			pthread_mutex_lock(&m->lock);
+			dlist_remove(&m->completions, &cp->node);
 			if (--m->jobs_running == 0)
 				pthread_cond_broadcast(&m->flight_cond);
 			pthread_mutex_unlock(&m->lock);
+			free(cp);
 		}
 		pthread_attr_destroy(&attr);
 	}
+}
+
+void image_completion_wake(struct image *img, bool waited)
+{
+	struct manager *m = img->manager;
+	struct image_content *c = img->content;
+
+	pthread_mutex_lock(&m->lock);
+	for (struct dlist_node *n = m->completions.head; n; n = n->next) {
+		struct completion *cp = dlist_entry(n, struct completion, node);
+
+		for (size_t i = 0; i < c->n_layers; i++)
+			if (c->packs[i] == cp->pack)
+				lazy_schedule_wake(&cp->sched, waited);
+	}
+	pthread_cond_broadcast(&m->flight_cond);
+	pthread_mutex_unlock(&m->lock);
+}
+
+int image_completion_phase_locked(struct manager *m, const char *layer_digest,
+				  unsigned *ret_failures)
+{
+	for (struct dlist_node *n = m->completions.head; n; n = n->next) {
+		struct completion *cp = dlist_entry(n, struct completion, node);
+
+		if (strcmp(pack_digest(cp->pack), layer_digest) == 0) {
+			*ret_failures = cp->sched.failures;
+			return (int)cp->sched.phase;
+		}
+	}
+	return -ENOENT;
 }
 
 void image_file_fd_put(struct image *img, const struct tinode *file)

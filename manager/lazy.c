@@ -707,8 +707,11 @@ int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_f
 		if (foreground && l->stats)
 			atomic_fetch_add(&l->stats->foreground, 1);
 		r = fetch_runs(l, reg, f, runs, n, foreground);
-		if (foreground && l->stats)
+		if (foreground && l->stats) {
 			atomic_fetch_sub(&l->stats->foreground, 1);
+			if (r == 0)
+				atomic_fetch_add(&l->stats->reader_ok, 1);
+		}
 		pthread_mutex_lock(&f->lock);
 		for (size_t i = 0; i < n; i++)
 			for (size_t j = runs[i].a; j <= runs[i].e; j++)

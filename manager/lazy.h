@@ -53,6 +53,9 @@ struct lazy_stats {
 	/* readers' fetches under way: the background completion yields to
 	 * them */
 	atomic_uint foreground;
+	/* readers' fetches that succeeded: they delay the completion's
+	 * start, and wake one that failed (lazy-schedule.h) */
+	atomic_uint_fast64_t reader_ok;
 };
 
 /* Where a lazy layer's content comes from. */

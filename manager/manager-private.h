@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "dlist.h"
 #include "manager.h"
 #include "manifest.h"
 
@@ -205,10 +206,18 @@ struct manager {
 	/* background completions of lazy layers running, all images
 	 * together (image.c); lock, waited for on flight_cond */
 	unsigned lazy_completing;
+	/* their threads, waiting or running (image.c); lock */
+	struct dlist completions;
 	/* wall ms of the last LazyReadFailed event (rate limit) */
 	_Atomic int64_t lazy_warned_ms;
 	pthread_cond_t gc_cond;
 };
+
+/* The phase (enum lazy_phase) of the background completion of layer
+ * layer_digest and its failures in a row, or -ENOENT when none runs or
+ * waits.  manager.lock held. */
+int image_completion_phase_locked(struct manager *m, const char *layer_digest,
+				  unsigned *ret_failures);
 
 /* The manager's clock (clock.h, a fake one in tests) in seconds. */
 static inline int64_t manager_now_s(const struct manager *m)

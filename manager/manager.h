@@ -50,6 +50,10 @@ struct manager_options {
 	 * over no_lazy. */
 	const char *const *lazy_rules;
 	size_t n_lazy_rules;
+	/* The start-up window of a lazily started image: its background
+	 * completion waits this long after it became usable (lazy-schedule.h);
+	 * 0: MANAGER_DEFAULT_LAZY_DELAY_MS, negative: no window. */
+	long lazy_completion_delay_ms;
 	unsigned max_parallel_pulls; /* 0: 1, serialised like the kubelet */
 	unsigned max_queued_pulls;   /* waiters for a pull slot or a token; 0: 100 */
 	/* Limits per user other than root (users.c). */
@@ -87,6 +91,7 @@ struct manager_options {
 };
 
 #define MANAGER_DEFAULT_REVALIDATE_S 60
+#define MANAGER_DEFAULT_LAZY_DELAY_S 2
 #define MANAGER_DEFAULT_NAMES_PER_USER 256
 #define MANAGER_DEFAULT_PULLS_PER_USER 8
 #define MANAGER_DEFAULT_NAME_IDLE_S 300
@@ -307,6 +312,11 @@ const char *image_digest(const struct image *img);
 /* Some lazy layer of img's content is still being completed (its Pulled
  * event is still due). */
 bool image_lazy_pending(struct image *img);
+/* The background completion of img's lazy layers: a new lookup (waited
+ * false) makes one that failed try again now; someone who waits for the
+ * whole image (waited true) also ends its start-up window.  Takes
+ * manager.lock; does not block. */
+void image_completion_wake(struct image *img, bool waited);
 /* A read-only fd of the pack holding the data of regular file `file`,
  * open until image_file_fd_put(); -errno when the layer cannot be opened
  * (-ENOENT: it is gone).  May block on openat(). */

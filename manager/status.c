@@ -15,6 +15,7 @@
 #include "errname.h"
 #include "errtable.h"
 #include "events.h"
+#include "lazy-schedule.h"
 #include "macro.h"
 #include "packs.h"
 #include "manager-private.h"
@@ -67,7 +68,39 @@ struct image_bytes {
 	uint64_t local; /* of its compressed layers and config, what is here */
 	uint64_t total;
 	bool completing; /* a lazy layer's completion runs */
+	int phase;	 /* of the lazy layers' completions: -1 none */
 };
+
+/* What the status calls the completion of an image whose layers' phases
+ * (lazy-schedule.h) are summed up in phase. */
+static const char *completion_name(int phase)
+{
+	switch (phase) {
+	case LAZY_PHASE_WINDOW:
+		return "waiting";
+	case LAZY_PHASE_RUNNING:
+		return "running";
+	case LAZY_PHASE_RETRYING:
+		return "retrying";
+	default:
+		return "stopped";
+	}
+}
+
+/* Folds the phase of one layer's completion into that of its image: one
+ * running wins, then one waiting for its window, then one retrying. */
+static int phase_fold(int image, int layer)
+{
+	static const int rank[] = {
+		[LAZY_PHASE_WINDOW] = 2, [LAZY_PHASE_RUNNING] = 3, [LAZY_PHASE_RETRYING] = 1
+	};
+
+	if (layer < 0)
+		return image;
+	if (image < 0 || rank[layer] > rank[image])
+		return layer;
+	return image;
+}
 
 /* The bytes of one image (lazy layers are partly local). */
 static void image_bytes(struct manager *m, const char *digest, const char *index_digest,
@@ -77,7 +110,7 @@ static void image_bytes(struct manager *m, const char *digest, const char *index
 	struct manifest *mf = NULL;
 	size_t len;
 
-	*ret = (struct image_bytes){ .disk = cache_blob_bytes(m->cache, digest) };
+	*ret = (struct image_bytes){ .disk = cache_blob_bytes(m->cache, digest), .phase = -1 };
 	if (index_digest)
 		ret->disk += cache_blob_bytes(m->cache, index_digest);
 	if (cache_blob_read(m->cache, digest, MANIFEST_MAX_BYTES, &buf, &len) < 0 ||
@@ -88,12 +121,21 @@ static void image_bytes(struct manager *m, const char *digest, const char *index
 		ret->local = ret->total = mf->config.size;
 		for (size_t i = 0; i < mf->n_layers; i++) {
 			uint64_t local;
+			unsigned failures = 0;
 			bool completing;
+			int phase;
 
 			ret->disk += cache_layer_bytes(m->cache, mf->layers[i].digest);
 			packs_layer_bytes(m->packs, mf->layers[i].digest, mf->layers[i].size,
 					  &local, &completing);
+			phase = image_completion_phase_locked(m, mf->layers[i].digest, &failures);
+			/* pullfsctl pull stops waiting once it has failed a few
+			 * times; it goes on trying */
+			if (phase == LAZY_PHASE_RETRYING && failures >= LAZY_FAILURES_REPORTED)
+				completing = false;
 			ret->completing |= completing;
+			if (completing || phase == LAZY_PHASE_RETRYING)
+				ret->phase = phase_fold(ret->phase, phase);
 			ret->local += local;
 			ret->total += mf->layers[i].size;
 		}
@@ -119,10 +161,11 @@ static int status_image(void *userdata, const char *key, void *value)
 	image_bytes(s->m, rs->digest, rs->index_digest, &b);
 	json_array_append_new(
 		s->array,
-		json_pack("{s:s, s:s, s:I, s:I, s:I, s:b, s:b, s:o, s:o, s:b, s:i, s:b}",
+		json_pack("{s:s, s:s, s:I, s:I, s:I, s:b, s:b, s:s, s:o, s:o, s:b, s:i, s:b}",
 			  "reference", key, "digest", rs->digest, "size", (json_int_t)b.disk,
 			  "bytes_local", (json_int_t)b.local, "bytes_total", (json_int_t)b.total,
-			  "complete", b.local == b.total, "completing", b.completing, "pulled",
+			  "complete", b.local == b.total, "completing", b.completing, "completion",
+			  b.local == b.total ? "done" : completion_name(b.phase), "pulled",
 			  time_string_ms(rs->pulled_at * 1000), "last_used",
 			  time_string_ms(rs->last_used_ms), "in_use", in_use, "open_files",
 			  (int)open, "pinned", pinned));

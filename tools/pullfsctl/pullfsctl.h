@@ -164,6 +164,7 @@ struct job {
 	/* main thread: the lookup returned and the image is whole (or the
 	 * lookup failed); until then a lazily started image is completing */
 	bool settled;
+	bool hurried; /* the daemon was told the image is waited for */
 };
 
 /* Whether the job is over: looked up and, for a lazy image, complete. */

@@ -1,0 +1,197 @@
+/* Unit tests for manager/lazy-schedule: when a lazy layer's background
+ * completion starts and tries again, on a hand-driven clock. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "lazy-schedule.h"
+
+#define S(x) ((int64_t)(x)*CLOCK_NS_PER_SEC)
+#define MS(x) ((int64_t)(x)*1000000)
+
+struct fixture {
+	struct clock clock;
+	int64_t now;
+	struct lazy_schedule s;
+};
+
+static int64_t fake_now(const struct clock *c)
+{
+	return *(const int64_t *)c->userdata;
+}
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	f->clock.now_ns = fake_now;
+	f->clock.userdata = &f->now;
+	f->now = S(98765); /* far from 0: no test passes by accident of t = 0 */
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	free(*state);
+	return 0;
+}
+
+static bool due(struct fixture *f, int64_t *wait)
+{
+	return lazy_schedule_due(&f->s, wait);
+}
+
+/* No window: the completion starts at once. */
+static void test_no_window(void **state)
+{
+	struct fixture *f = *state;
+
+	lazy_schedule_init(&f->s, &f->clock, 0, 7);
+	assert_true(due(f, NULL));
+}
+
+/* The window holds the start back its whole length, and no longer. */
+static void test_window(void **state)
+{
+	struct fixture *f = *state;
+	int64_t wait;
+
+	lazy_schedule_init(&f->s, &f->clock, S(2), 0);
+	assert_false(due(f, &wait));
+	assert_int_equal(wait, S(2));
+	f->now += S(2) - 1;
+	assert_false(due(f, &wait));
+	assert_int_equal(wait, 1);
+	f->now += 1;
+	assert_true(due(f, NULL));
+}
+
+/* Readers' fetches push the start back to a quiet spell after the last
+ * one; a sample with no new fetch does not. */
+static void test_readers_push_back(void **state)
+{
+	struct fixture *f = *state;
+	int64_t wait;
+
+	lazy_schedule_init(&f->s, &f->clock, S(4), 10);
+	f->now += S(3) + MS(900);
+	lazy_schedule_readers(&f->s, 11);
+	assert_false(due(f, &wait));
+	assert_int_equal(wait, S(1)); /* 4 s / LAZY_WINDOW_QUIET_DIV after it */
+	f->now += MS(500);
+	lazy_schedule_readers(&f->s, 11); /* nothing new */
+	assert_false(due(f, &wait));
+	assert_int_equal(wait, MS(500));
+	f->now += MS(500);
+	assert_true(due(f, NULL));
+}
+
+/* Readers that never stop cannot hold the completion back beyond the cap. */
+static void test_busy_image_cap(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t count = 0;
+
+	lazy_schedule_init(&f->s, &f->clock, S(2), count);
+	for (int i = 0; i < 1000; i++) {
+		lazy_schedule_readers(&f->s, ++count);
+		if (due(f, NULL))
+			break;
+		f->now += MS(100);
+	}
+	assert_true(due(f, NULL));
+	assert_int_equal(f->now - f->s.usable_ns, LAZY_WINDOW_CAP * S(2));
+}
+
+/* A lookup does not end the window (it is likely the readers' own); someone
+ * who waits for the whole image does. */
+static void test_wake_window(void **state)
+{
+	struct fixture *f = *state;
+
+	lazy_schedule_init(&f->s, &f->clock, S(3600), 0);
+	lazy_schedule_wake(&f->s, false);
+	assert_false(due(f, NULL));
+	lazy_schedule_wake(&f->s, true);
+	assert_true(due(f, NULL));
+	lazy_schedule_running(&f->s);
+	assert_int_equal(f->s.phase, LAZY_PHASE_RUNNING);
+	assert_true(due(f, NULL));
+}
+
+/* The back-off doubles from LAZY_RETRY_FIRST_S to LAZY_RETRY_MAX_S and
+ * the tries never stop, however many failed. */
+static void test_retry_forever(void **state)
+{
+	struct fixture *f = *state;
+	unsigned expect = LAZY_RETRY_FIRST_S;
+	int64_t wait;
+
+	lazy_schedule_init(&f->s, &f->clock, 0, 0);
+	for (unsigned n = 1; n <= 20; n++) {
+		assert_true(due(f, NULL));
+		lazy_schedule_running(&f->s);
+		assert_int_equal(lazy_schedule_failed(&f->s), expect);
+		assert_int_equal(f->s.failures, n);
+		assert_int_equal(f->s.phase, LAZY_PHASE_RETRYING);
+		assert_false(due(f, &wait));
+		assert_int_equal(wait, S(expect));
+		f->now += S(expect) - 1;
+		assert_false(due(f, NULL));
+		f->now += 1;
+		expect = expect * 2 > LAZY_RETRY_MAX_S ? LAZY_RETRY_MAX_S : expect * 2;
+	}
+	assert_int_equal(lazy_schedule_retry_s(5), 160);
+	assert_int_equal(lazy_schedule_retry_s(6), LAZY_RETRY_MAX_S);
+}
+
+/* After a failure, a reader's fetch that got through, or a new lookup,
+ * makes the next try come at once; once. */
+static void test_retry_woken(void **state)
+{
+	struct fixture *f = *state;
+
+	lazy_schedule_init(&f->s, &f->clock, 0, 5);
+	for (int i = 0; i < 8; i++) {
+		lazy_schedule_running(&f->s);
+		lazy_schedule_failed(&f->s);
+	}
+	assert_false(due(f, NULL));
+	lazy_schedule_readers(&f->s, 5); /* no new fetch */
+	assert_false(due(f, NULL));
+	lazy_schedule_readers(&f->s, 6);
+	assert_true(due(f, NULL));
+	lazy_schedule_running(&f->s);
+	lazy_schedule_failed(&f->s);
+	assert_false(due(f, NULL));
+	f->now += S(1);
+	lazy_schedule_wake(&f->s, false);
+	assert_true(due(f, NULL));
+	/* a wake while it runs means nothing for its next failure */
+	lazy_schedule_running(&f->s);
+	lazy_schedule_wake(&f->s, true);
+	lazy_schedule_failed(&f->s);
+	assert_false(due(f, NULL));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_no_window, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_window, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_readers_push_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_busy_image_cap, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wake_window, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_retry_forever, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_retry_woken, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
