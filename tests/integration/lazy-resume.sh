@@ -62,7 +62,7 @@ PY
 metric() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.pullfs/metrics"; }
 # One process: the kill -9 below ends the daemon (no supervisor starting
 # another), and the next start is made with the registry gone.
-mount_pullfs --no-supervise --insecure-registry "$PROXY"
+mount_pullfs --no-supervise --insecure-registry "$PROXY" --lazy-completion-delay 0
 
 # Looked up: usable, not complete, its completion running.
 ls "$(img share-a:1)" >/dev/null || fail "lookup of share-a:1"
@@ -154,7 +154,7 @@ log "killed with $killed_at of $total bytes local"
 # flushed only with the blob: they may be fetched again), the image is
 # not complete, and its completion fails and says it will try again.
 stop_registry
-mount_pullfs --insecure-registry "$PROXY" --pull-policy if-not-present --gc-min-age 0
+mount_pullfs --insecure-registry "$PROXY" --pull-policy if-not-present --gc-min-age 0 --lazy-completion-delay 0
 answers() { [ "$(errno_of "$MNT/images")" = OK ]; }
 wait_for 30 answers || fail "$MNT/images does not answer after the restart"
 local2=$(status_of share-a:1 bytes_local)

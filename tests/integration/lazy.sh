@@ -42,7 +42,7 @@ print("|".join(out))')
 touch "$WORK/open" "$WORK/whole"
 start_slowproxy --gate "GET /v2/test/edge-[a-z]+/blobs/[^ ]+ bytes=.*=$WORK/open" \
     --gate "GET /v2/test/edge-[a-z]+/blobs/($layers)\$=$WORK/whole"
-mount_pullfs --insecure-registry "$PROXY"
+mount_pullfs --insecure-registry "$PROXY" --lazy-completion-delay 0
 img() { echo "$MNT/images/$PROXY/test/$1"; }
 
 # A table of contents that does not match the manifest's digest is never
@@ -68,7 +68,7 @@ rm -rf "$CACHE"
 : >"$PROXY_LOG"
 : >"$EVENTS"
 rm "$WORK/whole"
-mount_pullfs --insecure-registry "$PROXY"
+mount_pullfs --insecure-registry "$PROXY" --lazy-completion-delay 0
 
 # Lazy: the lookup fetches no file content; reading one small file
 # fetches a small part of the image.
@@ -157,7 +157,7 @@ unmount_pullfs
 rm -rf "$CACHE"
 : >"$PROXY_LOG"
 rm -f "$WORK/whole" # the completion must not bring the chunk first
-mount_pullfs --insecure-registry "$PROXY"
+mount_pullfs --insecure-registry "$PROXY" --lazy-completion-delay 0
 ls "$(img edge-esgz:1)" >/dev/null || fail "lookup of edge-esgz:1 from a fresh cache"
 rm -f "$WORK/open"
 python3 - "$(img edge-esgz:1)/large" "$WORK/interrupted" 2>"$WORK/reader.err" <<'PY' &
@@ -199,7 +199,7 @@ lazy_cache=$CACHE
 CACHE=$WORK/cache-dead
 rm -f "$WORK/whole"
 touch "$WORK/open"
-mount_pullfs --insecure-registry "$PROXY"
+mount_pullfs --insecure-registry "$PROXY" --lazy-completion-delay 0
 ls "$(img edge-esgz:1)" >/dev/null || fail "lookup of edge-esgz:1"
 stop_registry
 read_errno() {

@@ -1,0 +1,110 @@
+#!/bin/bash
+# Lazy images, the start-up window and a registry that ignores Range.
+# With a long --lazy-completion-delay, the lookup and a few reads leave the
+# background completion waiting: no whole-blob GET in the registry's log,
+# the status says "waiting"; `pullfsctl pull` then completes the image at
+# once.  Then, from a clean cache, a registry that answers every Range
+# request with the whole blob: the reads return the right bytes, and the
+# completion ends with every file checked and the exact tree.
+. "$(dirname "$0")/lib.sh"
+. "$INTEGRATION_DIR/images.sh"
+. "$INTEGRATION_DIR/regservers.sh"
+
+need_root
+need_fuse
+need_cmd umoci skopeo
+start_registry
+
+out=$WORK/layout
+st=$WORK/stage
+umoci init --layout "$out"
+umoci new --image "$out:1"
+mkdir -p "$st/data" "$st/etc"
+head -c 3145728 /dev/urandom >"$st/data/big"
+for i in 1 2 3 4 5 6; do head -c 300000 /dev/urandom >"$st/data/s$i"; done
+echo window >"$st/etc/name"
+LAYER_TIME='2021-01-01 00:00:00 UTC' _tar_layer "$st" "$WORK/layer.tar"
+_add_layer "$out:1" "$WORK/layer.tar" window
+umoci unpack --image "$out:1" "$WORK/bundle" >/dev/null
+_skopeo copy --dest-decompress "oci:$out:1" "dir:$WORK/plain"
+_skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd:chunked \
+    "dir:$WORK/plain" "docker://$REGISTRY/test/window:1"
+layer=$(registry_manifest test/window:1 | py -c 'import json,sys; print(json.load(sys.stdin)["layers"][0]["digest"])')
+
+start_fault_proxy "$REGISTRY"
+PROXY=127.0.0.1:$PROXY_PORT
+ref=$PROXY/test/window:1
+root=$MNT/images/$ref
+status_of() {
+    py - "$MNT/.pullfs/status" "$ref" "$1" <<'PY'
+import json, sys
+for i in json.load(open(sys.argv[1]))["images"]:
+    if i["reference"] == sys.argv[2]:
+        v = i[sys.argv[3]]
+        print(str(v).lower() if isinstance(v, bool) else v)
+PY
+}
+metric() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.pullfs/metrics"; }
+# blob_gets ranged|whole: GETs of the layer blob with or without a Range
+blob_gets() {
+    py - "$PROXY_LOG" "$layer" "$1" <<'PY'
+import json, sys
+n = 0
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r["method"] == "GET" and r["path"].endswith("/blobs/" + sys.argv[2]) and \
+            (r["range"] is None) == (sys.argv[3] == "whole"):
+        n += 1
+print(n)
+PY
+}
+complete() { [ "$(status_of complete)" = true ]; }
+layer_dir=$CACHE/layers/${layer#sha256:}
+
+# The window: the lookup and the start command's reads, and nothing more.
+mount_pullfs --insecure-registry "$PROXY" --lazy-completion-delay 3600
+ls "$root" >/dev/null || fail "lookup of $ref"
+assert_eq window "$(cat "$root/etc/name")" "etc/name"
+cmp "$WORK/bundle/rootfs/data/s3" "$root/data/s3" || fail "data/s3 read lazily"
+assert_eq waiting "$(status_of completion)" "the completion during the window"
+assert_eq false "$(status_of complete)" "complete during the window"
+assert_eq true "$(status_of completing)" "completing during the window (pullfsctl pull waits for it)"
+assert_eq 0 "$(blob_gets whole)" "whole-blob GETs during the window"
+assert_eq 0 "$(metric pullfs_lazy_background_bytes_total)" "background bytes during the window"
+[ "$(blob_gets ranged)" -ge 2 ] || fail "no range requests for the reads: $(cat "$PROXY_LOG")"
+# Someone waits for the whole image: the window ends at once.
+timeout 120 "$PULLFSCTL" -m "$MNT" pull --plain "$ref" >"$WORK/pull.out" 2>"$WORK/pull.err" ||
+    fail "pullfsctl pull: $(cat "$WORK/pull.out" "$WORK/pull.err")"
+grep -q "window:1: done" "$WORK/pull.out" || fail "pullfsctl pull output: $(cat "$WORK/pull.out")"
+assert_eq true "$(status_of complete)" "complete after pullfsctl pull"
+assert_eq done "$(status_of completion)" "the completion after pullfsctl pull"
+assert_eq 1 "$(blob_gets whole)" "whole-blob GETs of the completion"
+[ ! -e "$layer_dir/lazy" ] && ! ls "$layer_dir"/p.* >/dev/null 2>&1 || fail "layer left partial: $(ls "$layer_dir")"
+assert_tree_eq "$WORK/bundle/rootfs" "$root"
+unmount_pullfs
+
+# A registry that ignores Range: every request for a few chunks brings the
+# whole blob, of which the client keeps what it asked for.
+rm -rf "$CACHE"
+: >"$PROXY_LOG"
+: >"$EVENTS"
+proxy_mode '{"ignore_range": true}'
+mount_pullfs --insecure-registry "$PROXY" --lazy-completion-delay 3600
+ls "$root" >/dev/null || fail "lookup of $ref with Range ignored"
+[ -f "$layer_dir/toc" ] || fail "the layer was not published from its table of contents: $(ls "$layer_dir")"
+cmp "$WORK/bundle/rootfs/data/s5" "$root/data/s5" || fail "data/s5 with Range ignored"
+cmp <(tail -c +1000001 "$WORK/bundle/rootfs/data/big" | head -c 100000) \
+    <(tail -c +1000001 "$root/data/big" | head -c 100000) || fail "the middle of data/big with Range ignored"
+[ "$(blob_gets ranged)" -ge 1 ] || fail "no range requests: $(cat "$PROXY_LOG")"
+grep '"range": "bytes=' "$PROXY_LOG" | grep -q '"status": 200' || fail "the proxy did not ignore Range: $(cat "$PROXY_LOG")"
+assert_eq false "$(status_of complete)" "complete before the completion"
+"$PULLFSCTL" -m "$MNT" pull --plain "$ref" >"$WORK/pull.out" 2>"$WORK/pull.err" ||
+    fail "pullfsctl pull with Range ignored: $(cat "$WORK/pull.out" "$WORK/pull.err")"
+assert_eq true "$(status_of complete)" "complete with Range ignored"
+[ ! -e "$layer_dir/lazy" ] && ! ls "$layer_dir"/p.* >/dev/null 2>&1 || fail "layer left partial: $(ls "$layer_dir")"
+! grep -q LazyReadFailed "$EVENTS" || fail "reads failed: $(grep LazyReadFailed "$EVENTS")"
+assert_tree_eq "$WORK/bundle/rootfs" "$root"
+# ... and served from what is local with the registry gone
+stop_registry
+cmp "$WORK/bundle/rootfs/data/big" "$root/data/big" || fail "data/big with the registry gone"
+unmount_pullfs
