@@ -42,6 +42,10 @@ struct packs {
 	struct dlist idle;	  /* open, unused: least recently used first; lock */
 	unsigned n_open;	  /* lock */
 	bool took_over;		  /* packs_took_over() */
+	/* digest -> (uint64_t *) bytes local of a lazy layer that no pack
+	 * holds loaded: only a loaded layer fetches, so the count holds until
+	 * the next load (packs_layer_bytes() need not parse its TOC); lock */
+	struct strmap *lazy_local;
 };
 
 int packs_new(struct cache *cache, unsigned max_open, struct packs **ret)
@@ -51,7 +55,10 @@ int packs_new(struct cache *cache, unsigned max_open, struct packs **ret)
 	if (!p)
 		return -ENOMEM;
 	p->by_digest = strmap_new();
-	if (!p->by_digest) {
+	p->lazy_local = strmap_new();
+	if (!p->by_digest || !p->lazy_local) {
+		strmap_free(p->by_digest);
+		strmap_free(p->lazy_local);
 		free(p);
 		return -ENOMEM;
 	}
@@ -62,11 +69,41 @@ int packs_new(struct cache *cache, unsigned max_open, struct packs **ret)
 	return 0;
 }
 
+static int free_value(void *userdata, const char *key, void *value)
+{
+	free(value);
+	return 0;
+}
+
+/* Remembers (local) or forgets (NULL) the bytes local of lazy layer
+ * digest.  lock held. */
+static void lazy_local_set_locked(struct packs *p, const char *digest, const uint64_t *local)
+{
+	uint64_t *v = strmap_get(p->lazy_local, digest);
+
+	if (!local) {
+		free(strmap_remove(p->lazy_local, digest));
+		return;
+	}
+	if (!v) {
+		v = malloc(sizeof(*v));
+		if (!v)
+			return;
+		if (strmap_put(p->lazy_local, digest, v) < 0) {
+			free(v);
+			return;
+		}
+	}
+	*v = *local;
+}
+
 void packs_free(struct packs *p)
 {
 	if (!p)
 		return;
 	strmap_free(p->by_digest);
+	strmap_foreach(p->lazy_local, free_value, NULL);
+	strmap_free(p->lazy_local);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }
@@ -127,6 +164,12 @@ void packs_put(struct packs *p, struct pack *pk)
 		strmap_remove(p->by_digest, pk->digest);
 		if (pk->dirfd >= 0)
 			close(pk->dirfd);
+		if (pk->lazy && !lazy_layer_is_complete(pk->lazy)) {
+			uint64_t local, total;
+
+			lazy_layer_bytes(pk->lazy, &local, &total);
+			lazy_local_set_locked(p, pk->digest, &local);
+		}
 		lazy_layer_free(pk->lazy);
 		if (pk->retired)
 			cache_retired_discard(p->cache, pk->retired);
@@ -175,6 +218,7 @@ struct lazy_layer *pack_lazy(struct packs *p, struct pack *pk)
 	pthread_mutex_lock(&p->lock);
 	if (!pk->lazy_checked) {
 		pk->lazy_checked = true;
+		lazy_local_set_locked(p, pk->digest, NULL);
 		if (lazy_layer_open(p->cache, pk->digest, &p->lazy_stats, &pk->lazy) < 0)
 			pk->lazy = NULL;
 	}
@@ -264,6 +308,20 @@ bool pack_complete(struct packs *p, struct pack *pk)
 	return !l || lazy_layer_is_complete(l);
 }
 
+/* Whether layer digest still has its "lazy" marker (a count remembered
+ * for it is then still right: nothing fetched without loading it). */
+static bool layer_still_lazy(struct packs *p, const char *digest)
+{
+	int dirfd = cache_layer_open_dir(p->cache, digest);
+	bool r;
+
+	if (dirfd < 0)
+		return false;
+	r = faccessat(dirfd, "lazy", F_OK, 0) == 0;
+	close(dirfd);
+	return r;
+}
+
 void packs_layer_bytes(struct packs *p, const char *digest, uint64_t size, uint64_t *ret_local,
 		       bool *ret_completing)
 {
@@ -273,6 +331,20 @@ void packs_layer_bytes(struct packs *p, const char *digest, uint64_t size, uint6
 
 	*ret_local = size;
 	*ret_completing = false;
+	pthread_mutex_lock(&p->lock);
+	pk = strmap_get(p->by_digest, digest);
+	if (!pk || !pk->lazy_checked) {
+		const uint64_t *known = strmap_get(p->lazy_local, digest);
+
+		if (known && layer_still_lazy(p, digest)) {
+			*ret_local = *known;
+			*ret_completing = pk && pk->completing;
+			pthread_mutex_unlock(&p->lock);
+			return;
+		}
+		lazy_local_set_locked(p, digest, NULL);
+	}
+	pthread_mutex_unlock(&p->lock);
 	if (packs_get(p, digest, &pk) < 0)
 		return;
 	l = pack_lazy(p, pk);
@@ -306,6 +378,7 @@ int packs_remove_layer(struct packs *p, const char *digest)
 		pk->fd = fd;
 		p->n_open++;
 	}
+	lazy_local_set_locked(p, digest, NULL);
 	r = cache_layer_retire(p->cache, digest, &pk->retired, &pk->dirfd);
 	if (r == 0) {
 		idle_unlink_locked(p, pk);

@@ -24,6 +24,7 @@
 #include "cache.h"
 #include "fake-transport.h"
 #include "lazy.h"
+#include "packs.h"
 #include "registry.h"
 #include "tocblob.h"
 
@@ -526,6 +527,46 @@ static void test_many_files_few_descriptors(void **state)
 	assert_int_equal(open_fds(), before);
 }
 
+/* The status's byte count of a lazy layer that no image holds loaded comes
+ * from memory, not from parsing its TOC again: with the TOC gone from the
+ * disk it is still right; a reader's fetch (a load) makes it fresh. */
+static void test_bytes_remembered(void **state)
+{
+	struct fixture *f = *state;
+	struct lazy_layer *l;
+	struct packs *p;
+	struct pack *pk;
+	unsigned char buf[100];
+	uint64_t local, total, got, first;
+	bool completing;
+	char toc[256], away[300];
+
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
+	lazy_layer_bytes(l, &local, &total);
+	lazy_layer_free(l);
+	assert_int_equal(packs_new(f->cache, 0, &p), 0);
+	packs_layer_bytes(p, f->blob, total, &first, &completing);
+	assert_int_equal(first, local);
+	assert_false(completing);
+	snprintf(toc, sizeof(toc), "%s/layers/%s/toc", f->dir, digest_hex(f->blob));
+	snprintf(away, sizeof(away), "%s.away", toc);
+	assert_int_equal(rename(toc, away), 0);
+	packs_layer_bytes(p, f->blob, total, &got, &completing);
+	assert_int_equal(got, first);
+	assert_int_equal(rename(away, toc), 0);
+	/* a read through a loaded layer: the count follows */
+	assert_int_equal(packs_get(p, f->blob, &pk), 0);
+	l = pack_lazy(p, pk);
+	assert_non_null(l);
+	assert_int_equal(lazy_read(l, f->reg, f->object, 10, sizeof(buf), buf), sizeof(buf));
+	packs_put(p, pk);
+	assert_int_equal(rename(toc, away), 0);
+	packs_layer_bytes(p, f->blob, total, &got, &completing);
+	assert_true(got > first && got < total);
+	assert_int_equal(rename(away, toc), 0);
+	packs_free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -539,6 +580,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_partial_pull_links, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_present_at_publishing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_files_few_descriptors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bytes_remembered, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
