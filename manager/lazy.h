@@ -67,7 +67,9 @@ struct lazy_source {
 };
 
 /* Fetches and verifies the TOC of blob_digest from src (tl, domain, repo):
- * the tail of the blob, then the TOC's range, which goes to src->where.
+ * eStargz: the tail of the blob, then the TOC's range; zstd:chunked: the
+ * range its annotation gives, one request.  The range goes to
+ * src->where.
  * Returns 0 with the parsed toc and its raw bytes (caller frees both), or
  * -errno with a reason in errbuf (-EBADMSG: malformed or not matching its
  * digest). */

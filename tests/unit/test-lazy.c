@@ -567,6 +567,15 @@ static void test_bytes_remembered(void **state)
 	packs_free(p);
 }
 
+/* A zstd:chunked layer's table of contents comes in one request: its
+ * annotation places it, no footer is fetched first. */
+static void test_toc_one_request(void **state)
+{
+	struct fixture *f = *state;
+
+	assert_int_equal(ranges(f), 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -581,6 +590,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_present_at_publishing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_files_few_descriptors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bytes_remembered, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_toc_one_request, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
