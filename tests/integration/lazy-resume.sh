@@ -50,15 +50,7 @@ start_slowproxy --gate "GET /v2/test/share-[ab]/blobs/=$WORK/open" \
     --rate "GET /v2/test/share-a/blobs/$layer_a\$=1500000"
 img() { echo "$MNT/images/$PROXY/test/$1"; }
 # status_of REF FIELD: FIELD of the image in .pullfs/status
-status_of() {
-    py - "$MNT/.pullfs/status" "$PROXY/test/$1" "$2" <<'PY'
-import json, sys
-for i in json.load(open(sys.argv[1]))["images"]:
-    if i["reference"] == sys.argv[2]:
-        v = i[sys.argv[3]]
-        print(str(v).lower() if isinstance(v, bool) else v)
-PY
-}
+status_of() { pullfs_image_field "$PROXY/test/$1" "$2"; }
 metric() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.pullfs/metrics"; }
 # One process: the kill -9 below ends the daemon (no supervisor starting
 # another), and the next start is made with the registry gone.

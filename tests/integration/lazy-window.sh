@@ -35,15 +35,7 @@ start_fault_proxy "$REGISTRY"
 PROXY=127.0.0.1:$PROXY_PORT
 ref=$PROXY/test/window:1
 root=$MNT/images/$ref
-status_of() {
-    py - "$MNT/.pullfs/status" "$ref" "$1" <<'PY'
-import json, sys
-for i in json.load(open(sys.argv[1]))["images"]:
-    if i["reference"] == sys.argv[2]:
-        v = i[sys.argv[3]]
-        print(str(v).lower() if isinstance(v, bool) else v)
-PY
-}
+status_of() { pullfs_image_field "$ref" "$1"; }
 metric() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.pullfs/metrics"; }
 # blob_gets ranged|whole: GETs of the layer blob with or without a Range
 blob_gets() {

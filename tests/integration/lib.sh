@@ -415,6 +415,18 @@ else:
     sys.exit("no whole status document in 100 reads")' "$MNT/.pullfs/status" "$1"
 }
 
+# pullfs_image_field REFERENCE FIELD: FIELD of the image in the mount's
+# status (booleans as true/false).
+pullfs_image_field() {
+    py - "$MNT/.pullfs/status" "$1" "$2" <<'PY'
+import json, sys
+for i in json.load(open(sys.argv[1]))["images"]:
+    if i["reference"] == sys.argv[2]:
+        v = i[sys.argv[3]]
+        print(str(v).lower() if isinstance(v, bool) else v)
+PY
+}
+
 # pullfs_serving_pid: the process that serves the mount.  By default
 # pullfs is two processes: $PULLFS_PID is the supervisor, which holds the
 # mount and forwards SIGHUP and SIGTERM, and the serving process (threads,
