@@ -10,7 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "fault.h"
 
 #include "macro.h"
 #include "strmap.h"
@@ -123,6 +128,13 @@ char *handover_format_image(uint32_t key, const char *digest, const char *refere
 	return d && r && *d && *r ? format("img %" PRIu32 " %s %s\n", key, d, r) : NULL;
 }
 
+char *handover_format_ns_forgotten(const char *key)
+{
+	_cleanup_free_ char *k = escape(key);
+
+	return k && *k ? format("nsx %s\n", k) : NULL;
+}
+
 char *handover_format_backing(int id, const char *object)
 {
 	_cleanup_free_ char *o = escape(object);
@@ -195,7 +207,7 @@ static size_t split(char *line, char **f, size_t max)
 
 struct parse {
 	struct handover_state *s;
-	struct strmap *ns;     /* key -> (void *)1 */
+	struct strmap *ns;     /* key -> its index in s->ns_keys + 1 (size_t *) */
 	struct strmap *images; /* key in decimal -> struct handover_image * */
 	struct strmap *bk;     /* id in decimal -> object (owned) */
 	struct strmap *bo;     /* reference -> struct handover_backoff * */
@@ -241,8 +253,22 @@ static int add_backoff(struct parse *p, char **f, size_t n)
 	return 0;
 }
 
+/* A namespace node the kernel forgot: its key, if live, goes. */
+static int drop_ns(struct parse *p, const char *key)
+{
+	size_t *slot = strmap_remove(p->ns, key);
+
+	if (slot) {
+		free(p->s->ns_keys[*slot - 1]);
+		p->s->ns_keys[*slot - 1] = NULL;
+		free(slot);
+	}
+	return 0;
+}
+
 static int add_ns(struct parse *p, const char *key)
 {
+	size_t *slot;
 	char **v;
 
 	if (strmap_get(p->ns, key))
@@ -254,7 +280,27 @@ static int add_ns(struct parse *p, const char *key)
 	if (!(v[p->s->n_ns_keys] = strdup(key)))
 		return -ENOMEM;
 	p->s->n_ns_keys++;
-	return strmap_put(p->ns, key, (void *)1);
+	/* where it is, counted from 1, for a later "nsx" */
+	slot = malloc(sizeof(*slot));
+	if (!slot)
+		return -ENOMEM;
+	*slot = p->s->n_ns_keys;
+	if (strmap_put(p->ns, key, slot) < 0) {
+		free(slot);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* The keys "nsx" dropped leave holes: closed up, in order. */
+static void pack_ns(struct handover_state *s)
+{
+	size_t w = 0;
+
+	for (size_t i = 0; i < s->n_ns_keys; i++)
+		if (s->ns_keys[i])
+			s->ns_keys[w++] = s->ns_keys[i];
+	s->n_ns_keys = w;
 }
 
 static int add_image(struct parse *p, char **f)
@@ -347,6 +393,8 @@ static int parse_line(struct parse *p, char *line, bool first)
 		return n == 2 ? parse_init(p->s, f[1]) : -EBADMSG;
 	if (!strcmp(f[0], "ns"))
 		return n == 2 && unescape(f[1]) == 0 ? add_ns(p, f[1]) : -EBADMSG;
+	if (!strcmp(f[0], "nsx"))
+		return n == 2 && unescape(f[1]) == 0 ? drop_ns(p, f[1]) : -EBADMSG;
 	if (!strcmp(f[0], "img"))
 		return n == 4 ? add_image(p, f) : -EBADMSG;
 	if (!strcmp(f[0], "bk"))
@@ -467,6 +515,7 @@ int handover_parse(const char *text, size_t len, struct handover_state *ret)
 		r = -ENOMEM;
 		goto out;
 	}
+	pack_ns(&s);
 	strmap_foreach(p.images, collect_image, &s);
 	strmap_foreach(p.bk, collect_backing, &s);
 	strmap_foreach(p.bo, collect_backoff, &s);
@@ -488,8 +537,11 @@ out:
 	strmap_free(p.images);
 	strmap_free(p.bk);
 	strmap_free(p.bo);
+	if (p.ns)
+		strmap_foreach(p.ns, free_entry, NULL);
 	strmap_free(p.ns);
 	if (r < 0) {
+		pack_ns(&s);
 		handover_state_done(&s);
 		return r;
 	}
@@ -568,19 +620,47 @@ char *handover_format_state(const struct handover_state *s)
 
 /* ---- this process's log ------------------------------------------------ */
 
+/* log_lock orders every write to the log with a compaction: a note goes
+ * to the log and, while a compaction is under way, to the new log too
+ * (next_fd), so that whichever of the two the supervisor holds when this
+ * process dies has every record. */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t log_cond = PTHREAD_COND_INITIALIZER;
 static int log_fd = -1;
+static int next_fd = -1;
+static size_t log_bytes;  /* the size of the log */
+static size_t live_bytes; /* its size when last compacted (0: never) */
+static unsigned long compactions;
 static atomic_ulong lost;
+static handover_swap_fn swap_fn;
+static void *swap_data;
+static bool compactor_on, compactor_stop;
+static pthread_t compactor;
 
 void handover_set_fd(int fd)
 {
+	struct stat st;
+
+	pthread_mutex_lock(&log_lock);
 	log_fd = fd;
-	if (fd >= 0)
+	log_bytes = live_bytes = 0;
+	if (fd >= 0) {
 		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_APPEND);
+		if (fstat(fd, &st) == 0)
+			log_bytes = (size_t)st.st_size;
+	}
+	pthread_mutex_unlock(&log_lock);
 }
 
 int handover_fd(void)
 {
 	return log_fd;
+}
+
+static bool compaction_due(void)
+{
+	return log_fd >= 0 && next_fd < 0 && log_bytes >= HANDOVER_COMPACT_MIN &&
+	       log_bytes > 2 * live_bytes;
 }
 
 void handover_note(char *record)
@@ -596,13 +676,201 @@ void handover_note(char *record)
 		return;
 	}
 	n = strlen(record);
-	/* O_APPEND: one write(2) is one record, whatever other threads do */
+	pthread_mutex_lock(&log_lock);
+	/* O_APPEND: one write(2) is one record */
 	if (write(log_fd, record, n) != (ssize_t)n)
 		atomic_fetch_add(&lost, 1);
+	else
+		log_bytes += n;
+	if (next_fd >= 0 && write(next_fd, record, n) != (ssize_t)n)
+		atomic_fetch_add(&lost, 1);
+	if (compactor_on && compaction_due())
+		pthread_cond_signal(&log_cond);
+	pthread_mutex_unlock(&log_lock);
 	free(record);
 }
 
 unsigned long handover_lost(void)
 {
 	return atomic_load(&lost);
+}
+
+void handover_set_swap(handover_swap_fn fn, void *userdata)
+{
+	swap_fn = fn;
+	swap_data = userdata;
+}
+
+size_t handover_log_bytes(void)
+{
+	size_t n;
+
+	pthread_mutex_lock(&log_lock);
+	n = log_bytes;
+	pthread_mutex_unlock(&log_lock);
+	return n;
+}
+
+unsigned long handover_compactions(void)
+{
+	unsigned long n;
+
+	pthread_mutex_lock(&log_lock);
+	n = compactions;
+	pthread_mutex_unlock(&log_lock);
+	return n;
+}
+
+/* The whole of fd in a new buffer (*ret_len bytes), or NULL. */
+static char *read_all(int fd, size_t *ret_len)
+{
+	char *buf = NULL;
+	size_t len = 0, cap = 0;
+	ssize_t n;
+
+	for (;;) {
+		if (len == cap) {
+			char *b = realloc(buf, cap = cap ? cap * 2 : 65536);
+			if (!b) {
+				free(buf);
+				return NULL;
+			}
+			buf = b;
+		}
+		n = pread(fd, buf + len, cap - len, (off_t)len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			free(buf);
+			return NULL;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	*ret_len = len;
+	return buf;
+}
+
+/* A new log holding what the log says, compacted: its descriptor, or
+ * -errno.  Under log_lock. */
+static int write_compacted(size_t *ret_len)
+{
+	_cleanup_free_ char *text = NULL, *compact = NULL;
+	struct handover_state st;
+	size_t len = 0, n;
+	int fd, r;
+
+	text = read_all(log_fd, &len);
+	if (!text)
+		return -errno ?: -ENOMEM;
+	r = handover_parse(text, len, &st);
+	if (r < 0)
+		return r;
+	compact = handover_format_state(&st);
+	handover_state_done(&st);
+	if (!compact)
+		return -ENOMEM;
+	fd = memfd_create("pullfs-handover", MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = strlen(compact);
+	if (write(fd, compact, n) != (ssize_t)n) {
+		r = errno ? -errno : -ENOSPC;
+		close(fd);
+		return r;
+	}
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_APPEND);
+	*ret_len = n;
+	return fd;
+}
+
+int handover_compact(void)
+{
+	size_t len = 0, before = 0;
+	int fd, r;
+
+	if (!swap_fn)
+		return -EOPNOTSUPP;
+	pthread_mutex_lock(&log_lock);
+	if (log_fd < 0 || next_fd >= 0) {
+		pthread_mutex_unlock(&log_lock);
+		return log_fd < 0 ? -EBADF : -EBUSY;
+	}
+	fd = write_compacted(&len);
+	if (fd >= 0)
+		next_fd = fd; /* notes from now on go to both */
+	before = log_bytes;
+	pthread_mutex_unlock(&log_lock);
+	if (fd < 0)
+		return fd;
+	/* A kill from here on leaves the supervisor either log, whole. */
+	fault_point("handover-compacted");
+	r = swap_fn(fd, swap_data);
+	if (r == 0)
+		fault_point("handover-swapped");
+	pthread_mutex_lock(&log_lock);
+	next_fd = -1;
+	if (r == 0) {
+		/* what was noted meanwhile is in both */
+		log_bytes = len + (log_bytes - before);
+		live_bytes = len;
+		close(log_fd);
+		log_fd = fd;
+		compactions++;
+	} else {
+		close(fd);
+	}
+	pthread_mutex_unlock(&log_lock);
+	return r;
+}
+
+static void *compactor_main(void *arg)
+{
+	pthread_mutex_lock(&log_lock);
+	while (!compactor_stop) {
+		if (!compaction_due()) {
+			pthread_cond_wait(&log_cond, &log_lock);
+			continue;
+		}
+		pthread_mutex_unlock(&log_lock);
+		int r = handover_compact();
+		pthread_mutex_lock(&log_lock);
+		if (r < 0 && r != -EBUSY) {
+			/* not again before the log doubles once more */
+			live_bytes = log_bytes;
+			fprintf(stderr, "pullfs: cannot compact the hand-over log: %s\n",
+				strerror(-r));
+		}
+	}
+	pthread_mutex_unlock(&log_lock);
+	return NULL;
+}
+
+int handover_compactor_start(void)
+{
+	int r;
+
+	pthread_mutex_lock(&log_lock);
+	compactor_stop = false;
+	r = -pthread_create(&compactor, NULL, compactor_main, NULL);
+	compactor_on = r == 0;
+	if (compactor_on)
+		pthread_cond_signal(&log_cond);
+	pthread_mutex_unlock(&log_lock);
+	return r;
+}
+
+void handover_compactor_stop(void)
+{
+	bool on;
+
+	pthread_mutex_lock(&log_lock);
+	on = compactor_on;
+	compactor_stop = true;
+	compactor_on = false;
+	pthread_cond_broadcast(&log_cond);
+	pthread_mutex_unlock(&log_lock);
+	if (on)
+		pthread_join(compactor, NULL);
 }

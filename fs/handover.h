@@ -15,6 +15,7 @@
  *   init HEX                  the kernel's INIT request as read
  *   ns KEY                    a namespace node (path below images/, or
  *                             "/layers/..." in the layer store)
+ *   nsx KEY                   ... the kernel forgot it
  *   img KEY DIGEST REFERENCE  an image handed out under image key KEY; a
  *                             view of one layer (layers/) is noted with
  *                             REFERENCE "layer:LAYER-DIGEST:IMAGE-REF"
@@ -27,7 +28,14 @@
  *                             every process), the last one -ERR
  *   bok REF                   ... and out of it
  *
- * Records of an unknown kind are skipped, for a newer writer.  The pure
+ * Records of an unknown kind are skipped, for a newer writer.
+ *
+ * The log is bounded: once it is more than twice its size after the last
+ * compaction (and at least HANDOVER_COMPACT_MIN), the serving process
+ * writes what it says, compacted, to a new memfd and asks the supervisor
+ * to hold that one instead (handover_set_swap); records noted meanwhile go
+ * to both.  The supervisor swaps in one step, so a kill at any moment
+ * leaves it one whole log: the old one, or the compacted one.  The pure
  * parts (format, parse) are what the unit test covers. */
 #pragma once
 
@@ -80,6 +88,7 @@ char *handover_format_version(void);
 char *handover_format_init(const void *req, size_t len);
 char *handover_format_ns(const char *key);
 char *handover_format_image(uint32_t key, const char *digest, const char *reference);
+char *handover_format_ns_forgotten(const char *key);
 char *handover_format_backing(int id, const char *object);
 char *handover_format_backing_closed(int id);
 char *handover_format_backoff(const struct handover_backoff *b);
@@ -96,3 +105,20 @@ void handover_set_fd(int fd);
 int handover_fd(void);
 void handover_note(char *record); /* takes the record; NULL is counted as lost */
 unsigned long handover_lost(void);
+
+#define HANDOVER_COMPACT_MIN 16384
+
+/* Gives the supervisor fd, the compacted log, to hold in place of the
+ * log; 0 once it does (then this process writes to fd), -errno when it
+ * keeps the old one. */
+typedef int (*handover_swap_fn)(int fd, void *userdata);
+void handover_set_swap(handover_swap_fn fn, void *userdata);
+/* Compacts the log now (the fault points "handover-compacted", before the
+ * swap, and "handover-swapped", after it, are for the crash tests).
+ * 0, -EBUSY (one under way), -EOPNOTSUPP (no swap), -errno. */
+int handover_compact(void);
+/* A thread that compacts the log whenever it is due. */
+int handover_compactor_start(void);
+void handover_compactor_stop(void);
+size_t handover_log_bytes(void);
+unsigned long handover_compactions(void);

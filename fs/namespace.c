@@ -151,8 +151,11 @@ void nsnode_forget(struct fs *fs, struct nsnode *n, uint64_t count)
 		return;
 	pthread_mutex_lock(&fs->ns_lock);
 	if (n->nlookup <= count || n->restored) {
-		if (strmap_get(fs->nsnodes, n->key) == n)
+		if (strmap_get(fs->nsnodes, n->key) == n) {
 			strmap_remove(fs->nsnodes, n->key);
+			/* under ns_lock: before the "ns" of a node made again */
+			handover_note(handover_format_ns_forgotten(n->key));
+		}
 		ino_name(n->ino, name);
 		if (strmap_get(fs->nsinos, name) == n)
 			strmap_remove(fs->nsinos, name);

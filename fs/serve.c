@@ -162,12 +162,13 @@ static void taken_over(void *userdata, int64_t resent_ns, int err)
 	takeover_probe(fs);
 }
 
-/* The log of the process before, read, and the log started afresh with
- * what it holds (so it does not grow across restarts).  0 with *st, or
- * -errno with a message printed. */
+/* The log of the process before, read.  It is compacted later, by this
+ * process's compactor, the supervisor swapping the logs (never rewritten
+ * in place: a kill in the middle would lose it).  0 with *st, or -errno
+ * with a message printed. */
 static int read_handover(int fd, struct handover_state *st)
 {
-	_cleanup_free_ char *buf = NULL, *compact = NULL;
+	_cleanup_free_ char *buf = NULL;
 	size_t len = 0, cap = 0;
 	ssize_t n;
 	int r;
@@ -193,22 +194,10 @@ static int read_handover(int fd, struct handover_state *st)
 		len += (size_t)n;
 	}
 	r = handover_parse(buf, len, st);
-	if (r < 0) {
+	if (r < 0)
 		fprintf(stderr, "pullfs: the hand-over state cannot be read by this version: %s\n",
 			strerror(-r));
-		return r;
-	}
-	compact = handover_format_state(st);
-	if (!compact) {
-		handover_state_done(st);
-		return -ENOMEM;
-	}
-	/* one truncate and one write: a kill between the two is the one
-	 * moment that loses the state */
-	if (ftruncate(fd, 0) < 0 || pwrite(fd, compact, strlen(compact), 0) < 0)
-		fprintf(stderr, "pullfs: cannot rewrite the hand-over state: %s\n",
-			strerror(errno));
-	return 0;
+	return r;
 }
 
 static int sup_send(const struct fs *fs, const char *msg)
@@ -216,6 +205,41 @@ static int sup_send(const struct fs *fs, const char *msg)
 	if (fs->handoff.sup_fd < 0)
 		return -ENOTCONN;
 	return send(fs->handoff.sup_fd, msg, strlen(msg), MSG_NOSIGNAL) < 0 ? -errno : 0;
+}
+
+/* handover.h's swap: the compacted log goes to the supervisor, which
+ * holds it from its answer on. */
+static int swap_log(int fd, void *userdata)
+{
+	struct fs *fs = userdata;
+	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
+	struct iovec iov = { .iov_base = "log", .iov_len = 3 };
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	char ans[64];
+	ssize_t n = 0;
+	int r = 0;
+
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	pthread_mutex_lock(&fs->sup_lock);
+	if (sendmsg(fs->handoff.sup_fd, &mh, MSG_NOSIGNAL) < 0)
+		r = -errno;
+	while (r == 0 && (n = recv(fs->handoff.sup_fd, ans, sizeof(ans) - 1, 0)) < 0 &&
+	       errno == EINTR)
+		;
+	pthread_mutex_unlock(&fs->sup_lock);
+	if (r < 0)
+		return r;
+	if (n <= 0)
+		return n < 0 ? -errno : -ECONNRESET;
+	ans[n] = '\0';
+	return !strcmp(ans, "log ok") ? 0 : -EIO;
 }
 
 /* The control socket's upgrade: the supervisor checks the binary at its
@@ -277,13 +301,19 @@ void serve_status(struct fs *fs, json_t *o)
 
 	gmtime_r(&fs->started.tv_sec, &tm);
 	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	json_object_set_new(
-		o, "serving",
-		json_pack("{s:i, s:s, s:b, s:i, s:i, s:i, s:f}", "pid", (json_int_t)getpid(),
-			  "started", when, "supervised", fs->handoff.sup_fd >= 0, "restarts",
-			  (json_int_t)fs->handoff.generation, "upgrades",
-			  (json_int_t)fs->handoff.upgrades, "recoveries",
-			  (json_int_t)fs->handoff.recoveries, "last_held_ms", fs->held_ms));
+	json_t *v = json_pack("{s:i, s:s, s:b, s:i, s:i, s:i, s:f}", "pid", (json_int_t)getpid(),
+			      "started", when, "supervised", fs->handoff.sup_fd >= 0, "restarts",
+			      (json_int_t)fs->handoff.generation, "upgrades",
+			      (json_int_t)fs->handoff.upgrades, "recoveries",
+			      (json_int_t)fs->handoff.recoveries, "last_held_ms", fs->held_ms);
+
+	if (v && fs->handoff.sup_fd >= 0) {
+		json_object_set_new(v, "handover_log_bytes",
+				    json_integer((json_int_t)handover_log_bytes()));
+		json_object_set_new(v, "handover_compactions",
+				    json_integer((json_int_t)handover_compactions()));
+	}
+	json_object_set_new(o, "serving", v);
 }
 
 /* ---- the session ----------------------------------------------------- */
@@ -403,11 +433,17 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 	fuse_loop_cfg_set_clone_fd(cfg, 0);
 	fuse_loop_cfg_set_max_threads(cfg, fs->opts.max_threads);
 	fuse_loop_cfg_set_idle_threads(cfg, 8);
-	if (h)
+	if (h) {
 		sup_send(fs, "ready");
+		handover_set_swap(swap_log, fs);
+		if (handover_compactor_start() < 0)
+			fprintf(stderr, "pullfs: the hand-over log will not be compacted: %s\n",
+				strerror(ENOMEM));
+	}
 	r = fuse_session_loop_mt(fs->session, cfg);
 	/* A positive value is the signal that ended the loop: a clean stop. */
 	r = r > 0 ? 0 : r < 0 ? r : 0;
+	handover_compactor_stop();
 	fuse_loop_cfg_destroy(cfg);
 	/* Lookups waiting for pulls are answered from the pulls' threads:
 	 * they end before the session does. */

@@ -54,6 +54,7 @@ struct sup {
 	pid_t pid; /* the serving process; 0: none */
 	bool ready, ever_ready, stopping, upgrading;
 	unsigned generation, upgrades, recoveries, fast_deaths;
+	unsigned log_swaps; /* parity: the systemd store's name of the log */
 	int64_t down_ns;
 	int notify_fd; /* the waiting parent (not foreground); -1: none */
 	int status;
@@ -105,7 +106,7 @@ static int sd_message(const char *msg, int fd)
 
 /* The descriptors systemd kept for a supervisor that died, by name
  * (sd_listen_fds_with_names(3) conventions).  True when both were given. */
-static bool fds_passed(int *dev_fd, int *state_fd)
+static bool fds_passed(int *dev_fd, int *state_fd, unsigned *swaps)
 {
 	const char *pid = getenv("LISTEN_PID"), *n = getenv("LISTEN_FDS");
 	const char *names = getenv("LISTEN_FDNAMES");
@@ -120,8 +121,12 @@ static bool fds_passed(int *dev_fd, int *state_fd)
 	     f = strtok_r(NULL, ":", &save), i++) {
 		if (!strcmp(f, "fuse"))
 			*dev_fd = 3 + i;
-		else if (!strcmp(f, "handover"))
+		else if (!strcmp(f, "handover") || !strcmp(f, "handover-b")) {
+			/* both, when a supervisor died in the middle of a swap:
+			 * either is whole; the one stored last is newer */
 			*state_fd = 3 + i;
+			*swaps = f[8] ? 1 : 0;
+		}
 	}
 	return *dev_fd >= 0 && *state_fd >= 0;
 }
@@ -129,8 +134,9 @@ static bool fds_passed(int *dev_fd, int *state_fd)
 bool supervisor_fds_passed(void)
 {
 	int a, b;
+	unsigned c;
 
-	return fds_passed(&a, &b);
+	return fds_passed(&a, &b, &c);
 }
 
 static int64_t now_ns(void)
@@ -279,10 +285,53 @@ static int check_binary(struct sup *s, char *msg, size_t len)
 	return -ENOEXEC;
 }
 
+/* The systemd store's name of the log: two, used in turn, so that the
+ * store holds a whole log at every moment of a swap. */
+static const char *log_name(unsigned swaps)
+{
+	return swaps % 2 ? "handover-b" : "handover";
+}
+
+/* The serving process compacted the log into fd (handover.h): hold that
+ * one from now on.  The one step that matters is the assignment: before
+ * it the old log is the one a next process reads, after it the new. */
+static int swap_log(struct sup *s, int fd)
+{
+	char msg[64];
+
+	if (s->fdstore) {
+		snprintf(msg, sizeof(msg), "FDSTORE=1\nFDNAME=%s", log_name(s->log_swaps + 1));
+		if (sd_message(msg, fd) < 0) {
+			close(fd);
+			return -EIO;
+		}
+	}
+	close(s->state_fd);
+	s->state_fd = fd;
+	s->log_swaps++;
+	if (s->fdstore) {
+		snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s", log_name(s->log_swaps + 1));
+		sd_message(msg, -1);
+	}
+	return 0;
+}
+
 static void on_message(struct sup *s)
 {
 	char buf[256], ans[2200];
-	ssize_t n = recv(s->sock, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) - 1 };
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	ssize_t n = recvmsg(s->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	int fd = -1;
+	struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
+
+	if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+	    c->cmsg_len == CMSG_LEN(sizeof(int)))
+		memcpy(&fd, CMSG_DATA(c), sizeof(int));
 
 	if (n <= 0) {
 		/* the serving process closed its end: it is dying, SIGCHLD
@@ -294,6 +343,15 @@ static void on_message(struct sup *s)
 		return;
 	}
 	buf[n] = '\0';
+	if (!strcmp(buf, "log")) {
+		const char *a = fd >= 0 && swap_log(s, fd) == 0 ? "log ok" : "log err";
+		if (send(s->sock, a, strlen(a), MSG_NOSIGNAL) < 0) {
+			/* it died meanwhile: SIGCHLD follows */
+		}
+		return;
+	}
+	if (fd >= 0)
+		close(fd); /* not one we asked for */
 	if (!strcmp(buf, "ready")) {
 		if (!s->ever_ready)
 			sd_message("READY=1", -1);
@@ -492,7 +550,7 @@ int supervisor_run(struct fuse_args *args, const char *mountpoint, bool foregrou
 		fprintf(stderr, "pullfs: cannot set up the supervisor: %s\n", strerror(errno));
 		goto out;
 	}
-	if (fds_passed(&s.dev_fd, &s.state_fd)) {
+	if (fds_passed(&s.dev_fd, &s.state_fd, &s.log_swaps)) {
 		/* A supervisor before this one died; systemd kept the mount's
 		 * descriptor and the log: take over as after a crash. */
 		fcntl(s.dev_fd, F_SETFD, FD_CLOEXEC);
@@ -535,6 +593,7 @@ out_unmount:
 		/* the mount ends here: nothing for a next start to take over */
 		sd_message("FDSTOREREMOVE=1\nFDNAME=fuse", -1);
 		sd_message("FDSTOREREMOVE=1\nFDNAME=handover", -1);
+		sd_message("FDSTOREREMOVE=1\nFDNAME=handover-b", -1);
 	}
 	if (se)
 		fuse_session_unmount(se);

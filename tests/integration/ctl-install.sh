@@ -58,7 +58,7 @@ grep -qx "ExecStart=$PREFIX/bin/pullfs -f --config $SYSCONF/pullfs.conf -o allow
 # it does with them); reload upgrades in place.
 grep -qx "ExecReload=$PREFIX/bin/pullfsctl -m /run/pullfs upgrade" "$unit" ||
     fail "ExecReload of the unit: $(grep ExecReload "$unit")"
-for l in Type=notify NotifyAccess=main FileDescriptorStoreMax=2 Restart=on-failure LimitNOFILE=524288 After=network-online.target Wants=network-online.target WantedBy=multi-user.target; do
+for l in Type=notify NotifyAccess=main FileDescriptorStoreMax=3 Restart=on-failure LimitNOFILE=524288 After=network-online.target Wants=network-online.target WantedBy=multi-user.target; do
     grep -qx "$l" "$unit" || fail "no '$l' in the unit"
 done
 if command -v systemd-analyze >/dev/null 2>&1; then

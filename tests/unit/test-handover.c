@@ -1,13 +1,19 @@
 /* handover: the records of the hand-over log, written and read back; what
  * a log that grew by appends means (the last record wins, a closed
- * backing is gone, a torn last line does not count); logs refused. */
+ * backing is gone, a torn last line does not count); logs refused; the
+ * compaction of this process's log (only the live records kept, records
+ * noted during it in both logs, a compaction that does not reach the
+ * supervisor leaving the old log whole and in use). */
 #include <errno.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -200,6 +206,110 @@ static void test_records(void **state)
 	free(s);
 }
 
+/* ---- compaction ---- */
+
+static char *contents(int fd)
+{
+	static char buf[1 << 20];
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+
+	assert_true(n >= 0);
+	buf[n] = '\0';
+	return buf;
+}
+
+/* The supervisor of the test: holds what it is given when `accept`; notes
+ * one record as another thread would while the swap is on its way. */
+static int held_fd = -1;
+static bool accept_swap;
+
+static int fake_swap(int fd, void *userdata)
+{
+	handover_note(handover_format_ns("during/the/swap"));
+	if (!accept_swap)
+		return -ECONNRESET; /* killed before the supervisor swapped */
+	held_fd = dup(fd);
+	return 0;
+}
+
+static int log_with(const char *text)
+{
+	int fd = memfd_create("test-handover", 0);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	return fd;
+}
+
+static void test_compaction(void **state)
+{
+	struct handover_state st;
+	char *got;
+	int old = log_with("v 1\n"), old_copy = dup(old);
+
+	handover_set_fd(old);
+	handover_set_swap(fake_swap, NULL);
+	handover_note(handover_format_ns("gone/1"));
+	handover_note(handover_format_ns("live/1"));
+	handover_note(handover_format_image(3, "sha256:aa", "r:1"));
+	handover_note(handover_format_image(3, "sha256:bb", "r:1"));
+	handover_note(handover_format_backing(5, "obj"));
+	handover_note(handover_format_backing_closed(5));
+	handover_note(handover_format_backing(6, "obj6"));
+	handover_note(handover_format_ns_forgotten("gone/1"));
+	handover_note(handover_format_ns_forgotten("never/noted"));
+	handover_note(handover_format_ns("gone/1/again"));
+
+	/* the supervisor keeps the old log: it stays whole, and in use */
+	accept_swap = false;
+	assert_int_equal(handover_compact(), -ECONNRESET);
+	assert_int_equal(handover_fd(), old);
+	handover_note(handover_format_ns("after/refusal"));
+	assert_non_null(strstr(contents(old_copy), "ns gone/1\n"));
+	assert_non_null(strstr(contents(old_copy), "ns after/refusal\n"));
+	assert_non_null(strstr(contents(old_copy), "ns during/the/swap\n"));
+
+	accept_swap = true;
+	assert_int_equal(handover_compact(), 0);
+	assert_int_not_equal(handover_fd(), old);
+	assert_true(held_fd >= 0);
+	handover_note(handover_format_ns("after/swap"));
+	got = contents(held_fd);
+	/* exactly the live records, then what came during and after */
+	assert_string_equal(got, "v 1\n"
+				 "ns live/1\n"
+				 "ns gone/1/again\n"
+				 "ns during/the/swap\n"
+				 "ns after/refusal\n"
+				 "img 3 sha256:bb r:1\n"
+				 "bk 6 obj6\n"
+				 "ns during/the/swap\n"
+				 "ns after/swap\n");
+	assert_int_equal(handover_parse(got, strlen(got), &st), 0);
+	assert_int_equal(st.n_ns_keys, 5);
+	assert_int_equal(st.n_images, 1);
+	assert_int_equal(st.n_backings, 1);
+	handover_state_done(&st);
+	assert_int_equal(handover_log_bytes(), strlen(got));
+	assert_int_equal(handover_compactions(), 1);
+	close(held_fd);
+	close(old_copy);
+	handover_set_fd(-1);
+}
+
+static void test_ns_forgotten(void **state)
+{
+	struct handover_state st;
+
+	/* dropped, then made again: live once, at its new place */
+	assert_int_equal(parse("v 1\nns a\nns b\nnsx a\nns c\nns a\nnsx b\nnsx zz\n", &st), 0);
+	assert_int_equal(st.n_ns_keys, 2);
+	assert_string_equal(st.ns_keys[0], "c");
+	assert_string_equal(st.ns_keys[1], "a");
+	handover_state_done(&st);
+	assert_int_equal(parse("v 1\nnsx\n", &st), -EBADMSG);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -207,6 +317,8 @@ int main(void)
 		cmocka_unit_test(test_log_semantics),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_records),
+		cmocka_unit_test(test_ns_forgotten),
+		cmocka_unit_test(test_compaction),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
