@@ -310,7 +310,8 @@ static int swap_log(struct sup *s, int fd)
 	s->state_fd = fd;
 	s->log_swaps++;
 	if (s->fdstore) {
-		snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s", log_name(s->log_swaps + 1));
+		snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s",
+			 log_name(s->log_swaps + 1));
 		sd_message(msg, -1);
 	}
 	return 0;

@@ -313,12 +313,9 @@ static void test_ns_forgotten(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_round_trip),
-		cmocka_unit_test(test_log_semantics),
-		cmocka_unit_test(test_refused),
-		cmocka_unit_test(test_records),
-		cmocka_unit_test(test_ns_forgotten),
-		cmocka_unit_test(test_compaction),
+		cmocka_unit_test(test_round_trip),   cmocka_unit_test(test_log_semantics),
+		cmocka_unit_test(test_refused),	     cmocka_unit_test(test_records),
+		cmocka_unit_test(test_ns_forgotten), cmocka_unit_test(test_compaction),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,119 @@
+#!/bin/bash
+# The hand-over log stays bounded (fs/handover.h): names looked up and
+# forgotten by the kernel again and again make the serving process compact
+# the log, the supervisor swapping in the compacted memfd.  Its size, read
+# by the test from the supervisor's own descriptor (/proc/PID/fd), stays
+# within a bound while the records written add up to many times it.  Then
+# a kill -9 inside a compaction, at each of its two fault points (before
+# the supervisor swaps and after): the next serving process restores every
+# node (none is reported stale), a reader holding files open and working
+# inside the image reads on without an error.
+source "$(dirname "$0")/lib.sh"
+source "$INTEGRATION_DIR/images.sh"
+source "$INTEGRATION_DIR/restartlib.sh"
+
+need_fuse
+need_root
+start_registry
+push_busybox test/busybox:1
+bb=$MNT/images/$REGISTRY/test/busybox:1
+umoci unpack --image "$(layout_of busybox):1" "$WORK/busybox" >/dev/null
+want=()
+for f in bin/busybox etc/passwd etc/group; do
+    want+=("$f=$(sha256sum "$WORK/busybox/rootfs/$f" | cut -d' ' -f1)")
+done
+
+# log_size: the size of the hand-over log the supervisor holds.
+log_size() {
+    local fd
+    for fd in /proc/"$PULLFS_PID"/fd/*; do
+        case $(readlink "$fd") in
+        */memfd:pullfs-handover*) stat -L -c %s "$fd"; return ;;
+        esac
+    done
+    echo missing
+}
+
+# churn N FROM: N names looked up under images/, then forgotten by the
+# kernel (dentries dropped).
+churn() {
+    local i
+    for ((i = $2; i < $2 + $1; i++)); do
+        stat "$MNT/images/$REGISTRY/churn-$i/x/" >/dev/null 2>&1 || true
+    done
+    sync
+    echo 2 >/proc/sys/vm/drop_caches
+}
+
+# held_ok WHAT: the namespace node held open on fd 7 answers.
+held_ok() {
+    local out
+    out=$(ls "/proc/$$/fd/7/" 2>&1) || fail "$1: the held node images/$REGISTRY/held/x: $out"
+}
+
+# reader_clean WHAT: the reader found nothing wrong.
+reader_clean() {
+    local errs
+    errs=$(reader_errors)
+    [ -z "$errs" ] || fail "$1: the reader: $errs"
+}
+
+mount_pullfs --supervise
+ls "$bb/etc" >/dev/null
+start_reader "$bb/etc" "$bb" "${want[@]/#/../}"
+reader_settle "first round"
+exec 7<"$MNT/images/$REGISTRY/held/x/"
+held_ok "start"
+max=0
+for ((round = 0; round < 15; round++)); do
+    churn 100 $((round * 100))
+    size=$(log_size)
+    [ "$size" != missing ] || fail "round $round: the supervisor holds no hand-over log"
+    ((size > max)) && max=$size
+done
+compactions=$(serving handover_compactions)
+log "log: $max bytes at most, $compactions compactions, $(serving handover_log_bytes) bytes now"
+# 1,500 names of about 60 bytes each, twice, plus their nsx: some 200 KB
+# written; the log is compacted whenever it passes 16 KiB (twice its live
+# size being less), so it never holds more than that and one round.
+((max < 40000)) || fail "the hand-over log grew to $max bytes"
+((compactions >= 3)) || fail "the hand-over log was compacted $compactions times"
+reader_settle "after the churn"
+reader_clean "churn"
+held_ok "churn"
+exec 7<&-
+kill "$reader_pid"
+wait "$reader_pid" || true
+unmount_pullfs
+
+# A kill inside a compaction, at each of its fault points.
+for point in handover-compacted handover-swapped; do
+    log "kill during a compaction: $point"
+    PULLFS_ENV=(PULLFS_FAULT=$point)
+    mount_pullfs --supervise
+    PULLFS_ENV=()
+    ls "$bb/etc" >/dev/null
+    start_reader "$bb/etc" "$bb" "${want[@]/#/../}"
+    reader_settle "$point: first round"
+    exec 7<"$MNT/images/$REGISTRY/held/x/"
+    first=$(serving pid)
+    lines=$(wc -l <"$PULLFS_LOG")
+    for ((round = 0; round < 15 && $(serving pid) == first; round++)); do
+        churn 100 $((round * 100))
+    done
+    [ "$(serving pid)" != "$first" ] || fail "$point: the serving process did not die in a compaction"
+    assert_eq 1 "$(serving recoveries)" "$point: serving.recoveries"
+    reader_settle "$point: after the kill"
+    reader_clean "$point"
+    held_ok "$point"
+    stale=$(tail -n +"$((lines + 1))" "$PULLFS_LOG" | grep -E 'could not be restored|cannot restore|hand-over state' || true)
+    [ -z "$stale" ] || fail "$point: $stale"
+    # the next process compacts again, from the log the supervisor kept
+    churn 300 5000
+    size=$(log_size)
+    ((size < 40000)) || fail "$point: the hand-over log is $size bytes after the recovery"
+    exec 7<&-
+    kill "$reader_pid"
+    wait "$reader_pid" || true
+    unmount_pullfs
+done
