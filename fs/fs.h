@@ -30,9 +30,10 @@ struct fs_handoff {
 	int sup_pid;	     /* the supervisor */
 	unsigned generation; /* serving processes before this one */
 	unsigned upgrades, recoveries;
-	int64_t down_ns; /* CLOCK_MONOTONIC when the previous one stopped; 0: none */
-	bool upgrade;	 /* the previous one was replaced, not crashed */
-	bool fdstore;	 /* systemd keeps the descriptors: the mount outlives us all */
+	int64_t down_ns;  /* CLOCK_MONOTONIC when the previous one stopped; 0: none */
+	bool upgrade;	  /* the previous one was replaced, not crashed */
+	bool fdstore;	  /* systemd keeps the descriptors: the mount outlives us all */
+	unsigned drained; /* replies the previous one sent while it drained */
 };
 
 int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret);

@@ -13,10 +13,12 @@
 
 #include "fuseio.h"
 #include "handover.h"
+#include "macro.h"
 
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <time.h>
 #include <inttypes.h>
@@ -95,6 +97,21 @@ static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
 static atomic_int_fast64_t resent_at_ns; /* CLOCK_MONOTONIC; 0: not yet */
 static atomic_int resend_err;
 static void (*taken_over_fn)(void *userdata, int64_t resent_ns, int err);
+/* FUSE_UNIQUE_RESEND (protocol 7.40): a request the kernel sent again */
+#define PFS_UNIQUE_RESEND (UINT64_C(1) << 63)
+static atomic_ulong resent;
+static atomic_bool draining;
+static atomic_ulong drained;
+
+/* The threads that read /dev/fuse, each with a slot of its own, so that
+ * a drain can interrupt the reads under way (drain_readers()). */
+#define READER_SLOTS 1024
+static struct {
+	pthread_t tid;
+	atomic_bool in_read;
+} readers[READER_SLOTS];
+static atomic_int n_readers;
+static _Thread_local int reader_slot = -1;
 static void *taken_over_data;
 
 /* The synthetic INIT into buf, or wait for the gate; 0 when the caller
@@ -145,16 +162,42 @@ int fuseio_resend(void)
 	return -send_resend(dev_fd);
 }
 
+/* A reader of a draining process reads no more: it waits here until
+ * libfuse cancels it (pause() is a cancellation point; nothing is held). */
+static void park(void)
+{
+	for (;;)
+		pause();
+}
+
 static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 {
 	ssize_t n = 0;
 	const struct fuse_in_header *in = buf;
 	bool synthetic = false;
+	int slot = reader_slot;
 
+	if (slot < 0 && (slot = atomic_fetch_add(&n_readers, 1)) < READER_SLOTS) {
+		readers[slot].tid = pthread_self();
+		reader_slot = slot;
+	}
+	/* in_read before draining is looked at, the drain the other way
+	 * round: one of the two sees the other */
+	if (slot < READER_SLOTS)
+		atomic_store(&readers[slot].in_read, true);
+	if (atomic_load(&draining)) {
+		if (slot < READER_SLOTS)
+			atomic_store(&readers[slot].in_read, false);
+		park();
+	}
 	if (!atomic_load_explicit(&gate_open, memory_order_acquire))
 		synthetic = (n = takeover_read(buf, len)) > 0;
 	if (!synthetic)
 		n = read(fd, buf, len);
+	if (slot < READER_SLOTS)
+		atomic_store(&readers[slot].in_read, false);
+	if (n >= (ssize_t)sizeof(*in) && (in->unique & PFS_UNIQUE_RESEND))
+		atomic_fetch_add_explicit(&resent, 1, memory_order_relaxed);
 	if (n >= (ssize_t)sizeof(*in) && in->opcode == FUSE_INIT) {
 		/* for the process that may take over from this one */
 		if (!synthetic)
@@ -254,6 +297,12 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
 	uint64_t pending = atomic_load_explicit(&init_unique, memory_order_acquire);
 
+	/* a reply (a notification has unique 0) */
+	if (atomic_load_explicit(&draining, memory_order_relaxed) && count > 0 &&
+	    iov[0].iov_len >= sizeof(struct fuse_out_header) &&
+	    ((const struct fuse_out_header *)iov[0].iov_base)->unique != 0)
+		atomic_fetch_add(&drained, 1);
+
 	if (pending && count > 0 && iov[0].iov_len >= sizeof(struct fuse_out_header) &&
 	    ((const struct fuse_out_header *)iov[0].iov_base)->unique == pending &&
 	    atomic_compare_exchange_strong(&init_unique, &pending, 0)) {
@@ -275,7 +324,45 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 static ssize_t io_splice_send(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
 			      unsigned int flags, void *userdata)
 {
+	/* libfuse splices a whole reply, header and data, in one call */
+	if (fdout == dev_fd && atomic_load_explicit(&draining, memory_order_relaxed))
+		atomic_fetch_add(&drained, 1);
 	return splice(fdin, offin, fdout, offout, len, flags);
+}
+
+void fuseio_drain_start(void)
+{
+	bool any = true;
+
+	atomic_store(&draining, true);
+	/* A read(2) of /dev/fuse interrupted by a signal returns EINTR with
+	 * no request taken (fs/fuse/dev.c waits interruptibly before it
+	 * dequeues); libfuse then reads again, and parks.  Signalled until
+	 * none is left in read(2): one that had not yet entered it when the
+	 * signal came is in it at the next round. */
+	while (any) {
+		int n = MIN(atomic_load(&n_readers), READER_SLOTS);
+
+		any = false;
+		for (int i = 0; i < n; i++) {
+			if (!atomic_load(&readers[i].in_read))
+				continue;
+			any = true;
+			pthread_kill(readers[i].tid, SIGUSR2);
+		}
+		if (any)
+			nanosleep(&(struct timespec){ .tv_nsec = 2000000 }, NULL);
+	}
+}
+
+unsigned long fuseio_drained(void)
+{
+	return atomic_load(&drained);
+}
+
+unsigned long fuseio_resent(void)
+{
+	return atomic_load(&resent);
 }
 
 int fuseio_attach(struct fuse_session *se, const struct fuseio_options *opts)

@@ -42,6 +42,16 @@ struct fuseio_options {
  * doing its own I/O as before. */
 int fuseio_attach(struct fuse_session *se, const struct fuseio_options *opts);
 
+/* An upgrade's drain: no thread reads /dev/fuse once this returns (those
+ * in read(2) are interrupted with SIGUSR2, which must have a handler
+ * without SA_RESTART; the next read of each waits until the thread is
+ * cancelled), and replies from now on are counted (fuseio_drained). */
+void fuseio_drain_start(void);
+unsigned long fuseio_drained(void);
+/* Requests the kernel sent again after a NOTIFY_RESEND (their unique id
+ * carries FUSE_UNIQUE_RESEND), read by this process. */
+unsigned long fuseio_resent(void);
+
 /* Asks the kernel to send again what was read and not answered. */
 int fuseio_resend(void);
 /* Frees what fuseio_attach() kept, once the session loop has ended. */

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -158,6 +159,11 @@ static void taken_over(void *userdata, int64_t resent_ns, int err)
 			 (long)getpid(),
 			 h->upgrade ? "from the previous version" : "after the previous one died",
 			 held);
+	if (!err && h->upgrade) {
+		size_t l = strlen(msg);
+		snprintf(msg + l, sizeof(msg) - l,
+			 "; the previous one answered %u requests as it drained", h->drained);
+	}
 	manager_serving_event(fs->manager, h->upgrade ? "Upgraded" : "Recovered", msg);
 	takeover_probe(fs);
 }
@@ -283,8 +289,21 @@ static int serve_upgrade(void *userdata, json_t **ret, struct error_detail *err)
 	return *ret ? 0 : -ENOMEM;
 }
 
-/* After the upgrade's answer went to the client: the supervisor may stop
- * this process now. */
+static pthread_t loop_thread;
+static atomic_bool draining;
+
+/* Wakes the thread of the session loop: a signal that only interrupts. */
+static void on_wake(int sig)
+{
+}
+
+/* After the upgrade's answer went to the client: this process drains.
+ * It stops reading /dev/fuse (libfuse cancels the workers waiting in
+ * read(2); those with a request finish it), answers what it read, and
+ * exits; the supervisor then starts the new binary, which asks the
+ * kernel to resend what is left unanswered -- lookups waiting for a pull,
+ * whose pull the new process resumes.  A process that does not end within
+ * the supervisor's grace time is killed. */
 static void serve_upgrade_answered(void *userdata)
 {
 	struct fs *fs = userdata;
@@ -292,6 +311,13 @@ static void serve_upgrade_answered(void *userdata)
 	pthread_mutex_lock(&fs->sup_lock);
 	sup_send(fs, "go");
 	pthread_mutex_unlock(&fs->sup_lock);
+	fuseio_drain_start();
+	atomic_store(&draining, true);
+	/* only now: a request libfuse reads once the session has ended is
+	 * dropped unanswered */
+	fuse_session_exit(fs->session);
+	fprintf(stderr, "pullfs: serving process %ld drains for an upgrade\n", (long)getpid());
+	pthread_kill(loop_thread, SIGUSR2);
 }
 
 void serve_status(struct fs *fs, json_t *o)
@@ -301,11 +327,12 @@ void serve_status(struct fs *fs, json_t *o)
 
 	gmtime_r(&fs->started.tv_sec, &tm);
 	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	json_t *v = json_pack("{s:i, s:s, s:b, s:i, s:i, s:i, s:f}", "pid", (json_int_t)getpid(),
-			      "started", when, "supervised", fs->handoff.sup_fd >= 0, "restarts",
-			      (json_int_t)fs->handoff.generation, "upgrades",
-			      (json_int_t)fs->handoff.upgrades, "recoveries",
-			      (json_int_t)fs->handoff.recoveries, "last_held_ms", fs->held_ms);
+	json_t *v = json_pack(
+		"{s:i, s:s, s:b, s:i, s:i, s:i, s:f, s:i, s:i}", "pid", (json_int_t)getpid(),
+		"started", when, "supervised", fs->handoff.sup_fd >= 0, "restarts",
+		(json_int_t)fs->handoff.generation, "upgrades", (json_int_t)fs->handoff.upgrades,
+		"recoveries", (json_int_t)fs->handoff.recoveries, "last_held_ms", fs->held_ms,
+		"drained", (json_int_t)fs->handoff.drained, "resent", (json_int_t)fuseio_resent());
 
 	if (v && fs->handoff.sup_fd >= 0) {
 		json_object_set_new(v, "handover_log_bytes",
@@ -411,6 +438,10 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 	pthread_t stopper;
 	bool stopper_started =
 		stop_pipe[0] >= 0 && pthread_create(&stopper, NULL, stop_thread, fs->manager) == 0;
+	loop_thread = pthread_self();
+	sa.sa_handler = on_wake;
+	sa.sa_flags = 0; /* interrupts read(2) and sem_wait(3) */
+	sigaction(SIGUSR2, &sa, NULL);
 	r = manager_start(fs->manager);
 	if (r < 0) {
 		fprintf(stderr, "pullfs: cannot start the garbage collector: %s\n", strerror(-r));
@@ -444,6 +475,20 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 	/* A positive value is the signal that ended the loop: a clean stop. */
 	r = r > 0 ? 0 : r < 0 ? r : 0;
 	handover_compactor_stop();
+	if (atomic_load(&draining)) {
+		/* Drained for an upgrade: every request read was answered but
+		 * those waiting for a pull, left for the next process.  Nothing
+		 * here may answer them (the cancel of a normal stop would); the
+		 * process ends as at a kill, its cache consistent at every
+		 * step. */
+		char msg[64];
+		snprintf(msg, sizeof(msg), "drained %lu", fuseio_drained());
+		pthread_mutex_lock(&fs->sup_lock);
+		sup_send(fs, msg);
+		pthread_mutex_unlock(&fs->sup_lock);
+		fflush(NULL);
+		_exit(0);
+	}
 	fuse_loop_cfg_destroy(cfg);
 	/* Lookups waiting for pulls are answered from the pulls' threads:
 	 * they end before the session does. */

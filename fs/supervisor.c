@@ -42,6 +42,8 @@
 #define BACKOFF_FIRST_MS 100
 #define BACKOFF_MAX_MS 10000
 #define CHECK_TIMEOUT_MS 30000
+/* How long an old serving process may drain at an upgrade */
+#define DRAIN_GRACE_MS 10000
 
 struct sup {
 	char exe[1024];
@@ -54,7 +56,9 @@ struct sup {
 	pid_t pid; /* the serving process; 0: none */
 	bool ready, ever_ready, stopping, upgrading;
 	unsigned generation, upgrades, recoveries, fast_deaths;
-	unsigned log_swaps; /* parity: the systemd store's name of the log */
+	unsigned log_swaps;  /* parity: the systemd store's name of the log */
+	unsigned drained;    /* replies of the last process as it drained */
+	int64_t drain_until; /* an upgrade's old process is killed then; 0: none */
 	int64_t down_ns;
 	int notify_fd; /* the waiting parent (not foreground); -1: none */
 	int status;
@@ -199,9 +203,9 @@ static int spawn(struct sup *s)
 		fcntl(sv[1], F_SETFD, 0);
 		snprintf(env, sizeof(env),
 			 "gen=%u,dev=%d,state=%d,sup=%d,ppid=%ld,down=%" PRId64
-			 ",upgrade=%d,upgrades=%u,recoveries=%u,fdstore=%d",
+			 ",upgrade=%d,upgrades=%u,recoveries=%u,fdstore=%d,drained=%u",
 			 s->generation, s->dev_fd, s->state_fd, sv[1], (long)getppid(), s->down_ns,
-			 s->upgrading, s->upgrades, s->recoveries, s->fdstore);
+			 s->upgrading, s->upgrades, s->recoveries, s->fdstore, s->drained);
 		setenv(SUPERVISOR_ENV, env, 1);
 		execv(s->exe, s->argv);
 		fprintf(stderr, "pullfs: cannot start \"%s\": %s\n", s->exe, strerror(errno));
@@ -369,13 +373,17 @@ static void on_message(struct sup *s)
 			/* it died meanwhile: SIGCHLD follows */
 		}
 	} else if (!strcmp(buf, "go") && !s->stopping) {
-		/* Stopped at once: what it read and did not answer the next
-		 * one answers (NOTIFY_RESEND), so nothing it would do while
-		 * stopping -- answering lookups of pulls with ECANCELED -- can
-		 * reach a container. */
+		/* It drains (serve.c): stops reading /dev/fuse, answers what
+		 * it read and exits.  Requests wait in the kernel meanwhile;
+		 * the next one is started when it is gone, or killed at the
+		 * end of the grace time.  What it read and left unanswered
+		 * the next one answers (NOTIFY_RESEND). */
 		s->upgrading = true;
+		s->drained = 0;
 		s->down_ns = now_ns();
-		kill(s->pid, SIGKILL);
+		s->drain_until = s->down_ns + (int64_t)DRAIN_GRACE_MS * 1000000;
+	} else if (!strncmp(buf, "drained ", 8)) {
+		s->drained = (unsigned)strtoul(buf + 8, NULL, 10);
 	}
 }
 
@@ -385,13 +393,17 @@ static void on_child(struct sup *s, int status, int *ret_delay_ms)
 	bool upgrading = s->upgrading;
 	long pid = (long)s->pid;
 
+	/* what it said before it died ("drained N") */
+	for (int i = 0; i < 8 && s->sock >= 0; i++)
+		on_message(s);
 	if (s->sock >= 0) {
 		close(s->sock);
 		s->sock = -1;
 	}
 	s->pid = 0;
 	*ret_delay_ms = -1;
-	if (s->stopping || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+	s->drain_until = 0;
+	if (s->stopping || (!upgrading && WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
 		s->stopping = true;
 		s->status = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 		return;
@@ -453,6 +465,19 @@ static void loop(struct sup *s)
 				continue;
 			}
 			timeout = (int)left;
+		}
+		if (s->drain_until && s->pid) {
+			int64_t left = (s->drain_until - now_ns()) / 1000000;
+			if (left <= 0) {
+				fprintf(stderr,
+					"pullfs: serving process %ld did not drain within %d s; "
+					"killed\n",
+					(long)s->pid, DRAIN_GRACE_MS / 1000);
+				kill(s->pid, SIGKILL);
+				s->drain_until = 0;
+				continue;
+			}
+			timeout = timeout < 0 ? (int)left : MIN(timeout, (int)left);
 		}
 		if (poll(p, s->sock >= 0 ? 2 : 1, timeout) < 0) {
 			if (errno == EINTR)
@@ -668,6 +693,8 @@ int supervisor_child_env(struct fs_handoff *h, unsigned *check_version)
 			h->recoveries = (unsigned)v;
 		else if (!strcmp(f, "fdstore"))
 			h->fdstore = v != 0;
+		else if (!strcmp(f, "drained"))
+			h->drained = (unsigned)v;
 	}
 	if (seen != 7)
 		return -EINVAL;

@@ -114,6 +114,11 @@ for i in $(seq 1 20); do
     settle "upgrade $i"
 done
 log "20 upgrades survived"
+# each old process drained and ended by itself, none killed at the end of
+# its grace time
+drains=$(grep -c 'drains for an upgrade' "$PULLFS_LOG" || true)
+assert_eq 20 "$drains" "old processes that drained"
+! grep 'did not drain' "$PULLFS_LOG" || fail "an old process did not drain: $(grep 'did not drain' "$PULLFS_LOG" | head -n 3)"
 
 # A binary whose check run refuses: the upgrade fails with its reason and
 # the same process serves on.
