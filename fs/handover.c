@@ -626,7 +626,7 @@ char *handover_format_state(const struct handover_state *s)
  * process dies has every record. */
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t log_cond = PTHREAD_COND_INITIALIZER;
-static int log_fd = -1;
+static atomic_int log_fd = -1;
 static int next_fd = -1;
 static size_t log_bytes;  /* the size of the log */
 static size_t live_bytes; /* its size when last compacted (0: never) */

@@ -23,13 +23,17 @@ for f in bin/busybox etc/passwd etc/group; do
     want+=("$f=$(sha256sum "$WORK/busybox/rootfs/$f" | cut -d' ' -f1)")
 done
 
-# log_size: the size of the hand-over log the supervisor holds.
+# log_size: the size of the hand-over log the supervisor holds (looked
+# for again when a swap changed its descriptors under the listing).
 log_size() {
-    local fd
-    for fd in /proc/"$PULLFS_PID"/fd/*; do
-        case $(readlink "$fd") in
-        */memfd:pullfs-handover*) stat -L -c %s "$fd"; return ;;
-        esac
+    local fd try size
+    for try in 1 2 3 4 5; do
+        for fd in /proc/"$PULLFS_PID"/fd/*; do
+            case $(readlink "$fd" 2>/dev/null) in
+            */memfd:pullfs-handover*)
+                size=$(stat -L -c %s "$fd" 2>/dev/null) && { echo "$size"; return; } ;;
+            esac
+        done
     done
     echo missing
 }
