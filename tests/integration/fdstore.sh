@@ -1,12 +1,15 @@
 #!/bin/bash
 # The supervisor under systemd's descriptor store (the unit's
-# FileDescriptorStoreMax=2, Type=notify): this machine's PID 1 is not
+# FileDescriptorStoreMax=3, Type=notify): this machine's PID 1 is not
 # systemd, so fakesystemd.py plays the part the unit relies on -- a
 # $NOTIFY_SOCKET that keeps descriptors sent with FDSTORE=1, and a restart
 # of the main process with them ($LISTEN_FDS, $LISTEN_FDNAMES) when it dies.
 # A SIGKILL of the supervisor then does not unmount: the next start takes
 # the mount over from the kept descriptors, and a reader holding files open
-# in the image sees no error.  A stop (SIGTERM) removes the descriptors from
+# in the image sees no error.  The hand-over log, compacted (many names
+# looked up and forgotten), is stored under its other name before the old
+# one is removed; the start after the kill takes that one, and a namespace
+# node held open across the kill answers.  A stop (SIGTERM) removes the descriptors from
 # the store and unmounts.
 source "$(dirname "$0")/lib.sh"
 source "$INTEGRATION_DIR/images.sh"
@@ -45,6 +48,24 @@ start_reader "$bb/etc" "$bb" "${want[@]}"
 settle() { reader_settle "$@"; }
 settle "start"
 
+# churn_until LINE: names looked up and forgotten until the store's log
+# has LINE (a compaction swapped the hand-over log).
+churn_until() {
+    local i n=0
+    until _logged "$1"; do
+        ((n < 40)) || fail "no \"$1\" after 4,000 names: $(cat "$sdlog")"
+        for ((i = 0; i < 100; i++)); do
+            stat "$MNT/images/$REGISTRY/churn-$n-$i/x/" >/dev/null 2>&1 || true
+        done
+        echo 2 >/proc/sys/vm/drop_caches
+        n=$((n + 1))
+    done
+}
+held=$MNT/images/$REGISTRY/held/x/
+exec 7<"$held"
+churn_until "stored handover-b"
+_logged "removed handover" || fail "the old hand-over log was left in the store: $(cat "$sdlog")"
+
 sup=$(cat "$WORK/sd/main.pid")
 srv=$(serving pid)
 kill -KILL "$sup"
@@ -56,6 +77,12 @@ assert_eq "$first_mount" "$(mount_id)" "mount id after the supervisor's death"
 assert_eq 1 "$(serving restarts)" "serving.restarts"
 assert_eq 1 "$(serving recoveries)" "serving.recoveries"
 assert_contains "took the mount over" "$(grep '"reason":"Recovered"' "$EVENTS" | tail -n 1)" "Recovered event"
+out=$(ls "/proc/$$/fd/7/" 2>&1) || fail "the node held across the supervisor's death: $out"
+# the new supervisor swaps back to the first name
+churn_until "removed handover-b"
+assert_eq 2 "$(grep -cx "stored handover" "$sdlog")" "hand-over logs stored as \"handover\""
+out=$(ls "/proc/$$/fd/7/" 2>&1) || fail "the node held after a compaction: $out"
+exec 7<&-
 
 kill -TERM "$reader_pid"
 wait_for 30 _pid_gone "$reader_pid" || fail "the reader did not stop"
