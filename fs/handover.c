@@ -721,8 +721,7 @@ unsigned long handover_compactions(void)
 	return n;
 }
 
-/* The whole of fd in a new buffer (*ret_len bytes), or NULL. */
-static char *read_all(int fd, size_t *ret_len)
+char *handover_read(int fd, size_t *ret_len)
 {
 	char *buf = NULL;
 	size_t len = 0, cap = 0;
@@ -761,7 +760,7 @@ static int write_compacted(size_t *ret_len)
 	size_t len = 0, n;
 	int fd, r;
 
-	text = read_all(log_fd, &len);
+	text = handover_read(log_fd, &len);
 	if (!text)
 		return -errno ?: -ENOMEM;
 	r = handover_parse(text, len, &st);

@@ -106,6 +106,10 @@ int handover_fd(void);
 void handover_note(char *record); /* takes the record; NULL is counted as lost */
 unsigned long handover_lost(void);
 
+/* The whole log in fd, read from its start, in a new buffer of *ret_len
+ * bytes; NULL with errno set. */
+char *handover_read(int fd, size_t *ret_len);
+
 #define HANDOVER_COMPACT_MIN 16384
 
 /* Gives the supervisor fd, the compacted log, to hold in place of the

@@ -174,30 +174,14 @@ static void taken_over(void *userdata, int64_t resent_ns, int err)
  * with a message printed. */
 static int read_handover(int fd, struct handover_state *st)
 {
-	_cleanup_free_ char *buf = NULL;
-	size_t len = 0, cap = 0;
-	ssize_t n;
+	size_t len = 0;
+	_cleanup_free_ char *buf = handover_read(fd, &len);
 	int r;
 
-	for (;;) {
-		if (len == cap) {
-			char *b = realloc(buf, cap = cap ? cap * 2 : 65536);
-			if (!b)
-				return -ENOMEM;
-			buf = b;
-		}
-		n = pread(fd, buf + len, cap - len, (off_t)len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			r = -errno;
-			fprintf(stderr, "pullfs: cannot read the hand-over state: %s\n",
-				strerror(-r));
-			return r;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
+	if (!buf) {
+		r = -errno;
+		fprintf(stderr, "pullfs: cannot read the hand-over state: %s\n", strerror(-r));
+		return r;
 	}
 	r = handover_parse(buf, len, st);
 	if (r < 0)
