@@ -282,9 +282,9 @@ static void on_wake(int sig)
 }
 
 /* After the upgrade's answer went to the client: this process drains.
- * It stops reading /dev/fuse (libfuse cancels the workers waiting in
- * read(2); those with a request finish it), answers what it read, and
- * exits; the supervisor then starts the new binary, which asks the
+ * It stops reading /dev/fuse (fuseio_drain_start: the reads under way
+ * are interrupted, none taking a request), ends the session loop, whose
+ * workers with a request finish it, and exits; the supervisor then starts the new binary, which asks the
  * kernel to resend what is left unanswered -- lookups waiting for a pull,
  * whose pull the new process resumes.  A process that does not end within
  * the supervisor's grace time is killed. */

@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "fs.h"
 #include "handover.h"
 #include "macro.h"
@@ -110,7 +111,7 @@ static int sd_message(const char *msg, int fd)
 
 /* The descriptors systemd kept for a supervisor that died, by name
  * (sd_listen_fds_with_names(3) conventions).  True when both were given. */
-static bool fds_passed(int *dev_fd, int *state_fd, unsigned *swaps)
+static bool fds_passed(int *dev_fd, int *state_fd, unsigned *swaps, int *other_fd)
 {
 	const char *pid = getenv("LISTEN_PID"), *n = getenv("LISTEN_FDS");
 	const char *names = getenv("LISTEN_FDNAMES");
@@ -118,7 +119,7 @@ static bool fds_passed(int *dev_fd, int *state_fd, unsigned *swaps)
 	char *save = NULL;
 	int i = 0;
 
-	*dev_fd = *state_fd = -1;
+	*dev_fd = *state_fd = *other_fd = -1;
 	if (!pid || !n || !copy || atol(pid) != (long)getpid())
 		return false;
 	for (char *f = strtok_r(copy, ":", &save); f && i < atoi(n);
@@ -128,6 +129,7 @@ static bool fds_passed(int *dev_fd, int *state_fd, unsigned *swaps)
 		else if (!strcmp(f, "handover") || !strcmp(f, "handover-b")) {
 			/* both, when a supervisor died in the middle of a swap:
 			 * either is whole; the one stored last is newer */
+			*other_fd = *state_fd;
 			*state_fd = 3 + i;
 			*swaps = f[8] ? 1 : 0;
 		}
@@ -137,10 +139,10 @@ static bool fds_passed(int *dev_fd, int *state_fd, unsigned *swaps)
 
 bool supervisor_fds_passed(void)
 {
-	int a, b;
+	int a, b, d;
 	unsigned c;
 
-	return fds_passed(&a, &b, &c);
+	return fds_passed(&a, &b, &c, &d);
 }
 
 static int64_t now_ns(void)
@@ -309,6 +311,8 @@ static int swap_log(struct sup *s, int fd)
 			close(fd);
 			return -EIO;
 		}
+		/* both logs in the store (tests/fdstore.sh) */
+		fault_point("supervisor-swap");
 	}
 	close(s->state_fd);
 	s->state_fd = fd;
@@ -415,6 +419,7 @@ static void on_child(struct sup *s, int status, int *ret_delay_ms)
 		return;
 	}
 	if (!upgrading) {
+		s->drained = 0;
 		s->down_ns = now_ns();
 		s->recoveries++;
 		if (WIFSIGNALED(status))
@@ -552,6 +557,7 @@ int supervisor_run(struct fuse_args *args, const char *mountpoint, bool foregrou
 	struct fuse_session *se = NULL;
 	_cleanup_free_ char *version = handover_format_version();
 	sigset_t mask, old;
+	int stale_fd = -1;
 	ssize_t n;
 
 	n = readlink("/proc/self/exe", s.exe, sizeof(s.exe) - 1);
@@ -576,17 +582,28 @@ int supervisor_run(struct fuse_args *args, const char *mountpoint, bool foregrou
 		fprintf(stderr, "pullfs: cannot set up the supervisor: %s\n", strerror(errno));
 		goto out;
 	}
-	if (fds_passed(&s.dev_fd, &s.state_fd, &s.log_swaps)) {
+	if (fds_passed(&s.dev_fd, &s.state_fd, &s.log_swaps, &stale_fd)) {
 		/* A supervisor before this one died; systemd kept the mount's
 		 * descriptor and the log: take over as after a crash. */
 		fcntl(s.dev_fd, F_SETFD, FD_CLOEXEC);
 		fcntl(s.state_fd, F_SETFD, FD_CLOEXEC);
+		if (stale_fd >= 0) {
+			/* the supervisor before died in a swap: one log is
+			 * enough, and the name is the other's from now on */
+			char msg[64];
+			snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s",
+				 log_name(s.log_swaps + 1));
+			sd_message(msg, -1);
+			close(stale_fd);
+		}
 		s.adopted = s.fdstore = s.ever_ready = true;
 		s.generation = 1;
 		s.recoveries = 1;
 		s.down_ns = now_ns();
 		fprintf(stderr, "pullfs: taking over \"%s\" from the descriptors systemd kept\n",
 			mountpoint);
+		/* a failure injected by a test killed the supervisor before */
+		unsetenv("PULLFS_FAULT");
 	} else {
 		s.state_fd = memfd_create("pullfs-handover", MFD_CLOEXEC);
 		if (s.state_fd < 0 ||
