@@ -40,10 +40,7 @@ first_mount=$(mount_id)
 
 bb=$MNT/images/$REGISTRY/test/busybox:1
 umoci unpack --image "$(layout_of busybox):1" "$WORK/busybox" >/dev/null
-want=()
-for f in bin/busybox etc/passwd etc/hostname; do
-    want+=("../$f=$(sha256sum "$WORK/busybox/rootfs/$f" | cut -d' ' -f1)")
-done
+mapfile -t want < <(reader_wants "$WORK/busybox/rootfs" bin/busybox etc/passwd etc/hostname)
 start_reader "$bb/etc" "$bb" "${want[@]}"
 settle() { reader_settle "$@"; }
 settle "start"

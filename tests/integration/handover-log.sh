@@ -18,10 +18,7 @@ start_registry
 push_busybox test/busybox:1
 bb=$MNT/images/$REGISTRY/test/busybox:1
 umoci unpack --image "$(layout_of busybox):1" "$WORK/busybox" >/dev/null
-want=()
-for f in bin/busybox etc/passwd etc/group; do
-    want+=("$f=$(sha256sum "$WORK/busybox/rootfs/$f" | cut -d' ' -f1)")
-done
+mapfile -t want < <(reader_wants "$WORK/busybox/rootfs" bin/busybox etc/passwd etc/group)
 
 # log_size: the size of the hand-over log the supervisor holds (looked
 # for again when a swap changed its descriptors under the listing).
@@ -64,7 +61,7 @@ reader_clean() {
 
 mount_pullfs --supervise
 ls "$bb/etc" >/dev/null
-start_reader "$bb/etc" "$bb" "${want[@]/#/../}"
+start_reader "$bb/etc" "$bb" "${want[@]}"
 reader_settle "first round"
 exec 7<"$MNT/images/$REGISTRY/held/x/"
 held_ok "start"
@@ -97,7 +94,7 @@ for point in handover-compacted handover-swapped; do
     mount_pullfs --supervise
     PULLFS_ENV=()
     ls "$bb/etc" >/dev/null
-    start_reader "$bb/etc" "$bb" "${want[@]/#/../}"
+    start_reader "$bb/etc" "$bb" "${want[@]}"
     reader_settle "$point: first round"
     exec 7<"$MNT/images/$REGISTRY/held/x/"
     first=$(serving pid)

@@ -20,6 +20,16 @@ reader_errors() { py -c 'import json, sys; print("\n".join(json.load(open(sys.ar
 
 _replaced() { [ "$(serving pid)" != "$1" ]; }
 
+# reader_wants ROOTFS FILE...: "../FILE=SHA256" of each file of ROOTFS, one
+# a line: what start_reader checks, from a working directory one level
+# below the image root.
+reader_wants() {
+    local f
+    for f in "${@:2}"; do
+        echo "../$f=$(sha256sum "$1/$f" | cut -d' ' -f1)"
+    done
+}
+
 # start_reader CWD ROOTPATH REL=SHA256...: restartreader.py in the
 # background ($reader_pid), its status in $WORK/reader.json.
 start_reader() {
