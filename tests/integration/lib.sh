@@ -368,6 +368,9 @@ mount_pullfs() {
         fi
         fail "pullfs did not mount $MNT within 30 s"
     fi
+    # The supervisor mounts before its serving process has opened the
+    # cache (and emptied its tmp/): a first lookup waits for that process.
+    stat "$MNT/.pullfs" >/dev/null 2>&1 || true
 }
 
 _pullfs_mounted() {
