@@ -1,6 +1,7 @@
 /* Proofs that a pull may have a blob; see blobproof.h. */
 #include "blobproof.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -66,10 +67,11 @@ static const char *file_name(const char *digest)
 	return digest_is_valid(digest) ? strchr(digest, ':') + 1 : NULL;
 }
 
-/* Whether buf holds line, or "*", as a whole line. */
-static bool has_line(const char *buf, size_t len, const char *line)
+/* Whether buf holds, as a whole line, "*", or line (when set), or a line
+ * that starts with prefix and goes on (when set). */
+static bool has_line(const char *buf, size_t len, const char *line, const char *prefix)
 {
-	size_t ll = strlen(line);
+	size_t ll = line ? strlen(line) : 0, pl = prefix ? strlen(prefix) : 0;
 
 	for (size_t at = 0; at < len;) {
 		const char *nl = memchr(buf + at, '\n', len - at);
@@ -78,7 +80,9 @@ static bool has_line(const char *buf, size_t len, const char *line)
 		if (!nl)
 			break; /* cut short: proves nothing */
 		n = (size_t)(nl - (buf + at));
-		if ((n == 1 && buf[at] == '*') || (n == ll && !memcmp(buf + at, line, ll)))
+		if ((n == 1 && buf[at] == '*') ||
+		    (line && n == ll && !memcmp(buf + at, line, ll)) ||
+		    (prefix && n > pl && !memcmp(buf + at, prefix, pl)))
 			return true;
 		at += n + 1;
 	}
@@ -106,7 +110,18 @@ bool blobproof_holds(struct blobproof *b, const char *digest, const char *line)
 	_cleanup_free_ char *buf = NULL;
 	size_t len = 0;
 
-	return name && read_proofs(b, name, &buf, &len) == 0 && has_line(buf, len, line);
+	return name && read_proofs(b, name, &buf, &len) == 0 && has_line(buf, len, line, NULL);
+}
+
+bool blobproof_domain_had(struct blobproof *b, const char *digest, const char *domain)
+{
+	const char *name = file_name(digest);
+	_cleanup_free_ char *buf = NULL, *prefix = NULL;
+	size_t len = 0;
+
+	if (!name || !domain[0] || strchr(domain, '/') || asprintf(&prefix, "%s/", domain) < 0)
+		return false;
+	return read_proofs(b, name, &buf, &len) == 0 && has_line(buf, len, NULL, prefix);
 }
 
 int blobproof_note(struct blobproof *b, const char *digest, const char *line)
@@ -122,7 +137,7 @@ int blobproof_note(struct blobproof *b, const char *digest, const char *line)
 	r = read_proofs(b, name, &buf, &len);
 	if (r < 0)
 		return r;
-	if (has_line(buf, len, line))
+	if (has_line(buf, len, line, NULL))
 		return 0;
 	if (len + strlen(line) + 2 > PROOF_MAX_BYTES)
 		return -EFBIG;
@@ -135,4 +150,36 @@ int blobproof_note(struct blobproof *b, const char *digest, const char *line)
 	if (fd < 0)
 		return negative_errno();
 	return write_full(fd, text, strlen(text));
+}
+
+int blobproof_prune(struct blobproof *b, bool (*present)(void *userdata, const char *digest),
+		    void *userdata, unsigned *ret_removed)
+{
+	char digest[DIGEST_STRING_MAX];
+	unsigned removed = 0;
+	struct dirent *de;
+	DIR *d;
+	int r = dir_stream(b->dirfd, &d);
+
+	if (r < 0)
+		return r;
+	while ((de = readdir(d))) {
+		/* not a proof (".", ".."): left alone */
+		if (strlen(de->d_name) != DIGEST_HEX_LEN)
+			continue;
+		memcpy(digest, "sha256:", 7);
+		memcpy(digest + 7, de->d_name, DIGEST_HEX_LEN + 1);
+		if (!digest_is_valid(digest))
+			continue;
+		if (present(userdata, digest))
+			continue;
+		if (unlinkat(b->dirfd, de->d_name, 0) == 0)
+			removed++;
+		else if (errno != ENOENT && r == 0)
+			r = negative_errno();
+	}
+	closedir(d);
+	if (ret_removed)
+		*ret_removed = removed;
+	return r;
 }

@@ -36,6 +36,22 @@ bool blobproof_line(const char *domain, const char *repo, bool with_credentials,
  * (a small read).  Thread-safe. */
 bool blobproof_holds(struct blobproof *b, const char *digest, const char *line);
 
+/* Whether digest is public, or a pull with credentials of domain (any
+ * repository) had it: then that registry's own authorisation decides who
+ * else may have it, and a HEAD there with a pull's credentials is proof.
+ * Elsewhere a HEAD proves nothing (a registry the user runs answers yes to
+ * anything); only the blob itself, fetched and checked against its
+ * digest, does.  Thread-safe. */
+bool blobproof_domain_had(struct blobproof *b, const char *digest, const char *domain);
+
 /* Records line for digest (nothing when it is there already).  Returns 0
  * or -errno; a failure only costs a request later. */
 int blobproof_note(struct blobproof *b, const char *digest, const char *line);
+
+/* Deletes the proofs of every digest present() says the cache no longer
+ * holds (GC, once the blobs are gone: a proof without its blob is
+ * harmless, a blob whose proof went first only costs a check again).
+ * The count removed goes to *ret_removed when set.  Returns 0 or the
+ * first -errno (the others are still tried). */
+int blobproof_prune(struct blobproof *b, bool (*present)(void *userdata, const char *digest),
+		    void *userdata, unsigned *ret_removed);

@@ -282,13 +282,16 @@ static bool proof_line(const struct pull *p, char *buf, size_t len)
 
 /* Whether digest, a layer or config already in the cache, may serve this
  * pull: when a pull without credentials had it (public) or this
- * repository has shown it has it; otherwise the registry is asked (HEAD
- * of the blob in this pull's repository, with its credentials) and a yes
- * is recorded.  false: the caller fetches it as if it were not cached, so
- * that the registry decides as it would for a node without the blob (a
- * 404 or 401 then fails the pull with its errno), and a registry or mirror
- * that does not answer HEAD still serves the pull.  Blocks on the
- * network. */
+ * repository has shown it has it.  Otherwise, when a pull with
+ * credentials of this pull's registry host had it, that registry's own
+ * authorisation decides: it is asked (HEAD of the blob in this pull's
+ * repository, with its credentials) and a yes is recorded.  Anywhere else
+ * a HEAD proves nothing (a registry run by whoever causes the pull says
+ * yes to any digest), so nothing is asked.  false: the caller fetches the
+ * blob as if it were not cached, checked against its digest, so that
+ * possession is the proof (and a 404 or 401 fails the pull with its
+ * errno, as on a node without the blob); a registry or mirror that does
+ * not answer HEAD still serves the pull.  Blocks on the network. */
 static bool share_proven(struct pull *p, const char *digest)
 {
 	struct error_detail e = { 0 };
@@ -298,6 +301,8 @@ static bool share_proven(struct pull *p, const char *digest)
 		return false;
 	if (blobproof_holds(p->m->proofs, digest, line))
 		return true;
+	if (!blobproof_domain_had(p->m->proofs, digest, p->ref->domain))
+		return false;
 	if (registry_head_blob(p->m->registry, p->ref->domain, p->repo, digest, &e) < 0)
 		return false;
 	(void)blobproof_note(p->m->proofs, digest, line);

@@ -4,10 +4,14 @@
 # anybody pushes to a registry of their own, naming the digests of a
 # private image's blobs, would be served from the cache.  A pull reuses a
 # blob that only pulls with credentials brought in once its own repository
-# has it (HEAD of the blob there); otherwise it fetches it, and the
-# registry's 404 fails it with ENOENT.  A public image that shares a layer
-# with a private one costs a HEAD, not a GET; one that shares a layer a
-# pull without credentials brought costs nothing.
+# has it.  A HEAD of the blob there is that proof only on the registry host
+# of a pull with credentials that had it (its own authorisation decides);
+# anywhere else a HEAD proves nothing (the attacker's registry below says
+# yes to every digest), and the blob is fetched and checked against its
+# digest: the registry's 404 fails the pull with ENOENT.  A public image
+# from another registry that shares a layer with a private one costs a
+# GET; one that shares a layer a pull without credentials brought costs
+# nothing.
 source "$(dirname "$0")/lib.sh"
 source "$INTEGRATION_DIR/images.sh"
 source "$INTEGRATION_DIR/regservers.sh"
@@ -18,6 +22,7 @@ start_registry
 push_edge secretteam/secretproj:1
 push_busybox secretteam/bb:1
 push_busybox test/base:1
+push_edge secretteam/twin:1
 mapfile -t blobs < <(image_blobs secretteam/secretproj:1)
 config=${blobs[0]}
 layers=("${blobs[@]:1}")
@@ -48,8 +53,23 @@ unlink_blob() {
 for l in "${layers[@]}"; do unlink_blob attacker/copy "$l"; done
 unlink_blob attacker/cfg "$config"
 
-# att_count METHOD PATH: requests in the attacker's registry log.
-att_count() { grep -F "\"$1 $2" "$ATT_LOG" | grep -cF "\"pullfs/" || true; }
+# pullfs sees the attacker's registry through a proxy that answers 200 to
+# every blob HEAD, as a registry its user runs may.
+ATTP_LOG=$WORK/attproxy.log
+echo '{"head_yes": true}' >"$WORK/attproxy-control.json"
+_start_py_server faultproxy.py "$WORK/attproxy.port" "$WORK/attproxy.err" \
+    --upstream "$att" --log "$ATTP_LOG" --control "$WORK/attproxy-control.json"
+read -r ATTP_PORT _ <"$WORK/attproxy.port"
+att=127.0.0.1:$ATTP_PORT
+code=$(curl -s -o /dev/null -w '%{http_code}' -I "http://$att/v2/nobody/blobs/sha256:$(printf '%064d' 0)")
+assert_eq 200 "$code" "HEAD of a blob nobody has through the attacker's proxy"
+
+# att_count METHOD PATH: requests pullfs made to the attacker's registry.
+att_count() {
+    py -c 'import json, sys
+print(sum(1 for l in open(sys.argv[1]) if (lambda j: j["method"] == sys.argv[2] and j["path"] == sys.argv[3])(json.loads(l))))' \
+        "$ATTP_LOG" "$1" "$2"
+}
 
 # A mirror-like proxy of the public registry that may refuse blob HEADs.
 start_fault_proxy "$REGISTRY"
@@ -66,14 +86,28 @@ for b in "$config" "${layers[@]}"; do
     assert_eq "$host/secretteam/secretproj" "$(cat "$CACHE/proofs/${b#sha256:}")" "proof of $b"
 done
 
+# ---- another repository of the same registry host that has the blobs: a
+# HEAD there with the credentials is proof enough, no GET.
+pmark=$(wc -l <"$PRIVATE_LOG")
+twin=$host/secretteam/twin:1
+assert_eq edge "$(cat "$MNT/images/$twin/etc/hostname")" "a private image of the same host sharing the blobs"
+priv_count() { tail -n +"$((pmark + 1))" "$PRIVATE_LOG" | grep -F "\"$1 $2" | grep -F '" 200 ' | grep -cF "\"pullfs/" || true; }
+for b in "$config" "${layers[@]}"; do
+    assert_eq 0 "$(priv_count GET "/v2/secretteam/twin/blobs/$b")" "GETs of $b in the twin repository"
+    assert_eq 1 "$(priv_count HEAD "/v2/secretteam/twin/blobs/$b")" "HEADs of $b in the twin repository"
+    grep -qx "$host/secretteam/twin" "$CACHE/proofs/${b#sha256:}" || fail "no proof of $b for the twin"
+done
+
 # ---- a manifest naming the private config from a repository without it
 cfg=$att/attacker/cfg:1
 assert_eq ENOENT "$(errno_of "$MNT/images/$cfg/etc/hostname")" "the attacker's image naming the private config"
-assert_eq 1 "$(att_count HEAD "/v2/attacker/cfg/blobs/$config")" "HEADs of the private config"
+assert_eq 0 "$(att_count HEAD "/v2/attacker/cfg/blobs/$config")" "HEADs of the private config"
+assert_eq 1 "$(att_count GET "/v2/attacker/cfg/blobs/$config")" "GETs of the private config"
 assert_eq 0 "$(att_count HEAD "/v2/attacker/cfg/blobs/${layers[0]}")" "HEADs of layers after the config failed"
 
-# ---- a user names the private layers from their own registry: not
-# served; the registry was asked, and said no.
+# ---- a user names the private layers from their own registry, which
+# says yes to every HEAD: not served; the blobs were asked for, and it has
+# not got them.
 as_nobody() { setpriv --reuid 65534 --regid 65534 --clear-groups "$@"; }
 copy=$att/attacker/copy:1
 got=$(as_nobody timeout -k 5 120 python3 -c '
@@ -86,29 +120,32 @@ except OSError as e:
 assert_eq ENOENT "$got" "uid 65534 on the attacker's image naming private layers"
 wait_event Failed "$copy"
 assert_eq ENOENT "$(events field Failed "$copy" errno)" "errno of the Failed event"
-heads=0
+gets=0
 for l in "${layers[@]}"; do
-    heads=$((heads + $(att_count HEAD "/v2/attacker/copy/blobs/$l")))
+    assert_eq 0 "$(att_count HEAD "/v2/attacker/copy/blobs/$l")" "HEADs of private layer $l in the attacker's registry"
+    gets=$((gets + $(att_count GET "/v2/attacker/copy/blobs/$l")))
 done
-[ "$heads" -ge 1 ] || fail "no HEAD of a private layer in the attacker's registry"
-grep -F "\"HEAD /v2/attacker/copy/blobs/" "$ATT_LOG" | grep -q '" 404 ' ||
-    fail "the attacker's registry did not answer 404 to the HEAD"
-# The config is in that repository: a HEAD proves it (public from then on,
-# since an anonymous pull may have it), no GET.
-assert_eq 1 "$(att_count HEAD "/v2/attacker/copy/blobs/$config")" "HEADs of the config of $copy"
-assert_eq 0 "$(att_count GET "/v2/attacker/copy/blobs/$config")" "GETs of the config of $copy"
+[ "$gets" -ge 1 ] || fail "no GET of a private layer in the attacker's registry"
+grep -F "\"GET /v2/attacker/copy/blobs/" "$ATT_LOG" | grep -q '" 404 ' ||
+    fail "the attacker's registry did not answer 404 to the GET"
+# The config is in that repository: fetched and checked, it is public from
+# then on (an anonymous pull had it).
+assert_eq 0 "$(att_count HEAD "/v2/attacker/copy/blobs/$config")" "HEADs of the config of $copy"
+assert_eq 1 "$(att_count GET "/v2/attacker/copy/blobs/$config")" "GETs of the config of $copy"
+grep -qx '\*' "$CACHE/proofs/${config#sha256:}" || fail "the config the attacker had is not public"
 for l in "${layers[@]}"; do
     grep -qx '\*' "$CACHE/proofs/${l#sha256:}" && fail "layer $l was made public"
 done
 
-# ---- the same image, pulled without credentials from a registry that has
-# it: a HEAD per blob, no GET, and the blobs are public from then on.
+# ---- the same image, pulled without credentials from another registry
+# that has it: a GET per private layer, no HEAD, and the blobs are public
+# from then on.
 mark=$(registry_mark)
 open=$REGISTRY/secretteam/secretproj:1
 assert_eq edge "$(cat "$MNT/images/$open/etc/hostname")" "the image pulled anonymously"
-assert_eq 0 "$(registry_count GET /v2/secretteam/secretproj/blobs/ "$mark")" "blob GETs of a public image sharing the private blobs"
 # (The config is public already: the attacker's registry had it.)
-assert_eq "${#layers[@]}" "$(registry_count HEAD /v2/secretteam/secretproj/blobs/ "$mark")" "blob HEADs of a public image sharing the private layers"
+assert_eq "${#layers[@]}" "$(registry_count GET /v2/secretteam/secretproj/blobs/ "$mark")" "blob GETs of a public image sharing the private layers"
+assert_eq 0 "$(registry_count HEAD /v2/secretteam/secretproj/blobs/ "$mark")" "blob HEADs of a public image sharing the private layers"
 for b in "${blobs[@]}"; do
     grep -qx '\*' "$CACHE/proofs/${b#sha256:}" || fail "blob $b is not public after an anonymous pull"
 done

@@ -11,6 +11,8 @@ It forwards GET and HEAD to --upstream and, as the JSON in --control says
   "redirect": b      answer blob GETs with 307 to a second port of this proxy
                      (another host:port), which serves them from upstream
   "no_blob_head": b  answer blob HEADs with 405, as some mirrors do
+  "head_yes": b      answer every blob HEAD with 200, whether upstream has
+                     the blob or not (a registry that lies)
 With --require-basic USER:PASS it demands Basic auth itself.  One JSON line
 per request goes to --log: which port, method, path, Range, whether an
 Authorization header came, and what was done.
@@ -100,6 +102,9 @@ def main():
                 if is_blob and self.command == "HEAD" and m.get("no_blob_head"):
                     record(action="405", **info)
                     return self.simple(405)
+                if is_blob and self.command == "HEAD" and m.get("head_yes"):
+                    record(action="200", **info)
+                    return self.simple(200, [("Docker-Content-Digest", path.rsplit("/", 1)[-1])])
                 if is_blob and self.command == "GET" and m.get("redirect"):
                     loc = "http://127.0.0.1:%d%s" % (ports["redirect"], path)
                     record(action="307", **info)

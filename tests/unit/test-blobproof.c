@@ -127,6 +127,68 @@ static void test_bad_input(void **state)
 	assert_false(blobproof_holds(f->b, DIGEST, "*"));
 }
 
+/* A HEAD is trusted on the registry host of a pull with credentials that
+ * had the blob, nowhere else. */
+static void test_domain_had(void **state)
+{
+	struct fixture *f = *state;
+
+	assert_false(blobproof_domain_had(f->b, DIGEST, "reg:5000"));
+	assert_int_equal(blobproof_note(f->b, DIGEST, "reg:5000/team/app"), 0);
+	assert_true(blobproof_domain_had(f->b, DIGEST, "reg:5000"));
+	/* another host, one whose name only begins the same or goes on */
+	assert_false(blobproof_domain_had(f->b, DIGEST, "reg:500"));
+	assert_false(blobproof_domain_had(f->b, DIGEST, "reg"));
+	assert_false(blobproof_domain_had(f->b, DIGEST, "reg:50001"));
+	assert_false(blobproof_domain_had(f->b, DIGEST, "evil.example"));
+	assert_false(blobproof_domain_had(f->b, DIGEST, ""));
+	assert_false(blobproof_domain_had(f->b, DIGEST, "reg:5000/team"));
+	assert_false(blobproof_domain_had(f->b, "sha256:../x", "reg:5000"));
+	/* a line cut short proves nothing */
+	write_file(proof_file(f), "evil.example/a\nother/x");
+	assert_true(blobproof_domain_had(f->b, DIGEST, "evil.example"));
+	assert_false(blobproof_domain_had(f->b, DIGEST, "other"));
+	/* an empty repository is no line of a pull */
+	write_file(proof_file(f), "bare/\n");
+	assert_false(blobproof_domain_had(f->b, DIGEST, "bare"));
+	/* public: anybody may have it */
+	write_file(proof_file(f), "*\n");
+	assert_true(blobproof_domain_had(f->b, DIGEST, "evil.example"));
+}
+
+#define DIGEST2 "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+
+static bool only_first(void *userdata, const char *digest)
+{
+	int *calls = userdata;
+
+	(*calls)++;
+	return strcmp(digest, DIGEST) == 0;
+}
+
+/* GC drops the proofs of what the cache no longer holds, and nothing
+ * else in proofs/. */
+static void test_prune(void **state)
+{
+	struct fixture *f = *state;
+	char other[256];
+	unsigned removed = 99;
+	int calls = 0;
+
+	assert_int_equal(blobproof_note(f->b, DIGEST, "*"), 0);
+	assert_int_equal(blobproof_note(f->b, DIGEST2, "reg/team/app"), 0);
+	snprintf(other, sizeof(other), "%s/proofs/not-a-proof", f->dir);
+	write_file(other, "x");
+	assert_int_equal(blobproof_prune(f->b, only_first, &calls, &removed), 0);
+	assert_int_equal(calls, 2);
+	assert_int_equal(removed, 1);
+	assert_true(blobproof_holds(f->b, DIGEST, "*"));
+	assert_false(blobproof_holds(f->b, DIGEST2, "reg/team/app"));
+	assert_int_equal(access(other, F_OK), 0);
+	assert_int_equal(blobproof_prune(f->b, only_first, &calls, &removed), 0);
+	assert_int_equal(removed, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -134,6 +196,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_note_and_hold, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cut_short, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_domain_had, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_prune, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
