@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blobproof.h"
 #include "cache.h"
 #include "digest.h"
 #include "macro.h"
@@ -236,6 +237,14 @@ static int sweep_blob(void *userdata, const char *digest)
 	return 0;
 }
 
+/* Whether the cache still holds digest as a layer or a blob. */
+static bool still_cached(void *userdata, const char *digest)
+{
+	struct manager *m = userdata;
+
+	return cache_layer_present(m->cache, digest) || cache_blob_present(m->cache, digest);
+}
+
 /* Deletes every layer and blob no reference needs.  Runs with gc_lock
  * held exclusively, so no pull is between publishing a layer and its
  * reference.  Returns the bytes freed. */
@@ -259,6 +268,8 @@ static uint64_t sweep(struct manager *m)
 		/* objects only removed layers used: their bytes were counted
 		 * with those layers (cache_layer_bytes) */
 		cache_objects_sweep(m->cache, NULL);
+		/* after the blobs: a proof left by a crash here is harmless */
+		(void)blobproof_prune(m->proofs, still_cached, m, NULL);
 	}
 	strmap_free(k.keep);
 	return s.freed;
