@@ -89,10 +89,11 @@ static bool has_line(const char *buf, size_t len, const char *line, const char *
 	return false;
 }
 
-/* The proofs of digest: 0 with a buffer (empty when there are none). */
-static int read_proofs(struct blobproof *b, const char *name, char **ret, size_t *ret_len)
+/* The proofs of digest in dirfd (proofs/): 0 with a buffer (empty when
+ * there are none). */
+static int read_proofs_at(int dirfd, const char *name, char **ret, size_t *ret_len)
 {
-	_cleanup_close_ int fd = openat(b->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 
 	if (fd < 0 && errno == ENOENT) {
 		*ret = NULL;
@@ -102,6 +103,25 @@ static int read_proofs(struct blobproof *b, const char *name, char **ret, size_t
 	if (fd < 0)
 		return negative_errno();
 	return read_full(fd, PROOF_MAX_BYTES, ret, ret_len);
+}
+
+static int read_proofs(struct blobproof *b, const char *name, char **ret, size_t *ret_len)
+{
+	return read_proofs_at(b->dirfd, name, ret, ret_len);
+}
+
+bool blobproof_public_at(int cache_dirfd, const char *digest)
+{
+	const char *name = file_name(digest);
+	_cleanup_close_ int dirfd = -1;
+	_cleanup_free_ char *buf = NULL;
+	size_t len = 0;
+
+	if (!name)
+		return false;
+	dirfd = openat(cache_dirfd, "proofs", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	return dirfd >= 0 && read_proofs_at(dirfd, name, &buf, &len) == 0 &&
+	       has_line(buf, len, NULL, NULL);
 }
 
 bool blobproof_holds(struct blobproof *b, const char *digest, const char *line)

@@ -36,6 +36,11 @@ bool blobproof_line(const char *domain, const char *repo, bool with_credentials,
  * (a small read).  Thread-safe. */
 bool blobproof_holds(struct blobproof *b, const char *digest, const char *line);
 
+/* Whether a pull without credentials had digest ("*"), from the cache
+ * directory's descriptor (for the cache itself, which has no struct
+ * blobproof).  Blocks on the disk.  Thread-safe. */
+bool blobproof_public_at(int cache_dirfd, const char *digest);
+
 /* Whether digest is public, or a pull with credentials of domain (any
  * repository) had it: then that registry's own authorisation decides who
  * else may have it, and a HEAD there with a pull's credentials is proof.

@@ -97,6 +97,12 @@ int cache_layer_open_dir(struct cache *c, const char *digest);
  * (or replaces it by the stored copy).  Returns 0 or -errno. */
 int cache_object_enter(struct cache *c, int layer_dirfd, const char *object);
 
+/* Whether the stored object OBJ (objects/OBJ) is held by a layer that a
+ * pull without credentials brought (proofs/, blobproof.h): only such an
+ * object may be linked by a lazy layer whose table of contents names it.
+ * Reads every layer directory's entry for it; blocks on the disk. */
+bool cache_object_public(struct cache *c, const char *object);
+
 /* The same, from the directory of a retired layer (cache_layer_retire). */
 int cache_object_openat(int layer_dirfd, const char *object);
 

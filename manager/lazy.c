@@ -399,9 +399,12 @@ int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **r
 		f->complete = true; /* fetched before, or shared at publishing */
 		goto put;
 	}
-	/* stored since by another layer (a partial pull): linked, not
-	 * fetched; what a fetch before left is dropped */
-	if (cache_object_enter(l->cache, l->dirfd, object) == 0 &&
+	/* stored by another layer (a partial pull): linked, not fetched,
+	 * when public (a table of contents may name the contents of a
+	 * private image's files, which only their blob may bring); what a
+	 * fetch before left is dropped */
+	if (cache_object_public(l->cache, object) &&
+	    cache_object_enter(l->cache, l->dirfd, object) == 0 &&
 	    (f->fd = cache_object_openat(l->dirfd, object)) >= 0) {
 		f->complete = true;
 		snprintf(name, sizeof(name), "p.%s", object);

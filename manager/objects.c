@@ -10,6 +10,7 @@
  * object whose only link is its index entry belongs to no layer and is
  * swept.  Losing an index entry (a sweep racing a commit) costs sharing,
  * never content, because layers never read through objects/. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -19,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "blobproof.h"
 #include "cache-private.h"
 #include "digest.h"
 #include "fileio.h"
@@ -83,6 +85,11 @@ int objects_enter(struct cache *c, int stage_fd, const struct layer_index *li, b
 		/* a content the layer holds twice is entered once */
 		if (!e->object || strmap_get(done, e->object))
 			continue;
+		/* A lazy layer has no copies: it links stored ones, and only
+		 * public ones (its table of contents may name the contents of
+		 * a private image's files; lazy.c checks again at first use). */
+		if (lazy && !cache_object_public(c, e->object))
+			continue;
 		r = object_enter(c, stage_fd, e->object, lazy, false);
 		if (r == 0)
 			r = strmap_put(done, e->object, (void *)1);
@@ -113,6 +120,43 @@ int cache_object_enter(struct cache *c, int layer_dirfd, const char *object)
 	if (!object_name_ok(object))
 		return -EINVAL;
 	return object_enter(c, layer_dirfd, object, false, true);
+}
+
+/* Whether the published layer named hex holds o.OBJ as the inode st. */
+static bool layer_holds(struct cache *c, const char *hex, const char *object, const struct stat *st)
+{
+	char path[2 * DIGEST_HEX_LEN + 8];
+	struct stat o;
+
+	snprintf(path, sizeof(path), "%s/" OBJECT_PREFIX "%s", hex, object);
+	return fstatat(c->layers_fd, path, &o, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       o.st_ino == st->st_ino && o.st_dev == st->st_dev;
+}
+
+bool cache_object_public(struct cache *c, const char *object)
+{
+	char digest[DIGEST_STRING_MAX];
+	struct dirent *de;
+	struct stat st;
+	bool public = false;
+	DIR *d;
+
+	if (!object_name_ok(object) ||
+	    fstatat(c->objects_fd, object, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    dir_stream(c->layers_fd, &d) < 0)
+		return false;
+	/* The layers that hold the stored inode: one that a pull without
+	 * credentials brought makes it public (its registry served the
+	 * content, checked against its digest, to anybody). */
+	while (!public && (de = readdir(d))) {
+		if (strlen(de->d_name) != DIGEST_HEX_LEN)
+			continue;
+		snprintf(digest, sizeof(digest), "sha256:%s", de->d_name);
+		public = digest_is_valid(digest) && layer_holds(c, de->d_name, object, &st) &&
+			 blobproof_public_at(c->dirfd, digest);
+	}
+	closedir(d);
+	return public;
 }
 
 int cache_object_openat(int layer_dirfd, const char *object)

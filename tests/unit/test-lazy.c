@@ -380,11 +380,28 @@ static void test_bytes_and_metrics(void **state)
 	lazy_layer_free(l);
 }
 
-/* A second layer holding the same file: once the first layer's copy is in
- * the content store, the second one links it and fetches nothing. */
-static void test_partial_pull_links(void **state)
+/* Marks layer digest as brought by a pull without credentials. */
+static void make_public(struct fixture *f, const char *digest)
 {
-	struct fixture *f = *state;
+	char path[256];
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "%s/proofs", f->dir);
+	(void)mkdir(path, 0700);
+	snprintf(path, sizeof(path), "%s/proofs/%s", f->dir, digest_hex(digest));
+	fp = fopen(path, "w");
+	assert_non_null(fp);
+	fputs("*\n", fp);
+	fclose(fp);
+}
+
+/* A second layer holding the same file: once the first layer's copy is in
+ * the content store and that layer is public, the second one links it and
+ * fetches nothing.  While the first layer is one only pulls with
+ * credentials brought, its copy is not linked: the second layer's table
+ * of contents may only name the file, so it is fetched. */
+static void partial_pull(struct fixture *f, bool public)
+{
 	struct lazy_stats st = { 0 };
 	struct lazy_layer *a, *b;
 	unsigned char buf[CHUNK];
@@ -395,11 +412,19 @@ static void test_partial_pull_links(void **state)
 	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &a), 0);
 	assert_int_equal(lazy_layer_complete(a, f->reg, NULL), 0);
 	lazy_layer_free(a);
+	if (public)
+		make_public(f, f->blob);
 	snprintf(m, sizeof(m), "GET /v2/app/blobs/%s", f->blob2);
 	before = fake_count(f->fake, m);
 	assert_int_equal(lazy_layer_open(f->cache, f->blob2, &st, &b), 0);
 	assert_int_equal(lazy_read(b, f->reg, f->object, 2 * CHUNK, CHUNK, buf), CHUNK);
 	assert_memory_equal(buf, f->content + 2 * CHUNK, CHUNK);
+	if (!public) {
+		assert_true(fake_count(f->fake, m) > before);
+		assert_int_equal(metric(&st, "pullfs_lazy_files_linked_total"), 0);
+		lazy_layer_free(b);
+		return;
+	}
 	assert_int_equal(fake_count(f->fake, m), before);
 	assert_int_equal(metric(&st, "pullfs_lazy_files_linked_total"), 1);
 	assert_true(metric(&st, "pullfs_lazy_saved_bytes_total") > 0);
@@ -410,10 +435,20 @@ static void test_partial_pull_links(void **state)
 	lazy_layer_free(b);
 }
 
-/* Publishing a layer whose files are stored already links them then. */
-static void test_present_at_publishing(void **state)
+static void test_partial_pull_links(void **state)
 {
-	struct fixture *f = *state;
+	partial_pull(*state, true);
+}
+
+static void test_partial_pull_private(void **state)
+{
+	partial_pull(*state, false);
+}
+
+/* Publishing a layer whose files are stored already links them then, when
+ * the layer that brought them is public; not otherwise. */
+static void present_at_publishing(struct fixture *f, bool public)
+{
 	struct lazy_layer *a;
 	struct toc *toc = NULL;
 	char err[256];
@@ -425,6 +460,8 @@ static void test_present_at_publishing(void **state)
 	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &a), 0);
 	assert_int_equal(lazy_layer_complete(a, f->reg, NULL), 0);
 	lazy_layer_free(a);
+	if (public)
+		make_public(f, f->blob);
 	make_layer(f, 300, f->blob2, true);
 	/* the same table, parsed again to measure what it spared */
 	assert_int_equal(lazy_layer_open(f->cache, f->blob2, NULL, &a), 0);
@@ -449,11 +486,24 @@ static void test_present_at_publishing(void **state)
 	assert_int_equal(
 		lazy_fetch_toc(f->reg, &src, f->blob2, &toc, &tocbuf, &toclen, err, sizeof(err)),
 		0);
-	assert_true(lazy_toc_present_bytes(dirfd, toc) > 0);
+	if (public)
+		assert_true(lazy_toc_present_bytes(dirfd, toc) > 0);
+	else
+		assert_int_equal(lazy_toc_present_bytes(dirfd, toc), 0);
 	toc_free(toc);
 	free(tocbuf);
 	lazy_source_done(&src);
 	close(dirfd);
+}
+
+static void test_present_at_publishing(void **state)
+{
+	present_at_publishing(*state, true);
+}
+
+static void test_private_not_at_publishing(void **state)
+{
+	present_at_publishing(*state, false);
 }
 
 static unsigned open_fds(void)
@@ -587,7 +637,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_several_ranges, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_first_range_only, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_partial_pull_links, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_partial_pull_private, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_present_at_publishing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_private_not_at_publishing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_files_few_descriptors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bytes_remembered, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_toc_one_request, setup, teardown),
