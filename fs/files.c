@@ -293,6 +293,7 @@ static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t,
 		      off_t off)
 {
 	struct lazy_call lc = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct caller who;
 	char *buf = malloc(size ? size : 1);
 	ssize_t n;
 	bool mine;
@@ -312,7 +313,8 @@ static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t,
 		free(buf);
 		return;
 	}
-	n = image_lazy_read(img, t, (uint64_t)off, size, buf);
+	caller_of(req, &who);
+	n = image_lazy_read(img, t, (uint64_t)off, size, buf, &who);
 	pthread_mutex_lock(&lc.lock);
 	mine = !lc.answered;
 	lc.answered = true;

@@ -457,7 +457,7 @@ bool image_file_lazy(struct image *img, const struct tinode *file)
 }
 
 ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t off, size_t size,
-			void *buf)
+			void *buf, const struct caller *who)
 {
 	struct image_content *c = img->content;
 	struct lazy_layer *l;
@@ -475,12 +475,16 @@ ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t o
 		/* said once per 10 s: a registry that is down fails every read */
 		last = atomic_load(&m->lazy_warned_ms);
 		if (n < 0 && now - last >= 10000 &&
-		    atomic_compare_exchange_strong(&m->lazy_warned_ms, &last, now))
-			manager_emit(m, EVENT_WARNING, "LazyReadFailed", NULL, c->digest, (int)n,
-				     NULL,
-				     "A read of the file with content sha256:%s of image %s "
-				     "failed: %s (the next read tries again)",
-				     file->object, c->digest, strerror((int)-n));
+		    atomic_compare_exchange_strong(&m->lazy_warned_ms, &last, now)) {
+			_cleanup_free_ char *ref = reference_of(m, c->digest);
+
+			manager_emit(m, EVENT_WARNING, "LazyReadFailed", ref, c->digest, (int)n,
+				     who,
+				     "A read of the file with content sha256:%s of image \"%s\" "
+				     "(%s) failed: %s (the next read tries again)",
+				     file->object, ref ? ref : "(no name left)", c->digest,
+				     strerror((int)-n));
+		}
 		return n;
 	}
 	/* complete since */

@@ -295,6 +295,8 @@ void refstate_free(struct refstate *rs);
 void image_drop_locked(struct manager *m, const char *reference);
 /* Forgets reference's state and its image; manager.lock held. */
 void refstate_drop_locked(struct manager *m, const char *reference);
+/* a reference naming manifest digest (malloc'ed), or NULL */
+char *reference_of(struct manager *m, const char *digest);
 /* reference's image for manifest digest, loaded when no name holds it;
  * one reference for the caller.  Takes manager.lock.  Returns 0, or what
  * image_load returns. */

@@ -389,6 +389,32 @@ size_t names_collect_locked(struct manager *m, uid_t uid, int64_t idle_ms)
 	return dropped;
 }
 
+struct named_ctx {
+	const char *digest;
+	char *found;
+};
+
+static int named(void *userdata, const char *key, void *value)
+{
+	struct named_ctx *c = userdata;
+	const struct refstate *rs = value;
+
+	if (!rs->digest || strcmp(rs->digest, c->digest) != 0)
+		return 0;
+	c->found = strdup(key);
+	return 1;
+}
+
+char *reference_of(struct manager *m, const char *digest)
+{
+	struct named_ctx c = { .digest = digest };
+
+	pthread_mutex_lock(&m->lock);
+	strmap_foreach(m->refs, named, &c);
+	pthread_mutex_unlock(&m->lock);
+	return c.found;
+}
+
 static int free_refstate(void *userdata, const char *key, void *value)
 {
 	refstate_free(value);

@@ -75,6 +75,5 @@ grep -F '"GET /v2/attacker/chunked/blobs/' "$ATT_LOG" | grep -q '" 206 ' ||
 [ "$(metric pullfs_lazy_files_linked_total)" = 0 ] || fail "files linked: $(metric pullfs_lazy_files_linked_total)"
 
 unmount_pullfs
-# (No "events check": tests/integration/events.py does not yet accept the
-# LazyFetchFailed event the background completion writes here.)
+events check >&2 || fail "malformed events in $EVENTS"
 log "PASS"

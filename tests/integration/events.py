@@ -31,6 +31,10 @@ SIZE_RE = re.compile(r"[Ss]ize:? [0-9]+ ?(bytes|B)?\b")
 NORMAL_REASONS = {"Pulling", "Pulled", "BackOff"}
 WARNING_REASONS = {"Failed", "ErrImageNeverPull", "InspectFailed", "PullDenied",
                    "AccessDenied"}
+# Events that only a lookup (or a pull asked for) writes: they always
+# name the process that caused them.
+CAUSED_REASONS = {"Pulling", "Failed", "BackOff", "ErrImageNeverPull",
+                  "InspectFailed", "PullDenied", "AccessDenied"}
 # Events of a failed lookup carry the errno the caller got (SPEC section 4:
 # "errno on failures"); for these reasons it can only be this one.
 FIXED_ERRNO = {"BackOff": "EAGAIN", "ErrImageNeverPull": "EPERM",
@@ -83,14 +87,20 @@ def problems_of(ev):
             if abs((now - t).total_seconds()) > 3600:
                 p.append("time %r is far from now (%s)" % (ev["time"], now))
     need("reason", str)
-    need("image", str)
-    need("message", str)
-    if need("pid", int) and ev["pid"] <= 0:
-        p.append("pid %r is not positive" % ev["pid"])
-    if need("uid", int) and ev["uid"] < 0:
-        p.append("uid %r is negative" % ev["uid"])
-    need("comm", str)
     reason = ev.get("reason")
+    # An image's events name it; those a lookup caused name its process
+    # too.  What nothing asked for (a layer's background completion, GC,
+    # a restart) has no process, and no image when it is about a layer or
+    # the cache; a process, when there is one, comes with all three.
+    if reason in CAUSED_REASONS or reason == "Pulled" or "image" in ev:
+        need("image", str)
+    need("message", str)
+    if reason in CAUSED_REASONS or any(k in ev for k in ("pid", "uid", "comm")):
+        if need("pid", int) and ev["pid"] <= 0:
+            p.append("pid %r is not positive" % ev["pid"])
+        if need("uid", int) and ev["uid"] < 0:
+            p.append("uid %r is negative" % ev["uid"])
+        need("comm", str)
     if need("type", str):
         if reason in NORMAL_REASONS and ev["type"] != "Normal":
             p.append("type %r for %s (expected Normal)" % (ev["type"], reason))
@@ -120,7 +130,12 @@ def problems_of(ev):
             p.append("%s with errno %r (expected %s)"
                      % (reason, ev.get("errno"), FIXED_ERRNO[reason]))
     elif "errno" in ev and ev["errno"] not in (None, ""):
-        p.append("errno %r on a %s event" % (ev["errno"], reason))
+        # any other failure (a lazy read, a layer's completion) says its
+        # errno too; a Normal event has none
+        if ev.get("type") != "Warning":
+            p.append("errno %r on a %s event" % (ev["errno"], reason))
+        elif not isinstance(ev["errno"], str) or not ERRNO_RE.match(ev["errno"]):
+            p.append("errno %r is not an errno name" % ev["errno"])
     return p
 
 
