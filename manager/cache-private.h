@@ -3,6 +3,9 @@
 #pragma once
 
 #include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "cache.h"
@@ -15,6 +18,12 @@ struct cache {
 	int objects_fd; /* objects */
 	int refs_fd;	/* refs */
 	int tmp_fd;	/* tmp */
+	/* Layers unpacked and verified, served from their stage while the
+	 * publisher flushes and publishes them (publish.c). */
+	struct publisher *pub;
+	/* Renames into layers/ started and flushed: a reference file
+	 * flushes layers/ only when the two differ. */
+	atomic_uint_fast64_t layers_renamed, layers_flushed;
 };
 
 /* Removes every file of a directory (one level of subdirectories too). */
@@ -37,3 +46,35 @@ uint64_t objects_layer_bytes(struct cache *c, const char *digest, struct inoset 
 /* Enters the objects of a staged layer into objects/, replacing each that
  * is already there by a link to the stored one. */
 int objects_enter(struct cache *c, int stage_fd, const struct layer_index *li, bool lazy);
+
+/* A stage (in tmp/) flushed to stable storage and published as
+ * layers/HEX: one syncfs, the objects' links, objects/ and the stage
+ * flushed, the rename, layers/ flushed.  A layer that appeared meanwhile
+ * leaves the stage as it is (the caller discards it).  Returns 0 (*ret_renamed
+ * says whether the stage became the layer) or -errno, with nothing published. */
+int layer_publish(struct cache *c, int stage_fd, const char *stage_name, const char *hex,
+		  const struct layer_index *li, bool lazy, bool *ret_renamed);
+/* Writes buf under name in dirfd, atomically and durably (tmp/ first). */
+int write_atomic(struct cache *c, int dirfd, const char *name, const void *buf, size_t len);
+void cache_stage_discard(struct cache *c, const char *name);
+
+/* publish.c: the publisher of staged layers and of the reference files
+ * that wait for them. */
+/* Publishes what a killed process of this boot left staged and verified
+ * in tmp/, with the references that waited for it.  Before tmp/ is
+ * emptied, at open. */
+void publisher_recover(struct cache *c);
+int publisher_new(struct cache *c);
+/* Publishes what is queued, then stops the thread. */
+void publisher_free(struct cache *c);
+/* Takes the stage over: marked verified, queued, served from where it is.
+ * Returns 0 or -errno (the stage is the caller's then). */
+int publisher_queue(struct cache *c, struct cache_layer_stage *st, const char *hex);
+/* openat() of file (NULL: the directory) of layer hex: in its stage while
+ * one is queued, else in layers/. */
+int layer_openat(struct cache *c, const char *hex, const char *file, int flags);
+bool publisher_staged(struct cache *c, const char *hex);
+/* 1 when the reference file (its JSON, for refs/name) waits for staged
+ * layers (the publisher writes it), 0 when it can be written now, -errno. */
+int publisher_defer_ref(struct cache *c, const char *name, const char *json);
+void publisher_forget_ref(struct cache *c, const char *name);

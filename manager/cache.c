@@ -132,9 +132,16 @@ int cache_open(const char *dir, struct cache **ret, char *errbuf, size_t errlen)
 			 strerror(-r));
 		goto fail;
 	}
-	/* Whatever a killed daemon left half-done is worthless: nothing in
-	 * tmp/ was ever published. */
+	/* Layers a killed process of this boot served before publishing
+	 * them are published now; whatever else a killed daemon left
+	 * half-done is worthless: nothing in tmp/ was ever published. */
+	publisher_recover(c);
 	empty_dir(c->tmp_fd);
+	r = publisher_new(c);
+	if (r < 0) {
+		snprintf(errbuf, errlen, "cannot start the publisher: %s", strerror(-r));
+		goto fail;
+	}
 	*ret = c;
 	return 0;
 fail:
@@ -146,6 +153,7 @@ void cache_close(struct cache *c)
 {
 	if (!c)
 		return;
+	publisher_free(c); /* publishes what is staged */
 	if (c->tmp_fd >= 0) {
 		empty_dir(c->tmp_fd);
 		close(c->tmp_fd);
@@ -199,7 +207,7 @@ bool cache_blob_present(struct cache *c, const char *digest)
 
 /* Writes buf to tmp/ and renames it to name in dirfd: the content is on
  * stable storage before the rename, the rename before this returns. */
-static int write_atomic(struct cache *c, int dirfd, const char *name, const void *buf, size_t len)
+int write_atomic(struct cache *c, int dirfd, const char *name, const void *buf, size_t len)
 {
 	char tmpname[64];
 	_cleanup_close_ int fd = -1;
@@ -239,20 +247,17 @@ bool cache_layer_present(struct cache *c, const char *digest)
 
 	if (!digest_is_valid(digest))
 		return false;
+	if (publisher_staged(c, digest_hex(digest)))
+		return true;
 	snprintf(path, sizeof(path), "%s/index", digest_hex(digest));
 	return faccessat(c->layers_fd, path, F_OK, 0) == 0;
 }
 
 static int layer_file_open(struct cache *c, const char *digest, const char *file)
 {
-	char path[DIGEST_HEX_LEN + 16];
-	int fd;
-
 	if (!digest_is_valid(digest))
 		return -EINVAL;
-	snprintf(path, sizeof(path), "%s/%s", digest_hex(digest), file);
-	fd = openat(c->layers_fd, path, O_RDONLY | O_CLOEXEC);
-	return fd < 0 ? negative_errno() : fd;
+	return layer_openat(c, digest_hex(digest), file, O_RDONLY | O_CLOEXEC);
 }
 
 int cache_layer_open_pack(struct cache *c, const char *digest)
@@ -268,8 +273,6 @@ int cache_layer_read_index(struct cache *c, const char *digest, struct layer_ind
 		return idx;
 	return layer_index_read(idx, ret);
 }
-
-static void cache_stage_discard(struct cache *c, const char *name);
 
 static int cache_stage_new(struct cache *c, const char *prefix, char **ret_name, int *ret_dirfd)
 {
@@ -299,7 +302,7 @@ static int cache_stage_new(struct cache *c, const char *prefix, char **ret_name,
 	return 0;
 }
 
-static void cache_stage_discard(struct cache *c, const char *name)
+void cache_stage_discard(struct cache *c, const char *name)
 {
 	int fd = openat(c->tmp_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
@@ -343,48 +346,81 @@ void cache_layer_abandon(struct cache *c, struct cache_layer_stage *st)
 	*st = (struct cache_layer_stage){ .dirfd = -1, .pack_fd = -1 };
 }
 
-static int layer_commit(struct cache *c, struct cache_layer_stage *st, const char *digest,
-			const struct layer_index *li, bool lazy)
+int layer_publish(struct cache *c, int stage_fd, const char *stage_name, const char *hex,
+		  const struct layer_index *li, bool lazy, bool *ret_renamed)
+{
+	uint_fast64_t gen;
+	int r;
+
+	/* Everything the layer holds is on stable storage before any of it
+	 * is published: one syncfs for the whole stage costs less than a
+	 * flush per file.  Then the objects' index links and the stage's
+	 * own links to stored objects, then the layer itself (see
+	 * "Durability" in docs/content-store.md). */
+	r = flush_fs(stage_fd);
+	if (r == 0)
+		r = objects_enter(c, stage_fd, li, lazy);
+	if (r == 0)
+		r = flush_dir(c->objects_fd);
+	if (r == 0) {
+		/* the mark of a stage served before its publish (publish.c)
+		 * has no use in layers/ */
+		unlinkat(stage_fd, "verified", 0);
+		r = flush_dir(stage_fd);
+	}
+	if (r < 0)
+		return r;
+	*ret_renamed = false;
+	gen = atomic_fetch_add(&c->layers_renamed, 1) + 1;
+	if (renameat(c->tmp_fd, stage_name, c->layers_fd, hex) == 0) {
+		*ret_renamed = true;
+	} else if (errno != EEXIST && errno != ENOTEMPTY) {
+		/* (EEXIST: another pull of a sharing image won the race;
+		 * its copy is as good as ours, and durable once the
+		 * directory is) */
+		return negative_errno();
+	}
+	r = flush_dir(c->layers_fd);
+	if (r == 0) {
+		uint_fast64_t seen = atomic_load(&c->layers_flushed);
+
+		while (seen < gen && !atomic_compare_exchange_weak(&c->layers_flushed, &seen, gen))
+			;
+	}
+	return r;
+}
+
+static int layer_index_stage(struct cache_layer_stage *st, const struct layer_index *li)
 {
 	_cleanup_close_ int idx = -1;
+
+	idx = openat(st->dirfd, "index", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (idx < 0)
+		return negative_errno();
+	return layer_index_write(li, idx);
+}
+
+/* background: served from the stage at once, published by publish.c */
+static int layer_commit(struct cache *c, struct cache_layer_stage *st, const char *digest,
+			const struct layer_index *li, bool lazy, bool background)
+{
+	bool renamed = false;
 	int r;
 
 	if (!digest_is_valid(digest)) {
 		r = -EINVAL;
 		goto out;
 	}
-	idx = openat(st->dirfd, "index", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (idx < 0) {
-		r = negative_errno();
-		goto out;
-	}
-	r = layer_index_write(li, idx);
-	/* Everything the layer holds is on stable storage before any of it
-	 * is published: one syncfs for the whole stage costs less than a
-	 * flush per file.  Then the objects' index links and the stage's
-	 * own links to stored objects, then the layer itself (see
-	 * "Durability" in docs/content-store.md). */
+	r = layer_index_stage(st, li);
+	/* (where it cannot be, published here) */
+	if (r == 0 && background && publisher_queue(c, st, digest_hex(digest)) == 0)
+		return 0;
 	if (r == 0)
-		r = flush_fs(st->dirfd);
-	if (r == 0)
-		r = objects_enter(c, st->dirfd, li, lazy);
-	if (r == 0)
-		r = flush_dir(c->objects_fd);
-	if (r == 0)
-		r = flush_dir(st->dirfd);
-	if (r < 0)
-		goto out;
-	if (renameat(c->tmp_fd, st->name, c->layers_fd, digest_hex(digest)) == 0) {
+		r = layer_publish(c, st->dirfd, st->name, digest_hex(digest), li, lazy, &renamed);
+	if (renamed) {
 		free(st->name); /* published: nothing left to discard */
 		st->name = NULL;
-	} else if (errno != EEXIST && errno != ENOTEMPTY) {
-		/* (EEXIST: another pull of a sharing image won the race;
-		 * its copy is as good as ours, and durable once the
-		 * directory is) */
-		r = negative_errno();
-		goto out;
 	}
-	r = flush_dir(c->layers_fd);
 out:
 	cache_layer_abandon(c, st);
 	return r;
@@ -393,7 +429,7 @@ out:
 int cache_layer_commit(struct cache *c, struct cache_layer_stage *st, const char *digest,
 		       const struct layer_index *li)
 {
-	return layer_commit(c, st, digest, li, false);
+	return layer_commit(c, st, digest, li, false, true);
 }
 
 static int write_stage_file(int dirfd, const char *name, const void *buf, size_t len)
@@ -417,14 +453,14 @@ int cache_layer_commit_lazy(struct cache *c, struct cache_layer_stage *st, const
 		cache_layer_abandon(c, st);
 		return r;
 	}
-	return layer_commit(c, st, digest, li, true);
+	return layer_commit(c, st, digest, li, true, false);
 }
 
 int cache_layer_open_dir(struct cache *c, const char *digest)
 {
 	if (!digest_is_valid(digest))
 		return -EINVAL;
-	return open_dir(c->layers_fd, digest_hex(digest));
+	return layer_openat(c, digest_hex(digest), NULL, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 }
 
 void cache_ref_done(struct cache_ref *r)
@@ -533,11 +569,6 @@ int cache_ref_save(struct cache *c, const struct cache_ref *r)
 	ret = ref_file_name(r->reference, name);
 	if (ret < 0)
 		return ret;
-	/* A layer this reference names may have been published by another
-	 * pull that has not flushed layers/ yet. */
-	ret = flush_dir(c->layers_fd);
-	if (ret < 0)
-		return ret;
 	o = json_pack("{s:s, s:s, s:I}", "reference", r->reference, "digest", r->digest,
 		      "pulled_at", (json_int_t)r->pulled_at);
 	if (!o)
@@ -551,9 +582,17 @@ int cache_ref_save(struct cache *c, const struct cache_ref *r)
 	json_decref(o);
 	if (!s)
 		return -ENOMEM;
-	ret = write_atomic(c, c->refs_fd, name, s, strlen(s));
+	/* Written by the publisher once the layers staged before it are
+	 * published, else here. */
+	ret = publisher_defer_ref(c, name, s);
+	if (ret == 0 && atomic_load(&c->layers_flushed) != atomic_load(&c->layers_renamed))
+		/* A layer this reference names may have been published by
+		 * another pull that has not flushed layers/ yet. */
+		ret = flush_dir(c->layers_fd);
+	if (ret == 0)
+		ret = write_atomic(c, c->refs_fd, name, s, strlen(s));
 	free(s);
-	return ret;
+	return ret < 0 ? ret : 0;
 }
 
 int cache_ref_remove(struct cache *c, const char *reference)
@@ -563,6 +602,7 @@ int cache_ref_remove(struct cache *c, const char *reference)
 
 	if (r < 0)
 		return r;
+	publisher_forget_ref(c, name);
 	if (unlinkat(c->refs_fd, name, 0) < 0) {
 		if (errno != ENOENT)
 			return negative_errno();

@@ -69,12 +69,13 @@ struct cache_layer_stage {
 	int pack_fd;
 };
 int cache_layer_stage(struct cache *c, const char *digest, struct cache_layer_stage *st);
-/* Writes the index, flushes the stage to stable storage (one syncfs),
- * enters the layer's objects into the content store (sharing stored copies
- * of the same content) and publishes the layer as layers/HEX of digest,
- * durably.  When the layer appeared meanwhile, the staged copy is
- * discarded and 0 returned.  Blocks on the disk.  The stage is finished
- * either way; on an error (-EIO from a flush too) nothing is published. */
+/* Writes the index and hands the verified layer to the publisher
+ * (publish.c): from then on it is served from its stage (every open of a
+ * layer's files goes there), while a thread flushes it to stable storage
+ * (one syncfs), enters its objects into the content store and renames it
+ * into layers/; reference files saved meanwhile wait for that.  Without a
+ * boot id it is published here, blocking on the disk.  The stage is the
+ * cache's either way; on an error nothing is published. */
 int cache_layer_commit(struct cache *c, struct cache_layer_stage *st, const char *digest,
 		       const struct layer_index *li);
 /* The same for a lazy layer (lazy.h): the index from its table of
@@ -84,6 +85,9 @@ int cache_layer_commit(struct cache *c, struct cache_layer_stage *st, const char
 int cache_layer_commit_lazy(struct cache *c, struct cache_layer_stage *st, const char *digest,
 			    const struct layer_index *li, const char *lazy_text, const void *toc,
 			    size_t toc_len);
+/* Waits until every layer committed so far is published (or failed to
+ * be), with the reference files that waited for it. */
+void cache_publish_wait(struct cache *c);
 /* Throws a stage away (safe on a zeroed or finished one). */
 void cache_layer_abandon(struct cache *c, struct cache_layer_stage *st);
 
@@ -132,7 +136,9 @@ void cache_ref_done(struct cache_ref *r);
 /* Every reference file that parses; damaged ones are skipped. */
 int cache_refs_load(struct cache *c, struct cache_ref **ret, size_t *ret_n);
 /* Writes the reference file atomically and durably (the publish step of
- * a pull), after flushing layers/.  Blocks on the disk. */
+ * a pull), after flushing layers/ if a rename into it is not flushed yet;
+ * while layers are being published in the background, the publisher
+ * writes it after them and this returns at once.  Blocks on the disk. */
 int cache_ref_save(struct cache *c, const struct cache_ref *r);
 int cache_ref_remove(struct cache *c, const char *reference);
 

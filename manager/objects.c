@@ -105,14 +105,12 @@ static bool object_name_ok(const char *object)
 
 int cache_layer_open_object(struct cache *c, const char *layer_digest, const char *object)
 {
-	char path[2 * DIGEST_HEX_LEN + 8];
-	int fd;
+	char name[DIGEST_HEX_LEN + 8];
 
 	if (!digest_is_valid(layer_digest) || !object_name_ok(object))
 		return -EINVAL;
-	snprintf(path, sizeof(path), "%s/" OBJECT_PREFIX "%s", digest_hex(layer_digest), object);
-	fd = openat(c->layers_fd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	return fd < 0 ? negative_errno() : fd;
+	snprintf(name, sizeof(name), OBJECT_PREFIX "%s", object);
+	return layer_openat(c, digest_hex(layer_digest), name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 }
 
 int cache_object_enter(struct cache *c, int layer_dirfd, const char *object)

@@ -140,12 +140,62 @@ for point in manifest config mid-blob mid-unpack layer publish; do
     [ -z "$(find "$CACHE/refs" -type f)" ] || fail "$point: a reference file exists after the crash"
     case $point in
     manifest) [ -z "$(find "$CACHE/layers" -mindepth 1)" ] || fail "manifest: layers published before the config" ;;
-    publish) [ "$(find "$CACHE/layers" -mindepth 1 -maxdepth 1 | wc -l)" = 3 ] ||
-        fail "publish: expected all 3 layers published before the reference" ;;
+    publish)
+        # published, or verified and staged for the publisher (which the
+        # next start publishes)
+        n=$(($(find "$CACHE/layers" -mindepth 1 -maxdepth 1 | wc -l) + $(find "$CACHE/tmp" -mindepth 2 -maxdepth 2 -name verified | wc -l)))
+        [ "$n" = 3 ] || fail "publish: expected all 3 layers published or verified before the reference, got $n" ;;
     esac
     remount_after_crash "$point"
     check_recovery "$point"
 done
+
+# ---- a kill between the lookup's answer and the publish ------------------
+# A layer is served from its stage as soon as it is unpacked and verified
+# and published in the background (docs/content-store.md, "Durability").
+# PULLFS_FAULT=staged holds that publish, so the image is served, read and
+# then its serving process killed in the window: the next process (same
+# boot) publishes the staged layers and the reference that waited for them
+# at its start, the reader never sees an error, and nothing is pulled again.
+log "kill in the window between the lookup's answer and the publish"
+CACHE=$WORK/cache-staged
+EVENTS=$WORK/events-staged.log
+PULLFS_ENV=(PULLFS_FAULT=staged)
+mark=$(registry_mark)
+mount_pullfs
+id=$(mount_id)
+assert_errno OK "$root"
+n=$(find "$CACHE/tmp" -mindepth 2 -maxdepth 2 -name verified | wc -l)
+assert_eq 3 "$n" "staged: layers served from their verified stages"
+[ -z "$(find "$CACHE/refs" "$CACHE/layers" -mindepth 1)" ] || fail "staged: published before the flush"
+want=()
+while read -r f; do
+    want+=("$f=$(sha256sum "$reference/$f" | cut -d' ' -f1)")
+done < <(cd "$reference" && find . -type f -size +0 -printf '%s %P\n' | sort -rn | head -n 4 | cut -d' ' -f2-)
+[ "${#want[@]}" -gt 0 ] || fail "staged: no regular file to read in the test image"
+start_reader "$root" "$root" "${want[@]}"
+reader_settle "staged, before the kill"
+kill_serving 1 reader_settle
+assert_eq "" "$(reader_errors)" "staged: the reader's errors across the kill"
+kill -TERM "$reader_pid"
+wait_for 30 _pid_gone "$reader_pid" || fail "staged: the reader did not stop"
+assert_eq 3 "$(find "$CACHE/layers" -mindepth 1 -maxdepth 1 | wc -l)" "staged: layers published after the kill"
+[ -n "$(find "$CACHE/refs" -type f)" ] || fail "staged: no reference file after the kill"
+[ -z "$(find "$CACHE/layers" -name verified)" ] || fail "staged: a stage's mark was published with its layer"
+check_supervised_recovery "staged" "$id"
+assert_contains "left 3 verified layers and 1 references unpublished: published now" "$(grep 'verified layers' "$PULLFS_LOG" | tail -n 1)" "staged: the new process's message"
+assert_tree_eq "$reference" "$root" --dir-mtime
+for l in $(image_blobs test/edge:1); do
+    assert_eq 1 "$(registry_count GET "/v2/test/edge/blobs/$l" "$mark")" "staged: GETs of blob $l (none again after the kill)"
+done
+unmount_pullfs
+PULLFS_ENV=()
+# and the new process's start (the cache as the kill left it) published
+# them: a fresh start serves the image from the cache
+mount_pullfs
+assert_tree_eq "$reference" "$root" --dir-mtime
+assert_eq 1 "$(event_count_msg Pulled "$ref" "Successfully pulled")" "staged: Pulled events"
+unmount_pullfs
 
 # ---- secondary: kill -9 at a random moment of a 20 MiB pull --------------
 # Which step the kill lands in is luck; the fault points above are the

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,6 +32,12 @@ static char calls[LOG_MAX][512];
 static size_t n_calls;
 static const char *fail_op; /* make this flush fail with EIO... */
 static const char *fail_at; /* ...on a path starting with this */
+/* The publisher runs on a thread of its own: the log is shared, and a
+ * held syncfs keeps a layer in the window between its commit and its
+ * publish until the test lets it go. */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cond = PTHREAD_COND_INITIALIZER;
+static bool hold_syncfs;
 
 /* The path of fd relative to the cache ("." for the cache itself). */
 static void fd_path(int fd, char *buf, size_t len)
@@ -54,10 +61,12 @@ static void log_call(const char *fmt, ...)
 {
 	va_list ap;
 
+	pthread_mutex_lock(&log_lock);
 	assert_true(n_calls < LOG_MAX);
 	va_start(ap, fmt);
 	vsnprintf(calls[n_calls++], sizeof(calls[0]), fmt, ap);
 	va_end(ap);
+	pthread_mutex_unlock(&log_lock);
 }
 
 /* A flush, logged; fails when it is the one the test asked for. */
@@ -97,7 +106,19 @@ int __wrap_fsync(int fd)
 
 int __wrap_syncfs(int fd)
 {
+	pthread_mutex_lock(&log_lock);
+	while (hold_syncfs)
+		pthread_cond_wait(&hold_cond, &log_lock);
+	pthread_mutex_unlock(&log_lock);
 	return flush_call("syncfs", fd, __real_syncfs);
+}
+
+static void syncfs_hold(bool on)
+{
+	pthread_mutex_lock(&log_lock);
+	hold_syncfs = on;
+	pthread_cond_broadcast(&hold_cond);
+	pthread_mutex_unlock(&log_lock);
 }
 
 int __wrap_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)
@@ -248,9 +269,10 @@ static void test_ref(void **state)
 
 	(void)state;
 	assert_int_equal(cache_ref_save(cache, &cr), 0);
-	/* layers it names another pull published are durable first */
-	const char *order[] = { "fsync layers", "fdatasync tmp/f.", "rename tmp/f.", "fsync refs" };
-	assert_order(order, 4);
+	const char *order[] = { "fdatasync tmp/f.", "rename tmp/f.", "fsync refs" };
+	assert_order(order, 3);
+	/* no layer was renamed into layers/: nothing there to flush */
+	assert_int_equal(find_call(0, "fsync layers"), -1);
 	assert_int_equal(cache_refs_load(cache, &got, &n), 0);
 	assert_int_equal(n, 1);
 	cache_ref_done(&got[0]);
@@ -322,6 +344,7 @@ static void test_layer(void **state)
 	snprintf(stage, sizeof(stage), "syncfs tmp/%s", st.name);
 	n_calls = 0;
 	assert_int_equal(cache_layer_commit(cache, &st, digest, &li), 0);
+	cache_publish_wait(cache);
 	snprintf(link_to, sizeof(link_to), "link %s/o.%s objects/%s", stage + strlen("syncfs "),
 		 object, object);
 	/* content, its index link, the links' directory and the stage's,
@@ -352,12 +375,144 @@ static void test_layer_flush_fails(void **state)
 	stage_layer(&st, digest, object, &li, &e);
 	fail_op = "syncfs";
 	fail_at = "tmp/layer-";
-	assert_int_equal(cache_layer_commit(cache, &st, digest, &li), -EIO);
+	syncfs_hold(true);
+	/* served from the stage until its publish fails */
+	assert_int_equal(cache_layer_commit(cache, &st, digest, &li), 0);
+	assert_true(cache_layer_present(cache, digest));
+	/* a reference saved meanwhile may name it: never written */
+	struct cache_ref cr = { .reference = "registry.test/a/b:3", .digest = (char *)digest };
+	assert_int_equal(cache_ref_save(cache, &cr), 0);
+	syncfs_hold(false);
+	cache_publish_wait(cache);
 	assert_false(cache_layer_present(cache, digest));
 	/* not even an index link to content that may not be on disk */
 	assert_int_equal(entries_in("objects"), 0);
 	assert_int_equal(entries_in("layers"), 0);
+	assert_int_equal(entries_in("refs"), 0);
+	/* its files stay for whoever has the image loaded; not a mark that
+	 * would publish them at the next start */
+	char mark[PATH_MAX];
+	snprintf(mark, sizeof(mark), "%s/tmp/%s/verified", dir, st.name ? st.name : "x");
+	assert_int_equal(entries_in("tmp"), 1);
+	cache_close(cache);
+	char err[256];
+	assert_int_equal(cache_open(dir, &cache, err, sizeof(err)), 0);
+	assert_false(cache_layer_present(cache, digest));
 	assert_int_equal(entries_in("tmp"), 0);
+	assert_int_equal(entries_in("layers"), 0);
+}
+
+/* The window between a commit and its publish: the layer is served from
+ * its stage (index, objects, pack open), a reference saved then is
+ * written only after the layer is on stable storage and renamed. */
+static void test_layer_served_before_publish(void **state)
+{
+	static const char *digest =
+		"sha256:00000000000000000000000000000000000000000000000000000000000000dd";
+	struct cache_layer_stage st;
+	struct layer_index li, *got = NULL;
+	struct layer_entry e;
+	char object[65], stage[128];
+	struct cache_ref cr = { .reference = "registry.test/a/b:4", .digest = (char *)digest };
+	char buf[32];
+	int fd;
+
+	(void)state;
+	stage_layer(&st, digest, object, &li, &e);
+	snprintf(stage, sizeof(stage), "syncfs tmp/%s", st.name);
+	syncfs_hold(true);
+	n_calls = 0;
+	assert_int_equal(cache_layer_commit(cache, &st, digest, &li), 0);
+	assert_true(cache_layer_present(cache, digest));
+	assert_int_equal(cache_layer_read_index(cache, digest, &got), 0);
+	assert_int_equal(got->n_entries, 1);
+	layer_index_free(got);
+	fd = cache_layer_open_object(cache, digest, object);
+	assert_true(fd >= 0);
+	fd = cache_layer_open_pack(cache, digest);
+	assert_true(fd >= 0);
+	assert_int_equal(cache_ref_save(cache, &cr), 0);
+	/* nothing published yet */
+	assert_int_equal(entries_in("layers"), 0);
+	assert_int_equal(entries_in("refs"), 0);
+	syncfs_hold(false);
+	cache_publish_wait(cache);
+	const char *order[] = {
+		stage,		"fsync objects",    "fsync tmp/layer-", "rename tmp/layer-",
+		"fsync layers", "fdatasync tmp/f.", "rename tmp/f.",	"fsync refs"
+	};
+	assert_order(order, 8);
+	assert_int_equal(entries_in("layers"), 1);
+	assert_int_equal(entries_in("refs"), 1);
+	/* a descriptor opened in the stage reads on after the rename */
+	assert_int_equal(pread(fd, buf, 4, 0), 4);
+	assert_memory_equal(buf, "pack", 4);
+	close(fd);
+	/* the reference file saved meanwhile is gone from tmp/ */
+	assert_int_equal(entries_in("tmp"), 0);
+}
+
+/* A kill in that window: the next process of the same boot publishes the
+ * verified stage and the reference that waited for it; a stage marked in
+ * another boot is discarded. */
+static void test_staged_layer_published_after_kill(void **state)
+{
+	static const char *digest =
+		"sha256:00000000000000000000000000000000000000000000000000000000000000ee";
+	char boot[64] = "", p[PATH_MAX], err[256], object[65];
+	struct cache_layer_stage st;
+	struct layer_index li;
+	struct layer_entry e;
+	FILE *f;
+	int fd;
+
+	(void)state;
+	f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	assert_non_null(f);
+	assert_non_null(fgets(boot, sizeof(boot), f));
+	fclose(f);
+	boot[strcspn(boot, "\n")] = '\0';
+	for (int round = 0; round < 2; round++) {
+		const char *b = round == 0 ? "00000000-0000-0000-0000-000000000000" : boot;
+
+		stage_layer(&st, digest, object, &li, &e);
+		fd = openat(st.dirfd, "index", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		assert_true(fd >= 0);
+		assert_int_equal(layer_index_write(&li, fd), 0);
+		close(fd);
+		snprintf(p, sizeof(p), "%s/tmp/%s/verified", dir, st.name);
+		assert_non_null(f = fopen(p, "w"));
+		fprintf(f, "%s %s\n", b, digest_hex(digest));
+		fclose(f);
+		snprintf(p, sizeof(p), "%s/tmp/ref.%064d", dir, 7);
+		assert_non_null(f = fopen(p, "w"));
+		fprintf(f, "%s\n{\"reference\":\"registry.test/a/b:5\",\"digest\":\"%s\"}", b,
+			digest);
+		fclose(f);
+		/* the killed process's copy, as a kill leaves it (a close
+		 * would empty tmp/: kept aside meanwhile) */
+		char in_tmp[PATH_MAX], aside[PATH_MAX], ref_aside[PATH_MAX];
+		snprintf(in_tmp, sizeof(in_tmp), "%s/tmp/%s", dir, st.name);
+		snprintf(aside, sizeof(aside), "%s/aside", dir);
+		snprintf(ref_aside, sizeof(ref_aside), "%s/ref-aside", dir);
+		assert_int_equal(rename(in_tmp, aside), 0);
+		assert_int_equal(rename(p, ref_aside), 0);
+		close(st.pack_fd);
+		close(st.dirfd);
+		cache_close(cache);
+		assert_int_equal(rename(aside, in_tmp), 0);
+		assert_int_equal(rename(ref_aside, p), 0);
+		free(st.name);
+		n_calls = 0;
+		assert_int_equal(cache_open(dir, &cache, err, sizeof(err)), 0);
+		assert_int_equal(entries_in("tmp"), 0);
+		assert_int_equal(cache_layer_present(cache, digest), round == 1);
+		assert_int_equal(entries_in("refs"), round == 1 ? 1 : 0);
+	}
+	const char *order[] = { "syncfs tmp/layer-", "fsync objects",	 "rename tmp/layer-",
+				"fsync layers",	     "fdatasync tmp/f.", "rename tmp/f.",
+				"fsync refs" };
+	assert_order(order, 7);
 }
 
 /* What a power cut or a kill leaves between staging and commit: a stage
@@ -404,6 +559,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_layer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_layer_flush_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_staged_layer_discarded_at_open, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_layer_served_before_publish, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_staged_layer_published_after_kill, setup,
 						teardown),
 	};
 
