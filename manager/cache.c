@@ -95,6 +95,9 @@ int cache_open(const char *dir, struct cache **ret, char *errbuf, size_t errlen)
 	c->dirfd = c->lockfd = c->blobs_fd = c->layers_fd = c->refs_fd = c->tmp_fd = c->objects_fd =
 		-1;
 
+	/* A killed process may have renamed a layer into layers/ without
+	 * flushing it: the first reference file flushes layers/. */
+	atomic_store(&c->layers_renamed, 1);
 	c->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (c->dirfd < 0) {
 		r = negative_errno();
@@ -346,6 +349,18 @@ void cache_layer_abandon(struct cache *c, struct cache_layer_stage *st)
 	*st = (struct cache_layer_stage){ .dirfd = -1, .pack_fd = -1 };
 }
 
+/* Flushes layers/, which makes the renames into it up to gen durable. */
+static int flush_layers_dir(struct cache *c, uint_fast64_t gen)
+{
+	int r = flush_dir(c->layers_fd);
+	uint_fast64_t seen = atomic_load(&c->layers_flushed);
+
+	while (r == 0 && seen < gen &&
+	       !atomic_compare_exchange_weak(&c->layers_flushed, &seen, gen))
+		;
+	return r;
+}
+
 int layer_publish(struct cache *c, int stage_fd, const char *stage_name, const char *hex,
 		  const struct layer_index *li, bool lazy, bool *ret_renamed)
 {
@@ -380,14 +395,7 @@ int layer_publish(struct cache *c, int stage_fd, const char *stage_name, const c
 		 * directory is) */
 		return negative_errno();
 	}
-	r = flush_dir(c->layers_fd);
-	if (r == 0) {
-		uint_fast64_t seen = atomic_load(&c->layers_flushed);
-
-		while (seen < gen && !atomic_compare_exchange_weak(&c->layers_flushed, &seen, gen))
-			;
-	}
-	return r;
+	return flush_layers_dir(c, gen);
 }
 
 static int layer_index_stage(struct cache_layer_stage *st, const struct layer_index *li)
@@ -562,6 +570,7 @@ int cache_refs_load(struct cache *c, struct cache_ref **ret, size_t *ret_n)
 int cache_ref_save(struct cache *c, const struct cache_ref *r)
 {
 	char name[DIGEST_HEX_LEN + 1];
+	uint_fast64_t gen;
 	json_t *o;
 	char *s;
 	int ret;
@@ -585,10 +594,11 @@ int cache_ref_save(struct cache *c, const struct cache_ref *r)
 	/* Written by the publisher once the layers staged before it are
 	 * published, else here. */
 	ret = publisher_defer_ref(c, name, s);
-	if (ret == 0 && atomic_load(&c->layers_flushed) != atomic_load(&c->layers_renamed))
+	gen = atomic_load(&c->layers_renamed);
+	if (ret == 0 && atomic_load(&c->layers_flushed) < gen)
 		/* A layer this reference names may have been published by
 		 * another pull that has not flushed layers/ yet. */
-		ret = flush_dir(c->layers_fd);
+		ret = flush_layers_dir(c, gen);
 	if (ret == 0)
 		ret = write_atomic(c, c->refs_fd, name, s, strlen(s));
 	free(s);

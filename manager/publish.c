@@ -219,6 +219,9 @@ void publisher_recover(struct cache *c)
 	closedir(d);
 	for (struct found *f = layers; f && r == 0; f = f->next, n_layers++)
 		r = recover_layer(c, f);
+	/* (a layer the killed process renamed, layers/ not flushed yet) */
+	if (r == 0 && refs)
+		r = flush_dir(c->layers_fd);
 	/* a reference only once every layer it may name is published */
 	for (struct found *f = refs; f && r == 0; f = f->next, n_refs++)
 		r = write_atomic(c, c->refs_fd, f->name + strlen(REF_PREFIX), f->json,

@@ -269,14 +269,20 @@ static void test_ref(void **state)
 
 	(void)state;
 	assert_int_equal(cache_ref_save(cache, &cr), 0);
-	const char *order[] = { "fdatasync tmp/f.", "rename tmp/f.", "fsync refs" };
-	assert_order(order, 3);
-	/* no layer was renamed into layers/: nothing there to flush */
-	assert_int_equal(find_call(0, "fsync layers"), -1);
+	/* layers a killed process renamed (or another pull) are durable
+	 * first */
+	const char *order[] = { "fsync layers", "fdatasync tmp/f.", "rename tmp/f.", "fsync refs" };
+	assert_order(order, 4);
 	assert_int_equal(cache_refs_load(cache, &got, &n), 0);
 	assert_int_equal(n, 1);
 	cache_ref_done(&got[0]);
 	free(got);
+	/* then only after a rename into layers/: none since */
+	n_calls = 0;
+	cr.pulled_at = 2;
+	assert_int_equal(cache_ref_save(cache, &cr), 0);
+	assert_order(order + 1, 3);
+	assert_int_equal(find_call(0, "fsync layers"), -1);
 
 	/* a removal is durable before GC goes on to what it named */
 	n_calls = 0;
