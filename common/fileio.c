@@ -109,8 +109,3 @@ int flush_fs(int fd)
 {
 	return syncfs(fd) < 0 ? negative_errno() : 0;
 }
-
-void flush_start(int fd, uint64_t off, uint64_t len)
-{
-	(void)sync_file_range(fd, (off_t)off, (off_t)len, SYNC_FILE_RANGE_WRITE);
-}

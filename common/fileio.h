@@ -37,7 +37,3 @@ int flush_dir(int dirfd);
  * there so far, by anyone, is on stable storage when this returns 0.  One
  * call instead of one flush per file.  Blocks.  Returns 0 or -errno. */
 int flush_fs(int fd);
-/* Starts write-back of bytes off..off+len of fd (len 0: to the end),
- * without waiting for it (sync_file_range(2) SYNC_FILE_RANGE_WRITE), so
- * that a later flush finds less to do.  Best effort: no error. */
-void flush_start(int fd, uint64_t off, uint64_t len);

@@ -31,8 +31,6 @@
 /* libarchive hands out blocks of this size; large blocks mean few reads
  * from a pipe or a socket-backed fd. */
 #define LAYER_READ_BLOCK (1u << 20)
-/* The pack's write-back is started every this many bytes. */
-#define LAYER_WRITEBACK_STEP (4u << 20)
 
 static void archive_read_freep(struct archive **a)
 {
@@ -56,7 +54,6 @@ struct unpack {
 	struct pending_object *pending;
 	size_t n_pending, cap_pending;
 	uint64_t pack_end;
-	uint64_t pack_started; /* write-back started up to here */
 	uint64_t expanded;
 	uint64_t headers;
 	uint64_t max_entries, max_expanded;
@@ -305,9 +302,9 @@ static int layer_copy_object(struct unpack *u, struct layer_entry *e)
 		unlinkat(dirfd, tmp, 0);
 		return r;
 	}
-	/* The commit flushes the layer before publishing it (cache.h):
-	 * write-back started now overlaps the rest of the unpack. */
-	flush_start(pc.fd, 0, 0);
+	/* No write-back started here: the layer is flushed in the
+	 * background once it is served (cache.h), and starting it during
+	 * the unpack cost the unpack's thread the time to submit it. */
 	r = objhash_add(u->hash, pc.fd, e->size);
 	if (r < 0)
 		return r;
@@ -543,10 +540,6 @@ static int layer_next(struct unpack *u, struct archive_entry *ae)
 		}
 		if (!e.object)
 			u->pack_end = e.data_off + e.size;
-		if (u->pack_end - u->pack_started >= LAYER_WRITEBACK_STEP) {
-			flush_start(u->data_fd, u->pack_started, u->pack_end - u->pack_started);
-			u->pack_started = u->pack_end;
-		}
 	}
 	r = layer_push(u, &e);
 	if (r < 0) {

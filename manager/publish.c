@@ -305,6 +305,17 @@ static int publish_one(struct cache *c, struct staged *s, bool *ret_renamed)
 	return r;
 }
 
+/* layers/hex is a full unpack (no table of contents): what another
+ * pull's unpack of the same blob left, entry for entry. */
+static bool same_layer_published(struct cache *c, const char *hex)
+{
+	char path[DIGEST_HEX_LEN + 8];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/toc", hex);
+	return fstatat(c->layers_fd, path, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT;
+}
+
 static void *publisher_thread(void *arg)
 {
 	struct cache *c = arg;
@@ -329,7 +340,12 @@ static void *publisher_thread(void *arg)
 		pthread_mutex_lock(&p->lock);
 		p->queue = s->next;
 		p->done = s->seq;
-		if (r == 0 && renamed) {
+		if (r == 0 && (renamed || same_layer_published(c, s->hex))) {
+			/* (not renamed: a copy that another pull unpacked from
+			 * the same verified blob won; its files are the same
+			 * files, and opens go there from now on) */
+			if (!renamed)
+				cache_stage_discard(c, s->name);
 			staged_free(s);
 			atomic_fetch_sub(&p->n_staged, 1);
 		} else {

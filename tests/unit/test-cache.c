@@ -458,6 +458,30 @@ static void test_layer_served_before_publish(void **state)
 	assert_int_equal(entries_in("tmp"), 0);
 }
 
+/* Two pulls unpacked the same layer at once: the second copy, not
+ * published, goes (the first serves the same files). */
+static void test_layer_twice(void **state)
+{
+	static const char *digest =
+		"sha256:00000000000000000000000000000000000000000000000000000000000000ff";
+	struct cache_layer_stage a, b;
+	struct layer_index la, lb;
+	struct layer_entry ea, eb;
+	char object[65];
+
+	(void)state;
+	stage_layer(&a, digest, object, &la, &ea);
+	stage_layer(&b, digest, object, &lb, &eb);
+	syncfs_hold(true);
+	assert_int_equal(cache_layer_commit(cache, &a, digest, &la), 0);
+	assert_int_equal(cache_layer_commit(cache, &b, digest, &lb), 0);
+	syncfs_hold(false);
+	cache_publish_wait(cache);
+	assert_true(cache_layer_present(cache, digest));
+	assert_int_equal(entries_in("layers"), 1);
+	assert_int_equal(entries_in("tmp"), 0);
+}
+
 /* A kill in that window: the next process of the same boot publishes the
  * verified stage and the reference that waited for it; a stage marked in
  * another boot is discarded. */
@@ -567,6 +591,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_staged_layer_discarded_at_open, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_layer_served_before_publish, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_layer_twice, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_staged_layer_published_after_kill, setup,
 						teardown),
 	};
