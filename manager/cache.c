@@ -377,18 +377,19 @@ int layer_publish(struct cache *c, int stage_fd, const char *stage_name, const c
 		r = objects_enter(c, stage_fd, li, lazy);
 	if (r == 0)
 		r = flush_dir(c->objects_fd);
-	if (r == 0) {
-		/* the mark of a stage served before its publish (publish.c)
-		 * has no use in layers/ */
-		unlinkat(stage_fd, "verified", 0);
+	if (r == 0)
 		r = flush_dir(stage_fd);
-	}
 	if (r < 0)
 		return r;
 	*ret_renamed = false;
 	gen = atomic_fetch_add(&c->layers_renamed, 1) + 1;
 	if (renameat(c->tmp_fd, stage_name, c->layers_fd, hex) == 0) {
 		*ret_renamed = true;
+		/* The mark of a stage served before its publish (publish.c)
+		 * has no use in layers/; removed only now, so that a stage
+		 * left by a kill before its rename keeps it (its reference
+		 * may be waiting).  A power cut may bring it back: unread. */
+		unlinkat(stage_fd, "verified", 0);
 	} else if (errno != EEXIST && errno != ENOTEMPTY) {
 		/* (EEXIST: another pull of a sharing image won the race;
 		 * its copy is as good as ours, and durable once the
