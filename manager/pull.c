@@ -409,7 +409,9 @@ static int config_sink(void *userdata, const void *buf, size_t len)
 	return 0;
 }
 
-static int fetch_config(struct pull *p, const struct descriptor *d)
+/* GETs the config unless the cache has it; *ret_data (malloc'ed, NULL
+ * when cached) is what is to be stored. */
+static int fetch_config(struct pull *p, const struct descriptor *d, struct config_buf *ret)
 {
 	struct config_buf c = { 0 };
 	struct error_detail rerr = { 0 };
@@ -417,10 +419,8 @@ static int fetch_config(struct pull *p, const struct descriptor *d)
 
 	if (cache_blob_read(p->m->cache, d->digest, CONFIG_MAX_BYTES, &c.data, &c.len) == 0) {
 		free(c.data);
-		c.data = NULL;
-		c.len = 0;
-		if (share_proven(p, d->digest))
-			return 0;
+		*ret = (struct config_buf){ 0 };
+		return 0;
 	}
 	if (d->size > CONFIG_MAX_BYTES) {
 		pull_fail(p, "config %s is larger than %u bytes", d->digest, CONFIG_MAX_BYTES);
@@ -432,13 +432,40 @@ static int fetch_config(struct pull *p, const struct descriptor *d)
 		free(c.data);
 		return registry_failed(p, r, &rerr, "config");
 	}
-	r = cache_blob_write(p->m->cache, d->digest, c.data ? c.data : "", c.len);
-	free(c.data);
-	if (r < 0)
-		pull_fail(p, "cannot store config: %s", strerror(-r));
-	else
-		share_note(p, d->digest);
-	return r;
+	if (!c.data && !(c.data = strdup("")))
+		return -ENOMEM;
+	*ret = c;
+	return 0;
+}
+
+/* The small blobs of a pull (config, manifest, index) stored while the
+ * layers download: their flushes stay off the pull's path. */
+struct blob_item {
+	const char *digest;
+	const void *data;
+	size_t len;
+	const char *what;
+};
+
+struct blob_store {
+	struct cache *cache;
+	struct blob_item blobs[3];
+	unsigned n;
+	int result;
+	const char *failed;
+};
+
+static void *blob_store_thread(void *arg)
+{
+	struct blob_store *b = arg;
+
+	for (unsigned i = 0; i < b->n && b->result == 0; i++) {
+		b->result = cache_blob_write(b->cache, b->blobs[i].digest, b->blobs[i].data,
+					     b->blobs[i].len);
+		if (b->result < 0)
+			b->failed = b->blobs[i].what;
+	}
+	return NULL;
 }
 
 /* GETs a manifest and parses it; when expected is set (a descriptor from
@@ -511,6 +538,7 @@ int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest, uint6
 	struct registry_manifest *raw = NULL, *raw_index = NULL;
 	struct manifest *mf = NULL, *index = NULL;
 	const char *target = p->ref->digest ? p->ref->digest : p->ref->tag;
+	struct config_buf config = { 0 };
 	uint64_t size;
 	int r;
 
@@ -569,19 +597,36 @@ int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest, uint6
 		atomic_store(&p->progress->bytes_total, total);
 		atomic_store(&p->progress->layers_total, (unsigned)mf->n_layers);
 	}
-	r = fetch_config(p, &mf->config);
+	r = fetch_config(p, &mf->config, &config);
 	if (r < 0)
 		goto out;
 	fault_point("config");
-	r = fetch_layers(p, mf);
-	if (r < 0)
-		goto out;
-	r = cache_blob_write(m->cache, raw->digest, raw->body, raw->len);
-	if (r == 0 && raw_index)
-		r = cache_blob_write(m->cache, raw_index->digest, raw_index->body, raw_index->len);
-	if (r < 0) {
-		pull_fail(p, "cannot store manifest: %s", strerror(-r));
-		goto out;
+	{
+		struct blob_store bs = { .cache = m->cache };
+		pthread_t th;
+		bool threaded;
+
+		if (config.data)
+			bs.blobs[bs.n++] = (struct blob_item){ mf->config.digest, config.data,
+							       config.len, "config" };
+		bs.blobs[bs.n++] =
+			(struct blob_item){ raw->digest, raw->body, raw->len, "manifest" };
+		if (raw_index)
+			bs.blobs[bs.n++] = (struct blob_item){ raw_index->digest, raw_index->body,
+							       raw_index->len, "manifest" };
+		threaded = pthread_create(&th, NULL, blob_store_thread, &bs) == 0;
+		if (!threaded)
+			blob_store_thread(&bs);
+		r = fetch_layers(p, mf);
+		if (threaded)
+			pthread_join(th, NULL);
+		if (r < 0)
+			goto out;
+		r = bs.result;
+		if (r < 0) {
+			pull_fail(p, "cannot store %s: %s", bs.failed, strerror(-r));
+			goto out;
+		}
 	}
 	size = mf->config.size;
 	for (size_t i = 0; i < mf->n_layers; i++)
@@ -599,6 +644,7 @@ out:
 	if (p->has_slot)
 		puller_leave(m->puller);
 	p->has_slot = false;
+	free(config.data);
 	registry_manifest_free(raw);
 	registry_manifest_free(raw_index);
 	manifest_free(mf);
