@@ -4,11 +4,17 @@
  * chosen by luck.  Points:
  *
  *   manifest      after the manifest was fetched, before any blob
- *   config        after the config blob was stored
+ *   config        after the config was fetched (it is stored while the
+ *                 layers download)
  *   mid-blob      in the middle of a layer download (after 64 KiB)
- *   mid-unpack    after the first layer was unpacked, before its publish
- *   layer         right after the first layer was published
- *   publish       after every layer is in place, before the reference file
+ *   mid-unpack    after the first layer was unpacked, before its commit
+ *   layer         right after the first layer was committed (served from
+ *                 its stage, published in the background)
+ *   publish       after every layer is committed, before the reference file
+ *
+ * Not a kill: "staged" holds the background publishing of layers (and the
+ * reference files waiting for it) until the process stops, so that a test
+ * can kill the process in that window (publish.c).
  *
  * Unset, every check is one load and a compare. */
 #pragma once
