@@ -74,6 +74,10 @@ int publisher_queue(struct cache *c, struct cache_layer_stage *st, const char *h
  * one is queued, else in layers/. */
 int layer_openat(struct cache *c, const char *hex, const char *file, int flags);
 bool publisher_staged(struct cache *c, const char *hex);
+/* fn("sha256:HEX") for each layer queued for publishing (a copy of the
+ * list: fn runs without the publisher's lock). */
+int publisher_foreach_staged(struct cache *c, int (*fn)(void *userdata, const char *digest),
+			     void *userdata);
 /* 1 when the reference file (its JSON, for refs/name) waits for staged
  * layers (the publisher writes it), 0 when it can be written now, -errno. */
 int publisher_defer_ref(struct cache *c, const char *name, const char *json);

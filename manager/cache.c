@@ -643,17 +643,22 @@ uint64_t file_bytes(int dirfd, const char *name)
 	return (uint64_t)st.st_blocks * 512;
 }
 
+/* The pack and index of a layer, published or staged (publish.c). */
+static uint64_t layer_own_bytes(struct cache *c, const char *digest)
+{
+	_cleanup_close_ int dfd =
+		layer_openat(c, digest_hex(digest), NULL, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (dfd < 0)
+		return 0;
+	return file_bytes(dfd, "pack") + file_bytes(dfd, "index");
+}
+
 uint64_t cache_layer_bytes(struct cache *c, const char *digest)
 {
-	char path[DIGEST_HEX_LEN + 16];
-	uint64_t n;
-
 	if (!digest_is_valid(digest))
 		return 0;
-	snprintf(path, sizeof(path), "%s/pack", digest_hex(digest));
-	n = file_bytes(c->layers_fd, path);
-	snprintf(path, sizeof(path), "%s/index", digest_hex(digest));
-	return n + file_bytes(c->layers_fd, path) + objects_layer_bytes(c, digest, NULL);
+	return layer_own_bytes(c, digest) + objects_layer_bytes(c, digest, NULL);
 }
 
 uint64_t cache_blob_bytes(struct cache *c, const char *digest)
@@ -709,13 +714,8 @@ static int usage_layer(void *userdata, const char *digest)
 {
 	struct usage_ctx *u = userdata;
 
-	char path[DIGEST_HEX_LEN + 16];
-
 	/* objects shared by several layers are counted once */
-	snprintf(path, sizeof(path), "%s/pack", digest_hex(digest));
-	u->bytes += file_bytes(u->c->layers_fd, path);
-	snprintf(path, sizeof(path), "%s/index", digest_hex(digest));
-	u->bytes += file_bytes(u->c->layers_fd, path);
+	u->bytes += layer_own_bytes(u->c, digest);
 	u->bytes += objects_layer_bytes(u->c, digest, &u->seen);
 	u->layers++;
 	return 0;
@@ -735,6 +735,10 @@ int cache_usage(struct cache *c, uint64_t *ret_bytes, unsigned *ret_layers)
 	int r;
 
 	r = cache_foreach_layer(c, usage_layer, &u);
+	/* layers being published count from their commit on (GC after a
+	 * pull must see them) */
+	if (r == 0)
+		r = publisher_foreach_staged(c, usage_layer, &u);
 	if (r == 0)
 		r = cache_foreach_blob(c, usage_blob, &u);
 	inoset_done(&u.seen);

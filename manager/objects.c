@@ -216,7 +216,7 @@ uint64_t objects_layer_bytes(struct cache *c, const char *digest, struct inoset 
 
 	if (!digest_is_valid(digest))
 		return 0;
-	dfd = openat(c->layers_fd, digest_hex(digest), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	dfd = layer_openat(c, digest_hex(digest), NULL, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0 || dir_stream(dfd, &d) < 0)
 		return 0;
 	while ((de = readdir(d))) {

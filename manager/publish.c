@@ -503,6 +503,30 @@ bool publisher_staged(struct cache *c, const char *hex)
 	return r;
 }
 
+int publisher_foreach_staged(struct cache *c, int (*fn)(void *userdata, const char *digest),
+			     void *userdata)
+{
+	struct publisher *p = c->pub;
+	char(*digests)[DIGEST_STRING_MAX] = NULL;
+	size_t n = 0, cap;
+	int r = 0;
+
+	if (!p || atomic_load(&p->n_staged) == 0)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	cap = atomic_load(&p->n_staged);
+	digests = calloc(cap ? cap : 1, sizeof(*digests));
+	for (struct staged *s = p->queue; digests && s && n < cap; s = s->next)
+		snprintf(digests[n++], DIGEST_STRING_MAX, "%s%s", DIGEST_SHA256_PREFIX, s->hex);
+	pthread_mutex_unlock(&p->lock);
+	if (!digests)
+		return -ENOMEM;
+	for (size_t i = 0; i < n && r == 0; i++)
+		r = fn(userdata, digests[i]);
+	free(digests);
+	return r;
+}
+
 int publisher_defer_ref(struct cache *c, const char *name, const char *json)
 {
 	struct publisher *p = c->pub;

@@ -438,6 +438,13 @@ static void test_layer_served_before_publish(void **state)
 	fd = cache_layer_open_pack(cache, digest);
 	assert_true(fd >= 0);
 	assert_int_equal(cache_ref_save(cache, &cr), 0);
+	/* counted (GC after a pull must see what it brought) */
+	uint64_t bytes = 0;
+	unsigned layers = 0;
+	assert_int_equal(cache_usage(cache, &bytes, &layers), 0);
+	assert_int_equal(layers, 1);
+	assert_true(bytes > 0);
+	assert_true(cache_layer_bytes(cache, digest) > 0);
 	/* nothing published yet */
 	assert_int_equal(entries_in("layers"), 0);
 	assert_int_equal(entries_in("refs"), 0);
