@@ -409,18 +409,22 @@ static int config_sink(void *userdata, const void *buf, size_t len)
 	return 0;
 }
 
-/* GETs the config unless the cache has it; *ret_data (malloc'ed, NULL
- * when cached) is what is to be stored. */
+/* GETs the config unless the cache has it and the pull may share it;
+ * *ret (malloc'ed data, NULL when cached) is what is to be stored, and
+ * noted as shared (share_note) once it is. */
 static int fetch_config(struct pull *p, const struct descriptor *d, struct config_buf *ret)
 {
 	struct config_buf c = { 0 };
 	struct error_detail rerr = { 0 };
 	int r;
 
+	*ret = (struct config_buf){ 0 };
 	if (cache_blob_read(p->m->cache, d->digest, CONFIG_MAX_BYTES, &c.data, &c.len) == 0) {
 		free(c.data);
-		*ret = (struct config_buf){ 0 };
-		return 0;
+		c.data = NULL;
+		c.len = 0;
+		if (share_proven(p, d->digest))
+			return 0;
 	}
 	if (d->size > CONFIG_MAX_BYTES) {
 		pull_fail(p, "config %s is larger than %u bytes", d->digest, CONFIG_MAX_BYTES);
@@ -627,6 +631,8 @@ int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest, uint6
 			pull_fail(p, "cannot store %s: %s", bs.failed, strerror(-r));
 			goto out;
 		}
+		if (config.data)
+			share_note(p, mf->config.digest);
 	}
 	size = mf->config.size;
 	for (size_t i = 0; i < mf->n_layers; i++)
