@@ -454,7 +454,7 @@ struct blob_item {
 struct blob_store {
 	struct cache *cache;
 	struct blob_item blobs[3];
-	unsigned n;
+	unsigned n, stored;
 	int result;
 	const char *failed;
 };
@@ -468,6 +468,8 @@ static void *blob_store_thread(void *arg)
 					     b->blobs[i].len);
 		if (b->result < 0)
 			b->failed = b->blobs[i].what;
+		else
+			b->stored++;
 	}
 	return NULL;
 }
@@ -624,6 +626,9 @@ int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest, uint6
 		r = fetch_layers(p, mf);
 		if (threaded)
 			pthread_join(th, NULL);
+		/* stored (the first): the pull had it, whatever the layers did */
+		if (config.data && bs.stored > 0)
+			share_note(p, mf->config.digest);
 		if (r < 0)
 			goto out;
 		r = bs.result;
@@ -631,8 +636,6 @@ int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest, uint6
 			pull_fail(p, "cannot store %s: %s", bs.failed, strerror(-r));
 			goto out;
 		}
-		if (config.data)
-			share_note(p, mf->config.digest);
 	}
 	size = mf->config.size;
 	for (size_t i = 0; i < mf->n_layers; i++)
