@@ -148,6 +148,9 @@ int cache_usage(struct cache *c, uint64_t *ret_bytes, unsigned *ret_layers);
 /* Allocated bytes of one layer / one blob; 0 when absent. */
 uint64_t cache_layer_bytes(struct cache *c, const char *digest);
 uint64_t cache_blob_bytes(struct cache *c, const char *digest);
+/* Layers served from their stage and waiting to be published (flushed,
+ * shared with stored objects, renamed into layers/). */
+unsigned cache_layers_publishing(struct cache *c);
 /* Removes a layer: renamed out of layers/ first, so it vanishes at once,
  * then deleted.  Returns 0 or -errno (-ENOENT when absent). */
 int cache_layer_remove(struct cache *c, const char *digest);

@@ -614,3 +614,17 @@ void cache_publish_wait(struct cache *c)
 		pthread_cond_wait(&p->cond, &p->lock);
 	pthread_mutex_unlock(&p->lock);
 }
+
+unsigned cache_layers_publishing(struct cache *c)
+{
+	struct publisher *p = c->pub;
+	unsigned n = 0;
+
+	if (!p || atomic_load(&p->n_staged) == 0)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	for (struct staged *s = p->queue; s; s = s->next)
+		n++;
+	pthread_mutex_unlock(&p->lock);
+	return n;
+}

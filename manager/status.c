@@ -259,13 +259,14 @@ int manager_status(struct manager *m, const struct caller *who, json_t **ret_jso
 				      "pulls_abandoned",
 				      (json_int_t)(ps.abandoned + ts.abandoned)));
 	json_object_set_new(o, "cache",
-			    json_pack("{s:I, s:i, s:i, s:I, s:I, s:I, s:i, s:i}", "bytes",
+			    json_pack("{s:I, s:i, s:i, s:i, s:I, s:I, s:I, s:i, s:i}", "bytes",
 				      (json_int_t)bytes, "images", (int)n_images, "layers",
-				      (int)layers, "fs_bytes", (json_int_t)fs_total,
-				      "fs_free_bytes", (json_int_t)fs_free, "max_bytes",
-				      (json_int_t)m->opts.cache_max_bytes, "gc_high_percent",
-				      (int)(m->opts.gc_high_percent ?: 85), "gc_low_percent",
-				      (int)(m->opts.gc_low_percent ?: 80)));
+				      (int)layers, "publishing",
+				      (int)cache_layers_publishing(m->cache), "fs_bytes",
+				      (json_int_t)fs_total, "fs_free_bytes", (json_int_t)fs_free,
+				      "max_bytes", (json_int_t)m->opts.cache_max_bytes,
+				      "gc_high_percent", (int)(m->opts.gc_high_percent ?: 85),
+				      "gc_low_percent", (int)(m->opts.gc_low_percent ?: 80)));
 	*ret_json = o;
 	return 0;
 }

@@ -420,6 +420,15 @@ else:
 
 # pullfs_image_field REFERENCE FIELD: FIELD of the image in the mount's
 # status (booleans as true/false).
+# wait_published: every layer the pulls so far served from their stage
+# is published (flushed, its objects shared, renamed into the cache).
+wait_published() {
+    wait_for 60 _published_all || fail "layers still publishing: $(grep -o '"publishing": *[0-9]*' "$MNT/.pullfs/status")"
+}
+_published_all() {
+    [ "$(py -c 'import json,sys; print(json.load(open(sys.argv[1]))["cache"]["publishing"])' "$MNT/.pullfs/status")" = 0 ]
+}
+
 pullfs_image_field() {
     py - "$MNT/.pullfs/status" "$1" "$2" <<'PY'
 import json, sys

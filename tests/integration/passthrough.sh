@@ -52,6 +52,10 @@ a=$MNT/images/$REGISTRY/test/a:1/data
 b=$MNT/images/$REGISTRY/test/b:1/data
 assert_eq "small" "$(cat "$a/small.txt")" "a small file from the pack"
 assert_eq 1 "$(metric pullfs_passthrough)" "passthrough on (root, kernel 6.9+)"
+# (a layer's objects are shared with the stored ones when it is published,
+# just after the lookup; a file read before that has a backing file of its own)
+[ -d "$b" ] || fail "image b"
+wait_published
 r0=$(reads)
 r1=$(reads)
 cmp "$a/big.bin" "$WORK/big.bin" || fail "big.bin differs"

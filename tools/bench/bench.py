@@ -513,7 +513,12 @@ def second_version(res, pfs):
         return
     before = cache_status(pfs)
     os.stat(os.path.join(pfs.mnt, "images", f"{REGISTRY}/{ref}"))
+    # layers are deduplicated when they are published, after the lookup
+    deadline = time.monotonic() + 60
     after = cache_status(pfs)
+    while after["cache"].get("publishing", 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        after = cache_status(pfs)
     res["v2"] = {"before": before["cache"]["bytes"],
                  "after": after["cache"]["bytes"],
                  "objects_before": before.get("objects"), "objects_after": after.get("objects")}
