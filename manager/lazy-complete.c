@@ -1,5 +1,6 @@
-/* The completion of a lazy layer: every missing chunk from one pass over
- * the whole blob (or by ranges when little is missing), then every file
+/* The completion of a lazy layer: one pass over the whole blob, checked
+ * against the layer's digest and holding the very table of contents the
+ * layer was built from, writes every missing chunk; then every file is
  * checked and made an object.  See lazy.h. */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +37,8 @@ struct stream {
 	uint64_t buf_start;
 	size_t buf_len, cap;
 	void *dst;
+	uint64_t toc_seen; /* bytes of the table compared */
+	bool toc_differs;
 };
 
 static const struct toc_chunk *pending_chunk(const struct pending *pd)
@@ -76,6 +79,21 @@ static int stream_chunk(struct stream *s, const struct pending *pd, const void *
 	return r;
 }
 
+/* The bytes of the blob at s->pos that fall where the table of contents
+ * is, compared with the table the layer was built from. */
+static void stream_toc(struct stream *s, const unsigned char *d, size_t len)
+{
+	const struct toc_range *w = &s->l->src.where;
+	uint64_t a = MAX(s->pos, w->offset), b = MIN(s->pos + len, w->offset + w->length);
+
+	if (a >= b)
+		return;
+	if (s->l->toclen != w->length ||
+	    memcmp(d + (a - s->pos), s->l->tocbuf + (a - w->offset), (size_t)(b - a)) != 0)
+		s->toc_differs = true;
+	s->toc_seen += b - a;
+}
+
 static int stream_sink(void *userdata, const void *data, size_t len)
 {
 	struct stream *s = userdata;
@@ -83,6 +101,7 @@ static int stream_sink(void *userdata, const void *data, size_t len)
 
 	if (s->cancel && atomic_load(s->cancel))
 		return -ECANCELED;
+	stream_toc(s, d, len);
 	/* A reader is waiting for chunks: the stream pauses, its socket
 	 * buffer fills and the sender stops, leaving the link to the
 	 * reader's request. */
@@ -147,7 +166,9 @@ static int stream_sink(void *userdata, const void *data, size_t len)
 }
 
 /* One GET of the whole blob, checked against its digest, writing every
- * chunk that is still missing as it passes. */
+ * chunk that is still missing as it passes.  -EBADMSG with foreign_toc set
+ * when the blob is the layer's and its table of contents is not the one
+ * the layer was built from. */
 static int stream_blob(struct lazy_layer *l, struct registry *reg, struct pending *p, size_t n,
 		       const atomic_bool *cancel)
 {
@@ -167,6 +188,10 @@ static int stream_blob(struct lazy_layer *l, struct registry *reg, struct pendin
 	}
 	free(s.buf);
 	free(s.dst);
+	if (r == 0 && (s.toc_differs || s.toc_seen != l->src.where.length)) {
+		atomic_store(&l->foreign_toc, true);
+		r = -EBADMSG;
+	}
 	return r;
 }
 
@@ -175,7 +200,6 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 	const struct layer_index *li = l->toc->index;
 	struct pending *p = NULL;
 	size_t n = 0, cap = 0;
-	uint64_t missing = 0, chunks = 0;
 	bool all = true;
 	int r = 0;
 
@@ -189,7 +213,6 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 		if (r < 0)
 			break;
 		pthread_mutex_lock(&f->lock);
-		chunks += lazy_chunks_bytes(f->chunks, f->n);
 		for (size_t k = 0; k < f->n && !f->complete; k++) {
 			if (f->state[k] != CHUNK_MISSING)
 				continue;
@@ -204,14 +227,15 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 				p = q;
 			}
 			p[n++] = (struct pending){ .f = f, .k = k };
-			missing += f->chunks[k].blob_length;
 		}
 		pthread_mutex_unlock(&f->lock);
 		lazy_file_put(l, f);
 	}
-	/* the whole blob, whose digest is then checked too, unless most of
-	 * the files' bytes are here already: then the ranges below */
-	if (r == 0 && n > 0 && missing >= chunks / 2)
+	/* the whole blob, even with nothing missing: its digest, and the
+	 * table of contents within it, are what prove that this layer is the
+	 * descriptor's (the table was trusted through an annotation of one
+	 * manifest only, which anyone can write for any layer digest) */
+	if (r == 0)
 		r = stream_blob(l, reg, p, n, cancel);
 	/* what the stream wrote, on stable storage at once rather than file
 	 * by file as each is finished */
@@ -258,4 +282,9 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 bool lazy_layer_is_complete(struct lazy_layer *l)
 {
 	return atomic_load(&l->complete);
+}
+
+bool lazy_layer_foreign_toc(struct lazy_layer *l)
+{
+	return atomic_load(&l->foreign_toc);
 }

@@ -44,6 +44,12 @@ struct lazy_layer {
 	struct lazy_source src;
 	char *blob_digest;
 	struct toc *toc;
+	/* the table's bytes as fetched (the blob's at src.where) */
+	unsigned char *tocbuf;
+	size_t toclen;
+	/* the blob's digest matched and its table is not this one: the
+	 * layer stays lazy for good */
+	atomic_bool foreign_toc;
 	pthread_mutex_t lock;
 	struct strmap *entry_of; /* object -> entry index + 1; read-only */
 	struct strmap *files;	 /* object -> struct lazy_file *; lock */

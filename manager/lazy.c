@@ -223,6 +223,7 @@ void lazy_layer_free(struct lazy_layer *l)
 	strmap_free(l->files);
 	strmap_free(l->entry_of);
 	toc_free(l->toc);
+	free(l->tocbuf);
 	lazy_source_done(&l->src);
 	free(l->blob_digest);
 	if (l->dirfd >= 0)
@@ -263,6 +264,8 @@ int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stat
 	r = toc_parse(&l->src.tl, &l->src.where, tocbuf, toclen, NULL, &l->toc, err, sizeof(err));
 	if (r < 0)
 		goto fail;
+	l->tocbuf = (unsigned char *)TAKE_PTR(tocbuf);
+	l->toclen = toclen;
 	l->blob_digest = strdup(digest);
 	l->entry_of = strmap_new();
 	l->files = strmap_new();

@@ -109,6 +109,11 @@ void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_t
 /* Whether lazy_layer_complete() finished the layer. */
 bool lazy_layer_is_complete(struct lazy_layer *l);
 
+/* Whether lazy_layer_complete() found the blob to be the layer's and its
+ * table of contents another than the one the layer was built from (a
+ * manifest that claimed a layer digest for a table of its own). */
+bool lazy_layer_foreign_toc(struct lazy_layer *l);
+
 /* The compressed bytes of the files of toc that the layer directory dirfd
  * already holds as objects: what publishing it took from the content
  * store instead of the registry. */
@@ -117,13 +122,15 @@ uint64_t lazy_toc_present_bytes(int dirfd, const struct toc *toc);
 /* The Prometheus text of the stats. */
 void lazy_stats_metrics(const struct lazy_stats *stats, FILE *f);
 
-/* Completes the layer: one GET of the whole blob (checked against its
- * digest) writes every chunk still missing as it streams past, with no
- * reader ever waiting for it; what is left (chunks whose fetch by a reader
- * failed meanwhile) comes by range; every file is checked whole and made
- * an object, and the layer is marked complete (no "lazy" file).  When
- * less than half of its files' compressed bytes is missing (files found in
- * the content store, or read already), the rest comes by range instead:
- * every file is still checked against its digest in the verified TOC.  Stops
- * with -ECANCELED when *cancel becomes true.  Returns 0 or -errno. */
+/* Completes the layer: one GET of the whole blob, always (nothing
+ * missing: it is read for its digest only), writes every chunk still
+ * missing as it streams past, with no reader ever waiting for it; the
+ * blob must match the layer's digest and hold, where the table of contents
+ * was read from, the very bytes of the table the layer was built from
+ * (else -EBADMSG, and with the table differing lazy_layer_foreign_toc()
+ * is true: the layer stays lazy).  What is left (chunks whose fetch by a
+ * reader failed meanwhile) comes by range; every file is checked whole and
+ * made an object, and only then is the layer marked complete (its "lazy"
+ * file removed: a layer without one was verified against its digest).
+ * Stops with -ECANCELED when *cancel becomes true.  Returns 0 or -errno. */
 int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel);

@@ -40,10 +40,15 @@ struct fixture {
 	char blob2[DIGEST_STRING_MAX]; /* another layer with the same file */
 	char object[DIGEST_HEX_LEN + 1];
 	unsigned char content[CHUNK * NCHUNKS];
+	int mode;	     /* of the file in the next make_layer()'s table */
+	struct toc_layer tl; /* the last make_layer()'s */
+	size_t size;	     /* and its blob's */
 };
 
 static void publish_blob(struct fixture *f, struct blob *b, const struct toc_layer *tl,
 			 char *ret_blob, bool publish);
+static void publish_as(struct fixture *f, const struct toc_layer *tl, const char *blob,
+		       const char *digest);
 
 /* A layer with one file of five zstd frames and its table, after pad
  * bytes of zeros; published (but not fetched) when publish is set. */
@@ -70,10 +75,11 @@ static void make_layer(struct fixture *f, size_t pad, char *ret_blob, bool publi
 	n = (size_t)snprintf(json, sizeof(json),
 			     "{\"version\":1,\"entries\":["
 			     "{\"type\":\"dir\",\"name\":\"./\",\"mode\":493},"
-			     "{\"type\":\"reg\",\"name\":\"./f\",\"mode\":420,\"size\":%zu,"
+			     "{\"type\":\"reg\",\"name\":\"./f\",\"mode\":%d,\"size\":%zu,"
 			     "\"digest\":\"%s\",\"offset\":%zu,\"endOffset\":%zu,"
 			     "\"chunkSize\":%d,\"chunkDigest\":\"%s\"}",
-			     sizeof(f->content), d, at[0], end, CHUNK, cd[0]);
+			     f->mode ? f->mode : 420, sizeof(f->content), d, at[0], end, CHUNK,
+			     cd[0]);
 	for (int k = 1; k < NCHUNKS; k++)
 		n += (size_t)snprintf(json + n, sizeof(json) - n,
 				      ",{\"type\":\"chunk\",\"name\":\"./f\",\"offset\":%zu,"
@@ -81,6 +87,8 @@ static void make_layer(struct fixture *f, size_t pad, char *ret_blob, bool publi
 				      at[k], k * CHUNK, CHUNK, cd[k]);
 	snprintf(json + n, sizeof(json) - n, "]}");
 	put_zstd_end(&b, json, &tl);
+	f->tl = tl;
+	f->size = b.len;
 	publish_blob(f, &b, &tl, ret_blob, publish);
 }
 
@@ -89,32 +97,34 @@ static void make_layer(struct fixture *f, size_t pad, char *ret_blob, bool publi
 static void publish_blob(struct fixture *f, struct blob *b, const struct toc_layer *tl,
 			 char *ret_blob, bool publish)
 {
+	fake_put_blob(f->fake, "app", b->p, b->len, ret_blob);
+	free(b->p);
+	if (publish)
+		publish_as(f, tl, ret_blob, ret_blob);
+}
+
+/* What the pull does: fetch and verify the table of blob (tl), publish
+ * layer digest from it (another digest: a manifest that claims it). */
+static void publish_as(struct fixture *f, const struct toc_layer *tl, const char *blob,
+		       const char *digest)
+{
 	struct lazy_source src = { .domain = "registry.test", .repo = "app" };
 	struct cache_layer_stage st;
 	struct toc *toc = NULL;
 	char err[256], *text = NULL, *tocbuf;
 	size_t toclen;
 
-	fake_put_blob(f->fake, "app", b->p, b->len, ret_blob);
-	if (!publish) {
-		free(b->p);
-		return;
-	}
-
-	/* what the pull does: fetch and verify the table, publish from it */
 	src.tl = *tl;
 	assert_int_equal(
-		lazy_fetch_toc(f->reg, &src, ret_blob, &toc, &tocbuf, &toclen, err, sizeof(err)),
-		0);
+		lazy_fetch_toc(f->reg, &src, blob, &toc, &tocbuf, &toclen, err, sizeof(err)), 0);
 	assert_int_equal(lazy_source_format(&src, &text), 0);
-	assert_int_equal(cache_layer_stage(f->cache, ret_blob, &st), 0);
+	assert_int_equal(cache_layer_stage(f->cache, digest, &st), 0);
 	assert_int_equal(
-		cache_layer_commit_lazy(f->cache, &st, ret_blob, toc->index, text, tocbuf, toclen),
+		cache_layer_commit_lazy(f->cache, &st, digest, toc->index, text, tocbuf, toclen),
 		0);
 	toc_free(toc);
 	free(tocbuf);
 	free(text);
-	free(b->p);
 }
 
 static int setup(void **state)
@@ -428,10 +438,11 @@ static void partial_pull(struct fixture *f, bool public)
 	assert_int_equal(fake_count(f->fake, m), before);
 	assert_int_equal(metric(&st, "pullfs_lazy_files_linked_total"), 1);
 	assert_true(metric(&st, "pullfs_lazy_saved_bytes_total") > 0);
-	/* and the layer completes without its blob */
+	/* and the layer completes with one GET of its blob, for its digest
+	 * only (nothing else is missing) */
 	assert_int_equal(lazy_layer_complete(b, f->reg, NULL), 0);
 	assert_true(lazy_layer_is_complete(b));
-	assert_int_equal(fake_count(f->fake, m), before);
+	assert_int_equal(fake_count(f->fake, m), before + 1);
 	lazy_layer_free(b);
 }
 
@@ -626,6 +637,79 @@ static void test_toc_one_request(void **state)
 	assert_int_equal(ranges(f), 1);
 }
 
+static bool layer_lazy(struct fixture *f, const char *digest)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "%s/layers/%s/lazy", f->dir, digest_hex(digest));
+	return access(path, F_OK) == 0;
+}
+
+/* Every chunk read already: the completion still reads the whole blob, and
+ * a blob that does not match the layer's digest leaves the layer lazy
+ * (issue 12: every finished layer is checked against its digest). */
+static void test_complete_checks_digest(void **state)
+{
+	struct fixture *f = *state;
+	struct lazy_layer *l;
+	unsigned char buf[CHUNK * NCHUNKS];
+	char m[128];
+	unsigned whole;
+
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
+	assert_int_equal(lazy_read(l, f->reg, f->object, 0, sizeof(buf), buf), sizeof(buf));
+	snprintf(m, sizeof(m), "GET /v2/app/blobs/%s", f->blob);
+	whole = fake_count(f->fake, m) - ranges(f);
+	fake_fault(f->fake, m, FAKE_CORRUPT, 0, -1);
+	assert_true(lazy_layer_complete(l, f->reg, NULL) < 0);
+	assert_false(lazy_layer_is_complete(l));
+	assert_false(lazy_layer_foreign_toc(l));
+	assert_true(layer_lazy(f, f->blob));
+	assert_int_equal(fake_count(f->fake, m) - ranges(f), whole + 1);
+	fake_clear_faults(f->fake);
+	assert_int_equal(lazy_layer_complete(l, f->reg, NULL), 0);
+	assert_true(lazy_layer_is_complete(l));
+	assert_false(layer_lazy(f, f->blob));
+	assert_int_equal(fake_count(f->fake, m) - ranges(f), whole + 2);
+	lazy_layer_free(l);
+}
+
+/* A manifest naming layer digest X with the table of another blob whose
+ * chunks are X's (the same file, another mode): reads verify chunk by
+ * chunk, and so does X's digest, but the table in X is not the layer's:
+ * never complete. */
+static void test_complete_foreign_toc(void **state)
+{
+	struct fixture *f = *state;
+	char x[DIGEST_STRING_MAX], y[DIGEST_STRING_MAX];
+	struct toc_layer tl;
+	struct lazy_layer *l;
+	unsigned char buf[CHUNK];
+	size_t size;
+
+	make_layer(f, 300, x, false);
+	size = f->size;
+	/* a mode whose table compresses to as many bytes (the blob's size
+	 * is the descriptor's) */
+	for (int mode = 256; f->size != size || f->mode == 0; mode++) {
+		assert_true(mode < 512);
+		if (mode == 420)
+			continue;
+		f->mode = mode;
+		make_layer(f, 300, y, false);
+	}
+	tl = f->tl;
+	publish_as(f, &tl, y, x);
+	assert_int_equal(lazy_layer_open(f->cache, x, NULL, &l), 0);
+	assert_int_equal(lazy_read(l, f->reg, f->object, CHUNK, CHUNK, buf), CHUNK);
+	assert_memory_equal(buf, f->content + CHUNK, CHUNK);
+	assert_int_equal(lazy_layer_complete(l, f->reg, NULL), -EBADMSG);
+	assert_true(lazy_layer_foreign_toc(l));
+	assert_false(lazy_layer_is_complete(l));
+	assert_true(layer_lazy(f, x));
+	lazy_layer_free(l);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -643,6 +727,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_many_files_few_descriptors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bytes_remembered, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_toc_one_request, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_complete_checks_digest, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_complete_foreign_toc, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
