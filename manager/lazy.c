@@ -194,6 +194,27 @@ static int read_layer_file(int dirfd, const char *name, size_t max, char **ret, 
 	return read_full(fd, max, ret, ret_len);
 }
 
+bool lazy_layer_serves(struct cache *c, const char *digest, const struct toc_layer *tl)
+{
+	_cleanup_close_ int dirfd = cache_layer_open_dir(c, digest);
+	_cleanup_free_ char *text = NULL;
+	struct lazy_source s;
+	size_t len;
+	bool same;
+	int r;
+
+	if (dirfd < 0)
+		return false;
+	r = read_layer_file(dirfd, "lazy", 4096, &text, &len);
+	if (r == -ENOENT)
+		return true; /* verified against its digest */
+	if (r < 0 || !tl || tl->format == TOC_NONE || lazy_source_parse(text, &s) < 0)
+		return false;
+	same = s.tl.format == tl->format && !strcmp(s.tl.digest, tl->digest);
+	lazy_source_done(&s);
+	return same;
+}
+
 static void lazy_file_free(struct lazy_file *f)
 {
 	if (!f)

@@ -106,6 +106,14 @@ ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object
  * used yet.  Takes the layer's locks. */
 void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_total);
 
+/* Whether the cached layer digest may serve a pull whose descriptor
+ * describes its table of contents with tl (NULL, or TOC_NONE: none): a
+ * layer verified against its digest (no "lazy" file) serves any; a lazy
+ * one, built from a table trusted through one manifest's annotation only,
+ * serves only the descriptors that name that same table.  false when the
+ * layer is absent.  Reads the "lazy" file. */
+bool lazy_layer_serves(struct cache *c, const char *digest, const struct toc_layer *tl);
+
 /* Whether lazy_layer_complete() finished the layer. */
 bool lazy_layer_is_complete(struct lazy_layer *l);
 

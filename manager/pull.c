@@ -309,6 +309,20 @@ static bool share_proven(struct pull *p, const char *digest)
 	return true;
 }
 
+/* Whether the cached layer of d may serve this pull as far as its content
+ * goes: a layer built lazily from a table of contents that only a
+ * manifest's annotation vouches for (not yet checked against its digest)
+ * serves only descriptors naming that same table; anyone can push a
+ * manifest that names a popular layer digest with a table of their own. */
+static bool layer_shareable(struct pull *p, const struct descriptor *d)
+{
+	struct toc_layer tl;
+
+	if (toc_layer_from_descriptor(d, &tl, NULL, 0) < 0)
+		tl.format = TOC_NONE;
+	return lazy_layer_serves(p->m->cache, d->digest, &tl);
+}
+
 /* This pull fetched digest from its registry: a proof for the next. */
 static void share_note(struct pull *p, const char *digest)
 {
@@ -342,17 +356,24 @@ static void *layer_worker(void *arg)
 		i = q->next++;
 		pthread_mutex_unlock(&q->lock);
 
-		bool cached = cache_layer_present(q->pull->m->cache, q->mf->layers[i].digest);
-		if (cached && share_proven(q->pull, q->mf->layers[i].digest)) {
+		const struct descriptor *d = &q->mf->layers[i];
+		bool cached = cache_layer_present(q->pull->m->cache, d->digest);
+		if (cached && layer_shareable(q->pull, d) && share_proven(q->pull, d->digest)) {
 			atomic_fetch_add(&q->pull->progress->layers_done, 1);
-			atomic_fetch_add(&q->pull->progress->bytes_done, q->mf->layers[i].size);
+			atomic_fetch_add(&q->pull->progress->bytes_done, d->size);
 			continue;
 		}
-		/* Not proven: the whole blob, checked against its digest (a
-		 * lazy start would read a table of contents only). */
-		r = cached ? 1 : try_lazy(q->pull, &q->mf->layers[i]);
+		/* Not proven, or a lazy layer of another table of contents:
+		 * the whole blob, checked against its digest (a lazy start
+		 * would read a table of contents only); its publishing
+		 * replaces a lazy layer (cache.h). */
+		r = cached ? 1 : try_lazy(q->pull, d);
+		/* (another pull published the layer lazily meanwhile, from
+		 * another table) */
+		if (r == 0 && !cached && !layer_shareable(q->pull, d))
+			r = 1;
 		if (r > 0)
-			r = fetch_layer(q->pull, &q->mf->layers[i]);
+			r = fetch_layer(q->pull, d);
 		if (r == 0)
 			share_note(q->pull, q->mf->layers[i].digest);
 		if (r < 0) {
