@@ -194,6 +194,13 @@ static int read_layer_file(int dirfd, const char *name, size_t max, char **ret, 
 	return read_full(fd, max, ret, ret_len);
 }
 
+int lazy_layer_dup_dir(struct lazy_layer *l)
+{
+	int fd = fcntl(l->dirfd, F_DUPFD_CLOEXEC, 0);
+
+	return fd < 0 ? negative_errno() : fd;
+}
+
 bool lazy_layer_serves(struct cache *c, const char *digest, const struct toc_layer *tl)
 {
 	_cleanup_close_ int dirfd = cache_layer_open_dir(c, digest);

@@ -114,6 +114,10 @@ void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_t
  * layer is absent.  Reads the "lazy" file. */
 bool lazy_layer_serves(struct cache *c, const char *digest, const struct toc_layer *tl);
 
+/* A new descriptor of the layer's directory (it may have been moved out
+ * of layers/ since), or -errno. */
+int lazy_layer_dup_dir(struct lazy_layer *l);
+
 /* Whether lazy_layer_complete() finished the layer. */
 bool lazy_layer_is_complete(struct lazy_layer *l);
 

@@ -7,11 +7,13 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cache.h"
 #include "dlist.h"
 #include "lazy.h"
+#include "macro.h"
 #include "strmap.h"
 
 #define PACKS_DEFAULT_MAX_OPEN 256
@@ -28,6 +30,13 @@ struct pack {
 	/* after a takeover: the layer has a "toc" (was lazy once) */
 	bool toc_checked, had_toc;
 	char *retired; /* pinned: its name in the cache's tmp/ */
+	/* the layer directory it was made for (0/0: there was none) */
+	dev_t dev;
+	ino_t ino;
+	/* its directory was replaced (a lazy layer by one verified against
+	 * its digest): no longer in by_digest, it serves only the images
+	 * that hold it, from its old directory; packs.lock */
+	bool detached;
 	/* in packs.idle while its descriptor is open and unused */
 	struct dlist_node idle;
 	char digest[];
@@ -130,13 +139,52 @@ static void trim_locked(struct packs *p)
 		close_locked(p, dlist_entry(p->idle.head, struct pack, idle));
 }
 
+/* The identity of layer digest's directory now; 0/0 when it has none. */
+static void layer_dir_id(struct packs *p, const char *digest, dev_t *ret_dev, ino_t *ret_ino)
+{
+	int dirfd = cache_layer_open_dir(p->cache, digest);
+	struct stat st;
+
+	*ret_dev = 0;
+	*ret_ino = 0;
+	if (dirfd < 0)
+		return;
+	if (fstat(dirfd, &st) == 0) {
+		*ret_dev = st.st_dev;
+		*ret_ino = st.st_ino;
+	}
+	close(dirfd);
+}
+
+/* pk's directory was replaced: the images holding it keep what they had
+ * (its descriptor pinned open, the lazy layer's directory for objects),
+ * new ones get a new pack.  lock held. */
+static void detach_locked(struct packs *p, struct pack *pk)
+{
+	strmap_remove(p->by_digest, pk->digest);
+	pk->detached = true;
+	if (pk->fd >= 0) {
+		idle_unlink_locked(p, pk);
+		pk->pinned = true;
+	}
+	if (pk->dirfd < 0 && pk->lazy)
+		pk->dirfd = lazy_layer_dup_dir(pk->lazy);
+}
+
 int packs_get(struct packs *p, const char *digest, struct pack **ret)
 {
 	struct pack *pk;
 	size_t len = strlen(digest);
+	dev_t dev;
+	ino_t ino;
 
+	layer_dir_id(p, digest, &dev, &ino);
 	pthread_mutex_lock(&p->lock);
 	pk = strmap_get(p->by_digest, digest);
+	if (pk && (pk->dev || pk->ino) && (dev || ino) && (pk->dev != dev || pk->ino != ino)) {
+		detach_locked(p, pk);
+		pk = NULL;
+	}
 	if (!pk) {
 		pk = calloc(1, sizeof(*pk) + len + 1);
 		if (!pk || strmap_put(p->by_digest, digest, pk) < 0) {
@@ -147,6 +195,8 @@ int packs_get(struct packs *p, const char *digest, struct pack **ret)
 		memcpy(pk->digest, digest, len + 1);
 		pk->fd = -1;
 		pk->dirfd = -1;
+		pk->dev = dev;
+		pk->ino = ino;
 	}
 	pk->refs++;
 	pthread_mutex_unlock(&p->lock);
@@ -161,10 +211,11 @@ void packs_put(struct packs *p, struct pack *pk)
 	pthread_mutex_lock(&p->lock);
 	if (--pk->refs == 0) {
 		close_locked(p, pk);
-		strmap_remove(p->by_digest, pk->digest);
+		if (!pk->detached)
+			strmap_remove(p->by_digest, pk->digest);
 		if (pk->dirfd >= 0)
 			close(pk->dirfd);
-		if (pk->lazy && !lazy_layer_is_complete(pk->lazy)) {
+		if (pk->lazy && !pk->detached && !lazy_layer_is_complete(pk->lazy)) {
 			uint64_t local, total;
 
 			lazy_layer_bytes(pk->lazy, &local, &total);
@@ -185,7 +236,14 @@ int pack_fd_get(struct packs *p, struct pack *pk)
 
 	pthread_mutex_lock(&p->lock);
 	if (pk->fd < 0) {
-		fd = cache_layer_open_pack(p->cache, pk->digest);
+		/* (detached: the layer's name is another directory's now) */
+		if (pk->detached)
+			fd = pk->dirfd < 0 ? -ESTALE
+					   : openat(pk->dirfd, "pack", O_RDONLY | O_CLOEXEC);
+		else
+			fd = cache_layer_open_pack(p->cache, pk->digest);
+		if (fd == -1)
+			fd = negative_errno();
 		if (fd < 0) {
 			pthread_mutex_unlock(&p->lock);
 			return fd;
@@ -216,7 +274,7 @@ struct lazy_layer *pack_lazy(struct packs *p, struct pack *pk)
 	struct lazy_layer *l;
 
 	pthread_mutex_lock(&p->lock);
-	if (!pk->lazy_checked) {
+	if (!pk->lazy_checked && !pk->detached) {
 		pk->lazy_checked = true;
 		lazy_local_set_locked(p, pk->digest, NULL);
 		if (lazy_layer_open(p->cache, pk->digest, &p->lazy_stats, &pk->lazy) < 0)

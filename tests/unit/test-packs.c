@@ -211,12 +211,63 @@ static void test_removed_while_used(void **state)
 	packs_free(p);
 }
 
+/* Layer 1's directory is replaced (a lazy layer by one verified against
+ * its digest, publish.c): a new image gets a new pack that reads the new
+ * directory, while the image holding the old pack keeps reading the old
+ * one; an old pack that never opened its descriptor has nothing to read. */
+static void test_replaced_while_used(void **state)
+{
+	struct fixture *f = *state;
+	struct packs *p;
+	struct pack *old, *unread, *pk;
+	char path[256], moved[256];
+	FILE *o;
+
+	assert_int_equal(packs_new(f->cache, 1, &p), 0);
+	assert_int_equal(packs_get(p, f->digests[1], &old), 0);
+	read_layer(p, old, 1);
+	assert_int_equal(packs_get(p, f->digests[2], &unread), 0);
+	for (int i = 1; i <= 2; i++) {
+		layer_path(f, i, path, sizeof(path), NULL);
+		snprintf(moved, sizeof(moved), "%s/tmp/replaced-%d", f->dir, i);
+		assert_int_equal(rename(path, moved), 0);
+		assert_int_equal(mkdir(path, 0700), 0);
+		layer_path(f, i, path, sizeof(path), "pack");
+		o = fopen(path, "w");
+		assert_non_null(o);
+		fprintf(o, "layer %d", i + 6);
+		fclose(o);
+	}
+	assert_int_equal(packs_get(p, f->digests[1], &pk), 0);
+	assert_ptr_not_equal(pk, old);
+	read_layer(p, pk, 7);
+	/* the old one: pinned open over the bound */
+	read_layer(p, old, 1);
+	read_layer(p, pk, 7);
+	read_layer(p, old, 1);
+	packs_put(p, pk);
+	assert_int_equal(packs_get(p, f->digests[2], &pk), 0);
+	assert_ptr_not_equal(pk, unread);
+	assert_int_equal(pack_fd_get(p, unread), -ESTALE);
+	read_layer(p, pk, 8);
+	packs_put(p, pk);
+	packs_put(p, unread);
+	packs_put(p, old);
+	assert_int_equal(packs_open_count(p), 0);
+	/* the table forgot none of the new ones wrongly */
+	assert_int_equal(packs_get(p, f->digests[1], &pk), 0);
+	read_layer(p, pk, 7);
+	packs_put(p, pk);
+	packs_free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_one_struct_per_digest, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bound_and_lru, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_removed_while_used, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_replaced_while_used, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
