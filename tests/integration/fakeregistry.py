@@ -7,8 +7,11 @@ type or digest).
 
 DIR/routes.json maps "REPO/REFERENCE" (a tag or a digest) to
 {"file": NAME, "type": CONTENT_TYPE, "digest": DOCKER_CONTENT_DIGEST}; the
-body is DIR/NAME.  Only GET and HEAD of /v2/ and of manifests are served;
-anything else is 404.  The port is written to FILE once it listens.
+body is DIR/NAME.  A blob of any repository is DIR/blobs/HEX when that
+file exists, whatever its digest (a registry that lies), with one Range
+served as 206 (several: the whole blob, 200).  Only GET and HEAD of /v2/,
+manifests and blobs are served; anything else is 404.  The port is
+written to FILE once it listens.
 """
 import argparse
 import http.server
@@ -41,6 +44,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.answer(200, b"{}", [("Content-Type", "application/json"),
                                      ("Docker-Distribution-API-Version", "registry/2.0")])
             return
+        blob = path[len("/v2/"):].rsplit("/blobs/", 1) if path.startswith("/v2/") else []
+        if len(blob) == 2 and blob[1].startswith("sha256:"):
+            name = os.path.join(self.server.dir, "blobs", blob[1][len("sha256:"):])
+            if "/" not in blob[1] and os.path.isfile(name):
+                self.blob(name, blob[1])
+                return
         parts = path[len("/v2/"):].rsplit("/manifests/", 1) if path.startswith("/v2/") else []
         if len(parts) == 2:
             with open(os.path.join(self.server.dir, "routes.json")) as f:
@@ -55,6 +64,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return
         self.answer(404, b'{"errors":[{"code":"MANIFEST_UNKNOWN","message":"unknown"}]}',
                     [("Content-Type", "application/json")])
+
+    def blob(self, name, digest):
+        with open(name, "rb") as f:
+            body = f.read()
+        headers = [("Content-Type", "application/octet-stream"),
+                   ("Docker-Content-Digest", digest)]
+        rng = self.headers.get("Range", "")
+        if rng.startswith("bytes=") and "," not in rng:
+            first, _, last = rng[len("bytes="):].partition("-")
+            start = int(first)
+            end = min(int(last) if last else len(body) - 1, len(body) - 1)
+            headers.append(("Content-Range", "bytes %d-%d/%d" % (start, end, len(body))))
+            self.answer(206, body[start:end + 1], headers)
+            return
+        self.answer(200, body, headers)
 
     do_HEAD = do_GET
 
