@@ -642,6 +642,10 @@ static void *complete_thread(void *arg)
 		unsigned delay, tries;
 
 		r = -ECANCELED;
+		/* (replaced by a layer verified against its digest: nothing
+		 * left to complete) */
+		if (pack_detached(m->packs, cp->pack))
+			break;
 		if (completion_slot_take(cp)) {
 			r = lazy_layer_complete(cp->lazy, m->registry, &m->cancelled);
 			completion_slot_give(m);

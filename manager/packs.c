@@ -359,6 +359,16 @@ bool pack_completing(struct packs *p, struct pack *pk)
 	return running && l && !lazy_layer_is_complete(l);
 }
 
+bool pack_detached(struct packs *p, struct pack *pk)
+{
+	bool r;
+
+	pthread_mutex_lock(&p->lock);
+	r = pk->detached;
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
 bool pack_complete(struct packs *p, struct pack *pk)
 {
 	struct lazy_layer *l = pack_lazy(p, pk);

@@ -75,6 +75,10 @@ bool pack_claim_completion(struct packs *p, struct pack *pk);
 void pack_completion_failed(struct packs *p, struct pack *pk);
 /* Whether the layer's background completion runs now. */
 bool pack_completing(struct packs *p, struct pack *pk);
+/* Whether the layer's directory was replaced since the pack was made (a
+ * lazy layer by one verified against its digest): the pack serves only the
+ * images that hold it, from the old directory. */
+bool pack_detached(struct packs *p, struct pack *pk);
 /* Whether the layer is complete (a layer that was never lazy is). */
 bool pack_complete(struct packs *p, struct pack *pk);
 
