@@ -361,6 +361,36 @@ static int flush_layers_dir(struct cache *c, uint_fast64_t gen)
 	return r;
 }
 
+/* layers/hex is a lazy layer not verified against its digest yet (its
+ * "lazy" file, lazy.h). */
+static bool layer_unverified(struct cache *c, const char *hex)
+{
+	char path[DIGEST_HEX_LEN + 8];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/lazy", hex);
+	return fstatat(c->layers_fd, path, &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+/* The stage, verified against the digest, takes the place of the lazy
+ * layers/hex, which goes to tmp/ (under the stage's name: no "verified"
+ * mark, so emptied with tmp/) for the images that still hold it. */
+static int layer_replace(struct cache *c, const char *stage_name, const char *hex)
+{
+	char aside[128];
+
+	if (renameat2(c->tmp_fd, stage_name, c->layers_fd, hex, RENAME_EXCHANGE) == 0)
+		return 0;
+	if (errno != EINVAL && errno != ENOSYS)
+		return negative_errno();
+	/* a file system without the exchange: a moment with no layer */
+	snprintf(aside, sizeof(aside), "replaced.%s", stage_name);
+	if (renameat(c->layers_fd, hex, c->tmp_fd, aside) < 0 ||
+	    renameat(c->tmp_fd, stage_name, c->layers_fd, hex) < 0)
+		return negative_errno();
+	return 0;
+}
+
 int layer_publish(struct cache *c, int stage_fd, const char *stage_name, const char *hex,
 		  const struct layer_index *li, bool lazy, bool *ret_renamed)
 {
@@ -383,18 +413,28 @@ int layer_publish(struct cache *c, int stage_fd, const char *stage_name, const c
 		return r;
 	*ret_renamed = false;
 	gen = atomic_fetch_add(&c->layers_renamed, 1) + 1;
-	if (renameat(c->tmp_fd, stage_name, c->layers_fd, hex) == 0) {
+	if (renameat(c->tmp_fd, stage_name, c->layers_fd, hex) < 0) {
+		if (errno != EEXIST && errno != ENOTEMPTY)
+			return negative_errno();
+		/* (EEXIST: another pull of a sharing image won the race;
+		 * its copy is as good as ours, and durable once the
+		 * directory is; unless it is a lazy layer not verified
+		 * against its digest, which a verified unpack replaces) */
+		if (!lazy && layer_unverified(c, hex)) {
+			r = layer_replace(c, stage_name, hex);
+			if (r < 0)
+				return r;
+			*ret_renamed = true;
+		}
+	} else {
 		*ret_renamed = true;
+	}
+	if (*ret_renamed) {
 		/* The mark of a stage served before its publish (publish.c)
 		 * has no use in layers/; removed only now, so that a stage
 		 * left by a kill before its rename keeps it (its reference
 		 * may be waiting).  A power cut may bring it back: unread. */
 		unlinkat(stage_fd, "verified", 0);
-	} else if (errno != EEXIST && errno != ENOTEMPTY) {
-		/* (EEXIST: another pull of a sharing image won the race;
-		 * its copy is as good as ours, and durable once the
-		 * directory is) */
-		return negative_errno();
 	}
 	return flush_layers_dir(c, gen);
 }

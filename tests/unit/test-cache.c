@@ -586,6 +586,57 @@ static void test_staged_layer_discarded_at_open(void **state)
 	assert_int_equal(entries_in("objects"), 0);
 }
 
+/* A lazy layer not verified against its digest (its "lazy" file) is
+ * replaced by a full unpack of the blob: layers/ holds the verified one,
+ * the lazy directory moves to tmp/ where a descriptor of it still reads
+ * it, and goes with tmp/ at the next start; a lazy layer never replaces
+ * one. */
+static void test_lazy_layer_replaced(void **state)
+{
+	static const char *digest =
+		"sha256:00000000000000000000000000000000000000000000000000000000000000fe";
+	struct cache_layer_stage a, b, l2;
+	struct layer_index la, lb, ll;
+	struct layer_entry ea, eb, el;
+	char object[65], err[256];
+	int old, now;
+
+	(void)state;
+	stage_layer(&a, digest, object, &la, &ea);
+	assert_int_equal(cache_layer_commit_lazy(cache, &a, digest, &la, "lazy\n", "toc", 3), 0);
+	cache_publish_wait(cache);
+	old = cache_layer_open_dir(cache, digest);
+	assert_true(old >= 0);
+	assert_int_equal(faccessat(old, "lazy", F_OK, 0), 0);
+	stage_layer(&b, digest, object, &lb, &eb);
+	assert_int_equal(cache_layer_commit(cache, &b, digest, &lb), 0);
+	cache_publish_wait(cache);
+	now = cache_layer_open_dir(cache, digest);
+	assert_true(now >= 0);
+	assert_int_equal(faccessat(now, "lazy", F_OK, 0), -1);
+	assert_int_equal(faccessat(now, "verified", F_OK, 0), -1);
+	close(now);
+	assert_int_equal(faccessat(old, "lazy", F_OK, 0), 0);
+	assert_int_equal(entries_in("layers"), 1);
+	assert_int_equal(entries_in("tmp"), 1);
+	/* a lazy layer does not replace the verified one */
+	stage_layer(&l2, digest, object, &ll, &el);
+	assert_int_equal(cache_layer_commit_lazy(cache, &l2, digest, &ll, "lazy\n", "toc", 3), 0);
+	cache_publish_wait(cache);
+	now = cache_layer_open_dir(cache, digest);
+	assert_true(now >= 0);
+	assert_int_equal(faccessat(now, "lazy", F_OK, 0), -1);
+	close(now);
+	close(old);
+	cache_close(cache);
+	assert_int_equal(cache_open(dir, &cache, err, sizeof(err)), 0);
+	assert_int_equal(entries_in("tmp"), 0);
+	now = cache_layer_open_dir(cache, digest);
+	assert_true(now >= 0);
+	assert_int_equal(faccessat(now, "lazy", F_OK, 0), -1);
+	close(now);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -599,6 +650,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_layer_served_before_publish, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_layer_twice, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lazy_layer_replaced, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_staged_layer_published_after_kill, setup,
 						teardown),
 	};
