@@ -332,6 +332,15 @@ print(" ".join(sorted(set(l["mediaType"] for l in m.get("layers", [])))) or "non
     _check_zstd_blobs "$ref"
 }
 
+# The edge image as zstd:chunked (skopeo writes the table of contents),
+# through an uncompressed dir as above.
+push_edge_chunked() {
+    local plain=$WORK/edge-plain
+    [ -d "$plain" ] || _skopeo copy --dest-decompress "oci:$(layout_of edge):1" "dir:$plain"
+    _skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd:chunked \
+        "dir:$plain" "docker://$REGISTRY/${1:-test/edge-chunked:1}"
+}
+
 # The media type is a label; check the blobs' own magic too.
 _check_zstd_blobs() {
     local d magic

@@ -15,10 +15,7 @@ need_fuse
 need_cmd skopeo umoci
 start_registry
 push_busybox test/busybox:1
-plain=$WORK/edge-plain
-_skopeo copy --dest-decompress "oci:$(layout_of edge):1" "dir:$plain"
-_skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd:chunked \
-    "dir:$plain" "docker://$REGISTRY/test/edge-chunked:1"
+push_edge_chunked test/edge-chunked:1
 
 FAKE_DIR=$WORK/fake
 mkdir -p "$FAKE_DIR/blobs"
