@@ -172,6 +172,17 @@ int blobproof_note(struct blobproof *b, const char *digest, const char *line)
 	return write_full(fd, text, strlen(text));
 }
 
+int blobproof_forget(struct blobproof *b, const char *digest)
+{
+	const char *name = file_name(digest);
+
+	if (!name)
+		return -EINVAL;
+	if (unlinkat(b->dirfd, name, 0) < 0 && errno != ENOENT)
+		return negative_errno();
+	return 0;
+}
+
 int blobproof_prune(struct blobproof *b, bool (*present)(void *userdata, const char *digest),
 		    void *userdata, unsigned *ret_removed)
 {

@@ -53,6 +53,12 @@ bool blobproof_domain_had(struct blobproof *b, const char *digest, const char *d
  * or -errno; a failure only costs a request later. */
 int blobproof_note(struct blobproof *b, const char *digest, const char *line);
 
+/* Deletes every proof of digest: the pulls they came from did not show
+ * that they had the blob after all (a lazy layer's pulls, from a table
+ * of contents only, once a pull that fetched the blob replaced it).
+ * Returns 0 or -errno. */
+int blobproof_forget(struct blobproof *b, const char *digest);
+
 /* Deletes the proofs of every digest present() says the cache no longer
  * holds (GC, once the blobs are gone: a proof without its blob is
  * harmless, a blob whose proof went first only costs a check again).

@@ -74,8 +74,11 @@ int cache_layer_stage(struct cache *c, const char *digest, struct cache_layer_st
  * layer's files goes there), while a thread flushes it to stable storage
  * (one syncfs), enters its objects into the content store and renames it
  * into layers/; reference files saved meanwhile wait for that.  Without a
- * boot id it is published here, blocking on the disk.  The stage is the
- * cache's either way; on an error nothing is published. */
+ * boot id it is published here, blocking on the disk.  A layer already in
+ * layers/ stays, unless it is a lazy one not verified against its digest
+ * (its "lazy" file, lazy.h): this one replaces it, and the lazy directory
+ * goes to tmp/ for the images that hold it (emptied at the next start).
+ * The stage is the cache's either way; on an error nothing is published. */
 int cache_layer_commit(struct cache *c, struct cache_layer_stage *st, const char *digest,
 		       const struct layer_index *li);
 /* The same for a lazy layer (lazy.h): the index from its table of

@@ -358,7 +358,8 @@ static void *layer_worker(void *arg)
 
 		const struct descriptor *d = &q->mf->layers[i];
 		bool cached = cache_layer_present(q->pull->m->cache, d->digest);
-		if (cached && layer_shareable(q->pull, d) && share_proven(q->pull, d->digest)) {
+		bool shareable = cached && layer_shareable(q->pull, d);
+		if (shareable && share_proven(q->pull, d->digest)) {
 			atomic_fetch_add(&q->pull->progress->layers_done, 1);
 			atomic_fetch_add(&q->pull->progress->bytes_done, d->size);
 			continue;
@@ -374,8 +375,12 @@ static void *layer_worker(void *arg)
 			r = 1;
 		if (r > 0)
 			r = fetch_layer(q->pull, d);
+		/* (replacing a lazy layer: the proofs its pulls left came
+		 * from a table of contents, not from the blob) */
+		if (r == 0 && cached && !shareable)
+			(void)blobproof_forget(q->pull->m->proofs, d->digest);
 		if (r == 0)
-			share_note(q->pull, q->mf->layers[i].digest);
+			share_note(q->pull, d->digest);
 		if (r < 0) {
 			pthread_mutex_lock(&q->lock);
 			if (q->result == 0)

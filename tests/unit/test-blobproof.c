@@ -97,6 +97,13 @@ static void test_note_and_hold(void **state)
 	/* public: every pull holds it */
 	assert_int_equal(blobproof_note(f->b, DIGEST, "*"), 0);
 	assert_true(blobproof_holds(f->b, DIGEST, "other/x/y"));
+	/* forgotten: nobody, until noted again */
+	assert_int_equal(blobproof_forget(f->b, DIGEST), 0);
+	assert_false(blobproof_holds(f->b, DIGEST, "other/x/y"));
+	assert_false(blobproof_holds(f->b, DIGEST, "reg/team/app"));
+	assert_int_equal(blobproof_forget(f->b, DIGEST), 0);
+	assert_int_equal(blobproof_note(f->b, DIGEST, "reg/team/app"), 0);
+	assert_true(blobproof_holds(f->b, DIGEST, "reg/team/app"));
 }
 
 static void test_cut_short(void **state)
