@@ -33,6 +33,7 @@ struct pack {
 	/* the layer directory it was made for (0/0: there was none) */
 	dev_t dev;
 	ino_t ino;
+	bool unverified; /* made for a lazy layer not verified yet */
 	/* its directory was replaced (a lazy layer by one verified against
 	 * its digest): no longer in by_digest, it serves only the images
 	 * that hold it, from its old directory; packs.lock */
@@ -139,20 +140,25 @@ static void trim_locked(struct packs *p)
 		close_locked(p, dlist_entry(p->idle.head, struct pack, idle));
 }
 
-/* The identity of layer digest's directory now; 0/0 when it has none. */
-static void layer_dir_id(struct packs *p, const char *digest, dev_t *ret_dev, ino_t *ret_ino)
+/* The identity of layer digest's directory now; 0/0 when it has none,
+ * and whether it is a lazy layer not verified yet (the only kind another
+ * directory may replace: cache.c layer_publish). */
+static void layer_dir_id(struct packs *p, const char *digest, dev_t *ret_dev, ino_t *ret_ino,
+			 bool *ret_unverified)
 {
 	int dirfd = cache_layer_open_dir(p->cache, digest);
 	struct stat st;
 
 	*ret_dev = 0;
 	*ret_ino = 0;
+	*ret_unverified = false;
 	if (dirfd < 0)
 		return;
 	if (fstat(dirfd, &st) == 0) {
 		*ret_dev = st.st_dev;
 		*ret_ino = st.st_ino;
 	}
+	*ret_unverified = faccessat(dirfd, "lazy", F_OK, 0) == 0;
 	close(dirfd);
 }
 
@@ -177,11 +183,15 @@ int packs_get(struct packs *p, const char *digest, struct pack **ret)
 	size_t len = strlen(digest);
 	dev_t dev;
 	ino_t ino;
+	bool unverified;
 
-	layer_dir_id(p, digest, &dev, &ino);
+	layer_dir_id(p, digest, &dev, &ino, &unverified);
 	pthread_mutex_lock(&p->lock);
 	pk = strmap_get(p->by_digest, digest);
-	if (pk && (pk->dev || pk->ino) && (dev || ino) && (pk->dev != dev || pk->ino != ino)) {
+	/* (a layer served from its stage has another directory than the
+	 * copy another pull published first: the same content, kept) */
+	if (pk && pk->unverified && (pk->dev || pk->ino) && (dev || ino) &&
+	    (pk->dev != dev || pk->ino != ino)) {
 		detach_locked(p, pk);
 		pk = NULL;
 	}
@@ -197,6 +207,7 @@ int packs_get(struct packs *p, const char *digest, struct pack **ret)
 		pk->dirfd = -1;
 		pk->dev = dev;
 		pk->ino = ino;
+		pk->unverified = unverified;
 	}
 	pk->refs++;
 	pthread_mutex_unlock(&p->lock);

@@ -215,6 +215,32 @@ static void test_removed_while_used(void **state)
  * its digest, publish.c): a new image gets a new pack that reads the new
  * directory, while the image holding the old pack keeps reading the old
  * one; an old pack that never opened its descriptor has nothing to read. */
+/* A verified layer has one content whatever its directory (a layer
+ * served from its stage while another pull's copy was published first):
+ * its pack is kept, never detached. */
+static void test_verified_not_detached(void **state)
+{
+	struct fixture *f = *state;
+	struct packs *p;
+	struct pack *old, *pk;
+	char path[256], moved[256];
+
+	assert_int_equal(packs_new(f->cache, 1, &p), 0);
+	assert_int_equal(packs_get(p, f->digests[1], &old), 0);
+	read_layer(p, old, 1);
+	layer_path(f, 1, path, sizeof(path), NULL);
+	snprintf(moved, sizeof(moved), "%s/tmp/copy-1", f->dir);
+	assert_int_equal(rename(path, moved), 0);
+	assert_int_equal(mkdir(path, 0700), 0);
+	assert_int_equal(packs_get(p, f->digests[1], &pk), 0);
+	assert_ptr_equal(pk, old);
+	read_layer(p, pk, 1);
+	packs_put(p, pk);
+	packs_put(p, old);
+	assert_int_equal(packs_open_count(p), 0);
+	packs_free(p);
+}
+
 static void test_replaced_while_used(void **state)
 {
 	struct fixture *f = *state;
@@ -223,6 +249,13 @@ static void test_replaced_while_used(void **state)
 	char path[256], moved[256];
 	FILE *o;
 
+	/* only a lazy layer not verified yet is ever replaced */
+	for (int i = 1; i <= 2; i++) {
+		layer_path(f, i, path, sizeof(path), "lazy");
+		o = fopen(path, "w");
+		assert_non_null(o);
+		fclose(o);
+	}
 	assert_int_equal(packs_new(f->cache, 1, &p), 0);
 	assert_int_equal(packs_get(p, f->digests[1], &old), 0);
 	read_layer(p, old, 1);
@@ -268,6 +301,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bound_and_lru, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_removed_while_used, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_replaced_while_used, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_verified_not_detached, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
