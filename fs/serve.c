@@ -292,6 +292,11 @@ static void serve_upgrade_answered(void *userdata)
 {
 	struct fs *fs = userdata;
 
+	/* No notification to the kernel may be under way once nothing reads
+	 * /dev/fuse: one that waits for a directory a request holds would
+	 * wait for ever, and the process could not end (the soak found it).
+	 * So the notifier stops first, while requests are still answered. */
+	ns_notifier_stop(fs);
 	pthread_mutex_lock(&fs->sup_lock);
 	sup_send(fs, "go");
 	pthread_mutex_unlock(&fs->sup_lock);

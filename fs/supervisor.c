@@ -445,10 +445,43 @@ static void on_child(struct sup *s, int status, int *ret_delay_ms)
 	}
 }
 
+/* Whether the serving process is dead but for threads the kernel holds:
+ * its main thread exited (a zombie, not reaped because another thread is
+ * still in a system call that cannot be interrupted, for example a
+ * notification to the kernel waiting for a directory that a request to
+ * this very mount holds).  No SIGCHLD comes until that request is
+ * answered, which only a new serving process will do. */
+static bool leader_gone(pid_t pid)
+{
+	char path[64], buf[256];
+	const char *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	/* "PID (COMM) STATE ...": COMM may hold anything but its last ')' */
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' && p[2] == 'Z';
+}
+
+/* How often the supervisor looks for a serving process that died that
+ * way (leader_gone). */
+#define LEADER_CHECK_MS 500
+
 static void loop(struct sup *s)
 {
 	int delay_ms = -1; /* > -1: start the next serving process then */
 	int64_t start_at = 0;
+	pid_t gone_pid = 0; /* seen by leader_gone() since gone_since */
+	int64_t gone_since = 0;
 
 	while (!(s->stopping && s->pid == 0)) {
 		struct pollfd p[2] = { { .fd = s->sig_fd, .events = POLLIN },
@@ -483,6 +516,34 @@ static void loop(struct sup *s)
 				continue;
 			}
 			timeout = timeout < 0 ? (int)left : MIN(timeout, (int)left);
+		}
+		if (s->pid) {
+			int status;
+
+			/* for 0.5 s at least: a process that exits normally
+			 * passes through that state for a moment */
+			if (!leader_gone(s->pid)) {
+				gone_pid = 0;
+			} else if (gone_pid != s->pid) {
+				gone_pid = s->pid;
+				gone_since = now_ns();
+			} else if (now_ns() - gone_since < (int64_t)LEADER_CHECK_MS * 1000000) {
+				/* look again */
+			} else if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
+				on_child(s, status, &delay_ms);
+				start_at = now_ns() + (int64_t)MAX(delay_ms, 0) * 1000000;
+				continue;
+			} else {
+				fprintf(stderr,
+					"pullfs: serving process %ld is dying with a thread held in "
+					"the kernel; starting another, which answers what holds it\n",
+					(long)s->pid);
+				gone_pid = 0;
+				on_child(s, SIGKILL, &delay_ms);
+				start_at = now_ns() + (int64_t)MAX(delay_ms, 0) * 1000000;
+				continue;
+			}
+			timeout = timeout < 0 ? LEADER_CHECK_MS : MIN(timeout, LEADER_CHECK_MS);
 		}
 		if (poll(p, s->sock >= 0 ? 2 : 1, timeout) < 0) {
 			if (errno == EINTR)
