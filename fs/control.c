@@ -417,8 +417,8 @@ static void *acceptor_thread(void *arg)
 	return NULL;
 }
 
-int control_new(const char *path, struct manager *m, struct control **ret, char *errbuf,
-		size_t errlen)
+int control_new(const char *path, bool predecessors, struct manager *m, struct control **ret,
+		char *errbuf, size_t errlen)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	_cleanup_(control_freep) struct control *c = NULL;
@@ -458,7 +458,7 @@ int control_new(const char *path, struct manager *m, struct control **ret, char 
 					   path);
 		/* Non-blocking: a full backlog (EAGAIN) is someone's too. */
 		probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-		if (probe >= 0 &&
+		if (!predecessors && probe >= 0 &&
 		    (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EAGAIN))
 			return errbuf_fail(-EADDRINUSE, errbuf, errlen,
 					   "control socket \"%s\" is served by another process",

@@ -3,6 +3,7 @@
  * read-only mount -- inspect, rm, gc -- and status. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <jansson.h>
@@ -35,11 +36,14 @@ typedef void (*control_answered_fn)(void *userdata);
 
 /* Binds path and listens, mode 0600, replacing a socket left by a dead
  * daemon (but not one something still answers on, nor a file that is not
- * a socket).  Nothing is served before control_start, so this may run
+ * a socket).  predecessors: whatever is at path is a previous serving
+ * process's of this cache, even if it still accepts (one killed with a
+ * thread held in the kernel: its descriptors live on), and is replaced.
+ * Nothing is served before control_start, so this may run
  * before the daemon forks.  Returns 0 and a new control owned by the
  * caller, or -errno with a one-line reason in errbuf. */
-int control_new(const char *path, struct manager *m, struct control **ret, char *errbuf,
-		size_t errlen);
+int control_new(const char *path, bool predecessors, struct manager *m, struct control **ret,
+		char *errbuf, size_t errlen);
 
 /* Serves the socket from threads of its own (call after any fork).  Only
  * root and the daemon's own user may talk to it.  status makes the status

@@ -17,6 +17,7 @@
 
 #include "credentials.h"
 #include "control.h"
+#include "cache.h"
 #include "config.h"
 #include "fs.h"
 #include "handover.h"
@@ -146,6 +147,14 @@ static int check_run(const struct settings *s, unsigned their_version)
 	return 0;
 }
 
+static bool socket_in_cache(const struct settings *s)
+{
+	_cleanup_free_ char *def = NULL;
+
+	return asprintf(&def, "%s/control.sock", s->mo.cache_dir) >= 0 &&
+	       strcmp(def, s->control_socket) == 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct settings s = { 0 };
@@ -195,7 +204,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "pullfs: %s\n", strerror(ENOMEM));
 			goto done;
 		}
-		status = supervisor_run(&args, s.mountpoint, s.foreground, argv);
+		status = supervisor_run(&args, s.mountpoint, s.mo.cache_dir, s.foreground, argv);
 		goto done;
 	}
 	raise_fd_limit();
@@ -219,7 +228,11 @@ int main(int argc, char **argv)
 	/* Bound before the mount, so that a socket that cannot be served
 	 * stops the start with a message, not the daemon's service. */
 	errbuf[0] = '\0';
-	r = control_new(s.control_socket, m, &ctl, errbuf, sizeof(errbuf));
+	/* Under a supervisor holding the cache's lock, the socket in the
+	 * cache is ours or a predecessor's. */
+	r = control_new(s.control_socket,
+			mode == 0 && socket_in_cache(&s) && getenv(CACHE_LOCK_ENV), m, &ctl, errbuf,
+			sizeof(errbuf));
 	if (r < 0) {
 		if (errbuf[0])
 			fprintf(stderr, "pullfs: %s\n", errbuf);

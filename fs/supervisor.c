@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "fault.h"
 #include "fs.h"
 #include "handover.h"
@@ -52,6 +53,9 @@ struct sup {
 	 * arguments, relative paths included, from there */
 	char *start_dir;
 	char **argv;
+	/* the cache's lock, shared with every serving process (cache.h
+	 * CACHE_LOCK_ENV), or -1 */
+	int lock_fd;
 	int dev_fd, state_fd, sig_fd;
 	int sock;  /* our end of the serving process's socket; -1: none */
 	pid_t pid; /* the serving process; 0: none */
@@ -203,6 +207,15 @@ static int spawn(struct sup *s)
 		fcntl(s->dev_fd, F_SETFD, 0);
 		fcntl(s->state_fd, F_SETFD, 0);
 		fcntl(sv[1], F_SETFD, 0);
+		if (s->lock_fd >= 0) {
+			char num[16];
+
+			fcntl(s->lock_fd, F_SETFD, 0);
+			snprintf(num, sizeof(num), "%d", s->lock_fd);
+			setenv(CACHE_LOCK_ENV, num, 1);
+		} else {
+			unsetenv(CACHE_LOCK_ENV);
+		}
 		snprintf(env, sizeof(env),
 			 "gen=%u,dev=%d,state=%d,sup=%d,ppid=%ld,down=%" PRId64
 			 ",upgrade=%d,upgrades=%u,recoveries=%u,fdstore=%d,drained=%u",
@@ -605,10 +618,42 @@ static int daemonize(struct sup *s)
 	return 0;
 }
 
-int supervisor_run(struct fuse_args *args, const char *mountpoint, bool foreground, char **argv)
+/* The cache's lock for as long as the supervisor lives: a serving
+ * process killed with a thread held in the kernel keeps its descriptors
+ * until the next one frees that thread, so the next one must not need
+ * the lock for itself.  A serving process of a supervisor that died
+ * (systemd's store) may hold it a moment longer: waited for, and then
+ * left to the serving processes as without a supervisor. */
+static int take_lock(struct sup *s, const char *cache_dir)
+{
+	char errbuf[512];
+	int fd = -EBUSY;
+
+	if (!cache_dir)
+		return 0;
+	for (int i = 0; i < 50 && fd == -EBUSY; i++) {
+		fd = cache_lock_take(cache_dir, errbuf, sizeof(errbuf));
+		if (fd == -EBUSY && !supervisor_fds_passed())
+			break;
+		if (fd == -EBUSY)
+			usleep(100000);
+	}
+	if (fd >= 0) {
+		s->lock_fd = fd;
+		return 0;
+	}
+	if (fd == -EBUSY && supervisor_fds_passed())
+		return 0;
+	fprintf(stderr, "pullfs: %s\n", errbuf);
+	return fd;
+}
+
+int supervisor_run(struct fuse_args *args, const char *mountpoint, const char *cache_dir,
+		   bool foreground, char **argv)
 {
 	static const struct fuse_lowlevel_ops none = { 0 };
 	struct sup s = { .argv = argv,
+			 .lock_fd = -1,
 			 .dev_fd = -1,
 			 .state_fd = -1,
 			 .sig_fd = -1,
@@ -628,6 +673,8 @@ int supervisor_run(struct fuse_args *args, const char *mountpoint, bool foregrou
 	}
 	s.exe[n] = '\0';
 	s.start_dir = getcwd(NULL, 0);
+	if (take_lock(&s, cache_dir) < 0)
+		return 1;
 	if (!foreground && daemonize(&s) < 0) {
 		fprintf(stderr, "pullfs: cannot detach: %s\n", strerror(errno));
 		return 1;
@@ -715,6 +762,8 @@ out:
 		close(s.dev_fd);
 	if (s.sock >= 0)
 		close(s.sock);
+	if (s.lock_fd >= 0)
+		close(s.lock_fd);
 	free(s.start_dir);
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	return s.status ? 1 : 0;

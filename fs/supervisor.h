@@ -28,7 +28,8 @@ struct fs_handoff;
  * once it serves unless foreground, and returns when the mount ends: 0
  * after SIGTERM/SIGINT or an unmount, 1 when the first serving process
  * failed to start (its message is on stderr). */
-int supervisor_run(struct fuse_args *args, const char *mountpoint, bool foreground, char **argv);
+int supervisor_run(struct fuse_args *args, const char *mountpoint, const char *cache_dir,
+		   bool foreground, char **argv);
 
 /* Whether systemd passed the descriptors of a supervisor before this one
  * (then the mount point is in use and must not be checked: nobody answers

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +79,54 @@ void empty_dir(int dfd)
 	closedir(d);
 }
 
+int cache_lock_take(const char *dir, char *errbuf, size_t errlen)
+{
+	_cleanup_free_ char *path = NULL;
+	int r, fd;
+
+	r = mkdir_parents(dir);
+	if (r < 0) {
+		snprintf(errbuf, errlen, "cannot create cache directory \"%s\": %s", dir,
+			 strerror(-r));
+		return r;
+	}
+	if (asprintf(&path, "%s/lock", dir) < 0)
+		return -ENOMEM;
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		r = negative_errno();
+		snprintf(errbuf, errlen, "cannot create \"%s\": %s", path, strerror(-r));
+		return r;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		r = errno == EWOULDBLOCK ? -EBUSY : negative_errno();
+		snprintf(errbuf, errlen, "cache \"%s\" is in use by another pullfs", dir);
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+/* The lock the supervisor holds for every serving process it runs
+ * (CACHE_LOCK_ENV): a descriptor of the same open file, whose lock is
+ * already ours; -1 when there is none, or not of this cache. */
+static int inherited_lock(int dirfd)
+{
+	const char *v = getenv(CACHE_LOCK_ENV);
+	struct stat a, b;
+	char *end;
+	long fd;
+
+	if (!v || !*v)
+		return -1;
+	fd = strtol(v, &end, 10);
+	if (*end || fd < 0 || fd > INT_MAX || fstat((int)fd, &a) < 0 ||
+	    fstatat(dirfd, "lock", &b, AT_SYMLINK_NOFOLLOW) < 0 || a.st_dev != b.st_dev ||
+	    a.st_ino != b.st_ino)
+		return -1;
+	return fcntl((int)fd, F_DUPFD_CLOEXEC, 3);
+}
+
 int cache_open(const char *dir, struct cache **ret, char *errbuf, size_t errlen)
 {
 	struct cache *c;
@@ -105,7 +154,9 @@ int cache_open(const char *dir, struct cache **ret, char *errbuf, size_t errlen)
 			 strerror(-r));
 		goto fail;
 	}
-	c->lockfd = openat(c->dirfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	c->lockfd = inherited_lock(c->dirfd);
+	if (c->lockfd < 0)
+		c->lockfd = openat(c->dirfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (c->lockfd < 0) {
 		r = negative_errno();
 		snprintf(errbuf, errlen, "cannot create \"%s/lock\": %s", dir, strerror(-r));

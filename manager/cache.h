@@ -34,6 +34,14 @@ struct cache;
  * another daemon holds it) and empties tmp/.  Returns 0 or -errno; errbuf
  * says what failed. */
 int cache_open(const char *dir, struct cache **ret, char *errbuf, size_t errlen);
+/* The cache's lock, taken by a supervisor for all its serving processes:
+ * a descriptor (its number in CACHE_LOCK_ENV for them, kept across exec)
+ * or -errno (-EBUSY: another pullfs has it), the reason in errbuf.  A
+ * serving process killed with a thread held in the kernel keeps its
+ * descriptors until that thread is free, which only the next process can
+ * do: so the lock is not its alone. */
+#define CACHE_LOCK_ENV "PULLFS_CACHE_LOCK_FD"
+int cache_lock_take(const char *dir, char *errbuf, size_t errlen);
 void cache_close(struct cache *c);
 
 /* Reads blob `digest` (at most max bytes) and checks it still hashes to
