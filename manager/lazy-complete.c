@@ -176,7 +176,8 @@ static int stream_blob(struct lazy_layer *l, struct registry *reg, struct pendin
 	struct error_detail rerr = { 0 };
 	int r;
 
-	qsort(p, n, sizeof(*p), cmp_pending);
+	if (n > 0) /* (nothing missing: the stream only checks) */
+		qsort(p, n, sizeof(*p), cmp_pending);
 	r = registry_get_blob(reg, l->src.domain, l->src.repo, l->blob_digest, l->src.tl.blob_size,
 			      stream_sink, &s, &rerr);
 	if (l->stats) {
