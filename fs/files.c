@@ -313,7 +313,7 @@ static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t,
 		free(buf);
 		return;
 	}
-	caller_of(req, &who);
+	caller_ids(req, &who);
 	n = image_lazy_read(img, t, (uint64_t)off, size, buf, &who);
 	pthread_mutex_lock(&lc.lock);
 	mine = !lc.answered;

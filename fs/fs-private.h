@@ -260,6 +260,8 @@ bool ns_ensure_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, cons
 struct nslisting;
 int ns_listing_add(struct nslisting *l, const char *name, bool file);
 void caller_of(fuse_req_t req, struct caller *c);
+/* caller_of() without the command name (no read of /proc) */
+void caller_ids(fuse_req_t req, struct caller *c);
 
 /* layers.c: MOUNT/layers/, the Additional Layer Store (docs/layer-store.md).
  * layers_init() from ns_init(); the rest are the namespace's and fs.c's

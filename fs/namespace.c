@@ -221,24 +221,18 @@ static struct nsnode *nsnode_intern(struct fs *fs, const char *key, struct nsnod
 
 void caller_of(fuse_req_t req, struct caller *c)
 {
+	caller_ids(req, c);
+	caller_name(c);
+}
+
+void caller_ids(fuse_req_t req, struct caller *c)
+{
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	char path[64];
-	int fd;
 
 	memset(c, 0, sizeof(*c));
 	c->pid = ctx->pid;
 	c->uid = ctx->uid;
 	c->gid = ctx->gid;
-	snprintf(path, sizeof(path), "/proc/%ld/comm", (long)ctx->pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		ssize_t n = read(fd, c->comm, sizeof(c->comm) - 1);
-		if (n > 0) {
-			c->comm[n] = '\0';
-			c->comm[strcspn(c->comm, "\n")] = '\0';
-		}
-		close(fd);
-	}
 }
 
 void ns_reply_image_root(fuse_req_t req, struct fs *fs, struct image *img, double entry_timeout)

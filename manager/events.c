@@ -146,3 +146,24 @@ void events_emit(struct events *ev, const struct event *e)
 	pthread_mutex_unlock(&ev->lock);
 	free(buf);
 }
+
+void caller_name(struct caller *c)
+{
+	char path[64];
+	ssize_t n;
+	int fd;
+
+	c->comm[0] = '\0';
+	snprintf(path, sizeof(path), "/proc/%ld/comm", (long)c->pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, c->comm, sizeof(c->comm) - 1);
+	if (n > 0) {
+		c->comm[n] = '\0';
+		c->comm[strcspn(c->comm, "\n")] = '\0';
+	} else {
+		c->comm[0] = '\0';
+	}
+	close(fd);
+}

@@ -17,6 +17,10 @@ struct caller {
 	char comm[17]; /* "" when unknown */
 };
 
+/* Fills c->comm from /proc for c->pid (a read of /proc: callers on a hot
+ * path leave it for when an event is written). */
+void caller_name(struct caller *c);
+
 enum event_type {
 	EVENT_NORMAL,
 	EVENT_WARNING,

@@ -477,9 +477,11 @@ ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t o
 		if (n < 0 && now - last >= 10000 &&
 		    atomic_compare_exchange_strong(&m->lazy_warned_ms, &last, now)) {
 			_cleanup_free_ char *ref = reference_of(m, c->digest);
+			struct caller reader = *who;
 
+			caller_name(&reader);
 			manager_emit(m, EVENT_WARNING, "LazyReadFailed", ref, c->digest, (int)n,
-				     who,
+				     &reader,
 				     "A read of the file with content sha256:%s of image \"%s\" "
 				     "(%s) failed: %s (the next read tries again)",
 				     file->object, ref ? ref : "(no name left)", c->digest,

@@ -328,8 +328,8 @@ void image_file_fd_put(struct image *img, const struct tinode *file);
 int image_object_open(struct image *img, const struct tinode *file);
 /* Files of lazy layers: whether the file's layer was lazy when this
  * process first looked (never passthrough then), and a read of it that
- * fetches what is missing (who: the reader, named by the event of a
- * failure).  Returns the bytes read or -errno; blocks. */
+ * fetches what is missing (who: the reader's ids, named by the event of
+ * a failure).  Returns the bytes read or -errno; blocks. */
 bool image_file_lazy(struct image *img, const struct tinode *file);
 ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t off, size_t size,
 			void *buf, const struct caller *who);
