@@ -747,7 +747,7 @@ void ns_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size, off_
 	bool private = false;
 	int r;
 
-	caller_of(req, &who);
+	caller_ids(req, &who); /* (who may see what: ids, no name) */
 	r = ns_list(fs, ino, &who, &l, &private);
 	if (r < 0) {
 		listing_done(&l);
