@@ -35,8 +35,8 @@ struct pack {
 	ino_t ino;
 	bool unverified; /* made for a lazy layer not verified yet */
 	/* its directory was replaced (a lazy layer by one verified against
-	 * its digest): no longer in by_digest, it serves only the images
-	 * that hold it, from its old directory; packs.lock */
+	 * its digest) or deleted: no longer in by_digest, it serves only the
+	 * images that hold it, from its old directory; packs.lock */
 	bool detached;
 	/* in packs.idle while its descriptor is open and unused */
 	struct dlist_node idle;
@@ -443,9 +443,9 @@ int packs_remove_layer(struct packs *p, const char *digest)
 
 	pthread_mutex_lock(&p->lock);
 	pk = strmap_get(p->by_digest, digest);
-	if (!pk || pk->pinned) {
+	if (!pk) {
 		pthread_mutex_unlock(&p->lock);
-		return pk ? 0 : cache_layer_remove(p->cache, digest);
+		return cache_layer_remove(p->cache, digest);
 	}
 	if (pk->fd < 0) {
 		int fd = cache_layer_open_pack(p->cache, pk->digest);
@@ -460,6 +460,11 @@ int packs_remove_layer(struct packs *p, const char *digest)
 	lazy_local_set_locked(p, digest, NULL);
 	r = cache_layer_retire(p->cache, digest, &pk->retired, &pk->dirfd);
 	if (r == 0) {
+		/* it serves only the images holding it now: a pull of the
+		 * same digest publishes a copy that gets a pack of its own
+		 * (and that the next sweep deletes, not this one's) */
+		strmap_remove(p->by_digest, digest);
+		pk->detached = true;
 		idle_unlink_locked(p, pk);
 		pk->pinned = true;
 	}

@@ -94,12 +94,14 @@ unmount_pullfs
 
 # A process standing in an image, with no file open, keeps reading it
 # after the image is removed: packs are opened on demand, and a layer
-# deleted while a loaded image still uses it is kept open first.
+# deleted while a loaded image still uses it is kept open first (and
+# apart from a copy of it pulled later).
 rm -rf "$CACHE"
 mount_pullfs --gc-min-age 0
 ls "$edge" >/dev/null
 (cd "$edge/opq" && while [ ! -e "$WORK/go" ]; do sleep 0.05; done && cat upper1 >"$WORK/read-after-rm") &
 reader=$!
+track_pid "$reader"
 wait_for 20 test -d "/proc/$reader/cwd/." || fail "the reader did not start"
 PYTHONPATH=$INTEGRATION_DIR py - "$CACHE/control.sock" "$REGISTRY" <<'PY' || fail "rm of an image a process stands in"
 import sys
@@ -108,6 +110,19 @@ r = ctlsock.ask(sys.argv[1], {"op": "rm", "references": [sys.argv[2] + "/test/ed
 assert r["ok"], r
 PY
 assert_eq 0 "$(ls "$CACHE/layers" | wc -l)" "layers left after rm"
+# Pulled again while the reader still stands in the removed one: the new
+# copy of the same layers is the new image's alone, and its rm deletes it.
+assert_eq upper "$(cat "$edge/opq/upper1")" "the image pulled again"
+[ "$(ls "$CACHE/layers" | wc -l)" -gt 0 ] || fail "the image pulled again has no layers"
+PYTHONPATH=$INTEGRATION_DIR py - "$CACHE/control.sock" "$REGISTRY" <<'PY' || fail "rm of the image pulled again"
+import sys
+import ctlsock
+r = ctlsock.ask(sys.argv[1], {"op": "rm", "references": [sys.argv[2] + "/test/edge:1"]})
+assert r["ok"], r
+PY
+assert_eq 0 "$(ls "$CACHE/layers" | wc -l)" "layers left after the second rm"
+bytes=$(py -c 'import json, sys; print(json.load(open(sys.argv[1]))["cache"]["bytes"])' "$MNT/.pullfs/status")
+assert_eq 0 "$bytes" "cache bytes after the second rm"
 touch "$WORK/go"
 wait "$reader" || fail "reading in a removed image failed"
 assert_eq upper "$(cat "$WORK/read-after-rm")" "content read in a removed image"

@@ -211,10 +211,46 @@ static void test_removed_while_used(void **state)
 	packs_free(p);
 }
 
-/* Layer 1's directory is replaced (a lazy layer by one verified against
- * its digest, publish.c): a new image gets a new pack that reads the new
- * directory, while the image holding the old pack keeps reading the old
- * one; an old pack that never opened its descriptor has nothing to read. */
+/* A layer deleted while an image reads it and then pulled again: the new
+ * copy gets a pack of its own, and deleting it again deletes it, whether
+ * or not the image holding the deleted copy is still there. */
+static void test_removed_then_pulled_again(void **state)
+{
+	struct fixture *f = *state;
+	struct packs *p;
+	struct pack *old, *pk;
+	char path[256];
+	FILE *o;
+
+	assert_int_equal(packs_new(f->cache, 4, &p), 0);
+	assert_int_equal(packs_get(p, f->digests[2], &old), 0);
+	read_layer(p, old, 2);
+	assert_int_equal(packs_remove_layer(p, f->digests[2]), 0);
+	assert_int_equal(count_retired(f), 1);
+	/* the same digest published again, with content told apart here */
+	layer_path(f, 2, path, sizeof(path), NULL);
+	assert_int_equal(mkdir(path, 0700), 0);
+	layer_path(f, 2, path, sizeof(path), "pack");
+	o = fopen(path, "w");
+	assert_non_null(o);
+	fprintf(o, "layer 9");
+	fclose(o);
+	assert_int_equal(packs_get(p, f->digests[2], &pk), 0);
+	assert_ptr_not_equal(pk, old);
+	read_layer(p, pk, 9);
+	read_layer(p, old, 2);
+	packs_put(p, pk);
+	/* no image uses the new copy: deleted, the old one still read */
+	assert_int_equal(packs_remove_layer(p, f->digests[2]), 0);
+	layer_path(f, 2, path, sizeof(path), NULL);
+	assert_int_equal(access(path, F_OK), -1);
+	read_layer(p, old, 2);
+	packs_put(p, old);
+	assert_int_equal(count_retired(f), 0);
+	assert_int_equal(packs_open_count(p), 0);
+	packs_free(p);
+}
+
 /* A verified layer has one content whatever its directory (a layer
  * served from its stage while another pull's copy was published first):
  * its pack is kept, never detached. */
@@ -241,6 +277,10 @@ static void test_verified_not_detached(void **state)
 	packs_free(p);
 }
 
+/* Layer 1's directory is replaced (a lazy layer by one verified against
+ * its digest, publish.c): a new image gets a new pack that reads the new
+ * directory, while the image holding the old pack keeps reading the old
+ * one; an old pack that never opened its descriptor has nothing to read. */
 static void test_replaced_while_used(void **state)
 {
 	struct fixture *f = *state;
@@ -300,6 +340,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_one_struct_per_digest, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bound_and_lru, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_removed_while_used, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_removed_then_pulled_again, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_replaced_while_used, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_verified_not_detached, setup, teardown),
 	};
