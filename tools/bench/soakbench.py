@@ -365,6 +365,36 @@ def fresher(fresh, proxy, stop_at, every, outfile):
         json.dump(res, f)
 
 
+def cache_breakdown(cache):
+    """Bytes under each top-level directory of the cache, and the layers
+    and blobs by name, for a cache that GC did not bring under its mark."""
+    parts = []
+    for top in sorted(os.listdir(cache)):
+        path = os.path.join(cache, top)
+        if not os.path.isdir(path):
+            continue
+        total, names = 0, []
+        for name in sorted(os.listdir(path)):
+            n = 0
+            for root, _, files in os.walk(os.path.join(path, name)):
+                for f in files:
+                    try:
+                        n += os.lstat(os.path.join(root, f)).st_size
+                    except OSError:
+                        pass
+            if not os.path.isdir(os.path.join(path, name)):
+                try:
+                    n = os.lstat(os.path.join(path, name)).st_size
+                except OSError:
+                    pass
+            total += n
+            names.append(f"{name[:16]} {n}")
+        parts.append(f"{top}/ {total} bytes"
+                     + (f" ({', '.join(names[:12])})" if top in ("layers", "blobs", "tmp")
+                        and names else ""))
+    return "; ".join(parts)
+
+
 def final_pass(images, proxy):
     """Every entry of every image once, in one process: (ops, errors,
     mismatches)."""
@@ -732,6 +762,8 @@ class Soak:
                            f"{len(st.get('images', []))} images in use; README \"Restarts "
                            f"and upgrades\": what a new serving process restored stays until "
                            f"the next start)")
+        if cache.get("bytes", 0) > high:
+            verdict.append("what the cache holds: " + cache_breakdown(ENV["CACHE"]))
         flat = []
         for who, rss_slack, fd_slack in (("serving", 1.5, 16), ("supervisor", 1.1, 2)):
             s0, s1 = fig("start", who), fig("end", who)
