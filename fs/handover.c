@@ -128,6 +128,11 @@ char *handover_format_image(uint32_t key, const char *digest, const char *refere
 	return d && r && *d && *r ? format("img %" PRIu32 " %s %s\n", key, d, r) : NULL;
 }
 
+char *handover_format_image_gone(uint32_t key)
+{
+	return key ? format("imgx %" PRIu32 "\n", key) : NULL;
+}
+
 char *handover_format_ns_forgotten(const char *key)
 {
 	_cleanup_free_ char *k = escape(key);
@@ -329,6 +334,24 @@ static int add_image(struct parse *p, char **f)
 	return img->digest && img->reference ? 0 : -ENOMEM;
 }
 
+static int drop_image(struct parse *p, const char *field)
+{
+	struct handover_image *img;
+	uint64_t key;
+	char name[24];
+
+	if (parse_uint(field, UINT32_MAX, &key) < 0 || key == 0)
+		return -EBADMSG;
+	snprintf(name, sizeof(name), "%" PRIu64, key);
+	img = strmap_remove(p->images, name);
+	if (img) {
+		free(img->digest);
+		free(img->reference);
+		free(img);
+	}
+	return 0;
+}
+
 static int add_backing(struct parse *p, char **f, size_t n)
 {
 	uint64_t id;
@@ -397,6 +420,8 @@ static int parse_line(struct parse *p, char *line, bool first)
 		return n == 2 && unescape(f[1]) == 0 ? drop_ns(p, f[1]) : -EBADMSG;
 	if (!strcmp(f[0], "img"))
 		return n == 4 ? add_image(p, f) : -EBADMSG;
+	if (!strcmp(f[0], "imgx"))
+		return n == 2 ? drop_image(p, f[1]) : -EBADMSG;
 	if (!strcmp(f[0], "bk"))
 		return n == 3 ? add_backing(p, f, n) : -EBADMSG;
 	if (!strcmp(f[0], "bkx"))

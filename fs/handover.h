@@ -20,6 +20,8 @@
  *                             view of one layer (layers/) is noted with
  *                             REFERENCE "layer:LAYER-DIGEST:IMAGE-REF"
  *                             and the image's manifest DIGEST
+ *   imgx KEY                  ... the kernel forgot every node of it, or
+ *                             a process could not make it again
  *   bk ID OBJECT              backing id ID registered for OBJECT
  *   bkx ID                    ... and closed
  *   bo REF N DELAY LAST ERR =MESSAGE
@@ -89,6 +91,7 @@ char *handover_format_init(const void *req, size_t len);
 char *handover_format_ns(const char *key);
 char *handover_format_image(uint32_t key, const char *digest, const char *reference);
 char *handover_format_ns_forgotten(const char *key);
+char *handover_format_image_gone(uint32_t key);
 char *handover_format_backing(int id, const char *object);
 char *handover_format_backing_closed(int id);
 char *handover_format_backoff(const struct handover_backoff *b);

@@ -205,10 +205,28 @@ static void backoff_noted(void *userdata, const char *key, const struct backoff_
 	handover_note(handover_format_backoff(&b));
 }
 
+/* The manager's hook when an image is freed because nothing held it, the
+ * kernel included: the next process has nothing of it to make again.
+ * Under the manager's table of keys, so no other image has the key yet. */
+static void image_forgotten(uint32_t key)
+{
+	char name[16];
+
+	snprintf(name, sizeof(name), "%" PRIu32, key);
+	pthread_mutex_lock(&noted_lock);
+	if (noted && strmap_get(noted, name)) {
+		handover_note(handover_format_image_gone(key));
+		free(strmap_remove(noted, name));
+	}
+	pthread_mutex_unlock(&noted_lock);
+}
+
 void takeover_watch(struct fs *fs)
 {
-	if (handover_fd() >= 0)
-		manager_set_backoff_hook(fs->manager, backoff_noted, NULL);
+	if (handover_fd() < 0)
+		return;
+	manager_set_backoff_hook(fs->manager, backoff_noted, NULL);
+	manager_set_image_forgotten(fs->manager, image_forgotten);
 }
 
 static void restore_backoff(struct fs *fs, const struct handover_backoff *b)
@@ -261,6 +279,11 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 	if (r < 0) {
 		fprintf(stderr, "pullfs: cannot restore image \"%s\" (%s): %s\n", hi->reference,
 			hi->digest, strerror(-r));
+		/* Gone from the cache (removed while nothing stood in it): no
+		 * process after this one can make it again either.  (Not
+		 * ESTALE, another image holds the key now; nor ENOMEM.) */
+		if (r != -ENOMEM && r != -ESTALE)
+			handover_note(handover_format_image_gone(hi->key));
 		return r;
 	}
 	if (image_key(img) != hi->key) {

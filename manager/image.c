@@ -221,10 +221,21 @@ static int key_assign(struct manager *m, const char *reference, const char *dige
 	return r;
 }
 
-static void key_release(struct manager *m, uint32_t key)
+/* forgotten: by everything that held the image, not freed with the
+ * manager */
+static void key_release(struct manager *m, uint32_t key, bool forgotten)
 {
 	pthread_mutex_lock(&m->keys_lock);
 	imagekeys_remove(m->keys, key);
+	if (forgotten && m->image_forgotten)
+		m->image_forgotten(key);
+	pthread_mutex_unlock(&m->keys_lock);
+}
+
+void manager_set_image_forgotten(struct manager *m, void (*fn)(uint32_t key))
+{
+	pthread_mutex_lock(&m->keys_lock);
+	m->image_forgotten = fn;
 	pthread_mutex_unlock(&m->keys_lock);
 }
 
@@ -238,12 +249,12 @@ struct image *manager_image(struct manager *m, uint32_t key)
 
 /* ---- names ------------------------------------------------------------ */
 
-static void image_free(struct image *img)
+static void image_free(struct image *img, bool forgotten)
 {
 	struct manager *m = img->manager;
 
 	if (img->key)
-		key_release(m, img->key);
+		key_release(m, img->key, forgotten);
 	layer_view_free(img->layer);
 	content_put(m, img->content);
 	free(img);
@@ -354,7 +365,7 @@ int image_load_key(struct manager *m, const char *reference, const char *digest,
 
 static void free_left(void *userdata, uint32_t key, void *value)
 {
-	image_free(value);
+	image_free(value, false);
 }
 
 static void detach_left(void *userdata, uint32_t key, void *value)
@@ -381,7 +392,7 @@ void image_unref(struct image *img, uint64_t n)
 	if (!img || n == 0)
 		return;
 	if (atomic_fetch_sub(&img->refcount, n) == n)
-		image_free(img);
+		image_free(img, true);
 }
 
 void image_open(struct image *img)

@@ -176,6 +176,8 @@ struct manager {
 	 * written under keys_lock (taken after lock when both are). */
 	struct imagekeys *keys;
 	pthread_mutex_t keys_lock;
+	/* manager_set_image_forgotten(); keys_lock */
+	void (*image_forgotten)(uint32_t key);
 	struct strmap *flights; /* reference -> struct flight *; lock */
 	struct strmap *users;	/* decimal uid -> struct user_usage *; lock */
 	/* Broadcast when the last flight job ends; lock. */

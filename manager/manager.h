@@ -251,6 +251,12 @@ void manager_set_names_changed(struct manager *m, manager_names_changed_fn *fn,
  * images it counts as in use only because it cannot tell (fs/takeover.c).
  * It may block (it asks the kernel).  Set NULL before userdata goes. */
 void manager_set_gc_prepare(struct manager *m, void (*fn)(void *userdata), void *userdata);
+/* fn (NULL: none) is called when an image with a key is freed because
+ * nothing held it any more, the kernel's lookups included (the kernel
+ * forgot every node of it), before another image can take its key: with
+ * the table of keys locked, so it must not call the manager.  Not called
+ * for the images freed with the manager. */
+void manager_set_image_forgotten(struct manager *m, void (*fn)(uint32_t key));
 
 /* A JSON document for MOUNT/.pullfs/status (docs/control.md), without the
  * fields only the filesystem knows, and without the pulls, images and

@@ -7,7 +7,8 @@
 # a kill -9 inside a compaction, at each of its two fault points (before
 # the supervisor swaps and after): the next serving process restores every
 # node (none is reported stale), a reader holding files open and working
-# inside the image reads on without an error.
+# inside the image reads on without an error.  Images leave the log once
+# the kernel forgot them or they cannot be made again.
 source "$(dirname "$0")/lib.sh"
 source "$INTEGRATION_DIR/images.sh"
 source "$INTEGRATION_DIR/restartlib.sh"
@@ -34,6 +35,33 @@ log_size() {
     done
     echo missing
 }
+
+# log_images: the references of the images the supervisor's hand-over log
+# still lists (img records not followed by an imgx of their key).
+log_images() {
+    local fd
+    for fd in /proc/"$PULLFS_PID"/fd/*; do
+        case $(readlink "$fd" 2>/dev/null) in
+        */memfd:pullfs-handover*)
+            py - "$fd" <<'PY' && return
+import sys
+live = {}
+with open(sys.argv[1], "rb") as f:
+    lines = f.read().decode().split("\n")[:-1]
+for line in lines:
+    f = line.split(" ")
+    if f[0] == "img":
+        live[f[1]] = f[3]
+    elif f[0] == "imgx":
+        live.pop(f[1], None)
+print(" ".join(sorted(live.values())))
+PY
+            ;;
+        esac
+    done
+    echo missing
+}
+_log_images_are() { [ "$(log_images)" = "$1" ]; }
 
 # churn N FROM: N names looked up under images/, then forgotten by the
 # kernel (dentries dropped).
@@ -85,6 +113,43 @@ held_ok "churn"
 exec 7<&-
 kill "$reader_pid"
 wait "$reader_pid" || true
+unmount_pullfs
+
+# Images leave the log once removed and forgotten by the kernel (imgx),
+# and when a later process cannot make them again (removed from the cache
+# meanwhile): what the log lists is what the kernel may still name, not
+# every image ever handed out.
+rm_busybox() {
+    PYTHONPATH=$INTEGRATION_DIR py - "$CACHE/control.sock" "$REGISTRY" <<'PY' || fail "rm of busybox ($1)"
+import sys
+import ctlsock
+r = ctlsock.ask(sys.argv[1], {"op": "rm", "references": [sys.argv[2] + "/test/busybox:1"]})
+assert r["ok"], r
+PY
+}
+mount_pullfs --supervise
+ls "$bb/etc" >/dev/null
+assert_eq "$REGISTRY/test/busybox:1" "$(log_images)" "the log's images, busybox handed out"
+rm_busybox "handed out"
+wait_for 10 _log_images_are "" || fail "the log still lists $(log_images) after its rm"
+# pulled again and held across a kill: the next process makes it again
+# and notes it
+exec 8<"$bb/etc/passwd"
+assert_eq "$REGISTRY/test/busybox:1" "$(log_images)" "the log's images, busybox pulled again"
+kill_serving 1 true
+assert_eq "$REGISTRY/test/busybox:1" "$(log_images)" "the log's images after a kill"
+exec 8<&-
+rm_busybox "restored"
+lines=$(wc -l <"$PULLFS_LOG")
+kill_serving 1 true
+tail -n +"$((lines + 1))" "$PULLFS_LOG" | grep -q 'cannot restore image "'"$REGISTRY"'/test/busybox:1"' ||
+    fail "the process after the rm did not try to restore busybox"
+assert_eq "" "$(log_images)" "the log's images once busybox could not be restored"
+lines=$(wc -l <"$PULLFS_LOG")
+kill_serving 1 true
+if tail -n +"$((lines + 1))" "$PULLFS_LOG" | grep 'cannot restore'; then
+    fail "a process tried again to restore what the one before could not"
+fi
 unmount_pullfs
 
 # A kill inside a compaction, at each of its fault points.

@@ -109,6 +109,12 @@ static void test_log_semantics(void **state)
 			  "bk 4 obj4\n"
 			  "future-record with fields\n"
 			  "img 5 sha256:new a/b/c:1\n"
+			  "img 6 sha256:six six:1\n"
+			  "img 7 sha256:seven seven:1\n"
+			  "imgx 6\n"
+			  "imgx 7\n"
+			  "img 7 sha256:seven seven:2\n"
+			  "imgx 8\n"
 			  "bkx 3\n"
 			  "init 0102\n"
 			  "init 0304\n"
@@ -122,8 +128,16 @@ static void test_log_semantics(void **state)
 	assert_int_equal(st.n_ns_keys, 2);
 	assert_string_equal(st.ns_keys[0], "a");
 	assert_string_equal(st.ns_keys[1], "a/b");
-	assert_int_equal(st.n_images, 1);
-	assert_string_equal(st.images[0].digest, "sha256:new");
+	/* a key gone and handed out again counts from its last record */
+	assert_int_equal(st.n_images, 2);
+	for (size_t i = 0; i < st.n_images; i++) {
+		if (st.images[i].key == 5) {
+			assert_string_equal(st.images[i].digest, "sha256:new");
+		} else {
+			assert_int_equal(st.images[i].key, 7);
+			assert_string_equal(st.images[i].reference, "seven:2");
+		}
+	}
 	assert_int_equal(st.n_backings, 1);
 	assert_int_equal(st.backings[0].id, 4);
 	assert_string_equal(st.backings[0].object, "obj4");
@@ -166,6 +180,9 @@ static void test_refused(void **state)
 		{ "v 1\nimg 4294967296 sha256:a r\n", -EBADMSG },
 		{ "v 1\nimg -1 sha256:a r\n", -EBADMSG },
 		{ "v 1\nimg 1 sha256:a\n", -EBADMSG },
+		{ "v 1\nimgx 0\n", -EBADMSG },
+		{ "v 1\nimgx 1 sha256:a\n", -EBADMSG },
+		{ "v 1\nimgx x\n", -EBADMSG },
 		{ "v 1\nbk 0 o\n", -EBADMSG },
 		{ "v 1\nbk 2147483648 o\n", -EBADMSG },
 		{ "v 1\nbk 1\n", -EBADMSG },
@@ -253,6 +270,8 @@ static void test_compaction(void **state)
 	handover_note(handover_format_ns("live/1"));
 	handover_note(handover_format_image(3, "sha256:aa", "r:1"));
 	handover_note(handover_format_image(3, "sha256:bb", "r:1"));
+	handover_note(handover_format_image(4, "sha256:cc", "gone:1"));
+	handover_note(handover_format_image_gone(4));
 	handover_note(handover_format_backing(5, "obj"));
 	handover_note(handover_format_backing_closed(5));
 	handover_note(handover_format_backing(6, "obj6"));
