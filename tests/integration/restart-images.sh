@@ -28,6 +28,8 @@ passwd_sha=$(sha256sum <"$app/etc/passwd" | cut -d' ' -f1)
 
 # ---- a moved tag: A held by a reader, B looked up afterwards -------------
 start_reader "$app/etc" "$app" "../bin/busybox=$bb_sha" "hostname=$host_a" "passwd=$passwd_sha"
+# in A before the tag moves (a reader slow to start would enter B)
+reader_settle "the reader's start"
 push_edge test/app:latest
 sleep_until "$(plus "$(now)" 1.3)" # the revalidation interval and entry timeout
 assert_eq edge "$(cat "$app/etc/hostname")" "hostname of app:latest after the tag moved"
