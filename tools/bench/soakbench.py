@@ -395,6 +395,31 @@ def cache_breakdown(cache):
     return "; ".join(parts)
 
 
+def handover_live(pid):
+    """What the supervisor's hand-over log (fs/handover.h) still lists, by
+    kind of record, and its text (None when there is no log)."""
+    text = None
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:pullfs-handover"):
+                with open(f"/proc/{pid}/fd/{fd}", "rb") as f:
+                    text = f.read().decode(errors="replace")
+                break
+        except OSError:
+            pass
+    if text is None:
+        return None, None
+    live = {"ns": set(), "img": set(), "bk": set(), "bo": set()}
+    drop = {"nsx": "ns", "imgx": "img", "bkx": "bk", "bok": "bo"}
+    for line in text.split("\n")[:-1]:
+        f = line.split(" ")
+        if f[0] in live and len(f) > 1:
+            live[f[0]].add(f[1])
+        elif f[0] in drop and len(f) > 1:
+            live[drop[f[0]]].discard(f[1])
+    return {k: len(v) for k, v in live.items()}, text
+
+
 def final_pass(images, proxy):
     """Every entry of every image once, in one process: (ops, errors,
     mismatches)."""
@@ -698,6 +723,13 @@ class Soak:
         if r.returncode != 0:
             self.problems.append(f"pullfsctl gc at the end: {r.stdout}{r.stderr}".strip())
         st = self.status()
+        try:
+            self.handover, text = handover_live(self.pullfs.pid)
+            if text is not None:
+                with open(os.path.join(WORK, "handover.log"), "w") as f:
+                    f.write(text)
+        except OSError:
+            self.handover = None
         return self.report(outs, hung, first_mount, last_mount, st, budget,
                            (fp_ops, fp_errors, fp_bad, fp_s), t_start)
 
@@ -818,6 +850,10 @@ class Soak:
             p(f"hand-over log (the supervisor's memfd): {m0['memfd_bytes']} -> "
               f"{m1['memfd_bytes']} bytes, "
               f"{(m1['memfd_bytes'] - m0['memfd_bytes']) / max(a.minutes, 0.01):.0f} bytes a minute")
+        if getattr(self, "handover", None):
+            p("hand-over log at the end, what it still lists: "
+              + ", ".join(f"{k} {v}" for k, v in self.handover.items())
+              + " (namespace nodes, images, backing files, back-off entries)")
         if self.replaced:
             rs = [r for r in self.replaced if "rss_kib" in r]
             if rs:
@@ -840,6 +876,7 @@ class Soak:
                            "replaced": self.replaced, "actions": self.actions,
                            "events": reasons, "failed_by_errno": failed_by_errno,
                            "final_pass": {"ops": fp_ops, "errors": fp_errors, "wrong": fp_bad},
+                           "handover_live": getattr(self, "handover", None),
                            "verdict": verdict}, f, indent=1)
         return 1 if verdict else 0
 
