@@ -14,6 +14,7 @@
 #include "blobproof.h"
 #include "cache.h"
 #include "digest.h"
+#include "imagekeys.h"
 #include "macro.h"
 #include "packs.h"
 #include "manager-private.h"
@@ -203,6 +204,61 @@ static int keep_ref(void *userdata, const char *key, void *value)
 	return 0;
 }
 
+struct open_digests {
+	char **digests;
+	size_t n, cap;
+	int error;
+};
+
+static void add_open(void *userdata, uint32_t key, void *value)
+{
+	struct open_digests *o = userdata;
+	const struct image *img = value;
+	char *d;
+
+	if (img->layer || atomic_load(&img->open_files) == 0 || o->error)
+		return;
+	if (o->n == o->cap) {
+		size_t cap = o->cap ? 2 * o->cap : 16;
+		char **v = realloc(o->digests, cap * sizeof(*v));
+
+		if (!v) {
+			o->error = -ENOMEM;
+			return;
+		}
+		o->digests = v;
+		o->cap = cap;
+	}
+	d = strdup(image_digest(img));
+	if (!d) {
+		o->error = -ENOMEM;
+		return;
+	}
+	o->digests[o->n++] = d;
+}
+
+/* Marks what every loaded image with a file open needs, whatever its name
+ * resolves to now (a tag moved, a name removed and pulled again into
+ * another image, an image a new serving process restored by key): the
+ * next process that takes the connection over must be able to make it
+ * again for the kernel's open files. */
+static void keep_open_images(struct keep_ctx *k)
+{
+	struct open_digests o = { 0 };
+
+	pthread_mutex_lock(&k->m->keys_lock);
+	imagekeys_foreach(k->m->keys, add_open, &o);
+	pthread_mutex_unlock(&k->m->keys_lock);
+	if (o.error)
+		k->error = o.error;
+	for (size_t i = 0; i < o.n; i++) {
+		if (!k->error)
+			keep_manifest(k, o.digests[i]);
+		free(o.digests[i]);
+	}
+	free(o.digests);
+}
+
 struct sweep_ctx {
 	struct manager *m;
 	struct strmap *keep;
@@ -261,6 +317,7 @@ static uint64_t sweep(struct manager *m)
 	 * the lock only delays lookups of other references. */
 	strmap_foreach(m->refs, keep_ref, &k);
 	pthread_mutex_unlock(&m->lock);
+	keep_open_images(&k);
 	if (k.error == 0) {
 		s.keep = k.keep;
 		cache_foreach_layer(m->cache, sweep_layer, &s);

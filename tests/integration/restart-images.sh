@@ -71,5 +71,27 @@ errors=$(reader_errors)
 ! grep -q 'stale\|cannot restore' "$PULLFS_LOG" || fail "restore: $(grep 'stale\|cannot restore' "$PULLFS_LOG" | head -n 3)"
 log "moved tag and a name pulled again: $(reader_rounds) rounds across 3 kills, no error"
 
+# ---- an open file of an image its name no longer gives, the name removed --
+# GC and rm keep what a loaded image with a file open needs, whatever its
+# name resolves to now, so that the next process can make it again.
+# (content no other name has: zstd layers)
+push_edge_zstd test/moved:latest
+moved=$MNT/images/$REGISTRY/test/moved:latest
+exec 9<"$moved/etc/hostname"
+push_busybox test/moved:latest
+_moved_on() { [ "$(cat "$moved/etc/hostname")" = busybox ]; }
+wait_for 20 _moved_on || fail "moved:latest still gives edge after its tag moved"
+_gone_moved() { out=$(ctl rm "$REGISTRY/test/moved:latest" 2>&1); }
+wait_for 20 _gone_moved || fail "rm of moved:latest: $out"
+ctl gc >/dev/null || fail "gc after the rm of moved:latest"
+_held_moved() {
+    assert_eq edge "$(py -c 'import os; print(os.pread(9, 100, 0).decode().strip())')" \
+        "$1: the file held open in the image moved:latest gave before"
+}
+_held_moved "after the rm"
+kill_serving 2 _held_moved
+exec 9<&-
+! grep -q 'stale\|cannot restore' "$PULLFS_LOG" || fail "restore: $(grep 'stale\|cannot restore' "$PULLFS_LOG" | head -n 3)"
+
 unmount_pullfs
 log "PASS"
