@@ -28,7 +28,12 @@
  * the connection's, not the process's: each registration and closing is
  * noted in the hand-over log, and the next process takes the live ones
  * over, pinned, so a new open of an inode the kernel still holds open in
- * passthrough gets the same backing file. */
+ * passthrough gets the same backing file.  Such an inode belongs to an
+ * image restored from the log, which is held until the kernel forgets its
+ * root (no file of it open): a pinned id whose object no restored image
+ * still held has is unpinned then, and closed unless an open of this
+ * process uses it (files_unpin_backings()), so that ids do not pile up
+ * from one takeover to the next. */
 #include "fs-private.h"
 
 #include <errno.h>
@@ -432,6 +437,45 @@ void file_release(struct fs *fs, struct image *img, struct fuse_file_info *fi)
 	}
 	if (img)
 		image_close(img);
+}
+
+struct unpin_ctx {
+	bool (*kept)(void *userdata, const char *object);
+	void *userdata;
+	struct backing **list;
+	size_t n;
+};
+
+static int collect_unpinned(void *userdata, const char *key, void *value)
+{
+	struct unpin_ctx *c = userdata;
+	struct backing *b = value;
+
+	if (b->pinned && !c->kept(c->userdata, b->object))
+		c->list[c->n++] = b;
+	return 0;
+}
+
+void files_unpin_backings(struct fs *fs, bool (*kept)(void *userdata, const char *object),
+			  void *userdata)
+{
+	struct unpin_ctx c = { .kept = kept, .userdata = userdata };
+
+	pthread_mutex_lock(&fs->backing_lock);
+	c.list = calloc(strmap_size(fs->backings) + 1, sizeof(*c.list));
+	if (c.list)
+		strmap_foreach(fs->backings, collect_unpinned, &c);
+	for (size_t i = 0; i < c.n; i++) {
+		struct backing *b = c.list[i];
+
+		/* one this process opened again goes when its last open
+		 * does, the others at once */
+		b->pinned = false;
+		if (b->opens == 0)
+			backing_drop(fs, b);
+	}
+	pthread_mutex_unlock(&fs->backing_lock);
+	free(c.list);
 }
 
 unsigned files_backing_count(struct fs *fs)

@@ -205,6 +205,10 @@ unsigned files_backing_count(struct fs *fs);
  * -ENOMEM).  Before the session loop. */
 void files_set_epoch(struct fs *fs, unsigned generation);
 int files_restore_backing(struct fs *fs, int id, const char *object);
+/* Backing ids taken over whose object kept() says no restored image still
+ * held has: unpinned, closed at once unless an open uses them. */
+void files_unpin_backings(struct fs *fs, bool (*kept)(void *userdata, const char *object),
+			  void *userdata);
 
 /* namespace.c: images/ and the directories below it down to the name that
  * closes a reference, whose lookup runs ensure.  ns_init() sets up images/

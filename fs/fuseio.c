@@ -162,6 +162,19 @@ int fuseio_resend(void)
 	return -send_resend(dev_fd);
 }
 
+int fuseio_kernel_has_node(uint64_t nodeid)
+{
+	struct {
+		struct fuse_out_header h;
+		struct fuse_notify_inval_inode_out arg;
+	} m = { .h = { .len = sizeof(m), .error = FUSE_NOTIFY_INVAL_INODE },
+		.arg = { .ino = nodeid, .off = -1, .len = 0 } };
+
+	if (dev_fd < 0)
+		return -EBADF;
+	return write(dev_fd, &m, sizeof(m)) == (ssize_t)sizeof(m) ? 0 : errno ? -errno : -EIO;
+}
+
 /* A reader of a draining process reads no more: it waits here until
  * libfuse cancels it (pause() is a cancellation point; nothing is held). */
 static void park(void)

@@ -54,6 +54,11 @@ unsigned long fuseio_resent(void);
 
 /* Asks the kernel to send again what was read and not answered. */
 int fuseio_resend(void);
+/* Whether the kernel has an inode for nodeid: 0, -ENOENT when it has
+ * none, another -errno when it cannot tell.  Asks with an invalidation of
+ * the node's attributes (no pages), written on the descriptor itself, so
+ * it works before the session has seen INIT (a takeover). */
+int fuseio_kernel_has_node(uint64_t nodeid);
 /* Frees what fuseio_attach() kept, once the session loop has ended. */
 void fuseio_detach(void);
 /* When NOTIFY_RESEND went out after a takeover (CLOCK_MONOTONIC ns), 0

@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fuseio.h"
 #include "handover.h"
 #include "layerview.h"
 #include "macro.h"
@@ -93,6 +94,21 @@ static void note(uint32_t key, const char *digest, const char *reference)
 		free(strmap_remove(noted, name));
 		if (strmap_put(noted, name, d) < 0)
 			free(d);
+	}
+	pthread_mutex_unlock(&noted_lock);
+}
+
+/* Notes that the image of key, if noted, is gone: the kernel holds no
+ * node of it. */
+static void note_gone(uint32_t key)
+{
+	char name[16];
+
+	snprintf(name, sizeof(name), "%" PRIu32, key);
+	pthread_mutex_lock(&noted_lock);
+	if (noted && strmap_get(noted, name)) {
+		handover_note(handover_format_image_gone(key));
+		free(strmap_remove(noted, name));
 	}
 	pthread_mutex_unlock(&noted_lock);
 }
@@ -210,15 +226,7 @@ static void backoff_noted(void *userdata, const char *key, const struct backoff_
  * Under the manager's table of keys, so no other image has the key yet. */
 static void image_forgotten(uint32_t key)
 {
-	char name[16];
-
-	snprintf(name, sizeof(name), "%" PRIu32, key);
-	pthread_mutex_lock(&noted_lock);
-	if (noted && strmap_get(noted, name)) {
-		handover_note(handover_format_image_gone(key));
-		free(strmap_remove(noted, name));
-	}
-	pthread_mutex_unlock(&noted_lock);
+	note_gone(key);
 }
 
 void takeover_watch(struct fs *fs)
@@ -273,9 +281,17 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 	struct restored_image *ri;
 	struct image *img = NULL;
 	bool view = !strncmp(hi->reference, VIEW_PREFIX, strlen(VIEW_PREFIX));
-	int r = view ? restore_view(fs, hi, &img)
-		     : manager_restore_image(fs->manager, hi->reference, hi->digest, hi->key, &img);
+	int r;
 
+	/* Before any request is answered the kernel makes no node: one
+	 * whose root it has no inode for holds nothing of it (an inode
+	 * holds its dentry's parents, up to the root), and never will. */
+	if (!view && fuseio_kernel_has_node(INO_IMAGE_BIT | (fuse_ino_t)hi->key << 32) == -ENOENT) {
+		handover_note(handover_format_image_gone(hi->key));
+		return 0;
+	}
+	r = view ? restore_view(fs, hi, &img)
+		 : manager_restore_image(fs->manager, hi->reference, hi->digest, hi->key, &img);
 	if (r < 0) {
 		fprintf(stderr, "pullfs: cannot restore image \"%s\" (%s): %s\n", hi->reference,
 			hi->digest, strerror(-r));
@@ -372,9 +388,43 @@ void takeover_restored_dentry(struct fs *fs, const char *reference, struct image
 	pthread_mutex_unlock(&restored_lock);
 }
 
+static int add_objects(void *userdata, const char *key, void *value)
+{
+	struct strmap *objects = userdata;
+	const struct restored_image *ri = value;
+	const struct tinode *t;
+
+	for (uint32_t i = 0; (t = image_inode(ri->img, i)); i++)
+		if (t->object && strmap_put(objects, t->object, (void *)1) < 0)
+			return -ENOMEM;
+	return 0;
+}
+
+static bool object_kept(void *userdata, const char *object)
+{
+	return strmap_get(userdata, object) != NULL;
+}
+
+/* The backing ids taken over are needed only for inodes the kernel holds
+ * open from before, which belong to restored images still held: the ids
+ * of objects none of those has are let go of. */
+static void unpin_backings(struct fs *fs)
+{
+	struct strmap *objects = strmap_new();
+	int r = objects ? 0 : -ENOMEM;
+
+	pthread_mutex_lock(&restored_lock);
+	if (r == 0 && restored)
+		r = strmap_foreach(restored, add_objects, objects);
+	pthread_mutex_unlock(&restored_lock);
+	if (r == 0)
+		files_unpin_backings(fs, object_kept, objects);
+	strmap_free(objects);
+}
+
 /* Ends the pin of a restored image, once: no longer counted open, nor is
- * the image a view of it was made from. */
-static void release_restored(struct image *img)
+ * the image a view of it was made from.  Returns whether it did. */
+static bool release_restored(struct image *img)
 {
 	struct restored_image *ri = NULL;
 	char name[16];
@@ -388,10 +438,13 @@ static void release_restored(struct image *img)
 		ri = NULL;
 	pthread_mutex_unlock(&restored_lock);
 	if (!ri)
-		return;
+		return false;
 	restored_image_free(ri);
 	image_close(img);
 	layer_view_release(img);
+	/* (its record stays in the log: a lookup may be handing it out
+	 * again right now; the next process finds out, restore_image()) */
+	return true;
 }
 
 /* The kernel evicts an inode only when nothing holds it, and its FORGET
@@ -404,8 +457,9 @@ static void release_restored(struct image *img)
  * forgotten later, and that count must land somewhere.) */
 void takeover_forgot(struct fs *fs, struct image *img, fuse_ino_t ino)
 {
-	if (atomic_load(&any_restored) && ino == node_ino(img, image_root(img)))
-		release_restored(img);
+	if (atomic_load(&any_restored) && ino == node_ino(img, image_root(img)) &&
+	    release_restored(img))
+		unpin_backings(fs);
 }
 
 static int collect_restored(void *userdata, const char *key, void *value)
@@ -439,12 +493,15 @@ void takeover_probe(struct fs *fs)
 	 * ENOENT for those.  The pins are released by this thread or at a
 	 * FORGET, and the images live on (pinned references): imgs stays
 	 * valid. */
+	bool released = false;
 	for (size_t i = 0; imgs && i < n; i++) {
 		struct image *img = imgs[i];
 		if (fuse_lowlevel_notify_inval_inode(fs->session, node_ino(img, image_root(img)),
 						     -1, 0) == -ENOENT)
-			release_restored(img);
+			released |= release_restored(img);
 	}
+	if (released)
+		unpin_backings(fs);
 }
 
 /* The keys of the images some process has its working directory or its
@@ -644,6 +701,8 @@ int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *r
 		if (r == -ENOMEM)
 			return r;
 	}
+	/* (ids a process before kept for objects no open file has) */
+	unpin_backings(fs);
 	*ret_failed = failed;
 	return 0;
 }

@@ -109,6 +109,28 @@ wait_for 20 collected || fail "b's object not collected: $(ls "$CACHE/objects" "
 assert_eq 2 "$(stat -c %h "$CACHE/objects/$sum")" "links to the shared object after b is gone"
 assert_eq 0 "$(ls "$CACHE/tmp" | wc -l)" "layers moved aside and not deleted"
 cmp "$a/big.bin" "$WORK/big.bin" || fail "big.bin differs after b is gone"
+
+# Backing ids outlive a serving process (they are the connection's): the
+# next one takes them over, pinned while an image it restored may have an
+# inode open on them, and lets them go once no such image is held, instead
+# of carrying them to every process after it.
+exec 8<"$a/big.bin"
+[ "$(metric pullfs_backing_files)" -ge 1 ] || fail "no backing file before the kill"
+pid=$(pullfs_serving_pid)
+PULLFS_RECOVERY_EXPECTED=1 # (the daemon log says so from now on)
+kill -KILL "$pid"
+_other_serving() { [ "$(pullfs_serving_pid)" != "$pid" ]; }
+wait_for 30 _other_serving || fail "no serving process after the kill"
+[ "$(metric pullfs_backing_files)" -ge 1 ] || fail "the backing file of a file held open was let go"
+cmp "$a/big.bin" "$WORK/big.bin" || fail "big.bin differs after the kill"
+head -c 4 <&8 >/dev/null || fail "the file held open across the kill"
+exec 8<&-
+_backings_gone() {
+    echo 2 >/proc/sys/vm/drop_caches
+    [ "$(metric pullfs_backing_files)" = 0 ]
+}
+wait_for 20 _backings_gone || fail "backing files taken over and no longer used: $(metric pullfs_backing_files)"
+cmp "$a/big.bin" "$WORK/big.bin" || fail "big.bin differs once the backing files went"
 unmount_pullfs
 
 # Passthrough off: the same files, read through the daemon.
