@@ -807,6 +807,10 @@ class Soak:
             if s1["fds"] > s0["fds"] + fd_slack:
                 flat.append(f"{who} descriptors grew {s0['fds']} -> {s1['fds']}")
         verdict += flat
+        m0, m1 = fig("start", "supervisor"), fig("end", "supervisor")
+        if m0 and m1 and m1["memfd_bytes"] > m0["memfd_bytes"] + 65536:
+            verdict.append(f"the hand-over log grew {m0['memfd_bytes']} -> {m1['memfd_bytes']} "
+                           f"bytes (it lists only what the kernel may still name)")
 
         p = print
         p()
