@@ -455,10 +455,26 @@ static bool release_restored(struct image *img)
  * before, and the image may go when its name is removed.  (The pin of its
  * references stays: a node the kernel still caches without a dentry is
  * forgotten later, and that count must land somewhere.) */
+static bool is_restored(struct image *img)
+{
+	char name[16];
+	struct restored_image *ri;
+
+	snprintf(name, sizeof(name), "%" PRIu32, image_key(img));
+	pthread_mutex_lock(&restored_lock);
+	ri = restored ? strmap_get(restored, name) : NULL;
+	pthread_mutex_unlock(&restored_lock);
+	return ri && ri->img == img;
+}
+
+/* A FORGET also comes for an inode the kernel keeps: with a count of one
+ * for a node it looked up and could not use (an entry it found invalid,
+ * a directory it could not give a second dentry), so the root's FORGET
+ * ends the pin only once the kernel is asked and has no inode for it. */
 void takeover_forgot(struct fs *fs, struct image *img, fuse_ino_t ino)
 {
 	if (atomic_load(&any_restored) && ino == node_ino(img, image_root(img)) &&
-	    release_restored(img))
+	    is_restored(img) && fuseio_kernel_has_node(ino) == -ENOENT && release_restored(img))
 		unpin_backings(fs);
 }
 
