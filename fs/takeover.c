@@ -221,20 +221,15 @@ static void backoff_noted(void *userdata, const char *key, const struct backoff_
 	handover_note(handover_format_backoff(&b));
 }
 
-/* The manager's hook when an image is freed because nothing held it, the
- * kernel included: the next process has nothing of it to make again.
- * Under the manager's table of keys, so no other image has the key yet. */
-static void image_forgotten(uint32_t key)
-{
-	note_gone(key);
-}
-
 void takeover_watch(struct fs *fs)
 {
 	if (handover_fd() < 0)
 		return;
 	manager_set_backoff_hook(fs->manager, backoff_noted, NULL);
-	manager_set_image_forgotten(fs->manager, image_forgotten);
+	/* (an image freed because nothing held it, the kernel included:
+	 * called under the manager's table of keys, so no other image has
+	 * the key yet) */
+	manager_set_image_forgotten(fs->manager, note_gone);
 }
 
 static void restore_backoff(struct fs *fs, const struct handover_backoff *b)
