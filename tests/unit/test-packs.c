@@ -66,6 +66,21 @@ static int teardown(void **state)
 	return 0;
 }
 
+/* Layer i's directory made again, its pack saying "layer N". */
+static void remake_layer(const struct fixture *f, int i, int n)
+{
+	char path[256];
+	FILE *o;
+
+	layer_path(f, i, path, sizeof(path), NULL);
+	assert_int_equal(mkdir(path, 0700), 0);
+	layer_path(f, i, path, sizeof(path), "pack");
+	o = fopen(path, "w");
+	assert_non_null(o);
+	fprintf(o, "layer %d", n);
+	fclose(o);
+}
+
 static void read_layer(struct packs *p, struct pack *pk, int i)
 {
 	char buf[32] = "", want[32];
@@ -220,7 +235,6 @@ static void test_removed_then_pulled_again(void **state)
 	struct packs *p;
 	struct pack *old, *pk;
 	char path[256];
-	FILE *o;
 
 	assert_int_equal(packs_new(f->cache, 4, &p), 0);
 	assert_int_equal(packs_get(p, f->digests[2], &old), 0);
@@ -228,13 +242,7 @@ static void test_removed_then_pulled_again(void **state)
 	assert_int_equal(packs_remove_layer(p, f->digests[2]), 0);
 	assert_int_equal(count_retired(f), 1);
 	/* the same digest published again, with content told apart here */
-	layer_path(f, 2, path, sizeof(path), NULL);
-	assert_int_equal(mkdir(path, 0700), 0);
-	layer_path(f, 2, path, sizeof(path), "pack");
-	o = fopen(path, "w");
-	assert_non_null(o);
-	fprintf(o, "layer 9");
-	fclose(o);
+	remake_layer(f, 2, 9);
 	assert_int_equal(packs_get(p, f->digests[2], &pk), 0);
 	assert_ptr_not_equal(pk, old);
 	read_layer(p, pk, 9);
@@ -304,12 +312,7 @@ static void test_replaced_while_used(void **state)
 		layer_path(f, i, path, sizeof(path), NULL);
 		snprintf(moved, sizeof(moved), "%s/tmp/replaced-%d", f->dir, i);
 		assert_int_equal(rename(path, moved), 0);
-		assert_int_equal(mkdir(path, 0700), 0);
-		layer_path(f, i, path, sizeof(path), "pack");
-		o = fopen(path, "w");
-		assert_non_null(o);
-		fprintf(o, "layer %d", i + 6);
-		fclose(o);
+		remake_layer(f, i, i + 6);
 	}
 	assert_int_equal(packs_get(p, f->digests[1], &pk), 0);
 	assert_ptr_not_equal(pk, old);
