@@ -385,6 +385,8 @@ void file_read(fuse_req_t req, struct image *img, const struct tinode *t, size_t
 	int fd, own = -1;
 	uint64_t base = 0;
 
+	if (foreign)
+		takeover_foreign_handle(img);
 	if (off < 0 || (uint64_t)off >= t->size) {
 		fuse_reply_buf(req, NULL, 0);
 		return;
@@ -425,8 +427,11 @@ void file_release(struct fs *fs, struct image *img, struct fuse_file_info *fi)
 	struct ofile *of = fh_ofile(fs, fi->fh, &foreign);
 
 	/* the image of a handle given out before a takeover is pinned open */
-	if (foreign)
+	if (foreign) {
+		if (img)
+			takeover_foreign_handle(img);
 		return;
+	}
 	if (of) {
 		ofile_untrack(fs, of);
 		if (of->fd >= 0)

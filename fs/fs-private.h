@@ -305,6 +305,9 @@ void takeover_watch(struct fs *fs);
 /* An image node forgotten by the kernel (before the unref): a restored
  * image's root ends its pin of open files. */
 void takeover_forgot(struct fs *fs, struct image *img, fuse_ino_t ino);
+/* A handle of an earlier process used on img: reported once when img is
+ * not a restored image (a diagnostic). */
+void takeover_foreign_handle(struct image *img);
 /* Once the connection is taken over: ends the pins of restored images
  * whose root the kernel does not hold. */
 void takeover_probe(struct fs *fs);

@@ -16,6 +16,7 @@
 
 #include "supervisor.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
@@ -485,6 +486,44 @@ static bool leader_gone(pid_t pid)
 	return p && p[1] == ' ' && p[2] == 'Z';
 }
 
+/* Says where the threads of a dying process pid are held: the system call
+ * each is in (/proc/PID/task/TID/syscall, its first number), for the log. */
+static void print_held(pid_t pid)
+{
+	char path[64];
+	DIR *d;
+	struct dirent *e;
+
+	snprintf(path, sizeof(path), "/proc/%ld/task", (long)pid);
+	d = opendir(path);
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char file[384], comm[32] = "", call[64] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(file, sizeof(file), "%s/%s/comm", path, e->d_name);
+		if ((f = fopen(file, "re"))) {
+			if (!fgets(comm, sizeof(comm), f))
+				comm[0] = 0;
+			fclose(f);
+		}
+		snprintf(file, sizeof(file), "%s/%s/syscall", path, e->d_name);
+		if ((f = fopen(file, "re"))) {
+			if (!fgets(call, sizeof(call), f))
+				call[0] = 0;
+			fclose(f);
+		}
+		comm[strcspn(comm, "\n")] = 0;
+		call[strcspn(call, " \n")] = 0;
+		fprintf(stderr, "pullfs:   thread %s (%s) held in system call %s\n", e->d_name, comm,
+			call[0] ? call : "?");
+	}
+	closedir(d);
+}
+
 /* How often the supervisor looks for a serving process that died that
  * way (leader_gone). */
 #define LEADER_CHECK_MS 500
@@ -551,6 +590,7 @@ static void loop(struct sup *s)
 					"pullfs: serving process %ld is dying with a thread held in "
 					"the kernel; starting another, which answers what holds it\n",
 					(long)s->pid);
+				print_held(s->pid);
 				gone_pid = 0;
 				on_child(s, SIGKILL, &delay_ms);
 				start_at = now_ns() + (int64_t)MAX(delay_ms, 0) * 1000000;

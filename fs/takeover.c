@@ -65,6 +65,8 @@ struct restored_image {
 /* The restored images by key in decimal (restored_lock). */
 static pthread_mutex_t restored_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct strmap *restored;
+/* image keys reported by takeover_foreign_handle() (restored_lock) */
+static struct strmap *reported;
 static atomic_bool any_restored;
 /* the connection is taken over: the kernel may be asked (takeover_probe) */
 static atomic_bool connected;
@@ -182,6 +184,8 @@ void takeover_free(void)
 		strmap_foreach(restored, free_restored, NULL);
 	strmap_free(restored);
 	restored = NULL;
+	strmap_free(reported);
+	reported = NULL;
 	atomic_store(&connected, false);
 	atomic_store(&any_restored, false);
 	pthread_mutex_unlock(&restored_lock);
@@ -282,6 +286,8 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 	 * whose root it has no inode for holds nothing of it (an inode
 	 * holds its dentry's parents, up to the root), and never will. */
 	if (!view && fuseio_kernel_has_node(INO_IMAGE_BIT | (fuse_ino_t)hi->key << 32) == -ENOENT) {
+		fprintf(stderr, "pullfs: image %" PRIu32 " \"%s\" not restored: the kernel holds no node of it\n",
+			hi->key, hi->reference);
 		handover_note(handover_format_image_gone(hi->key));
 		return 0;
 	}
@@ -419,7 +425,7 @@ static void unpin_backings(struct fs *fs)
 
 /* Ends the pin of a restored image, once: no longer counted open, nor is
  * the image a view of it was made from.  Returns whether it did. */
-static bool release_restored(struct image *img)
+static bool release_restored(struct image *img, const char *why)
 {
 	struct restored_image *ri = NULL;
 	char name[16];
@@ -434,6 +440,8 @@ static bool release_restored(struct image *img)
 	pthread_mutex_unlock(&restored_lock);
 	if (!ri)
 		return false;
+	fprintf(stderr, "pullfs: restored image %" PRIu32 " \"%s\" let go of: %s\n", image_key(img),
+		ri->reference ? ri->reference : "(a layer view)", why);
 	restored_image_free(ri);
 	image_close(img);
 	layer_view_release(img);
@@ -469,8 +477,31 @@ static bool is_restored(struct image *img)
 void takeover_forgot(struct fs *fs, struct image *img, fuse_ino_t ino)
 {
 	if (atomic_load(&any_restored) && ino == node_ino(img, image_root(img)) &&
-	    is_restored(img) && fuseio_kernel_has_node(ino) == -ENOENT && release_restored(img))
+	    is_restored(img) && fuseio_kernel_has_node(ino) == -ENOENT &&
+	    release_restored(img, "its root forgotten"))
 		unpin_backings(fs);
+}
+
+void takeover_foreign_handle(struct image *img)
+{
+	char name[16];
+	bool report = false;
+
+	if (is_restored(img))
+		return;
+	snprintf(name, sizeof(name), "%" PRIu32, image_key(img));
+	pthread_mutex_lock(&restored_lock);
+	if (!reported)
+		reported = strmap_new();
+	if (reported && !strmap_get(reported, name) && strmap_put(reported, name, (void *)1) == 0)
+		report = true;
+	pthread_mutex_unlock(&restored_lock);
+	if (report)
+		fprintf(stderr,
+			"pullfs: image %" PRIu32 " (%s) is read through a handle of an earlier "
+			"process, but this process did not restore it: nothing counts that file "
+			"open\n",
+			image_key(img), image_digest(img));
 }
 
 static int collect_restored(void *userdata, const char *key, void *value)
@@ -509,7 +540,7 @@ void takeover_probe(struct fs *fs)
 		struct image *img = imgs[i];
 		if (fuse_lowlevel_notify_inval_inode(fs->session, node_ino(img, image_root(img)),
 						     -1, 0) == -ENOENT)
-			released |= release_restored(img);
+			released |= release_restored(img, "the kernel holds no inode of its root");
 	}
 	if (released)
 		unpin_backings(fs);
