@@ -518,8 +518,8 @@ static void print_held(pid_t pid)
 		}
 		comm[strcspn(comm, "\n")] = 0;
 		call[strcspn(call, " \n")] = 0;
-		fprintf(stderr, "pullfs:   thread %s (%s) held in system call %s\n", e->d_name, comm,
-			call[0] ? call : "?");
+		fprintf(stderr, "pullfs:   thread %s (%s) held in system call %s\n", e->d_name,
+			comm, call[0] ? call : "?");
 	}
 	closedir(d);
 }

@@ -286,7 +286,9 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 	 * whose root it has no inode for holds nothing of it (an inode
 	 * holds its dentry's parents, up to the root), and never will. */
 	if (!view && fuseio_kernel_has_node(INO_IMAGE_BIT | (fuse_ino_t)hi->key << 32) == -ENOENT) {
-		fprintf(stderr, "pullfs: image %" PRIu32 " \"%s\" not restored: the kernel holds no node of it\n",
+		fprintf(stderr,
+			"pullfs: image %" PRIu32
+			" \"%s\" not restored: the kernel holds no node of it\n",
 			hi->key, hi->reference);
 		handover_note(handover_format_image_gone(hi->key));
 		return 0;

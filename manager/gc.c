@@ -367,8 +367,8 @@ static void trace_one(void *userdata, uint32_t key, void *value)
 
 	if (img->layer || strcmp(image_digest(img), t->digest) || t->len >= sizeof(t->buf))
 		return;
-	t->len += (size_t)snprintf(t->buf + t->len, sizeof(t->buf) - t->len, " %" PRIu32 "(open %u)",
-				   key, atomic_load(&img->open_files));
+	t->len += (size_t)snprintf(t->buf + t->len, sizeof(t->buf) - t->len,
+				   " %" PRIu32 "(open %u)", key, atomic_load(&img->open_files));
 }
 
 /* Says on stderr which loaded images of digest there are, with their open
