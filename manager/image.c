@@ -75,8 +75,10 @@ static int content_load(struct manager *m, const char *digest, struct image_cont
 	int r;
 
 	r = manifest_load_cached(m, digest, &mf);
-	if (r < 0)
+	if (r < 0) {
+		snprintf(errbuf, errlen, "manifest %s: %s", digest, strerror(-r));
 		return r;
+	}
 	if (mf->kind != MANIFEST_IMAGE) {
 		r = -EBADMSG;
 		goto out;
@@ -91,10 +93,15 @@ static int content_load(struct manager *m, const char *digest, struct image_cont
 	c->size = mf->config.size;
 	for (; n_idx < mf->n_layers; n_idx++) {
 		r = cache_layer_read_index(m->cache, mf->layers[n_idx].digest, &idx[n_idx]);
-		if (r < 0)
+		if (r < 0) {
+			snprintf(errbuf, errlen, "index of layer %s: %s", mf->layers[n_idx].digest,
+				 strerror(-r));
 			goto out;
+		}
 		r = packs_get(m->packs, mf->layers[n_idx].digest, &c->packs[n_idx]);
 		if (r < 0) {
+			snprintf(errbuf, errlen, "pack of layer %s: %s", mf->layers[n_idx].digest,
+				 strerror(-r));
 			layer_index_free(idx[n_idx]);
 			goto out;
 		}

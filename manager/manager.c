@@ -541,6 +541,8 @@ int manager_restore_image(struct manager *m, const char *reference, const char *
 	int r = key ? image_load_key(m, reference, digest, key, ret, errbuf, sizeof(errbuf))
 		    : refs_image_get(m, reference, digest, ret, errbuf, sizeof(errbuf));
 
+	if (r < 0 && errbuf[0])
+		fprintf(stderr, "pullfs: restoring \"%s\": %s\n", reference, errbuf);
 	return r == -EBADMSG && errbuf[0] ? -EBADMSG : r;
 }
 
