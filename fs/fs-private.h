@@ -320,6 +320,9 @@ void takeover_restored_dentry(struct fs *fs, const char *reference, struct image
  * the fs): restored images nothing holds are let go of.  Blocks on the
  * kernel; no lock held. */
 void takeover_settle(void *userdata);
+/* The manager's images_entered hook (userdata the fs): the keys of the
+ * images some process has its working directory or root in. */
+int takeover_entered_keys(void *userdata, uint32_t **ret_keys, size_t *ret_n);
 /* Frees the note of images handed out (at the filesystem's end). */
 void takeover_free(void);
 

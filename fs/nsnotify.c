@@ -121,6 +121,7 @@ int ns_notifier_start(struct fs *fs)
 	fs->notifier_started = true;
 	manager_set_names_changed(fs->manager, names_changed, ns_notifier_settle, fs);
 	manager_set_gc_prepare(fs->manager, takeover_settle, fs);
+	manager_set_images_entered(fs->manager, takeover_entered_keys, fs);
 	return 0;
 }
 
@@ -135,6 +136,7 @@ void ns_notifier_stop(struct fs *fs)
 	pthread_mutex_unlock(&fs->notify_lock);
 	manager_set_names_changed(fs->manager, NULL, NULL, NULL);
 	manager_set_gc_prepare(fs->manager, NULL, NULL);
+	manager_set_images_entered(fs->manager, NULL, NULL);
 	if (!fs->notifier_started)
 		return;
 	pthread_join(fs->notifier, NULL);

@@ -595,6 +595,42 @@ static struct strmap *keys_entered(dev_t dev)
 	return keys;
 }
 
+struct keys_ctx {
+	uint32_t *v;
+	size_t n;
+};
+
+static int add_key(void *userdata, const char *key, void *value)
+{
+	struct keys_ctx *c = userdata;
+
+	c->v[c->n++] = (uint32_t)strtoul(key, NULL, 10);
+	return 0;
+}
+
+int takeover_entered_keys(void *userdata, uint32_t **ret_keys, size_t *ret_n)
+{
+	struct fs *fs = userdata;
+	struct keys_ctx c = { 0 };
+	struct strmap *keys;
+	struct statx stx;
+
+	if (statx(AT_FDCWD, fs->mountpoint, AT_STATX_DONT_SYNC, 0, &stx) < 0)
+		return -errno;
+	keys = keys_entered(makedev(stx.stx_dev_major, stx.stx_dev_minor));
+	if (!keys)
+		return -ENOMEM;
+	c.v = calloc(strmap_size(keys) + 1, sizeof(*c.v));
+	if (c.v)
+		strmap_foreach(keys, add_key, &c);
+	strmap_free(keys);
+	if (!c.v)
+		return -ENOMEM;
+	*ret_keys = c.v;
+	*ret_n = c.n;
+	return 0;
+}
+
 /* What settling a restored image asks the kernel to drop: each dentry
  * that may reach its root, and each entry of its root directory. */
 struct drop {

@@ -209,7 +209,16 @@ struct open_digests {
 	char **digests;
 	size_t n, cap;
 	int error;
+	const uint32_t *entered; /* sorted */
+	size_t n_entered;
 };
+
+static int key_cmp(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
 
 static void add_open(void *userdata, uint32_t key, void *value)
 {
@@ -217,7 +226,10 @@ static void add_open(void *userdata, uint32_t key, void *value)
 	const struct image *img = value;
 	char *d;
 
-	if (img->layer || atomic_load(&img->open_files) == 0 || o->error)
+	if (img->layer || o->error)
+		return;
+	if (atomic_load(&img->open_files) == 0 &&
+	    !(o->n_entered && bsearch(&key, o->entered, o->n_entered, sizeof(key), key_cmp)))
 		return;
 	if (o->n == o->cap) {
 		size_t cap = o->cap ? 2 * o->cap : 16;
@@ -238,18 +250,48 @@ static void add_open(void *userdata, uint32_t key, void *value)
 	o->digests[o->n++] = d;
 }
 
-/* Marks what every loaded image with a file open needs, whatever its name
- * resolves to now (a tag moved, a name removed and pulled again into
- * another image, an image a new serving process restored by key): the
- * next process that takes the connection over must be able to make it
- * again for the kernel's open files. */
+/* Marks what every loaded image in use needs, whatever its name resolves
+ * to now (a tag moved, a name removed and pulled again into another
+ * image, an image a new serving process restored by key): the next
+ * process that takes the connection over must be able to make it again
+ * for the kernel's nodes.  In use: a file open, or a process's working
+ * directory or root in it (images_entered), where files may be opened
+ * any time.  The kernel's dentries of names just removed are dropped
+ * before (settle_removed()): no path leads into such an image any more. */
 static void keep_open_images(struct keep_ctx *k)
 {
+	struct manager *m = k->m;
 	struct open_digests o = { 0 };
+	int (*entered)(void *userdata, uint32_t **ret_keys, size_t *ret_n);
+	void *ud;
+	uint32_t *keys = NULL;
+	size_t n = 0;
 
-	pthread_mutex_lock(&k->m->keys_lock);
-	imagekeys_foreach(k->m->keys, add_open, &o);
-	pthread_mutex_unlock(&k->m->keys_lock);
+	pthread_mutex_lock(&m->lock);
+	entered = m->images_entered;
+	ud = m->images_entered_userdata;
+	if (entered)
+		m->hooks_running++;
+	pthread_mutex_unlock(&m->lock);
+	if (entered) {
+		if (entered(ud, &keys, &n) < 0) {
+			/* cannot be told: nothing is deleted this time */
+			k->error = -ENOMEM;
+			n = 0;
+		}
+		pthread_mutex_lock(&m->lock);
+		if (--m->hooks_running == 0)
+			pthread_cond_broadcast(&m->hooks_cond);
+		pthread_mutex_unlock(&m->lock);
+	}
+	if (n > 1)
+		qsort(keys, n, sizeof(*keys), key_cmp);
+	o.entered = keys;
+	o.n_entered = n;
+	pthread_mutex_lock(&m->keys_lock);
+	imagekeys_foreach(m->keys, add_open, &o);
+	pthread_mutex_unlock(&m->keys_lock);
+	free(keys);
 	if (o.error)
 		k->error = o.error;
 	for (size_t i = 0; i < o.n; i++) {
@@ -402,6 +444,17 @@ void manager_set_gc_prepare(struct manager *m, void (*fn)(void *userdata), void 
 	pthread_mutex_unlock(&m->lock);
 }
 
+void manager_set_images_entered(struct manager *m,
+				int (*fn)(void *userdata, uint32_t **ret_keys, size_t *ret_n),
+				void *userdata)
+{
+	pthread_mutex_lock(&m->lock);
+	m->images_entered = fn;
+	m->images_entered_userdata = userdata;
+	hooks_quiesce_locked(m);
+	pthread_mutex_unlock(&m->lock);
+}
+
 /* Once a hook is removed, its owner may free what it uses: wait for the
  * calls under way.  Lock held. */
 void hooks_quiesce_locked(struct manager *m)
@@ -437,6 +490,18 @@ static void call_hook(struct manager *m, void (*const *fn)(void *), void *const 
 static void prepare(struct manager *m)
 {
 	call_hook(m, &m->gc_prepare, &m->gc_prepare_userdata);
+}
+
+/* Between removing names and the sweep: the filesystem drops the kernel's
+ * dentries of the names removed (names_settle), so that an image nothing
+ * uses is no longer held (keep_open_images) and its content goes now.
+ * Outside gc_lock: the kernel may wait for a lookup that waits for it.
+ * gc_lock held exclusively, and again on return. */
+static void settle_removed(struct manager *m)
+{
+	pthread_rwlock_unlock(&m->gc_lock);
+	call_hook(m, &m->names_settle, &m->names_userdata);
+	pthread_rwlock_wrlock(&m->gc_lock);
 }
 
 static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **ret,
@@ -482,6 +547,7 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **re
 		if (remove_reference(m, c[i].reference) < 0)
 			continue;
 		trace_removal(m, c[i].reference, c[i].digest);
+		settle_removed(m);
 		got = sweep(m);
 		freed += got;
 		measure(m, &b);
@@ -600,6 +666,7 @@ int manager_remove(struct manager *m, const char *const *references, size_t n, j
 			manager_emit(m, EVENT_NORMAL, "ImageRemoved", canon[i], NULL, 0, NULL,
 				     "Removed image \"%s\" on request", canon[i]);
 		}
+	settle_removed(m);
 	freed = sweep(m);
 	measure(m, &b);
 	json_t *ans = answer(removed, freed, &b);

@@ -194,6 +194,9 @@ struct manager {
 	/* manager_set_gc_prepare(); lock */
 	void (*gc_prepare)(void *userdata);
 	void *gc_prepare_userdata;
+	/* manager_set_images_entered(); lock */
+	int (*images_entered)(void *userdata, uint32_t **ret_keys, size_t *ret_n);
+	void *images_entered_userdata;
 	/* hooks called outside the lock and not returned yet (call_hook();
 	 * lock): a setter that removes a hook waits for hooks_cond */
 	unsigned hooks_running;

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <stdio.h>
 
 #include <jansson.h>
@@ -251,6 +252,16 @@ void manager_set_names_changed(struct manager *m, manager_names_changed_fn *fn,
  * images it counts as in use only because it cannot tell (fs/takeover.c).
  * It may block (it asks the kernel).  Set NULL before userdata goes. */
 void manager_set_gc_prepare(struct manager *m, void (*fn)(void *userdata), void *userdata);
+/* fn (NULL: none) gives the keys of the images some process has its
+ * working directory or its root in (an array for the caller to free, and
+ * its length; 0 or -errno): GC keeps what such an image is made from even
+ * with no file open in it, because files may be opened there any time
+ * and a serving process that takes the connection over must make the
+ * image again.  Called under GC's lock; it must not call the manager nor
+ * wait for a request.  Set NULL before userdata goes. */
+void manager_set_images_entered(struct manager *m,
+				int (*fn)(void *userdata, uint32_t **ret_keys, size_t *ret_n),
+				void *userdata);
 /* fn (NULL: none) is called when an image with a key is freed because
  * nothing held it any more, the kernel's lookups included (the kernel
  * forgot every node of it), before another image can take its key: with

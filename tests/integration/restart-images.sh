@@ -93,5 +93,33 @@ kill_serving 2 _held_moved
 exec 9<&-
 ! grep -q 'stale\|cannot restore' "$PULLFS_LOG" || fail "restore: $(grep 'stale\|cannot restore' "$PULLFS_LOG" | head -n 3)"
 
+# ---- a working directory in an image whose name was removed ------------
+# No file open, but a process stands in it: a file may be opened there
+# any time.  GC and rm keep what it is made from while it does, so the
+# next process makes it again.
+push_edge_plain test/cwd:1
+cwdimg=$MNT/images/$REGISTRY/test/cwd:1
+(cd "$cwdimg/etc" && while [ ! -e "$WORK/cwd-go" ]; do sleep 0.05; done && cat hostname >"$WORK/cwd-read") &
+cwd_reader=$!
+track_pid "$cwd_reader"
+wait_for 20 test -d "/proc/$cwd_reader/cwd/." || fail "the reader did not enter cwd:1"
+cwd_manifest=$CACHE/blobs/sha256/$(py - "$EVENTS" "$REGISTRY/test/cwd:1" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e.get("reason") == "Pulled" and e.get("image") == sys.argv[2]:
+        print(e["digest"].split(":")[1])
+PY
+)
+[ -f "$cwd_manifest" ] || fail "the manifest of cwd:1 is not in the cache"
+ctl rm "$REGISTRY/test/cwd:1" >/dev/null || fail "rm of cwd:1"
+ctl gc >/dev/null || fail "gc after the rm of cwd:1"
+[ -f "$cwd_manifest" ] || fail "the manifest of a removed image a process stands in was deleted"
+kill_serving 1 true
+touch "$WORK/cwd-go"
+wait "$cwd_reader" || fail "a file opened after a kill in a removed image a process stands in"
+assert_eq edge "$(cat "$WORK/cwd-read")" "the file opened after the kill"
+! grep -q 'stale\|cannot restore' "$PULLFS_LOG" || fail "restore: $(grep 'stale\|cannot restore' "$PULLFS_LOG" | head -n 3)"
+
 unmount_pullfs
 log "PASS"
