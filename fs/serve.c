@@ -129,8 +129,13 @@ static void *stop_thread(void *arg)
 {
 	char c;
 
-	while (read(stop_pipe[0], &c, 1) < 0 && errno == EINTR)
+	ssize_t n;
+
+	while ((n = read(stop_pipe[0], &c, 1)) < 0 && errno == EINTR)
 		;
+	if (n != 1)
+		fprintf(stderr, "pullfs: the stop pipe broke (%s): pulls are cancelled\n",
+			n < 0 ? strerror(errno) : "end of file");
 	manager_cancel(arg);
 	return NULL;
 }
