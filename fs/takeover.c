@@ -274,6 +274,8 @@ static int restore_view(struct fs *fs, const struct handover_image *hi, struct i
 	return r;
 }
 
+/* Returns 0, 1 when the kernel holds nothing of the image (not made
+ * again), or -errno. */
 static int restore_image(struct fs *fs, const struct handover_image *hi)
 {
 	char name[16];
@@ -286,12 +288,8 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 	 * whose root it has no inode for holds nothing of it (an inode
 	 * holds its dentry's parents, up to the root), and never will. */
 	if (!view && fuseio_kernel_has_node(INO_IMAGE_BIT | (fuse_ino_t)hi->key << 32) == -ENOENT) {
-		fprintf(stderr,
-			"pullfs: image %" PRIu32
-			" \"%s\" not restored: the kernel holds no node of it\n",
-			hi->key, hi->reference);
 		handover_note(handover_format_image_gone(hi->key));
-		return 0;
+		return 1;
 	}
 	r = view ? restore_view(fs, hi, &img)
 		 : manager_restore_image(fs->manager, hi->reference, hi->digest, hi->key, &img);
@@ -749,14 +747,24 @@ static void note_root_dentries(struct fs *fs)
 
 int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *ret_failed)
 {
-	unsigned failed = 0;
+	unsigned failed = 0, unheld = 0;
 	int r = 0;
 
 	/* Images first: a layer directory of the store is made with its
 	 * view. */
-	for (size_t i = 0; i < st->n_images; i++)
-		if (restore_image(fs, &st->images[i]) < 0)
+	for (size_t i = 0; i < st->n_images; i++) {
+		r = restore_image(fs, &st->images[i]);
+		if (r < 0)
 			failed++;
+		else if (r == 1)
+			unheld++;
+	}
+	r = 0;
+	if (unheld)
+		fprintf(stderr,
+			"pullfs: %u images of the previous process not made again: the kernel "
+			"holds no node of them\n",
+			unheld);
 	for (size_t i = 0; i < st->n_ns_keys && r == 0; i++) {
 		r = ns_restore(fs, st->ns_keys[i]);
 		if (r < 0 && r != -ENOMEM) {

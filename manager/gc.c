@@ -396,38 +396,6 @@ static int remove_reference(struct manager *m, const char *reference)
 	return 0;
 }
 
-struct trace_ctx {
-	const char *digest;
-	char buf[512];
-	size_t len;
-};
-
-static void trace_one(void *userdata, uint32_t key, void *value)
-{
-	struct trace_ctx *t = userdata;
-	const struct image *img = value;
-
-	if (img->layer || strcmp(image_digest(img), t->digest) || t->len >= sizeof(t->buf))
-		return;
-	t->len += (size_t)snprintf(t->buf + t->len, sizeof(t->buf) - t->len,
-				   " %" PRIu32 "(open %u)", key, atomic_load(&img->open_files));
-}
-
-/* Says on stderr which loaded images of digest there are, with their open
- * files, as reference is removed (a diagnostic of the takeover's pins). */
-static void trace_removal(struct manager *m, const char *reference, const char *digest)
-{
-	struct trace_ctx t = { .digest = digest };
-
-	pthread_mutex_lock(&m->keys_lock);
-	imagekeys_foreach(m->keys, trace_one, &t);
-	pthread_mutex_unlock(&m->keys_lock);
-	if (t.len > sizeof(t.buf) - 1)
-		t.len = sizeof(t.buf) - 1;
-	fprintf(stderr, "pullfs: GC removes \"%s\" (%s); loaded:%s\n", reference, digest,
-		t.len ? t.buf : " none");
-}
-
 static json_t *answer(json_t *removed, uint64_t freed, const struct budget *b)
 {
 	return json_pack("{s:b, s:o, s:I, s:I, s:I}", "ok", 1, "removed", removed, "freed_bytes",
@@ -546,7 +514,6 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **re
 			continue;
 		if (remove_reference(m, c[i].reference) < 0)
 			continue;
-		trace_removal(m, c[i].reference, c[i].digest);
 		settle_removed(m);
 		got = sweep(m);
 		freed += got;
