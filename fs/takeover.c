@@ -296,11 +296,19 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 	if (r < 0) {
 		fprintf(stderr, "pullfs: cannot restore image \"%s\" (%s): %s\n", hi->reference,
 			hi->digest, strerror(-r));
-		/* Gone from the cache (removed while nothing stood in it): no
-		 * process after this one can make it again either.  (Not
-		 * ESTALE, another image holds the key now; nor ENOMEM.) */
-		if (r != -ENOMEM && r != -ESTALE)
-			handover_note(handover_format_image_gone(hi->key));
+		/* Gone from the cache (removed while nothing stood in it).
+		 * (Not ESTALE, another image holds the key now; nor ENOMEM.)
+		 * While the kernel holds nodes of it, its key is given to no
+		 * other image (they would resolve to that image, and their
+		 * FORGETs count against it), here and in the next process;
+		 * once the kernel has none, the record goes. */
+		if (r != -ENOMEM && r != -ESTALE) {
+			if (!view &&
+			    fuseio_kernel_has_node(INO_IMAGE_BIT | (fuse_ino_t)hi->key << 32) == 0)
+				manager_reserve_key(fs->manager, hi->key);
+			else
+				handover_note(handover_format_image_gone(hi->key));
+		}
 		return r;
 	}
 	if (image_key(img) != hi->key) {

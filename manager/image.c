@@ -6,6 +6,7 @@
 #include "manager.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,7 +197,11 @@ static int key_stored(void *userdata, const char *key, void *value)
 static bool key_taken(void *userdata, uint32_t key)
 {
 	struct taken_ctx *c = userdata;
+	char name[16];
 
+	snprintf(name, sizeof(name), "%" PRIu32, key);
+	if (strmap_get(c->m->reserved_keys, name))
+		return true;
 	c->key = key;
 	c->taken = false;
 	strmap_foreach(c->m->refs, key_stored, c);

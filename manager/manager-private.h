@@ -163,7 +163,10 @@ struct manager {
 	pthread_rwlock_t gc_lock;
 
 	pthread_mutex_t lock;
-	struct strmap *refs;   /* reference -> struct refstate *; lock */
+	struct strmap *refs; /* reference -> struct refstate *; lock */
+	/* keys in decimal -> 1: the kernel holds nodes of them that no image
+	 * here could be made again for (manager_reserve_key()); lock */
+	struct strmap *reserved_keys;
 	struct strmap *images; /* reference -> struct image * (one ref held); lock */
 	/* "pid\nreference" -> struct recent_failure *: what a process was just
 	 * told; lock. */

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -381,8 +382,9 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 	m->refs = strmap_new();
 	m->images = strmap_new();
 	m->flights = strmap_new();
+	m->reserved_keys = strmap_new();
 	m->insecure = calloc(opts->n_insecure_hosts + 1, sizeof(char *));
-	if (!m->refs || !m->images || !m->flights || !m->insecure) {
+	if (!m->refs || !m->images || !m->flights || !m->reserved_keys || !m->insecure) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -497,6 +499,7 @@ void manager_free(struct manager *m)
 	pthread_cond_destroy(&m->hooks_cond);
 	refs_free_all(m);
 	strmap_free(m->flights);
+	strmap_free(m->reserved_keys);
 	if (m->recent) {
 		strmap_foreach(m->recent, free_value, NULL);
 		strmap_free(m->recent);
@@ -544,6 +547,18 @@ int manager_restore_image(struct manager *m, const char *reference, const char *
 	if (r < 0 && errbuf[0])
 		fprintf(stderr, "pullfs: restoring \"%s\": %s\n", reference, errbuf);
 	return r == -EBADMSG && errbuf[0] ? -EBADMSG : r;
+}
+
+void manager_reserve_key(struct manager *m, uint32_t key)
+{
+	char name[16];
+
+	snprintf(name, sizeof(name), "%" PRIu32, key);
+	pthread_mutex_lock(&m->lock);
+	/* (short of memory the key may go to another image: its nodes then
+	 * show that image, as before a restart) */
+	strmap_put(m->reserved_keys, name, (void *)1);
+	pthread_mutex_unlock(&m->lock);
 }
 
 void manager_set_backoff_hook(struct manager *m, backoff_hook_fn *fn, void *userdata)

@@ -640,6 +640,33 @@ static void test_restore_by_key(void **state)
 	ensure_key(f, "1", k[3]);
 }
 
+/* The key of an image the kernel still holds nodes of but that could not
+ * be made again is given to no other image: a lookup of the same name and
+ * digest, which would get it back, gets another. */
+static void test_reserved_key(void **state)
+{
+	struct fixture *f = *state;
+	struct image *img;
+	uint32_t k;
+
+	put_image(f, "1", "a", NULL);
+	start(f, PULL_POLICY_UNSET);
+	img = hold(f, "1");
+	k = image_key(img);
+	image_unref(img, 1);
+	stop(f);
+
+	start(f, PULL_POLICY_UNSET);
+	ensure_key(f, "1", k); /* the same key after a restart */
+	stop(f);
+
+	start(f, PULL_POLICY_UNSET);
+	manager_reserve_key(f->m, k);
+	img = hold(f, "1");
+	assert_int_not_equal(image_key(img), k);
+	image_unref(img, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -651,6 +678,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_single_flight, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_errno_rows, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restore_by_key, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reserved_key, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
