@@ -807,6 +807,12 @@ class Soak:
             if s1["fds"] > s0["fds"] + fd_slack:
                 flat.append(f"{who} descriptors grew {s0['fds']} -> {s1['fds']}")
         verdict += flat
+        srv = st.get("serving", {})
+        asked = self.actions.get("kill", 0) + self.actions.get("upgrade", 0)
+        if (srv.get("restarts") or 0) > asked:
+            verdict.append(f"the serving process was replaced {srv['restarts']} times, {asked} "
+                           f"of them by a kill or an upgrade: it died by itself (the daemon "
+                           f"log says how)")
         m0, m1 = fig("start", "supervisor"), fig("end", "supervisor")
         if m0 and m1 and m1["memfd_bytes"] > m0["memfd_bytes"] + 65536:
             verdict.append(f"the hand-over log grew {m0['memfd_bytes']} -> {m1['memfd_bytes']} "
