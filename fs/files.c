@@ -21,10 +21,13 @@
  *
  * A file handle outlives the process that gave it out when another takes
  * the connection over (supervisor.c): its top 16 bits are the epoch of the
- * process that made it, the rest the struct ofile of an object's open (0
- * for a pack's).  A handle of another epoch is resolved from the node
- * alone: its object opened for each read, a lazy file read lazily; its
- * image was pinned open when this process restored it.  Backing ids are
+ * process that made it, the rest the struct ofile of an object's open, or
+ * a number of its own for a pack's (FH_PACK_BIT).  A handle of another
+ * epoch is resolved from the node alone: its object opened for each read,
+ * a lazy file read lazily; its image was pinned open when this process
+ * restored it, and from its first read to its release it counts as an
+ * open file of its own (the pin ends when the kernel is found without
+ * the image's root, which must not leave a file in use uncounted).  Backing ids are
  * the connection's, not the process's: each registration and closing is
  * noted in the hand-over log, and the next process takes the live ones
  * over, pinned, so a new open of an inode the kernel still holds open in
@@ -38,8 +41,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -51,6 +56,11 @@
 #define BACKING_IDLE_MAX 4096
 
 #define FH_EPOCH_SHIFT 48
+/* A handle of a pack's file: no struct ofile, a number of its own (user
+ * space pointers stay below this bit) */
+#define FH_PACK_BIT (UINT64_C(1) << 47)
+
+static atomic_uint_fast64_t pack_handles;
 
 struct backing {
 	int id;
@@ -254,7 +264,8 @@ void file_open(fuse_req_t req, struct fs *fs, struct image *img, const struct ti
 {
 	fi->keep_cache = 1;
 	fi->noflush = 1;
-	fi->fh = fs->fh_epoch << FH_EPOCH_SHIFT;
+	fi->fh = fs->fh_epoch << FH_EPOCH_SHIFT | FH_PACK_BIT |
+		 (atomic_fetch_add(&pack_handles, 1) & (FH_PACK_BIT - 1));
 	if (t->object) {
 		open_object(req, fs, img, t, fi);
 		return;
@@ -342,9 +353,44 @@ static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t,
 static struct ofile *fh_ofile(struct fs *fs, uint64_t fh, bool *foreign)
 {
 	*foreign = fh >> FH_EPOCH_SHIFT != fs->fh_epoch;
-	if (*foreign)
+	if (*foreign || (fh & FH_PACK_BIT))
 		return NULL;
 	return (struct ofile *)(uintptr_t)(fh & ((UINT64_C(1) << FH_EPOCH_SHIFT) - 1));
+}
+
+/* A handle a process before gave out, seen in use (a READ): the kernel
+ * holds it open until its RELEASE, so its image counts it open until then,
+ * whatever the pin of the restored image says (GC must keep what the
+ * image is made from).  Handles given out before they were numbered (all
+ * of a pack's alike) are left to the pin. */
+static void foreign_seen(struct fs *fs, struct image *img, uint64_t fh)
+{
+	char name[20];
+
+	if (!(fh & ((UINT64_C(1) << FH_EPOCH_SHIFT) - 1)))
+		return;
+	snprintf(name, sizeof(name), "%" PRIx64, fh);
+	pthread_mutex_lock(&fs->backing_lock);
+	if (!strmap_get(fs->foreign, name) && strmap_put(fs->foreign, name, img) == 0) {
+		image_ref(img, 1);
+		image_open(img);
+	}
+	pthread_mutex_unlock(&fs->backing_lock);
+}
+
+static void foreign_released(struct fs *fs, uint64_t fh)
+{
+	char name[20];
+	struct image *img;
+
+	snprintf(name, sizeof(name), "%" PRIx64, fh);
+	pthread_mutex_lock(&fs->backing_lock);
+	img = strmap_remove(fs->foreign, name);
+	pthread_mutex_unlock(&fs->backing_lock);
+	if (img) {
+		image_close(img);
+		image_unref(img, 1);
+	}
 }
 
 void files_set_epoch(struct fs *fs, unsigned generation)
@@ -386,7 +432,7 @@ void file_read(fuse_req_t req, struct image *img, const struct tinode *t, size_t
 	uint64_t base = 0;
 
 	if (foreign)
-		takeover_foreign_handle(img);
+		foreign_seen(fs_of(req), img, fi->fh);
 	if (off < 0 || (uint64_t)off >= t->size) {
 		fuse_reply_buf(req, NULL, 0);
 		return;
@@ -428,8 +474,7 @@ void file_release(struct fs *fs, struct image *img, struct fuse_file_info *fi)
 
 	/* the image of a handle given out before a takeover is pinned open */
 	if (foreign) {
-		if (img)
-			takeover_foreign_handle(img);
+		foreign_released(fs, fi->fh);
 		return;
 	}
 	if (of) {

@@ -122,6 +122,9 @@ struct fs {
 	struct strmap *backings;   /* object hex -> struct backing *; backing_lock */
 	struct dlist backing_idle; /* unused ones, oldest first; backing_lock */
 	struct dlist open_files;   /* struct ofile of every open object; backing_lock */
+	/* handles of processes before seen in use, fh in hex -> struct
+	 * image * (a reference and an open each); backing_lock */
+	struct strmap *foreign;
 	atomic_bool passthrough_refused;
 	atomic_uint_fast64_t passthrough_opens;
 	/* files.c: the top bits of the file handles this process gives out */
@@ -305,9 +308,6 @@ void takeover_watch(struct fs *fs);
 /* An image node forgotten by the kernel (before the unref): a restored
  * image's root ends its pin of open files. */
 void takeover_forgot(struct fs *fs, struct image *img, fuse_ino_t ino);
-/* A handle of an earlier process used on img: reported once when img is
- * not a restored image (a diagnostic). */
-void takeover_foreign_handle(struct image *img);
 /* Once the connection is taken over: ends the pins of restored images
  * whose root the kernel does not hold. */
 void takeover_probe(struct fs *fs);

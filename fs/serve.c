@@ -50,9 +50,10 @@ int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
 	fs->handoff.sup_fd = fs->handoff.state_fd = fs->handoff.dev_fd = -1;
 	clock_gettime(CLOCK_REALTIME, &fs->started);
 	fs->backings = strmap_new();
+	fs->foreign = strmap_new();
 	fs->notify_keys = strmap_new();
 	fs->dentries = strmap_new();
-	if (!fs->backings || !fs->notify_keys || !fs->dentries || ns_init(fs) < 0) {
+	if (!fs->backings || !fs->foreign || !fs->notify_keys || !fs->dentries || ns_init(fs) < 0) {
 		fs_free(fs);
 		return -ENOMEM;
 	}
@@ -90,6 +91,8 @@ void fs_free(struct fs *fs)
 	if (fs->backings)
 		strmap_foreach(fs->backings, free_backing_entry, NULL);
 	strmap_free(fs->backings);
+	/* (the images go with the manager) */
+	strmap_free(fs->foreign);
 	ctl_free_all();
 	files_free_all(fs);
 	takeover_free();

@@ -65,8 +65,6 @@ struct restored_image {
 /* The restored images by key in decimal (restored_lock). */
 static pthread_mutex_t restored_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct strmap *restored;
-/* image keys reported by takeover_foreign_handle() (restored_lock) */
-static struct strmap *reported;
 static atomic_bool any_restored;
 /* the connection is taken over: the kernel may be asked (takeover_probe) */
 static atomic_bool connected;
@@ -184,8 +182,6 @@ void takeover_free(void)
 		strmap_foreach(restored, free_restored, NULL);
 	strmap_free(restored);
 	restored = NULL;
-	strmap_free(reported);
-	reported = NULL;
 	atomic_store(&connected, false);
 	atomic_store(&any_restored, false);
 	pthread_mutex_unlock(&restored_lock);
@@ -488,28 +484,6 @@ void takeover_forgot(struct fs *fs, struct image *img, fuse_ino_t ino)
 	    is_restored(img) && fuseio_kernel_has_node(ino) == -ENOENT &&
 	    release_restored(img, "its root forgotten"))
 		unpin_backings(fs);
-}
-
-void takeover_foreign_handle(struct image *img)
-{
-	char name[16];
-	bool report = false;
-
-	if (is_restored(img))
-		return;
-	snprintf(name, sizeof(name), "%" PRIu32, image_key(img));
-	pthread_mutex_lock(&restored_lock);
-	if (!reported)
-		reported = strmap_new();
-	if (reported && !strmap_get(reported, name) && strmap_put(reported, name, (void *)1) == 0)
-		report = true;
-	pthread_mutex_unlock(&restored_lock);
-	if (report)
-		fprintf(stderr,
-			"pullfs: image %" PRIu32 " (%s) is read through a handle of an earlier "
-			"process, but this process did not restore it: nothing counts that file "
-			"open\n",
-			image_key(img), image_digest(img));
 }
 
 static int collect_restored(void *userdata, const char *key, void *value)

@@ -121,5 +121,29 @@ wait "$cwd_reader" || fail "a file opened after a kill in a removed image a proc
 assert_eq edge "$(cat "$WORK/cwd-read")" "the file opened after the kill"
 ! grep -q 'stale\|cannot restore' "$PULLFS_LOG" || fail "restore: $(grep 'stale\|cannot restore' "$PULLFS_LOG" | head -n 3)"
 
+# ---- a handle of a process before counts as open once read -------------
+# The pin of a restored image is one open file whatever the kernel holds;
+# a handle of the process before that is read is open for sure, and
+# counted until the kernel releases it.
+push_busybox test/held:1
+heldimg=$MNT/images/$REGISTRY/test/held:1
+exec 8<"$heldimg/etc/hostname"
+open_of_held() {
+    py - "$MNT/.pullfs/status" "$REGISTRY/test/held:1" <<'PY'
+import json, sys
+for i in json.load(open(sys.argv[1]))["images"]:
+    if i["reference"] == sys.argv[2]:
+        print(i["open_files"])
+PY
+}
+assert_eq 1 "$(open_of_held)" "open files of held:1"
+kill_serving 1 true
+assert_eq 1 "$(open_of_held)" "open files of held:1 after a kill (the pin)"
+py -c 'import os; os.posix_fadvise(8, 0, 0, os.POSIX_FADV_DONTNEED); assert os.pread(8, 100, 0)'
+assert_eq 2 "$(open_of_held)" "open files of held:1 once the old handle was read"
+exec 8<&-
+_one_open() { [ "$(open_of_held)" = 1 ]; }
+wait_for 10 _one_open || fail "open files of held:1 after its release: $(open_of_held)"
+
 unmount_pullfs
 log "PASS"
