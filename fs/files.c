@@ -422,8 +422,8 @@ int files_restore_backing(struct fs *fs, int id, const char *object)
 	return r;
 }
 
-void file_read(fuse_req_t req, struct image *img, const struct tinode *t, size_t size, off_t off,
-	       struct fuse_file_info *fi)
+static void read_file(fuse_req_t req, struct image *img, const struct tinode *t, size_t size,
+		      off_t off, struct fuse_file_info *fi)
 {
 	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(0);
 	bool foreign;
@@ -465,6 +465,18 @@ void file_read(fuse_req_t req, struct image *img, const struct tinode *t, size_t
 		close(own);
 	else if (!t->object)
 		image_file_fd_put(img, t);
+}
+
+void file_read(fuse_req_t req, struct image *img, const struct tinode *t, size_t size, off_t off,
+	       struct fuse_file_info *fi)
+{
+	/* The kernel's reference may end with the answer (the file closed,
+	 * its nodes forgotten by another thread at once), and an interrupt
+	 * answers a lazy read while it still fetches: this read holds the
+	 * image, and t with it, until it is done with them. */
+	image_ref(img, 1);
+	read_file(req, img, t, size, off, fi);
+	image_unref(img, 1);
 }
 
 void file_release(struct fs *fs, struct image *img, struct fuse_file_info *fi)
