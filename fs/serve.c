@@ -131,7 +131,6 @@ static void on_stop(int sig)
 static void *stop_thread(void *arg)
 {
 	char c;
-
 	ssize_t n;
 
 	while ((n = read(stop_pipe[0], &c, 1)) < 0 && errno == EINTR)

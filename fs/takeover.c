@@ -278,12 +278,14 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 	struct restored_image *ri;
 	struct image *img = NULL;
 	bool view = !strncmp(hi->reference, VIEW_PREFIX, strlen(VIEW_PREFIX));
-	int r;
+	int held = 0, r;
 
 	/* Before any request is answered the kernel makes no node: one
 	 * whose root it has no inode for holds nothing of it (an inode
 	 * holds its dentry's parents, up to the root), and never will. */
-	if (!view && fuseio_kernel_has_node(INO_IMAGE_BIT | (fuse_ino_t)hi->key << 32) == -ENOENT) {
+	if (!view)
+		held = fuseio_kernel_has_node(INO_IMAGE_BIT | (fuse_ino_t)hi->key << 32);
+	if (held == -ENOENT) {
 		handover_note(handover_format_image_gone(hi->key));
 		return 1;
 	}
@@ -299,8 +301,7 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 		 * FORGETs count against it), here and in the next process;
 		 * once the kernel has none, the record goes. */
 		if (r != -ENOMEM && r != -ESTALE) {
-			if (!view &&
-			    fuseio_kernel_has_node(INO_IMAGE_BIT | (fuse_ino_t)hi->key << 32) == 0)
+			if (!view && held == 0)
 				manager_reserve_key(fs->manager, hi->key);
 			else
 				handover_note(handover_format_image_gone(hi->key));

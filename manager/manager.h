@@ -9,7 +9,6 @@
 #include <stddef.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <sys/types.h>
 #include <stdio.h>
 
 #include <jansson.h>
@@ -297,15 +296,15 @@ int manager_gc(struct manager *m, uint64_t to_bytes, json_t **ret_json, struct e
  * on the cache. */
 int manager_restore_image(struct manager *m, const char *reference, const char *digest,
 			  uint32_t key, struct image **ret);
-/* Back-off across a takeover (backoff.h): a hook told of every change of
- * the table (failures and successes, by canonical reference), and an entry
- * made again as the process before left it. */
 /* A key the kernel still holds nodes of, given out by a process before,
  * whose image could not be made again (its content is gone): never given
  * to another image in this process, so that those nodes answer ESTALE
  * rather than another image's content, and their FORGETs count against
  * nothing. */
 void manager_reserve_key(struct manager *m, uint32_t key);
+/* Back-off across a takeover (backoff.h): a hook told of every change of
+ * the table (failures and successes, by canonical reference), and an entry
+ * made again as the process before left it. */
 void manager_set_backoff_hook(struct manager *m, backoff_hook_fn *fn, void *userdata);
 int manager_restore_backoff(struct manager *m, const char *reference,
 			    const struct backoff_state *st);
