@@ -169,6 +169,39 @@ def make_fresh(a):
     return fresh
 
 
+def make_hostile(a, content_bytes):
+    """The images of the hostile user, pushed with rawpush.py under
+    hostile/: six "fill" images of a tenth of the images' content each
+    (together 1.5 times the cache budget of 40 %), random and so
+    incompressible, and four small "trickle" images whose blobs the
+    hostile proxy sends a few bytes a second.  The big-TOC image is
+    pushed by tools/bench/soak (skopeo writes its zstd:chunked TOC)."""
+    rnd = random.Random(11)
+    d = os.path.join(os.path.dirname(a.out), "hostile")
+    os.makedirs(d, exist_ok=True)
+    fill_bytes = max(1 << 20, content_bytes // 10)
+    lines, out = [], {"fill": [], "trickle": [], "bigtoc": a.hostile_bigtoc or None,
+                      "fill_bytes": fill_bytes}
+    for kind, n, size in (("fill", 6, fill_bytes), ("trickle", 4, 64 << 10)):
+        for k in range(n):
+            path = os.path.join(d, f"{kind}{k}.tar")
+            with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tf:
+                data = rnd.randbytes(size)
+                ti = tarfile.TarInfo(f"{kind}/data")
+                ti.size, ti.mode, ti.mtime = len(data), 0o644, 1700000000
+                tf.addfile(ti, io.BytesIO(data))
+            name = f"hostile/{kind}{k}:1"
+            out[kind].append(name)
+            lines.append(f"{name} {path}\n")
+    r = subprocess.run([sys.executable, os.path.join(a.integration, "rawpush.py"), a.registry, "-"],
+                       input="".join(lines), text=True, stdout=subprocess.DEVNULL,
+                       env=dict(os.environ, RAWPUSH_GZIP_LEVEL="1"))
+    if r.returncode != 0:
+        sys.exit("rawpush.py failed")
+    shutil.rmtree(d)
+    return out
+
+
 def cmd_manifest(a):
     images = []
     layers_bytes = {}
@@ -203,6 +236,8 @@ def cmd_manifest(a):
                        "lazy": fmt == "zstd:chunked", "entries": entries})
     fresh = make_fresh(a) if a.fresh else []
     out = {"images": images, "fresh": fresh, "content_bytes": sum(layers_bytes.values())}
+    if a.hostile:
+        out["hostile"] = make_hostile(a, out["content_bytes"])
     with open(a.out, "w") as f:
         json.dump(out, f)
     log(f"manifest: {len(images)} images, {len(layers_bytes)} distinct layers, "
@@ -359,10 +394,83 @@ def fresher(fresh, proxy, stop_at, every, outfile):
                                   "op": "fresh", "call": "lookup or read",
                                   "errno": ename(x.errno)})
         res["max_op_s"] = max(res["max_op_s"], now() - t0)
+        res.setdefault("lookups", []).append([t0, now() - t0])
         res["rounds"] += 1
         time.sleep(max(0.0, t_next - now()))
     with open(outfile, "w") as f:
         json.dump(res, f)
+
+
+HOSTILE_UID = 65534
+
+
+def hostile(kind, hostile, hproxy, stop_at, outfile, seed):
+    """One process of the hostile user (uid 65534, no groups), until
+    stop_at:
+      flood    made-up namespace directories and invalid names (events),
+               500 of each a round
+      fill     pulls of its own images, a file of each kept open (cache
+               bytes), and lookups and listings in the big-TOC image
+      trickle  lookups of images whose blobs trickle (pull slots)
+    Its counts by operation and errno go to outfile, opened before the
+    process drops root."""
+    out = open(outfile, "w")
+    os.setgroups([])
+    os.setgid(HOSTILE_UID)
+    os.setuid(HOSTILE_UID)
+    rnd = random.Random(seed)
+    res = {"kind": kind, "ops": {}, "errnos": {}, "max_op_s": 0.0}
+    base = os.path.join(MNT, "images", hproxy)
+    held = {}
+
+    def op(what, fn):
+        t0 = now()
+        res["ops"][what] = res["ops"].get(what, 0) + 1
+        try:
+            fn()
+            key = f"{what} ok"
+        except OSError as x:
+            key = f"{what} {ename(x.errno)}"
+        res["errnos"][key] = res["errnos"].get(key, 0) + 1
+        res["max_op_s"] = max(res["max_op_s"], now() - t0)
+
+    def read_fill(name):
+        p = os.path.join(base, name, "fill", "data")
+        fd = held.get(name)
+        if fd is None:
+            fd = os.open(p, os.O_RDONLY)
+            held[name] = fd
+        while os.pread(fd, 1 << 20, 0 if rnd.random() < 0.5 else 1 << 20):
+            break
+
+    while now() < stop_at:
+        if kind == "flood":
+            for _ in range(500):
+                op("namespace", lambda: os.stat(os.path.join(
+                    base, "hostile", f"ns{rnd.getrandbits(48):x}", f"d{rnd.getrandbits(32):x}")))
+            for _ in range(500):
+                op("invalid", lambda: os.stat(os.path.join(
+                    base, "hostile", f"bad:name:{rnd.getrandbits(48):x}")))
+        elif kind == "fill":
+            for name in hostile["fill"]:
+                op("fill", lambda name=name: read_fill(name))
+            if hostile.get("bigtoc"):
+                root = os.path.join(base, hostile["bigtoc"])
+
+                def walk():
+                    for d in sorted(os.listdir(os.path.join(root, "many")))[:8]:
+                        for f in os.listdir(os.path.join(root, "many", d))[:50]:
+                            os.lstat(os.path.join(root, "many", d, f))
+                op("bigtoc", walk)
+            time.sleep(0.5)
+        else:
+            for name in hostile["trickle"]:
+                op("trickle", lambda name=name: os.stat(os.path.join(base, name, "trickle")))
+            time.sleep(0.2)
+    for fd in held.values():
+        os.close(fd)
+    json.dump(res, out)
+    out.close()
 
 
 def cache_breakdown(cache):
@@ -420,6 +528,24 @@ def handover_live(pid):
     return {k: len(v) for k, v in live.items()}, text
 
 
+def events_bytes():
+    """The events log's bytes on disk, rotated files included."""
+    d, b = os.path.split(ENV["EVENTS"])
+    n = 0
+    for f in os.listdir(d):
+        if f == b or f.startswith(b + "."):
+            try:
+                n += os.lstat(os.path.join(d, f)).st_size
+            except OSError:
+                pass
+    return n
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else None
+
+
 def final_pass(images, proxy):
     """Every entry of every image once, in one process: (ops, errors,
     mismatches)."""
@@ -451,6 +577,10 @@ class Soak:
         with open(a.manifest) as f:
             self.man = json.load(f)
         self.images = self.man["images"]
+        self.hostile = self.man.get("hostile") if a.hostile else None
+        if a.hostile and not self.hostile:
+            raise SystemExit("--hostile: the manifest has no hostile images (soak --hostile)")
+        self.hproxy = None
         self.windows = []  # {"kind", "start", "end", "allowed"}
         self.actions = {}
         self.samples = []  # time series of RSS and fds
@@ -502,9 +632,28 @@ class Soak:
         with open(portfile) as f:
             self.proxy = "127.0.0.1:" + f.read().split()[0]
 
+    def start_hostile_proxy(self):
+        """slowproxy.py in front of the registry for the hostile user's
+        images: another registry as pullfs sees it, whose trickle images'
+        blobs come at a few bytes a second."""
+        portfile = os.path.join(WORK, "hostile-proxy.port")
+        p = subprocess.Popen(
+            [sys.executable, os.path.join(ENV["INTEGRATION_DIR"], "slowproxy.py"),
+             "--upstream", ENV["SOAK_REGISTRY"], "--port-file", portfile,
+             "--rate", f"GET /v2/hostile/trickle[0-9]+/blobs/={self.a.trickle_rate}"],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(WORK, "hostile-proxy.err"), "w"))
+        PROCS.append(p)
+        wait_until(lambda: os.path.exists(portfile) and os.path.getsize(portfile), 30,
+                   "the hostile proxy")
+        with open(portfile) as f:
+            self.hproxy = "127.0.0.1:" + f.read().split()[0]
+
     def start_pullfs(self, budget):
+        extra = []
+        if self.hostile:
+            extra = ["-o", "allow_other", "--insecure-registry", self.hproxy]
         cmd = [ENV["SOAK_PULLFS"], "-f", "--supervise", "--cache", ENV["CACHE"],
-               "--events-log", ENV["EVENTS"], "--insecure-registry", self.proxy,
+               "--events-log", ENV["EVENTS"], "--insecure-registry", self.proxy, *extra,
                "--cache-max-bytes", str(budget), "--gc-min-age", "5",
                "--backoff-initial", "2", "--backoff-max", str(self.a.backoff_max),
                "--connect-timeout", "5", "--low-speed-timeout", "10",
@@ -569,7 +718,7 @@ class Soak:
             sp = self.serving_pid()
         except (OSError, RuntimeError):
             sp = None
-        s = {"t": now(), "label": label, "serving_pid": sp,
+        s = {"t": now(), "label": label, "serving_pid": sp, "events_bytes": events_bytes(),
              "serving": self.proc_figures(sp) if sp else None,
              "supervisor": self.proc_figures(self.pullfs.pid)}
         self.samples.append(s)
@@ -657,6 +806,8 @@ class Soak:
         budget = int(self.man["content_bytes"] * a.budget_fraction)
         self.start_registry()
         self.start_proxy()
+        if self.hostile:
+            self.start_hostile_proxy()
         self.start_pullfs(budget)
         first_mount = self.mount_id()
         log(f"pullfs --supervise (supervisor {self.pullfs.pid}), cache budget "
@@ -679,6 +830,13 @@ class Soak:
             readers.append(ctx.Process(target=fresher, args=(self.man["fresh"], self.proxy,
                                                               faults_end, a.fresh_every,
                                                               fresh_out)))
+        self.hostile_outs = []
+        if self.hostile:
+            for i, kind in enumerate(("flood", "fill", "trickle")):
+                o = os.path.join(WORK, f"hostile-{kind}.json")
+                self.hostile_outs.append(o)
+                readers.append(ctx.Process(target=hostile, args=(kind, self.hostile, self.hproxy,
+                                                                  faults_end, o, a.seed + i)))
         for p in readers:
             p.start()
         schedule = ["kill", "registry-down", "upgrade", "503", "gc", "cut", "kill", "corrupt",
@@ -732,6 +890,51 @@ class Soak:
             self.handover = None
         return self.report(outs, hung, first_mount, last_mount, st, budget,
                            (fp_ops, fp_errors, fp_bad, fp_s), t_start)
+
+    def hostile_report(self, st, lines):
+        """What the hostile user did and what it cost everybody else, as
+        lines for the report; returns the verdict's complaints."""
+        bad = []
+
+        def p(line):
+            lines.append(line)
+        p(f"hostile user (uid {HOSTILE_UID}) through {self.hproxy}:")
+        for o in self.hostile_outs:
+            try:
+                with open(o) as f:
+                    r = json.load(f)
+            except (OSError, ValueError):
+                bad.append(f"no findings from {os.path.basename(o)} (the process died?)")
+                continue
+            p(f"  {r['kind']:8} " + ", ".join(f"{k} {v}" for k, v in sorted(r["errnos"].items()))
+              + f"; longest operation {r['max_op_s']:.1f} s")
+        try:
+            with open(os.path.join(WORK, "fresher.json")) as f:
+                lookups = json.load(f).get("lookups", [])
+        except (OSError, ValueError):
+            lookups = []
+        if len(lookups) >= 9:
+            n = len(lookups) // 3
+            thirds = [median([x[1] for x in lookups[i * n:(i + 1) * n]]) for i in range(3)]
+            p(f"root's pulls of new images: {len(lookups)}, median "
+              + " / ".join(f"{t:.2f}" for t in thirds)
+              + f" s in the first / middle / last third, longest {max(x[1] for x in lookups):.2f} s")
+            if thirds[2] > 2 * thirds[0] + 0.5:
+                bad.append(f"root's pull latency grew: median {thirds[0]:.2f} s in the first "
+                           f"third of the run, {thirds[2]:.2f} s in the last")
+        else:
+            bad.append(f"only {len(lookups)} pulls of new images by root were timed")
+        ev = [s["events_bytes"] for s in self.samples if s.get("events_bytes") is not None]
+        if ev:
+            p(f"events log on disk (rotated files included): {ev[0]} bytes after the warm-up, "
+              f"{ev[-1]} at the end, at most {max(ev)}")
+            if max(ev) > self.a.events_bound:
+                bad.append(f"the events log reached {max(ev)} bytes on disk (bound "
+                           f"{self.a.events_bound})")
+        users = st.get("users") or st.get("cache", {}).get("users")
+        if users:
+            p("cache by user: " + json.dumps(users))
+        return bad
 
     def report(self, outs, hung, first_mount, last_mount, st, budget, fp, t_start):
         a = self.a
@@ -807,6 +1010,9 @@ class Soak:
             if s1["fds"] > s0["fds"] + fd_slack:
                 flat.append(f"{who} descriptors grew {s0['fds']} -> {s1['fds']}")
         verdict += flat
+        hostile_lines = []
+        if self.hostile:
+            verdict += self.hostile_report(st, hostile_lines)
         srv = st.get("serving", {})
         asked = self.actions.get("kill", 0) + self.actions.get("upgrade", 0)
         if (srv.get("restarts") or 0) > asked:
@@ -871,6 +1077,8 @@ class Soak:
                   f"-{max(r['rss_kib'] for r in rs)} KiB, fds {min(r['fds'] for r in rs)}"
                   f"-{max(r['fds'] for r in rs)} (first {rs[0]['rss_kib']} KiB / {rs[0]['fds']}, "
                   f"last {rs[-1]['rss_kib']} KiB / {rs[-1]['fds']})")
+        for line in hostile_lines:
+            p(line)
         p()
         if verdict:
             p("verdict: FAIL")
@@ -917,6 +1125,8 @@ def main():
     m.add_argument("--out", required=True)
     m.add_argument("--fresh", type=int, default=0, help="single-use images to make")
     m.add_argument("--integration", default=ENV.get("INTEGRATION_DIR", ""))
+    m.add_argument("--hostile", action="store_true", help="push the hostile user's images")
+    m.add_argument("--hostile-bigtoc", help="the hostile big-TOC image, pushed already")
     r = sub.add_parser("run")
     r.add_argument("--manifest", required=True)
     r.add_argument("--minutes", type=float, default=30)
@@ -933,12 +1143,21 @@ def main():
     r.add_argument("--fresh-every", type=float, default=2,
                    help="seconds between lookups of images never pulled before")
     r.add_argument("--json")
+    r.add_argument("--hostile", action="store_true",
+                   help="a hostile local user beside the readers (needs the manifest's "
+                        "hostile images)")
+    r.add_argument("--trickle-rate", type=int, default=4,
+                   help="bytes a second of the hostile user's trickle blobs")
+    r.add_argument("--events-bound", type=int, default=256 << 20,
+                   help="bytes the events log may take on disk, rotated files included")
     a = ap.parse_args()
     if a.cmd == "manifest":
         cmd_manifest(a)
         return 0
     if a.minutes <= 0 or a.readers < 1 or a.interval <= 0:
         ap.error("--minutes, --readers and --interval must be positive")
+    if a.hostile and os.geteuid() != 0:
+        ap.error("--hostile needs root (its user is uid 65534)")
     return cmd_run(a)
 
 
