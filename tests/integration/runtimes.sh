@@ -5,7 +5,9 @@
 #   - overlayfs with the image as lowerdir: read-only (two lowerdirs), and
 #     writable with a tmpfs upper (new files, copy-up, whiteouts), while the
 #     image itself stays as it was;
-#   - bubblewrap with the image bound read-only as /.
+#   - bubblewrap with the image bound read-only as /;
+#   - podman run --rootfs IMAGE:O (podman's own overlay over a read-only
+#     root; a plain --rootfs needs a root it can write, on disk as here).
 # A runtime that is missing or cannot run here at all is reported as
 # skipped, and the test skips (77) only when none of them could run.
 source "$(dirname "$0")/lib.sh"
@@ -189,10 +191,33 @@ readonly" "$out" "output of bwrap with the image as /"
     log "bwrap: ran bash, dpkg --verify clean"
 }
 
+# --------------------------------------------------------------- podman
+
+run_podman() {
+    command -v podman >/dev/null || {
+        note_skip podman "not installed"
+        return 0
+    }
+    local out rc=0
+    # The limits: podman here cannot raise RLIMIT_NOFILE/NPROC (TOOL-FACTS).
+    out=$(timeout 120 podman --root "$WORK/podman-root" --runroot "$WORK/podman-run" \
+        --storage-driver vfs run --rm --runtime runc --network none \
+        --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 --rootfs "$root:O" \
+        /bin/bash -c 'cat /etc/debian_version; echo pid $$; echo x >/etc/pullfs-podman && cat /etc/pullfs-podman' 2>&1) || rc=$?
+    [ "$rc" = 0 ] || fail "podman run --rootfs $root:O exited $rc: $out"
+    assert_eq "$version
+pid 1
+x" "$out" "output of podman run --rootfs with the image"
+    assert_errno ENOENT "$root/etc/pullfs-podman"
+    RAN+=(podman)
+    log "podman: ran bash on its overlay of the image; the image is untouched"
+}
+
 run_crun
 run_runc
 run_overlay
 run_bwrap
+run_podman
 
 unmount_pullfs
 [ "${#RAN[@]}" -gt 0 ] || skip "no runtime could run here (skipped: ${SKIPPED[*]})"
