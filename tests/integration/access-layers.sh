@@ -1,6 +1,6 @@
 #!/bin/bash
-# Content pulled with credentials is not handed out by digest (issue 14,
-# item 3).  Layers and configs are shared by digest, so a manifest that
+# Content pulled with credentials is not handed out by digest.
+# Layers and configs are shared by digest, so a manifest that
 # anybody pushes to a registry of their own, naming the digests of a
 # private image's blobs, would be served from the cache.  A pull reuses a
 # blob that only pulls with credentials brought in once its own repository

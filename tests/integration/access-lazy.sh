@@ -1,6 +1,6 @@
 #!/bin/bash
 # A lazy image's table of contents does not hand out a private image's
-# files (issue 14, item 3).  A partial pull links a file whose content
+# files.  A partial pull links a file whose content
 # digest the content store holds instead of fetching it; a zstd:chunked
 # table of contents anybody can push names such digests, so only content
 # that a pull without credentials brought is linked.  Here the attacker's

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Private names stay private (issue 14, item 3): on an allow_other mount, a
+# Private names stay private: on an allow_other mount, a
 # user who may not see an image pulled with credentials finds neither its
 # name nor its digest in MOUNT/images/ (at any level: host, repository,
 # tag) nor in .pullfs/status, while root and the users its

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Private images stay private on an allow_other mount (issue 14, item 3).
+# Private images stay private on an allow_other mount.
 # An image pulled with registry credentials is seen only by root and the
 # users and groups of its --private-access-rule; everybody else gets
 # EACCES on the image path, under any of its names, whoever looked it up

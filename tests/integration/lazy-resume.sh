@@ -193,7 +193,7 @@ event_fields Pulled "$PROXY/test/share-a:1" message | grep "is complete" | grep 
 
 # share-b: its big file is in the content store, linked and not fetched
 # at the lookup or by a read; its completion still GETs the blob whole
-# once, for the layer's digest (issue 12: a table of contents alone does
+# once, for the layer's digest (a table of contents alone does
 # not prove the layer is that digest's).
 mark=$(grep -c "^range GET /v2/test/share-b/" "$PROXY_LOG" || true)
 ls "$(img share-b:1)" >/dev/null || fail "lookup of share-b:1"

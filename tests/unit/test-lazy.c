@@ -647,7 +647,7 @@ static bool layer_lazy(struct fixture *f, const char *digest)
 
 /* Every chunk read already: the completion still reads the whole blob, and
  * a blob that does not match the layer's digest leaves the layer lazy
- * (issue 12: every finished layer is checked against its digest). */
+ * (every finished layer is checked against its digest). */
 static void test_complete_checks_digest(void **state)
 {
 	struct fixture *f = *state;

@@ -324,7 +324,7 @@ def main():
 
     if base:
         print()
-        print("Targets (issue 12), on the medians, against the full pull:")
+        print("Targets, on the medians, against the full pull:")
         for t in tools:
             if not isinstance(t, Pullfs) or not t.lazy:
                 continue

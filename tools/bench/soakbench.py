@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The soak of pullfs (issue 14); run by tools/bench/soak.
+"""The soak of pullfs; run by tools/bench/soak.
 
     soakbench.py manifest --registry H:P --storage DIR --arch A --images LIST --out FILE
     soakbench.py run --manifest FILE [--minutes N] [--readers N] [--interval S]
