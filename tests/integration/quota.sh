@@ -75,13 +75,20 @@ elif what == "user":
     print(next((u["bytes"] for u in st.get("users", []) if u["uid"] == 65534), 0))
 elif what == "images":
     print(" ".join(sorted(i["reference"] for i in st["images"])))
+elif what == "disk":
+    # what the images of a registry take on disk
+    print(sum(i["size"] for i in st["images"] if i["reference"].startswith(sys.argv[3] + "/")))
 PY
 }
+# check_budget WHEN: usage within the budget, and the user's images (of
+# random bytes: as large on disk as compressed) within its quota
 check_budget() {
-    local used
+    local used mine
     used=$(status cache)
-    log "$1: cache $used bytes of $budget, uid 65534 charged $(status user) of $quota"
+    mine=$(status disk "$own")
+    log "$1: cache $used bytes of $budget, uid 65534's images $mine on disk, charged $(status user) of $quota"
     [ "$used" -le "$budget" ] || fail "$1: cache usage $used over the budget $budget"
+    [ "$mine" -le "$quota" ] || fail "$1: uid 65534's images take $mine bytes, over its quota of $quota"
 }
 
 assert_eq OK "$(cat "$MNT/images/$REGISTRY/test/root:1/name" >/dev/null && echo OK)" "root's image"
