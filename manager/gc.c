@@ -640,7 +640,7 @@ int gc_user_room(struct manager *m, const char *canonical, uid_t uid, const stru
 		 * wait for the lookup this pull answers: the collector asks
 		 * (prepare()) once it is answered, for the next pull. */
 		pthread_mutex_lock(&m->lock);
-		m->gc_wanted = true;
+		m->settle_wanted = true;
 		pthread_cond_signal(&m->gc_cond);
 		pthread_mutex_unlock(&m->lock);
 	}
@@ -869,7 +869,7 @@ static void *gc_thread(void *arg)
 	next.tv_sec += every_s;
 	pthread_mutex_lock(&m->lock);
 	for (;;) {
-		while (!m->gc_wanted && !m->stopping) {
+		while (!m->gc_wanted && !m->settle_wanted && !m->stopping) {
 			if (pthread_cond_timedwait(&m->gc_cond, &m->lock, &next) != ETIMEDOUT)
 				continue;
 			names_collect_locked(m, (uid_t)-1, (int64_t)idle_s * 1000);
@@ -878,7 +878,15 @@ static void *gc_thread(void *arg)
 		}
 		if (m->stopping)
 			break;
-		m->gc_wanted = false;
+		if (!m->gc_wanted) {
+			m->settle_wanted = false;
+			pthread_mutex_unlock(&m->lock);
+			prepare(m);
+			pthread_mutex_lock(&m->lock);
+			continue;
+		}
+		/* run_gc() prepares too */
+		m->gc_wanted = m->settle_wanted = false;
 		pthread_mutex_unlock(&m->lock);
 		json_t *j = NULL;
 		if (run_gc(m, 0, false, &j, NULL) == 0)

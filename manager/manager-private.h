@@ -28,7 +28,6 @@ struct manifest;
 struct layer_view;
 struct imagekeys;
 struct quota_blob;
-typedef struct json_t json_t;
 
 #define PULL_DURATION_BUCKETS 18
 
@@ -221,7 +220,10 @@ struct manager {
 	/* the background GC thread */
 	pthread_t gc_thread;
 	bool gc_thread_started;
-	bool gc_wanted;	       /* lock */
+	bool gc_wanted; /* lock */
+	/* the collector only calls gc_prepare (a user's pull found no
+	 * room, gc_user_room()); lock */
+	bool settle_wanted;
 	bool stopping;	       /* lock */
 	atomic_bool cancelled; /* manager_cancel(): pulls give up */
 	/* background completions of lazy layers running, all images
