@@ -175,9 +175,10 @@ uint64_t gc_user_quota(struct manager *m)
 		return m->opts.user_cache_max_bytes;
 	if (m->opts.cache_max_bytes)
 		return m->opts.cache_max_bytes / DEFAULT_USER_SHARE;
-	/* the budget without --cache-max-bytes (measure()) */
+	/* the budget without --cache-max-bytes (measure()); unknown, no
+	 * limit rather than refusing every user's pull */
 	if (cache_statfs(m->cache, &total, &avail) < 0)
-		return 0;
+		return INT64_MAX;
 	return total / DEFAULT_USER_SHARE;
 }
 
