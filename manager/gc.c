@@ -597,7 +597,7 @@ int gc_user_room(struct manager *m, const char *canonical, uid_t uid, const stru
 			nb[extra.n_blobs++] = (struct quota_blob){ d->digest, d->size };
 		need += d->size;
 	}
-	/* Unknown in use (no answer): kept, as GC keeps their content. */
+	/* Not knowing which images processes stand in, none is dropped. */
 	r = entered_keys(m, &keys, &n_keys);
 	if (r < 0)
 		goto out_free;
@@ -644,14 +644,13 @@ int gc_user_room(struct manager *m, const char *canonical, uid_t uid, const stru
 		m->settle_wanted = true;
 		pthread_cond_signal(&m->gc_cond);
 		pthread_mutex_unlock(&m->lock);
-	}
-	if (r == -EDQUOT)
 		snprintf(msg, len,
 			 "uid %lu may have %llu bytes of images in the cache: this image (%llu "
 			 "bytes) and those of its images that cannot go (in use, being pulled or "
 			 "pinned) take %llu",
 			 (unsigned long)uid, (unsigned long long)quota, (unsigned long long)need,
 			 (unsigned long long)bytes);
+	}
 out_free:
 	free(dropped);
 	free(q);
