@@ -139,6 +139,7 @@ kill -KILL "$pid"
 wait_for 30 _replaced "$pid" || fail "serving process $pid not replaced"
 after=$(status user)
 log "charge of uid 65534: $before bytes before the kill -9, $after after"
+[ "$after" -gt $((4 << 20)) ] || fail "uid 65534 charged $after bytes after the kill -9, its two images held open"
 assert_eq "$before" "$after" "charge of uid 65534 across the kill -9"
 # still held: a pull is still refused (img8 is in back-off now)
 assert_eq EDQUOT "$(errno_as "$MNT/images/$own/u/img2:1/name")" "uid 65534 pulls beyond its quota after the restart"
