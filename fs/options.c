@@ -195,6 +195,10 @@ static const struct opt options[] = {
 	/* 0 is allowed here: "no minimum" (tests, tiny nodes). */
 	{ "gc-min-age", 0, KIND_DURATION, EVERYWHERE, NO_FIELD, .min = 0, .max = 86400 * 365,
 	  .set = set_gc_min_age, .def = "120", .help = "never collect an image pulled less ago" },
+	{ "user-cache-max-bytes", 0, KIND_SIZE, EVERYWHERE, AT(mo.user_cache_max_bytes),
+	  .def = "a quarter of the budget",
+	  .help = "bytes of images one user other than root may have in the cache (config and "
+		  "compressed layers, each layer once per user)" },
 	{ "pin-image", 0, KIND_LIST, EVERYWHERE, AT(mo.pins), AT(mo.n_pins), .arg = "PATTERN",
 	  .help = "never collect references matching the glob" },
 	{ "control-socket", 0, KIND_PATH, EVERYWHERE, AT(control_socket), .arg = "PATH",

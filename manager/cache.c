@@ -610,6 +610,12 @@ static int ref_parse(const char *buf, size_t len, struct cache_ref *ret)
 		ret->image_key = key > 0 && key <= UINT32_C(0x7fffffff) ? (uint32_t)key : 0;
 		ret->credentials_known = json_is_boolean(json_object_get(o, "credentials"));
 		ret->credentials = json_is_true(json_object_get(o, "credentials"));
+		json_t *uid = json_object_get(o, "uid");
+		if (json_is_integer(uid) && json_integer_value(uid) > 0 &&
+		    json_integer_value(uid) < UINT32_MAX) {
+			ret->user = true;
+			ret->uid = (uint32_t)json_integer_value(uid);
+		}
 		if (!ret->reference || !ret->digest || (idx && !ret->index_digest)) {
 			cache_ref_done(ret);
 			r = -ENOMEM;
@@ -679,6 +685,8 @@ int cache_ref_save(struct cache *c, const struct cache_ref *r)
 	if (r->image_key)
 		json_object_set_new(o, "image_key", json_integer(r->image_key));
 	json_object_set_new(o, "credentials", json_boolean(r->credentials));
+	if (r->user)
+		json_object_set_new(o, "uid", json_integer(r->uid));
 	s = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	if (!s)

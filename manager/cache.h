@@ -141,6 +141,10 @@ struct cache_ref {
 	/* Pulled with the registry's credentials; not known for a file from
 	 * before it was recorded. */
 	bool credentials, credentials_known;
+	/* A name a user other than root pulled: the user its content is
+	 * charged to (quota.h). */
+	bool user;
+	uint32_t uid;
 };
 void cache_ref_done(struct cache_ref *r);
 

@@ -339,7 +339,7 @@ int manager_decide(struct manager *m, const struct reference *ref, const char *c
 			/* Nothing pulled: the name is as private as the
 			 * names that brought the content. */
 			refs_publish(m, canonical, ref->digest, NULL, image_key(img), who,
-				     manager_digest_private(m, image_digest(img)));
+				     manager_digest_private(m, image_digest(img)), false);
 			manager_present_event(m, canonical, ref->digest, who);
 			*ret = img;
 			return 0;
@@ -428,7 +428,7 @@ int manager_decide(struct manager *m, const struct reference *ref, const char *c
 		r = refs_image_get(m, canonical, digest, ret, errbuf, sizeof(errbuf));
 	if (r == 0) {
 		r = refs_publish(m, canonical, digest, index_digest, image_key(*ret), who,
-				 credentials_configured(m->opts.credentials, ref->domain));
+				 credentials_configured(m->opts.credentials, ref->domain), true);
 		if (r < 0) {
 			image_unref(*ret, 1);
 			pull_fail(&p, "cannot record reference: %s", strerror(-r));

@@ -140,6 +140,7 @@ static void flight_run(struct flight_job *j)
 	r = manager_decide(m, j->ref, j->canonical, j->policy, j->has_who ? &j->who : NULL,
 			   j->t_wait, f, &out, &img);
 	pthread_rwlock_unlock(&m->gc_lock);
+	bool dropped = f->quota_dropped;
 	bool want_gc = out.pulled && gc_needed(m);
 
 	pthread_mutex_lock(&m->lock);
@@ -183,6 +184,10 @@ static void flight_run(struct flight_job *j)
 	}
 	if (r == 0)
 		image_unref(img, 1);
+	/* After the answers: the kernel forgets the names dropped only once
+	 * the lookups of their directory are answered. */
+	if (dropped)
+		gc_sweep_dropped(m);
 	free(f);
 	reference_free(j->ref);
 	free(j->canonical);

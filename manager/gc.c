@@ -1,8 +1,10 @@
-/* Garbage collection of the cache: least recently used references first,
- * then every layer and blob no remaining reference needs.  Thresholds as
- * the kubelet's image GC (start above 85 % of the budget, stop at 80 %),
- * never an image with open files, a pull in flight (a lazy image's
- * background completion included), a pin, or an age under the minimum. */
+/* Garbage collection of the cache: least recently used references first
+ * (those of users over their quota before any other, quota.h), then every
+ * layer and blob no remaining reference needs.  Thresholds as the
+ * kubelet's image GC (start above 85 % of the budget, stop at 80 %), never
+ * an image with open files, a pull in flight (a lazy image's background
+ * completion included), a pin, or an age under the minimum.  Also the
+ * room a user's pull makes among that user's own images. */
 #include <errno.h>
 #include <fnmatch.h>
 #include <inttypes.h>
@@ -18,6 +20,7 @@
 #include "imagekeys.h"
 #include "macro.h"
 #include "packs.h"
+#include "quota.h"
 #include "manager-private.h"
 #include "reference.h"
 #include "strmap.h"
@@ -25,6 +28,7 @@
 #define DEFAULT_HIGH 85
 #define DEFAULT_LOW 80
 #define DEFAULT_MIN_AGE_S 120
+#define DEFAULT_USER_SHARE 4 /* a user's quota: a quarter of the budget */
 
 struct candidate {
 	char *reference;
@@ -37,6 +41,11 @@ struct candidate {
 	bool pinned;
 	bool removed;	/* by this run */
 	uint64_t freed; /* bytes its removal freed */
+	uid_t owner;	/* the user its name is charged to; 0: root */
+	uint32_t key;	/* of its loaded image; 0: none loaded */
+	bool stored;	/* a user's name with a file in the cache */
+	struct quota_blob *blobs;
+	size_t n_blobs;
 };
 
 static void candidates_free(struct candidate *c, size_t n)
@@ -45,6 +54,7 @@ static void candidates_free(struct candidate *c, size_t n)
 		free(c[i].reference);
 		free(c[i].digest);
 		free(c[i].index_digest);
+		refs_blobs_free(c[i].blobs, c[i].n_blobs);
 	}
 	free(c);
 }
@@ -90,8 +100,23 @@ static int collect_one(void *userdata, const char *key, void *value)
 	for (size_t i = 0; img && i < img->content->n_layers && !c->in_flight; i++)
 		c->in_flight = pack_completing(ctx->m->packs, img->content->packs[i]);
 	c->pinned = pinned(ctx->m, rs->reference);
+	c->owner = rs->ephemeral ? rs->uid : 0;
+	c->key = img ? image_key(img) : 0;
+	c->stored = rs->user_stored;
 	ctx->n++;
-	return 0;
+	if (rs->n_blobs) {
+		c->blobs = calloc(rs->n_blobs, sizeof(*c->blobs));
+		if (!c->blobs)
+			ctx->error = -ENOMEM;
+		for (size_t i = 0; c->blobs && i < rs->n_blobs; i++) {
+			c->blobs[i].size = rs->blobs[i].size;
+			c->blobs[i].digest = strdup(rs->blobs[i].digest);
+			c->n_blobs++;
+			if (!c->blobs[i].digest)
+				ctx->error = -ENOMEM;
+		}
+	}
+	return ctx->error;
 }
 
 /* A snapshot of every cached reference.  manager.lock held. */
@@ -113,13 +138,64 @@ static int collect_locked(struct manager *m, struct candidate **ret, size_t *ret
 	return 0;
 }
 
-static int by_last_used(const void *a, const void *b)
+/* The candidates as quota.h sees them, in the same order.  A user's name
+ * of content that one of root's names also holds is charged to root. */
+static struct quota_image *quota_view(const struct candidate *c, size_t n)
 {
-	const struct candidate *x = a, *y = b;
+	struct quota_image *q = calloc(n ? n : 1, sizeof(*q));
+	struct strmap *root = strmap_new();
+	bool oom = !q || !root;
 
-	if (x->last_used_ms != y->last_used_ms)
-		return x->last_used_ms < y->last_used_ms ? -1 : 1;
-	return strcmp(x->reference, y->reference);
+	for (size_t i = 0; i < n && !oom; i++)
+		if (c[i].owner == 0 && strmap_put(root, c[i].digest, (void *)1) < 0)
+			oom = true;
+	for (size_t i = 0; i < n && !oom; i++)
+		q[i] = (struct quota_image){
+			.reference = c[i].reference,
+			.owner = strmap_get(root, c[i].digest) ? 0 : c[i].owner,
+			.last_used_ms = c[i].last_used_ms,
+			.blobs = c[i].blobs,
+			.n_blobs = c[i].n_blobs,
+			.keep = c[i].pinned || c[i].in_flight || c[i].open_files,
+			.index = i,
+		};
+	strmap_free(root);
+	if (oom) {
+		free(q);
+		return NULL;
+	}
+	return q;
+}
+
+uint64_t gc_user_quota(struct manager *m)
+{
+	uint64_t total, avail;
+
+	if (m->opts.user_cache_max_bytes)
+		return m->opts.user_cache_max_bytes;
+	if (m->opts.cache_max_bytes)
+		return m->opts.cache_max_bytes / DEFAULT_USER_SHARE;
+	/* the budget without --cache-max-bytes (measure()); unknown, no
+	 * limit rather than refusing every user's pull */
+	if (cache_statfs(m->cache, &total, &avail) < 0)
+		return INT64_MAX;
+	return total / DEFAULT_USER_SHARE;
+}
+
+uint64_t gc_user_charge(struct manager *m, uid_t uid)
+{
+	struct candidate *c = NULL;
+	struct quota_image *q = NULL;
+	uint64_t bytes = 0;
+	size_t n = 0;
+
+	pthread_mutex_lock(&m->lock);
+	if (collect_locked(m, &c, &n) == 0 && (q = quota_view(c, n)))
+		(void)quota_charge(q, n, uid, NULL, &bytes);
+	pthread_mutex_unlock(&m->lock);
+	free(q);
+	candidates_free(c, n);
+	return bytes;
 }
 
 /* The budget and where usage stands against it. */
@@ -258,34 +334,18 @@ static void add_open(void *userdata, uint32_t key, void *value)
  * directory or root in it (images_entered), where files may be opened
  * any time.  The kernel's dentries of names just removed are dropped
  * before (settle_removed()): no path leads into such an image any more. */
+static int entered_keys(struct manager *m, uint32_t **ret_keys, size_t *ret_n);
+
 static void keep_open_images(struct keep_ctx *k)
 {
 	struct manager *m = k->m;
 	struct open_digests o = { 0 };
-	int (*entered)(void *userdata, uint32_t **ret_keys, size_t *ret_n);
-	void *ud;
 	uint32_t *keys = NULL;
 	size_t n = 0;
 
-	pthread_mutex_lock(&m->lock);
-	entered = m->images_entered;
-	ud = m->images_entered_userdata;
-	if (entered)
-		m->hooks_running++;
-	pthread_mutex_unlock(&m->lock);
-	if (entered) {
-		if (entered(ud, &keys, &n) < 0) {
-			/* cannot be told: nothing is deleted this time */
-			k->error = -ENOMEM;
-			n = 0;
-		}
-		pthread_mutex_lock(&m->lock);
-		if (--m->hooks_running == 0)
-			pthread_cond_broadcast(&m->hooks_cond);
-		pthread_mutex_unlock(&m->lock);
-	}
-	if (n > 1)
-		qsort(keys, n, sizeof(*keys), key_cmp);
+	if (entered_keys(m, &keys, &n) < 0)
+		/* cannot be told: nothing is deleted this time */
+		k->error = -ENOMEM;
 	o.entered = keys;
 	o.n_entered = n;
 	pthread_mutex_lock(&m->keys_lock);
@@ -300,6 +360,42 @@ static void keep_open_images(struct keep_ctx *k)
 		free(o.digests[i]);
 	}
 	free(o.digests);
+}
+
+/* The keys of the images a process has its working directory or root in
+ * (manager_set_images_entered()), sorted.  Calls the filesystem's hook
+ * outside every lock.  Returns 0 (none when there is no hook) or
+ * -ENOMEM. */
+static int entered_keys(struct manager *m, uint32_t **ret_keys, size_t *ret_n)
+{
+	int (*entered)(void *userdata, uint32_t **ret_keys, size_t *ret_n);
+	void *ud;
+	uint32_t *keys = NULL;
+	size_t n = 0;
+	int r = 0;
+
+	pthread_mutex_lock(&m->lock);
+	entered = m->images_entered;
+	ud = m->images_entered_userdata;
+	if (entered)
+		m->hooks_running++;
+	pthread_mutex_unlock(&m->lock);
+	if (entered) {
+		if (entered(ud, &keys, &n) < 0) {
+			r = -ENOMEM;
+			keys = NULL;
+			n = 0;
+		}
+		pthread_mutex_lock(&m->lock);
+		if (--m->hooks_running == 0)
+			pthread_cond_broadcast(&m->hooks_cond);
+		pthread_mutex_unlock(&m->lock);
+	}
+	if (n > 1)
+		qsort(keys, n, sizeof(*keys), key_cmp);
+	*ret_keys = keys;
+	*ret_n = n;
+	return r;
 }
 
 struct sweep_ctx {
@@ -472,10 +568,112 @@ static void settle_removed(struct manager *m)
 	pthread_rwlock_wrlock(&m->gc_lock);
 }
 
+/* ---- a user's quota ---------------------------------------------------- */
+
+static bool key_entered(const uint32_t *keys, size_t n, uint32_t key)
+{
+	return key && n && bsearch(&key, keys, n, sizeof(key), key_cmp);
+}
+
+int gc_user_room(struct manager *m, const char *canonical, uid_t uid, const struct manifest *mf,
+		 struct flight *f, char *msg, size_t len)
+{
+	struct quota_blob *nb = calloc(mf->n_layers + 1, sizeof(*nb));
+	struct quota_image extra = { .reference = canonical, .owner = uid, .blobs = nb };
+	struct candidate *c = NULL;
+	struct quota_image *q = NULL;
+	uint32_t *keys = NULL;
+	size_t n = 0, n_keys = 0, n_dropped = 0;
+	uint64_t quota = gc_user_quota(m), bytes = 0, need = 0;
+	char **dropped = NULL;
+	int r;
+
+	if (!nb)
+		return -ENOMEM;
+	/* borrowed from mf: quota.h only reads them */
+	for (size_t i = 0; i <= mf->n_layers; i++) {
+		const struct descriptor *d = i ? &mf->layers[i - 1] : &mf->config;
+		if (d->digest)
+			nb[extra.n_blobs++] = (struct quota_blob){ d->digest, d->size };
+		need += d->size;
+	}
+	/* Not knowing which images processes stand in, none is dropped. */
+	r = entered_keys(m, &keys, &n_keys);
+	if (r < 0)
+		goto out_free;
+	pthread_mutex_lock(&m->lock);
+	r = collect_locked(m, &c, &n);
+	if (r == 0 && !(q = quota_view(c, n)))
+		r = -ENOMEM;
+	for (size_t i = 0; r == 0 && i < n; i++)
+		if (key_entered(keys, n_keys, c[i].key) || !strcmp(c[i].reference, canonical))
+			q[i].keep = true;
+	if (r == 0)
+		r = quota_make_room(q, n, uid, quota, &extra, &bytes);
+	if (r == 0 && (dropped = calloc(n ? n : 1, sizeof(*dropped)))) {
+		for (size_t i = 0; i < n; i++) {
+			if (!q[i].victim)
+				continue;
+			refstate_drop_locked(m, c[i].reference);
+			/* the file goes below, outside the lock */
+			if (c[i].stored)
+				dropped[n_dropped++] = c[i].reference;
+			c[i].removed = true;
+			f->quota_dropped = true;
+		}
+	} else if (r == 0) {
+		r = -ENOMEM;
+	}
+	pthread_mutex_unlock(&m->lock);
+	for (size_t i = 0; i < n_dropped; i++)
+		(void)cache_ref_remove(m->cache, dropped[i]);
+	for (size_t i = 0; i < n; i++)
+		if (c[i].removed)
+			manager_emit(
+				m, EVENT_NORMAL, "ImageGC", c[i].reference, c[i].digest, 0, NULL,
+				"Removed image \"%s\" of uid %lu to make room for \"%s\" within "
+				"its quota of %llu bytes",
+				c[i].reference, (unsigned long)uid, canonical,
+				(unsigned long long)quota);
+	if (r == -EDQUOT) {
+		/* Images a new serving process restored count as in use until
+		 * the kernel is asked whether it still holds them, which must
+		 * wait for the lookup this pull answers: the collector asks
+		 * (prepare()) once it is answered, for the next pull. */
+		pthread_mutex_lock(&m->lock);
+		m->settle_wanted = true;
+		pthread_cond_signal(&m->gc_cond);
+		pthread_mutex_unlock(&m->lock);
+		snprintf(msg, len,
+			 "uid %lu may have %llu bytes of images in the cache: this image (%llu "
+			 "bytes) and those of its images that cannot go (in use, being pulled or "
+			 "pinned) take %llu",
+			 (unsigned long)uid, (unsigned long long)quota, (unsigned long long)need,
+			 (unsigned long long)bytes);
+	}
+out_free:
+	free(dropped);
+	free(q);
+	candidates_free(c, n);
+	free(keys);
+	free(nb);
+	return r;
+}
+
+void gc_sweep_dropped(struct manager *m)
+{
+	prepare(m);
+	pthread_rwlock_wrlock(&m->gc_lock);
+	settle_removed(m);
+	sweep(m);
+	pthread_rwlock_unlock(&m->gc_lock);
+}
+
 static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **ret,
 		  struct error_detail *err)
 {
 	struct candidate *c = NULL;
+	struct quota_image *q = NULL;
 	struct budget b;
 	uint64_t freed = 0, target;
 	size_t n = 0;
@@ -504,9 +702,14 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **re
 	pthread_mutex_unlock(&m->lock);
 	if (r < 0)
 		goto out;
-	if (n > 1)
-		qsort(c, n, sizeof(*c), by_last_used);
-	for (size_t i = 0; i < n && b.usage > target; i++) {
+	/* The images of users over their quota go first: a user's pressure
+	 * falls on that user's images before anyone else's. */
+	q = quota_view(c, n);
+	r = q ? quota_gc_order(q, n, gc_user_quota(m)) : -ENOMEM;
+	if (r < 0)
+		goto out;
+	for (size_t k = 0; k < n && b.usage > target; k++) {
+		size_t i = q[k].index;
 		uint64_t before = b.usage, got;
 
 		if (c[i].pinned || c[i].in_flight || c[i].open_files ||
@@ -533,6 +736,7 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **re
 	r = 0;
 out:
 	pthread_rwlock_unlock(&m->gc_lock);
+	free(q);
 	if (r < 0) {
 		candidates_free(c, n);
 		json_decref(removed);
@@ -665,7 +869,7 @@ static void *gc_thread(void *arg)
 	next.tv_sec += every_s;
 	pthread_mutex_lock(&m->lock);
 	for (;;) {
-		while (!m->gc_wanted && !m->stopping) {
+		while (!m->gc_wanted && !m->settle_wanted && !m->stopping) {
 			if (pthread_cond_timedwait(&m->gc_cond, &m->lock, &next) != ETIMEDOUT)
 				continue;
 			names_collect_locked(m, (uid_t)-1, (int64_t)idle_s * 1000);
@@ -674,7 +878,15 @@ static void *gc_thread(void *arg)
 		}
 		if (m->stopping)
 			break;
-		m->gc_wanted = false;
+		if (!m->gc_wanted) {
+			m->settle_wanted = false;
+			pthread_mutex_unlock(&m->lock);
+			prepare(m);
+			pthread_mutex_lock(&m->lock);
+			continue;
+		}
+		/* run_gc() prepares too */
+		m->gc_wanted = m->settle_wanted = false;
 		pthread_mutex_unlock(&m->lock);
 		json_t *j = NULL;
 		if (run_gc(m, 0, false, &j, NULL) == 0)
@@ -712,4 +924,43 @@ void gc_stop(struct manager *m)
 	pthread_mutex_unlock(&m->lock);
 	pthread_join(m->gc_thread, NULL);
 	m->gc_thread_started = false;
+}
+
+/* ---- status ------------------------------------------------------------ */
+
+static int user_uids(void *userdata, const char *key, void *value)
+{
+	json_t *a = userdata;
+
+	json_array_append_new(a, json_integer(strtoll(key, NULL, 10)));
+	return 0;
+}
+
+json_t *gc_users_json(struct manager *m, const struct caller *who)
+{
+	json_t *uids = json_array(), *users = json_array(), *v;
+	uint64_t quota = gc_user_quota(m);
+	size_t i;
+
+	if (!uids || !users) {
+		json_decref(uids);
+		json_decref(users);
+		return NULL;
+	}
+	pthread_mutex_lock(&m->lock);
+	strmap_foreach(m->users, user_uids, uids);
+	pthread_mutex_unlock(&m->lock);
+	json_array_foreach(uids, i, v)
+	{
+		uid_t uid = (uid_t)json_integer_value(v);
+
+		/* a user sees its own figures only */
+		if (who && who->uid != 0 && who->uid != uid)
+			continue;
+		json_array_append_new(users, json_pack("{s:I, s:I, s:I}", "uid", (json_int_t)uid,
+						       "bytes", (json_int_t)gc_user_charge(m, uid),
+						       "quota_bytes", (json_int_t)quota));
+	}
+	json_decref(uids);
+	return users;
 }

@@ -27,6 +27,7 @@ struct packs;
 struct manifest;
 struct layer_view;
 struct imagekeys;
+struct quota_blob;
 
 #define PULL_DURATION_BUCKETS 18
 
@@ -72,6 +73,14 @@ struct refstate {
 	 * counted against that user's limit, and collected when idle. */
 	bool ephemeral;
 	uid_t uid; /* who created it, when ephemeral */
+	/* An ephemeral name whose pull that user caused: its file in the
+	 * cache says so, and its content stays charged to the user across
+	 * restarts until the name goes. */
+	bool user_stored;
+	/* What an ephemeral name costs its user (quota.h): the blobs of its
+	 * manifest; NULL for root's names. */
+	struct quota_blob *blobs;
+	size_t n_blobs;
 	/* Pulled with the registry's credentials: seen only by whom the
 	 * private access rules admit (access.h). */
 	bool credentials;
@@ -111,6 +120,9 @@ struct flight {
 	 * pull (access.h); otherwise it serves what is cached or fails. */
 	atomic_bool may_pull;
 	uid_t uid;
+	/* Names of uid were dropped to make room for this pull within its
+	 * quota: their content is swept once the pull is over. */
+	bool quota_dropped;
 	struct pull_progress progress;
 };
 
@@ -208,7 +220,10 @@ struct manager {
 	/* the background GC thread */
 	pthread_t gc_thread;
 	bool gc_thread_started;
-	bool gc_wanted;	       /* lock */
+	bool gc_wanted; /* lock */
+	/* the collector only calls gc_prepare (a user's pull found no
+	 * room, gc_user_room()); lock */
+	bool settle_wanted;
 	bool stopping;	       /* lock */
 	atomic_bool cancelled; /* manager_cancel(): pulls give up */
 	/* background completions of lazy layers running, all images
@@ -312,10 +327,12 @@ int refs_image_get(struct manager *m, const char *reference, const char *digest,
 		   char *errbuf, size_t errlen);
 /* Records that reference names digest now: in the cache first unless the
  * name is ephemeral (a user other than root made it), then in the table.
- * Takes manager.lock.  Returns 0, -ENOMEM, or the cache's -errno. */
+ * Takes manager.lock.  A name a user other than root pulled (pulled) is
+ * written with that user's uid, so that its charge survives a restart.
+ * Returns 0, -ENOMEM, or the cache's -errno. */
 int refs_publish(struct manager *m, const char *reference, const char *digest,
-		 const char *index_digest, uint32_t key, const struct caller *who,
-		 bool credentials);
+		 const char *index_digest, uint32_t key, const struct caller *who, bool credentials,
+		 bool pulled);
 /* The rate-limited "already present" event.  Takes manager.lock. */
 void manager_present_event(struct manager *m, const char *canonical, const char *digest,
 			   const struct caller *who);
@@ -373,6 +390,30 @@ void manager_pull_denied(struct manager *m, const char *canonical, const struct 
 			 const char *why);
 /* gc.c: true when usage is over the high threshold. */
 bool gc_needed(struct manager *m);
+/* gc.c: the bytes a user other than root may have charged (quota.h):
+ * --user-cache-max-bytes, or a quarter of the budget. */
+uint64_t gc_user_quota(struct manager *m);
+/* gc.c: the bytes charged to uid now.  Takes manager.lock. */
+uint64_t gc_user_charge(struct manager *m, uid_t uid);
+/* gc.c, for a pull by uid of canonical (manifest mf), before any layer
+ * is fetched: drops uid's own least recently used names that nothing
+ * holds (not pinned, in use or being pulled) until the image fits in
+ * uid's quota, setting f->quota_dropped when one went.  gc_lock held
+ * shared; takes manager.lock.  Returns 0, or -EDQUOT with the reason in
+ * msg (nothing dropped), -ENOMEM. */
+int gc_user_room(struct manager *m, const char *canonical, uid_t uid, const struct manifest *mf,
+		 struct flight *f, char *msg, size_t len);
+/* gc.c: [{uid, bytes, quota_bytes}] of the users other than root who
+ * hold names or pulls (only who's own unless who is root); NULL on
+ * -ENOMEM.  Takes manager.lock. */
+json_t *gc_users_json(struct manager *m, const struct caller *who);
+/* gc.c: deletes the content of names dropped (gc_user_room) that nothing
+ * else needs.  Takes gc_lock exclusively: call without it. */
+void gc_sweep_dropped(struct manager *m);
+/* refs.c: the blobs of the cached manifest digest as quota.h counts
+ * them; 0, or what manifest_load_cached returns. */
+int refs_blobs_load(struct manager *m, const char *digest, struct quota_blob **ret, size_t *ret_n);
+void refs_blobs_free(struct quota_blob *blobs, size_t n);
 /* gc.c: starts the background collector's thread (after the daemon has
  * forked), and stops it; gc_stop does nothing when it never started.
  * gc_start returns 0 or -errno. */

@@ -87,6 +87,9 @@ struct manager_options {
 	unsigned gc_min_age_s;	  /* never remove an image pulled less ago; 0: 120 */
 	bool gc_no_min_age;	  /* ... unless this says there is no minimum */
 	const char *const *pins;  /* globs of references GC never removes */
+	/* bytes charged to one user other than root (quota.h); 0: a quarter
+	 * of the budget */
+	uint64_t user_cache_max_bytes;
 	size_t n_pins;
 };
 

@@ -619,6 +619,16 @@ int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest, uint6
 		}
 	}
 	fault_point("manifest");
+	if (p->flight && p->flight->counted) {
+		/* A user's pull fits in that user's quota before it takes a
+		 * slot or a byte of layers. */
+		char msg[512] = "";
+		r = gc_user_room(m, p->canonical, p->flight->uid, mf, p->flight, msg, sizeof(msg));
+		if (r < 0) {
+			pull_fail(p, "%s", msg[0] ? msg : strerror(-r));
+			goto out;
+		}
+	}
 	r = pull_slot_enter(p);
 	if (r < 0)
 		goto out;

@@ -16,6 +16,7 @@
 #include "fault.h"
 #include "imagekeys.h"
 #include "macro.h"
+#include "quota.h"
 #include "reference.h"
 #include "strmap.h"
 #include "manager-private.h"
@@ -124,10 +125,50 @@ int refs_image_get(struct manager *m, const char *reference, const char *digest,
 
 /* ---- references ------------------------------------------------------ */
 
+void refs_blobs_free(struct quota_blob *blobs, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(blobs[i].digest);
+	free(blobs);
+}
+
+int refs_blobs_load(struct manager *m, const char *digest, struct quota_blob **ret, size_t *ret_n)
+{
+	struct manifest *mf = NULL;
+	struct quota_blob *b;
+	size_t n = 0;
+	int r;
+
+	r = manifest_load_cached(m, digest, &mf);
+	if (r < 0)
+		return r;
+	b = calloc(mf->n_layers + 1, sizeof(*b));
+	if (!b) {
+		manifest_free(mf);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i <= mf->n_layers; i++) {
+		const struct descriptor *d = i ? &mf->layers[i - 1] : &mf->config;
+		if (!d->digest)
+			continue;
+		b[n] = (struct quota_blob){ .digest = strdup(d->digest), .size = d->size };
+		if (!b[n++].digest) {
+			refs_blobs_free(b, n);
+			manifest_free(mf);
+			return -ENOMEM;
+		}
+	}
+	manifest_free(mf);
+	*ret = b;
+	*ret_n = n;
+	return 0;
+}
+
 void refstate_free(struct refstate *rs)
 {
 	if (!rs)
 		return;
+	refs_blobs_free(rs->blobs, rs->n_blobs);
 	free(rs->reference);
 	free(rs->digest);
 	free(rs->index_digest);
@@ -202,9 +243,12 @@ static int refstate_set(struct manager *m, const char *reference, const char *di
  * first, as the publish step of a pull, and a name root uses becomes
  * permanent. */
 int refs_publish(struct manager *m, const char *reference, const char *digest,
-		 const char *index_digest, uint32_t key, const struct caller *who, bool credentials)
+		 const char *index_digest, uint32_t key, const struct caller *who, bool credentials,
+		 bool pulled)
 {
 	bool ephemeral = who && who->uid != 0;
+	struct quota_blob *blobs = NULL;
+	size_t n_blobs = 0;
 	int r;
 
 	fault_point("publish");
@@ -215,7 +259,12 @@ int refs_publish(struct manager *m, const char *reference, const char *digest,
 		ephemeral = !rs || rs->ephemeral;
 		pthread_mutex_unlock(&m->lock);
 	}
-	if (!ephemeral) {
+	if (ephemeral) {
+		/* Read before the lock.  Unreadable: charged nothing, as
+		 * anything the cache lost. */
+		(void)refs_blobs_load(m, digest, &blobs, &n_blobs);
+	}
+	if (!ephemeral || pulled) {
 		struct cache_ref cr = {
 			.reference = (char *)reference,
 			.digest = (char *)digest,
@@ -223,10 +272,14 @@ int refs_publish(struct manager *m, const char *reference, const char *digest,
 			.pulled_at = time(NULL),
 			.image_key = key,
 			.credentials = credentials,
+			.user = ephemeral,
+			.uid = ephemeral ? who->uid : 0,
 		};
 		r = cache_ref_save(m->cache, &cr);
-		if (r < 0)
+		if (r < 0) {
+			refs_blobs_free(blobs, n_blobs);
 			return r;
+		}
 	}
 	pthread_mutex_lock(&m->lock);
 	r = refstate_set(m, reference, digest, index_digest);
@@ -242,6 +295,7 @@ int refs_publish(struct manager *m, const char *reference, const char *digest,
 				u->names--;
 			users_release_locked(m, rs->uid);
 			rs->ephemeral = false;
+			rs->user_stored = false;
 		} else if (ephemeral && !rs->ephemeral) {
 			struct user_usage *u = users_get_locked(m, who->uid);
 			if (u)
@@ -249,8 +303,15 @@ int refs_publish(struct manager *m, const char *reference, const char *digest,
 			rs->ephemeral = true;
 			rs->uid = who->uid;
 		}
+		if (ephemeral && pulled)
+			rs->user_stored = true;
+		/* root's names are charged to nobody */
+		refs_blobs_free(rs->blobs, rs->n_blobs);
+		rs->blobs = rs->ephemeral ? TAKE_PTR(blobs) : NULL;
+		rs->n_blobs = rs->blobs ? n_blobs : 0;
 	}
 	pthread_mutex_unlock(&m->lock);
+	refs_blobs_free(blobs, blobs ? n_blobs : 0);
 	return r;
 }
 
@@ -305,6 +366,15 @@ int refs_load(struct manager *m)
 						  : manager_credentials_for(m, refs[i].reference);
 			if (rs->credentials)
 				atomic_store(&m->any_credentials, true);
+			/* A user's pull: that user's name again, and charged. */
+			if (refs[i].user) {
+				struct user_usage *u = users_get_locked(m, refs[i].uid);
+				if (u)
+					u->names++;
+				rs->ephemeral = rs->user_stored = true;
+				rs->uid = refs[i].uid;
+				(void)refs_blobs_load(m, rs->digest, &rs->blobs, &rs->n_blobs);
+			}
 		}
 		cache_ref_done(&refs[i]);
 	}
@@ -381,6 +451,11 @@ size_t names_collect_locked(struct manager *m, uid_t uid, int64_t idle_ms)
 	c.images = false;
 	strmap_foreach(m->refs, pick, &c);
 	for (size_t i = 0; i < c.n; i++) {
+		struct refstate *rs = strmap_get(m->refs, c.keys[i]);
+		/* Not removed: the name comes back at the next start, and
+		 * is collected again. */
+		if (rs && rs->user_stored)
+			(void)cache_ref_remove(m->cache, c.keys[i]);
 		refstate_drop_locked(m, c.keys[i]);
 		free(c.keys[i]);
 	}

@@ -252,6 +252,7 @@ int manager_status(struct manager *m, const struct caller *who, json_t **ret_jso
 	json_object_set_new(o, "pulls", pulls);
 	json_object_set_new(o, "images", images);
 	json_object_set_new(o, "backoff", backoff);
+	json_object_set_new(o, "users", gc_users_json(m, who));
 	json_object_set_new(o, "queues",
 			    json_pack("{s:i, s:i, s:i, s:i, s:I}", "pulls_running", (int)ps.running,
 				      "pulls_queued", (int)ps.queued, "max_parallel_pulls",

@@ -167,10 +167,14 @@ mount_pullfs "${daemon_args[@]}"
 assert_errno_as 65534 EACCES "$MNT/images/$priv/bin"
 assert_errno_as 1000 OK "$MNT/images/$priv/bin"
 assert_eq OK "$(errno_of "$MNT/images/$priv/bin")" "root after a restart"
-# Names made by users other than root are not kept: root pulls it again.
-assert_errno_as 65534 EACCES "$MNT/images/$pub/etc/hostname"
-assert_eq OK "$(errno_of "$MNT/images/$pub/etc/hostname")" "root pulls the public image"
+# A name a user other than root pulled is kept, with its uid (its bytes
+# stay charged to that user): served from the cache, with no pull, to
+# whoever may see it.
+pub_gets=$(manifest_gets test/public "$REGISTRY_LOG")
+grep -l '"uid":2002' "$CACHE"/refs/* >/dev/null || fail "no reference file records the uid of a user's pull"
 assert_errno_as 65534 OK "$MNT/images/$pub/etc/hostname"
+assert_eq OK "$(errno_of "$MNT/images/$pub/etc/hostname")" "root reads the public image"
+assert_eq "$pub_gets" "$(manifest_gets test/public "$REGISTRY_LOG")" "manifest GETs of a user's name after a restart"
 # Content pulled with credentials is open to all once a name of it was
 # pulled without: anybody could have pulled it so.
 assert_errno_as 1000 OK "$MNT/images/$REGISTRY/test/private:1/bin"

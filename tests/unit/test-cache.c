@@ -275,6 +275,7 @@ static void test_ref(void **state)
 	assert_order(order, 4);
 	assert_int_equal(cache_refs_load(cache, &got, &n), 0);
 	assert_int_equal(n, 1);
+	assert_false(got[0].user);
 	cache_ref_done(&got[0]);
 	free(got);
 	/* then only after a rename into layers/: none since */
@@ -283,6 +284,17 @@ static void test_ref(void **state)
 	assert_int_equal(cache_ref_save(cache, &cr), 0);
 	assert_order(order + 1, 3);
 	assert_int_equal(find_call(0, "fsync layers"), -1);
+
+	/* a user's pull keeps its uid, the user charged for it */
+	cr.user = true;
+	cr.uid = 65534;
+	assert_int_equal(cache_ref_save(cache, &cr), 0);
+	assert_int_equal(cache_refs_load(cache, &got, &n), 0);
+	assert_int_equal(n, 1);
+	assert_true(got[0].user);
+	assert_int_equal(got[0].uid, 65534);
+	cache_ref_done(&got[0]);
+	free(got);
 
 	/* a removal is durable before GC goes on to what it named */
 	n_calls = 0;
