@@ -87,6 +87,10 @@ static int set_low_speed_timeout(struct settings *s, const struct opt *o, const 
 				 char *errbuf, size_t errlen);
 static int set_gc_min_age(struct settings *s, const struct opt *o, const char *v, char *errbuf,
 			  size_t errlen);
+static int set_min_transfer_rate(struct settings *s, const struct opt *o, const char *v,
+				 char *errbuf, size_t errlen);
+static int set_transfer_rate_window(struct settings *s, const struct opt *o, const char *v,
+				    char *errbuf, size_t errlen);
 static int set_mount_options(struct settings *s, const struct opt *o, const char *v, char *errbuf,
 			     size_t errlen);
 static int set_nothing(struct settings *s, const struct opt *o, const char *v, char *errbuf,
@@ -185,6 +189,13 @@ static const struct opt options[] = {
 	{ "low-speed-timeout", 0, KIND_DURATION, EVERYWHERE, NO_FIELD, .min = 1, .max = 3600,
 	  .set = set_low_speed_timeout, .def = "30",
 	  .help = "abort a transfer under 1 KiB/s for this long" },
+	{ "min-transfer-rate", 0, KIND_SIZE, EVERYWHERE, NO_FIELD, .set = set_min_transfer_rate,
+	  .def = "1K",
+	  .help = "fail a blob transfer that brings less than SIZE bytes a second over a window, "
+		  "whatever its resumes; 0: no floor" },
+	{ "transfer-rate-window", 0, KIND_DURATION, EVERYWHERE, NO_FIELD, .min = 1, .max = 3600,
+	  .set = set_transfer_rate_window, .def = "30",
+	  .help = "the window of --min-transfer-rate" },
 	{ "cache-max-bytes", 0, KIND_SIZE, EVERYWHERE, AT(mo.cache_max_bytes),
 	  .help = "disk budget of the cache (e.g. 20G); default: the size of the cache's "
 		  "filesystem" },
@@ -424,6 +435,30 @@ static int set_low_speed_timeout(struct settings *s, const struct opt *o, const 
 
 	if (r == 0)
 		s->mo.low_speed_time_s = n;
+	return r;
+}
+
+/* The manager reads 0 as its default; "--min-transfer-rate 0" means
+ * none. */
+static int set_min_transfer_rate(struct settings *s, const struct opt *o, const char *v,
+				 char *errbuf, size_t errlen)
+{
+	uint64_t n;
+
+	if (parse_size(v, &n) < 0 || n > INT64_MAX)
+		return invalid_value(o->name, v, errbuf, errlen);
+	s->mo.min_transfer_rate = n ? (int64_t)n : -1;
+	return 0;
+}
+
+static int set_transfer_rate_window(struct settings *s, const struct opt *o, const char *v,
+				    char *errbuf, size_t errlen)
+{
+	unsigned n = 0;
+	int r = option_uint(o, v, &n, errbuf, errlen);
+
+	if (r == 0)
+		s->mo.transfer_rate_window_s = n;
 	return r;
 }
 

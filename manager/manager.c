@@ -449,6 +449,8 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 	ro.credentials = opts->credentials;
 	ro.connect_timeout_ms = opts->connect_timeout_ms;
 	ro.low_speed_time_s = opts->low_speed_time_s;
+	ro.min_rate_bytes_per_s = opts->min_transfer_rate;
+	ro.rate_window_s = opts->transfer_rate_window_s;
 	ro.transport = opts->registry_transport;
 	ro.max_retries = opts->registry_max_retries;
 	r = registry_new(&ro, &m->registry);

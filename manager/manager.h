@@ -76,6 +76,10 @@ struct manager_options {
 	const struct credentials *credentials;
 	long connect_timeout_ms; /* 0: 10 s */
 	long low_speed_time_s;	 /* 0: 30 s */
+	/* The floor under a blob transfer's rate across its resumes
+	 * (registry.h): bytes/s, 0: 1 KiB/s, < 0: none; its window, 0: 30 s. */
+	int64_t min_transfer_rate;
+	long transfer_rate_window_s;
 	/* For tests: the registry's transport (registry/transport.h; NULL:
 	 * libcurl), borrowed; retries of a failed request (0: 3, < 0: none). */
 	const struct registry_transport *registry_transport;

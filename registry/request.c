@@ -279,6 +279,31 @@ static int body_ranges(struct request *q, const struct transport_response *resp,
 	return TRANSPORT_BODY_MORE;
 }
 
+int request_floor_check(struct request *q)
+{
+	uint64_t brought = 0;
+	int k;
+
+	if (!q->now_ms || (q->kind != BODY_SINK && q->kind != BODY_RANGES))
+		return 0;
+	k = rate_floor_check(&q->floor, q->now_ms(), q->got, q->size, &brought);
+	if (k == 0)
+		return 0;
+	q->failure = k;
+	return error_detail_set_http(q->err, q->resp.status, k,
+				     "%s sent %" PRIu64 " bytes in %" PRId64
+				     " s, under the minimum of %" PRIu64
+				     " bytes/s (%" PRIu64 " of %" PRIu64 " bytes received)",
+				     q->where, brought, q->floor.window_ms / 1000,
+				     q->floor.min_bytes_per_s, q->got, q->size);
+}
+
+/* The transport's pulse, about once a second even while no byte comes. */
+static int request_tick(void *userdata)
+{
+	return request_floor_check(userdata);
+}
+
 static int request_body(void *userdata, const struct transport_response *resp, const void *data,
 			size_t n)
 {
@@ -299,8 +324,16 @@ static int request_body(void *userdata, const struct transport_response *resp, c
 	default:
 		return TRANSPORT_BODY_MORE;
 	}
-	if (r < 0)
+	if (r < 0) {
 		q->failure = r;
+		return r;
+	}
+	if (r == TRANSPORT_BODY_MORE) {
+		int k = request_floor_check(q);
+
+		if (k < 0)
+			return k;
+	}
 	return r;
 }
 
@@ -421,6 +454,7 @@ int request_perform(const struct registry_transport *t, struct request *q, const
 		.post_fields = post_fields,
 		.auth = auth ? *auth : (struct transport_auth){ 0 },
 		.body = request_body,
+		.tick = q->now_ms ? request_tick : NULL,
 		.userdata = q,
 	};
 	int k;
