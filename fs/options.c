@@ -91,6 +91,8 @@ static int set_min_transfer_rate(struct settings *s, const struct opt *o, const 
 				 char *errbuf, size_t errlen);
 static int set_transfer_rate_window(struct settings *s, const struct opt *o, const char *v,
 				    char *errbuf, size_t errlen);
+static int set_pull_slot_share(struct settings *s, const struct opt *o, const char *v, char *errbuf,
+			       size_t errlen);
 static int set_mount_options(struct settings *s, const struct opt *o, const char *v, char *errbuf,
 			     size_t errlen);
 static int set_nothing(struct settings *s, const struct opt *o, const char *v, char *errbuf,
@@ -164,6 +166,10 @@ static const struct opt options[] = {
 		  "to them; 0: at once" },
 	{ "max-parallel-pulls", 0, KIND_UINT, EVERYWHERE, AT(mo.max_parallel_pulls), .min = 1,
 	  .max = 64, .def = "1: serialised", .help = "images pulled at once" },
+	{ "pull-slot-share-after", 0, KIND_DURATION, EVERYWHERE, NO_FIELD, .min = 0, .max = 86400,
+	  .set = set_pull_slot_share, .def = "60",
+	  .help = "a pull slot held this long no longer holds back pulls from other registries; "
+		  "0: never shared" },
 	{ "max-names-per-user", 0, KIND_UINT, EVERYWHERE, AT(mo.max_names_per_user), .min = 1,
 	  .max = 1u << 20, .def = STRINGIFY(MANAGER_DEFAULT_NAMES_PER_USER),
 	  .help = "image names a user other than root may hold" },
@@ -435,6 +441,19 @@ static int set_low_speed_timeout(struct settings *s, const struct opt *o, const 
 
 	if (r == 0)
 		s->mo.low_speed_time_s = n;
+	return r;
+}
+
+/* The manager reads 0 as its default; "--pull-slot-share-after 0" means
+ * never. */
+static int set_pull_slot_share(struct settings *s, const struct opt *o, const char *v, char *errbuf,
+			       size_t errlen)
+{
+	unsigned n = 0;
+	int r = option_uint(o, v, &n, errbuf, errlen);
+
+	if (r == 0)
+		s->mo.pull_slot_share_s = n ? (int64_t)n : -1;
 	return r;
 }
 

@@ -311,6 +311,11 @@ static int setup_ensure(struct manager *m, const struct manager_options *opts, c
 		&(struct puller_options){
 			.max_parallel = opts->max_parallel_pulls,
 			.max_queue = opts->max_queued_pulls,
+			.share_after_ns = opts->pull_slot_share_s > 0
+						  ? opts->pull_slot_share_s * CLOCK_NS_PER_SEC
+					  : opts->pull_slot_share_s < 0 ? -1
+									: 0,
+			.clock = m->clock,
 		},
 		&m->puller);
 }

@@ -80,6 +80,9 @@ struct manager_options {
 	 * (registry.h): bytes/s, 0: 1 KiB/s, < 0: none; its window, 0: 30 s. */
 	int64_t min_transfer_rate;
 	long transfer_rate_window_s;
+	/* How long a pull's slot holds back the pulls of other registries
+	 * (puller.h); 0: 60 s, < 0: as long as it is held. */
+	int64_t pull_slot_share_s;
 	/* For tests: the registry's transport (registry/transport.h; NULL:
 	 * libcurl), borrowed; retries of a failed request (0: 3, < 0: none). */
 	const struct registry_transport *registry_transport;

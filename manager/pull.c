@@ -547,7 +547,7 @@ static int pull_slot_enter(struct pull *p)
 	int r;
 
 	atomic_store(&p->progress->state, PULL_WAITING);
-	r = puller_enter(m->puller, &p->flight->abandon);
+	r = puller_enter(m->puller, &p->slot, p->ref->domain, &p->flight->abandon);
 	if (r == 0) {
 		p->has_slot = true;
 		atomic_store(&p->progress->state, PULL_DOWNLOADING);
@@ -677,7 +677,7 @@ int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest, uint6
 	*ret_size = size;
 out:
 	if (p->has_slot)
-		puller_leave(m->puller);
+		puller_leave(m->puller, &p->slot);
 	p->has_slot = false;
 	free(config.data);
 	registry_manifest_free(raw);

@@ -33,7 +33,7 @@ struct registry_options {
 	long rate_window_s;
 	/* For tests: the floor's clock in ms; NULL: CLOCK_MONOTONIC. */
 	int64_t (*now_ms)(void);
-	const char *user_agent;	 /* NULL: "pullfs/<version>" */
+	const char *user_agent; /* NULL: "pullfs/<version>" */
 	/* Mirrors, insecure registries and TLS files per registry (hosts.h);
 	 * NULL: none.  Borrowed: must outlive the client. */
 	const struct registry_hosts *hosts;

@@ -292,8 +292,8 @@ int request_floor_check(struct request *q)
 	q->failure = k;
 	return error_detail_set_http(q->err, q->resp.status, k,
 				     "%s sent %" PRIu64 " bytes in %" PRId64
-				     " s, under the minimum of %" PRIu64
-				     " bytes/s (%" PRIu64 " of %" PRIu64 " bytes received)",
+				     " s, under the minimum of %" PRIu64 " bytes/s (%" PRIu64
+				     " of %" PRIu64 " bytes received)",
 				     q->where, brought, q->floor.window_ms / 1000,
 				     q->floor.min_bytes_per_s, q->got, q->size);
 }

@@ -328,9 +328,9 @@ static void test_blob_trickle(void **state)
 				 &r),
 			 0);
 	fake_fault(f->fake, "GET /v2/team/app/blobs/", FAKE_BREAK, 1, -1);
-	assert_int_equal(registry_get_blob(r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, collect, &c,
-					   &err),
-			 -ETIMEDOUT);
+	assert_int_equal(
+		registry_get_blob(r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, collect, &c, &err),
+		-ETIMEDOUT);
 	assert_non_null(strstr(err.message, "under the minimum of 100 bytes/s"));
 	assert_in_range(fake_count(f->fake, "GET "), 1, 3);
 	free(c.data);
@@ -345,9 +345,8 @@ static void test_blob_trickle(void **state)
 
 	/* A blob that comes whole within its window. */
 	c = (struct collected){ 0 };
-	assert_int_equal(registry_get_blob(r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, collect, &c,
-					   &err),
-			 0);
+	assert_int_equal(
+		registry_get_blob(r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, collect, &c, &err), 0);
 	assert_int_equal(c.len, BLOB_LEN);
 	free(c.data);
 	registry_free(r);
