@@ -151,6 +151,12 @@ static int try_lazy(struct pull *p, const struct descriptor *d)
 	if (r == 0)
 		r = lazy_fetch_toc(m->registry, &src, d->digest, &toc, &tocbuf, &toclen, err,
 				   sizeof(err));
+	/* A registry that sends the table under the rate floor would send
+	 * the whole blob no faster: the pull fails, not falls back. */
+	if (r == -ETIMEDOUT) {
+		pull_fail(p, "table of contents of layer %s: %s", d->digest, err);
+		return r;
+	}
 	/* every file with content must be named by its digest: that is
 	 * what a chunk-by-chunk fetch is checked against in the end */
 	for (size_t i = 0; r == 0 && i < toc->index->n_entries; i++) {
