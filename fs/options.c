@@ -201,7 +201,7 @@ static const struct opt options[] = {
 		  "whatever its resumes; 0: no floor" },
 	{ "transfer-rate-window", 0, KIND_DURATION, EVERYWHERE, NO_FIELD, .min = 1, .max = 3600,
 	  .set = set_transfer_rate_window, .def = "30",
-	  .help = "the window of --min-transfer-rate" },
+	  .help = "the window of --min-transfer-rate; at least --low-speed-timeout" },
 	{ "cache-max-bytes", 0, KIND_SIZE, EVERYWHERE, AT(mo.cache_max_bytes),
 	  .help = "disk budget of the cache (e.g. 20G); default: the size of the cache's "
 		  "filesystem" },

@@ -150,8 +150,14 @@ int registry_new(const struct registry_options *opts, struct registry **ret)
 	r->min_rate = opts->min_rate_bytes_per_s > 0	? (uint64_t)opts->min_rate_bytes_per_s
 		      : opts->min_rate_bytes_per_s == 0 ? DEFAULT_MIN_RATE
 							: 0;
+	/* A transfer allowed to stall for the low-speed time is not failed
+	 * sooner by the floor: the floor is for what that abort misses (a
+	 * trickle it resumes, or one just above its limit). */
 	r->rate_window_ms =
-		(opts->rate_window_s > 0 ? opts->rate_window_s : DEFAULT_RATE_WINDOW_S) * 1000;
+		MAX(opts->rate_window_s > 0 ? opts->rate_window_s : DEFAULT_RATE_WINDOW_S,
+		    opts->low_speed_time_s > 0 ? opts->low_speed_time_s
+					       : DEFAULT_LOW_SPEED_TIME_S) *
+		1000;
 	r->now_ms = opts->now_ms ? opts->now_ms : monotonic_ms;
 	if (auth_cache_new(&r->auth.tokens) < 0)
 		goto fail;

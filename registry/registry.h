@@ -28,7 +28,8 @@ struct registry_options {
 	 * (retry.h): every window of rate_window_s must bring
 	 * min_rate_bytes_per_s times the window (or the rest of the blob),
 	 * else the blob fails with -ETIMEDOUT.  0: 1 KiB/s over 30 s;
-	 * min_rate_bytes_per_s < 0: no floor. */
+	 * min_rate_bytes_per_s < 0: no floor.  The window is never shorter
+	 * than low_speed_time_s. */
 	int64_t min_rate_bytes_per_s;
 	long rate_window_s;
 	/* For tests: the floor's clock in ms; NULL: CLOCK_MONOTONIC. */

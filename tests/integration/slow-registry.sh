@@ -2,7 +2,8 @@
 # A registry that trickles: it answers manifests at once, then sends blobs a
 # few bytes at a time, so that every resume makes progress and (above
 # 1 KiB/s) no transfer ever hits the low-speed timeout by itself.
-#  1. The rate floor (--min-transfer-rate, --transfer-rate-window) fails a
+#  1. The rate floor (--min-transfer-rate, --transfer-rate-window, which is
+#     never shorter than --low-speed-timeout) fails a
 #     hostile user's pull of a trickled layer with ETIMEDOUT and a Failed
 #     event naming the rate, within a few windows; the image's back-off
 #     applies.
@@ -64,7 +65,7 @@ EOF
 }
 
 mount_pullfs -o allow_other --insecure-registry "$PROXY" --min-transfer-rate 4K \
-    --transfer-rate-window 2 --lazy-completion-delay 3600
+    --transfer-rate-window 2 --low-speed-timeout 2 --lazy-completion-delay 3600
 
 # 1. The trickled layer.
 ref=$PROXY/test/busybox:1
