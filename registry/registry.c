@@ -324,7 +324,7 @@ static int endpoint_run(struct registry *r, struct request *q, const char *metho
 
 	/* Each endpoint has its windows: a mirror that trickled hands the
 	 * rest to the next one with a fresh start. */
-	if (r->min_rate > 0 && (q->kind == BODY_SINK || q->kind == BODY_RANGES)) {
+	if (r->min_rate > 0 && q->kind != BODY_NONE) {
 		q->floor = (struct rate_floor){ .min_bytes_per_s = r->min_rate,
 						.window_ms = r->rate_window_ms };
 		rate_floor_start(&q->floor, r->now_ms(), q->got);
@@ -336,7 +336,7 @@ static int endpoint_run(struct registry *r, struct request *q, const char *metho
 		k = attempt_run(r, q, method, url, ep, domain, repo, accept);
 		if (k >= 0 || !request_is_transient(q))
 			return k;
-		/* However the resumes and retries go, the blob keeps to the
+		/* However the resumes and retries go, a blob keeps to the
 		 * floor. */
 		if (request_floor_check(q) < 0)
 			return q->failure;

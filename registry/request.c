@@ -284,18 +284,27 @@ int request_floor_check(struct request *q)
 	uint64_t brought = 0;
 	int k;
 
-	if (!q->now_ms || (q->kind != BODY_SINK && q->kind != BODY_RANGES))
+	uint64_t got = q->got, total = q->size;
+
+	if (!q->now_ms || q->kind == BODY_NONE)
 		return 0;
-	k = rate_floor_check(&q->floor, q->now_ms(), q->got, q->size, &brought);
+	if (q->kind == BODY_BUFFER) {
+		/* Each attempt starts from nothing: only a running one is
+		 * measured, against its announced length or the cap. */
+		if (!q->in_attempt)
+			return 0;
+		got = q->len;
+		total = q->resp.content_length >= 0 ? (uint64_t)q->resp.content_length : q->buf_max;
+	}
+	k = rate_floor_check(&q->floor, q->now_ms(), got, total, &brought);
 	if (k == 0)
 		return 0;
 	q->failure = k;
-	return error_detail_set_http(q->err, q->resp.status, k,
-				     "%s sent %" PRIu64 " bytes in %" PRId64
-				     " s, under the minimum of %" PRIu64 " bytes/s (%" PRIu64
-				     " of %" PRIu64 " bytes received)",
-				     q->where, brought, q->floor.window_ms / 1000,
-				     q->floor.min_bytes_per_s, q->got, q->size);
+	return error_detail_set_http(
+		q->err, q->resp.status, k,
+		"%s sent %" PRIu64 " bytes in %" PRId64 " s, under the minimum of %" PRIu64
+		" bytes/s (%" PRIu64 " of %" PRIu64 " bytes received)",
+		q->where, brought, q->floor.window_ms / 1000, q->floor.min_bytes_per_s, got, total);
 }
 
 /* The transport's pulse, about once a second even while no byte comes. */
@@ -469,7 +478,11 @@ int request_perform(const struct registry_transport *t, struct request *q, const
 		req.has_range = true;
 		req.range_list = q->range_list;
 	}
+	if (q->kind == BODY_BUFFER && q->now_ms)
+		rate_floor_start(&q->floor, q->now_ms(), 0);
+	q->in_attempt = true;
 	q->transport_r = t->perform(t, &req, &q->resp, q->err);
+	q->in_attempt = false;
 	k = request_finish(q);
 	request_capture(q);
 	return k;

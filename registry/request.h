@@ -73,10 +73,12 @@ struct request {
 	char head[RANGES_HEAD_MAX + 1];
 	size_t head_len;
 
-	/* BODY_SINK and BODY_RANGES: the floor under the transfer's rate
-	 * across attempts, and the clock it reads (NULL: no floor). */
+	/* The floor under the transfer's rate, and the clock it reads
+	 * (NULL: no floor): across attempts for BODY_SINK and BODY_RANGES,
+	 * per attempt for BODY_BUFFER (whose bytes start again). */
 	struct rate_floor floor;
 	int64_t (*now_ms)(void);
+	bool in_attempt;
 
 	/* Of the last attempt. */
 	struct transport_response resp;

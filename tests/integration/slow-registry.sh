@@ -7,6 +7,7 @@
 #     hostile user's pull of a trickled layer with ETIMEDOUT and a Failed
 #     event naming the rate, within a few windows; the image's back-off
 #     applies.
+#     A trickled manifest fails the lookup the same way.
 #  2. A trickled table of contents fails a lazy lookup the same way (no
 #     whole pull of a blob the registry would trickle as well).
 #  3. A trickled chunk fails the read that waits for it with ETIMEDOUT.
@@ -24,6 +25,7 @@ chmod 755 "$WORK" # uid 65534 reaches the mount
 start_registry
 push_busybox test/busybox:1
 push_busybox test/hold:1
+push_busybox test/mtrickle:1
 push_edge test/edge:1
 push_edge_chunked test/toc:1
 push_edge_chunked test/chunk:1
@@ -31,9 +33,10 @@ layer=$(registry_manifest test/busybox:1 | py -c 'import json,sys; print(json.lo
 
 # busybox and hold: 2000 B/s, above curl's low-speed limit; the tables of
 # contents of toc, and the chunks of chunk once $WORK/trickle-chunks
-# exists: 10 B/s.
+# exists, and the manifests of mtrickle: 10 B/s.
 start_slowproxy --trickle "GET /v2/test/(busybox|hold)/blobs/=2000" \
     --trickle "GET /v2/test/toc/blobs/[^ ]+ bytes=10" \
+    --trickle "GET /v2/test/mtrickle/manifests/=10" \
     --trickle "GET /v2/test/chunk/blobs/[^ ]+ bytes=10@$WORK/trickle-chunks"
 
 as_nobody() { setpriv --reuid 65534 --regid 65534 --clear-groups "$@"; }
@@ -78,6 +81,13 @@ assert_eq ETIMEDOUT "$(events field Failed "$ref" errno)" "errno of the Failed e
 assert_contains "under the minimum of 4096 bytes/s" "$(events field Failed "$ref" message)" \
     "Failed message"
 assert_eq EAGAIN "$(nobody_errno "$MNT/images/$ref")" "lookup in back-off"
+
+# 1b. A trickled manifest (no slot held, but the lookup waits for it).
+ref=$PROXY/test/mtrickle:1
+t0=$(now)
+got=$(nobody_errno "$MNT/images/$ref")
+log "trickled manifest: $got after $(seconds_since "$t0") s"
+assert_eq ETIMEDOUT "$got" "lookup of an image with a trickled manifest"
 
 # 2. The trickled table of contents.
 ref=$PROXY/test/toc:1
