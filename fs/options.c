@@ -89,8 +89,6 @@ static int set_gc_min_age(struct settings *s, const struct opt *o, const char *v
 			  size_t errlen);
 static int set_min_transfer_rate(struct settings *s, const struct opt *o, const char *v,
 				 char *errbuf, size_t errlen);
-static int set_transfer_rate_window(struct settings *s, const struct opt *o, const char *v,
-				    char *errbuf, size_t errlen);
 static int set_pull_slot_share(struct settings *s, const struct opt *o, const char *v, char *errbuf,
 			       size_t errlen);
 static int set_mount_options(struct settings *s, const struct opt *o, const char *v, char *errbuf,
@@ -199,8 +197,8 @@ static const struct opt options[] = {
 	  .def = "1K",
 	  .help = "fail a blob transfer that brings less than SIZE bytes a second over a window, "
 		  "whatever its resumes; 0: no floor" },
-	{ "transfer-rate-window", 0, KIND_DURATION, EVERYWHERE, NO_FIELD, .min = 1, .max = 3600,
-	  .set = set_transfer_rate_window, .def = "30",
+	{ "transfer-rate-window", 0, KIND_DURATION, EVERYWHERE, AT(mo.transfer_rate_window_s),
+	  .min = 1, .max = 3600, .def = "30",
 	  .help = "the window of --min-transfer-rate; at least --low-speed-timeout" },
 	{ "cache-max-bytes", 0, KIND_SIZE, EVERYWHERE, AT(mo.cache_max_bytes),
 	  .help = "disk budget of the cache (e.g. 20G); default: the size of the cache's "
@@ -468,17 +466,6 @@ static int set_min_transfer_rate(struct settings *s, const struct opt *o, const 
 		return invalid_value(o->name, v, errbuf, errlen);
 	s->mo.min_transfer_rate = n ? (int64_t)n : -1;
 	return 0;
-}
-
-static int set_transfer_rate_window(struct settings *s, const struct opt *o, const char *v,
-				    char *errbuf, size_t errlen)
-{
-	unsigned n = 0;
-	int r = option_uint(o, v, &n, errbuf, errlen);
-
-	if (r == 0)
-		s->mo.transfer_rate_window_s = n;
-	return r;
 }
 
 /* The manager reads 0 as its default; "--gc-min-age 0" means none. */

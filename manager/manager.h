@@ -79,7 +79,7 @@ struct manager_options {
 	/* The floor under a blob transfer's rate across its resumes
 	 * (registry.h): bytes/s, 0: 1 KiB/s, < 0: none; its window, 0: 30 s. */
 	int64_t min_transfer_rate;
-	long transfer_rate_window_s;
+	unsigned transfer_rate_window_s;
 	/* How long a pull's slot holds back the pulls of other registries
 	 * (puller.h); 0: 60 s, < 0: as long as it is held. */
 	int64_t pull_slot_share_s;
