@@ -28,15 +28,27 @@ push_busybox test/hold:1
 push_busybox test/mtrickle:1
 push_edge test/edge:1
 push_edge_chunked test/toc:1
-push_edge_chunked test/chunk:1
+# mtrickle:1's manifest padded to 200 KB: it takes 100 s at 2000 B/s
+registry_manifest test/mtrickle:1 | py -c '
+import json, sys
+m = json.load(sys.stdin)
+m["annotations"] = {"pad": "x" * 200000}
+sys.stdout.write(json.dumps(m))' >"$WORK/padded.json"
+curl -fsS -X PUT -H "Content-Type: application/vnd.oci.image.manifest.v1+json" \
+    --data-binary "@$WORK/padded.json" "http://$REGISTRY/v2/test/mtrickle/manifests/1" ||
+    fail "cannot push the padded manifest"
+# chunk:1 is busybox as zstd:chunked: layers of its own
+_skopeo copy --dest-decompress "oci:$(layout_of busybox):1" "dir:$WORK/busybox-plain"
+_skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd:chunked \
+    "dir:$WORK/busybox-plain" "docker://$REGISTRY/test/chunk:1"
 layer=$(registry_manifest test/busybox:1 | py -c 'import json,sys; print(json.load(sys.stdin)["layers"][0]["digest"])')
 
-# busybox and hold: 2000 B/s, above curl's low-speed limit; the tables of
-# contents of toc, and the chunks of chunk once $WORK/trickle-chunks
-# exists, and the manifests of mtrickle: 10 B/s.
+# The layers of busybox and hold and the manifest of mtrickle: 2000 B/s,
+# above curl's low-speed limit; the tables of contents of toc, and the
+# chunks of chunk once $WORK/trickle-chunks exists: 10 B/s.
 start_slowproxy --trickle "GET /v2/test/(busybox|hold)/blobs/=2000" \
     --trickle "GET /v2/test/toc/blobs/[^ ]+ bytes=10" \
-    --trickle "GET /v2/test/mtrickle/manifests/=10" \
+    --trickle "GET /v2/test/mtrickle/manifests/=2000" \
     --trickle "GET /v2/test/chunk/blobs/[^ ]+ bytes=10@$WORK/trickle-chunks"
 
 as_nobody() { setpriv --reuid 65534 --regid 65534 --clear-groups "$@"; }
@@ -99,7 +111,7 @@ assert_errno OK "$MNT/images/$ref"
 [ -d "$CACHE/layers" ] && ls "$CACHE"/layers/*/lazy >/dev/null 2>&1 || fail "no lazy layer"
 touch "$WORK/trickle-chunks"
 t0=$(now)
-got=$(read_errno "$MNT/images/$ref/etc/passwd")
+got=$(read_errno "$MNT/images/$ref/bin/busybox")
 log "trickled chunk: $got after $(seconds_since "$t0") s"
 assert_eq ETIMEDOUT "$got" "read of a trickled chunk"
 wait_event LazyReadFailed "$ref"
