@@ -87,6 +87,10 @@ static int set_low_speed_timeout(struct settings *s, const struct opt *o, const 
 				 char *errbuf, size_t errlen);
 static int set_gc_min_age(struct settings *s, const struct opt *o, const char *v, char *errbuf,
 			  size_t errlen);
+static int set_min_transfer_rate(struct settings *s, const struct opt *o, const char *v,
+				 char *errbuf, size_t errlen);
+static int set_pull_slot_share(struct settings *s, const struct opt *o, const char *v, char *errbuf,
+			       size_t errlen);
 static int set_mount_options(struct settings *s, const struct opt *o, const char *v, char *errbuf,
 			     size_t errlen);
 static int set_nothing(struct settings *s, const struct opt *o, const char *v, char *errbuf,
@@ -160,6 +164,10 @@ static const struct opt options[] = {
 		  "to them; 0: at once" },
 	{ "max-parallel-pulls", 0, KIND_UINT, EVERYWHERE, AT(mo.max_parallel_pulls), .min = 1,
 	  .max = 64, .def = "1: serialised", .help = "images pulled at once" },
+	{ "pull-slot-share-after", 0, KIND_DURATION, EVERYWHERE, NO_FIELD, .min = 0, .max = 86400,
+	  .set = set_pull_slot_share, .def = "60",
+	  .help = "a pull slot held this long no longer holds back pulls from other registries; "
+		  "0: never shared" },
 	{ "max-names-per-user", 0, KIND_UINT, EVERYWHERE, AT(mo.max_names_per_user), .min = 1,
 	  .max = 1u << 20, .def = STRINGIFY(MANAGER_DEFAULT_NAMES_PER_USER),
 	  .help = "image names a user other than root may hold" },
@@ -185,6 +193,13 @@ static const struct opt options[] = {
 	{ "low-speed-timeout", 0, KIND_DURATION, EVERYWHERE, NO_FIELD, .min = 1, .max = 3600,
 	  .set = set_low_speed_timeout, .def = "30",
 	  .help = "abort a transfer under 1 KiB/s for this long" },
+	{ "min-transfer-rate", 0, KIND_SIZE, EVERYWHERE, NO_FIELD, .set = set_min_transfer_rate,
+	  .def = "1K",
+	  .help = "fail a blob transfer that brings less than SIZE bytes a second over a window, "
+		  "whatever its resumes; 0: no floor" },
+	{ "transfer-rate-window", 0, KIND_DURATION, EVERYWHERE, AT(mo.transfer_rate_window_s),
+	  .min = 1, .max = 3600, .def = "30",
+	  .help = "the window of --min-transfer-rate; at least --low-speed-timeout" },
 	{ "cache-max-bytes", 0, KIND_SIZE, EVERYWHERE, AT(mo.cache_max_bytes),
 	  .help = "disk budget of the cache (e.g. 20G); default: the size of the cache's "
 		  "filesystem" },
@@ -429,6 +444,32 @@ static int set_low_speed_timeout(struct settings *s, const struct opt *o, const 
 	if (r == 0)
 		s->mo.low_speed_time_s = n;
 	return r;
+}
+
+/* The manager reads 0 as its default; "--pull-slot-share-after 0" means
+ * never. */
+static int set_pull_slot_share(struct settings *s, const struct opt *o, const char *v, char *errbuf,
+			       size_t errlen)
+{
+	unsigned n = 0;
+	int r = option_uint(o, v, &n, errbuf, errlen);
+
+	if (r == 0)
+		s->mo.pull_slot_share_s = n ? (int64_t)n : -1;
+	return r;
+}
+
+/* The manager reads 0 as its default; "--min-transfer-rate 0" means
+ * none. */
+static int set_min_transfer_rate(struct settings *s, const struct opt *o, const char *v,
+				 char *errbuf, size_t errlen)
+{
+	uint64_t n;
+
+	if (parse_size(v, &n) < 0 || n > INT64_MAX)
+		return invalid_value(o->name, v, errbuf, errlen);
+	s->mo.min_transfer_rate = n ? (int64_t)n : -1;
+	return 0;
 }
 
 /* The manager reads 0 as its default; "--gc-min-age 0" means none. */

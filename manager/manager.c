@@ -311,6 +311,11 @@ static int setup_ensure(struct manager *m, const struct manager_options *opts, c
 		&(struct puller_options){
 			.max_parallel = opts->max_parallel_pulls,
 			.max_queue = opts->max_queued_pulls,
+			.share_after_ns = opts->pull_slot_share_s > 0
+						  ? opts->pull_slot_share_s * CLOCK_NS_PER_SEC
+					  : opts->pull_slot_share_s < 0 ? -1
+									: 0,
+			.clock = m->clock,
 		},
 		&m->puller);
 }
@@ -449,6 +454,8 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 	ro.credentials = opts->credentials;
 	ro.connect_timeout_ms = opts->connect_timeout_ms;
 	ro.low_speed_time_s = opts->low_speed_time_s;
+	ro.min_rate_bytes_per_s = opts->min_transfer_rate;
+	ro.rate_window_s = opts->transfer_rate_window_s;
 	ro.transport = opts->registry_transport;
 	ro.max_retries = opts->registry_max_retries;
 	r = registry_new(&ro, &m->registry);

@@ -76,6 +76,13 @@ struct manager_options {
 	const struct credentials *credentials;
 	long connect_timeout_ms; /* 0: 10 s */
 	long low_speed_time_s;	 /* 0: 30 s */
+	/* The floor under a blob transfer's rate across its resumes
+	 * (registry.h): bytes/s, 0: 1 KiB/s, < 0: none; its window, 0: 30 s. */
+	int64_t min_transfer_rate;
+	unsigned transfer_rate_window_s;
+	/* How long a pull's slot holds back the pulls of other registries
+	 * (puller.h); 0: 60 s, < 0: as long as it is held. */
+	int64_t pull_slot_share_s;
 	/* For tests: the registry's transport (registry/transport.h; NULL:
 	 * libcurl), borrowed; retries of a failed request (0: 3, < 0: none). */
 	const struct registry_transport *registry_transport;

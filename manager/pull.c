@@ -151,6 +151,12 @@ static int try_lazy(struct pull *p, const struct descriptor *d)
 	if (r == 0)
 		r = lazy_fetch_toc(m->registry, &src, d->digest, &toc, &tocbuf, &toclen, err,
 				   sizeof(err));
+	/* A registry that sends the table under the rate floor would send
+	 * the whole blob no faster: the pull fails, not falls back. */
+	if (r == -ETIMEDOUT) {
+		pull_fail(p, "table of contents of layer %s: %s", d->digest, err);
+		return r;
+	}
 	/* every file with content must be named by its digest: that is
 	 * what a chunk-by-chunk fetch is checked against in the end */
 	for (size_t i = 0; r == 0 && i < toc->index->n_entries; i++) {
@@ -547,7 +553,7 @@ static int pull_slot_enter(struct pull *p)
 	int r;
 
 	atomic_store(&p->progress->state, PULL_WAITING);
-	r = puller_enter(m->puller, &p->flight->abandon);
+	r = puller_enter(m->puller, &p->slot, p->ref->domain, &p->flight->abandon);
 	if (r == 0) {
 		p->has_slot = true;
 		atomic_store(&p->progress->state, PULL_DOWNLOADING);
@@ -687,7 +693,7 @@ int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest, uint6
 	*ret_size = size;
 out:
 	if (p->has_slot)
-		puller_leave(m->puller);
+		puller_leave(m->puller, &p->slot);
 	p->has_slot = false;
 	free(config.data);
 	registry_manifest_free(raw);

@@ -9,6 +9,7 @@
 
 #include "errdetail.h"
 #include "manager-private.h"
+#include "puller.h"
 
 struct reference;
 
@@ -20,6 +21,7 @@ struct pull {
 	const char *canonical;
 	char *repo;
 	bool has_slot;		 /* holds a pull slot (puller.h) */
+	struct puller_slot slot; /* ... this one */
 	bool abandoned;		 /* left the queue: nobody waits for it */
 	struct error_detail why; /* the first reason it failed; err set by ensure */
 };

@@ -27,6 +27,8 @@
 #define DEFAULT_CONNECT_TIMEOUT_MS 10000L
 #define DEFAULT_LOW_SPEED_TIME_S 30L
 #define MAX_RESUMES 20u
+#define DEFAULT_MIN_RATE 1024
+#define DEFAULT_RATE_WINDOW_S 30L
 #define CRED_CACHE_TTL_MS (300LL * 1000)
 
 struct registry {
@@ -34,6 +36,9 @@ struct registry {
 	size_t n_insecure_hosts;
 	const struct registry_hosts *hosts; /* borrowed, read-only */
 	struct retry_policy retry;
+	uint64_t min_rate; /* bytes/s; 0: no floor */
+	int64_t rate_window_ms;
+	int64_t (*now_ms)(void);
 	const atomic_bool *cancel;		  /* borrowed; may be NULL */
 	struct registry_transport *own_transport; /* libcurl, unless one was given */
 	/* transport, the token cache (locks itself) and the credentials
@@ -113,6 +118,14 @@ static int check_manifest_ref(const char *ref, bool *ret_by_digest, struct error
 	return 0;
 }
 
+static int64_t monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 int registry_new(const struct registry_options *opts, struct registry **ret)
 {
 	static const struct registry_options none = { 0 };
@@ -134,6 +147,18 @@ int registry_new(const struct registry_options *opts, struct registry **ret)
 		r->retry.max_retries = 0;
 	if (opts->retry_base_ms > 0)
 		r->retry.base_ms = opts->retry_base_ms;
+	r->min_rate = opts->min_rate_bytes_per_s > 0	? (uint64_t)opts->min_rate_bytes_per_s
+		      : opts->min_rate_bytes_per_s == 0 ? DEFAULT_MIN_RATE
+							: 0;
+	/* A transfer allowed to stall for the low-speed time is not failed
+	 * sooner by the floor: the floor is for what that abort misses (a
+	 * trickle it resumes, or one just above its limit). */
+	r->rate_window_ms =
+		MAX(opts->rate_window_s > 0 ? opts->rate_window_s : DEFAULT_RATE_WINDOW_S,
+		    opts->low_speed_time_s > 0 ? opts->low_speed_time_s
+					       : DEFAULT_LOW_SPEED_TIME_S) *
+		1000;
+	r->now_ms = opts->now_ms ? opts->now_ms : monotonic_ms;
 	if (auth_cache_new(&r->auth.tokens) < 0)
 		goto fail;
 	if (credentials_cache_new(opts->credentials, CRED_CACHE_TTL_MS, &r->auth.creds) < 0)
@@ -297,12 +322,24 @@ static int endpoint_run(struct registry *r, struct request *q, const char *metho
 	unsigned retry = 0, resumes = 0;
 	int k;
 
+	/* Each endpoint has its windows: a mirror that trickled hands the
+	 * rest to the next one with a fresh start. */
+	if (r->min_rate > 0 && q->kind != BODY_NONE) {
+		q->floor = (struct rate_floor){ .min_bytes_per_s = r->min_rate,
+						.window_ms = r->rate_window_ms };
+		rate_floor_start(&q->floor, r->now_ms(), q->got);
+		q->now_ms = r->now_ms;
+	}
 	for (;;) {
 		uint64_t before = q->got;
 
 		k = attempt_run(r, q, method, url, ep, domain, repo, accept);
 		if (k >= 0 || !request_is_transient(q))
 			return k;
+		/* However the resumes and retries go, a blob keeps to the
+		 * floor. */
+		if (request_floor_check(q) < 0)
+			return q->failure;
 		/* Progress is not failure: a broken blob picks up where it
 		 * stopped, without waiting and without using up a retry. */
 		if (q->kind == BODY_SINK && q->got > before && resumes < MAX_RESUMES) {
@@ -316,6 +353,8 @@ static int endpoint_run(struct registry *r, struct request *q, const char *metho
 			return k;
 		sleep_ms(r, d);
 		waited += d;
+		if (request_floor_check(q) < 0)
+			return q->failure;
 	}
 }
 

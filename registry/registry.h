@@ -24,7 +24,17 @@ struct registry_options {
 	size_t n_insecure_hosts;
 	long connect_timeout_ms; /* 0: 10 s */
 	long low_speed_time_s;	 /* abort a transfer slower than 1 KiB/s for this long; 0: 30 s */
-	const char *user_agent;	 /* NULL: "pullfs/<version>" */
+	/* The floor under a blob's rate across its resumes and retries, and
+	 * under each attempt at a manifest (retry.h): every window of
+	 * rate_window_s must bring min_rate_bytes_per_s times the window (or
+	 * the rest of the body), else the request fails with -ETIMEDOUT.  0: 1 KiB/s over 30 s;
+	 * min_rate_bytes_per_s < 0: no floor.  The window is never shorter
+	 * than low_speed_time_s. */
+	int64_t min_rate_bytes_per_s;
+	long rate_window_s;
+	/* For tests: the floor's clock in ms; NULL: CLOCK_MONOTONIC. */
+	int64_t (*now_ms)(void);
+	const char *user_agent; /* NULL: "pullfs/<version>" */
 	/* Mirrors, insecure registries and TLS files per registry (hosts.h);
 	 * NULL: none.  Borrowed: must outlive the client. */
 	const struct registry_hosts *hosts;

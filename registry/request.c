@@ -279,6 +279,40 @@ static int body_ranges(struct request *q, const struct transport_response *resp,
 	return TRANSPORT_BODY_MORE;
 }
 
+int request_floor_check(struct request *q)
+{
+	uint64_t brought = 0;
+	int k;
+
+	uint64_t got = q->got, total = q->size;
+
+	if (!q->now_ms || q->kind == BODY_NONE)
+		return 0;
+	if (q->kind == BODY_BUFFER) {
+		/* Each attempt starts from nothing: only a running one is
+		 * measured, against its announced length or the cap. */
+		if (!q->in_attempt)
+			return 0;
+		got = q->len;
+		total = q->resp.content_length >= 0 ? (uint64_t)q->resp.content_length : q->buf_max;
+	}
+	k = rate_floor_check(&q->floor, q->now_ms(), got, total, &brought);
+	if (k == 0)
+		return 0;
+	q->failure = k;
+	return error_detail_set_http(
+		q->err, q->resp.status, k,
+		"%s sent %" PRIu64 " bytes in %" PRId64 " s, under the minimum of %" PRIu64
+		" bytes/s (%" PRIu64 " of %" PRIu64 " bytes received)",
+		q->where, brought, q->floor.window_ms / 1000, q->floor.min_bytes_per_s, got, total);
+}
+
+/* The transport's pulse, about once a second even while no byte comes. */
+static int request_tick(void *userdata)
+{
+	return request_floor_check(userdata);
+}
+
 static int request_body(void *userdata, const struct transport_response *resp, const void *data,
 			size_t n)
 {
@@ -299,8 +333,16 @@ static int request_body(void *userdata, const struct transport_response *resp, c
 	default:
 		return TRANSPORT_BODY_MORE;
 	}
-	if (r < 0)
+	if (r < 0) {
 		q->failure = r;
+		return r;
+	}
+	if (r == TRANSPORT_BODY_MORE) {
+		int k = request_floor_check(q);
+
+		if (k < 0)
+			return k;
+	}
 	return r;
 }
 
@@ -421,6 +463,7 @@ int request_perform(const struct registry_transport *t, struct request *q, const
 		.post_fields = post_fields,
 		.auth = auth ? *auth : (struct transport_auth){ 0 },
 		.body = request_body,
+		.tick = q->now_ms ? request_tick : NULL,
 		.userdata = q,
 	};
 	int k;
@@ -435,7 +478,11 @@ int request_perform(const struct registry_transport *t, struct request *q, const
 		req.has_range = true;
 		req.range_list = q->range_list;
 	}
+	if (q->kind == BODY_BUFFER && q->now_ms)
+		rate_floor_start(&q->floor, q->now_ms(), 0);
+	q->in_attempt = true;
 	q->transport_r = t->perform(t, &req, &q->resp, q->err);
+	q->in_attempt = false;
 	k = request_finish(q);
 	request_capture(q);
 	return k;

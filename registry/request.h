@@ -10,6 +10,7 @@
 
 #include "auth.h"
 #include "registry.h"
+#include "retry.h"
 #include "transport.h"
 
 enum body_kind {
@@ -72,6 +73,13 @@ struct request {
 	char head[RANGES_HEAD_MAX + 1];
 	size_t head_len;
 
+	/* The floor under the transfer's rate, and the clock it reads
+	 * (NULL: no floor): across attempts for BODY_SINK and BODY_RANGES,
+	 * per attempt for BODY_BUFFER (whose bytes start again). */
+	struct rate_floor floor;
+	int64_t (*now_ms)(void);
+	bool in_attempt;
+
 	/* Of the last attempt. */
 	struct transport_response resp;
 	int transport_r;	/* what the transport returned */
@@ -97,5 +105,11 @@ int request_perform(const struct registry_transport *t, struct request *q, const
 /* Whether the failure of the last attempt may go away by itself: a 429,
  * 500, 502, 503 or 504, or a connection that failed or broke. */
 bool request_is_transient(const struct request *q);
+
+/* Whether the blob has kept to q->floor so far: 0, or -ETIMEDOUT with
+ * q->err saying how little came (and the request is no longer
+ * transient).  For between the attempts; during one, the transfer is
+ * checked as its bytes come and as the transport ticks. */
+int request_floor_check(struct request *q);
 
 void request_done(struct request *q);

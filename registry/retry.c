@@ -1,6 +1,7 @@
 /* The retry schedule of registry requests. */
 #include "retry.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,4 +58,34 @@ int64_t retry_after_parse(const char *value, time_t now)
 bool retry_status_is_transient(long status)
 {
 	return status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
+}
+
+void rate_floor_start(struct rate_floor *f, int64_t now_ms, uint64_t got)
+{
+	f->start_ms = now_ms;
+	f->start_got = got;
+}
+
+int rate_floor_check(struct rate_floor *f, int64_t now_ms, uint64_t got, uint64_t total,
+		     uint64_t *ret_got_in_window)
+{
+	uint64_t need, brought;
+
+	if (f->min_bytes_per_s == 0 || f->window_ms <= 0 || now_ms - f->start_ms < f->window_ms)
+		return 0;
+	brought = got - f->start_got;
+	if (__builtin_mul_overflow(f->min_bytes_per_s, (uint64_t)f->window_ms, &need))
+		need = UINT64_MAX;
+	else
+		need /= 1000;
+	/* The end of a blob need not fill a whole window. */
+	if (total > f->start_got && need > total - f->start_got)
+		need = total - f->start_got;
+	if (brought < need) {
+		if (ret_got_in_window)
+			*ret_got_in_window = brought;
+		return -ETIMEDOUT;
+	}
+	rate_floor_start(f, now_ms, got);
+	return 0;
 }

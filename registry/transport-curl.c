@@ -260,13 +260,24 @@ static size_t call_write(char *data, size_t size, size_t nmemb, void *userp)
 }
 
 /* curl calls this about once a second and on every chunk: the way to
- * stop a transfer that is waiting for a slow server. */
-static int progress_cancel(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
-			   curl_off_t ulnow)
+ * stop a transfer that is waiting for a slow server, because pullfs is
+ * stopping or because the caller's tick says so. */
+static int progress_tick(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+			 curl_off_t ulnow)
 {
-	const struct curl_transport *t = userdata;
+	struct curl_call *cc = userdata;
+	int k;
 
-	return atomic_load(t->cancel) ? 1 : 0;
+	if (cc->t->cancel && atomic_load(cc->t->cancel))
+		return 1;
+	if (!cc->req->tick)
+		return 0;
+	k = cc->req->tick(cc->req->userdata);
+	if (k < 0) {
+		cc->failure = k;
+		return 1;
+	}
+	return 0;
 }
 
 static CURLcode auth_apply(CURL *c, const struct transport_auth *a)
@@ -314,9 +325,9 @@ static int call_setup(struct curl_call *cc, const struct curl_slist *headers)
 	SETOPT(c, CURLOPT_MAXREDIRS, MAX_REDIRECTS);
 	SETOPT(c, CURLOPT_UNRESTRICTED_AUTH, 0L);
 	SETOPT(c, CURLOPT_NOSIGNAL, 1L);
-	if (t->cancel) {
-		SETOPT(c, CURLOPT_XFERINFOFUNCTION, progress_cancel);
-		SETOPT(c, CURLOPT_XFERINFODATA, t);
+	if (t->cancel || req->tick) {
+		SETOPT(c, CURLOPT_XFERINFOFUNCTION, progress_tick);
+		SETOPT(c, CURLOPT_XFERINFODATA, cc);
 		SETOPT(c, CURLOPT_NOPROGRESS, 0L);
 	}
 	SETOPT(c, CURLOPT_CONNECTTIMEOUT_MS, t->connect_timeout_ms);

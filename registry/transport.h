@@ -81,6 +81,10 @@ struct transport_request {
 	 * TRANSPORT_BODY_ENOUGH or -errno. */
 	int (*body)(void *userdata, const struct transport_response *resp, const void *buf,
 		    size_t len);
+	/* NULL, or called about once a second while the request runs,
+	 * whether bytes come or not (with userdata): a -errno stops the
+	 * transfer with that error, as from body. */
+	int (*tick)(void *userdata);
 	void *userdata;
 };
 

@@ -63,7 +63,8 @@ one_line_error "an empty MOUNTPOINT"
 # ---- every numeric option: nothing but its number, in its range
 numeric="max-concurrent-downloads revalidate-interval backoff-initial backoff-max registry-qps
          registry-burst max-parallel-pulls connect-timeout low-speed-timeout cache-max-bytes
-         gc-high-percent gc-low-percent gc-min-age"
+         gc-high-percent gc-low-percent gc-min-age min-transfer-rate transfer-rate-window
+         pull-slot-share-after"
 for opt in $numeric; do
     for v in nan inf -1 -0 12abc 0x10 1e3 " 5" "5 " +5 99999999999999999999999 ""; do
         run_pullfs -f --cache "$WORK/cache" "--$opt" "$v" "$MNT"

@@ -4,6 +4,7 @@
     slowproxy.py --upstream HOST:PORT --port-file FILE [--log FILE]
                  [--delay ERE=SECONDS]... [--gate ERE=PATH]...
                  [--rate ERE=BYTES_PER_SECOND]...
+                 [--trickle ERE=BYTES_PER_SECOND[@PATH]]...
 
 Listens on a free loopback port (written to FILE once it listens) and
 forwards every request to the upstream registry, streaming the answer back.
@@ -14,6 +15,10 @@ Each rule's ERE is searched in "METHOD PATH" of a request, followed by
   --gate ERE=PATH      answer a matching request only once PATH exists
   --rate ERE=BPS       send the body of a matching request's answer at
                        about BPS bytes per second
+  --trickle ERE=BPS[@PATH]
+                       the same a few bytes at a time (20 writes a
+                       second), as a registry that trickles does; with
+                       @PATH only while PATH exists
 
 so a test can make a pull slow, or stop it at a known point and let it go
 on when it chooses.  --log gets one line per request when it arrives
@@ -79,6 +84,8 @@ class Proxy(http.server.BaseHTTPRequestHandler):
             what += " " + self.headers.get("Range")
         self.hold(what)
         rate = next((bps for rx, bps in cfg.rates if rx.search(what)), 0)
+        trickle = next((bps for rx, (bps, path) in cfg.trickles
+                        if rx.search(what) and (not path or os.path.exists(path))), 0)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
         # a header given several times (podman's Accept) is joined, as
@@ -114,6 +121,9 @@ class Proxy(http.server.BaseHTTPRequestHandler):
                         break
                     if rate:
                         time.sleep(len(data) / rate)
+                    if trickle:
+                        self.trickle(data, trickle, chunked)
+                        continue
                     if chunked:
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                     else:
@@ -127,6 +137,17 @@ class Proxy(http.server.BaseHTTPRequestHandler):
         finally:
             conn.close()
         self.note("done %s %d" % (what, resp.status))
+
+    def trickle(self, data, bps, chunked):
+        step = max(1, int(bps / 20))
+        for i in range(0, len(data), step):
+            piece = data[i:i + step]
+            time.sleep(len(piece) / bps)
+            if chunked:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            else:
+                self.wfile.write(piece)
+            self.wfile.flush()
 
     do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = forward
 
@@ -154,8 +175,12 @@ def main():
                     type=lambda t: rule(t, str))
     ap.add_argument("--rate", action="append", default=[],
                     type=lambda t: rule(t, float))
+    ap.add_argument("--trickle", action="append", default=[],
+                    type=lambda t: rule(t, lambda v: (float(v.partition("@")[0]),
+                                                      v.partition("@")[2])))
     cfg = ap.parse_args()
     cfg.delays, cfg.gates, cfg.rates = cfg.delay, cfg.gate, cfg.rate
+    cfg.trickles = cfg.trickle
     cfg.log_lock = threading.Lock()
     cfg.log = open(cfg.log, "a") if cfg.log else None
     srv = Server(("127.0.0.1", 0), Proxy)

@@ -36,6 +36,8 @@ struct worker {
 	int id;
 	int result;
 	atomic_bool abandon;
+	const char *key; /* the registry; NULL: an unnamed slot */
+	struct puller_slot slot;
 	bool joined; /* by abandon() */
 	pthread_t thread;
 };
@@ -46,7 +48,7 @@ static void *worker_main(void *arg)
 	struct shared *s = w->s;
 	unsigned my_turn;
 
-	w->result = puller_enter(s->p, &w->abandon);
+	w->result = puller_enter(s->p, w->key ? &w->slot : NULL, w->key, &w->abandon);
 	if (w->result != 0)
 		return NULL;
 	pthread_mutex_lock(&s->lock);
@@ -60,7 +62,7 @@ static void *worker_main(void *arg)
 		pthread_cond_wait(&s->cond, &s->lock);
 	s->inside--;
 	pthread_mutex_unlock(&s->lock);
-	puller_leave(s->p);
+	puller_leave(s->p, w->key ? &w->slot : NULL);
 	return NULL;
 }
 
@@ -184,8 +186,8 @@ static void test_queue_full(void **state)
 	wait_stats(s.p, 1, 2);
 
 	/* One running, two queued: the next caller is turned away. */
-	assert_int_equal(puller_enter(s.p, NULL), -EAGAIN);
-	assert_int_equal(puller_enter(s.p, NULL), -EAGAIN);
+	assert_int_equal(puller_enter(s.p, NULL, NULL, NULL), -EAGAIN);
+	assert_int_equal(puller_enter(s.p, NULL, NULL, NULL), -EAGAIN);
 	puller_get_stats(s.p, &st);
 	assert_int_equal(st.refused, 2);
 	assert_int_equal(st.max_queue, 2);
@@ -198,8 +200,8 @@ static void test_queue_full(void **state)
 	assert_int_equal(s.max_inside, 1);
 
 	/* Free again: a caller enters at once. */
-	assert_int_equal(puller_enter(s.p, NULL), 0);
-	puller_leave(s.p);
+	assert_int_equal(puller_enter(s.p, NULL, NULL, NULL), 0);
+	puller_leave(s.p, NULL);
 	shared_done(&s);
 }
 
@@ -212,10 +214,10 @@ static void test_defaults(void **state)
 	puller_get_stats(p, &st);
 	assert_int_equal(st.max_parallel, 1);
 	assert_int_equal(st.max_queue, PULLER_DEFAULT_MAX_QUEUE);
-	assert_int_equal(puller_enter(p, NULL), 0);
+	assert_int_equal(puller_enter(p, NULL, NULL, NULL), 0);
 	puller_get_stats(p, &st);
 	assert_int_equal(st.running, 1);
-	puller_leave(p);
+	puller_leave(p, NULL);
 	puller_free(p);
 	puller_free(NULL);
 }
@@ -237,7 +239,7 @@ static void test_shutdown(void **state)
 	pthread_join(w[2].thread, NULL);
 	assert_int_equal(w[1].result, -ECANCELED);
 	assert_int_equal(w[2].result, -ECANCELED);
-	assert_int_equal(puller_enter(s.p, NULL), -ECANCELED);
+	assert_int_equal(puller_enter(s.p, NULL, NULL, NULL), -ECANCELED);
 
 	/* The slot already held stays valid and is given back normally. */
 	release(&s, 1);
@@ -302,7 +304,7 @@ static void test_abandon_middle(void **state)
 
 	shared_init(&s, 1, 3);
 	start_serial(&s, w, 4);
-	assert_int_equal(puller_enter(s.p, NULL), -EAGAIN);
+	assert_int_equal(puller_enter(s.p, NULL, NULL, NULL), -EAGAIN);
 
 	abandon(&s, &w[2]);
 	wait_stats(s.p, 1, 2);
@@ -312,7 +314,7 @@ static void test_abandon_middle(void **state)
 
 	start(&s, &w[4], 4);
 	wait_stats(s.p, 1, 3);
-	assert_int_equal(puller_enter(s.p, NULL), -EAGAIN);
+	assert_int_equal(puller_enter(s.p, NULL, NULL, NULL), -EAGAIN);
 
 	finish(&s, w, 5, want, ARRAY_SIZE(want));
 	puller_get_stats(s.p, &st);
@@ -352,23 +354,96 @@ static void test_abandon_before(void **state)
 	atomic_bool gone = true;
 
 	shared_init(&s, 1, 1);
-	assert_int_equal(puller_enter(s.p, &gone), -ECANCELED);
+	assert_int_equal(puller_enter(s.p, NULL, NULL, &gone), -ECANCELED);
 	puller_get_stats(s.p, &st);
 	assert_int_equal(st.running, 0);
 	assert_int_equal(st.entered, 0);
 
 	start(&s, &w[0], 0);
 	wait_stats(s.p, 1, 0);
-	assert_int_equal(puller_enter(s.p, &gone), -ECANCELED);
+	assert_int_equal(puller_enter(s.p, NULL, NULL, &gone), -ECANCELED);
 	start(&s, &w[1], 1);
 	wait_stats(s.p, 1, 1);
-	assert_int_equal(puller_enter(s.p, &gone), -ECANCELED);
+	assert_int_equal(puller_enter(s.p, NULL, NULL, &gone), -ECANCELED);
 	puller_get_stats(s.p, &st);
 	assert_int_equal(st.queued, 1);
 	assert_int_equal(st.refused, 0);
 	assert_int_equal(st.abandoned, 3);
 
 	finish(&s, w, 2, want, ARRAY_SIZE(want));
+	shared_done(&s);
+}
+
+static _Atomic int64_t test_now;
+
+static int64_t test_clock_now(const struct clock *c)
+{
+	return atomic_load(&test_now);
+}
+
+static void start_keyed(struct shared *s, struct worker *w, int id, const char *key)
+{
+	*w = (struct worker){ .s = s, .id = id, .result = 1, .key = key };
+	atomic_init(&w->abandon, false);
+	assert_int_equal(pthread_create(&w->thread, NULL, worker_main, w), 0);
+}
+
+/* A slot held past share_after no longer holds back another registry's
+ * pull, which takes one more; the same registry's pull waits its turn. */
+static void test_share(void **state)
+{
+	static const struct clock clk = { .now_ns = test_clock_now };
+	struct puller_options o = { .max_parallel = 1,
+				    .share_after_ns = 10 * CLOCK_NS_PER_SEC,
+				    .clock = &clk };
+	struct puller_slot slow;
+	struct puller_stats st;
+	struct worker w[2];
+	struct shared s;
+
+	atomic_store(&test_now, 0);
+	shared_init(&s, 1, 0);
+	puller_free(s.p);
+	assert_int_equal(puller_new(&o, &s.p), 0);
+
+	assert_int_equal(puller_enter(s.p, &slow, "slow.test", NULL), 0);
+	start_keyed(&s, &w[0], 0, "slow.test");
+	wait_stats(s.p, 1, 1);
+	start_keyed(&s, &w[1], 1, "other.test");
+	wait_stats(s.p, 1, 2);
+
+	/* Held for 9 s: still the only one.  An unnamed caller never shares. */
+	atomic_store(&test_now, 9 * CLOCK_NS_PER_SEC);
+	puller_wake(s.p);
+	puller_get_stats(s.p, &st);
+	assert_int_equal(st.running, 1);
+	assert_int_equal(st.shared, 0);
+
+	/* Held for 10 s: the other registry's pull goes past the one of the
+	 * same registry that waits ahead of it. */
+	atomic_store(&test_now, 10 * CLOCK_NS_PER_SEC);
+	puller_wake(s.p);
+	wait_entered(&s, 1);
+	wait_stats(s.p, 2, 1);
+	assert_int_equal(s.order[0], 1);
+
+	/* The slow pull ends, then the other one: the same registry's pull
+	 * has its turn (the other registry's slot held it back while it
+	 * was young). */
+	puller_leave(s.p, &slow);
+	wait_stats(s.p, 1, 1);
+	release(&s, 1);
+	wait_entered(&s, 2);
+	assert_int_equal(s.order[1], 0);
+	release(&s, 2);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(w[i].thread, NULL);
+		assert_int_equal(w[i].result, 0);
+	}
+	puller_get_stats(s.p, &st);
+	assert_int_equal(st.running, 0);
+	assert_int_equal(st.shared, 1);
+	assert_int_equal(st.entered, 3);
 	shared_done(&s);
 }
 
@@ -379,6 +454,7 @@ int main(void)
 		cmocka_unit_test(test_queue_full),   cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_shutdown),     cmocka_unit_test(test_abandon_middle),
 		cmocka_unit_test(test_abandon_head), cmocka_unit_test(test_abandon_before),
+		cmocka_unit_test(test_share),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

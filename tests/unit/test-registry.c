@@ -298,6 +298,60 @@ static void test_blob_resume(void **state)
 	blob_ok(f);
 }
 
+/* A clock that moves 10 s each time the floor reads it. */
+static int64_t ticking_now;
+
+static int64_t ticking_ms(void)
+{
+	return ticking_now += 10000;
+}
+
+static void test_blob_trickle(void **state)
+{
+	struct fixture *f = *state;
+	struct registry *r;
+	struct error_detail err;
+	struct collected c = { 0 };
+
+	/* A registry that sends a byte and breaks, again and again: every
+	 * resume makes progress, so only the floor across them ends it, with
+	 * ETIMEDOUT and no retry. */
+	assert_int_equal(registry_new(
+				 &(struct registry_options){
+					 .transport = fake_transport_get(f->fake),
+					 .max_retries = 2,
+					 .retry_base_ms = 1,
+					 .min_rate_bytes_per_s = 100,
+					 .rate_window_s = 30,
+					 .now_ms = ticking_ms,
+				 },
+				 &r),
+			 0);
+	fake_fault(f->fake, "GET /v2/team/app/blobs/", FAKE_BREAK, 1, -1);
+	assert_int_equal(
+		registry_get_blob(r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, collect, &c, &err),
+		-ETIMEDOUT);
+	assert_non_null(strstr(err.message, "under the minimum of 100 bytes/s"));
+	assert_in_range(fake_count(f->fake, "GET "), 1, 3);
+	free(c.data);
+	c = (struct collected){ 0 };
+
+	/* A range too, several ranges too. */
+	assert_int_equal(registry_get_blob_range(r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, 100,
+						 4000, collect, &c, &err),
+			 -ETIMEDOUT);
+	free(c.data);
+	fake_clear_faults(f->fake);
+
+	/* A blob that comes whole within its window. */
+	c = (struct collected){ 0 };
+	assert_int_equal(
+		registry_get_blob(r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, collect, &c, &err), 0);
+	assert_int_equal(c.len, BLOB_LEN);
+	free(c.data);
+	registry_free(r);
+}
+
 /* Fetches a range and checks it against the blob. */
 static void range_ok(struct fixture *f, uint64_t offset, uint64_t length)
 {
@@ -595,6 +649,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_invalid_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_blob, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_blob_resume, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_blob_trickle, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_blob_range, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_blob_ranges, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_basic_auth, setup, teardown),

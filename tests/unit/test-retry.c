@@ -1,4 +1,5 @@
 /* Unit tests for the retry schedule and Retry-After parsing. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -61,12 +62,44 @@ static void test_transient(void **state)
 	assert_false(retry_status_is_transient(200));
 }
 
+static void test_rate_floor(void **state)
+{
+	struct rate_floor f = { .min_bytes_per_s = 1000, .window_ms = 10000 };
+	uint64_t brought = 0;
+
+	rate_floor_start(&f, 0, 0);
+	assert_int_equal(rate_floor_check(&f, 5000, 100, 1000000, &brought), 0);
+	/* exactly the floor: the next window begins */
+	assert_int_equal(rate_floor_check(&f, 10000, 10000, 1000000, &brought), 0);
+	assert_int_equal(rate_floor_check(&f, 19999, 10000, 1000000, &brought), 0);
+	assert_int_equal(rate_floor_check(&f, 20000, 19999, 1000000, &brought), -ETIMEDOUT);
+	assert_int_equal(brought, 9999);
+
+	/* A resume does not start the window again: bytes count from its
+	 * start, whatever happened between. */
+	rate_floor_start(&f, 0, 4000);
+	assert_int_equal(rate_floor_check(&f, 30000, 4030, 1000000, &brought), -ETIMEDOUT);
+	assert_int_equal(brought, 30);
+
+	/* The end of a blob need not fill the window; it must come in it. */
+	rate_floor_start(&f, 0, 0);
+	assert_int_equal(rate_floor_check(&f, 10000, 500, 500, NULL), 0);
+	rate_floor_start(&f, 0, 0);
+	assert_int_equal(rate_floor_check(&f, 10000, 499, 500, NULL), -ETIMEDOUT);
+
+	/* No floor. */
+	f.min_bytes_per_s = 0;
+	rate_floor_start(&f, 0, 0);
+	assert_int_equal(rate_floor_check(&f, INT64_C(1) << 40, 0, 1000000, NULL), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_schedule),
 		cmocka_unit_test(test_retry_after),
 		cmocka_unit_test(test_transient),
+		cmocka_unit_test(test_rate_floor),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
