@@ -62,9 +62,9 @@ int cmd_status(int argc, char **argv)
 		return 0;
 	}
 	printf("Mount:       %s (pullfs %s, pid %.0f)\n",
-	       jstr(st, "mountpoint") ? jstr(st, "mountpoint") : mount_dir(),
-	       jstr(st, "version") ? jstr(st, "version") : "?", jnum(st, "pid"));
-	printf("Events log:  %s\n", jstr(st, "events_log") ? jstr(st, "events_log") : "-");
+	       esc(jstr(st, "mountpoint") ? jstr(st, "mountpoint") : mount_dir()),
+	       esc(jstr(st, "version") ? jstr(st, "version") : "?"), jnum(st, "pid"));
+	printf("Events log:  %s\n", esc(jstr(st, "events_log") ? jstr(st, "events_log") : "-"));
 	cache = json_object_get(st, "cache");
 	format_size(jnum(cache, "bytes"), a, sizeof(a));
 	printf("Cache:       %s: %s in %.0f image%s, %.0f layer%s\n",
