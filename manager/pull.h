@@ -18,6 +18,9 @@ struct pull {
 	struct manager *m;
 	const struct reference *ref;
 	const char *canonical;
+	/* the process that caused the pull, for its events (their limit per
+	 * user: a manifest of many layers is many events); NULL: none */
+	const struct caller *who;
 	char *repo;
 	bool has_slot;		 /* holds a pull slot (puller.h) */
 	bool abandoned;		 /* left the queue: nobody waits for it */
