@@ -68,7 +68,7 @@ int cmd_status(int argc, char **argv)
 	cache = json_object_get(st, "cache");
 	format_size(jnum(cache, "bytes"), a, sizeof(a));
 	printf("Cache:       %s: %s in %.0f image%s, %.0f layer%s\n",
-	       jstr(st, "cache_dir") ? jstr(st, "cache_dir") : "?", a, jnum(cache, "images"),
+	       esc(jstr(st, "cache_dir") ? jstr(st, "cache_dir") : "?"), a, jnum(cache, "images"),
 	       jnum(cache, "images") == 1 ? "" : "s", jnum(cache, "layers"),
 	       jnum(cache, "layers") == 1 ? "" : "s");
 	if (jnum(cache, "fs_bytes") > 0) {
