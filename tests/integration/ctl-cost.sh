@@ -52,23 +52,37 @@ syscalls() {
     echo "$best"
 }
 _traced() { grep -q '^TracerPid:[[:space:]]*[1-9]' "/proc/$1/status"; }
+# read_ms: milliseconds per read of status and of metrics, 20 reads each
+# (printed, not asserted: the machine is shared)
+read_ms() {
+    python3 - "$MNT/.pullfs" <<'PY'
+import sys, time
+out = []
+for name in ("status", "metrics"):
+    t = time.monotonic()
+    for _ in range(20):
+        open(f"{sys.argv[1]}/{name}", "rb").read()
+    out.append("%.1f" % ((time.monotonic() - t) / 20 * 1000))
+print(" ".join(out))
+PY
+}
 
 base_status=$(syscalls status)
 base_metrics=$(syscalls metrics)
-log "with 4 whole images: $base_status syscalls per status read, $base_metrics per metrics read"
+log "with 4 whole images: $base_status syscalls per status read, $base_metrics per metrics read; ms per read (status metrics): $(read_ms)"
 
 for i in $(seq 1 "$NLAZY"); do
     cat "$MNT/images/$REGISTRY/test/lazy$i:1/data/f1" >/dev/null
 done
 lazy_status=$(syscalls status)
 lazy_metrics=$(syscalls metrics)
-log "with $NLAZY lazy images: $lazy_status syscalls per status read, $lazy_metrics per metrics read"
+log "with $NLAZY lazy images: $lazy_status syscalls per status read, $lazy_metrics per metrics read; ms per read (status metrics): $(read_ms)"
 
 "$PULLFSCTL" -m "$MNT" pull $(for i in $(seq 1 "$NLAZY"); do echo "$REGISTRY/test/lazy$i:1"; done) \
     >"$WORK/pull.out" 2>&1 || { cat "$WORK/pull.out" >&2; fail "pullfsctl pull did not complete the lazy images"; }
 whole_status=$(syscalls status)
 whole_metrics=$(syscalls metrics)
-log "with the same images completed: $whole_status syscalls per status read, $whole_metrics per metrics read"
+log "with the same images completed: $whole_status syscalls per status read, $whole_metrics per metrics read; ms per read (status metrics): $(read_ms)"
 
 # An image costs a few calls (its manifest is read), none per file.
 bound_status=$((base_status + 16 * NLAZY)) bound_metrics=$((base_metrics + 16 * NLAZY))
