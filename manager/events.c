@@ -94,9 +94,13 @@ static int set_str(json_t *o, const char *k, const char *v)
 }
 
 /* The line of an event, newline-terminated (caller frees), or NULL.
- * suppressed: the user's events of the same reason dropped before it;
- * uid: the user an event without a caller is about, or (uid_t)-1. */
-static char *event_line(const struct event *e, uint64_t suppressed, uid_t uid, size_t *ret_len)
+ * suppressed: the user's events of the same reason dropped before it.
+ * An EventsSuppressed event (no caller: the daemon writes it) names the
+ * user and reason it counts in suppressed_uid and suppressed_reason:
+ * pid, uid and comm always come together, for the process that caused
+ * an event. */
+static char *event_line(const struct event *e, uint64_t suppressed, uid_t suppressed_uid,
+			const char *suppressed_reason, size_t *ret_len)
 {
 	struct timespec now;
 	char ts[40];
@@ -125,9 +129,10 @@ static char *event_line(const struct event *e, uint64_t suppressed, uid_t uid, s
 		json_object_set_new(o, "pid", json_integer(e->caller->pid));
 		json_object_set_new(o, "uid", json_integer(e->caller->uid));
 		set_str(o, "comm", e->caller->comm);
-	} else if (uid != (uid_t)-1) {
-		json_object_set_new(o, "uid", json_integer(uid));
 	}
+	if (suppressed_uid != (uid_t)-1)
+		json_object_set_new(o, "suppressed_uid", json_integer(suppressed_uid));
+	set_str(o, "suppressed_reason", suppressed_reason);
 	line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(o);
 	if (!line)
@@ -230,7 +235,7 @@ static void write_suppressed(void *userdata, uid_t uid, const char *reason, uint
 	line = event_line(&(struct event){ .type = EVENT_WARNING,
 					   .reason = "EventsSuppressed",
 					   .message = msg },
-			  n, uid, &len);
+			  n, uid, reason, &len);
 	if (line)
 		write_locked(ev, line, len);
 }
@@ -256,7 +261,7 @@ void events_emit(struct events *ev, const struct event *e)
 			     e->message ? e->message : "", (unsigned long long)suppressed) >= 0)
 			with.message = msg;
 	}
-	line = event_line(&with, suppressed, (uid_t)-1, &len);
+	line = event_line(&with, suppressed, (uid_t)-1, NULL, &len);
 	if (!line)
 		return;
 	pthread_mutex_lock(&ev->lock);

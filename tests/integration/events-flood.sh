@@ -1,9 +1,10 @@
 #!/bin/bash
 # The events log cannot fill a disk.  On an allow_other mount uid 65534
 # looks up 3,000 invalid names (each an InspectFailed event unlimited):
-# the log keeps a few of its events and counts the rest, which an event
-# of its own says ("suppressed"), the counts adding up to the lookups;
-# root's event after the flood is written.  Then, unlimited and with a
+# the log keeps a few of its events and counts the rest, the user's next
+# event let through and, at exit, an EventsSuppressed event saying how
+# many ("suppressed"), the counts adding up to the lookups; root's events
+# after the flood are written.  Then, unlimited and with a
 # 64 KiB cap, root's 1,500 invalid lookups rotate the log: every file
 # under the cap and whole JSON lines, two old files kept, the tail in
 # the current one; `tail -F` and `pullfsctl events -f` see the last line
@@ -33,21 +34,23 @@ PY
 nobody() { setpriv --reuid 65534 --regid 65534 --clear-groups "$@"; }
 # uid_events UID: the InspectFailed events of UID written, and the sum of
 # the suppressed counts said for them (in those events and in
-# EventsSuppressed)
+# EventsSuppressed); and every line passes events.py's check
 uid_events() {
     python3 - "$EVENTS" "$1" <<'PY'
 import json, sys
 written = suppressed = 0
+uid = int(sys.argv[2])
 for line in open(sys.argv[1]):
     e = json.loads(line)
-    if e.get("uid") != int(sys.argv[2]):
-        continue
-    if e["reason"] == "InspectFailed":
+    if e["reason"] == "InspectFailed" and e.get("uid") == uid:
         written += 1
-    if e["reason"] in ("InspectFailed", "EventsSuppressed"):
         suppressed += e.get("suppressed", 0)
+    elif e["reason"] == "EventsSuppressed" and e.get("suppressed_uid") == uid:
+        assert e["suppressed_reason"] == "InspectFailed", e
+        suppressed += e["suppressed"]
 print(written, suppressed)
 PY
+    py "$EVENTS_PY" "$EVENTS" check >/dev/null || fail "events log: $(py "$EVENTS_PY" "$EVENTS" check 2>&1 | head -3)"
 }
 
 # ---- the limit per user, defaults
@@ -77,11 +80,16 @@ n=$(lookups 5 rootafter)
 assert_eq 5 "$n" "root's invalid lookups"
 [ "$(grep -c '"image":"registry.test/rootafter:[0-4]:x".*"uid":0,' "$EVENTS")" -eq 5 ] ||
     fail "root's events after the flood are not all in the log"
+# dropped again, then the daemon stops: an EventsSuppressed event counts them
+n=$(nobody bash -c "$(declare -f lookups); MNT=$MNT lookups 100 more")
+assert_eq 100 "$n" "invalid lookups of uid 65534 answered EINVAL"
 unmount_pullfs
+grep -q '"reason":"EventsSuppressed".*"suppressed_uid":65534' "$EVENTS" ||
+    fail "no EventsSuppressed event for uid 65534 at exit"
 # every event of the user is written or counted, once
 read -r written suppressed < <(uid_events 65534)
-log "at exit: $written written + $suppressed suppressed for $((3000 + extra)) lookups"
-assert_eq $((3000 + extra)) $((written + suppressed)) "events of uid 65534 written or counted"
+log "at exit: $written written + $suppressed suppressed for $((3100 + extra)) lookups"
+assert_eq $((3100 + extra)) $((written + suppressed)) "events of uid 65534 written or counted"
 
 # ---- rotation at the cap, no limit
 rm -f "$EVENTS"

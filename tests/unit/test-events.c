@@ -167,7 +167,11 @@ static void test_user_limited(void **state)
 	events_flush(ev);
 	assert_int_equal(count_lines(f->path, "EventsSuppressed", &m), 9);
 	assert_int_equal(m, 1);
-	assert_int_equal(count_lines(f->path, "\"suppressed\":10,\"uid\":65534", &m), 9);
+	assert_int_equal(count_lines(f->path,
+				     "\"suppressed\":10,\"suppressed_uid\":65534,"
+				     "\"suppressed_reason\":\"InspectFailed\"",
+				     &m),
+			 9);
 	assert_int_equal(m, 1);
 	events_close(ev);
 }
