@@ -115,6 +115,18 @@ static const struct opt options[] = {
 	  .help = "cache directory" },
 	{ "events-log", 0, KIND_PATH, EVERYWHERE, AT(mo.events_log), .arg = "FILE",
 	  .def = "CACHE/events.log", .help = "events log, JSON Lines" },
+	{ "events-max-bytes", 0, KIND_SIZE, EVERYWHERE, AT(mo.events_max_bytes), .def = "10M",
+	  .help = "rename the events log to FILE.1 before a line would take it past this size; "
+		  "0 = never" },
+	{ "events-keep", 0, KIND_UINT, EVERYWHERE, AT(mo.events_keep), .min = 1, .max = 1000,
+	  .def = "1", .help = "rotated events logs kept, FILE.1 (the newest) to FILE.N" },
+	{ "events-burst", 0, KIND_UINT, EVERYWHERE, AT(mo.events_burst), .min = 0, .max = 1000000,
+	  .def = STRINGIFY(EVENTS_DEFAULT_BURST),
+	  .help = "events of one reason a user other than root may cause at once before they are "
+		  "dropped and counted; 0 = no limit" },
+	{ "events-per-minute", 0, KIND_UINT, EVERYWHERE, AT(mo.events_per_minute), .min = 1,
+	  .max = 1000000, .def = STRINGIFY(EVENTS_DEFAULT_PER_MINUTE),
+	  .help = "... and then per minute" },
 	{ "pull-policy", 0, KIND_STRING, EVERYWHERE, NO_FIELD, .set = set_pull_policy,
 	  .arg = "POLICY",
 	  .help = "always, if-not-present or never for every image (default: the kubelet rule, "
@@ -875,6 +887,8 @@ void settings_parse(struct settings *s, int argc, char **argv)
 	/* Where 0 is a value of its own rather than "the default". */
 	s->mo.registry_qps = 5.0;
 	s->mo.registry_burst = 10;
+	s->mo.events_max_bytes = EVENTS_DEFAULT_MAX_BYTES;
+	s->mo.events_burst = EVENTS_DEFAULT_BURST;
 	parse_command_line(s, argc, argv);
 	check_settings(s);
 	s->mo.registry_hosts = s->hosts;

@@ -24,7 +24,16 @@ struct cache {
 	/* Renames into layers/ started and flushed: a reference file
 	 * flushes layers/ only when the two differ. */
 	atomic_uint_fast64_t layers_renamed, layers_flushed;
+	/* cache_touch() counts each change of what the cache holds on disk;
+	 * the memo keeps the scans of the status and the metrics while it
+	 * stays the same. */
+	atomic_uint_fast64_t generation;
+	struct cache_memo *memo;
 };
+
+/* cache-memo.c: the memo's life, with the cache's. */
+int cache_memo_new(struct cache *c);
+void cache_memo_free(struct cache *c);
 
 /* Removes every file of a directory (one level of subdirectories too). */
 void empty_dir(int dfd);

@@ -147,6 +147,9 @@ int cache_open(const char *dir, struct cache **ret, char *errbuf, size_t errlen)
 	/* A killed process may have renamed a layer into layers/ without
 	 * flushing it: the first reference file flushes layers/. */
 	atomic_store(&c->layers_renamed, 1);
+	r = cache_memo_new(c);
+	if (r < 0)
+		goto fail;
 	c->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (c->dirfd < 0) {
 		r = negative_errno();
@@ -216,6 +219,7 @@ void cache_close(struct cache *c)
 	for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
+	cache_memo_free(c);
 	free(c);
 }
 
@@ -285,6 +289,7 @@ int write_atomic(struct cache *c, int dirfd, const char *name, const void *buf, 
 		unlinkat(c->tmp_fd, tmpname, 0);
 		return r;
 	}
+	cache_touch(c);
 	return flush_dir(dirfd);
 }
 
@@ -486,6 +491,7 @@ int layer_publish(struct cache *c, int stage_fd, const char *stage_name, const c
 		 * left by a kill before its rename keeps it (its reference
 		 * may be waiting).  A power cut may bring it back: unread. */
 		unlinkat(stage_fd, "verified", 0);
+		cache_touch(c);
 	}
 	return flush_layers_dir(c, gen);
 }
@@ -858,6 +864,7 @@ int cache_layer_remove(struct cache *c, const char *digest)
 	snprintf(name, sizeof(name), "gc.%s", digest_hex(digest));
 	if (renameat(c->layers_fd, digest_hex(digest), c->tmp_fd, name) < 0)
 		return negative_errno();
+	cache_touch(c);
 	cache_stage_discard(c, name);
 	return 0;
 }
@@ -879,6 +886,7 @@ int cache_layer_retire(struct cache *c, const char *digest, char **ret_name, int
 		close(fd);
 		return r;
 	}
+	cache_touch(c);
 	*ret_name = strdup(name);
 	if (!*ret_name) {
 		cache_stage_discard(c, name);
@@ -900,5 +908,6 @@ int cache_blob_remove(struct cache *c, const char *digest)
 		return -EINVAL;
 	if (unlinkat(c->blobs_fd, digest_hex(digest), 0) < 0)
 		return negative_errno();
+	cache_touch(c);
 	return 0;
 }

@@ -158,10 +158,24 @@ int cache_ref_save(struct cache *c, const struct cache_ref *r);
 int cache_ref_remove(struct cache *c, const char *reference);
 
 /* Bytes the cache takes on disk (allocated blocks of blobs and layers)
- * and how many layers it holds. */
+ * and how many layers it holds.  Reads every layer directory. */
 int cache_usage(struct cache *c, uint64_t *ret_bytes, unsigned *ret_layers);
 /* Allocated bytes of one layer / one blob; 0 when absent. */
 uint64_t cache_layer_bytes(struct cache *c, const char *digest);
+
+/* Says that what the cache holds on disk changed (a layer or blob stored
+ * or removed, an object entered or swept, a file of a lazy layer fetched
+ * or a chunk of it written): the next cache_*_memo() call scans again.
+ * Any thread; never blocks. */
+void cache_touch(struct cache *c);
+/* cache_usage(), cache_objects_stats() and cache_layer_bytes() as of the
+ * last cache_touch(): the scan runs once per change, so that a status or
+ * metrics reader costs no disk reads while the cache stays as it is (a
+ * lazy layer's files are one file each).  Thread-safe; the values may
+ * miss a change another process made to the same cache. */
+int cache_usage_memo(struct cache *c, uint64_t *ret_bytes, unsigned *ret_layers);
+int cache_objects_stats_memo(struct cache *c, struct cache_objects_stats *ret);
+uint64_t cache_layer_bytes_memo(struct cache *c, const char *digest);
 uint64_t cache_blob_bytes(struct cache *c, const char *digest);
 /* Layers served from their stage and waiting to be published (flushed,
  * shared with stored objects, renamed into layers/). */

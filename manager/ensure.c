@@ -306,9 +306,12 @@ int manager_decide(struct manager *m, const struct reference *ref, const char *c
 		   struct flight *f, struct ensure_outcome *out, struct image **ret)
 {
 	struct pull_progress *progress = &f->progress;
-	struct pull p = {
-		.m = m, .ref = ref, .canonical = canonical, .progress = progress, .flight = f
-	};
+	struct pull p = { .m = m,
+			  .ref = ref,
+			  .canonical = canonical,
+			  .who = who,
+			  .progress = progress,
+			  .flight = f };
 	_cleanup_free_ char *known = NULL, *known_index = NULL;
 	_cleanup_free_ char *digest = NULL, *index_digest = NULL;
 	char errbuf[256] = "";

@@ -2,12 +2,21 @@
  * descriptor, so that `tail -F` and concurrent readers never see half a
  * line.  This is data for operators, written by the manager; it is not a
  * debug log.  Credentials never reach it: callers pass only references,
- * digests and one-line reasons. */
+ * digests and one-line reasons.
+ *
+ * Two bounds keep it from filling a disk: the events a user other than
+ * root causes are rate-limited per uid and reason (evlimit.h), the count
+ * of those dropped said in the next one written or, once the limit lifts,
+ * in an EventsSuppressed event; and the file is renamed to PATH.1 (PATH.2
+ * and on moving up, the oldest dropped) before a line would take it past
+ * its cap, a new PATH taking its place, as logrotate would do it. */
 #pragma once
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+#include "clock.h"
 
 /* The process whose file access caused an event. */
 struct caller {
@@ -37,20 +46,45 @@ struct event {
 	uint64_t bytes_saved;	     /* a partial pull's, written when not 0 */
 };
 
+struct events_options {
+	const char *path; /* NULL: events are dropped */
+	/* The file is rotated before a line would take it past this; 0:
+	 * never (an outside logrotate and SIGHUP only). */
+	uint64_t max_bytes;
+	unsigned keep; /* rotated files kept, PATH.1 to PATH.keep; 0: 1 */
+	/* Events a user other than root may cause per reason: burst at
+	 * once, then per_minute a minute.  burst 0: no limit. */
+	unsigned burst;
+	unsigned per_minute;	   /* 0: EVENTS_DEFAULT_PER_MINUTE */
+	const struct clock *clock; /* of the limit; NULL: CLOCK_MONOTONIC */
+};
+
+#define EVENTS_DEFAULT_MAX_BYTES (10u << 20)
+#define EVENTS_DEFAULT_BURST 20
+#define EVENTS_DEFAULT_PER_MINUTE 30
+
 struct events;
 
-/* Opens (creating, mode 0640) path for appending.  path NULL: events are
- * dropped.  Returns 0 or -errno. */
-int events_open(const char *path, struct events **ret);
+/* Opens (creating, mode 0640) o->path for appending.  Returns 0 or
+ * -errno. */
+int events_open(const struct events_options *o, struct events **ret);
+/* Writes the counts of dropped events that are still due, then closes. */
 void events_close(struct events *ev);
 
 /* Asks for the file to be reopened before the next event is written (log
  * rotation).  Async-signal-safe: only sets a flag. */
 void events_request_reopen(struct events *ev);
 
-/* Writes one event line.  Thread-safe.  Failures to write are counted,
- * never fatal. */
+/* Writes one event line, unless it is one too many of its user's (then
+ * it is counted).  Thread-safe.  Failures to write are counted, never
+ * fatal. */
 void events_emit(struct events *ev, const struct event *e);
+
+/* Writes an EventsSuppressed event for each user and reason whose limit
+ * has lifted since events were dropped (events_emit does it too; this is
+ * for a timer, so that the count comes when the user stops).
+ * Thread-safe. */
+void events_flush(struct events *ev);
 
 /* Formats realtime `ts` as RFC 3339 UTC with milliseconds into buf (at
  * least 32 bytes). */

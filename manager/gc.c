@@ -873,6 +873,8 @@ static void *gc_thread(void *arg)
 			if (pthread_cond_timedwait(&m->gc_cond, &m->lock, &next) != ETIMEDOUT)
 				continue;
 			names_collect_locked(m, (uid_t)-1, (int64_t)idle_s * 1000);
+			/* the count of a user's dropped events, once they stop */
+			events_flush(m->events);
 			clock_gettime(CLOCK_REALTIME, &next);
 			next.tv_sec += every_s;
 		}

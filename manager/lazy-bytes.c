@@ -116,17 +116,36 @@ static void file_local_spans(struct lazy_layer *l, const char *object, const str
 	}
 }
 
+void lazy_changed(struct lazy_layer *l)
+{
+	atomic_fetch_add(&l->changes, 1);
+	cache_touch(l->cache);
+}
+
 void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_total)
 {
 	const struct layer_index *li = l->toc->index;
 	uint64_t total = l->src.tl.blob_size, local = l->src.where.length;
+	/* read before the count: a change during it makes the next call
+	 * count again */
+	uint64_t changes = atomic_load(&l->changes);
 	struct spans sp = { 0 };
+	bool known;
 
 	*ret_total = total;
 	if (atomic_load(&l->complete)) {
 		*ret_local = total;
 		return;
 	}
+	/* A status reader asks for every lazy layer each time: counting
+	 * looks at each file of the layer, on disk for those not in use. */
+	pthread_mutex_lock(&l->lock);
+	known = l->counted && l->counted_changes == changes;
+	if (known)
+		*ret_local = l->counted_local;
+	pthread_mutex_unlock(&l->lock);
+	if (known)
+		return;
 	for (size_t i = 0; i < li->n_entries; i++) {
 		const char *o = li->entries[i].object;
 		const struct toc_chunk *c;
@@ -144,6 +163,13 @@ void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_t
 	/* all of it only once complete (tar headers and padding are in no
 	 * chunk) */
 	*ret_local = MIN(local, total - 1);
+	if (!sp.failed) {
+		pthread_mutex_lock(&l->lock);
+		l->counted = true;
+		l->counted_changes = changes;
+		l->counted_local = *ret_local;
+		pthread_mutex_unlock(&l->lock);
+	}
 }
 
 uint64_t lazy_toc_present_bytes(int dirfd, const struct toc *toc)

@@ -76,6 +76,8 @@ static int stream_chunk(struct stream *s, const struct pending *pd, const void *
 	f->state[pd->k] = r == 0 ? CHUNK_PRESENT : CHUNK_MISSING;
 	pthread_cond_broadcast(&f->cond);
 	pthread_mutex_unlock(&f->lock);
+	if (r == 0)
+		lazy_changed(s->l);
 	return r;
 }
 
@@ -275,6 +277,7 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 	if (unlinkat(l->dirfd, "lazy", 0) < 0 && errno != ENOENT)
 		return negative_errno();
 	atomic_store(&l->complete, true);
+	lazy_changed(l);
 	if (l->stats)
 		atomic_fetch_add(&l->stats->layers_complete, 1);
 	return 0;

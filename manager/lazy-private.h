@@ -55,7 +55,16 @@ struct lazy_layer {
 	struct strmap *files;	 /* object -> struct lazy_file *; lock */
 	atomic_bool complete;	 /* lazy_layer_complete() finished */
 	struct dlist idle;	 /* lock: files with descriptors and no user */
+	/* lazy_changed() calls: lazy_layer_bytes() counts again only when
+	 * this moved since its last count (lock: counted_*) */
+	atomic_uint_fast64_t changes;
+	bool counted;
+	uint64_t counted_changes, counted_local;
 };
+
+/* Says that a file or chunk of l became present (after its state says
+ * so): the counts of what is local are to be made again. */
+void lazy_changed(struct lazy_layer *l);
 
 /* lazy.c: the state of the file with content object, held (its
  * descriptors stay open) until lazy_file_put(); lazy_file_hold() holds

@@ -475,6 +475,7 @@ put:
 		goto fail;
 	}
 	f->users = 1;
+	lazy_changed(l);
 out:
 	pthread_mutex_unlock(&l->lock);
 	*ret = f;
@@ -617,6 +618,7 @@ static int finish_file(struct lazy_layer *l, struct lazy_file *f)
 	/* shared with the layers that have the same content (failure only
 	 * costs sharing) */
 	cache_object_enter(l->cache, l->dirfd, f->object);
+	lazy_changed(l);
 out:
 	hasher_free(h);
 	free(buf);
@@ -756,6 +758,8 @@ int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_f
 		for (size_t i = 0; i < n; i++)
 			for (size_t j = runs[i].a; j <= runs[i].e; j++)
 				f->state[j] = r == 0 ? CHUNK_PRESENT : CHUNK_MISSING;
+		if (r == 0)
+			lazy_changed(l);
 		pthread_cond_broadcast(&f->cond);
 		if (r < 0)
 			break;

@@ -441,7 +441,16 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 		r = -ENOMEM;
 		goto fail;
 	}
-	r = events_open(evpath, &m->events);
+	r = events_open(
+		&(struct events_options){
+			.path = evpath,
+			.max_bytes = opts->events_max_bytes,
+			.keep = opts->events_keep,
+			.burst = opts->events_burst,
+			.per_minute = opts->events_per_minute,
+			.clock = m->clock,
+		},
+		&m->events);
 	if (r < 0) {
 		snprintf(errbuf, errlen, "cannot open events log \"%s\": %s", evpath, strerror(-r));
 		goto fail;

@@ -26,8 +26,14 @@ struct registry_transport;
 struct credentials;
 
 struct manager_options {
-	const char *cache_dir;	      /* required */
-	const char *events_log;	      /* NULL: <cache_dir>/events.log */
+	const char *cache_dir;	/* required */
+	const char *events_log; /* NULL: <cache_dir>/events.log */
+	/* The events log's cap, rotated files and limits per user
+	 * (events.h: 0 is no cap, one file, no limit, the default rate). */
+	uint64_t events_max_bytes;
+	unsigned events_keep;
+	unsigned events_burst;
+	unsigned events_per_minute;
 	enum pull_policy pull_policy; /* mount-wide override; UNSET: per reference */
 	const char *const *insecure_hosts;
 	size_t n_insecure_hosts;

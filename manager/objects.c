@@ -36,7 +36,7 @@ static bool is_object_name(const char *name)
 
 /* One object of a staged layer: shares the stored copy when there is one,
  * else becomes the stored copy. */
-static int object_enter(struct cache *c, int stage_fd, const char *hex, bool lazy, bool again)
+static int object_link(struct cache *c, int stage_fd, const char *hex, bool lazy, bool again)
 {
 	char mine[DIGEST_HEX_LEN + 3], theirs[DIGEST_HEX_LEN + 3];
 
@@ -72,6 +72,15 @@ static int object_enter(struct cache *c, int stage_fd, const char *hex, bool laz
 			return negative_errno();
 	}
 	return 0; /* keep our own copy: correct, only not shared */
+}
+
+/* (the links counted in the sizes change whatever the outcome) */
+static int object_enter(struct cache *c, int stage_fd, const char *hex, bool lazy, bool again)
+{
+	int r = object_link(c, stage_fd, hex, lazy, again);
+
+	cache_touch(c);
+	return r;
 }
 
 int objects_enter(struct cache *c, int stage_fd, const struct layer_index *li, bool lazy)
@@ -300,6 +309,8 @@ int cache_objects_sweep(struct cache *c, uint64_t *ret_freed)
 {
 	uint64_t freed = 0;
 	int r = objects_each(c, sweep_one, &freed);
+
+	cache_touch(c);
 
 	if (ret_freed)
 		*ret_freed = freed;

@@ -348,6 +348,7 @@ static void *publisher_thread(void *arg)
 				cache_stage_discard(c, s->name);
 			staged_free(s);
 			atomic_fetch_sub(&p->n_staged, 1);
+			cache_touch(c);
 		} else {
 			/* readers keep its files; a later start must not
 			 * publish it */
@@ -448,6 +449,7 @@ int publisher_queue(struct cache *c, struct cache_layer_stage *st, const char *h
 		;
 	*tail = s;
 	atomic_fetch_add(&p->n_staged, 1);
+	cache_touch(c);
 	pthread_cond_broadcast(&p->cond);
 	pthread_mutex_unlock(&p->lock);
 	close(st->pack_fd);

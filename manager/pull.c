@@ -123,6 +123,7 @@ static void lazy_report_shared(struct pull *p, const char *digest, const struct 
 						.image = p->canonical,
 						.digest = digest,
 						.message = msg,
+						.caller = p->who,
 						.bytes_saved = saved });
 }
 
@@ -171,7 +172,7 @@ static int try_lazy(struct pull *p, const struct descriptor *d)
 	if (r == 0)
 		r = lazy_source_format(&src, &text);
 	if (r < 0) {
-		manager_emit(m, EVENT_WARNING, "LazyPullFailed", p->canonical, d->digest, r, NULL,
+		manager_emit(m, EVENT_WARNING, "LazyPullFailed", p->canonical, d->digest, r, p->who,
 			     "Layer %s of \"%s\" is pulled whole: %s", d->digest, p->canonical,
 			     err[0] ? err : strerror(-r));
 		toc_free(toc);

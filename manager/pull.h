@@ -19,6 +19,9 @@ struct pull {
 	struct manager *m;
 	const struct reference *ref;
 	const char *canonical;
+	/* the process that caused the pull, for its events (their limit per
+	 * user: a manifest of many layers is many events); NULL: none */
+	const struct caller *who;
 	char *repo;
 	bool has_slot;		 /* holds a pull slot (puller.h) */
 	struct puller_slot slot; /* ... this one */

@@ -125,7 +125,7 @@ static void image_bytes(struct manager *m, const char *digest, const char *index
 			bool completing;
 			int phase;
 
-			ret->disk += cache_layer_bytes(m->cache, mf->layers[i].digest);
+			ret->disk += cache_layer_bytes_memo(m->cache, mf->layers[i].digest);
 			packs_layer_bytes(m->packs, mf->layers[i].digest, mf->layers[i].size,
 					  &local, &completing);
 			phase = image_completion_phase_locked(m, mf->layers[i].digest, &failures);
@@ -235,10 +235,10 @@ int manager_status(struct manager *m, const struct caller *who, json_t **ret_jso
 	n_images = status_filter(m, images, who);
 	puller_get_stats(m->puller, &ps);
 	throttle_get_stats(m->throttle, &ts);
-	cache_usage(m->cache, &bytes, &layers);
+	cache_usage_memo(m->cache, &bytes, &layers);
 	cache_statfs(m->cache, &fs_total, &fs_free);
 	struct cache_objects_stats os;
-	if (cache_objects_stats(m->cache, &os) < 0)
+	if (cache_objects_stats_memo(m->cache, &os) < 0)
 		os = (struct cache_objects_stats){ 0 };
 	/* files stored once however many layers hold them (cache.h) */
 	json_object_set_new(o, "objects",
@@ -301,9 +301,9 @@ void manager_metrics(struct manager *m, FILE *f)
 		backoff_entries_free(be, nbe);
 	puller_get_stats(m->puller, &ps);
 	throttle_get_stats(m->throttle, &ts);
-	cache_usage(m->cache, &bytes, &layers);
+	cache_usage_memo(m->cache, &bytes, &layers);
 	struct cache_objects_stats os;
-	if (cache_objects_stats(m->cache, &os) < 0)
+	if (cache_objects_stats_memo(m->cache, &os) < 0)
 		os = (struct cache_objects_stats){ 0 };
 	fprintf(f,
 		"# HELP pullfs_objects Distinct file contents stored as objects.\n"

@@ -30,7 +30,7 @@ SIZE_RE = re.compile(r"[Ss]ize:? [0-9]+ ?(bytes|B)?\b")
 # BackOff is a Normal event, as the kubelet logs it.
 NORMAL_REASONS = {"Pulling", "Pulled", "BackOff"}
 WARNING_REASONS = {"Failed", "ErrImageNeverPull", "InspectFailed", "PullDenied",
-                   "AccessDenied"}
+                   "AccessDenied", "EventsSuppressed"}
 # Events that only a lookup (or a pull asked for) writes: they always
 # name the process that caused them.
 CAUSED_REASONS = {"Pulling", "Failed", "BackOff", "ErrImageNeverPull",

@@ -380,6 +380,63 @@ static void test_layer(void **state)
 	assert_int_equal(entries_in("objects"), 1);
 }
 
+/* What the status and the metrics read from the memo is what a scan
+ * finds, after each change: a blob and a layer stored, a layer and a blob
+ * removed, the objects swept. */
+static void assert_memo_is_scan(const char *digest)
+{
+	struct cache_objects_stats a, b;
+	uint64_t bytes, memo_bytes;
+	unsigned layers, memo_layers;
+
+	assert_int_equal(cache_usage(cache, &bytes, &layers), 0);
+	assert_int_equal(cache_usage_memo(cache, &memo_bytes, &memo_layers), 0);
+	assert_int_equal(memo_bytes, bytes);
+	assert_int_equal(memo_layers, layers);
+	assert_int_equal(cache_objects_stats(cache, &a), 0);
+	assert_int_equal(cache_objects_stats_memo(cache, &b), 0);
+	assert_memory_equal(&a, &b, sizeof(a));
+	assert_int_equal(cache_layer_bytes_memo(cache, digest), cache_layer_bytes(cache, digest));
+}
+
+static void test_memo_follows_changes(void **state)
+{
+	static const char *digest =
+		"sha256:00000000000000000000000000000000000000000000000000000000000000bb";
+	static const char *content = "{\"config\":2}";
+	char d[DIGEST_STRING_MAX], object[65];
+	struct cache_layer_stage st;
+	struct layer_index li;
+	struct layer_entry e;
+	uint64_t empty, bytes;
+	unsigned layers;
+
+	(void)state;
+	assert_memo_is_scan(digest);
+	assert_int_equal(cache_usage_memo(cache, &empty, &layers), 0);
+	assert_int_equal(layers, 0);
+	blob_digest(content, d);
+	assert_int_equal(cache_blob_write(cache, d, content, strlen(content)), 0);
+	assert_memo_is_scan(digest);
+	stage_layer(&st, digest, object, &li, &e);
+	assert_int_equal(cache_layer_commit(cache, &st, digest, &li), 0);
+	assert_memo_is_scan(digest); /* staged */
+	cache_publish_wait(cache);
+	assert_memo_is_scan(digest); /* published */
+	assert_int_equal(cache_usage_memo(cache, &bytes, &layers), 0);
+	assert_int_equal(layers, 1);
+	assert_true(bytes > empty);
+	assert_true(cache_layer_bytes_memo(cache, digest) > 0);
+	assert_int_equal(cache_layer_remove(cache, digest), 0);
+	assert_memo_is_scan(digest);
+	assert_int_equal(cache_objects_sweep(cache, NULL), 0);
+	assert_memo_is_scan(digest);
+	assert_int_equal(cache_blob_remove(cache, d), 0);
+	assert_memo_is_scan(digest);
+	assert_int_equal(cache_usage_memo(cache, &bytes, &layers), 0);
+	assert_int_equal(bytes, empty);
+}
+
 static void test_layer_flush_fails(void **state)
 {
 	static const char *digest =
@@ -657,6 +714,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_ref, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ref_flush_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_layer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_memo_follows_changes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_layer_flush_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_staged_layer_discarded_at_open, setup,
 						teardown),

@@ -19,7 +19,9 @@ void events_usage(FILE *f)
 	      "does: LAST SEEN (how long ago), TYPE (Normal or Warning), REASON\n"
 	      "(Pulling, Pulled, Failed, BackOff, ErrImageNeverPull, InspectFailed),\n"
 	      "OBJECT (image/REFERENCE) and MESSAGE; ERRNO is added to a failure's\n"
-	      "message.  The log is the one the daemon names in its status.\n"
+	      "message.  The log is the one the daemon names in its status, after\n"
+	      "the files it was rotated to (LOG.N, the oldest, to LOG.1).  Control\n"
+	      "characters in what the log says are shown escaped (\\n, \\x1b).\n"
 	      "\n"
 	      "Options:\n"
 	      "  -f, --follow       keep printing events as they are written, across log\n"
@@ -54,10 +56,7 @@ static void event_cells(const json_t *ev, double now, char *age, size_t agelen, 
 	} else {
 		*message = strdup(msg ? msg : "");
 	}
-	/* One event, one line. */
-	for (char *p = *message; p && *p; p++)
-		if (*p == '\n' || *p == '\r' || *p == '\t')
-			*p = ' ';
+	/* (one event, one line: the table shows a newline escaped) */
 }
 
 static int event_table_add(struct table *t, const json_t *ev, double now)
@@ -68,6 +67,35 @@ static int event_table_add(struct table *t, const json_t *ev, double now)
 	event_cells(ev, now, age, sizeof(age), &object, &message);
 	return table_add(t, (const char *const[]){ age, jstr(ev, "type"), jstr(ev, "reason"),
 						   object, message });
+}
+
+/* The whole lines of f that match, printed (json) or added to t; a line
+ * still being written is left for -f. */
+static void read_events(FILE *f, const struct event_filter *filt, bool json, struct table *t,
+			double now)
+{
+	_cleanup_free_ char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+
+	while ((n = getline(&line, &cap, f)) > 0) {
+		json_t *ev;
+		if (line[n - 1] != '\n') {
+			fseeko(f, -n, SEEK_CUR);
+			break;
+		}
+		line[n - 1] = '\0';
+		ev = event_parse(line);
+		if (!ev)
+			continue;
+		if (event_matches(ev, filt)) {
+			if (json)
+				printf("%s\n", line);
+			else
+				event_table_add(t, ev, now);
+		}
+		json_decref(ev);
+	}
 }
 
 struct follow_out {
@@ -111,14 +139,12 @@ int cmd_events(int argc, char **argv)
 	};
 	_cleanup_json_ json_t *st = NULL;
 	_cleanup_table_ struct table *t = NULL;
-	_cleanup_free_ char *line = NULL, *image = NULL;
+	_cleanup_free_ char *image = NULL;
 	_cleanup_fclose_ FILE *f = NULL;
 	struct event_filter filt = { 0 };
 	const char *log = NULL;
 	bool follow = false, json = false;
 	double now = now_realtime();
-	size_t cap = 0;
-	ssize_t n;
 	int c, fd = -1;
 
 	while ((c = getopt_long(argc, argv, "+hf", opts, NULL)) != -1) {
@@ -198,25 +224,19 @@ int cmd_events(int argc, char **argv)
 		err_msg("cannot read the events log \"%s\": %s", log, strerror(errno));
 		return EXIT_FAILED;
 	}
-	while (f && (n = getline(&line, &cap, f)) > 0) {
-		json_t *ev;
-		if (line[n - 1] != '\n') {
-			/* A line still being written: leave it for -f. */
-			fseeko(f, -n, SEEK_CUR);
-			break;
-		}
-		line[n - 1] = '\0';
-		ev = event_parse(line);
-		if (!ev)
-			continue;
-		if (event_matches(ev, &filt)) {
-			if (json)
-				printf("%s\n", line);
-			else
-				event_table_add(t, ev, now);
-		}
-		json_decref(ev);
+	/* the history the daemon rotated away first, the oldest first */
+	for (unsigned i = events_rotated_count(log); i > 0; i--) {
+		_cleanup_free_ char *old = NULL;
+		_cleanup_fclose_ FILE *of = NULL;
+
+		if (asprintf(&old, "%s.%u", log, i) < 0)
+			return EXIT_FAILED;
+		of = fopen(old, "re");
+		if (of)
+			read_events(of, &filt, json, t, now);
 	}
+	if (f)
+		read_events(f, &filt, json, t, now);
 	if (!json && (t->nrows > 1 || follow))
 		table_print(t, stdout);
 	if (!json && t->nrows == 1 && !follow)

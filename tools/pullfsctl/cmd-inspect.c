@@ -32,7 +32,8 @@ static void print_string_array(const char *label, const json_t *a)
 
 	if (!a || json_is_null(a))
 		return;
-	s = json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY);
+	/* (ASCII only: no control character or bidirectional override) */
+	s = json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
 	printf("%-12s%s\n", label, s ? s : "?");
 }
 
@@ -81,35 +82,36 @@ int cmd_inspect(int argc, char **argv)
 	}
 	format_size(jnum(a, "size"), size, sizeof(size));
 	printf("%-12s%s\n",
-	       "Reference:", jstr(a, "reference") ? jstr(a, "reference") : argv[optind]);
-	printf("%-12s%s\n", "Digest:", jstr(a, "digest") ? jstr(a, "digest") : "-");
+	       "Reference:", esc(jstr(a, "reference") ? jstr(a, "reference") : argv[optind]));
+	printf("%-12s%s\n", "Digest:", esc(jstr(a, "digest") ? jstr(a, "digest") : "-"));
 	if (jstr(a, "index_digest"))
-		printf("%-12s%s\n", "Index:", jstr(a, "index_digest"));
-	printf("%-12s%s\n", "Platform:", jstr(a, "platform") ? jstr(a, "platform") : "-");
-	printf("%-12s%s\n", "Media type:", jstr(a, "media_type") ? jstr(a, "media_type") : "-");
+		printf("%-12s%s\n", "Index:", esc(jstr(a, "index_digest")));
+	printf("%-12s%s\n", "Platform:", esc(jstr(a, "platform") ? jstr(a, "platform") : "-"));
+	printf("%-12s%s\n",
+	       "Media type:", esc(jstr(a, "media_type") ? jstr(a, "media_type") : "-"));
 	printf("%-12s%s (download: config and compressed layers; ls shows the size on disk)\n",
 	       "Size:", size);
 	cfg = json_object_get(a, "config");
 	cc = json_object_get(cfg, "config");
 	if (jstr(cfg, "created"))
-		printf("%-12s%s\n", "Created:", jstr(cfg, "created"));
+		printf("%-12s%s\n", "Created:", esc(jstr(cfg, "created")));
 	print_string_array("Entrypoint:", json_object_get(cc, "Entrypoint"));
 	print_string_array("Cmd:", json_object_get(cc, "Cmd"));
 	if (jstr(cc, "WorkingDir") && *jstr(cc, "WorkingDir"))
-		printf("%-12s%s\n", "WorkingDir:", jstr(cc, "WorkingDir"));
+		printf("%-12s%s\n", "WorkingDir:", esc(jstr(cc, "WorkingDir")));
 	if (jstr(cc, "User") && *jstr(cc, "User"))
-		printf("%-12s%s\n", "User:", jstr(cc, "User"));
+		printf("%-12s%s\n", "User:", esc(jstr(cc, "User")));
 	env = json_object_get(cc, "Env");
 	if (json_array_size(env)) {
 		printf("Env:\n");
 		json_array_foreach(env, i, v) if (json_is_string(v))
-			printf("  %s\n", json_string_value(v));
+			printf("  %s\n", esc(json_string_value(v)));
 	}
 	labels = json_object_get(cc, "Labels");
 	if (json_object_size(labels)) {
 		printf("Labels:\n");
-		json_object_foreach((json_t *)labels, key, v)
-			printf("  %s=%s\n", key, json_is_string(v) ? json_string_value(v) : "");
+		json_object_foreach((json_t *)labels, key, v) printf(
+			"  %s=%s\n", esc(key), esc(json_is_string(v) ? json_string_value(v) : ""));
 	}
 	layers = json_object_get(a, "layers");
 	printf("Layers:\n");

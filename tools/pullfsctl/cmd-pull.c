@@ -75,7 +75,7 @@ static int pull_background(int n, char **refs, bool quiet)
 			continue;
 		}
 		if (!quiet)
-			printf("%s: %s\n", jstr(a, "reference"),
+			printf("%s: %s\n", esc(jstr(a, "reference")),
 			       json_is_true(json_object_get(a, "present")) ? "present" : "pulling");
 	}
 	return failed ? EXIT_FAILED : 0;
@@ -166,7 +166,7 @@ int cmd_pull(int argc, char **argv)
 		}
 		started++;
 		if (!quiet && !tty)
-			printf("%s: pulling\n", j->reference);
+			printf("%s: pulling\n", esc(j->reference));
 	}
 	fflush(stdout);
 
@@ -234,7 +234,7 @@ int cmd_pull(int argc, char **argv)
 			if (jobs[i].err || jobs[i].reported)
 				continue;
 			job_result_text(&jobs[i], last_status, text, sizeof(text));
-			printf("%s: %s\n", jobs[i].reference, text);
+			printf("%s: %s\n", esc(jobs[i].reference), esc(text));
 		}
 		fflush(stdout);
 	}

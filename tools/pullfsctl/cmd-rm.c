@@ -28,7 +28,7 @@ int print_removal(const json_t *a)
 	size_t i;
 
 	json_array_foreach(removed, i, v) if (json_is_string(v))
-		printf("removed %s\n", json_string_value(v));
+		printf("removed %s\n", esc(json_string_value(v)));
 	format_size(jnum(a, "freed_bytes"), freed, sizeof(freed));
 	printf("%zu image%s removed, %s freed\n", json_array_size(removed),
 	       json_array_size(removed) == 1 ? "" : "s", freed);

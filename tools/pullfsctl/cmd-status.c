@@ -62,13 +62,13 @@ int cmd_status(int argc, char **argv)
 		return 0;
 	}
 	printf("Mount:       %s (pullfs %s, pid %.0f)\n",
-	       jstr(st, "mountpoint") ? jstr(st, "mountpoint") : mount_dir(),
-	       jstr(st, "version") ? jstr(st, "version") : "?", jnum(st, "pid"));
-	printf("Events log:  %s\n", jstr(st, "events_log") ? jstr(st, "events_log") : "-");
+	       esc(jstr(st, "mountpoint") ? jstr(st, "mountpoint") : mount_dir()),
+	       esc(jstr(st, "version") ? jstr(st, "version") : "?"), jnum(st, "pid"));
+	printf("Events log:  %s\n", esc(jstr(st, "events_log") ? jstr(st, "events_log") : "-"));
 	cache = json_object_get(st, "cache");
 	format_size(jnum(cache, "bytes"), a, sizeof(a));
 	printf("Cache:       %s: %s in %.0f image%s, %.0f layer%s\n",
-	       jstr(st, "cache_dir") ? jstr(st, "cache_dir") : "?", a, jnum(cache, "images"),
+	       esc(jstr(st, "cache_dir") ? jstr(st, "cache_dir") : "?"), a, jnum(cache, "images"),
 	       jnum(cache, "images") == 1 ? "" : "s", jnum(cache, "layers"),
 	       jnum(cache, "layers") == 1 ? "" : "s");
 	if (jnum(cache, "fs_bytes") > 0) {

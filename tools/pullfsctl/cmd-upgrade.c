@@ -107,6 +107,6 @@ int cmd_upgrade(int argc, char **argv)
 		return EXIT_FAILED;
 	}
 	printf("upgraded: serving process %ld replaced by %ld (%s)\n", old, now,
-	       jstr(a, "binary") ? jstr(a, "binary") : "?");
+	       esc(jstr(a, "binary") ? jstr(a, "binary") : "?"));
 	return 0;
 }

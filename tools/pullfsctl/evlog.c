@@ -46,24 +46,36 @@ json_t *event_parse(const char *line)
 	return j;
 }
 
-json_t *events_last_failure(const char *path, const char *image)
+unsigned events_rotated_count(const char *path)
+{
+	unsigned n = 0;
+
+	for (;;) {
+		_cleanup_free_ char *p = NULL;
+
+		if (asprintf(&p, "%s.%u", path, n + 1) < 0 || access(p, F_OK) < 0)
+			return n;
+		n++;
+	}
+}
+
+/* The latest failure-like event of image in the file at path, else best
+ * (which it replaces). */
+static json_t *file_last_failure(const char *path, const char *image, json_t *best)
 {
 	_cleanup_fclose_ FILE *f = NULL;
 	_cleanup_free_ char *line = NULL;
-	json_t *best = NULL;
 	size_t cap = 0;
 	struct stat st;
 
-	if (!path)
-		return NULL;
 	f = fopen(path, "re");
 	if (!f)
-		return NULL;
+		return best;
 	/* Only the tail matters; a log of many megabytes is not read whole. */
 	if (fstat(fileno(f), &st) == 0 && st.st_size > (off_t)(4u << 20)) {
 		fseeko(f, st.st_size - (off_t)(4u << 20), SEEK_SET);
 		if (getline(&line, &cap, f) < 0)
-			return NULL;
+			return best;
 	}
 	while (getline(&line, &cap, f) > 0) {
 		json_t *ev;
@@ -89,39 +101,65 @@ json_t *events_last_failure(const char *path, const char *image)
 	return best;
 }
 
+json_t *events_last_failure(const char *path, const char *image)
+{
+	_cleanup_free_ char *rotated = NULL;
+	json_t *best = NULL;
+
+	if (!path)
+		return NULL;
+	/* a failure just before a rotation is in the rotated file */
+	if (asprintf(&rotated, "%s.1", path) >= 0)
+		best = file_last_failure(rotated, image, NULL);
+	return file_last_failure(path, image, best);
+}
+
+/* Reads what fd has now, handing each whole line that matches to fn;
+ * buf holds *len bytes of a line begun.  0 at the end, or -errno. */
+static int follow_drain(int fd, char *buf, size_t *len, const struct event_filter *f, event_fn fn,
+			void *userdata)
+{
+	for (;;) {
+		ssize_t n = read(fd, buf + *len, EVENT_LINE_MAX - *len);
+		char *nl;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return negative_errno();
+		if (n == 0)
+			return 0;
+		*len += (size_t)n;
+		while ((nl = memchr(buf, '\n', *len))) {
+			*nl = '\0';
+			json_t *ev = event_parse(buf);
+			if (ev && event_matches(ev, f))
+				fn(buf, ev, userdata);
+			json_decref(ev);
+			*len -= (size_t)(nl + 1 - buf);
+			memmove(buf, nl + 1, *len);
+		}
+		if (*len == EVENT_LINE_MAX)
+			*len = 0; /* a line that long is not an event */
+	}
+}
+
 int events_follow(const char *path, int fd, const struct event_filter *f, event_fn fn,
 		  void *userdata)
 {
 	_cleanup_free_ char *buf = NULL;
 	size_t len = 0;
 	struct stat st_fd, st_path;
+	int r;
 
 	buf = malloc(EVENT_LINE_MAX + 1);
 	if (!buf)
 		return -ENOMEM;
 	for (;;) {
-		ssize_t n;
-		char *nl;
-
 		if (fd >= 0) {
-			n = read(fd, buf + len, EVENT_LINE_MAX - len);
-			if (n < 0 && errno != EINTR)
-				return negative_errno();
-			if (n > 0) {
-				len += (size_t)n;
-				while ((nl = memchr(buf, '\n', len))) {
-					*nl = '\0';
-					json_t *ev = event_parse(buf);
-					if (ev && event_matches(ev, f))
-						fn(buf, ev, userdata);
-					json_decref(ev);
-					len -= (size_t)(nl + 1 - buf);
-					memmove(buf, nl + 1, len);
-				}
-				if (len == EVENT_LINE_MAX)
-					len = 0; /* a line that long is not an event */
-				continue;
-			}
+			r = follow_drain(fd, buf, &len, f, fn, userdata);
+			if (r < 0)
+				return r;
 		}
 		/* At the end: rotated, truncated, or just nothing new? */
 		poll(NULL, 0, 250);
@@ -135,9 +173,13 @@ int events_follow(const char *path, int fd, const struct event_filter *f, event_
 				}
 				continue;
 			}
-			/* Rotated: whatever the old file still had was read
-			 * above; carry on with the new one from its start. */
+			/* Rotated: the lines written to the old file since
+			 * the last read first, then the new one from its
+			 * start. */
+			r = follow_drain(fd, buf, &len, f, fn, userdata);
 			close(fd);
+			if (r < 0)
+				return r;
 		}
 		fd = open(path, O_RDONLY | O_CLOEXEC);
 		len = 0;

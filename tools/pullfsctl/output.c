@@ -1,8 +1,9 @@
-/* What pullfsctl prints besides the verbs' own lines: messages on
- * stderr, aligned tables, times read from the daemon's documents, and
- * members of those documents. */
+/* What pullfsctl prints besides the verbs' own lines: text made safe for
+ * a terminal, messages on stderr, aligned tables, times read from the
+ * daemon's documents, and members of those documents. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -10,14 +11,110 @@
 #include "pullfsctl.h"
 #include "units.h"
 
+/* The length of the UTF-8 sequence at s that encodes one code point
+ * (shortest form, not a surrogate, at most U+10FFFF) and the code point;
+ * 0 when it is not one. */
+static size_t utf8_char(const unsigned char *s, uint32_t *ret)
+{
+	size_t n;
+	uint32_t c;
+
+	if (s[0] < 0x80) {
+		*ret = s[0];
+		return 1;
+	}
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		n = 2, c = s[0] & 0x1f;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		n = 3, c = s[0] & 0x0f;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		n = 4, c = s[0] & 0x07;
+	else
+		return 0;
+	for (size_t i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		c = c << 6 | (s[i] & 0x3f);
+	}
+	if ((n == 3 && c < 0x800) || (n == 4 && (c < 0x10000 || c > 0x10ffff)) ||
+	    (c >= 0xd800 && c <= 0xdfff))
+		return 0;
+	*ret = c;
+	return n;
+}
+
+/* Code points a terminal acts on or that change how the text around
+ * them is shown: C0 and C1 controls, DEL, and the bidirectional
+ * overrides and isolates (text that reads other than it is). */
+static bool acts_on_terminal(uint32_t c)
+{
+	return c < 0x20 || (c >= 0x7f && c <= 0x9f) || (c >= 0x202a && c <= 0x202e) ||
+	       (c >= 0x2066 && c <= 0x2069);
+}
+
+char *text_escape(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)(s ? s : "");
+	/* at most 6 bytes out ("\u202e") for each byte in */
+	char *out = malloc(strlen((const char *)p) * 6 + 1), *o = out;
+
+	if (!out)
+		return NULL;
+	while (*p) {
+		uint32_t c;
+		size_t n = utf8_char(p, &c);
+
+		if (n == 0) {
+			o += sprintf(o, "\\x%02x", *p++);
+			continue;
+		}
+		if (!acts_on_terminal(c) && c != '\\') {
+			memcpy(o, p, n);
+			o += n;
+		} else if (c == '\n' || c == '\r' || c == '\t' || c == '\\') {
+			*o++ = '\\';
+			*o++ = c == '\n' ? 'n' : c == '\r' ? 'r' : c == '\t' ? 't' : '\\';
+		} else if (c < 0x80) {
+			o += sprintf(o, "\\x%02x", (unsigned)c);
+		} else {
+			o += sprintf(o, "\\u%04x", (unsigned)c);
+		}
+		p += n;
+	}
+	*o = '\0';
+	return out;
+}
+
+const char *esc(const char *s)
+{
+	static __thread char *ring[16];
+	static __thread unsigned next;
+	char *e = text_escape(s);
+
+	free(ring[next]);
+	ring[next] = e;
+	next = (next + 1) % ARRAY_SIZE(ring);
+	return e ? e : "?";
+}
+
+/* "pullfsctl: MESSAGE" on f, the message escaped (it quotes names). */
+static void vmessage(FILE *f, const char *fmt, va_list ap)
+{
+	_cleanup_free_ char *msg = NULL;
+
+	fputs("pullfsctl: ", f);
+	if (vasprintf(&msg, fmt, ap) < 0)
+		msg = NULL;
+	fputs(esc(msg ? msg : fmt), f);
+}
+
 void err_msg(const char *fmt, ...)
 {
 	va_list ap;
 
 	fflush(stdout);
-	fputs("pullfsctl: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vmessage(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
 }
@@ -26,9 +123,8 @@ int usage_error(const char *cmd, const char *fmt, ...)
 {
 	va_list ap;
 
-	fputs("pullfsctl: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vmessage(stderr, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, " (see pullfsctl %s%s--help)\n", cmd ? cmd : "", cmd ? " " : "");
 	return EXIT_USAGE;
@@ -136,7 +232,7 @@ int table_add(struct table *t, const char *const *cells)
 		return -ENOMEM;
 	t->cells = n;
 	for (size_t i = 0; i < t->ncols; i++) {
-		char *c = strdup(cells[i] ? cells[i] : "");
+		char *c = text_escape(cells[i]);
 		if (!c) {
 			for (size_t j = 0; j < i; j++)
 				free(n[t->nrows * t->ncols + j]);
@@ -149,7 +245,8 @@ int table_add(struct table *t, const char *const *cells)
 	return 0;
 }
 
-void table_print_row(const struct table *t, const char *const *cells, FILE *f)
+/* A row of cells already escaped. */
+static void print_row(const struct table *t, const char *const *cells, FILE *f)
 {
 	for (size_t i = 0; i < t->ncols; i++) {
 		const char *c = cells[i] ? cells[i] : "";
@@ -164,10 +261,22 @@ void table_print_row(const struct table *t, const char *const *cells, FILE *f)
 	fputc('\n', f);
 }
 
+void table_print_row(const struct table *t, const char *const *cells, FILE *f)
+{
+	_cleanup_free_ char **e = calloc(t->ncols, sizeof(*e));
+
+	for (size_t i = 0; e && i < t->ncols; i++)
+		e[i] = text_escape(cells[i]);
+	if (e)
+		print_row(t, (const char *const *)e, f);
+	for (size_t i = 0; e && i < t->ncols; i++)
+		free(e[i]);
+}
+
 void table_print(const struct table *t, FILE *f)
 {
 	for (size_t r = 0; r < t->nrows; r++)
-		table_print_row(t, (const char *const *)&t->cells[r * t->ncols], f);
+		print_row(t, (const char *const *)&t->cells[r * t->ncols], f);
 }
 
 const char *jstr(const json_t *o, const char *key)

@@ -205,14 +205,15 @@ void draw_tty(struct job *jobs, size_t n, const json_t *status, size_t *drawn)
 	size_t refw = 0;
 
 	for (size_t i = 0; i < n; i++)
-		refw = MAX(refw, strlen(jobs[i].reference));
+		refw = MAX(refw, strlen(esc(jobs[i].reference)));
 	refw = MIN(refw, (size_t)cols / 3);
 	if (*drawn)
 		printf("\033[%zuA", *drawn);
 	for (size_t i = 0; i < n; i++) {
 		struct job *j = &jobs[i];
 		char text[512], ref[256];
-		size_t rl = strlen(j->reference);
+		const char *er = esc(j->reference);
+		size_t rl = strlen(er);
 
 		if (job_over(j))
 			job_result_text(j, status, text, sizeof(text));
@@ -220,13 +221,13 @@ void draw_tty(struct job *jobs, size_t n, const json_t *status, size_t *drawn)
 			job_progress_text(j, true, MAX(10, cols - (int)refw - 60), text,
 					  sizeof(text));
 		if (rl > refw)
-			snprintf(ref, sizeof(ref), "…%s", j->reference + rl - refw + 1);
+			snprintf(ref, sizeof(ref), "…%s", er + rl - refw + 1);
 		else
-			snprintf(ref, sizeof(ref), "%s", j->reference);
+			snprintf(ref, sizeof(ref), "%s", er);
 		/* Progress is cut to the width so that redrawing stays in
 		 * place; a final result is printed whole. */
 		printf("\r\033[K%-*s  %.*s\n", (int)refw, ref,
-		       job_over(j) ? (int)sizeof(text) : MAX(0, cols - (int)refw - 3), text);
+		       job_over(j) ? (int)sizeof(text) : MAX(0, cols - (int)refw - 3), esc(text));
 	}
 	*drawn = n;
 	fflush(stdout);
@@ -245,7 +246,7 @@ void draw_plain(struct job *jobs, size_t n, double now)
 		if (!changed && now - j->printed_time < 5)
 			continue;
 		job_progress_text(j, false, 0, text, sizeof(text));
-		printf("%s: %s\n", j->reference, text);
+		printf("%s: %s\n", esc(j->reference), esc(text));
 		snprintf(j->printed_state, sizeof(j->printed_state), "%s", j->state);
 		j->printed_layers = j->layers_done;
 		j->printed_time = now;

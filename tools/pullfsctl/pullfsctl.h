@@ -36,6 +36,18 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct reference *, reference_free);
 
 /* ---------------------------------------------------------- output.c */
 
+/* Everything pullfsctl prints for a human goes through these: names and
+ * messages come from any user (an image name, a registry's error) and a
+ * terminal must not act on them.  C0 and C1 controls, DEL, bidirectional
+ * overrides and bytes that are not UTF-8 are shown as \n, \r, \t,
+ * \xHH or \uHHHH, a backslash as two; the rest as it is.  JSON output
+ * is JSON and does not use them. */
+/* The escaped copy of s (NULL: ""), caller frees; NULL without memory. */
+char *text_escape(const char *s);
+/* The same, for the arguments of a printf: the copy lives until the 16th
+ * call after this one on the same thread ("?" without memory). */
+const char *esc(const char *s);
+
 /* "pullfsctl: MESSAGE" on stderr, after what stdout still holds. */
 void err_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "pullfsctl: MESSAGE (see pullfsctl CMD --help)"; returns EXIT_USAGE.
@@ -120,9 +132,11 @@ struct event_filter {
 bool event_matches(const json_t *ev, const struct event_filter *f);
 /* One line of the log as a JSON object (caller owns it), or NULL. */
 json_t *event_parse(const char *line);
-/* The latest failure-like event of image in the log at path: caller owns
- * it; NULL when there is none. */
+/* The latest failure-like event of image in the log at path (or in the
+ * file it was last rotated to): caller owns it; NULL when there is none. */
 json_t *events_last_failure(const char *path, const char *image);
+/* How many files the log at path was rotated to: PATH.1 to PATH.N. */
+unsigned events_rotated_count(const char *path);
 
 /* Called by events_follow() for each event that matches: the line as it
  * is in the log and its parse (borrowed). */
