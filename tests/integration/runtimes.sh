@@ -5,7 +5,10 @@
 #   - overlayfs with the image as lowerdir: read-only (two lowerdirs), and
 #     writable with a tmpfs upper (new files, copy-up, whiteouts), while the
 #     image itself stays as it was;
-#   - bubblewrap with the image bound read-only as /.
+#   - bubblewrap with the image bound read-only as /;
+#   - systemd-nspawn -D on the image path itself, read-only: it reads its
+#     settings file NAME.nspawn beside the image and takes the lock file
+#     .#NAME.lck there, which must answer as on a read-only disk.
 # A runtime that is missing or cannot run here at all is reported as
 # skipped, and the test skips (77) only when none of them could run.
 source "$(dirname "$0")/lib.sh"
@@ -189,10 +192,35 @@ readonly" "$out" "output of bwrap with the image as /"
     log "bwrap: ran bash, dpkg --verify clean"
 }
 
+# ------------------------------------------------------- systemd-nspawn
+
+run_nspawn() {
+    command -v systemd-nspawn >/dev/null || {
+        note_skip systemd-nspawn "not installed"
+        return 0
+    }
+    local out rc=0 before
+    before=$(wc -l <"$EVENTS")
+    # PID 1 here need not be systemd: no machine registration, no scope
+    # unit of its own, standard input and output as they are.
+    out=$(timeout 120 systemd-nspawn -q --register=no --keep-unit --pipe --read-only \
+        -D "$root" /bin/bash -c 'cat /etc/debian_version; touch /etc/x 2>/dev/null && echo writable || echo readonly; echo pid $$; dpkg-query -W -f="\${Package}\n" | wc -l' 2>&1) || rc=$?
+    [ "$rc" = 0 ] || fail "systemd-nspawn --read-only -D $root exited $rc: $out"
+    # (nspawn warns on stderr about what it cannot bind on a read-only root)
+    assert_contains "$version" "$out" "systemd-nspawn: /etc/debian_version in the container"
+    assert_contains readonly "$out" "systemd-nspawn: the root is read-only"
+    assert_contains "pid 1" "$out" "systemd-nspawn: the shell is pid 1 of its own namespace"
+    assert_eq 0 "$(tail -n +"$((before + 1))" "$EVENTS" | grep -c '"Warning"' || true)" \
+        "Warning events written while systemd-nspawn started"
+    RAN+=(systemd-nspawn)
+    log "systemd-nspawn: $(grep -v '^Failed to mount\|^Attempted' <<<"$out" | tr '\n' ' ')"
+}
+
 run_crun
 run_runc
 run_overlay
 run_bwrap
+run_nspawn
 
 unmount_pullfs
 [ "${#RAN[@]}" -gt 0 ] || skip "no runtime could run here (skipped: ${SKIPPED[*]})"
