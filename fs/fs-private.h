@@ -87,9 +87,10 @@ struct nsnode {
 	 * bounds the nodes one user makes (namespace.c); fs.ns_lock. */
 	uid_t owner;
 	struct dlist_node by_owner;
-	/* asked to be evicted; and asked again, having stayed: a process
-	 * holds it (fs.ns_lock) */
-	bool evicting, stuck;
+	/* when it was asked to be evicted (0: never), and whether it stayed
+	 * long after: a process holds it (fs.ns_lock) */
+	int64_t evict_ns;
+	bool stuck;
 	unsigned children; /* live nodes right below it; fs.ns_lock */
 	/* an image root (or a layer's view) was handed out below it: never
 	 * evicted, as dropping it would detach what is mounted below */
@@ -272,8 +273,8 @@ void ns_notifier_settle(void *fs);
  * reference for then).  ns_ensure_lookup() returns as ns_lookup(). */
 struct nsnode *ns_intern(struct fs *fs, const char *key, enum nskind kind, struct lnode *ln);
 /* ns_intern() of a node that the caller of req makes, charged to that
- * user: NULL with *ret_err -EAGAIN when the user is at twice the limit
- * of their namespace nodes, -ENOMEM. */
+ * user: NULL with *ret_err -EAGAIN when the user is refused new nodes
+ * (namespace.c), -ENOMEM. */
 struct nsnode *ns_intern_for(fuse_req_t req, struct fs *fs, const char *key, enum nskind kind,
 			     struct lnode *ln, int *ret_err);
 /* Marks n as a directory an image root (or a view) was handed out in. */

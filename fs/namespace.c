@@ -157,15 +157,19 @@ int ns_init(struct fs *fs)
  * would detach what is mounted below) are evicted: the notifier asks the
  * kernel to drop their dentries, and the kernel forgets each one no
  * process works in at once.  The next lookup of the path makes the same
- * node again, with the same id.  A node asked for twice is one a process
- * holds: once a user holds the limit so, or has four times it (eviction
- * cannot keep up), their new nodes are refused. */
+ * node again, with the same id.  A node still there seconds after it was
+ * asked for is one a process holds: once a user holds the limit so, or
+ * has eight times it (eviction cannot keep up), their new nodes are
+ * refused. */
 
 /* Nodes looked at, and evicted, for each node made beyond the limit:
  * more than one, so that eviction outpaces a user who keeps some held. */
 #define EVICT_SCAN 16
 #define EVICT_PER_NODE 4
 #define LIMIT_EVENT_INTERVAL_NS (INT64_C(10) * 1000000000)
+/* A node still there this long after it was asked for is held: the
+ * kernel forgets one that nothing holds at once. */
+#define STUCK_AFTER_NS (INT64_C(2) * 1000000000)
 
 struct nsuser {
 	struct dlist nodes; /* oldest first */
@@ -250,6 +254,7 @@ static void uncharge_locked(struct fs *fs, struct nsnode *n)
 static size_t pick_victims_locked(struct fs *fs, struct nsuser *u, const struct nsnode *n,
 				  struct victim *v, size_t max)
 {
+	int64_t now = mono_ns();
 	size_t want, got = 0;
 
 	want = u->nodes.len > ns_limit(fs) ? MIN(u->nodes.len - ns_limit(fs), max) : 0;
@@ -261,15 +266,17 @@ static size_t pick_victims_locked(struct fs *fs, struct nsuser *u, const struct 
 		dlist_push(&u->nodes, &x->by_owner);
 		if (x == n || x->children || x->holds_roots || !(p = parent_locked(fs, x->key)))
 			continue;
+		if (x->evict_ns && now - x->evict_ns < STUCK_AFTER_NS)
+			continue; /* asked for already, its FORGET on the way */
 		v[got].name = strdup(slash ? slash + 1 : x->key);
 		if (!v[got].name)
 			break;
 		v[got++].parent = p->ino;
-		if (x->evicting && !x->stuck) {
+		if (x->evict_ns && !x->stuck) {
 			x->stuck = true;
 			u->stuck++;
 		}
-		x->evicting = true;
+		x->evict_ns = now;
 	}
 	return got;
 }
@@ -364,7 +371,7 @@ static struct nsnode *nsnode_intern(struct fs *fs, fuse_req_t req, const char *k
 			nsnode_free(n);
 			return NULL;
 		}
-		refused = u->stuck >= ns_limit(fs) || u->nodes.len >= 4 * (size_t)ns_limit(fs);
+		refused = u->stuck >= ns_limit(fs) || u->nodes.len >= 8 * (size_t)ns_limit(fs);
 		if (refused && mono_ns() - u->warned_ns >= LIMIT_EVENT_INTERVAL_NS) {
 			u->warned_ns = mono_ns();
 			warn = true;

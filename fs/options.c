@@ -166,8 +166,8 @@ static const struct opt options[] = {
 	{ "max-namespace-nodes-per-user", 0, KIND_UINT, EVERYWHERE, AT(fo.max_ns_nodes_per_user),
 	  .min = 1, .max = 1u << 24, .def = STRINGIFY(FS_DEFAULT_NS_NODES_PER_USER),
 	  .help = "directories below images/ and layers/ that a user other than root may have "
-		  "made and the kernel still holds; beyond it their oldest are evicted, at twice "
-		  "it new ones are refused" },
+		  "made and the kernel still holds; beyond it their oldest are evicted, and new "
+		  "ones are refused to a user who keeps that many open" },
 	{ "max-pulls-per-user", 0, KIND_UINT, EVERYWHERE, AT(mo.max_pulls_per_user), .min = 1,
 	  .max = 1024, .def = STRINGIFY(MANAGER_DEFAULT_PULLS_PER_USER),
 	  .help = "pulls a user other than root may start at once" },
