@@ -6,6 +6,8 @@
 #     writable with a tmpfs upper (new files, copy-up, whiteouts), while the
 #     image itself stays as it was;
 #   - bubblewrap with the image bound read-only as /;
+#   - podman run --rootfs IMAGE:O (a writable overlay of podman's own over
+#     the image), with a private store;
 #   - systemd-nspawn -D on the image path itself, read-only: it reads its
 #     settings file NAME.nspawn beside the image and takes the lock file
 #     .#NAME.lck there, which must answer as on a read-only disk.
@@ -216,10 +218,35 @@ run_nspawn() {
     log "systemd-nspawn: $(grep -v '^Failed to mount\|^Attempted' <<<"$out" | tr '\n' ' ')"
 }
 
+# --------------------------------------------------------------- podman
+
+run_podman() {
+    command -v podman >/dev/null || {
+        note_skip podman "not installed"
+        return 0
+    }
+    local out rc=0 p=$WORK/podman
+    mkdir -p "$p"
+    # podman 4.3 cannot raise the limits here: runc with limits it may set
+    # (TOOL-FACTS).  Its overlay of the image lives in the private store.
+    out=$(timeout 120 podman --root "$p/root" --runroot "$p/run" --storage-driver overlay \
+        run --rm --runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
+        --rootfs "$root:O" /bin/bash -c 'cat /etc/debian_version; echo x >/etc/x && cat /etc/x; echo pid $$' 2>&1) || rc=$?
+    grep -q " $p/root/overlay " /proc/self/mountinfo && track_mount "$p/root/overlay"
+    [ "$rc" = 0 ] || fail "podman run --rootfs $root:O exited $rc: $out"
+    assert_eq "$version
+x
+pid 1" "$out" "output of podman run --rootfs with the image and an overlay"
+    [ ! -e "$root/etc/x" ] || fail "podman's overlay wrote into the image"
+    RAN+=(podman)
+    log "podman: ran bash on the image with a writable overlay"
+}
+
 run_crun
 run_runc
 run_overlay
 run_bwrap
+run_podman
 run_nspawn
 
 unmount_pullfs
