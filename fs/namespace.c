@@ -173,7 +173,7 @@ int ns_init(struct fs *fs)
 
 struct nsuser {
 	struct dlist nodes; /* oldest first */
-	unsigned stuck;	    /* of them */
+	unsigned stuck;	    /* of them, those a process holds */
 	int64_t warned_ns;  /* the last UserLimit event */
 };
 
@@ -192,16 +192,16 @@ static void uid_name(uid_t uid, char name[12])
 	snprintf(name, 12, "%u", (unsigned)uid);
 }
 
-/* The user's entry, made when create is set; NULL short of memory.
- * fs.ns_lock held. */
-static struct nsuser *nsuser_get_locked(struct fs *fs, uid_t uid, bool create)
+/* The user's entry, made if need be; NULL short of memory.  fs.ns_lock
+ * held. */
+static struct nsuser *nsuser_get_locked(struct fs *fs, uid_t uid)
 {
 	struct nsuser *u;
 	char name[12];
 
 	uid_name(uid, name);
 	u = strmap_get(fs->nsusers, name);
-	if (u || !create)
+	if (u)
 		return u;
 	u = calloc(1, sizeof(*u));
 	if (u && strmap_put(fs->nsusers, name, u) < 0) {
@@ -365,7 +365,7 @@ static struct nsnode *nsnode_intern(struct fs *fs, fuse_req_t req, const char *k
 	pthread_mutex_lock(&fs->ns_lock);
 	other = strmap_get(fs->nsnodes, key);
 	if (!other && uid != 0) {
-		u = nsuser_get_locked(fs, uid, true);
+		u = nsuser_get_locked(fs, uid);
 		if (!u) {
 			pthread_mutex_unlock(&fs->ns_lock);
 			nsnode_free(n);
@@ -772,7 +772,7 @@ static void recharge(struct fs *fs, const char *key, uint32_t owner)
 	pthread_mutex_lock(&fs->ns_lock);
 	n = strmap_get(fs->nsnodes, key);
 	if (n && !n->permanent && n->owner == NS_NO_OWNER &&
-	    (u = nsuser_get_locked(fs, (uid_t)owner, true))) {
+	    (u = nsuser_get_locked(fs, (uid_t)owner))) {
 		n->owner = (uid_t)owner;
 		dlist_push(&u->nodes, &n->by_owner);
 	}
