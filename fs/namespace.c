@@ -736,8 +736,8 @@ bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char 
 	if (!n && r == -EINVAL && strpbrk(name, ":@")) {
 		/* Meant as a reference (a tag, a digest or a port), if not
 		 * a valid one: ensure would have said so in the events log.
-		 * Names that are no reference at all (".git", probes of
-		 * programs) are ENOENT, with no event. */
+		 * Other names are no reference at all (a directory in
+		 * capitals; probes of programs are ENOENT): no event. */
 		_cleanup_free_ char *key = pathform_join(parent->key, name);
 		struct caller who;
 		caller_of(req, &who);

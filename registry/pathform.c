@@ -126,10 +126,8 @@ int pathform_step(const struct pathform_dir *dir, const char *name,
 		r = closes_reference(dir, name, ret);
 	else if (closes)
 		r = short_link(dir, name, ret);
-	else if (!reference_path_component_is_valid(name) && strpbrk(name, ":@"))
-		r = invalid(ret, "neither a host, a repository path component nor a tag or digest");
 	else if (!reference_path_component_is_valid(name))
-		r = absent(ret, "neither a host nor a repository path component");
+		r = invalid(ret, "neither a host, a repository path component nor a tag or digest");
 	else if (dir->depth == 0)
 		r = directory(ret, PATHFORM_DIR, 1, true,
 			      pathform_join(REFERENCE_DEFAULT_DOMAIN, name));

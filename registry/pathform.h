@@ -16,10 +16,10 @@
  * directory on any filesystem: hidden names (".git", lock files such as
  * systemd-nspawn's ".#NAME.lck"; no host, repository component or tag
  * begins with '.') and systemd-nspawn's settings file "NAME.nspawn" (a tag
- * never ends so in practice).  These, and other names that are no
- * component of a reference and were not meant as one, are not there
- * (ENOENT), as on a disk: creating one then fails with EROFS, the mount
- * being read-only.  Knows nothing of FUSE. */
+ * never ends so in practice).  These are not there (ENOENT), as on a
+ * disk: creating one then fails with EROFS, the mount being read-only.
+ * Other names outside the path form are invalid (EINVAL).  Knows nothing
+ * of FUSE. */
 #pragma once
 
 #include <stdbool.h>
@@ -49,8 +49,7 @@ enum pathform_kind {
  * SHORT_LINK: the symlink's target, relative to the link's directory. */
 struct pathform_step {
 	enum pathform_kind kind;
-	/* INVALID: -EINVAL for a name meant as a reference (it has a ':' or
-	 * an '@'), -ENOENT for one that is simply not there (below) */
+	/* INVALID: -EINVAL, or -ENOENT for a name programs probe (above) */
 	int err;
 	const char *why; /* INVALID: a static phrase */
 	struct {
