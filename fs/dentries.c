@@ -3,7 +3,8 @@
  * removed (its names_changed hook); the notifier thread (namespace.c)
  * then asks the kernel to drop those dentries, so that a removed image is
  * let go of as soon as nothing else holds it and the next lookup of the
- * name runs ensure again. */
+ * name runs ensure again.  Namespace nodes evicted for their user's limit
+ * (namespace.c) go the same way. */
 #include "fs-private.h"
 
 #include <stdlib.h>
@@ -74,6 +75,25 @@ void dentries_removed_locked(struct fs *fs, const char *reference)
 		;
 	last->next = fs->dentries_gone;
 	fs->dentries_gone = d;
+}
+
+void dentries_drop(struct fs *fs, fuse_ino_t parent, const char *name)
+{
+	size_t len = strlen(name);
+	struct root_dentry *d;
+
+	pthread_mutex_lock(&fs->notify_lock);
+	/* Short of memory, or stopped for an upgrade: the node stays until
+	 * the kernel lets go of it by itself. */
+	if (!fs->notify_stop && (d = malloc(sizeof(*d) + len + 1))) {
+		d->parent = parent;
+		memcpy(d->name, name, len + 1);
+		d->next = fs->dentries_gone;
+		fs->dentries_gone = d;
+		fs->notify_queued++;
+		pthread_cond_signal(&fs->notify_cond);
+	}
+	pthread_mutex_unlock(&fs->notify_lock);
 }
 
 void dentries_invalidate(struct fs *fs, struct root_dentry *list)

@@ -82,7 +82,22 @@ struct nsnode {
 	/* NS_DIR: when its listing last changed, as the kernel's check of
 	 * a cached listing wants it; fs.ns_lock. */
 	struct timespec mtime;
+	/* The user charged with it (NS_NO_OWNER: root, a takeover, the
+	 * daemon), and its place in that user's line, oldest first: what
+	 * bounds the nodes one user makes (namespace.c); fs.ns_lock. */
+	uid_t owner;
+	struct dlist_node by_owner;
+	/* when it was asked to be evicted (0: never), and whether it stayed
+	 * long after: a process holds it (fs.ns_lock) */
+	int64_t evict_ns;
+	bool stuck;
+	unsigned children; /* live nodes right below it; fs.ns_lock */
+	/* an image root (or a layer's view) was handed out below it: never
+	 * evicted, as dropping it would detach what is mounted below */
+	bool holds_roots;
 };
+
+#define NS_NO_OWNER ((uid_t)-1)
 
 struct fs {
 	struct manager *manager;
@@ -95,6 +110,7 @@ struct fs {
 	pthread_mutex_t ns_lock;
 	struct strmap *nsnodes; /* key -> struct nsnode *; ns_lock */
 	struct strmap *nsinos;	/* ino in hex -> struct nsnode *; ns_lock */
+	struct strmap *nsusers; /* uid in decimal -> struct nsuser *; ns_lock */
 	/* The kernel opens directories itself (no OPENDIR requests). */
 	bool no_opendir;
 	/* The kernel enforces POSIX ACLs, which give the roots of images
@@ -225,9 +241,9 @@ void nsnode_free(struct nsnode *n);
 void nsnode_forget(struct fs *fs, struct nsnode *n, uint64_t count);
 bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char *name);
 /* Takeover: makes the node of key (a path below images/ another process
- * gave out, or a key of the layer store) and those above it.  0 or
- * -errno. */
-int ns_restore(struct fs *fs, const char *key);
+ * gave out, or a key of the layer store) and those above it, the node
+ * charged to uid owner (HANDOVER_NO_OWNER: nobody).  0 or -errno. */
+int ns_restore(struct fs *fs, const char *key, uint32_t owner);
 /* After ns_restore(): the dentries of the restored directories that name
  * the root of reference's image (canonical), noted for rm and GC
  * (dentries.c, takeover.c).  Before the session loop. */
@@ -256,6 +272,13 @@ void ns_notifier_settle(void *fs);
  * the flight's thread or at once (img NULL when r < 0, else one image
  * reference for then).  ns_ensure_lookup() returns as ns_lookup(). */
 struct nsnode *ns_intern(struct fs *fs, const char *key, enum nskind kind, struct lnode *ln);
+/* ns_intern() of a node that the caller of req makes, charged to that
+ * user: NULL with *ret_err -EAGAIN when the user is refused new nodes
+ * (namespace.c), -ENOMEM. */
+struct nsnode *ns_intern_for(fuse_req_t req, struct fs *fs, const char *key, enum nskind kind,
+			     struct lnode *ln, int *ret_err);
+/* Marks n as a directory an image root (or a view) was handed out in. */
+void ns_holds_roots(struct fs *fs, struct nsnode *n);
 struct nsnode *ns_find(struct fs *fs, const char *key);
 void ns_reply_node(fuse_req_t req, struct fs *fs, struct nsnode *n);
 /* The entry of img's root, passing one image reference of the caller's
@@ -336,6 +359,9 @@ struct root_dentry;
 void dentries_note(struct fs *fs, const char *reference, fuse_ino_t parent, const char *name);
 void dentries_removed_locked(struct fs *fs, const char *reference);
 void dentries_invalidate(struct fs *fs, struct root_dentry *list);
+/* Queues the dentry name in directory parent for the notifier to drop
+ * (an evicted namespace node); takes notify_lock. */
+void dentries_drop(struct fs *fs, fuse_ino_t parent, const char *name);
 void dentries_free(struct fs *fs);
 
 /* serve.c: the serving process in the status document ("serving"). */

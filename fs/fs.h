@@ -9,6 +9,8 @@ struct manager;
 struct fuse_args;
 struct control;
 
+#define FS_DEFAULT_NS_NODES_PER_USER 1024
+
 struct fs_options {
 	double content_timeout;	  /* entry/attr timeout inside images; 0: 1 day */
 	double image_timeout;	  /* entry timeout of images/<ref>; 0: 60 s */
@@ -17,6 +19,9 @@ struct fs_options {
 	struct control *control;  /* bound, served while mounted; NULL: none */
 	bool debug;		  /* -d: FUSE messages on stderr */
 	bool no_passthrough;	  /* read objects through the daemon too */
+	/* namespace nodes a user other than root may have made and the
+	 * kernel still holds (namespace.c); 0: the default */
+	unsigned max_ns_nodes_per_user;
 };
 
 struct fs;

@@ -121,6 +121,15 @@ char *handover_format_ns(const char *key)
 	return k && *k ? format("ns %s\n", k) : NULL;
 }
 
+char *handover_format_ns_owned(const char *key, uint32_t uid)
+{
+	_cleanup_free_ char *k = escape(key);
+
+	return k && *k && uid != HANDOVER_NO_OWNER
+		       ? format("ns %s\nnsu %s %" PRIu32 "\n", k, k, uid)
+		       : NULL;
+}
+
 char *handover_format_image(uint32_t key, const char *digest, const char *reference)
 {
 	_cleanup_free_ char *d = escape(digest), *r = escape(reference);
@@ -276,8 +285,15 @@ static int add_ns(struct parse *p, const char *key)
 	size_t *slot;
 	char **v;
 
+	uint32_t *o;
+
 	if (strmap_get(p->ns, key))
 		return 0;
+	o = realloc(p->s->ns_owners, (p->s->n_ns_keys + 1) * sizeof(*o));
+	if (!o)
+		return -ENOMEM;
+	p->s->ns_owners = o;
+	o[p->s->n_ns_keys] = HANDOVER_NO_OWNER;
 	v = realloc(p->s->ns_keys, (p->s->n_ns_keys + 1) * sizeof(*v));
 	if (!v)
 		return -ENOMEM;
@@ -297,14 +313,29 @@ static int add_ns(struct parse *p, const char *key)
 	return 0;
 }
 
+/* The user a live node is charged to (a later "ns" of it keeps it). */
+static int own_ns(struct parse *p, const char *key, const char *uid)
+{
+	size_t *slot = strmap_get(p->ns, key);
+	uint64_t v;
+
+	if (parse_uint(uid, HANDOVER_NO_OWNER, &v) < 0)
+		return -EBADMSG;
+	if (slot)
+		p->s->ns_owners[*slot - 1] = (uint32_t)v;
+	return 0;
+}
+
 /* The keys "nsx" dropped leave holes: closed up, in order. */
 static void pack_ns(struct handover_state *s)
 {
 	size_t w = 0;
 
 	for (size_t i = 0; i < s->n_ns_keys; i++)
-		if (s->ns_keys[i])
+		if (s->ns_keys[i]) {
+			s->ns_owners[w] = s->ns_owners[i];
 			s->ns_keys[w++] = s->ns_keys[i];
+		}
 	s->n_ns_keys = w;
 }
 
@@ -416,6 +447,8 @@ static int parse_line(struct parse *p, char *line, bool first)
 		return n == 2 ? parse_init(p->s, f[1]) : -EBADMSG;
 	if (!strcmp(f[0], "ns"))
 		return n == 2 && unescape(f[1]) == 0 ? add_ns(p, f[1]) : -EBADMSG;
+	if (!strcmp(f[0], "nsu"))
+		return n == 3 && unescape(f[1]) == 0 ? own_ns(p, f[1], f[2]) : -EBADMSG;
 	if (!strcmp(f[0], "nsx"))
 		return n == 2 && unescape(f[1]) == 0 ? drop_ns(p, f[1]) : -EBADMSG;
 	if (!strcmp(f[0], "img"))
@@ -590,6 +623,7 @@ void handover_state_done(struct handover_state *s)
 	}
 	free(s->backoffs);
 	free(s->ns_keys);
+	free(s->ns_owners);
 	free(s->images);
 	free(s->backings);
 	free(s->init);
@@ -626,7 +660,10 @@ char *handover_format_state(const struct handover_state *s)
 	if (ok && s->init)
 		ok = append(&buf, &len, handover_format_init(s->init, s->init_len));
 	for (size_t i = 0; ok && i < s->n_ns_keys; i++)
-		ok = append(&buf, &len, handover_format_ns(s->ns_keys[i]));
+		ok = append(&buf, &len,
+			    s->ns_owners && s->ns_owners[i] != HANDOVER_NO_OWNER
+				    ? handover_format_ns_owned(s->ns_keys[i], s->ns_owners[i])
+				    : handover_format_ns(s->ns_keys[i]));
 	for (size_t i = 0; ok && i < s->n_images; i++)
 		ok = append(&buf, &len,
 			    handover_format_image(s->images[i].key, s->images[i].digest,

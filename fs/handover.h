@@ -16,6 +16,8 @@
  *   ns KEY                    a namespace node (path below images/, or
  *                             "/layers/..." in the layer store)
  *   nsx KEY                   ... the kernel forgot it
+ *   nsu KEY UID               ... it is charged to user UID (namespace.c),
+ *                             written with its "ns" in one write
  *   img KEY DIGEST REFERENCE  an image handed out under image key KEY; a
  *                             view of one layer (layers/) is noted with
  *                             REFERENCE "layer:LAYER-DIGEST:IMAGE-REF"
@@ -45,6 +47,7 @@
 #include <stdint.h>
 
 #define HANDOVER_VERSION 1
+#define HANDOVER_NO_OWNER UINT32_MAX
 
 struct handover_image {
 	uint32_t key;
@@ -70,6 +73,9 @@ struct handover_state {
 	void *init; /* NULL when no INIT was seen */
 	size_t init_len;
 	char **ns_keys; /* distinct */
+	/* for each of ns_keys, the user it is charged to, or
+	 * HANDOVER_NO_OWNER; NULL: nobody at all */
+	uint32_t *ns_owners;
 	size_t n_ns_keys;
 	struct handover_image *images; /* distinct keys, the last record wins */
 	size_t n_images;
@@ -89,6 +95,8 @@ void handover_state_done(struct handover_state *s);
 char *handover_format_version(void);
 char *handover_format_init(const void *req, size_t len);
 char *handover_format_ns(const char *key);
+/* "ns" and "nsu" of a node charged to uid, as one string. */
+char *handover_format_ns_owned(const char *key, uint32_t uid);
 char *handover_format_image(uint32_t key, const char *digest, const char *reference);
 char *handover_format_ns_forgotten(const char *key);
 char *handover_format_image_gone(uint32_t key);

@@ -250,6 +250,7 @@ bool layers_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const c
 	const struct lnode *pl = parent->lnode;
 	_cleanup_free_ char *key = NULL, *b64 = NULL;
 	struct nsnode *n;
+	int r = -ENOMEM;
 
 	if (pl->kind == LN_LAYER) {
 		file_lookup(req, fs, parent, name);
@@ -282,13 +283,15 @@ bool layers_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const c
 			b64 = strdup(name);
 		else if (asprintf(&b64, "%s/%s", pl->b64, name) < 0)
 			b64 = NULL; /* undefined after a failure */
-		n = b64 ? ns_intern(fs, key, NS_LAYERS, lnode_new(LN_REF, TAKE_PTR(b64), NULL))
+		/* any text makes one: charged to whoever looks it up */
+		n = b64 ? ns_intern_for(req, fs, key, NS_LAYERS,
+					lnode_new(LN_REF, TAKE_PTR(b64), NULL), &r)
 			: NULL;
 	}
 	if (n)
 		ns_reply_node(req, fs, n);
 	else
-		reply_err(req, -ENOMEM);
+		reply_err(req, r);
 	return false;
 }
 

@@ -60,6 +60,7 @@ static struct nsnode *nsnode_new(enum nskind kind, bool short_form, unsigned dep
 		return NULL;
 	}
 	n->nlookup = 1;
+	n->owner = NS_NO_OWNER;
 	n->kind = kind;
 	n->short_form = short_form;
 	n->depth = depth;
@@ -131,8 +132,10 @@ int ns_init(struct fs *fs)
 {
 	fs->nsnodes = strmap_new();
 	fs->nsinos = strmap_new();
-	if (!fs->nsnodes || !fs->nsinos)
+	fs->nsusers = strmap_new();
+	if (!fs->nsnodes || !fs->nsinos || !fs->nsusers)
 		return -ENOMEM;
+	fs->images.owner = NS_NO_OWNER;
 	fs->images.key = (char *)"";
 	fs->images.permanent = true;
 	fs->images.kind = NS_DIR;
@@ -141,6 +144,161 @@ int ns_init(struct fs *fs)
 	if (nsnode_assign_ino(fs, &fs->images) < 0)
 		return -ENOMEM;
 	return layers_init(fs);
+}
+
+/* ---- nodes per user ----------------------------------------------------
+ *
+ * Every name below images/ (or layers/) that is not a reference makes a
+ * node that the kernel keeps until memory runs short, and that is noted
+ * in the hand-over log; any local user can make them by the million.  So
+ * the nodes a user other than root made are counted while the kernel
+ * holds them.  Beyond the limit, the user's oldest nodes that hold nothing
+ * (no node below them, no image root handed out in them: dropping those
+ * would detach what is mounted below) are evicted: the notifier asks the
+ * kernel to drop their dentries, and the kernel forgets each one no
+ * process works in at once.  The next lookup of the path makes the same
+ * node again, with the same id.  A node still there seconds after it was
+ * asked for is one a process holds: once a user holds the limit so, or
+ * has eight times it (eviction cannot keep up), their new nodes are
+ * refused. */
+
+/* Nodes looked at, and evicted, for each node made beyond the limit:
+ * more than one, so that eviction outpaces a user who keeps some held. */
+#define EVICT_SCAN 16
+#define EVICT_PER_NODE 4
+#define LIMIT_EVENT_INTERVAL_NS (INT64_C(10) * 1000000000)
+/* A node still there this long after it was asked for is held: the
+ * kernel forgets one that nothing holds at once. */
+#define STUCK_AFTER_NS (INT64_C(2) * 1000000000)
+
+struct nsuser {
+	struct dlist nodes; /* oldest first */
+	unsigned stuck;	    /* of them, those a process holds */
+	int64_t warned_ns;  /* the last UserLimit event */
+};
+
+struct victim {
+	fuse_ino_t parent;
+	char *name;
+};
+
+static unsigned ns_limit(const struct fs *fs)
+{
+	return fs->opts.max_ns_nodes_per_user ?: FS_DEFAULT_NS_NODES_PER_USER;
+}
+
+static void uid_name(uid_t uid, char name[12])
+{
+	snprintf(name, 12, "%u", (unsigned)uid);
+}
+
+/* The user's entry, made if need be; NULL short of memory.  fs.ns_lock
+ * held. */
+static struct nsuser *nsuser_get_locked(struct fs *fs, uid_t uid)
+{
+	struct nsuser *u;
+	char name[12];
+
+	uid_name(uid, name);
+	u = strmap_get(fs->nsusers, name);
+	if (u)
+		return u;
+	u = calloc(1, sizeof(*u));
+	if (u && strmap_put(fs->nsusers, name, u) < 0) {
+		free(u);
+		u = NULL;
+	}
+	return u;
+}
+
+/* The node right above key's, if live.  fs.ns_lock held. */
+static struct nsnode *parent_locked(struct fs *fs, const char *key)
+{
+	const char *slash = strrchr(key, '/');
+	_cleanup_free_ char *up = NULL;
+
+	if (!slash)
+		return *key ? &fs->images : NULL;
+	if (slash == key)
+		return NULL; /* layers/, whose parent is the root */
+	up = strndup(key, (size_t)(slash - key));
+	return up ? strmap_get(fs->nsnodes, up) : NULL;
+}
+
+static void uncharge_locked(struct fs *fs, struct nsnode *n)
+{
+	struct nsnode *p = parent_locked(fs, n->key);
+	struct nsuser *u;
+	char name[12];
+
+	if (p && p->children)
+		p->children--;
+	if (n->owner == NS_NO_OWNER)
+		return;
+	uid_name(n->owner, name);
+	u = strmap_get(fs->nsusers, name);
+	if (u) {
+		dlist_remove(&u->nodes, &n->by_owner);
+		if (n->stuck)
+			u->stuck--;
+		if (!u->nodes.len)
+			free(strmap_remove(fs->nsusers, name));
+	}
+	n->owner = NS_NO_OWNER;
+}
+
+/* Picks up to max of u's oldest nodes that hold nothing, n aside, to
+ * evict, when u has more than the limit; their count.  Each node looked
+ * at goes to the end of the line, so held nodes do not stop the search.
+ * fs.ns_lock held. */
+static size_t pick_victims_locked(struct fs *fs, struct nsuser *u, const struct nsnode *n,
+				  struct victim *v, size_t max)
+{
+	int64_t now = mono_ns();
+	size_t want, got = 0;
+
+	want = u->nodes.len > ns_limit(fs) ? MIN(u->nodes.len - ns_limit(fs), max) : 0;
+	for (unsigned i = 0; i < EVICT_SCAN && got < want; i++) {
+		struct nsnode *x = dlist_entry(u->nodes.head, struct nsnode, by_owner), *p;
+		const char *slash = strrchr(x->key, '/');
+
+		dlist_remove(&u->nodes, &x->by_owner);
+		dlist_push(&u->nodes, &x->by_owner);
+		if (x == n || x->children || x->holds_roots || !(p = parent_locked(fs, x->key)))
+			continue;
+		if (x->evict_ns && now - x->evict_ns < STUCK_AFTER_NS)
+			continue; /* asked for already, its FORGET on the way */
+		v[got].name = strdup(slash ? slash + 1 : x->key);
+		if (!v[got].name)
+			break;
+		v[got++].parent = p->ino;
+		if (x->evict_ns && !x->stuck) {
+			x->stuck = true;
+			u->stuck++;
+		}
+		x->evict_ns = now;
+	}
+	return got;
+}
+
+/* Charges n, just made, to u (NULL: nobody).  fs.ns_lock held. */
+static void charge_locked(struct fs *fs, struct nsnode *n, uid_t uid, struct nsuser *u)
+{
+	struct nsnode *p = parent_locked(fs, n->key);
+
+	if (p)
+		p->children++;
+	if (u) {
+		n->owner = uid;
+		dlist_push(&u->nodes, &n->by_owner);
+	}
+}
+
+void ns_holds_roots(struct fs *fs, struct nsnode *n)
+{
+	pthread_mutex_lock(&fs->ns_lock);
+	n->holds_roots = true;
+	pthread_mutex_unlock(&fs->ns_lock);
 }
 
 void nsnode_forget(struct fs *fs, struct nsnode *n, uint64_t count)
@@ -152,6 +310,7 @@ void nsnode_forget(struct fs *fs, struct nsnode *n, uint64_t count)
 	pthread_mutex_lock(&fs->ns_lock);
 	if (n->nlookup <= count || n->restored) {
 		if (strmap_get(fs->nsnodes, n->key) == n) {
+			uncharge_locked(fs, n);
 			strmap_remove(fs->nsnodes, n->key);
 			/* under ns_lock: before the "ns" of a node made again */
 			handover_note(handover_format_ns_forgotten(n->key));
@@ -180,11 +339,21 @@ static struct nsnode *nsnode_find(struct fs *fs, const char *key)
 }
 
 /* Makes the fresh node n the one for key, or, when another lookup won
- * the race, frees n and returns that one (with a lookup taken). */
-static struct nsnode *nsnode_intern(struct fs *fs, const char *key, struct nsnode *n)
+ * the race, frees n and returns that one (with a lookup taken).  A node
+ * made for req (NULL: by the daemon) is charged to its caller unless that
+ * is root.  NULL with *ret_err: -EAGAIN (the caller's limit), -ENOMEM. */
+static struct nsnode *nsnode_intern(struct fs *fs, fuse_req_t req, const char *key,
+				    struct nsnode *n, int *ret_err)
 {
+	uid_t uid = req ? fuse_req_ctx(req)->uid : 0;
+	struct victim v[EVICT_PER_NODE];
 	struct nsnode *other;
+	struct nsuser *u = NULL;
+	bool refused = false, warn = false;
+	size_t n_victims = 0;
+	unsigned held = 0;
 
+	*ret_err = -ENOMEM;
 	if (!n)
 		return NULL;
 	n->mtime = fs->started;
@@ -195,8 +364,26 @@ static struct nsnode *nsnode_intern(struct fs *fs, const char *key, struct nsnod
 	}
 	pthread_mutex_lock(&fs->ns_lock);
 	other = strmap_get(fs->nsnodes, key);
+	if (!other && uid != 0) {
+		u = nsuser_get_locked(fs, uid);
+		if (!u) {
+			pthread_mutex_unlock(&fs->ns_lock);
+			nsnode_free(n);
+			return NULL;
+		}
+		refused = u->stuck >= ns_limit(fs) || u->nodes.len >= 8 * (size_t)ns_limit(fs);
+		if (refused && mono_ns() - u->warned_ns >= LIMIT_EVENT_INTERVAL_NS) {
+			u->warned_ns = mono_ns();
+			warn = true;
+			held = u->nodes.len;
+		}
+	}
 	if (other) {
 		other->nlookup++;
+	} else if (refused) {
+		/* what may have been let go of since: room for a next one */
+		n_victims = pick_victims_locked(fs, u, NULL, v, EVICT_PER_NODE);
+		*ret_err = -EAGAIN;
 	} else if (nsnode_assign_ino(fs, n) < 0) {
 		pthread_mutex_unlock(&fs->ns_lock);
 		nsnode_free(n);
@@ -208,14 +395,33 @@ static struct nsnode *nsnode_intern(struct fs *fs, const char *key, struct nsnod
 		pthread_mutex_unlock(&fs->ns_lock);
 		nsnode_free(n);
 		return NULL;
+	} else {
+		charge_locked(fs, n, uid, u);
+		if (u)
+			n_victims = pick_victims_locked(fs, u, n, v, EVICT_PER_NODE);
 	}
 	pthread_mutex_unlock(&fs->ns_lock);
-	if (other) {
+	for (size_t i = 0; i < n_victims; i++) {
+		dentries_drop(fs, v[i].parent, v[i].name);
+		free(v[i].name);
+	}
+	if (other || refused) {
 		nsnode_free(n);
+		if (warn) {
+			struct caller who;
+			char why[128];
+			caller_of(req, &who);
+			snprintf(why, sizeof(why),
+				 "uid %u holds %u namespace directories the kernel keeps (the "
+				 "limit is %u)",
+				 (unsigned)uid, held, ns_limit(fs));
+			manager_user_limit(fs->manager, key, &who, why);
+		}
 		return other;
 	}
-	/* before the kernel hears of it: the next process must know it */
-	handover_note(handover_format_ns(key));
+	/* before the kernel hears of it: the next process must know it (and
+	 * whom to charge it to) */
+	handover_note(u ? handover_format_ns_owned(key, uid) : handover_format_ns(key));
 	return n;
 }
 
@@ -261,16 +467,25 @@ struct nsnode *ns_find(struct fs *fs, const char *key)
 	return nsnode_find(fs, key);
 }
 
-struct nsnode *ns_intern(struct fs *fs, const char *key, enum nskind kind, struct lnode *ln)
+struct nsnode *ns_intern_for(fuse_req_t req, struct fs *fs, const char *key, enum nskind kind,
+			     struct lnode *ln, int *ret_err)
 {
 	struct nsnode *n = nsnode_new(kind, false, 0, NULL, NULL);
 
 	if (!n) {
 		layers_node_free(ln);
+		*ret_err = -ENOMEM;
 		return NULL;
 	}
 	n->lnode = ln;
-	return nsnode_intern(fs, key, n);
+	return nsnode_intern(fs, req, key, n, ret_err);
+}
+
+struct nsnode *ns_intern(struct fs *fs, const char *key, enum nskind kind, struct lnode *ln)
+{
+	int r;
+
+	return ns_intern_for(NULL, fs, key, kind, ln, &r);
 }
 
 void ns_reply_node(fuse_req_t req, struct fs *fs, struct nsnode *n)
@@ -327,6 +542,11 @@ static void lookup_reply(struct lookup_call *lc, int r, struct image *img)
 	} else if (r < 0) {
 		reply_err(lc->req, r);
 	} else {
+		struct nsnode *parent = ino_nsnode(fs, lc->parent);
+
+		/* (the kernel holds the directory it looks up in) */
+		if (parent)
+			ns_holds_roots(fs, parent);
 		if (lc->reference) {
 			dentries_note(fs, lc->reference, lc->parent, lc->name);
 			takeover_note_image(fs, img, lc->reference);
@@ -449,9 +669,10 @@ static bool known_host(void *userdata, const char *host)
 }
 
 /* The node for name below parent, step being its pathform step (taken),
- * with one lookup taken; NULL with *ret_err. */
-static struct nsnode *ns_child(struct fs *fs, struct nsnode *parent, const char *name,
-			       struct pathform_step *step, int *ret_err)
+ * with one lookup taken, made for req (NULL: by the daemon); NULL with
+ * *ret_err. */
+static struct nsnode *ns_child(fuse_req_t req, struct fs *fs, struct nsnode *parent,
+			       const char *name, struct pathform_step *step, int *ret_err)
 {
 	_cleanup_free_ char *key = pathform_join(parent->key, name);
 	struct nsnode *n;
@@ -481,7 +702,7 @@ static struct nsnode *ns_child(struct fs *fs, struct nsnode *parent, const char 
 		return NULL;
 	}
 	pathform_step_done(step);
-	return nsnode_intern(fs, key, n);
+	return nsnode_intern(fs, req, key, n, ret_err);
 }
 
 bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char *name)
@@ -511,12 +732,12 @@ bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char 
 		return answered_later;
 	}
 
-	n = ns_child(fs, parent, name, &step, &r);
+	n = ns_child(req, fs, parent, name, &step, &r);
 	if (!n && r == -EINVAL && strpbrk(name, ":@")) {
 		/* Meant as a reference (a tag, a digest or a port), if not
 		 * a valid one: ensure would have said so in the events log.
-		 * Other names are no reference at all (".git", probes of
-		 * programs): no event. */
+		 * Other names are no reference at all (a directory in
+		 * capitals; probes of programs are ENOENT): no event. */
 		_cleanup_free_ char *key = pathform_join(parent->key, name);
 		struct caller who;
 		caller_of(req, &who);
@@ -538,7 +759,39 @@ void ns_restored(struct fs *fs, struct nsnode *n)
 	pthread_mutex_unlock(&fs->ns_lock);
 }
 
-int ns_restore(struct fs *fs, const char *key)
+/* The node of key, just restored, charged again to the user the process
+ * before charged it to (HANDOVER_NO_OWNER: nobody), who may have it
+ * evicted like their other nodes. */
+static void recharge(struct fs *fs, const char *key, uint32_t owner)
+{
+	struct nsnode *n;
+	struct nsuser *u;
+
+	if (owner == HANDOVER_NO_OWNER || owner == 0)
+		return;
+	pthread_mutex_lock(&fs->ns_lock);
+	n = strmap_get(fs->nsnodes, key);
+	if (n && !n->permanent && n->owner == NS_NO_OWNER &&
+	    (u = nsuser_get_locked(fs, (uid_t)owner))) {
+		n->owner = (uid_t)owner;
+		dlist_push(&u->nodes, &n->by_owner);
+	}
+	pthread_mutex_unlock(&fs->ns_lock);
+}
+
+static int restore_path(struct fs *fs, const char *key);
+
+int ns_restore(struct fs *fs, const char *key, uint32_t owner)
+{
+	/* the layer store's keys are absolute (layers.c) */
+	int r = key[0] == '/' ? layers_restore(fs, key) : restore_path(fs, key);
+
+	if (r == 0)
+		recharge(fs, key, owner);
+	return r;
+}
+
+static int restore_path(struct fs *fs, const char *key)
 {
 	_cleanup_free_ char *copy = strdup(key);
 	struct nsnode *parent = &fs->images, *n;
@@ -547,9 +800,6 @@ int ns_restore(struct fs *fs, const char *key)
 
 	if (!copy)
 		return -ENOMEM;
-	/* the layer store's keys are absolute (layers.c) */
-	if (key[0] == '/')
-		return layers_restore(fs, key);
 	for (char *name = strtok_r(copy, "/", &save); name; name = strtok_r(NULL, "/", &save)) {
 		const struct pathform_dir dir = { .depth = parent->depth,
 						  .short_form = parent->short_form,
@@ -566,7 +816,7 @@ int ns_restore(struct fs *fs, const char *key)
 			pathform_step_done(&step);
 			return 0;
 		}
-		n = ns_child(fs, parent, name, &step, &r);
+		n = ns_child(NULL, fs, parent, name, &step, &r);
 		if (!n)
 			return r;
 		ns_restored(fs, n);
@@ -618,6 +868,7 @@ void ns_restore_roots(struct fs *fs, const char *reference)
 			canonical = reference_to_string(step.ref);
 		pathform_step_done(&step);
 		if (canonical && !strcmp(canonical, reference)) {
+			ns_holds_roots(fs, c.dirs[i]);
 			dentries_note(fs, reference, n->ino, name);
 			takeover_restored_dentry(fs, reference, NULL, n->ino, name);
 		}

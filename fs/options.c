@@ -183,6 +183,11 @@ static const struct opt options[] = {
 	{ "max-names-per-user", 0, KIND_UINT, EVERYWHERE, AT(mo.max_names_per_user), .min = 1,
 	  .max = 1u << 20, .def = STRINGIFY(MANAGER_DEFAULT_NAMES_PER_USER),
 	  .help = "image names a user other than root may hold" },
+	{ "max-namespace-nodes-per-user", 0, KIND_UINT, EVERYWHERE, AT(fo.max_ns_nodes_per_user),
+	  .min = 1, .max = 1u << 24, .def = STRINGIFY(FS_DEFAULT_NS_NODES_PER_USER),
+	  .help = "directories below images/ and layers/ that a user other than root may have "
+		  "made and the kernel still holds; beyond it their oldest are evicted, and new "
+		  "ones are refused to a user who keeps that many open" },
 	{ "max-pulls-per-user", 0, KIND_UINT, EVERYWHERE, AT(mo.max_pulls_per_user), .min = 1,
 	  .max = 1024, .def = STRINGIFY(MANAGER_DEFAULT_PULLS_PER_USER),
 	  .help = "pulls a user other than root may start at once" },

@@ -83,6 +83,9 @@ void fs_free(struct fs *fs)
 		strmap_foreach(fs->nsnodes, free_nsnode_entry, NULL);
 	strmap_free(fs->nsnodes);
 	strmap_free(fs->nsinos);
+	if (fs->nsusers)
+		strmap_foreach(fs->nsusers, free_backing_entry, NULL);
+	strmap_free(fs->nsusers);
 	strmap_free(fs->notify_keys);
 	dentries_free(fs);
 	pthread_mutex_destroy(&fs->ns_lock);

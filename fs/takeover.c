@@ -749,7 +749,8 @@ int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *r
 			"holds no node of them\n",
 			unheld);
 	for (size_t i = 0; i < st->n_ns_keys && r == 0; i++) {
-		r = ns_restore(fs, st->ns_keys[i]);
+		r = ns_restore(fs, st->ns_keys[i],
+			       st->ns_owners ? st->ns_owners[i] : HANDOVER_NO_OWNER);
 		if (r < 0 && r != -ENOMEM) {
 			fprintf(stderr, "pullfs: cannot restore node \"%s%s\": %s\n",
 				st->ns_keys[i][0] == '/' ? "" : "images/", st->ns_keys[i],

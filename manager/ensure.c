@@ -40,6 +40,13 @@ void manager_invalid_reference(struct manager *m, const char *text, const struct
 	     "Failed to apply default image tag \"%s\": invalid reference format", text);
 }
 
+void manager_user_limit(struct manager *m, const char *what, const struct caller *who,
+			const char *why)
+{
+	emit(m, EVENT_WARNING, "UserLimit", what, NULL, -EAGAIN, who, "Refused \"%s\": %s", what,
+	     why);
+}
+
 /* ---- access (access.h) ---------------------------------------------- */
 
 bool manager_credentials_for(struct manager *m, const char *reference)

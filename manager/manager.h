@@ -174,6 +174,12 @@ int manager_pull_background(struct manager *m, const char *reference, json_t **r
  * a name before ensure runs. */
 void manager_invalid_reference(struct manager *m, const char *text, const struct caller *who);
 
+/* Writes the Warning UserLimit event of what (a path below images/) that
+ * the filesystem refused to who with EAGAIN, because of why (its own
+ * per-user limits); the caller rate-limits. */
+void manager_user_limit(struct manager *m, const char *what, const struct caller *who,
+			const char *why);
+
 /* Whether the content digest names was pulled with credentials under a
  * name still known (so that the filesystem lets the kernel keep none of
  * its lookups).  Takes manager.lock. */

@@ -28,6 +28,22 @@ static int invalid(struct pathform_step *s, const char *why)
 	return 0;
 }
 
+/* Not there: see pathform.h. */
+static int absent(struct pathform_step *s, const char *why)
+{
+	s->kind = PATHFORM_INVALID;
+	s->err = -ENOENT;
+	s->why = why;
+	return 0;
+}
+
+static bool is_probe(const char *name)
+{
+	size_t len = strlen(name), n = strlen(PATHFORM_NSPAWN_SUFFIX);
+
+	return name[0] == '.' || (len >= n && !strcmp(name + len - n, PATHFORM_NSPAWN_SUFFIX));
+}
+
 static int directory(struct pathform_step *s, enum pathform_kind kind, unsigned depth,
 		     bool short_form, char *prefix)
 {
@@ -97,6 +113,8 @@ int pathform_step(const struct pathform_dir *dir, const char *name,
 	int r;
 
 	*ret = (struct pathform_step){ 0 };
+	if (is_probe(name))
+		return absent(ret, "a hidden name or a settings file, never an image path");
 	/* A host opens a reference only in the first position; elsewhere,
 	 * and for names that are not hosts, the short-name rules apply. */
 	is_host = dir->depth == 0 &&

@@ -10,12 +10,23 @@
  * closes the reference.  Below a host the closing component names the
  * image; in a docker.io short name it is a symlink to the canonical path
  * (images/busybox:1.36 -> docker.io/library/busybox:1.36), so that both
- * spellings are one image.  Knows nothing of FUSE. */
+ * spellings are one image.
+ *
+ * Some names no image path can have are what programs probe beside a
+ * directory on any filesystem: hidden names (".git", lock files such as
+ * systemd-nspawn's ".#NAME.lck"; no host, repository component or tag
+ * begins with '.') and systemd-nspawn's settings file "NAME.nspawn" (a tag
+ * never ends so in practice).  These are not there (ENOENT), as on a
+ * disk: creating one then fails with EROFS, the mount being read-only.
+ * Other names outside the path form are invalid (EINVAL).  Knows nothing
+ * of FUSE. */
 #pragma once
 
 #include <stdbool.h>
 
 struct reference;
+
+#define PATHFORM_NSPAWN_SUFFIX ".nspawn"
 
 /* A directory of the path form. */
 struct pathform_dir {
@@ -38,7 +49,8 @@ enum pathform_kind {
  * SHORT_LINK: the symlink's target, relative to the link's directory. */
 struct pathform_step {
 	enum pathform_kind kind;
-	int err;	 /* INVALID: -EINVAL */
+	/* INVALID: -EINVAL, or -ENOENT for a name programs probe (above) */
+	int err;
 	const char *why; /* INVALID: a static phrase */
 	struct {
 		unsigned depth;

@@ -39,17 +39,28 @@ for ref in 127.0.0.1:99999/test/x:1 127.0.0.1:0/test/x:1 "localhost:65536/test/x
     wait_event InspectFailed "$ref"
 done
 # Refused by the path form before ensure runs (a short name, lowercase
-# only): the same event.  A name that closes no reference (".git", a
-# directory component in capitals) is no reference: EINVAL, no event.
+# only): the same event.  A name that closes no reference (a directory
+# component in capitals) is no reference: EINVAL, no event.  Names
+# programs probe beside a directory (".git", systemd-nspawn's settings
+# file NAME.nspawn and its lock file .#NAME.lck beside an image) are not
+# there: ENOENT, no event, and creating one fails with EROFS as on a
+# read-only disk.
 for ref in Alpine:3 library/Busybox:1 "$REGISTRY/test/busybox@sha256:abc"; do
     assert_errno EINVAL "$MNT/images/$ref"
     wait_event InspectFailed "$ref"
     assert_eq EINVAL "$(events field InspectFailed "$ref" errno)" "errno of InspectFailed for $ref"
 done
-assert_errno EINVAL "$MNT/images/.git"
+assert_errno ENOENT "$MNT/images/.git"
 assert_errno EINVAL "$MNT/images/$REGISTRY/Test"
+assert_errno ENOENT "$MNT/images/$REGISTRY/test/busybox1.nspawn"
+assert_errno ENOENT "$MNT/images/$REGISTRY/test/busybox:1.nspawn"
+assert_errno ENOENT "$MNT/images/$REGISTRY/test/.#busybox:1.lck"
+assert_op_errno EROFS create "$MNT/images/$REGISTRY/test/.#busybox:1.lck"
+assert_op_errno EROFS create "$MNT/images/.git"
 assert_eq 0 "$(event_count InspectFailed .git)" "InspectFailed events for .git"
 assert_eq 0 "$(event_count InspectFailed "$REGISTRY/Test")" "InspectFailed events for $REGISTRY/Test"
+assert_eq 0 "$(event_count InspectFailed "$REGISTRY/test/.#busybox:1.lck")" "InspectFailed events for the lock file"
+assert_eq 0 "$(grep -c 'nspawn\|lck' "$EVENTS")" "events naming the probed names"
 
 # ---- ENOSPC
 bb=$REGISTRY/test/busybox:1

@@ -329,12 +329,41 @@ static void test_ns_forgotten(void **state)
 	assert_int_equal(parse("v 1\nnsx\n", &st), -EBADMSG);
 }
 
+/* The user a node is charged to: with its "ns", kept by a later "ns" of
+ * it, dropped with it, and kept by a compaction. */
+static void test_ns_owners(void **state)
+{
+	_cleanup_free_ char *rec = handover_format_ns_owned("a b", 65534), *text = NULL;
+	struct handover_state st;
+
+	assert_string_equal(rec, "ns a%20b\nnsu a%20b 65534\n");
+	assert_null(handover_format_ns_owned("a", HANDOVER_NO_OWNER));
+	assert_int_equal(parse("v 1\nns a\nnsu a 1000\nns b\nns c\nnsu c 7\nns a\nnsx c\n"
+			       "ns c\nnsu zz 5\n",
+			       &st),
+			 0);
+	assert_int_equal(st.n_ns_keys, 3);
+	assert_string_equal(st.ns_keys[0], "a");
+	assert_int_equal(st.ns_owners[0], 1000);
+	assert_string_equal(st.ns_keys[1], "b");
+	assert_int_equal(st.ns_owners[1], HANDOVER_NO_OWNER);
+	assert_string_equal(st.ns_keys[2], "c");
+	assert_int_equal(st.ns_owners[2], HANDOVER_NO_OWNER);
+	text = handover_format_state(&st);
+	assert_non_null(text);
+	assert_string_equal(text, "v 1\nns a\nnsu a 1000\nns b\nns c\n");
+	handover_state_done(&st);
+	assert_int_equal(parse("v 1\nns a\nnsu a\n", &st), -EBADMSG);
+	assert_int_equal(parse("v 1\nns a\nnsu a -1\n", &st), -EBADMSG);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_round_trip),   cmocka_unit_test(test_log_semantics),
 		cmocka_unit_test(test_refused),	     cmocka_unit_test(test_records),
 		cmocka_unit_test(test_ns_forgotten), cmocka_unit_test(test_compaction),
+		cmocka_unit_test(test_ns_owners),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
