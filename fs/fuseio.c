@@ -33,6 +33,8 @@
 #include <unistd.h>
 
 #define PFS_FUSE_PASSTHROUGH (UINT64_C(1) << 37)
+/* protocol 7.39: shared mappings of files opened with FOPEN_DIRECT_IO */
+#define PFS_FUSE_DIRECT_IO_ALLOW_MMAP (UINT64_C(1) << 36)
 #define PFS_FOPEN_PASSTHROUGH (1u << 7)
 /* protocol 7.40: requeue every request read but not answered */
 #define PFS_FUSE_NOTIFY_RESEND 7
@@ -262,7 +264,7 @@ static ssize_t write_init_reply(int fd, const struct iovec *iov, int count, uint
 	ext = len >= offsetof(struct pfs_init_out, flags2) + sizeof(init.flags2) &&
 	      ((init.flags & FUSE_INIT_EXT) || (add & FUSE_INIT_EXT));
 	if (!ext)
-		add &= ~(PFS_FUSE_PASSTHROUGH | FUSE_INIT_EXT);
+		add &= ~(PFS_FUSE_PASSTHROUGH | PFS_FUSE_DIRECT_IO_ALLOW_MMAP | FUSE_INIT_EXT);
 	/* Passthrough needs a stacking depth the kernel can check backing
 	 * files against: 1, files on a plain filesystem. */
 	if ((add & PFS_FUSE_PASSTHROUGH) &&
@@ -387,6 +389,9 @@ int fuseio_attach(struct fuse_session *se, const struct fuseio_options *opts)
 	};
 
 	init_wanted = opts->parallel_dirops ? FUSE_PARALLEL_DIROPS : 0;
+	/* files of lazy layers not yet local are opened in direct I/O;
+	 * without it the kernel refuses shared mappings of them */
+	init_wanted |= PFS_FUSE_DIRECT_IO_ALLOW_MMAP | FUSE_INIT_EXT;
 	if (opts->passthrough)
 		init_wanted |= PFS_FUSE_PASSTHROUGH | FUSE_INIT_EXT;
 	debug = opts->debug;
