@@ -10,9 +10,10 @@
  *
  * A file of a lazy layer is read by the daemon, which fetches what is
  * missing.  An open of one not all local yet is in direct I/O, so that a
- * reader waiting for the registry can be interrupted; mappings of it
- * still work (FUSE_DIRECT_IO_ALLOW_MMAP, fuseio.c), through the page
- * cache.  An open once it is local is cached like a pack's.  None is in
+ * reader waiting for the registry can be interrupted, when the kernel
+ * still maps such files (FUSE_DIRECT_IO_ALLOW_MMAP, fuseio.c; a kernel
+ * without it reads them through the page cache, where a reader waits
+ * killable only).  An open once it is local is cached like a pack's.  None is in
  * passthrough: the kernel refuses a passthrough open of an inode that
  * has cached opens or mappings.
  *
@@ -218,7 +219,7 @@ static void open_object(fuse_req_t req, struct fs *fs, struct image *img, const 
 		 * kernel's readahead requests.  Once local, cached by the
 		 * kernel like a pack's. */
 		of->lazy = true;
-		if (!image_file_local(img, t))
+		if (fuseio_direct_io_mmap() && !image_file_local(img, t))
 			fi->direct_io = 1;
 		goto reply;
 	}

@@ -76,6 +76,8 @@ static bool debug;
 static int dev_fd = -1;
 /* Set once the INIT reply granting passthrough went out. */
 static atomic_bool passthrough_on;
+/* ... granting shared mappings of files opened in direct I/O. */
+static atomic_bool direct_io_mmap_on;
 /* The backing id for the OPEN reply this thread is about to send. */
 static _Thread_local int open_backing_id;
 
@@ -287,6 +289,8 @@ static ssize_t write_init_reply(int fd, const struct iovec *iov, int count, uint
 	n = swallow ? (ssize_t)(v[0].iov_len + len) : writev(fd, v, 2);
 	if (n >= 0 && (add & PFS_FUSE_PASSTHROUGH))
 		atomic_store(&passthrough_on, true);
+	if (n >= 0 && (add & PFS_FUSE_DIRECT_IO_ALLOW_MMAP))
+		atomic_store(&direct_io_mmap_on, true);
 	return n;
 }
 
@@ -398,6 +402,7 @@ int fuseio_attach(struct fuse_session *se, const struct fuseio_options *opts)
 	dev_fd = opts->fd >= 0 ? opts->fd : fuse_session_fd(se);
 	atomic_store(&init_unique, 0);
 	atomic_store(&passthrough_on, false);
+	atomic_store(&direct_io_mmap_on, false);
 	if (opts->takeover_init) {
 		takeover_req = malloc(opts->takeover_init_len);
 		if (!takeover_req)
@@ -428,6 +433,11 @@ int64_t fuseio_resent_at_ns(int *ret_err)
 bool fuseio_passthrough(void)
 {
 	return atomic_load_explicit(&passthrough_on, memory_order_relaxed);
+}
+
+bool fuseio_direct_io_mmap(void)
+{
+	return atomic_load_explicit(&direct_io_mmap_on, memory_order_relaxed);
 }
 
 int fuseio_backing_open(int fd)
