@@ -64,6 +64,12 @@ with open(sys.argv[1], "rb") as f, open(sys.argv[2], "rb") as want:
     m = mmap.mmap(f.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ)
     assert m[:] == want.read(), "mapped bytes differ"
 PY
+# What a read of 4 KiB in the middle of data/big fetches (no readahead
+# beyond the chunks that hold it).
+metric() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.pullfs/metrics"; }
+before=$(metric pullfs_lazy_fetched_bytes_total)
+dd if="$root/data/big" of=/dev/null bs=4k count=1 skip=1024 2>/dev/null || fail "a 4 KiB read of data/big"
+log "a 4 KiB read of data/big fetched $(($(metric pullfs_lazy_fetched_bytes_total) - before)) bytes"
 
 # The stall.  A descriptor of data/big opened now is read again once the
 # file is local.
@@ -132,7 +138,7 @@ assert_eq small "$(cat "$WORK/six")" "etc/six while data/big's chunks were held"
 touch "$WORK/go"
 for p in "${pids[@]}"; do wait_for 60 _pid_gone "$p" || fail "a reader of data/big still waits after the stall"; done
 cmp "$root/data/big" "$st/data/big" || fail "data/big after the stall"
-cmp /dev/fd/$early "$st/data/big" || fail "data/big through the descriptor opened before it was local"
+cmp - "$st/data/big" <&"$early" || fail "data/big through the descriptor opened before it was local"
 exec {early}<&-
 cat "$root/data/big" >/dev/null
 cached=$(fincore -n -b -o RES "$root/data/big" | tr -d ' ')
