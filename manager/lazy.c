@@ -759,7 +759,10 @@ int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_f
 			total += c->blob_length;
 		}
 		if (n == 0) {
-			if (!others)
+			/* the completion, which must see the file finished,
+			 * waits for the last request under way, which finishes
+			 * it; a reader has its bytes */
+			if (!others && (foreground || f->fetches == 0))
 				break;
 			pthread_cond_wait(&f->cond, &f->lock);
 			continue;

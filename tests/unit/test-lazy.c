@@ -310,6 +310,66 @@ static void test_small_read_not_behind_large(void **state)
 	free(small);
 }
 
+struct completer {
+	struct fixture *f;
+	struct lazy_layer *l;
+	int r;
+};
+
+static void *complete_layer(void *arg)
+{
+	struct completer *c = arg;
+
+	c->r = lazy_layer_complete(c->l, c->f->reg, NULL);
+	return NULL;
+}
+
+/* Every chunk of a held request fetched again by smaller reads: the
+ * completion, which finds them all present, waits for the held request
+ * (which still writes into the file) and then finds the file finished
+ * and the layer complete. */
+static void test_complete_waits_for_request_under_way(void **state)
+{
+	struct fixture *f = *state;
+	struct large_reader *big = calloc(1, sizeof(*big)), *small = calloc(1, sizeof(*small));
+	struct completer c;
+	pthread_t tb, tc;
+	struct lazy_layer *l;
+
+	assert_non_null(big);
+	assert_non_null(small);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
+	fake_fault(f->fake, "bytes=64-", FAKE_HOLD, 0, 1);
+	*big = (struct large_reader){ .f = f, .l = l, .size = CHUNK * NCHUNKS };
+	assert_int_equal(pthread_create(&tb, NULL, read_range, big), 0);
+	fake_wait_held(f->fake, 1);
+	/* two reads, each of less than the held request brings */
+	*small = (struct large_reader){ .f = f, .l = l, .size = 2 * CHUNK };
+	read_range(small);
+	assert_int_equal(small->r, 2 * CHUNK);
+	*small = (struct large_reader){ .f = f, .l = l, .off = 2 * CHUNK, .size = 3 * CHUNK };
+	read_range(small);
+	assert_int_equal(small->r, 3 * CHUNK);
+	c = (struct completer){ .f = f, .l = l };
+	assert_int_equal(pthread_create(&tc, NULL, complete_layer, &c), 0);
+	/* the completion has streamed the blob and waits for the file */
+	while (fake_count(f->fake, "GET /v2/app/blobs/") - ranges(f) == 0)
+		usleep(10 * 1000);
+	usleep(100 * 1000);
+	fake_release(f->fake);
+	pthread_join(tb, NULL);
+	pthread_join(tc, NULL);
+	assert_int_equal(big->r, CHUNK * NCHUNKS);
+	assert_memory_equal(big->buf, f->content, CHUNK * NCHUNKS);
+	assert_int_equal(c.r, 0);
+	assert_true(lazy_layer_is_complete(l));
+	assert_true(layer_has(f, "o.", ""));
+	fake_clear_faults(f->fake);
+	lazy_layer_free(l);
+	free(big);
+	free(small);
+}
+
 static void test_wrong_chunk_never_served(void **state)
 {
 	struct fixture *f = *state;
@@ -782,6 +842,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_read_fetches_what_it_needs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_readers_share_a_fetch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_small_read_not_behind_large, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_complete_waits_for_request_under_way, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_wrong_chunk_never_served, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_and_complete, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bytes_and_metrics, setup, teardown),
