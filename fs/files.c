@@ -13,9 +13,9 @@
  * reader waiting for the registry can be interrupted, when the kernel
  * still maps such files (FUSE_DIRECT_IO_ALLOW_MMAP, fuseio.c; a kernel
  * without it reads them through the page cache, where a reader waits
- * killable only).  An open once it is local is cached like a pack's.  None is in
- * passthrough: the kernel refuses a passthrough open of an inode that
- * has cached opens or mappings.
+ * killable only).  An open once it is local is cached like a pack's.
+ * None is in passthrough: the kernel refuses a passthrough open of an
+ * inode that has cached opens or mappings.
  *
  * The kernel refuses two backing files for one inode, and it attaches an
  * inode to the backing file of its first open until the last one closes;
