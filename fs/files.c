@@ -8,6 +8,15 @@
  * reaches the daemon and the bytes live once in the page cache, the
  * object's, shared by every image and layer holding the same content.
  *
+ * A file of a lazy layer is read by the daemon, which fetches what is
+ * missing.  An open of one not all local yet is in direct I/O, so that a
+ * reader waiting for the registry can be interrupted, when the kernel
+ * still maps such files (FUSE_DIRECT_IO_ALLOW_MMAP, fuseio.c; a kernel
+ * without it reads them through the page cache, where a reader waits
+ * killable only).  An open once it is local is cached like a pack's.
+ * None is in passthrough: the kernel refuses a passthrough open of an
+ * inode that has cached opens or mappings.
+ *
  * The kernel refuses two backing files for one inode, and it attaches an
  * inode to the backing file of its first open until the last one closes;
  * so backing ids are kept per object, registered at the first open of any
@@ -203,8 +212,15 @@ static void open_object(fuse_req_t req, struct fs *fs, struct image *img, const 
 	}
 	*of = (struct ofile){ .fd = -1 };
 	if (image_file_lazy(img, t)) {
-		/* fetched as it is read; cached by the kernel like a pack's */
+		/* fetched as it is read.  Until it is all local, with direct
+		 * I/O: each read(2) is a READ the reader waits for, which a
+		 * signal interrupts (FUSE_INTERRUPT, answered at once), where
+		 * a read through the page cache waits, killable only, for the
+		 * kernel's readahead requests.  Once local, cached by the
+		 * kernel like a pack's. */
 		of->lazy = true;
+		if (fuseio_direct_io_mmap() && !image_file_local(img, t))
+			fi->direct_io = 1;
 		goto reply;
 	}
 	if (passthrough_usable(fs)) {

@@ -33,6 +33,8 @@
 #include <unistd.h>
 
 #define PFS_FUSE_PASSTHROUGH (UINT64_C(1) << 37)
+/* protocol 7.39: shared mappings of files opened with FOPEN_DIRECT_IO */
+#define PFS_FUSE_DIRECT_IO_ALLOW_MMAP (UINT64_C(1) << 36)
 #define PFS_FOPEN_PASSTHROUGH (1u << 7)
 /* protocol 7.40: requeue every request read but not answered */
 #define PFS_FUSE_NOTIFY_RESEND 7
@@ -74,6 +76,8 @@ static bool debug;
 static int dev_fd = -1;
 /* Set once the INIT reply granting passthrough went out. */
 static atomic_bool passthrough_on;
+/* ... granting shared mappings of files opened in direct I/O. */
+static atomic_bool direct_io_mmap_on;
 /* The backing id for the OPEN reply this thread is about to send. */
 static _Thread_local int open_backing_id;
 
@@ -262,7 +266,7 @@ static ssize_t write_init_reply(int fd, const struct iovec *iov, int count, uint
 	ext = len >= offsetof(struct pfs_init_out, flags2) + sizeof(init.flags2) &&
 	      ((init.flags & FUSE_INIT_EXT) || (add & FUSE_INIT_EXT));
 	if (!ext)
-		add &= ~(PFS_FUSE_PASSTHROUGH | FUSE_INIT_EXT);
+		add &= ~(PFS_FUSE_PASSTHROUGH | PFS_FUSE_DIRECT_IO_ALLOW_MMAP | FUSE_INIT_EXT);
 	/* Passthrough needs a stacking depth the kernel can check backing
 	 * files against: 1, files on a plain filesystem. */
 	if ((add & PFS_FUSE_PASSTHROUGH) &&
@@ -285,6 +289,8 @@ static ssize_t write_init_reply(int fd, const struct iovec *iov, int count, uint
 	n = swallow ? (ssize_t)(v[0].iov_len + len) : writev(fd, v, 2);
 	if (n >= 0 && (add & PFS_FUSE_PASSTHROUGH))
 		atomic_store(&passthrough_on, true);
+	if (n >= 0 && (add & PFS_FUSE_DIRECT_IO_ALLOW_MMAP))
+		atomic_store(&direct_io_mmap_on, true);
 	return n;
 }
 
@@ -387,12 +393,16 @@ int fuseio_attach(struct fuse_session *se, const struct fuseio_options *opts)
 	};
 
 	init_wanted = opts->parallel_dirops ? FUSE_PARALLEL_DIROPS : 0;
+	/* files of lazy layers not yet local are opened in direct I/O;
+	 * without it the kernel refuses shared mappings of them */
+	init_wanted |= PFS_FUSE_DIRECT_IO_ALLOW_MMAP | FUSE_INIT_EXT;
 	if (opts->passthrough)
 		init_wanted |= PFS_FUSE_PASSTHROUGH | FUSE_INIT_EXT;
 	debug = opts->debug;
 	dev_fd = opts->fd >= 0 ? opts->fd : fuse_session_fd(se);
 	atomic_store(&init_unique, 0);
 	atomic_store(&passthrough_on, false);
+	atomic_store(&direct_io_mmap_on, false);
 	if (opts->takeover_init) {
 		takeover_req = malloc(opts->takeover_init_len);
 		if (!takeover_req)
@@ -423,6 +433,11 @@ int64_t fuseio_resent_at_ns(int *ret_err)
 bool fuseio_passthrough(void)
 {
 	return atomic_load_explicit(&passthrough_on, memory_order_relaxed);
+}
+
+bool fuseio_direct_io_mmap(void)
+{
+	return atomic_load_explicit(&direct_io_mmap_on, memory_order_relaxed);
 }
 
 int fuseio_backing_open(int fd)

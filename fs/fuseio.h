@@ -68,6 +68,11 @@ int64_t fuseio_resent_at_ns(int *ret_err);
 /* Whether the kernel accepted passthrough for this connection (known once
  * INIT is answered). */
 bool fuseio_passthrough(void);
+/* Whether the kernel maps files opened in direct I/O, shared mappings
+ * too (FUSE_DIRECT_IO_ALLOW_MMAP, protocol 7.39; known once INIT is
+ * answered; after a takeover, what the kernel offered, which the process
+ * before, of this version, asked for). */
+bool fuseio_direct_io_mmap(void);
 /* Registers fd as a backing file with the kernel (it keeps its own
  * reference; fd may be closed afterwards).  Returns the backing id, or
  * -EOPNOTSUPP (no passthrough), -EPERM (no CAP_SYS_ADMIN), -errno. */

@@ -479,6 +479,17 @@ bool image_file_lazy(struct image *img, const struct tinode *file)
 	       pack_was_lazy(img->manager->packs, c->packs[file->layer]);
 }
 
+bool image_file_local(struct image *img, const struct tinode *file)
+{
+	struct image_content *c = img->content;
+	struct lazy_layer *l;
+
+	if (!file->object || file->layer >= c->n_layers)
+		return true;
+	l = pack_lazy(img->manager->packs, c->packs[file->layer]);
+	return !l || lazy_file_local(l, file->object);
+}
+
 ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t off, size_t size,
 			void *buf, const struct caller *who)
 {

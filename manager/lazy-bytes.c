@@ -122,6 +122,27 @@ void lazy_changed(struct lazy_layer *l)
 	cache_touch(l->cache);
 }
 
+bool lazy_file_local(struct lazy_layer *l, const char *object)
+{
+	char name[DIGEST_HEX_LEN + 8];
+	struct lazy_file *f;
+	bool local;
+
+	if (atomic_load(&l->complete))
+		return true;
+	pthread_mutex_lock(&l->lock);
+	f = strmap_get(l->files, object);
+	pthread_mutex_unlock(&l->lock);
+	if (f) {
+		pthread_mutex_lock(&f->lock);
+		local = f->complete;
+		pthread_mutex_unlock(&f->lock);
+		return local;
+	}
+	snprintf(name, sizeof(name), "o.%s", object);
+	return faccessat(l->dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
 void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_total)
 {
 	const struct layer_index *li = l->toc->index;

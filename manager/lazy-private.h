@@ -15,12 +15,22 @@ struct strmap;
 
 enum { CHUNK_MISSING, CHUNK_FETCHING, CHUNK_PRESENT };
 
+/* A request of lazy_ensure_chunks() under way: the compressed bytes it
+ * brings. */
+struct lazy_claim {
+	uint64_t bytes;
+};
+
 struct lazy_file {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	const struct toc_chunk *chunks; /* the toc's */
 	size_t n;
 	uint8_t *state; /* per chunk; lock */
+	/* per chunk FETCHING, the request that brings it; NULL: being
+	 * written from memory (the completion's stream).  lock */
+	const struct lazy_claim **claim;
+	unsigned fetches; /* lock: requests for chunks of it under way */
 	uint64_t size;
 	/* p.OBJ (o.OBJ once complete) and p.OBJ.map (-1 once complete);
 	 * both -1 while the file is parked (users 0 and not among the

@@ -231,6 +231,7 @@ static void lazy_file_free(struct lazy_file *f)
 	if (f->mapfd >= 0)
 		close(f->mapfd);
 	free(f->state);
+	free(f->claim);
 	pthread_mutex_destroy(&f->lock);
 	pthread_cond_destroy(&f->cond);
 	free(f);
@@ -421,7 +422,8 @@ int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **r
 	f->chunks = toc_entry_chunks(l->toc, i, &f->n);
 	f->size = l->toc->index->entries[i].size;
 	f->state = calloc(f->n ? f->n : 1, 1);
-	if (!f->state) {
+	f->claim = calloc(f->n ? f->n : 1, sizeof(*f->claim));
+	if (!f->state || !f->claim) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -699,29 +701,47 @@ static int fetch_runs(struct lazy_layer *l, struct registry *reg, struct lazy_fi
 	return r;
 }
 
+/* Whether a reader who asks for need compressed bytes waits for chunk k,
+ * which another request brings: when that request brings no more than
+ * the reader asks for (readers of the same bytes share a fetch), or the
+ * chunk is being written already.  Else the reader claims the chunk
+ * again and fetches it on its own: a small read never waits for the
+ * bytes of a larger one, which a slow registry may take long to send.
+ * f->lock held. */
+static bool chunk_waited_for(const struct lazy_file *f, size_t k, uint64_t need, bool foreground)
+{
+	return !foreground || !f->claim[k] || f->claim[k]->bytes <= need;
+}
+
 /* Makes chunks a..b of f present; foreground: for a reader who waits. */
 int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_file *f, size_t a,
 		       size_t b, bool foreground)
 {
 	struct run runs[LAZY_RANGES_MAX];
+	uint64_t need = 0;
 	int r = 0;
 
 	pthread_mutex_lock(&f->lock);
+	for (size_t k = a; k <= b && k < f->n && !f->complete; k++)
+		if (f->state[k] != CHUNK_PRESENT)
+			need += f->chunks[k].blob_length;
 	while (!f->complete && f->n > 0) {
+		struct lazy_claim mine = { 0 };
 		uint64_t total = 0;
 		bool others = false;
 		size_t n = 0;
 
 		/* claim the missing chunks one request can bring: runs of
 		 * chunks adjacent in the blob, several ranges at most
-		 * LAZY_RUN_MAX bytes in all; chunks another thread fetches
-		 * are waited for after */
+		 * LAZY_RUN_MAX bytes in all; chunks another request brings
+		 * are waited for after, or claimed again */
 		for (size_t k = a; k <= b; k++) {
 			const struct toc_chunk *c = &f->chunks[k];
 
 			if (f->state[k] == CHUNK_PRESENT)
 				continue;
-			if (f->state[k] == CHUNK_FETCHING) {
+			if (f->state[k] == CHUNK_FETCHING &&
+			    chunk_waited_for(f, k, need, foreground)) {
 				others = true;
 				continue;
 			}
@@ -737,14 +757,20 @@ int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_f
 				break;
 			}
 			f->state[k] = CHUNK_FETCHING;
+			f->claim[k] = &mine;
 			total += c->blob_length;
 		}
 		if (n == 0) {
-			if (!others)
+			/* the completion, which must see the file finished,
+			 * waits for the last request under way, which finishes
+			 * it; a reader has its bytes */
+			if (!others && (foreground || f->fetches == 0))
 				break;
 			pthread_cond_wait(&f->cond, &f->lock);
 			continue;
 		}
+		mine.bytes = total;
+		f->fetches++;
 		pthread_mutex_unlock(&f->lock);
 		if (foreground && l->stats)
 			atomic_fetch_add(&l->stats->foreground, 1);
@@ -755,16 +781,25 @@ int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_f
 				atomic_fetch_add(&l->stats->reader_ok, 1);
 		}
 		pthread_mutex_lock(&f->lock);
+		f->fetches--;
+		/* the chunks still this request's (a reader may have claimed
+		 * some again meanwhile) */
 		for (size_t i = 0; i < n; i++)
-			for (size_t j = runs[i].a; j <= runs[i].e; j++)
+			for (size_t j = runs[i].a; j <= runs[i].e; j++) {
+				if (f->claim[j] != &mine)
+					continue;
+				f->claim[j] = NULL;
 				f->state[j] = r == 0 ? CHUNK_PRESENT : CHUNK_MISSING;
+			}
 		if (r == 0)
 			lazy_changed(l);
 		pthread_cond_broadcast(&f->cond);
 		if (r < 0)
 			break;
 	}
-	if (r == 0 && !f->complete) {
+	/* (a request still under way may still write: the file is checked
+	 * and renamed by the last one) */
+	if (r == 0 && !f->complete && f->fetches == 0) {
 		bool all = true;
 
 		for (size_t k = 0; k < f->n && all; k++)

@@ -99,6 +99,12 @@ void lazy_layer_free(struct lazy_layer *l);
 ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object, uint64_t off,
 		  size_t size, void *buf);
 
+/* Whether the layer's file with content object is all local: complete,
+ * or the layer complete.  A file not used yet is looked for on disk
+ * only (one that the content store holds is linked at its first read).
+ * Takes the layer's locks. */
+bool lazy_file_local(struct lazy_layer *l, const char *object);
+
 /* How much of the layer is local: ret_local of its ret_total compressed
  * bytes (the blob's size): the table of contents and the blob ranges of
  * the chunks present (their union: eStargz files may share a gzip

@@ -375,6 +375,9 @@ int image_object_open(struct image *img, const struct tinode *file);
  * fetches what is missing (who: the reader's ids, named by the event of
  * a failure).  Returns the bytes read or -errno; blocks. */
 bool image_file_lazy(struct image *img, const struct tinode *file);
+/* Whether every byte of a file of a lazy layer is on this node (a read of
+ * it never waits for a registry): complete, or the layer complete. */
+bool image_file_local(struct image *img, const struct tinode *file);
 ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t off, size_t size,
 			void *buf, const struct caller *who);
 /* Open regular files of the image, counted by the filesystem: GC and rm

@@ -171,7 +171,8 @@ rc=0
 "$PULLFSCTL" -m "$MNT" pull --plain "$PROXY/test/share-a:1" >"$WORK/pull.out" 2>"$WORK/pull.err" &
 puller=$!
 track_pid "$puller"
-completing() { grep -q "share-a:1: completing" "$WORK/pull.out"; }
+# (the output file may not exist yet: grep would say 2, "never")
+completing() { [ -e "$WORK/pull.out" ] && grep -q "share-a:1: completing" "$WORK/pull.out"; }
 wait_for 30 completing || fail "pullfsctl pull shows no completion: $(cat "$WORK/pull.out" "$WORK/pull.err")"
 ! _pid_gone "$puller" || fail "pullfsctl pull ended before the image was complete: $(cat "$WORK/pull.out")"
 assert_eq false "$(status_of share-a:1 complete)" "share-a complete with the registry gone"

@@ -5,6 +5,7 @@
                  [--delay ERE=SECONDS]... [--gate ERE=PATH]...
                  [--rate ERE=BYTES_PER_SECOND]...
                  [--trickle ERE=BYTES_PER_SECOND[@PATH]]...
+                 [--gate-range BYTES=PATH]...
 
 Listens on a free loopback port (written to FILE once it listens) and
 forwards every request to the upstream registry, streaming the answer back.
@@ -19,6 +20,8 @@ Each rule's ERE is searched in "METHOD PATH" of a request, followed by
                        the same a few bytes at a time (20 writes a
                        second), as a registry that trickles does; with
                        @PATH only while PATH exists
+  --gate-range N=PATH  answer a Range request for N bytes or more (all its
+                       ranges together) only once PATH exists
 
 so a test can make a pull slow, or stop it at a known point and let it go
 on when it chooses.  --log gets one line per request when it arrives
@@ -67,6 +70,13 @@ class Proxy(http.server.BaseHTTPRequestHandler):
                 time.sleep(secs)
         for rx, path in cfg.gates:
             if rx.search(what):
+                if not held:
+                    self.note("held " + what)
+                    held = True
+                while not os.path.exists(path):
+                    time.sleep(0.02)
+        for least, path in cfg.range_gates:
+            if range_bytes(what) >= least:
                 if not held:
                     self.note("held " + what)
                     held = True
@@ -157,11 +167,31 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     allow_reuse_address = True
 
 
+def range_bytes(what):
+    """The bytes a "... bytes=A-B,C-D" request asks for; 0 without a range."""
+    m = re.search(r" bytes=([0-9,-]+)$", what)
+    if not m:
+        return 0
+    total = 0
+    for part in m.group(1).split(","):
+        a, _, b = part.partition("-")
+        if a and b:
+            total += int(b) - int(a) + 1
+    return total
+
+
 def rule(text, conv):
     rx, sep, val = text.rpartition("=")
     if not sep or not rx:
         raise argparse.ArgumentTypeError("expected ERE=VALUE, got %r" % text)
     return re.compile(rx), conv(val)
+
+
+def size_rule(text):
+    size, sep, path = text.partition("=")
+    if not sep or not size.isdigit() or not path:
+        raise argparse.ArgumentTypeError("expected BYTES=PATH, got %r" % text)
+    return int(size), path
 
 
 def main():
@@ -178,9 +208,11 @@ def main():
     ap.add_argument("--trickle", action="append", default=[],
                     type=lambda t: rule(t, lambda v: (float(v.partition("@")[0]),
                                                       v.partition("@")[2])))
+    ap.add_argument("--gate-range", action="append", default=[], type=size_rule)
     cfg = ap.parse_args()
     cfg.delays, cfg.gates, cfg.rates = cfg.delay, cfg.gate, cfg.rate
     cfg.trickles = cfg.trickle
+    cfg.range_gates = cfg.gate_range
     cfg.log_lock = threading.Lock()
     cfg.log = open(cfg.log, "a") if cfg.log else None
     srv = Server(("127.0.0.1", 0), Proxy)

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -242,6 +243,131 @@ static void test_readers_share_a_fetch(void **state)
 	assert_int_equal(ranges(f), before + 1);
 	fake_clear_faults(f->fake);
 	lazy_layer_free(l);
+}
+
+struct large_reader {
+	struct fixture *f;
+	struct lazy_layer *l;
+	uint64_t off;
+	size_t size;
+	ssize_t r;
+	unsigned char buf[CHUNK * NCHUNKS];
+};
+
+static void *read_range(void *arg)
+{
+	struct large_reader *rd = arg;
+
+	rd->r = lazy_read(rd->l, rd->f->reg, rd->f->object, rd->off, rd->size, rd->buf);
+	return NULL;
+}
+
+/* A reader of one chunk that a larger request is bringing (held: a slow
+ * registry) does not wait for it: it fetches that chunk on its own.  The
+ * larger read still ends right, and the file is finished once both are
+ * done. */
+static void test_small_read_not_behind_large(void **state)
+{
+	struct fixture *f = *state;
+	struct large_reader *big = calloc(1, sizeof(*big)), *small = calloc(1, sizeof(*small));
+	struct timespec until;
+	pthread_t tb, ts;
+	struct lazy_layer *l;
+	unsigned before = ranges(f);
+	int joined;
+
+	assert_non_null(big);
+	assert_non_null(small);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
+	/* the whole file: one range from its first chunk, after 64 bytes */
+	fake_fault(f->fake, "bytes=64-", FAKE_HOLD, 0, 1);
+	*big = (struct large_reader){ .f = f, .l = l, .size = CHUNK * NCHUNKS };
+	assert_int_equal(pthread_create(&tb, NULL, read_range, big), 0);
+	fake_wait_held(f->fake, 1);
+	*small = (struct large_reader){ .f = f, .l = l, .off = 2 * CHUNK + 10, .size = 100 };
+	assert_int_equal(pthread_create(&ts, NULL, read_range, small), 0);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	joined = pthread_timedjoin_np(ts, NULL, &until);
+	if (joined != 0) {
+		fake_release(f->fake);
+		pthread_join(ts, NULL);
+	}
+	assert_int_equal(joined, 0); /* not behind the held request */
+	assert_int_equal(small->r, 100);
+	assert_memory_equal(small->buf, f->content + 2 * CHUNK + 10, 100);
+	assert_int_equal(ranges(f), before + 2);
+	assert_false(layer_has(f, "o.", ""));
+	fake_release(f->fake);
+	pthread_join(tb, NULL);
+	assert_int_equal(big->r, CHUNK * NCHUNKS);
+	assert_memory_equal(big->buf, f->content, CHUNK * NCHUNKS);
+	assert_true(layer_has(f, "o.", ""));
+	assert_false(layer_has(f, "p.", ""));
+	fake_clear_faults(f->fake);
+	lazy_layer_free(l);
+	free(big);
+	free(small);
+}
+
+struct completer {
+	struct fixture *f;
+	struct lazy_layer *l;
+	int r;
+};
+
+static void *complete_layer(void *arg)
+{
+	struct completer *c = arg;
+
+	c->r = lazy_layer_complete(c->l, c->f->reg, NULL);
+	return NULL;
+}
+
+/* Every chunk of a held request fetched again by smaller reads: the
+ * completion, which finds them all present, waits for the held request
+ * (which still writes into the file) and then finds the file finished
+ * and the layer complete. */
+static void test_complete_waits_for_request_under_way(void **state)
+{
+	struct fixture *f = *state;
+	struct large_reader *big = calloc(1, sizeof(*big)), *small = calloc(1, sizeof(*small));
+	struct completer c;
+	pthread_t tb, tc;
+	struct lazy_layer *l;
+
+	assert_non_null(big);
+	assert_non_null(small);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
+	fake_fault(f->fake, "bytes=64-", FAKE_HOLD, 0, 1);
+	*big = (struct large_reader){ .f = f, .l = l, .size = CHUNK * NCHUNKS };
+	assert_int_equal(pthread_create(&tb, NULL, read_range, big), 0);
+	fake_wait_held(f->fake, 1);
+	/* two reads, each of less than the held request brings */
+	*small = (struct large_reader){ .f = f, .l = l, .size = 2 * CHUNK };
+	read_range(small);
+	assert_int_equal(small->r, 2 * CHUNK);
+	*small = (struct large_reader){ .f = f, .l = l, .off = 2 * CHUNK, .size = 3 * CHUNK };
+	read_range(small);
+	assert_int_equal(small->r, 3 * CHUNK);
+	c = (struct completer){ .f = f, .l = l };
+	assert_int_equal(pthread_create(&tc, NULL, complete_layer, &c), 0);
+	/* the completion has streamed the blob and waits for the file */
+	while (fake_count(f->fake, "GET /v2/app/blobs/") - ranges(f) == 0)
+		usleep(10 * 1000);
+	usleep(100 * 1000);
+	fake_release(f->fake);
+	pthread_join(tb, NULL);
+	pthread_join(tc, NULL);
+	assert_int_equal(big->r, CHUNK * NCHUNKS);
+	assert_memory_equal(big->buf, f->content, CHUNK * NCHUNKS);
+	assert_int_equal(c.r, 0);
+	assert_true(lazy_layer_is_complete(l));
+	assert_true(layer_has(f, "o.", ""));
+	fake_clear_faults(f->fake);
+	lazy_layer_free(l);
+	free(big);
+	free(small);
 }
 
 static void test_wrong_chunk_never_served(void **state)
@@ -715,6 +841,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_read_fetches_what_it_needs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_readers_share_a_fetch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_small_read_not_behind_large, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_complete_waits_for_request_under_way, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_wrong_chunk_never_served, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_and_complete, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bytes_and_metrics, setup, teardown),
