@@ -772,6 +772,26 @@ int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_f
 	return r;
 }
 
+/* Whether each chunk of f can be checked by itself (a digest of its own,
+ * or the file's for a file in one chunk). */
+static bool chunks_digested(const struct lazy_file *f)
+{
+	for (size_t k = 0; k < f->n; k++)
+		if (!f->chunks[k].digest[0])
+			return false;
+	return true;
+}
+
+static bool lazy_file_complete(struct lazy_file *f)
+{
+	bool done;
+
+	pthread_mutex_lock(&f->lock);
+	done = f->complete;
+	pthread_mutex_unlock(&f->lock);
+	return done;
+}
+
 ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object, uint64_t off,
 		  size_t size, void *buf)
 {
@@ -789,12 +809,22 @@ ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object
 	}
 	size = (size_t)MIN((uint64_t)size, f->size - off);
 	if (!f->complete && f->n > 0) {
+		bool whole = !chunks_digested(f);
+
 		while (a + 1 < f->n && f->chunks[a + 1].offset <= off)
 			a++;
 		b = a;
 		while (b + 1 < f->n && f->chunks[b + 1].offset < off + size)
 			b++;
+		/* a chunk the table gives no digest for is checked only
+		 * with the whole file: no byte of it before that */
+		if (whole) {
+			a = 0;
+			b = f->n - 1;
+		}
 		r = lazy_ensure_chunks(l, reg, f, a, b, true);
+		if (r == 0 && whole && !lazy_file_complete(f))
+			r = -EBADMSG;
 		if (r < 0) {
 			lazy_file_put(l, f);
 			return r;
