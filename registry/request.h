@@ -71,6 +71,9 @@ struct request {
 	const char *range_list; /* "A-B,C-D,...", the Range sent */
 	char head[RANGES_HEAD_MAX + 1];
 	size_t head_len;
+	/* of this answer: its parts so far, and their bytes */
+	size_t parts;
+	uint64_t part_bytes;
 
 	/* Of the last attempt. */
 	struct transport_response resp;
