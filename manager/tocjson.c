@@ -34,6 +34,7 @@ struct build {
 	bool stargz_files;
 	uint64_t data_end;
 	uint64_t max_entries, max_expanded, expanded;
+	uint64_t xattr_bytes; /* of every entry so far */
 	uint32_t max_path;
 	struct toc *t;
 	size_t cap_entries, cap_chunks;
@@ -234,6 +235,9 @@ static int get_xattrs(struct build *b, json_t *o, struct layer_entry *e)
 				     "most %u bytes",
 				     name, LAYER_XATTR_SIZE_MAX);
 		xa->size = (uint32_t)size;
+		b->xattr_bytes += strlen(name) + xa->size;
+		if (b->xattr_bytes > LAYER_XATTR_BYTES_MAX)
+			return bfail(b, "more than %u bytes of xattrs", LAYER_XATTR_BYTES_MAX);
 	}
 	return 0;
 }
