@@ -9,6 +9,8 @@
 #    of their own is read only once it hashed to its digest as a whole);
 #  - a chunk placed past the blob's end: the table is refused
 #    (LazyPullFailed) and the layer pulled whole;
+#  - a chunk of 128 MiB (128 KB compressed): read without holding it in
+#    memory;
 #  - answers to several ranges in one request that lie about their
 #    boundary, repeat one part 100,000 times or never end: EBADMSG, at
 #    once;
@@ -43,6 +45,9 @@ images = [
     {"ref": "lazy/xattrs:1", "layers": [{"entries": [{"dir": "x/"}] + [
         {"file": "x/f%d" % i, "data": "f%d\n" % i, "xattrs": big_xattrs} for i in range(20)],
         "xattr_pax": False}]},
+    # 128 MiB in one chunk, of 128 KB in the blob
+    {"ref": "lazy/bigchunk:1", "layers": [{"entries": [{"dir": "z/"},
+        {"file": "z/zeros", "repeat": ["\u0000", 128 << 20], "chunk": 128 << 20, "compress": True}]}]},
     # one file per multipart answer
     {"ref": "lazy/multipart:1", "layers": [{"entries": [{"dir": "m/"}] + [
         f("m/" + mode) for mode in ("ok", "lying", "repeat", "endless")]}]},
@@ -166,6 +171,15 @@ assert_eq "$want" "$(read_file "$lazy/outside:1/d/file")" "the layer whose table
 wait_event LazyPullFailed "$REGISTRY/lazy/outside:1"
 assert_contains "is not before the table" \
     "$(events field LazyPullFailed "$REGISTRY/lazy/outside:1" message)" "LazyPullFailed of lazy/outside:1"
+
+# ---- a chunk that decompresses to 128 MiB ------------------------------------
+# is written through a buffer of 1 MiB, not held whole
+before=$(hwm)
+t0=$(now)
+assert_eq 00 "$(head -c 1 "$lazy/bigchunk:1/z/zeros" | od -An -tx1 | tr -d ' ')" "the first byte of the 128 MiB chunk"
+after=$(hwm)
+log "a read of a chunk of 128 MiB: $(seconds_since "$t0") s, VmHWM $before -> $after kB"
+[ $((after - before)) -lt 32768 ] || fail "a read of a chunk of 128 MiB raised VmHWM by $((after - before)) kB"
 
 # ---- xattr bombs ------------------------------------------------------------
 before=$(hwm)

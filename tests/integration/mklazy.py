@@ -9,13 +9,13 @@ where a LAYER is a list of entries, in order:
 
     {"dir": "NAME/"}
     {"file": "NAME", "data": TEXT | "repeat": [TEXT, COUNT],
-     "chunk": BYTES, "no_chunk_digest": true,
+     "chunk": BYTES, "no_chunk_digest": true, "compress": true,
      "xattrs": {NAME: TEXT}}
     {"symlink": "NAME", "target": TARGET}
 
 A file's content is cut in chunks of "chunk" bytes (default: one chunk),
-each in a gzip member of its own.  "no_chunk_digest" leaves chunkDigest
-out of the table.  A layer may carry, beside its entries:
+each in a gzip member of its own (stored, unless "compress").
+"no_chunk_digest" leaves chunkDigest out of the table.  A layer may carry, beside its entries:
 
     "xattr_pax": false        xattrs only in the table, not in the tar
     "tamper": "chunks"        after the table is made, the chunks' bytes are
@@ -97,7 +97,10 @@ class Layer:
             at = len(self.blob)
             # stored, with room in the header: tamper_chunks() can put
             # other bytes of the same length in its place
-            self.blob += stored_member(piece, len(piece) + 32)
+            if e.get("compress"):
+                self.blob += gz(piece)
+            else:
+                self.blob += stored_member(piece, len(piece) + 32)
             self.tar += piece
             self.chunk_places.append((at, len(self.blob) - at, piece))
             c = ent if first else {"name": name, "type": "chunk"}
