@@ -583,7 +583,7 @@ static int chunk_place_cmp(const void *a, const void *b)
 /* Where a chunk's compressed bytes end when the table does not say (all
  * of eStargz, stargz's zstd): where the next gzip member or zstd frame of
  * the blob starts, the last one where the table starts.  Every chunk must
- * lie before the table. */
+ * lie before the table, in at most TOC_MAX_CHUNK bytes. */
 static int member_ends(struct build *b)
 {
 	struct toc *t = b->t;
@@ -607,15 +607,23 @@ static int member_ends(struct build *b)
 					  "toc: chunk at %" PRIu64 " of the blob "
 					  "is not before the table at %" PRIu64,
 					  c->blob_offset, b->data_end);
-		if (c->blob_length)
-			continue;
-		k = bsearch(&c->blob_offset, starts, n, sizeof(*starts), u64_cmp);
-		/* bsearch may land on any of equal starts: go past them */
-		while (k + 1 < starts + n && k[1] == c->blob_offset)
-			k++;
-		if (k + 1 < starts + n)
-			end = k[1];
-		c->blob_length = end - c->blob_offset;
+		if (!c->blob_length) {
+			k = bsearch(&c->blob_offset, starts, n, sizeof(*starts), u64_cmp);
+			/* bsearch may land on any of equal starts: go past
+			 * them */
+			while (k + 1 < starts + n && k[1] == c->blob_offset)
+				k++;
+			if (k + 1 < starts + n)
+				end = k[1];
+			c->blob_length = end - c->blob_offset;
+		}
+		/* a reader holds a chunk's compressed bytes while it
+		 * decompresses them */
+		if (c->blob_length > TOC_MAX_CHUNK)
+			return layer_fail(b->errbuf, b->errlen,
+					  "toc: chunk at %" PRIu64 " of the blob takes %" PRIu64
+					  " bytes of it, more than %u",
+					  c->blob_offset, c->blob_length, TOC_MAX_CHUNK);
 	}
 	return 0;
 }

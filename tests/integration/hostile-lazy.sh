@@ -10,7 +10,7 @@
 #  - a chunk placed past the blob's end: the table is refused
 #    (LazyPullFailed) and the layer pulled whole;
 #  - a chunk of 128 MiB (128 KB compressed): read without holding it in
-#    memory;
+#    memory; a chunk that takes 260 MiB of the blob: the table is refused;
 #  - answers to several ranges in one request that lie about their
 #    boundary, repeat one part 100,000 times or never end: EBADMSG, at
 #    once;
@@ -48,6 +48,9 @@ images = [
     # 128 MiB in one chunk, of 128 KB in the blob
     {"ref": "lazy/bigchunk:1", "layers": [{"entries": [{"dir": "z/"},
         {"file": "z/zeros", "repeat": ["\u0000", 128 << 20], "chunk": 128 << 20, "compress": True}]}]},
+    # 260 MiB of the blob after j/a's member: its chunk would take them in
+    {"ref": "lazy/junk:1", "layers": [{"entries": [{"dir": "j/"}, {"file": "j/a", "data": "a\n"},
+        {"junk": 260 << 20}, {"file": "j/b", "data": "b\n"}]}]},
     # one file per multipart answer
     {"ref": "lazy/multipart:1", "layers": [{"entries": [{"dir": "m/"}] + [
         f("m/" + mode) for mode in ("ok", "lying", "repeat", "endless")]}]},
@@ -180,6 +183,16 @@ assert_eq 00 "$(head -c 1 "$lazy/bigchunk:1/z/zeros" | od -An -tx1 | tr -d ' ')"
 after=$(hwm)
 log "a read of a chunk of 128 MiB: $(seconds_since "$t0") s, VmHWM $before -> $after kB"
 [ $((after - before)) -lt 32768 ] || fail "a read of a chunk of 128 MiB raised VmHWM by $((after - before)) kB"
+
+# ---- a chunk of 2 bytes that takes 260 MiB of the blob ---------------------
+before=$(hwm)
+assert_eq a "$(cat "$lazy/junk:1/j/a")" "j/a of the layer whose table is refused, pulled whole"
+after=$(hwm)
+log "a chunk of 260 MiB of the blob: VmHWM $before -> $after kB"
+[ $((after - before)) -lt 32768 ] || fail "a read of a chunk of 260 MiB raised VmHWM by $((after - before)) kB"
+wait_event LazyPullFailed "$REGISTRY/lazy/junk:1"
+assert_contains "bytes of it, more than" "$(events field LazyPullFailed "$REGISTRY/lazy/junk:1" message)" \
+    "LazyPullFailed of lazy/junk:1"
 
 # ---- xattr bombs ------------------------------------------------------------
 before=$(hwm)

@@ -12,6 +12,8 @@ where a LAYER is a list of entries, in order:
      "chunk": BYTES, "no_chunk_digest": true, "compress": true,
      "xattrs": {NAME: TEXT}}
     {"symlink": "NAME", "target": TARGET}
+    {"hardlink": "NAME", "target": TARGET}
+    {"junk": BYTES}          zeros in the blob that no entry names
 
 A file's content is cut in chunks of "chunk" bytes (default: one chunk),
 each in a gzip member of its own (stored, unless "compress").
@@ -164,6 +166,11 @@ def build(spec):
             l.put(mktar.symlink(e["symlink"], e["target"]))
             l.entries.append({"name": e["symlink"], "type": "symlink", "linkName": e["target"],
                               "mode": 0o777})
+        elif "junk" in e:
+            # bytes of no entry, in the blob only: the chunk before them
+            # takes them in (eStargz gives no chunk's end)
+            l.flush()
+            l.blob += b"\0" * e["junk"]
         elif "hardlink" in e:
             l.put(mktar.hardlink(e["hardlink"], e["target"]))
             l.entries.append({"name": e["hardlink"], "type": "hardlink", "linkName": e["target"]})
