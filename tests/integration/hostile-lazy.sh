@@ -16,6 +16,7 @@
 #    once;
 #  - more xattr bytes than a layer may hold, in a table and in a tar's
 #    PAX headers: refused with the reason;
+#  - 100,000 hardlinks to one file are served, with that link count;
 #  - a chain of 39 symlinks resolves, of 41 and a loop give ELOOP.
 #
 # The figures (VmHWM of the serving process, seconds) go to stderr.
@@ -72,6 +73,11 @@ with open(w + "/xattrs.tar", "wb") as f:
                       name=b"PaxHeaders/f%d" % i))
         f.write(m.member("x/f%d" % i, "f%d\n" % i))
     f.write(m.end())
+with open(w + "/hardlinks.tar", "wb") as f:
+    f.write(m.directory("h/") + m.member("h/target", "the one file\n"))
+    for i in range(100000):
+        f.write(m.hardlink("h/l%06d" % i, "h/target"))
+    f.write(m.end())
 with open(w + "/links.tar", "wb") as f:
     f.write(m.directory("s/") + m.member("s/end", "the end\n"))
     # s/c0 -> c1 -> ... -> c38 -> end: 39 links to follow; s/d0 .. d40: 41
@@ -85,6 +91,7 @@ PY
 {
     echo "plain/xattrs:1 $WORK/xattrs.tar"
     echo "plain/links:1 $WORK/links.tar"
+    echo "plain/hardlinks:1 $WORK/hardlinks.tar"
 } | python3 "$INTEGRATION_DIR/rawpush.py" "$REGISTRY" - >/dev/null || fail "pushing the tars failed"
 
 # ---- the multipart image through a registry of our own --------------------
@@ -243,6 +250,14 @@ assert_errno ELOOP "$s/d0"
 assert_errno ELOOP "$s/loop"
 assert_errno ELOOP "$s/self"
 assert_eq loop2 "$(readlink "$s/loop")" "readlink of a loop"
+
+# ---- 100,000 hardlinks to one file ---------------------------------------------
+before=$(hwm)
+t0=$(now)
+assert_eq 100001 "$(stat -c %h "$plain/hardlinks:1/h/target")" "link count of the file with 100,000 hardlinks"
+log "100,000 hardlinks: pulled in $(seconds_since "$t0") s, VmHWM $before -> $(hwm) kB"
+assert_eq "$(stat -c %i "$plain/hardlinks:1/h/target")" "$(stat -c %i "$plain/hardlinks:1/h/l099999")" \
+    "inode of the last hardlink"
 
 # ---- still serving, and nothing left behind ---------------------------------
 assert_eq "$(want_of lazy/good:1 d/file)" "$(read_file "$lazy/good:1/d/file")" "the good image at the end"
