@@ -15,7 +15,8 @@
 #    boundary, repeat one part 100,000 times or never end: EBADMSG, at
 #    once;
 #  - more xattr bytes than a layer may hold, in a table and in a tar's
-#    PAX headers: refused with the reason;
+#    PAX headers: refused with the reason; 1,024 xattrs of long names on
+#    one file: each readable, their list E2BIG (the kernel's 64 KiB);
 #  - 100,000 hardlinks to one file are served, with that link count;
 #  - a chain of 39 symlinks resolves, of 41 and a loop give ELOOP.
 #
@@ -73,6 +74,13 @@ with open(w + "/xattrs.tar", "wb") as f:
                       name=b"PaxHeaders/f%d" % i))
         f.write(m.member("x/f%d" % i, "f%d\n" % i))
     f.write(m.end())
+with open(w + "/xnames.tar", "wb") as f:
+    # 1,024 xattrs of 245-byte names: 251 KB of names, over what
+    # listxattr(2) may return (64 KiB)
+    f.write(m.directory("x/"))
+    f.write(m.pax([m.pax_record("SCHILY.xattr.user." + ("%04d" % k) * 60, "v") for k in range(1024)],
+                  name=b"PaxHeaders/f"))
+    f.write(m.member("x/f", "f\n") + m.end())
 with open(w + "/hardlinks.tar", "wb") as f:
     f.write(m.directory("h/") + m.member("h/target", "the one file\n"))
     for i in range(100000):
@@ -92,6 +100,7 @@ PY
     echo "plain/xattrs:1 $WORK/xattrs.tar"
     echo "plain/links:1 $WORK/links.tar"
     echo "plain/hardlinks:1 $WORK/hardlinks.tar"
+    echo "plain/xnames:1 $WORK/xnames.tar"
 } | python3 "$INTEGRATION_DIR/rawpush.py" "$REGISTRY" - >/dev/null || fail "pushing the tars failed"
 
 # ---- the multipart image through a registry of our own --------------------
@@ -219,6 +228,18 @@ log "the PAX headers with 19.7 MB of xattrs: $(seconds_since "$t0") s, VmHWM $(h
 wait_event Failed "$REGISTRY/plain/xattrs:1"
 assert_contains "bytes of xattrs" "$(events field Failed "$REGISTRY/plain/xattrs:1" message)" \
     "Failed of plain/xattrs:1"
+
+# as many xattrs as an entry may have, with long names: each can be read,
+# the list of their names is more than the kernel passes on
+x=$plain/xnames:1/x/f
+assert_eq E2BIG "$(py -c '
+import errno, os, sys
+try:
+    print(len(os.listxattr(sys.argv[1])))
+except OSError as e:
+    print(errno.errorcode[e.errno])' "$x")" "listxattr of 1,024 long names"
+assert_eq v "$(py -c 'import os, sys; print(os.getxattr(sys.argv[1], "user." + "1023" * 60).decode())' "$x")" \
+    "the last of 1,024 xattrs"
 
 # ---- multipart answers ---------------------------------------------------------
 mp=$MNT/images/$FAKE/multipart:1/m
