@@ -7,6 +7,8 @@
 #  - chunks whose bytes are not what the (verified) table says: EBADMSG,
 #    with chunk digests and without (a file whose chunks have no digest
 #    of their own is read only once it hashed to its digest as a whole);
+#    the completion of such a layer gives up at its first pass
+#    (LazyLayerUnverified) instead of fetching the blob again and again;
 #  - a chunk placed past the blob's end: the table is refused
 #    (LazyPullFailed) and the layer pulled whole;
 #  - a chunk of 128 MiB (128 KB compressed): read without holding it in
@@ -286,5 +288,28 @@ assert_eq "$(want_of lazy/good:1 d/file)" "$(read_file "$lazy/good:1/d/file")" "
 assert_eq 0 "$(pullfs_serving recoveries)" "serving processes that died"
 log "VmHWM at the end: $(hwm) kB"
 events check >&2 || fail "malformed events in $EVENTS"
+unmount_pullfs
+
+# ---- the completion of the tampered layer ----------------------------------------
+# Its blob is the digest's, its table the manifest's, its chunks not the
+# table's: it can never complete, and is not fetched again and again.
+D=$(registry_manifest lazy/tampered:1 | py -c 'import json, sys; print(json.load(sys.stdin)["layers"][0]["digest"])')
+layer_events() {
+    py - "$EVENTS" "$D" "$1" <<'PY'
+import json, sys
+path, digest, reason = sys.argv[1:]
+print(sum(1 for line in open(path)
+          if (lambda e: e.get("reason") == reason and e.get("digest") == digest)(json.loads(line))))
+PY
+}
+_unverified() { [ "$(layer_events LazyLayerUnverified)" -gt 0 ]; }
+mount_pullfs --insecure-registry "$FAKE" --lazy-completion-delay 0
+mark=$(registry_mark)
+assert_eq EBADMSG "$(read_file "$lazy/tampered:1/d/file")" "a read of the tampered layer after a restart"
+wait_for 30 _unverified || fail "no LazyLayerUnverified for the tampered layer $D ($(layer_events LazyFetchFailed) LazyFetchFailed)"
+assert_eq EBADMSG "$(read_file "$lazy/tampered:1/d/file")" "a read of the tampered layer, its completion given up"
+log "the tampered layer's completion: $(layer_events LazyFetchFailed) LazyFetchFailed, $(registry_count GET "/v2/lazy/tampered/blobs/$D" "$mark") requests for its blob"
+assert_eq 0 "$(layer_events LazyFetchFailed)" "LazyFetchFailed events of the tampered layer"
+assert_eq 0 "$(layer_events LayerCompleted)" "LayerCompleted events of the tampered layer"
 unmount_pullfs
 log "PASS"
