@@ -5,7 +5,7 @@ registry API (rawpush.py's way) with the table's digest in the manifest.
     mklazy.py REGISTRY SPEC.json
 
 SPEC.json: {"images": [{"ref": "REPO:TAG", "layers": [LAYER, ...]}, ...]}
-where a LAYER is a list of entries, in order:
+where a LAYER is {"entries": [ENTRY, ...]} and an ENTRY, in order, one of
 
     {"dir": "NAME/"}
     {"file": "NAME", "data": TEXT | "repeat": [TEXT, COUNT],
@@ -17,7 +17,8 @@ where a LAYER is a list of entries, in order:
 
 A file's content is cut in chunks of "chunk" bytes (default: one chunk),
 each in a gzip member of its own (stored, unless "compress").
-"no_chunk_digest" leaves chunkDigest out of the table.  A layer may carry, beside its entries:
+"no_chunk_digest" leaves chunkDigest out of the table.  A LAYER may also
+have:
 
     "xattr_pax": false        xattrs only in the table, not in the tar
     "tamper": "chunks"        after the table is made, the chunks' bytes are
@@ -30,6 +31,7 @@ each in a gzip member of its own (stored, unless "compress").
 
 Prints "REF DIGEST" for each image.
 """
+import base64
 import gzip
 import hashlib
 import json
@@ -89,7 +91,7 @@ class Layer:
         ent = {"name": name, "type": "reg", "size": len(data), "mode": 0o644,
                "digest": sha(data)}
         if xattrs:
-            ent["xattrs"] = {k: __import__("base64").b64encode(v.encode()).decode()
+            ent["xattrs"] = {k: base64.b64encode(v.encode()).decode()
                              for k, v in xattrs.items()}
         step = e.get("chunk") or max(len(data), 1)
         first = True
