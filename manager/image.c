@@ -691,14 +691,13 @@ static void *complete_thread(void *arg)
 		if (r == 0 || r == -ECANCELED)
 			break;
 		if (lazy_layer_foreign_toc(cp->lazy)) {
-			manager_emit(
-				m, EVENT_WARNING, "LazyLayerUnverified", NULL,
-				pack_digest(cp->pack), r, NULL,
-				"Lazy layer %s is not the blob of that digest: the blob holds "
-				"another table of contents than the one the layer was built "
-				"from; it is never completed, and only images naming that table "
-				"are served from it",
-				pack_digest(cp->pack));
+			manager_emit(m, EVENT_WARNING, "LazyLayerUnverified", NULL,
+				     pack_digest(cp->pack), r, NULL,
+				     "Lazy layer %s is not the blob of that digest: the blob holds "
+				     "another table of contents than the one the layer was built "
+				     "from, or chunks that do not match it; it is never completed, "
+				     "and only images naming that table are served from it",
+				     pack_digest(cp->pack));
 			break;
 		}
 		pthread_mutex_lock(&m->lock);

@@ -21,6 +21,10 @@
 #define LAYER_XATTR_NAME_MAX 255u
 #define LAYER_XATTR_SIZE_MAX 65536u
 #define LAYER_XATTRS_PER_ENTRY 1024u
+/* Names and values of all xattrs of a layer: each is held in memory for
+ * as long as an image of the layer is loaded, and a few bytes of gzip
+ * can expand to a megabyte of them per entry. */
+#define LAYER_XATTR_BYTES_MAX (16u << 20)
 
 /* Every component of a relative path is a real name: not empty, ".", ".."
  * and not longer than LAYER_NAME_MAX.  "" (the root) passes. */

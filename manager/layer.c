@@ -55,6 +55,7 @@ struct unpack {
 	size_t n_pending, cap_pending;
 	uint64_t pack_end;
 	uint64_t expanded;
+	uint64_t xattr_bytes; /* of every entry so far */
 	uint64_t headers;
 	uint64_t max_entries, max_expanded;
 	uint32_t max_path;
@@ -170,6 +171,11 @@ static int layer_copy_xattrs(struct unpack *u, struct archive_entry *ae, struct 
 		    size > LAYER_XATTR_SIZE_MAX)
 			return layer_fail(u->errbuf, u->errlen, "layer: bad xattr on \"%.200s\"",
 					  e->path);
+		u->xattr_bytes += strlen(name) + size;
+		if (u->xattr_bytes > LAYER_XATTR_BYTES_MAX)
+			return layer_fail(u->errbuf, u->errlen,
+					  "layer: more than %u bytes of xattrs",
+					  LAYER_XATTR_BYTES_MAX);
 		/* +1 so a zero-length value still owns a distinct pointer */
 		copy = malloc(size + 1);
 		if (!copy)

@@ -39,6 +39,9 @@ struct stream {
 	void *dst;
 	uint64_t toc_seen; /* bytes of the table compared */
 	bool toc_differs;
+	/* chunks that did not match the table: if the blob is the
+	 * digest's, the layer can never complete */
+	size_t bad_chunks;
 };
 
 static const struct toc_chunk *pending_chunk(const struct pending *pd)
@@ -78,6 +81,12 @@ static int stream_chunk(struct stream *s, const struct pending *pd, const void *
 	pthread_mutex_unlock(&f->lock);
 	if (r == 0)
 		lazy_changed(s->l);
+	/* the stream goes on to the blob's digest: whether the table or the
+	 * registry is wrong */
+	if (r == -EBADMSG) {
+		s->bad_chunks++;
+		r = 0;
+	}
 	return r;
 }
 
@@ -170,7 +179,7 @@ static int stream_sink(void *userdata, const void *data, size_t len)
 /* One GET of the whole blob, checked against its digest, writing every
  * chunk that is still missing as it passes.  -EBADMSG with foreign_toc set
  * when the blob is the layer's and its table of contents is not the one
- * the layer was built from. */
+ * the layer was built from, or its chunks are not what that table says. */
 static int stream_blob(struct lazy_layer *l, struct registry *reg, struct pending *p, size_t n,
 		       const atomic_bool *cancel)
 {
@@ -191,7 +200,7 @@ static int stream_blob(struct lazy_layer *l, struct registry *reg, struct pendin
 	}
 	free(s.buf);
 	free(s.dst);
-	if (r == 0 && (s.toc_differs || s.toc_seen != l->src.where.length)) {
+	if (r == 0 && (s.toc_differs || s.toc_seen != l->src.where.length || s.bad_chunks > 0)) {
 		atomic_store(&l->foreign_toc, true);
 		r = -EBADMSG;
 	}

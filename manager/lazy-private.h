@@ -57,8 +57,8 @@ struct lazy_layer {
 	/* the table's bytes as fetched (the blob's at src.where) */
 	unsigned char *tocbuf;
 	size_t toclen;
-	/* the blob's digest matched and its table is not this one: the
-	 * layer stays lazy for good */
+	/* the blob's digest matched and its table is not this one, or its
+	 * chunks not the table's: the layer stays lazy for good */
 	atomic_bool foreign_toc;
 	pthread_mutex_t lock;
 	struct strmap *entry_of; /* object -> entry index + 1; read-only */

@@ -29,6 +29,8 @@
 #define LAZY_RUN_MAX (4u << 20)
 /* ... in at most this many ranges (runs of chunks adjacent in the blob) */
 #define LAZY_RANGES_MAX 16
+/* A chunk is decompressed and written in pieces of at most this. */
+#define LAZY_CHUNK_PIECE (1u << 20)
 /* Files of one layer whose descriptors stay open while nobody uses them:
  * a layer of a hundred thousand files must not hold two descriptors for
  * each while its completion runs. */
@@ -490,26 +492,47 @@ fail:
 
 /* Fetches chunks a..e (adjacent in the blob) with one Range request and
  * writes each, verified, at its place; the map byte follows the data. */
-/* Chunk k of f from its compressed bytes src: verified, then written, and
+/* Decompressed bytes of a chunk, in pieces: written at their place. */
+struct chunk_write {
+	int fd;
+	uint64_t offset; /* of the chunk in the file */
+};
+
+static int chunk_write_sink(void *userdata, uint64_t off, const void *buf, size_t len)
+{
+	const struct chunk_write *w = userdata;
+
+	if (pwrite(w->fd, buf, len, (off_t)(w->offset + off)) != (ssize_t)len)
+		return errno == ENOSPC ? -ENOSPC : -EIO;
+	return 0;
+}
+
+/* Chunk k of f from its compressed bytes src: written and verified (its
+ * state keeps every reader away from its bytes until it is present), and
  * with mark, flushed and then marked in the map.  Without, the caller
  * flushes (the completion: one syncfs for the layer, no map, as the file
- * is finished right after).  dst is a buffer the caller keeps (grown
- * here). */
+ * is finished right after).  dst is a buffer the caller keeps (grown here
+ * to LAZY_CHUNK_PIECE at most: a chunk of hundreds of MB decompresses
+ * through it a piece at a time). */
 int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const void *src,
 		     void **dst, bool mark)
 {
 	const struct toc_chunk *c = &f->chunks[k];
-	void *n = realloc(*dst, c->size);
+	size_t piece = (size_t)MAX(MIN(c->size, (uint64_t)LAZY_CHUNK_PIECE), (uint64_t)1);
+	struct chunk_write w = { .fd = f->fd, .offset = c->offset };
+	void *n = realloc(*dst, piece);
 	char err[256];
 	int r;
 
 	if (!n)
 		return -ENOMEM;
 	*dst = n;
-	if (toc_chunk_decompress(l->src.tl.format, c, src, c->blob_length, n, err, sizeof(err)) < 0)
+	r = toc_chunk_stream(l->src.tl.format, c, src, c->blob_length, n, piece, chunk_write_sink,
+			     &w, err, sizeof(err));
+	if (r == -EBADMSG || r == -EINVAL)
 		return -EBADMSG; /* the registry sent what the TOC does not say */
-	if (pwrite(f->fd, n, c->size, (off_t)c->offset) != (ssize_t)c->size)
-		return errno == ENOSPC ? -ENOSPC : -EIO;
+	if (r < 0)
+		return r;
 	if (!mark) {
 		atomic_store(&f->unflushed, true);
 		return 0;
@@ -811,6 +834,26 @@ int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_f
 	return r;
 }
 
+/* Whether each chunk of f can be checked by itself (a digest of its own,
+ * or the file's for a file in one chunk). */
+static bool chunks_digested(const struct lazy_file *f)
+{
+	for (size_t k = 0; k < f->n; k++)
+		if (!f->chunks[k].digest[0])
+			return false;
+	return true;
+}
+
+static bool lazy_file_complete(struct lazy_file *f)
+{
+	bool done;
+
+	pthread_mutex_lock(&f->lock);
+	done = f->complete;
+	pthread_mutex_unlock(&f->lock);
+	return done;
+}
+
 ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object, uint64_t off,
 		  size_t size, void *buf)
 {
@@ -828,12 +871,22 @@ ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object
 	}
 	size = (size_t)MIN((uint64_t)size, f->size - off);
 	if (!f->complete && f->n > 0) {
+		bool whole = !chunks_digested(f);
+
 		while (a + 1 < f->n && f->chunks[a + 1].offset <= off)
 			a++;
 		b = a;
 		while (b + 1 < f->n && f->chunks[b + 1].offset < off + size)
 			b++;
+		/* a chunk the table gives no digest for is checked only
+		 * with the whole file: no byte of it before that */
+		if (whole) {
+			a = 0;
+			b = f->n - 1;
+		}
 		r = lazy_ensure_chunks(l, reg, f, a, b, true);
+		if (r == 0 && whole && !lazy_file_complete(f))
+			r = -EBADMSG;
 		if (r < 0) {
 			lazy_file_put(l, f);
 			return r;

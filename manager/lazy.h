@@ -129,7 +129,8 @@ bool lazy_layer_is_complete(struct lazy_layer *l);
 
 /* Whether lazy_layer_complete() found the blob to be the layer's and its
  * table of contents another than the one the layer was built from (a
- * manifest that claimed a layer digest for a table of its own). */
+ * manifest that claimed a layer digest for a table of its own), or chunks
+ * in it that are not what that table says. */
 bool lazy_layer_foreign_toc(struct lazy_layer *l);
 
 /* The compressed bytes of the files of toc that the layer directory dirfd
@@ -145,8 +146,8 @@ void lazy_stats_metrics(const struct lazy_stats *stats, FILE *f);
  * missing as it streams past, with no reader ever waiting for it; the
  * blob must match the layer's digest and hold, where the table of contents
  * was read from, the very bytes of the table the layer was built from
- * (else -EBADMSG, and with the table differing lazy_layer_foreign_toc()
- * is true: the layer stays lazy).  What is left (chunks whose fetch by a
+ * (else -EBADMSG, and with the table, or a chunk, differing
+ * lazy_layer_foreign_toc() is true: the layer stays lazy).  What is left (chunks whose fetch by a
  * reader failed meanwhile) comes by range; every file is checked whole and
  * made an object, and only then is the layer marked complete (its "lazy"
  * file removed: a layer without one was verified against its digest).

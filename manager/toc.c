@@ -508,12 +508,57 @@ int toc_parse(const struct toc_layer *tl, const struct toc_range *where, const v
 
 /* ---- chunks ----------------------------------------------------------- */
 
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct hasher *, hasher_free)
+
+/* Where the decompressed bytes of a chunk go: skip of them first are not
+ * the chunk's (inner_offset), then want bytes through piece to sink,
+ * hashed on the way. */
+struct chunk_out {
+	uint64_t skip, want, at;
+	unsigned char *piece;
+	size_t piece_len;
+	struct hasher *hasher; /* NULL: the chunk has no digest */
+	toc_chunk_sink_fn sink;
+	void *userdata;
+};
+
+/* The buffer the next bytes are decompressed into, and how many of them
+ * it takes. */
+static void *chunk_out_buf(struct chunk_out *o, unsigned char *scratch, size_t scratch_len,
+			   size_t *ret_len)
+{
+	if (o->skip > 0) {
+		*ret_len = (size_t)MIN(o->skip, (uint64_t)scratch_len);
+		return scratch;
+	}
+	*ret_len = (size_t)MIN(o->want, (uint64_t)o->piece_len);
+	return o->piece;
+}
+
+/* n bytes came out into the buffer chunk_out_buf gave. */
+static int chunk_out_took(struct chunk_out *o, size_t n)
+{
+	int r;
+
+	if (o->skip > 0) {
+		o->skip -= n;
+		return 0;
+	}
+	if (n == 0)
+		return 0;
+	if (o->hasher)
+		hasher_update(o->hasher, o->piece, n);
+	r = o->sink(o->userdata, o->at, o->piece, n);
+	o->want -= n;
+	o->at += n;
+	return r;
+}
+
 static int gzip_chunk(const struct toc_chunk *c, const unsigned char *src, size_t src_len,
-		      unsigned char *dst, char *errbuf, size_t errlen)
+		      struct chunk_out *o, char *errbuf, size_t errlen)
 {
 	_cleanup_(inflate_endp) z_stream *z = NULL;
 	unsigned char scratch[16 << 10];
-	uint64_t skip = c->inner_offset, want = c->size;
 	int r, zr = Z_OK;
 
 	r = inflate_begin(&z);
@@ -521,30 +566,24 @@ static int gzip_chunk(const struct toc_chunk *c, const unsigned char *src, size_
 		return r;
 	/* The member goes on past the chunk (tar headers of the next
 	 * entries, other files sharing it): stop once the chunk is out. */
-	while (skip > 0 || want > 0) {
-		if (skip > 0) {
-			z->next_out = scratch;
-			z->avail_out = (uInt)MIN(skip, (uint64_t)sizeof(scratch));
-		} else {
-			z->next_out = dst;
-			z->avail_out = (uInt)MIN(want, (uint64_t)UINT32_MAX);
-		}
+	while (o->skip > 0 || o->want > 0) {
+		size_t len;
+
+		z->next_out = chunk_out_buf(o, scratch, sizeof(scratch), &len);
+		z->avail_out = (uInt)MIN(len, (size_t)UINT32_MAX);
 		inflate_feed(z, &src, &src_len);
 		{
 			uInt before = z->avail_out;
 
 			zr = inflate(z, Z_NO_FLUSH);
-			if (skip > 0) {
-				skip -= before - z->avail_out;
-			} else {
-				want -= before - z->avail_out;
-				dst += before - z->avail_out;
-			}
+			r = chunk_out_took(o, before - z->avail_out);
+			if (r < 0)
+				return r;
 			if (zr != Z_OK)
 				break;
 		}
 	}
-	if (skip > 0 || want > 0)
+	if (o->skip > 0 || o->want > 0)
 		return layer_fail(
 			errbuf, errlen, "toc: gzip chunk at %" PRIu64 " %s", c->blob_offset,
 			zr == Z_OK || zr == Z_BUF_ERROR || zr == Z_STREAM_END ? "ends early"
@@ -560,46 +599,48 @@ static void zstd_dctx_freep(ZSTD_DCtx **d)
 /* Like gzip_chunk: the frames may go on past the chunk (stargz's own zstd
  * writer puts the next tar header in the chunk's frame). */
 static int zstd_chunk(const struct toc_chunk *c, const unsigned char *src, size_t src_len,
-		      unsigned char *dst, char *errbuf, size_t errlen)
+		      struct chunk_out *o, char *errbuf, size_t errlen)
 {
 	_cleanup_(zstd_dctx_freep) ZSTD_DCtx *d = ZSTD_createDCtx();
 	unsigned char scratch[16 << 10];
 	ZSTD_inBuffer in = { src, src_len, 0 };
-	uint64_t skip = c->inner_offset, want = c->size;
 	size_t zr = 0;
+	int r;
 
 	if (!d)
 		return -ENOMEM;
-	while (skip > 0 || want > 0) {
-		ZSTD_outBuffer out;
+	while (o->skip > 0 || o->want > 0) {
+		ZSTD_outBuffer out = { 0 };
 
-		if (skip > 0)
-			out = (ZSTD_outBuffer){ scratch,
-						(size_t)MIN(skip, (uint64_t)sizeof(scratch)), 0 };
-		else
-			out = (ZSTD_outBuffer){ dst, (size_t)want, 0 };
+		out.dst = chunk_out_buf(o, scratch, sizeof(scratch), &out.size);
 		zr = ZSTD_decompressStream(d, &out, &in);
 		if (ZSTD_isError(zr))
 			break;
-		if (skip > 0) {
-			skip -= out.pos;
-		} else {
-			want -= out.pos;
-			dst += out.pos;
-		}
+		r = chunk_out_took(o, out.pos);
+		if (r < 0)
+			return r;
 		if (out.pos == 0 && in.pos == in.size)
 			break;
 	}
-	if (skip > 0 || want > 0)
+	if (o->skip > 0 || o->want > 0)
 		return layer_fail(errbuf, errlen, "toc: zstd chunk at %" PRIu64 " %s%s",
 				  c->blob_offset, ZSTD_isError(zr) ? "is corrupt: " : "ends early",
 				  ZSTD_isError(zr) ? ZSTD_getErrorName(zr) : "");
 	return 0;
 }
 
-int toc_chunk_decompress(enum toc_format f, const struct toc_chunk *c, const void *src,
-			 size_t src_len, void *dst, char *errbuf, size_t errlen)
+int toc_chunk_stream(enum toc_format f, const struct toc_chunk *c, const void *src, size_t src_len,
+		     void *piece, size_t piece_len, toc_chunk_sink_fn sink, void *userdata,
+		     char *errbuf, size_t errlen)
 {
+	_cleanup_(hasher_freep) struct hasher *h = NULL;
+	struct chunk_out o = { .skip = c->inner_offset,
+			       .want = c->size,
+			       .piece = piece,
+			       .piece_len = piece_len,
+			       .sink = sink,
+			       .userdata = userdata };
+	char have[DIGEST_STRING_MAX];
 	int r;
 
 	if (errbuf && errlen > 0)
@@ -607,23 +648,42 @@ int toc_chunk_decompress(enum toc_format f, const struct toc_chunk *c, const voi
 	if (src_len != c->blob_length)
 		return layer_fail(errbuf, errlen, "toc: %zu bytes given for a chunk of %" PRIu64,
 				  src_len, c->blob_length);
-	if (c->size > SIZE_MAX)
+	if (piece_len == 0)
+		return -EINVAL;
+	if (c->digest[0] && !(o.hasher = h = hasher_new()))
 		return -ENOMEM;
 	switch (f) {
 	case TOC_ESTARGZ:
-		r = gzip_chunk(c, src, src_len, dst, errbuf, errlen);
-		if (r < 0)
-			return r;
+		r = gzip_chunk(c, src, src_len, &o, errbuf, errlen);
 		break;
 	case TOC_ZSTD_CHUNKED:
-		r = zstd_chunk(c, src, src_len, dst, errbuf, errlen);
-		if (r < 0)
-			return r;
+		r = zstd_chunk(c, src, src_len, &o, errbuf, errlen);
 		break;
 	default:
 		return -EINVAL;
 	}
-	if (c->digest[0])
-		return toc_digest_check(dst, (size_t)c->size, c->digest, "chunk", errbuf, errlen);
+	if (r < 0 || !h)
+		return r;
+	hasher_final(h, have);
+	if (strcmp(have, c->digest) != 0)
+		return layer_fail(errbuf, errlen, "toc: chunk has digest %s, the manifest says %s",
+				  have, c->digest);
 	return 0;
+}
+
+static int copy_sink(void *userdata, uint64_t off, const void *buf, size_t len)
+{
+	memcpy((unsigned char *)userdata + off, buf, len);
+	return 0;
+}
+
+int toc_chunk_decompress(enum toc_format f, const struct toc_chunk *c, const void *src,
+			 size_t src_len, void *dst, char *errbuf, size_t errlen)
+{
+	unsigned char piece[16 << 10];
+
+	if (c->size > SIZE_MAX)
+		return -ENOMEM;
+	return toc_chunk_stream(f, c, src, src_len, piece, sizeof(piece), copy_sink, dst, errbuf,
+				errlen);
 }

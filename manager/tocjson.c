@@ -34,6 +34,7 @@ struct build {
 	bool stargz_files;
 	uint64_t data_end;
 	uint64_t max_entries, max_expanded, expanded;
+	uint64_t xattr_bytes; /* of every entry so far */
 	uint32_t max_path;
 	struct toc *t;
 	size_t cap_entries, cap_chunks;
@@ -234,6 +235,9 @@ static int get_xattrs(struct build *b, json_t *o, struct layer_entry *e)
 				     "most %u bytes",
 				     name, LAYER_XATTR_SIZE_MAX);
 		xa->size = (uint32_t)size;
+		b->xattr_bytes += strlen(name) + xa->size;
+		if (b->xattr_bytes > LAYER_XATTR_BYTES_MAX)
+			return bfail(b, "more than %u bytes of xattrs", LAYER_XATTR_BYTES_MAX);
 	}
 	return 0;
 }
@@ -579,7 +583,7 @@ static int chunk_place_cmp(const void *a, const void *b)
 /* Where a chunk's compressed bytes end when the table does not say (all
  * of eStargz, stargz's zstd): where the next gzip member or zstd frame of
  * the blob starts, the last one where the table starts.  Every chunk must
- * lie before the table. */
+ * lie before the table, in at most TOC_MAX_CHUNK bytes. */
 static int member_ends(struct build *b)
 {
 	struct toc *t = b->t;
@@ -603,15 +607,23 @@ static int member_ends(struct build *b)
 					  "toc: chunk at %" PRIu64 " of the blob "
 					  "is not before the table at %" PRIu64,
 					  c->blob_offset, b->data_end);
-		if (c->blob_length)
-			continue;
-		k = bsearch(&c->blob_offset, starts, n, sizeof(*starts), u64_cmp);
-		/* bsearch may land on any of equal starts: go past them */
-		while (k + 1 < starts + n && k[1] == c->blob_offset)
-			k++;
-		if (k + 1 < starts + n)
-			end = k[1];
-		c->blob_length = end - c->blob_offset;
+		if (!c->blob_length) {
+			k = bsearch(&c->blob_offset, starts, n, sizeof(*starts), u64_cmp);
+			/* bsearch may land on any of equal starts: go past
+			 * them */
+			while (k + 1 < starts + n && k[1] == c->blob_offset)
+				k++;
+			if (k + 1 < starts + n)
+				end = k[1];
+			c->blob_length = end - c->blob_offset;
+		}
+		/* a reader holds a chunk's compressed bytes while it
+		 * decompresses them */
+		if (c->blob_length > TOC_MAX_CHUNK)
+			return layer_fail(b->errbuf, b->errlen,
+					  "toc: chunk at %" PRIu64 " of the blob takes %" PRIu64
+					  " bytes of it, more than %u",
+					  c->blob_offset, c->blob_length, TOC_MAX_CHUNK);
 	}
 	return 0;
 }

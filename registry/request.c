@@ -193,11 +193,23 @@ static int ranges_start(struct request *q, const struct transport_response *resp
 	return 0;
 }
 
-/* A part's delimiter and headers are in q->head: where its bytes go. */
+/* Where the last range asked for ends: no answer brings anything of use
+ * past it. */
+static uint64_t ranges_end(const struct request *q)
+{
+	const struct registry_range *g = &q->ranges[q->n_ranges - 1];
+
+	return g->offset + g->length;
+}
+
+/* A part's delimiter and headers are in q->head: where its bytes go.  A
+ * registry may send fewer parts than ranges (several in one) but not
+ * more, nor more bytes than the ranges span: past that the answer could
+ * go on for ever. */
 static int ranges_part_begin(struct request *q, const struct transport_response *resp)
 {
 	const char *d = memmem(q->head, q->head_len, q->boundary, strlen(q->boundary)), *cr;
-	uint64_t a, b, total;
+	uint64_t a, b, total, span = ranges_end(q) - q->ranges[0].offset;
 
 	q->head[q->head_len] = '\0';
 	cr = strcasestr(q->head, "\ncontent-range:");
@@ -208,6 +220,13 @@ static int ranges_part_begin(struct request *q, const struct transport_response 
 					     "%s sends a part of a multipart answer without a "
 					     "valid Content-Range",
 					     resp->where);
+	q->parts++;
+	q->part_bytes += b - a + 1;
+	if (q->parts > q->n_ranges || q->part_bytes > span)
+		return error_detail_set_http(q->err, resp->status, -EBADMSG,
+					     "%s answers %zu ranges of %" PRIu64
+					     " bytes with more parts or bytes than that",
+					     resp->where, q->n_ranges, span);
 	q->stream_pos = a;
 	q->part_left = b - a + 1;
 	q->mode = RANGES_PART_DATA;
@@ -233,6 +252,10 @@ static int body_ranges(struct request *q, const struct transport_response *resp,
 		case RANGES_STREAM:
 			r = ranges_deliver(q, resp, q->stream_pos, data, n);
 			q->stream_pos += n;
+			/* the rest cannot be of use (what is missing comes
+			 * with a request per range) */
+			if (r == TRANSPORT_BODY_MORE && q->stream_pos >= ranges_end(q))
+				r = TRANSPORT_BODY_ENOUGH;
 			return r;
 		case RANGES_PART_DATA:
 			take = (size_t)MIN((uint64_t)n, q->part_left);
@@ -273,7 +296,7 @@ static int body_ranges(struct request *q, const struct transport_response *resp,
 			break;
 		case RANGES_END:
 		default:
-			return TRANSPORT_BODY_MORE; /* the epilogue */
+			return TRANSPORT_BODY_ENOUGH; /* the epilogue is not read */
 		}
 	}
 	return TRANSPORT_BODY_MORE;
@@ -396,6 +419,8 @@ static void request_reset(struct request *q)
 	q->skip = 0;
 	q->mode = RANGES_START;
 	q->head_len = 0;
+	q->parts = 0;
+	q->part_bytes = 0;
 	q->retry_after_ms = -1;
 	q->have_challenge = false;
 	if (q->kind == BODY_BUFFER) {

@@ -72,6 +72,9 @@ struct request {
 	const char *range_list; /* "A-B,C-D,...", the Range sent */
 	char head[RANGES_HEAD_MAX + 1];
 	size_t head_len;
+	/* of this answer: its parts so far, and their bytes */
+	size_t parts;
+	uint64_t part_bytes;
 
 	/* The floor under the transfer's rate, and the clock it reads
 	 * (NULL: no floor): across attempts for BODY_SINK and BODY_RANGES,

@@ -9,9 +9,19 @@ DIR/routes.json maps "REPO/REFERENCE" (a tag or a digest) to
 {"file": NAME, "type": CONTENT_TYPE, "digest": DOCKER_CONTENT_DIGEST}; the
 body is DIR/NAME.  A blob of any repository is DIR/blobs/HEX when that
 file exists, whatever its digest (a registry that lies), with one Range
-served as 206 (several: the whole blob, 200).  Only GET and HEAD of /v2/,
-manifests and blobs are served; anything else is 404.  The port is
-written to FILE once it listens.
+served as 206 (several: the whole blob, 200, unless DIR/multipart.json
+says otherwise).  Only GET and HEAD of /v2/, manifests and blobs are
+served; anything else is 404.  The port is written to FILE once it
+listens.
+
+DIR/multipart.json, read for each request of several ranges:
+{"mode": M, "parts": N} answers multipart/byteranges; M is
+  "ok"        one part a range asked for, as a registry should
+  "lying"     the Content-Type names one boundary, the body uses another
+  "repeat"    N parts, each the first byte of the first range only
+  "endless"   parts of the first range's first byte for as long as the
+              client reads (N = 0), or N of them
+Each multipart answer is counted in DIR/multipart.count (a line each).
 """
 import argparse
 import http.server
@@ -71,6 +81,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         headers = [("Content-Type", "application/octet-stream"),
                    ("Docker-Content-Digest", digest)]
         rng = self.headers.get("Range", "")
+        mp = os.path.join(self.server.dir, "multipart.json")
+        if rng.startswith("bytes=") and "," in rng and os.path.exists(mp):
+            with open(mp) as f:
+                self.multipart(body, headers, rng, json.load(f))
+            return
         if rng.startswith("bytes=") and "," not in rng:
             first, _, last = rng[len("bytes="):].partition("-")
             start = int(first)
@@ -79,6 +94,48 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.answer(206, body[start:end + 1], headers)
             return
         self.answer(200, body, headers)
+
+    def multipart(self, body, headers, rng, conf):
+        with open(os.path.join(self.server.dir, "multipart.count"), "a") as f:
+            f.write(rng + "\n")
+        ranges = []
+        for r in rng[len("bytes="):].split(","):
+            a, _, b = r.partition("-")
+            ranges.append((int(a), int(b)))
+        mode, n = conf.get("mode", "ok"), conf.get("parts", 0)
+        bnd = b"THEBOUNDARY"
+        ctype = "multipart/byteranges; boundary=%s" % ("SOMETHINGELSE" if mode == "lying" else
+                                                        bnd.decode())
+
+        def part(a, b):
+            return (b"\r\n--" + bnd + b"\r\nContent-Type: application/octet-stream\r\n" +
+                    b"Content-Range: bytes %d-%d/%d\r\n\r\n" % (a, b, len(body)) + body[a:b + 1])
+
+        self.send_response(206)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def send(data):
+            self.wfile.write(b"%x\r\n" % len(data) + data + b"\r\n")
+
+        try:
+            if mode in ("ok", "lying"):
+                send(b"".join(part(a, b) for a, b in ranges))
+            else:
+                a = ranges[0][0]
+                one = part(a, a)
+                sent = 0
+                while n == 0 or sent < n:
+                    k = 1000 if n == 0 else min(1000, n - sent)
+                    send(one * k)
+                    sent += k
+            send(b"\r\n--" + bnd + b"--\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
 
     do_HEAD = do_GET
 

@@ -308,14 +308,16 @@ static int serve_multipart(const struct transport_request *req, struct transport
 		assert_true(*end == '-');
 		b = strtoull(end + 1, &end, 10);
 		assert_true(a <= b && b < o->len);
-		fprintf(f,
-			"%s--FAKEB\r\nContent-Type: application/octet-stream\r\n"
-			"Content-Range: bytes %" PRIu64 "-%" PRIu64 "/%zu\r\n\r\n",
-			first ? "" : "\r\n", a, b, o->len);
 		if (fault->kind == FAKE_CORRUPT && first)
 			o->data[a] ^= 0x55;
-		fwrite(o->data + a, 1, (size_t)(b - a + 1), f);
-		first = false;
+		for (long r = 0; r < (fault->kind == FAKE_REPEAT_PART ? fault->arg : 1); r++) {
+			fprintf(f,
+				"%s--FAKEB\r\nContent-Type: application/octet-stream\r\n"
+				"Content-Range: bytes %" PRIu64 "-%" PRIu64 "/%zu\r\n\r\n",
+				first ? "" : "\r\n", a, b, o->len);
+			fwrite(o->data + a, 1, (size_t)(b - a + 1), f);
+			first = false;
+		}
 		p = *end == ',' ? end + 1 : end;
 	}
 	fputs("\r\n--FAKEB--\r\n", f);

@@ -46,6 +46,7 @@ enum fake_fault_kind {
 	FAKE_NO_DIGEST,	  /* no Docker-Content-Digest header */
 	FAKE_HOLD,	  /* the request waits for fake_release(), then is served */
 	FAKE_FIRST_RANGE, /* several ranges asked: 206 with the first only */
+	FAKE_REPEAT_PART, /* several ranges asked: each part sent arg times */
 };
 
 /* The next `times` requests (-1: every one) whose log line ("GET

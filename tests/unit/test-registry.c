@@ -477,6 +477,17 @@ static void test_blob_ranges(void **state)
 	ranges_ok(f, rg, 4);
 	assert_int_equal(fake_count(f->fake, "GET "), before + 2);
 
+	/* more parts than ranges (each twice): a broken answer, not read
+	 * on for as long as the registry sends */
+	fake_fault(f->fake, "blobs/", FAKE_REPEAT_PART, 2, 1);
+	assert_int_equal(registry_get_blob_ranges(f->r, DOMAIN, REPO, f->blob_digest, BLOB_LEN, rg,
+						  4, collect_ranges, &g, &err),
+			 -EBADMSG);
+	assert_non_null(strstr(err.message, "more parts or bytes"));
+	for (size_t i = 0; i < 4; i++)
+		free(g.data[i]);
+	g = (struct ranges_got){ 0 };
+
 	/* one range: a plain Range request */
 	ranges_ok(f, rg + 1, 1);
 	assert_non_null(
