@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sysmacros.h>
@@ -42,11 +43,11 @@ struct build {
 	struct layer_places places;
 	/* the file whose "chunk" entries may follow */
 	bool open;
-	const char *open_name; /* its name as the JSON spells it */
-	size_t open_first;     /* its first chunk in t->chunks */
+	char *open_name;   /* its name as the JSON spells it */
+	size_t open_first; /* its first chunk in t->chunks */
 	uint64_t open_size, open_end;
-	const char *open_digest; /* of the whole file, or NULL */
-	bool open_kept;		 /* an entry of the tree, not a marker */
+	char open_digest[DIGEST_STRING_MAX]; /* of the whole file, or "" */
+	bool open_kept;			     /* an entry of the tree, not a marker */
 	/* eStargz: gzip members of content no entry keeps (the landmarks,
 	 * whiteouts with data), which still end the members before them */
 	uint64_t *orphans;
@@ -327,7 +328,7 @@ static int file_close(struct build *b)
 	}
 	/* the last chunk ends at the file's size: the chunks tile it */
 	/* a file in one piece: its digest is the chunk's */
-	if (n == 1 && !cs[0].digest[0] && b->open_digest)
+	if (n == 1 && !cs[0].digest[0] && b->open_digest[0])
 		strcpy(cs[0].digest, b->open_digest);
 	if (b->open_kept)
 		return 0;
@@ -524,6 +525,7 @@ static int entry_next(struct build *b, json_t *o)
 	reg = type == LAYER_ENTRY_REG;
 	if (reg) {
 		uint64_t size;
+		const char *digest;
 
 		/* e.size only for what stays a file: markers have content
 		 * too, sometimes */
@@ -532,12 +534,19 @@ static int entry_next(struct build *b, json_t *o)
 			return r;
 		}
 		b->open = true;
-		b->open_name = name;
+		free(b->open_name);
+		b->open_name = strdup(name);
+		if (!b->open_name) {
+			layer_entry_clear(&e);
+			return -ENOMEM;
+		}
 		b->open_first = b->t->n_chunks;
 		b->open_size = size;
 		b->open_end = 0;
 		b->open_kept = kept && e.type == LAYER_ENTRY_REG;
-		r = get_digest(b, o, "digest", &b->open_digest);
+		r = get_digest(b, o, "digest", &digest);
+		snprintf(b->open_digest, sizeof(b->open_digest), "%s",
+			 r == 0 && digest ? digest : "");
 		if (r == 0 && size > 0)
 			r = chunk_add(b, o, &e);
 		if (r < 0) {
@@ -648,10 +657,223 @@ static int chunks_disjoint(struct build *b)
 	return 0;
 }
 
+/* ---- the JSON text, one entry at a time ------------------------------- */
+
+/* The parse never holds more than one entry's JSON tree: a table of
+ * 64 MiB is a few million small objects, whose tree would take many
+ * times the text.  The top level is walked here; each value is cut out
+ * by json_extent() and handed whole to jansson, which checks it strictly,
+ * so that text the walk accepts and jansson would refuse is still
+ * refused. */
+struct jtext {
+	const char *p, *end;
+};
+
+static void json_skip_ws(struct jtext *j)
+{
+	while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
+		j->p++;
+}
+
+/* The length of the value that starts at j->p: up to its closing quote,
+ * bracket or brace, or up to what ends a number or literal.  0 when the
+ * text ends first.  Validity is jansson's to judge. */
+static size_t json_extent(const struct jtext *j)
+{
+	const char *p = j->p;
+	size_t depth = 0;
+	bool in_str = false;
+
+	if (p >= j->end)
+		return 0;
+	if (*p != '"' && *p != '{' && *p != '[') {
+		while (p < j->end && !strchr(" \t\n\r,]}", *p))
+			p++;
+		return (size_t)(p - j->p);
+	}
+	for (; p < j->end; p++) {
+		if (in_str) {
+			if (*p == '\\')
+				p++;
+			else if (*p == '"')
+				in_str = false;
+			else
+				continue;
+			if (depth == 0)
+				return p < j->end ? (size_t)(p + 1 - j->p) : 0;
+			continue;
+		}
+		if (*p == '"')
+			in_str = true;
+		else if (*p == '{' || *p == '[')
+			depth++;
+		else if ((*p == '}' || *p == ']') && --depth == 0)
+			return (size_t)(p + 1 - j->p);
+	}
+	return 0;
+}
+
+static bool json_literal(const struct jtext *j)
+{
+	static const char *const lits[] = { "true", "false", "null" };
+	size_t n = (size_t)(j->end - j->p);
+
+	for (size_t i = 0; i < ARRAY_SIZE(lits); i++)
+		if (n >= strlen(lits[i]) && memcmp(j->p, lits[i], strlen(lits[i])) == 0)
+			return true;
+	return false;
+}
+
+static int json_bad(const struct jtext *j, const char *start, char *errbuf, size_t errlen,
+		    const char *what)
+{
+	return layer_fail(errbuf, errlen, "toc: invalid JSON at byte %zu: %s",
+			  (size_t)(j->p - start), what);
+}
+
+/* The next value, parsed alone; NULL with the error set. */
+static json_t *json_next(struct jtext *j, const char *start, char *errbuf, size_t errlen, int *ret)
+{
+	size_t n = json_extent(j);
+	json_error_t jerr;
+	json_t *v;
+
+	if (n == 0) {
+		*ret = json_bad(j, start, errbuf, errlen, "truncated");
+		return NULL;
+	}
+	v = json_loadb(j->p, n, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+	if (!v) {
+		*ret = json_error_code(&jerr) == json_error_out_of_memory
+			       ? -ENOMEM
+			       : layer_fail(errbuf, errlen, "toc: invalid JSON at byte %zu: %s",
+					    (size_t)(j->p - start) + (size_t)MAX(jerr.position, 0),
+					    jerr.text);
+		return NULL;
+	}
+	j->p += n;
+	json_skip_ws(j);
+	return v;
+}
+
+/* After a member or an element: ',' goes on (true), close ends (false). */
+static int json_sep(struct jtext *j, const char *start, char close, char *errbuf, size_t errlen)
+{
+	if (j->p < j->end && *j->p == ',') {
+		j->p++;
+		json_skip_ws(j);
+		return 1;
+	}
+	if (j->p < j->end && *j->p == close) {
+		j->p++;
+		json_skip_ws(j);
+		return 0;
+	}
+	return json_bad(j, start, errbuf, errlen, "expected ',' or a closing bracket");
+}
+
+static int entries_walk(struct build *b, struct jtext *j, const char *start)
+{
+	int r;
+
+	if (j->p >= j->end || *j->p != '[')
+		return layer_fail(b->errbuf, b->errlen, "toc: entries is not an array");
+	j->p++;
+	json_skip_ws(j);
+	if (j->p < j->end && *j->p == ']') {
+		j->p++;
+		json_skip_ws(j);
+		return 0;
+	}
+	for (;; b->where++) {
+		_cleanup_(json_decrefp) json_t *o = json_next(j, start, b->errbuf, b->errlen, &r);
+
+		if (!o)
+			return r;
+		r = entry_next(b, o);
+		if (r < 0)
+			return r;
+		r = json_sep(j, start, ']', b->errbuf, b->errlen);
+		if (r <= 0)
+			return r;
+	}
+}
+
+/* The root object: "version" 1 and the "entries", in either order,
+ * other members ignored, none twice. */
+static int toc_walk(struct build *b, const char *json, size_t len)
+{
+	_cleanup_(json_decrefp) json_t *seen = json_object();
+	struct jtext j = { json, json + len };
+	bool version = false, entries = false;
+	int r;
+
+	if (!seen)
+		return -ENOMEM;
+	json_skip_ws(&j);
+	/* another JSON value, told apart from what is not JSON at all */
+	if (j.p < j.end && (strchr("[\"-0123456789", *j.p) || json_literal(&j)))
+		return layer_fail(b->errbuf, b->errlen, "toc: not a JSON object");
+	if (j.p >= j.end || *j.p != '{')
+		return json_bad(&j, json, b->errbuf, b->errlen, "not an object");
+	j.p++;
+	json_skip_ws(&j);
+	if (j.p < j.end && *j.p == '}') {
+		j.p++;
+		r = 0;
+	} else {
+		do {
+			_cleanup_(json_decrefp) json_t *key = NULL;
+			const char *k;
+
+			if (j.p >= j.end || *j.p != '"')
+				return json_bad(&j, json, b->errbuf, b->errlen,
+						"expected a member name");
+			key = json_next(&j, json, b->errbuf, b->errlen, &r);
+			if (!key)
+				return r;
+			k = json_string_value(key);
+			if (json_object_get(seen, k))
+				return json_bad(&j, json, b->errbuf, b->errlen,
+						"duplicate member name");
+			if (json_object_set_new(seen, k, json_null()) < 0)
+				return -ENOMEM;
+			if (j.p >= j.end || *j.p != ':')
+				return json_bad(&j, json, b->errbuf, b->errlen, "expected ':'");
+			j.p++;
+			json_skip_ws(&j);
+			if (strcmp(k, "entries") == 0) {
+				r = entries_walk(b, &j, json);
+				if (r < 0)
+					return r;
+				entries = true;
+			} else {
+				_cleanup_(json_decrefp) json_t *v =
+					json_next(&j, json, b->errbuf, b->errlen, &r);
+
+				if (!v)
+					return r;
+				if (strcmp(k, "version") == 0)
+					version = json_is_integer(v) && json_integer_value(v) == 1;
+			}
+			r = json_sep(&j, json, '}', b->errbuf, b->errlen);
+			if (r < 0)
+				return r;
+		} while (r > 0);
+	}
+	json_skip_ws(&j);
+	if (j.p != j.end)
+		return json_bad(&j, json, b->errbuf, b->errlen, "text after the object");
+	if (!version)
+		return layer_fail(b->errbuf, b->errlen, "toc: version is not 1");
+	if (!entries)
+		return layer_fail(b->errbuf, b->errlen, "toc: entries is not an array");
+	return 0;
+}
+
 int toc_from_json(const struct toc_layer *tl, const char *json, size_t len, uint64_t data_end,
 		  const struct layer_limits *lim, struct toc **ret, char *errbuf, size_t errlen)
 {
-	_cleanup_(json_decrefp) json_t *root = NULL;
 	struct build b = {
 		.f = tl->format,
 		.stargz_files = tl->stargz_files,
@@ -662,8 +884,6 @@ int toc_from_json(const struct toc_layer *tl, const char *json, size_t len, uint
 		.errbuf = errbuf,
 		.errlen = errlen,
 	};
-	json_t *version, *entries;
-	json_error_t jerr;
 	int r;
 
 	if (lim) {
@@ -674,22 +894,6 @@ int toc_from_json(const struct toc_layer *tl, const char *json, size_t len, uint
 		if (lim->max_path)
 			b.max_path = lim->max_path;
 	}
-	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-	if (!root) {
-		if (json_error_code(&jerr) == json_error_out_of_memory)
-			return -ENOMEM;
-		return layer_fail(errbuf, errlen, "toc: invalid JSON at line %d column %d: %s",
-				  jerr.line, jerr.column, jerr.text);
-	}
-	if (!json_is_object(root))
-		return layer_fail(errbuf, errlen, "toc: not a JSON object");
-	version = json_object_get(root, "version");
-	if (!json_is_integer(version) || json_integer_value(version) != 1)
-		return layer_fail(errbuf, errlen, "toc: version is not 1");
-	entries = json_object_get(root, "entries");
-	if (!json_is_array(entries))
-		return layer_fail(errbuf, errlen, "toc: entries is not an array");
-
 	b.t = calloc(1, sizeof(*b.t));
 	if (!b.t)
 		return -ENOMEM;
@@ -699,11 +903,9 @@ int toc_from_json(const struct toc_layer *tl, const char *json, size_t len, uint
 		r = -ENOMEM;
 		goto out;
 	}
-	for (b.where = 0; b.where < json_array_size(entries); b.where++) {
-		r = entry_next(&b, json_array_get(entries, b.where));
-		if (r < 0)
-			goto out;
-	}
+	r = toc_walk(&b, json, len);
+	if (r < 0)
+		goto out;
 	r = file_close(&b);
 	if (r < 0)
 		goto out;
@@ -727,6 +929,7 @@ out:
 	toc_free(b.t);
 	free(b.first);
 	free(b.orphans);
+	free(b.open_name);
 	layer_places_done(&b.places);
 	return r;
 }
