@@ -14,6 +14,7 @@ const struct errtable_row errtable[] = {
 	{ ENOEXEC, "no manifest for this platform", "Failed" },
 	{ EBADMSG, "digest or size mismatch, malformed manifest, corrupt layer", "Failed" },
 	{ ENOSPC, "cache disk full", "Failed" },
+	{ EFBIG, "image over --max-image-entries entries", "Failed" },
 	{ EROFS, "any write to the filesystem", "Failed" },
 	{ EIO, "anything else", "Failed" },
 };

@@ -132,9 +132,8 @@ void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_t
 		const struct toc_chunk *c;
 		size_t n;
 
-		/* a content the layer holds twice counts once */
-		if (!o || (uintptr_t)strmap_get(l->entry_of, o) != i + 1)
-			continue;
+		/* one entry per content (toc_keep_files()): a content the
+		 * layer holds twice counts once */
 		c = toc_entry_chunks(l->toc, i, &n);
 		file_local_spans(l, o, c, n, &sp);
 	}

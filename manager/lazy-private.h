@@ -51,10 +51,9 @@ struct lazy_layer {
 	 * layer stays lazy for good */
 	atomic_bool foreign_toc;
 	pthread_mutex_t lock;
-	struct strmap *entry_of; /* object -> entry index + 1; read-only */
-	struct strmap *files;	 /* object -> struct lazy_file *; lock */
-	atomic_bool complete;	 /* lazy_layer_complete() finished */
-	struct dlist idle;	 /* lock: files with descriptors and no user */
+	struct strmap *files; /* object -> struct lazy_file *; lock */
+	atomic_bool complete; /* lazy_layer_complete() finished */
+	struct dlist idle;    /* lock: files with descriptors and no user */
 };
 
 /* lazy.c: the state of the file with content object, held (its

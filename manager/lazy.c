@@ -21,6 +21,7 @@
 #include "fileio.h"
 #include "lazy-private.h"
 #include "macro.h"
+#include "memtrim.h"
 #include "registry.h"
 #include "strmap.h"
 
@@ -96,8 +97,8 @@ static int fetch_range(struct registry *reg, const struct lazy_source *src, cons
 }
 
 int lazy_fetch_toc(struct registry *reg, struct lazy_source *src, const char *blob_digest,
-		   struct toc **ret_toc, char **ret_buf, size_t *ret_len, char *errbuf,
-		   size_t errlen)
+		   const struct layer_limits *lim, struct toc **ret_toc, char **ret_buf,
+		   size_t *ret_len, char *errbuf, size_t errlen)
 {
 	struct membuf tail = { 0 }, body = { 0 };
 	uint64_t n = MIN((uint64_t)TOC_TAIL_BYTES, src->tl.blob_size);
@@ -123,7 +124,7 @@ int lazy_fetch_toc(struct registry *reg, struct lazy_source *src, const char *bl
 			errlen);
 	if (r < 0)
 		return r;
-	r = toc_parse(&src->tl, &src->where, body.data, body.len, NULL, ret_toc, errbuf, errlen);
+	r = toc_parse(&src->tl, &src->where, body.data, body.len, lim, ret_toc, errbuf, errlen);
 	if (r < 0) {
 		free(body.data);
 		return r;
@@ -249,7 +250,6 @@ void lazy_layer_free(struct lazy_layer *l)
 	if (l->files)
 		strmap_foreach(l->files, free_file_entry, NULL);
 	strmap_free(l->files);
-	strmap_free(l->entry_of);
 	toc_free(l->toc);
 	free(l->tocbuf);
 	lazy_source_done(&l->src);
@@ -292,23 +292,19 @@ int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stat
 	r = toc_parse(&l->src.tl, &l->src.where, tocbuf, toclen, NULL, &l->toc, err, sizeof(err));
 	if (r < 0)
 		goto fail;
+	/* the tree of the image is built from the layer's index: this only
+	 * fetches files, and a table holds many entries that are not */
+	r = toc_keep_files(l->toc);
+	if (r < 0)
+		goto fail;
+	mem_trim_after(l->toc->index->n_entries);
 	l->tocbuf = (unsigned char *)TAKE_PTR(tocbuf);
 	l->toclen = toclen;
 	l->blob_digest = strdup(digest);
-	l->entry_of = strmap_new();
 	l->files = strmap_new();
-	if (!l->blob_digest || !l->entry_of || !l->files) {
+	if (!l->blob_digest || !l->files) {
 		r = -ENOMEM;
 		goto fail;
-	}
-	for (size_t i = 0; i < l->toc->index->n_entries; i++) {
-		const char *o = l->toc->index->entries[i].object;
-
-		if (o && !strmap_get(l->entry_of, o) &&
-		    strmap_put(l->entry_of, o, (void *)(uintptr_t)(i + 1)) < 0) {
-			r = -ENOMEM;
-			goto fail;
-		}
 	}
 	*ret = l;
 	return 0;
@@ -394,7 +390,7 @@ int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **r
 {
 	char name[DIGEST_HEX_LEN + 8];
 	struct lazy_file *f;
-	size_t i;
+	ssize_t i;
 	int r = 0;
 
 	pthread_mutex_lock(&l->lock);
@@ -403,12 +399,11 @@ int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **r
 		r = file_hold_locked(l, f);
 		goto out;
 	}
-	i = (size_t)(uintptr_t)strmap_get(l->entry_of, object);
-	if (i == 0) {
+	i = toc_find_file(l->toc, object);
+	if (i < 0) {
 		r = -ENOENT;
 		goto out;
 	}
-	i--;
 	f = calloc(1, sizeof(*f));
 	if (!f) {
 		r = -ENOMEM;
@@ -418,7 +413,7 @@ int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **r
 	pthread_cond_init(&f->cond, NULL);
 	f->fd = f->mapfd = -1;
 	snprintf(f->object, sizeof(f->object), "%s", object);
-	f->chunks = toc_entry_chunks(l->toc, i, &f->n);
+	f->chunks = toc_entry_chunks(l->toc, (size_t)i, &f->n);
 	f->size = l->toc->index->entries[i].size;
 	f->state = calloc(f->n ? f->n : 1, 1);
 	if (!f->state) {

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "digest.h"
 #include "layer.h"
@@ -123,6 +124,15 @@ int toc_parse(const struct toc_layer *tl, const struct toc_range *where, const v
 	      size_t errlen);
 
 void toc_free(struct toc *t);
+
+/* Keeps of t what fetching files needs: one entry per distinct object
+ * (the first of those naming it), with its object, size and chunks, in
+ * the order of their objects; everything else (paths, links, xattrs,
+ * other entries) is freed.  Returns 0, or -ENOMEM with t unchanged. */
+int toc_keep_files(struct toc *t);
+
+/* The entry of a toc_keep_files() table with content object, or -1. */
+ssize_t toc_find_file(const struct toc *t, const char *object);
 
 /* The chunks of entry i of t->index (borrowed); NULL with *ret_n 0 for
  * entries without content. */

@@ -35,6 +35,7 @@ struct build {
 	bool stargz_files;
 	uint64_t data_end;
 	uint64_t max_entries, max_expanded, expanded;
+	int entries_err;
 	uint32_t max_path;
 	struct toc *t;
 	size_t cap_entries, cap_chunks;
@@ -460,8 +461,8 @@ static int entry_push(struct build *b, struct layer_entry *e, size_t first)
 	struct layer_index *li = b->t->index;
 
 	if (li->n_entries >= b->max_entries)
-		return layer_fail(b->errbuf, b->errlen, "toc: more than %" PRIu64 " entries",
-				  b->max_entries);
+		return errbuf_fail(b->entries_err, b->errbuf, b->errlen,
+				   "toc: more than %" PRIu64 " entries", b->max_entries);
 	li->entries = grow(li->entries, &b->cap_entries, li->n_entries + 1, sizeof(*li->entries));
 	if (!li->entries)
 		return -ENOMEM;
@@ -879,6 +880,7 @@ int toc_from_json(const struct toc_layer *tl, const char *json, size_t len, uint
 		.stargz_files = tl->stargz_files,
 		.data_end = data_end,
 		.max_entries = LAYER_DEFAULT_MAX_ENTRIES,
+		.entries_err = -EBADMSG,
 		.max_expanded = LAYER_DEFAULT_MAX_EXPANDED,
 		.max_path = LAYER_DEFAULT_MAX_PATH,
 		.errbuf = errbuf,
@@ -889,6 +891,8 @@ int toc_from_json(const struct toc_layer *tl, const char *json, size_t len, uint
 	if (lim) {
 		if (lim->max_entries)
 			b.max_entries = lim->max_entries;
+		if (lim->entries_err)
+			b.entries_err = lim->entries_err;
 		if (lim->max_expanded_bytes)
 			b.max_expanded = lim->max_expanded_bytes;
 		if (lim->max_path)
@@ -942,6 +946,92 @@ void toc_free(struct toc *t)
 	free(t->chunks);
 	free(t->first_chunk);
 	free(t);
+}
+
+static int entry_object_cmp(const void *a, const void *b)
+{
+	const struct layer_entry *x = *(const struct layer_entry *const *)a;
+	const struct layer_entry *y = *(const struct layer_entry *const *)b;
+	int c = strcmp(x->object, y->object);
+
+	/* the first of equal objects sorts first: the one kept */
+	return c ? c : x < y ? -1 : x > y;
+}
+
+int toc_keep_files(struct toc *t)
+{
+	struct layer_index *li = t->index;
+	_cleanup_free_ struct layer_entry **order = NULL;
+	_cleanup_free_ struct layer_entry *entries = NULL;
+	_cleanup_free_ struct toc_chunk *chunks = NULL;
+	_cleanup_free_ size_t *first = NULL;
+	size_t n = 0, kept = 0, n_chunks = 0;
+
+	for (size_t i = 0; i < li->n_entries; i++)
+		n += li->entries[i].object != NULL;
+	order = malloc(MAX(n, 1) * sizeof(*order));
+	if (!order)
+		return -ENOMEM;
+	n = 0;
+	for (size_t i = 0; i < li->n_entries; i++)
+		if (li->entries[i].object)
+			order[n++] = &li->entries[i];
+	qsort(order, n, sizeof(*order), entry_object_cmp);
+	for (size_t i = 0; i < n; i++) {
+		if (i > 0 && strcmp(order[i]->object, order[kept - 1]->object) == 0)
+			continue;
+		order[kept++] = order[i];
+		n_chunks += t->first_chunk[order[i] - li->entries + 1] -
+			    t->first_chunk[order[i] - li->entries];
+	}
+	entries = calloc(MAX(kept, 1), sizeof(*entries));
+	chunks = malloc(MAX(n_chunks, 1) * sizeof(*chunks));
+	first = malloc((kept + 1) * sizeof(*first));
+	if (!entries || !chunks || !first)
+		return -ENOMEM;
+	n_chunks = 0;
+	for (size_t i = 0; i < kept; i++) {
+		size_t at = (size_t)(order[i] - li->entries), k;
+		const struct toc_chunk *c = toc_entry_chunks(t, at, &k);
+
+		entries[i].type = LAYER_ENTRY_REG;
+		entries[i].size = order[i]->size;
+		entries[i].object = TAKE_PTR(order[i]->object);
+		first[i] = n_chunks;
+		if (k > 0)
+			memcpy(chunks + n_chunks, c, k * sizeof(*c));
+		n_chunks += k;
+	}
+	first[kept] = n_chunks;
+	for (size_t i = 0; i < li->n_entries; i++)
+		layer_entry_clear(&li->entries[i]);
+	free(li->entries);
+	li->entries = TAKE_PTR(entries);
+	li->n_entries = kept;
+	free(t->chunks);
+	t->chunks = TAKE_PTR(chunks);
+	t->n_chunks = n_chunks;
+	free(t->first_chunk);
+	t->first_chunk = TAKE_PTR(first);
+	return 0;
+}
+
+ssize_t toc_find_file(const struct toc *t, const char *object)
+{
+	size_t lo = 0, hi = t->index->n_entries;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(object, t->index->entries[mid].object);
+
+		if (c == 0)
+			return (ssize_t)mid;
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return -1;
 }
 
 const struct toc_chunk *toc_entry_chunks(const struct toc *t, size_t i, size_t *ret_n)

@@ -3,7 +3,8 @@
 pushes it through the registry HTTP API, or writes the layer alone.
 
     mkchunked.py push REGISTRY REPO:TAG N       an image of N files
-    mkchunked.py tar N OUT.tar                 the same files as a plain tar
+    mkchunked.py tar N OUT.tar [DIR]           the same files as a plain tar
+                                               (below DIR/ when given)
 
 The layer holds N regular files in directories of 1000, one in ten with
 a few bytes of content of its own, the others empty (the smallest entries
@@ -57,11 +58,11 @@ def header(name, typ, size, mtime=1704164645):
     return t.tobuf(format=tarfile.USTAR_FORMAT)
 
 
-def files(n):
+def files(n, top=""):
     for d in range((n + PER_DIR - 1) // PER_DIR):
-        yield "d%d" % d, None
+        yield top + "d%d" % d, None
         for i in range(d * PER_DIR, min(n, (d + 1) * PER_DIR)):
-            yield "d%d/f%d" % (d, i), b"file %d\n" % i if i % 10 == 0 else b""
+            yield top + "d%d/f%d" % (d, i), b"file %d\n" % i if i % 10 == 0 else b""
 
 
 def build(n):
@@ -154,7 +155,8 @@ def main():
         push(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif sys.argv[1] == "tar":
         with open(sys.argv[3], "wb") as f:
-            for name, data in files(int(sys.argv[2])):
+            top = sys.argv[4] + "/" if len(sys.argv) > 4 else ""
+            for name, data in files(int(sys.argv[2]), top):
                 typ = tarfile.REGTYPE if data is not None else tarfile.DIRTYPE
                 f.write(header(name, typ, len(data or b""), 0 if data == b"" else 1704164645))
                 if data is not None:

@@ -26,6 +26,7 @@ static const struct {
 	{ ENOEXEC, "ENOEXEC", "Failed" },
 	{ EBADMSG, "EBADMSG", "Failed" },
 	{ ENOSPC, "ENOSPC", "Failed" },
+	{ EFBIG, "EFBIG", "Failed" },
 	{ EROFS, "EROFS", "Failed" },
 	{ EIO, "EIO", "Failed" },
 };
