@@ -89,6 +89,9 @@ struct toc {
 	 * the files the image's builder marked for prefetching lie; 0 when
 	 * there is none. */
 	uint64_t prefetch_end;
+	/* toc_keep_files(): the entries' objects, back to back (NULL
+	 * before: each entry owns its strings) */
+	char *objects;
 };
 
 /* Reads the lazy format of a layer from its descriptor's annotations.

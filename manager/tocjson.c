@@ -942,6 +942,9 @@ void toc_free(struct toc *t)
 {
 	if (!t)
 		return;
+	for (size_t i = 0; t->objects && t->index && i < t->index->n_entries; i++)
+		t->index->entries[i].object = NULL;
+	free(t->objects);
 	layer_index_free(t->index);
 	free(t->chunks);
 	free(t->first_chunk);
@@ -965,7 +968,9 @@ int toc_keep_files(struct toc *t)
 	_cleanup_free_ struct layer_entry *entries = NULL;
 	_cleanup_free_ struct toc_chunk *chunks = NULL;
 	_cleanup_free_ size_t *first = NULL;
-	size_t n = 0, kept = 0, n_chunks = 0;
+	_cleanup_free_ char *objects = NULL;
+	size_t n = 0, kept = 0, n_chunks = 0, bytes = 0;
+	char *cursor;
 
 	for (size_t i = 0; i < li->n_entries; i++)
 		n += li->entries[i].object != NULL;
@@ -981,22 +986,29 @@ int toc_keep_files(struct toc *t)
 		if (i > 0 && strcmp(order[i]->object, order[kept - 1]->object) == 0)
 			continue;
 		order[kept++] = order[i];
+		bytes += strlen(order[i]->object) + 1;
 		n_chunks += t->first_chunk[order[i] - li->entries + 1] -
 			    t->first_chunk[order[i] - li->entries];
 	}
 	entries = calloc(MAX(kept, 1), sizeof(*entries));
 	chunks = malloc(MAX(n_chunks, 1) * sizeof(*chunks));
 	first = malloc((kept + 1) * sizeof(*first));
-	if (!entries || !chunks || !first)
+	/* one block, not one string each: what is kept is not scattered
+	 * among the pages of what is freed */
+	objects = malloc(MAX(bytes, 1));
+	if (!entries || !chunks || !first || !objects)
 		return -ENOMEM;
 	n_chunks = 0;
+	cursor = objects;
 	for (size_t i = 0; i < kept; i++) {
-		size_t at = (size_t)(order[i] - li->entries), k;
+		size_t at = (size_t)(order[i] - li->entries), k, len;
 		const struct toc_chunk *c = toc_entry_chunks(t, at, &k);
 
 		entries[i].type = LAYER_ENTRY_REG;
 		entries[i].size = order[i]->size;
-		entries[i].object = TAKE_PTR(order[i]->object);
+		len = strlen(order[i]->object) + 1;
+		entries[i].object = memcpy(cursor, order[i]->object, len);
+		cursor += len;
 		first[i] = n_chunks;
 		if (k > 0)
 			memcpy(chunks + n_chunks, c, k * sizeof(*c));
@@ -1013,6 +1025,8 @@ int toc_keep_files(struct toc *t)
 	t->n_chunks = n_chunks;
 	free(t->first_chunk);
 	t->first_chunk = TAKE_PTR(first);
+	free(t->objects);
+	t->objects = TAKE_PTR(objects);
 	return 0;
 }
 
