@@ -694,14 +694,15 @@ static size_t json_extent(const struct jtext *j)
 	}
 	for (; p < j->end; p++) {
 		if (in_str) {
-			if (*p == '\\')
-				p++;
-			else if (*p == '"')
-				in_str = false;
-			else
+			if (*p == '\\') {
+				p++; /* the escaped character, a quote maybe */
 				continue;
+			}
+			if (*p != '"')
+				continue;
+			in_str = false;
 			if (depth == 0)
-				return p < j->end ? (size_t)(p + 1 - j->p) : 0;
+				return (size_t)(p + 1 - j->p);
 			continue;
 		}
 		if (*p == '"')

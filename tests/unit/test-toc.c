@@ -597,6 +597,22 @@ static const struct bad_case bad_cases[] = {
 	{ TOC_ZSTD_CHUNKED, "{\"version\":1}", "entries is not an array" },
 	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"entries\":{}}", "entries is not an array" },
 	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"version\":1,\"entries\":[]}", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"entries\":[],\"entries\":[]}", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"entries\":[]} x", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"entries\":[]", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"entries\":[" REG("a", ""), "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"entries\":[" REG("a", "") ",]}", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"entries\":[" REG("a", "") REG("b", "") "]}",
+	  "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1 \"entries\":[]}", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\" 1,\"entries\":[]}", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{version:1,\"entries\":[]}", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":01,\"entries\":[]}", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED,
+	  "{\"version\":1,\"entries\":[{\"name\":\"a\\u0000\",\"type\":\"reg\"}]}",
+	  "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"entries\":[],\"x\":\"open}", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "", "invalid JSON" },
 	{ TOC_ZSTD_CHUNKED, E("7"), "entries[0]: not an object" },
 	{ TOC_ZSTD_CHUNKED, E("{\"type\":\"reg\"}"), "entries[0]: without name" },
 	{ TOC_ZSTD_CHUNKED, E("{\"name\":\"a\"}"), "entries[0]: without type" },
@@ -790,6 +806,13 @@ static void test_wellformed(void **state)
 			",\"size\":3,\"offset\":20,\"endOffset\":30") ","
 								      "{\"type\":\"dir\",\"name\":\"d\"}"),
 		"{\"version\":1,\"entries\":[],\"tarSplitDigest\":\"sha256:x\",\"other\":{}}",
+		/* the root walked by hand, each value parsed alone: any order,
+		 * any white space, brackets and escapes inside strings */
+		" \n{ \"entries\" : [ " REG("a", "") " ,\t" REG(
+			"b",
+			"") " ] ,\r\n"
+			    "\"version\":1 , \"x]}\\\"\":[{\"}\":\"[\\\"]\"},-1.5e3,true,null,\"\"]} \n",
+		"{\"version\":1,\"entries\":[" REG("\\u0061\\\"b", "") "]}",
 	};
 
 	for (size_t i = 0; i < ARRAY_SIZE(ok); i++) {
