@@ -264,7 +264,7 @@ int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stat
 		    struct lazy_layer **ret)
 {
 	_cleanup_free_ char *text = NULL, *tocbuf = NULL;
-	size_t len, toclen;
+	size_t len, toclen, parsed;
 	struct lazy_layer *l;
 	char err[256];
 	int r;
@@ -294,10 +294,11 @@ int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stat
 		goto fail;
 	/* the tree of the image is built from the layer's index: this only
 	 * fetches files, and a table holds many entries that are not */
+	parsed = l->toc->index->n_entries;
 	r = toc_keep_files(l->toc);
 	if (r < 0)
 		goto fail;
-	mem_trim_after(l->toc->index->n_entries);
+	mem_trim_after(parsed);
 	l->tocbuf = (unsigned char *)TAKE_PTR(tocbuf);
 	l->toclen = toclen;
 	l->blob_digest = strdup(digest);
