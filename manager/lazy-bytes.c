@@ -118,7 +118,6 @@ static void file_local_spans(struct lazy_layer *l, const char *object, const str
 
 void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_total)
 {
-	const struct layer_index *li = l->toc->index;
 	uint64_t total = l->src.tl.blob_size, local = l->src.where.length;
 	struct spans sp = { 0 };
 
@@ -127,13 +126,13 @@ void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_t
 		*ret_local = total;
 		return;
 	}
-	for (size_t i = 0; i < li->n_entries; i++) {
-		const char *o = li->entries[i].object;
+	/* one per content (toc_keep_files()): a content the layer holds
+	 * twice counts once */
+	for (size_t i = 0; i < l->toc->n_files; i++) {
+		const char *o = l->toc->files[i].object;
 		const struct toc_chunk *c;
 		size_t n;
 
-		/* one entry per content (toc_keep_files()): a content the
-		 * layer holds twice counts once */
 		c = toc_entry_chunks(l->toc, i, &n);
 		file_local_spans(l, o, c, n, &sp);
 	}

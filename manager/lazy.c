@@ -415,7 +415,7 @@ int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **r
 	f->fd = f->mapfd = -1;
 	snprintf(f->object, sizeof(f->object), "%s", object);
 	f->chunks = toc_entry_chunks(l->toc, (size_t)i, &f->n);
-	f->size = l->toc->index->entries[i].size;
+	f->size = l->toc->files[i].size;
 	f->state = calloc(f->n ? f->n : 1, 1);
 	if (!f->state) {
 		r = -ENOMEM;

@@ -943,10 +943,9 @@ void toc_free(struct toc *t)
 {
 	if (!t)
 		return;
-	for (size_t i = 0; t->objects && t->index && i < t->index->n_entries; i++)
-		t->index->entries[i].object = NULL;
-	free(t->objects);
 	layer_index_free(t->index);
+	free(t->files);
+	free(t->objects);
 	free(t->chunks);
 	free(t->first_chunk);
 	free(t);
@@ -966,7 +965,7 @@ int toc_keep_files(struct toc *t)
 {
 	struct layer_index *li = t->index;
 	_cleanup_free_ struct layer_entry **order = NULL;
-	_cleanup_free_ struct layer_entry *entries = NULL;
+	_cleanup_free_ struct toc_file *files = NULL;
 	_cleanup_free_ struct toc_chunk *chunks = NULL;
 	_cleanup_free_ size_t *first = NULL;
 	_cleanup_free_ char *objects = NULL;
@@ -991,13 +990,13 @@ int toc_keep_files(struct toc *t)
 		n_chunks += t->first_chunk[order[i] - li->entries + 1] -
 			    t->first_chunk[order[i] - li->entries];
 	}
-	entries = calloc(MAX(kept, 1), sizeof(*entries));
+	files = malloc(MAX(kept, 1) * sizeof(*files));
 	chunks = malloc(MAX(n_chunks, 1) * sizeof(*chunks));
 	first = malloc((kept + 1) * sizeof(*first));
 	/* one block, not one string each: what is kept is not scattered
 	 * among the pages of what is freed */
 	objects = malloc(MAX(bytes, 1));
-	if (!entries || !chunks || !first || !objects)
+	if (!files || !chunks || !first || !objects)
 		return -ENOMEM;
 	n_chunks = 0;
 	cursor = objects;
@@ -1005,10 +1004,9 @@ int toc_keep_files(struct toc *t)
 		size_t at = (size_t)(order[i] - li->entries), k, len;
 		const struct toc_chunk *c = toc_entry_chunks(t, at, &k);
 
-		entries[i].type = LAYER_ENTRY_REG;
-		entries[i].size = order[i]->size;
 		len = strlen(order[i]->object) + 1;
-		entries[i].object = memcpy(cursor, order[i]->object, len);
+		files[i].object = memcpy(cursor, order[i]->object, len);
+		files[i].size = order[i]->size;
 		cursor += len;
 		first[i] = n_chunks;
 		if (k > 0)
@@ -1016,28 +1014,27 @@ int toc_keep_files(struct toc *t)
 		n_chunks += k;
 	}
 	first[kept] = n_chunks;
-	for (size_t i = 0; i < li->n_entries; i++)
-		layer_entry_clear(&li->entries[i]);
-	free(li->entries);
-	li->entries = TAKE_PTR(entries);
-	li->n_entries = kept;
+	layer_index_free(t->index);
+	t->index = NULL;
+	t->files = TAKE_PTR(files);
+	t->n_files = kept;
+	free(t->objects);
+	t->objects = TAKE_PTR(objects);
 	free(t->chunks);
 	t->chunks = TAKE_PTR(chunks);
 	t->n_chunks = n_chunks;
 	free(t->first_chunk);
 	t->first_chunk = TAKE_PTR(first);
-	free(t->objects);
-	t->objects = TAKE_PTR(objects);
 	return 0;
 }
 
 ssize_t toc_find_file(const struct toc *t, const char *object)
 {
-	size_t lo = 0, hi = t->index->n_entries;
+	size_t lo = 0, hi = t->n_files;
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		int c = strcmp(object, t->index->entries[mid].object);
+		int c = strcmp(object, t->files[mid].object);
 
 		if (c == 0)
 			return (ssize_t)mid;
@@ -1051,7 +1048,7 @@ ssize_t toc_find_file(const struct toc *t, const char *object)
 
 const struct toc_chunk *toc_entry_chunks(const struct toc *t, size_t i, size_t *ret_n)
 {
-	if (i >= t->index->n_entries) {
+	if (i >= (t->index ? t->index->n_entries : t->n_files)) {
 		*ret_n = 0;
 		return NULL;
 	}
