@@ -90,7 +90,7 @@ static void file_local_spans(struct lazy_layer *l, const char *object, const str
 	off_t at = 0;
 
 	pthread_mutex_lock(&l->lock);
-	f = strmap_get(l->files, object);
+	f = lazy_file_peek_locked(l, object);
 	pthread_mutex_unlock(&l->lock);
 	if (f) {
 		pthread_mutex_lock(&f->lock);

@@ -51,11 +51,15 @@ struct lazy_layer {
 	 * layer stays lazy for good */
 	atomic_bool foreign_toc;
 	pthread_mutex_t lock;
-	struct strmap *files; /* object -> struct lazy_file *; lock */
+	/* the state of toc->files[i], once used; lock */
+	struct lazy_file **file_of;
 	atomic_bool complete; /* lazy_layer_complete() finished */
 	struct dlist idle;    /* lock: files with descriptors and no user */
 };
 
+/* lazy.c: the state of the file with content object when it is in use,
+ * or NULL; l->lock held. */
+struct lazy_file *lazy_file_peek_locked(struct lazy_layer *l, const char *object);
 /* lazy.c: the state of the file with content object, held (its
  * descriptors stay open) until lazy_file_put(); lazy_file_hold() holds
  * one the caller has.  0 or -errno. */

@@ -23,7 +23,6 @@
 #include "macro.h"
 #include "memtrim.h"
 #include "registry.h"
-#include "strmap.h"
 
 /* One Range request fetches at most this many compressed bytes of
  * adjacent missing chunks. */
@@ -237,19 +236,13 @@ static void lazy_file_free(struct lazy_file *f)
 	free(f);
 }
 
-static int free_file_entry(void *userdata, const char *key, void *value)
-{
-	lazy_file_free(value);
-	return 0;
-}
-
 void lazy_layer_free(struct lazy_layer *l)
 {
 	if (!l)
 		return;
-	if (l->files)
-		strmap_foreach(l->files, free_file_entry, NULL);
-	strmap_free(l->files);
+	for (size_t i = 0; l->file_of && i < l->toc->n_files; i++)
+		lazy_file_free(l->file_of[i]);
+	free(l->file_of);
 	toc_free(l->toc);
 	free(l->tocbuf);
 	lazy_source_done(&l->src);
@@ -302,8 +295,8 @@ int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stat
 	l->tocbuf = (unsigned char *)TAKE_PTR(tocbuf);
 	l->toclen = toclen;
 	l->blob_digest = strdup(digest);
-	l->files = strmap_new();
-	if (!l->blob_digest || !l->files) {
+	l->file_of = calloc(MAX(l->toc->n_files, 1), sizeof(*l->file_of));
+	if (!l->blob_digest || !l->file_of) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -385,24 +378,31 @@ void lazy_file_put(struct lazy_layer *l, struct lazy_file *f)
 	pthread_mutex_unlock(&l->lock);
 }
 
+struct lazy_file *lazy_file_peek_locked(struct lazy_layer *l, const char *object)
+{
+	ssize_t i = toc_find_file(l->toc, object);
+
+	return i < 0 ? NULL : l->file_of[i];
+}
+
 /* The state of the file with content object, made at its first use from
  * what is on disk, held (lazy_file_put() gives it back). */
 int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **ret)
 {
 	char name[DIGEST_HEX_LEN + 8];
-	struct lazy_file *f;
+	struct lazy_file *f = NULL;
 	ssize_t i;
 	int r = 0;
 
 	pthread_mutex_lock(&l->lock);
-	f = strmap_get(l->files, object);
-	if (f) {
-		r = file_hold_locked(l, f);
-		goto out;
-	}
 	i = toc_find_file(l->toc, object);
 	if (i < 0) {
 		r = -ENOENT;
+		goto out;
+	}
+	f = l->file_of[i];
+	if (f) {
+		r = file_hold_locked(l, f);
 		goto out;
 	}
 	f = calloc(1, sizeof(*f));
@@ -466,10 +466,7 @@ int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **r
 			f->state[k] = CHUNK_PRESENT;
 	}
 put:
-	if (strmap_put(l->files, f->object, f) < 0) {
-		r = -ENOMEM;
-		goto fail;
-	}
+	l->file_of[i] = f;
 	f->users = 1;
 out:
 	pthread_mutex_unlock(&l->lock);
