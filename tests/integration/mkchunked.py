@@ -16,7 +16,6 @@ through ctypes (no zstd module needed).
 """
 import hashlib
 import json
-import os
 import platform
 import struct
 import sys
