@@ -257,7 +257,7 @@ int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stat
 		    struct lazy_layer **ret)
 {
 	_cleanup_free_ char *text = NULL, *tocbuf = NULL;
-	size_t len, toclen, parsed;
+	size_t len, toclen;
 	struct lazy_layer *l;
 	char err[256];
 	int r;
@@ -282,16 +282,12 @@ int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stat
 	r = read_layer_file(l->dirfd, "toc", TOC_MAX_BYTES, &tocbuf, &toclen);
 	if (r < 0)
 		goto fail;
-	r = toc_parse(&l->src.tl, &l->src.where, tocbuf, toclen, NULL, &l->toc, err, sizeof(err));
-	if (r < 0)
-		goto fail;
 	/* the tree of the image is built from the layer's index: this only
 	 * fetches files, and a table holds many entries that are not */
-	parsed = l->toc->index->n_entries;
-	r = toc_keep_files(l->toc);
+	r = toc_parse_files(&l->src.tl, &l->src.where, tocbuf, toclen, &l->toc, err, sizeof(err));
 	if (r < 0)
 		goto fail;
-	mem_trim_after(parsed);
+	mem_trim_after(l->toc->n_files);
 	l->tocbuf = (unsigned char *)TAKE_PTR(tocbuf);
 	l->toclen = toclen;
 	l->blob_digest = strdup(digest);

@@ -136,6 +136,12 @@ int toc_parse(const struct toc_layer *tl, const struct toc_range *where, const v
 	      size_t len, const struct layer_limits *lim, struct toc **ret, char *errbuf,
 	      size_t errlen);
 
+/* toc_parse() then toc_keep_files(), without ever holding more than the
+ * files: for a table toc_parse() accepted before (the digest is checked
+ * again, the rules on paths and entries are not).  Same returns. */
+int toc_parse_files(const struct toc_layer *tl, const struct toc_range *where, const void *buf,
+		    size_t len, struct toc **ret, char *errbuf, size_t errlen);
+
 void toc_free(struct toc *t);
 
 /* Keeps of t what fetching files needs: t->files, one per distinct

@@ -33,6 +33,9 @@
 struct build {
 	enum toc_format f;
 	bool stargz_files;
+	/* only what toc_keep_files() keeps: no other entry, no path, no
+	 * places (the table passed their checks before) */
+	bool files_only;
 	uint64_t data_end;
 	uint64_t max_entries, max_expanded, expanded;
 	int entries_err;
@@ -471,6 +474,16 @@ static int entry_push(struct build *b, struct layer_entry *e, size_t first)
 		return -ENOMEM;
 	b->first[li->n_entries] = first;
 	li->entries[li->n_entries++] = *e;
+	if (b->files_only) {
+		struct layer_entry *kept = &li->entries[li->n_entries - 1];
+		char *object = TAKE_PTR(kept->object);
+
+		layer_entry_clear(kept);
+		*kept = (struct layer_entry){ .type = LAYER_ENTRY_REG,
+					      .size = e->size,
+					      .object = object };
+		return 0;
+	}
 	return layer_places_add(&b->places, &li->entries[li->n_entries - 1]);
 }
 
@@ -503,6 +516,9 @@ static int entry_next(struct build *b, json_t *o)
 	r = entry_type(b, tname, &type);
 	if (r < 0)
 		return r;
+	/* only regular files have content */
+	if (b->files_only && type != LAYER_ENTRY_REG)
+		return 0;
 
 	r = entry_fill(b, o, name, type, &e);
 	if (r == 1) {
@@ -514,7 +530,10 @@ static int entry_next(struct build *b, json_t *o)
 			r = get_uint(b, o, "offset", INT64_MAX, &b->t->prefetch_end);
 		kept = false;
 	}
-	if (r == 0 && kept)
+	/* (its chunks, if any, still bound the others: see file_close()) */
+	if (r == 0 && kept && b->files_only && !(e.type == LAYER_ENTRY_REG && e.object))
+		kept = false;
+	if (r == 0 && kept && !b->files_only)
 		r = layer_places_check(&b->places, &e, b->errbuf, b->errlen);
 	if (r < 0) {
 		layer_entry_clear(&e);
@@ -874,11 +893,13 @@ static int toc_walk(struct build *b, const char *json, size_t len)
 }
 
 int toc_from_json(const struct toc_layer *tl, const char *json, size_t len, uint64_t data_end,
-		  const struct layer_limits *lim, struct toc **ret, char *errbuf, size_t errlen)
+		  const struct layer_limits *lim, bool files_only, struct toc **ret, char *errbuf,
+		  size_t errlen)
 {
 	struct build b = {
 		.f = tl->format,
 		.stargz_files = tl->stargz_files,
+		.files_only = files_only,
 		.data_end = data_end,
 		.max_entries = LAYER_DEFAULT_MAX_ENTRIES,
 		.entries_err = -EBADMSG,
@@ -928,6 +949,11 @@ int toc_from_json(const struct toc_layer *tl, const char *json, size_t len, uint
 	}
 	b.first[b.t->index->n_entries] = b.t->n_chunks;
 	b.t->first_chunk = TAKE_PTR(b.first);
+	if (files_only) {
+		r = toc_keep_files(b.t);
+		if (r < 0)
+			goto out;
+	}
 	*ret = TAKE_PTR(b.t);
 	r = 0;
 out:

@@ -29,10 +29,10 @@ except OSError as e:
 N=${BIGTOC_ENTRIES:-300000}
 # Per entry, over the resident size before the lookup: what the tree and
 # the lazy layer keep (about 190 bytes measured), and the peak of loading
-# them (about 580).  A whole-document JSON parse of the table alone
+# them (about 420).  A whole-document JSON parse of the table alone
 # would take about 950 bytes per entry.
 MAX_STEADY=${BIGTOC_MAX_STEADY:-260}
-MAX_PEAK=${BIGTOC_MAX_PEAK:-720}
+MAX_PEAK=${BIGTOC_MAX_PEAK:-540}
 
 t0=$(now)
 py "$INTEGRATION_DIR/mkchunked.py" push "$REGISTRY" test/big:1 "$N" || fail "cannot push test/big:1"
