@@ -188,6 +188,10 @@ static const struct opt options[] = {
 	  .help = "directories below images/ and layers/ that a user other than root may have "
 		  "made and the kernel still holds; beyond it their oldest are evicted, and new "
 		  "ones are refused to a user who keeps that many open" },
+	{ "max-image-entries", 0, KIND_UINT, EVERYWHERE, AT(mo.max_image_entries), .min = 1,
+	  .max = 100000000, .def = STRINGIFY(MANAGER_DEFAULT_IMAGE_ENTRIES),
+	  .help = "entries an image's layers may have together (its tree's memory); more fail "
+		  "with EFBIG" },
 	{ "max-pulls-per-user", 0, KIND_UINT, EVERYWHERE, AT(mo.max_pulls_per_user), .min = 1,
 	  .max = 1024, .def = STRINGIFY(MANAGER_DEFAULT_PULLS_PER_USER),
 	  .help = "pulls a user other than root may start at once" },

@@ -15,6 +15,7 @@ const struct errtable_row errtable[] = {
 	{ EBADMSG, "digest or size mismatch, malformed manifest, corrupt layer", "Failed" },
 	{ ENOSPC, "cache disk full", "Failed" },
 	{ EDQUOT, "the user's share of the cache is full of images in use", "Failed" },
+	{ EFBIG, "image over --max-image-entries entries", "Failed" },
 	{ EROFS, "any write to the filesystem", "Failed" },
 	{ EIO, "anything else", "Failed" },
 };

@@ -13,9 +13,11 @@
 #include <time.h>
 
 #include "cache.h"
+#include "errname.h"
 #include "imagekeys.h"
 #include "layer.h"
 #include "macro.h"
+#include "memtrim.h"
 #include "manifest.h"
 #include "lazy.h"
 #include "lazy-schedule.h"
@@ -62,6 +64,11 @@ int manifest_load_cached(struct manager *m, const char *digest, struct manifest 
 	return manifest_parse(buf, len, NULL, ret, NULL, 0);
 }
 
+unsigned image_max_entries(const struct manager *m)
+{
+	return m->opts.max_image_entries ?: MANAGER_DEFAULT_IMAGE_ENTRIES;
+}
+
 /* Reads the manifest and the layer indexes and builds the tree. */
 static void content_complete_lazy(struct manager *m, struct image_content *c);
 static void announce_complete(struct manager *m);
@@ -72,7 +79,7 @@ static int content_load(struct manager *m, const char *digest, struct image_cont
 	struct manifest *mf = NULL;
 	struct layer_index **idx = NULL;
 	struct image_content *c = NULL;
-	size_t n_idx = 0;
+	size_t n_idx = 0, n_entries = 0;
 	int r;
 
 	r = manifest_load_cached(m, digest, &mf);
@@ -108,6 +115,18 @@ static int content_load(struct manager *m, const char *digest, struct image_cont
 		}
 		c->n_layers++;
 		c->size += mf->layers[n_idx].size;
+		n_entries += idx[n_idx]->n_entries;
+		/* checked as the indexes come: an image over its budget
+		 * fails before it holds more than one layer's worth over it
+		 * (a restart included) */
+		if (n_entries > image_max_entries(m)) {
+			n_idx++;
+			r = errbuf_fail(-EFBIG, errbuf, errlen,
+					"its layers have more than %u entries, the limit of "
+					"--max-image-entries",
+					image_max_entries(m));
+			goto out;
+		}
 	}
 	r = tree_build((const struct layer_index *const *)idx, mf->n_layers, &c->tree, errbuf,
 		       errlen);
@@ -123,6 +142,7 @@ out:
 	free(idx);
 	manifest_free(mf);
 	content_free(m, c);
+	mem_trim_after(n_entries);
 	return r;
 }
 

@@ -58,6 +58,7 @@ struct unpack {
 	uint64_t xattr_bytes; /* of every entry so far */
 	uint64_t headers;
 	uint64_t max_entries, max_expanded;
+	int entries_err;
 	uint32_t max_path;
 	struct layer_index *li;
 	size_t cap;
@@ -526,8 +527,8 @@ static int layer_next(struct unpack *u, struct archive_entry *ae)
 	int r;
 
 	if (++u->headers > u->max_entries)
-		return layer_fail(u->errbuf, u->errlen, "layer: more than %" PRIu64 " entries",
-				  u->max_entries);
+		return errbuf_fail(u->entries_err, u->errbuf, u->errlen,
+				   "layer: more than %" PRIu64 " entries", u->max_entries);
 
 	r = layer_fill_entry(u, ae, &e);
 	if (r == 0 && u->objs && u->objs->drop_estargz_own && layer_is_estargz_own(e.path))
@@ -566,6 +567,7 @@ int layer_unpack(int in_fd, enum layer_compression c, int data_fd, const struct 
 		.data_fd = data_fd,
 		.objs = objs,
 		.max_entries = LAYER_DEFAULT_MAX_ENTRIES,
+		.entries_err = -EBADMSG,
 		.max_expanded = LAYER_DEFAULT_MAX_EXPANDED,
 		.max_path = LAYER_DEFAULT_MAX_PATH,
 		.errbuf = errbuf,
@@ -579,6 +581,8 @@ int layer_unpack(int in_fd, enum layer_compression c, int data_fd, const struct 
 	if (lim) {
 		if (lim->max_entries)
 			u.max_entries = lim->max_entries;
+		if (lim->entries_err)
+			u.entries_err = lim->entries_err;
 		if (lim->max_expanded_bytes)
 			u.max_expanded = lim->max_expanded_bytes;
 		if (lim->max_path)

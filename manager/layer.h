@@ -62,6 +62,10 @@ struct layer_limits {
 	uint64_t max_entries;	     /* 0: 1,000,000 */
 	uint64_t max_expanded_bytes; /* total regular file bytes; 0: 64 GiB */
 	uint32_t max_path;	     /* bytes in a path; 0: 4096 */
+	/* what more than max_entries fails with: 0 is -EBADMSG (a layer
+	 * that breaks the format's limit); the caller's budget of entries
+	 * per image passes -EFBIG */
+	int entries_err;
 };
 
 /* Where regular files of at least min_size bytes go instead of the pack:

@@ -90,7 +90,7 @@ static void file_local_spans(struct lazy_layer *l, const char *object, const str
 	off_t at = 0;
 
 	pthread_mutex_lock(&l->lock);
-	f = strmap_get(l->files, object);
+	f = lazy_file_peek_locked(l, object);
 	pthread_mutex_unlock(&l->lock);
 	if (f) {
 		pthread_mutex_lock(&f->lock);
@@ -131,7 +131,7 @@ bool lazy_file_local(struct lazy_layer *l, const char *object)
 	if (atomic_load(&l->complete))
 		return true;
 	pthread_mutex_lock(&l->lock);
-	f = strmap_get(l->files, object);
+	f = lazy_file_peek_locked(l, object);
 	pthread_mutex_unlock(&l->lock);
 	if (f) {
 		pthread_mutex_lock(&f->lock);
@@ -145,7 +145,6 @@ bool lazy_file_local(struct lazy_layer *l, const char *object)
 
 void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_total)
 {
-	const struct layer_index *li = l->toc->index;
 	uint64_t total = l->src.tl.blob_size, local = l->src.where.length;
 	/* read before the count: a change during it makes the next call
 	 * count again */
@@ -167,14 +166,13 @@ void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_t
 	pthread_mutex_unlock(&l->lock);
 	if (known)
 		return;
-	for (size_t i = 0; i < li->n_entries; i++) {
-		const char *o = li->entries[i].object;
+	/* one per content (toc_keep_files()): a content the layer holds
+	 * twice counts once */
+	for (size_t i = 0; i < l->toc->n_files; i++) {
+		const char *o = l->toc->files[i].object;
 		const struct toc_chunk *c;
 		size_t n;
 
-		/* a content the layer holds twice counts once */
-		if (!o || (uintptr_t)strmap_get(l->entry_of, o) != i + 1)
-			continue;
 		c = toc_entry_chunks(l->toc, i, &n);
 		file_local_spans(l, o, c, n, &sp);
 	}

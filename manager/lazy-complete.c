@@ -209,19 +209,17 @@ static int stream_blob(struct lazy_layer *l, struct registry *reg, struct pendin
 
 int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel)
 {
-	const struct layer_index *li = l->toc->index;
+	const struct toc *toc = l->toc;
 	struct pending *p = NULL;
 	size_t n = 0, cap = 0;
 	bool all = true;
 	int r = 0;
 
 	/* what is missing now; readers may fetch some of it meanwhile */
-	for (size_t i = 0; i < li->n_entries && r == 0; i++) {
+	for (size_t i = 0; i < toc->n_files && r == 0; i++) {
 		struct lazy_file *f;
 
-		if (!li->entries[i].object)
-			continue;
-		r = lazy_file_get(l, li->entries[i].object, &f);
+		r = lazy_file_get(l, toc->files[i].object, &f);
 		if (r < 0)
 			break;
 		pthread_mutex_lock(&f->lock);
@@ -260,14 +258,12 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 		return r;
 	/* every file: what the stream did not bring (a reader's fetch that
 	 * failed meanwhile) by range, then checked whole and made an object */
-	for (size_t i = 0; i < li->n_entries; i++) {
+	for (size_t i = 0; i < toc->n_files; i++) {
 		struct lazy_file *f;
 
-		if (!li->entries[i].object)
-			continue;
 		if (cancel && atomic_load(cancel))
 			return -ECANCELED;
-		r = lazy_file_get(l, li->entries[i].object, &f);
+		r = lazy_file_get(l, toc->files[i].object, &f);
 		if (r < 0)
 			return r;
 		if (!f->complete)

@@ -61,10 +61,10 @@ struct lazy_layer {
 	 * chunks not the table's: the layer stays lazy for good */
 	atomic_bool foreign_toc;
 	pthread_mutex_t lock;
-	struct strmap *entry_of; /* object -> entry index + 1; read-only */
-	struct strmap *files;	 /* object -> struct lazy_file *; lock */
-	atomic_bool complete;	 /* lazy_layer_complete() finished */
-	struct dlist idle;	 /* lock: files with descriptors and no user */
+	/* the state of toc->files[i], once used; lock */
+	struct lazy_file **file_of;
+	atomic_bool complete; /* lazy_layer_complete() finished */
+	struct dlist idle;    /* lock: files with descriptors and no user */
 	/* lazy_changed() calls: lazy_layer_bytes() counts again only when
 	 * this moved since its last count (lock: counted_*) */
 	atomic_uint_fast64_t changes;
@@ -76,6 +76,9 @@ struct lazy_layer {
  * so): the counts of what is local are to be made again. */
 void lazy_changed(struct lazy_layer *l);
 
+/* lazy.c: the state of the file with content object when it is in use,
+ * or NULL; l->lock held. */
+struct lazy_file *lazy_file_peek_locked(struct lazy_layer *l, const char *object);
 /* lazy.c: the state of the file with content object, held (its
  * descriptors stay open) until lazy_file_put(); lazy_file_hold() holds
  * one the caller has.  0 or -errno. */

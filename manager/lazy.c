@@ -21,8 +21,8 @@
 #include "fileio.h"
 #include "lazy-private.h"
 #include "macro.h"
+#include "memtrim.h"
 #include "registry.h"
-#include "strmap.h"
 
 /* One Range request fetches at most this many compressed bytes of
  * adjacent missing chunks. */
@@ -98,8 +98,8 @@ static int fetch_range(struct registry *reg, const struct lazy_source *src, cons
 }
 
 int lazy_fetch_toc(struct registry *reg, struct lazy_source *src, const char *blob_digest,
-		   struct toc **ret_toc, char **ret_buf, size_t *ret_len, char *errbuf,
-		   size_t errlen)
+		   const struct layer_limits *lim, struct toc **ret_toc, char **ret_buf,
+		   size_t *ret_len, char *errbuf, size_t errlen)
 {
 	struct membuf tail = { 0 }, body = { 0 };
 	uint64_t n = MIN((uint64_t)TOC_TAIL_BYTES, src->tl.blob_size);
@@ -125,7 +125,7 @@ int lazy_fetch_toc(struct registry *reg, struct lazy_source *src, const char *bl
 			errlen);
 	if (r < 0)
 		return r;
-	r = toc_parse(&src->tl, &src->where, body.data, body.len, NULL, ret_toc, errbuf, errlen);
+	r = toc_parse(&src->tl, &src->where, body.data, body.len, lim, ret_toc, errbuf, errlen);
 	if (r < 0) {
 		free(body.data);
 		return r;
@@ -239,20 +239,13 @@ static void lazy_file_free(struct lazy_file *f)
 	free(f);
 }
 
-static int free_file_entry(void *userdata, const char *key, void *value)
-{
-	lazy_file_free(value);
-	return 0;
-}
-
 void lazy_layer_free(struct lazy_layer *l)
 {
 	if (!l)
 		return;
-	if (l->files)
-		strmap_foreach(l->files, free_file_entry, NULL);
-	strmap_free(l->files);
-	strmap_free(l->entry_of);
+	for (size_t i = 0; l->file_of && i < l->toc->n_files; i++)
+		lazy_file_free(l->file_of[i]);
+	free(l->file_of);
 	toc_free(l->toc);
 	free(l->tocbuf);
 	lazy_source_done(&l->src);
@@ -292,26 +285,19 @@ int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stat
 	r = read_layer_file(l->dirfd, "toc", TOC_MAX_BYTES, &tocbuf, &toclen);
 	if (r < 0)
 		goto fail;
-	r = toc_parse(&l->src.tl, &l->src.where, tocbuf, toclen, NULL, &l->toc, err, sizeof(err));
+	/* the tree of the image is built from the layer's index: this only
+	 * fetches files, and a table holds many entries that are not */
+	r = toc_parse_files(&l->src.tl, &l->src.where, tocbuf, toclen, &l->toc, err, sizeof(err));
 	if (r < 0)
 		goto fail;
+	mem_trim_after(l->toc->n_files);
 	l->tocbuf = (unsigned char *)TAKE_PTR(tocbuf);
 	l->toclen = toclen;
 	l->blob_digest = strdup(digest);
-	l->entry_of = strmap_new();
-	l->files = strmap_new();
-	if (!l->blob_digest || !l->entry_of || !l->files) {
+	l->file_of = calloc(MAX(l->toc->n_files, 1), sizeof(*l->file_of));
+	if (!l->blob_digest || !l->file_of) {
 		r = -ENOMEM;
 		goto fail;
-	}
-	for (size_t i = 0; i < l->toc->index->n_entries; i++) {
-		const char *o = l->toc->index->entries[i].object;
-
-		if (o && !strmap_get(l->entry_of, o) &&
-		    strmap_put(l->entry_of, o, (void *)(uintptr_t)(i + 1)) < 0) {
-			r = -ENOMEM;
-			goto fail;
-		}
 	}
 	*ret = l;
 	return 0;
@@ -391,27 +377,33 @@ void lazy_file_put(struct lazy_layer *l, struct lazy_file *f)
 	pthread_mutex_unlock(&l->lock);
 }
 
+struct lazy_file *lazy_file_peek_locked(struct lazy_layer *l, const char *object)
+{
+	ssize_t i = toc_find_file(l->toc, object);
+
+	return i < 0 ? NULL : l->file_of[i];
+}
+
 /* The state of the file with content object, made at its first use from
  * what is on disk, held (lazy_file_put() gives it back). */
 int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **ret)
 {
 	char name[DIGEST_HEX_LEN + 8];
-	struct lazy_file *f;
-	size_t i;
+	struct lazy_file *f = NULL;
+	ssize_t i;
 	int r = 0;
 
 	pthread_mutex_lock(&l->lock);
-	f = strmap_get(l->files, object);
+	i = toc_find_file(l->toc, object);
+	if (i < 0) {
+		r = -ENOENT;
+		goto out;
+	}
+	f = l->file_of[i];
 	if (f) {
 		r = file_hold_locked(l, f);
 		goto out;
 	}
-	i = (size_t)(uintptr_t)strmap_get(l->entry_of, object);
-	if (i == 0) {
-		r = -ENOENT;
-		goto out;
-	}
-	i--;
 	f = calloc(1, sizeof(*f));
 	if (!f) {
 		r = -ENOMEM;
@@ -421,8 +413,8 @@ int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **r
 	pthread_cond_init(&f->cond, NULL);
 	f->fd = f->mapfd = -1;
 	snprintf(f->object, sizeof(f->object), "%s", object);
-	f->chunks = toc_entry_chunks(l->toc, i, &f->n);
-	f->size = l->toc->index->entries[i].size;
+	f->chunks = toc_entry_chunks(l->toc, (size_t)i, &f->n);
+	f->size = l->toc->files[i].size;
 	f->state = calloc(f->n ? f->n : 1, 1);
 	f->claim = calloc(f->n ? f->n : 1, sizeof(*f->claim));
 	if (!f->state || !f->claim) {
@@ -474,10 +466,7 @@ int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **r
 			f->state[k] = CHUNK_PRESENT;
 	}
 put:
-	if (strmap_put(l->files, f->object, f) < 0) {
-		r = -ENOMEM;
-		goto fail;
-	}
+	l->file_of[i] = f;
 	f->users = 1;
 	lazy_changed(l);
 out:

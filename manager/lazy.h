@@ -69,13 +69,14 @@ struct lazy_source {
 /* Fetches and verifies the TOC of blob_digest from src (tl, domain, repo):
  * eStargz: the tail of the blob, then the TOC's range; zstd:chunked: the
  * range its annotation gives, one request.  The range goes to
- * src->where.
+ * src->where.  Its entries are held to lim (NULL: the defaults; see
+ * toc_parse()).
  * Returns 0 with the parsed toc and its raw bytes (caller frees both), or
  * -errno with a reason in errbuf (-EBADMSG: malformed or not matching its
  * digest). */
 int lazy_fetch_toc(struct registry *reg, struct lazy_source *src, const char *blob_digest,
-		   struct toc **ret_toc, char **ret_buf, size_t *ret_len, char *errbuf,
-		   size_t errlen);
+		   const struct layer_limits *lim, struct toc **ret_toc, char **ret_buf,
+		   size_t *ret_len, char *errbuf, size_t errlen);
 
 /* The "lazy" file's text for src, and back.  Returns 0 or -ENOMEM /
  * -EBADMSG. */

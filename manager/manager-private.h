@@ -278,10 +278,13 @@ void manager_emit(struct manager *m, enum event_type type, const char *reason, c
  * stores for digest or one derived from both, or the next free one (see
  * imagekeys.h).  Takes manager.lock.  Returns 0 with a new image (one
  * reference for the caller), -ENOENT when something is missing from the
- * cache, -EBADMSG (reason in errbuf), -ENOMEM, -EMFILE when no key is
- * left. */
+ * cache, -EBADMSG (reason in errbuf), -EFBIG when its layers have more
+ * entries than image_max_entries() (reason in errbuf), -ENOMEM, -EMFILE
+ * when no key is left. */
 int image_load(struct manager *m, const char *reference, const char *digest, struct image **ret,
 	       char *errbuf, size_t errlen);
+/* The budget of entries of one image (--max-image-entries). */
+unsigned image_max_entries(const struct manager *m);
 /* layerview.c: contents whose digest is LAYER_CONTENT_PREFIX and a layer
  * digest hold that layer alone, in overlayfs's format; content_get() loads
  * them with layer_content_load().  image_free() ends a view's hold on its

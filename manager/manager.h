@@ -66,6 +66,10 @@ struct manager_options {
 	unsigned max_names_per_user; /* ephemeral names in use; 0: 256 */
 	unsigned max_pulls_per_user; /* pulls in progress; 0: 8 */
 	unsigned name_idle_s;	     /* collect names unused this long; 0: 300 */
+	/* Entries of an image's layers together (what its tree, and a lazy
+	 * layer's table, cost in memory): more fail with -EFBIG; 0:
+	 * MANAGER_DEFAULT_IMAGE_ENTRIES. */
+	unsigned max_image_entries;
 	/* Who may cause pulls and who may see images pulled with
 	 * credentials: "PATTERN=WHO[,WHO...]" rules (access.h). */
 	const char *const *pull_access_rules;
@@ -111,6 +115,7 @@ struct manager_options {
 #define MANAGER_DEFAULT_NAMES_PER_USER 256
 #define MANAGER_DEFAULT_PULLS_PER_USER 8
 #define MANAGER_DEFAULT_NAME_IDLE_S 300
+#define MANAGER_DEFAULT_IMAGE_ENTRIES 1000000
 
 struct manager;
 struct image;

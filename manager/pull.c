@@ -19,8 +19,10 @@
 #include "errname.h"
 #include "fault.h"
 #include "layer.h"
+#include "layer-private.h"
 #include "fileio.h"
 #include "macro.h"
+#include "memtrim.h"
 #include "manifest.h"
 #include "packs.h"
 #include "puller.h"
@@ -74,18 +76,39 @@ struct unpack_job {
 	int pack_fd;
 	struct layer_objects objects;
 	enum layer_compression compression;
+	struct layer_limits lim;
 	struct layer_index *index;
 	int result;
 	char errmsg[256];
 };
+
+/* What one layer may hold: the format's limits, and no more entries than
+ * the whole image may have (-EFBIG past that). */
+static struct layer_limits pull_layer_limits(const struct manager *m)
+{
+	struct layer_limits lim = { .max_entries = image_max_entries(m) };
+
+	if (lim.max_entries <= LAYER_DEFAULT_MAX_ENTRIES)
+		lim.entries_err = -EFBIG;
+	else
+		lim.max_entries = 0;
+	return lim;
+}
+
+/* The reason of a layer's failure: one over the image's budget names it. */
+static void pull_layer_fail(struct pull *p, const char *digest, int r, const char *msg)
+{
+	pull_fail(p, "layer %s: %s%s", digest, msg[0] ? msg : strerror(-r),
+		  r == -EFBIG ? " (the limit of --max-image-entries)" : "");
+}
 
 static void *unpack_thread(void *arg)
 {
 	struct unpack_job *j = arg;
 	char buf[64 << 10];
 
-	j->result = layer_unpack(j->in_fd, j->compression, j->pack_fd, &j->objects, NULL, &j->index,
-				 j->errmsg, sizeof(j->errmsg));
+	j->result = layer_unpack(j->in_fd, j->compression, j->pack_fd, &j->objects, &j->lim,
+				 &j->index, j->errmsg, sizeof(j->errmsg));
 	/* libarchive stops at the end-of-archive blocks; whatever padding
 	 * follows must still reach the hasher for the digest to check out. */
 	if (j->result == 0)
@@ -138,7 +161,7 @@ static int try_lazy(struct pull *p, const struct descriptor *d)
 	struct cache_layer_stage stage;
 	_cleanup_free_ char *tocbuf = NULL, *text = NULL;
 	struct toc *toc = NULL;
-	size_t toclen;
+	size_t toclen, n;
 	char err[256] = "";
 	int r;
 
@@ -149,9 +172,18 @@ static int try_lazy(struct pull *p, const struct descriptor *d)
 	r = toc_layer_from_descriptor(d, &src.tl, err, sizeof(err));
 	if (r == 0 && src.tl.format == TOC_NONE)
 		return 1;
-	if (r == 0)
-		r = lazy_fetch_toc(m->registry, &src, d->digest, &toc, &tocbuf, &toclen, err,
+	if (r == 0) {
+		const struct layer_limits lim = pull_layer_limits(m);
+
+		r = lazy_fetch_toc(m->registry, &src, d->digest, &lim, &toc, &tocbuf, &toclen, err,
 				   sizeof(err));
+		/* pulled whole, it would be refused all the same, after the
+		 * download */
+		if (r == -EFBIG) {
+			pull_layer_fail(p, d->digest, r, err);
+			return r;
+		}
+	}
 	/* A registry that sends the table under the rate floor would send
 	 * the whole blob no faster: the pull fails, not falls back. */
 	if (r == -ETIMEDOUT) {
@@ -184,7 +216,9 @@ static int try_lazy(struct pull *p, const struct descriptor *d)
 					    toclen);
 	if (r == 0)
 		lazy_report_shared(p, d->digest, toc);
+	n = toc->index->n_entries;
 	toc_free(toc);
+	mem_trim_after(n);
 	if (r < 0) {
 		pull_fail(p, "cannot publish lazy layer %s: %s", d->digest, strerror(-r));
 		return r;
@@ -202,6 +236,7 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 	enum layer_compression comp;
 	pthread_t th;
 	int pfd[2];
+	size_t n;
 	int r, ur;
 
 	r = layer_media_type_compression(d->media_type, &comp);
@@ -231,6 +266,7 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 			toc_layer_from_descriptor(d, &tl, NULL, 0) == 0 && tl.stargz_files;
 	}
 	job.compression = comp;
+	job.lim = pull_layer_limits(m);
 	r = pthread_create(&th, NULL, unpack_thread, &job);
 	if (r != 0) {
 		close(pfd[0]);
@@ -249,7 +285,7 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 	if (r < 0 && ur < 0 && (r == -EPIPE || r == -EBADMSG)) {
 		/* The unpacker gave up first; its reason is the real one. */
 		r = ur;
-		pull_fail(p, "layer %s: %s", d->digest, job.errmsg);
+		pull_layer_fail(p, d->digest, r, job.errmsg);
 		goto fail;
 	}
 	if (r < 0) {
@@ -258,13 +294,15 @@ static int fetch_layer(struct pull *p, const struct descriptor *d)
 	}
 	if (ur < 0) {
 		r = ur;
-		pull_fail(p, "layer %s: %s", d->digest, job.errmsg[0] ? job.errmsg : strerror(-ur));
+		pull_layer_fail(p, d->digest, r, job.errmsg);
 		goto fail;
 	}
 	fault_point("mid-unpack");
 	r = cache_layer_commit(m->cache, &stage, d->digest, job.index);
+	n = job.index->n_entries;
 	layer_index_free(job.index);
 	job.index = NULL;
+	mem_trim_after(n);
 	if (r < 0) {
 		pull_fail(p, "cannot publish layer %s: %s", d->digest, strerror(-r));
 		goto fail;

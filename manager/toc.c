@@ -441,9 +441,9 @@ static int toc_digest_check(const void *buf, size_t len, const char *want, const
 	return 0;
 }
 
-int toc_parse(const struct toc_layer *tl, const struct toc_range *where, const void *buf,
-	      size_t len, const struct layer_limits *lim, struct toc **ret, char *errbuf,
-	      size_t errlen)
+static int toc_parse_as(const struct toc_layer *tl, const struct toc_range *where, const void *buf,
+			size_t len, const struct layer_limits *lim, bool files_only,
+			struct toc **ret, char *errbuf, size_t errlen)
 {
 	_cleanup_free_ unsigned char *tar = NULL;
 	_cleanup_free_ char *json = NULL;
@@ -503,7 +503,20 @@ int toc_parse(const struct toc_layer *tl, const struct toc_range *where, const v
 	default:
 		return -EINVAL;
 	}
-	return toc_from_json(tl, json, json_len, data_end, lim, ret, errbuf, errlen);
+	return toc_from_json(tl, json, json_len, data_end, lim, files_only, ret, errbuf, errlen);
+}
+
+int toc_parse(const struct toc_layer *tl, const struct toc_range *where, const void *buf,
+	      size_t len, const struct layer_limits *lim, struct toc **ret, char *errbuf,
+	      size_t errlen)
+{
+	return toc_parse_as(tl, where, buf, len, lim, false, ret, errbuf, errlen);
+}
+
+int toc_parse_files(const struct toc_layer *tl, const struct toc_range *where, const void *buf,
+		    size_t len, struct toc **ret, char *errbuf, size_t errlen)
+{
+	return toc_parse_as(tl, where, buf, len, NULL, true, ret, errbuf, errlen);
 }
 
 /* ---- chunks ----------------------------------------------------------- */

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "digest.h"
 #include "layer.h"
@@ -71,16 +72,29 @@ struct toc_chunk {
 	char digest[DIGEST_STRING_MAX]; /* "sha256:..." or "" when not given */
 };
 
+/* A content of a layer, what fetching it needs (toc_keep_files()). */
+struct toc_file {
+	const char *object; /* hex SHA-256 */
+	uint64_t size;
+};
+
 struct toc {
 	enum toc_format format;
 	/* The layer's entries as layer_unpack() would give them, but with
 	 * nothing in a pack: data_size is 0, and a regular file's object
 	 * is the hex SHA-256 of its whole content when the table gives it
-	 * (NULL otherwise and for empty files). */
+	 * (NULL otherwise and for empty files).  NULL after
+	 * toc_keep_files(). */
 	struct layer_index *index;
-	/* Chunks of entry i: chunks[first_chunk[i] .. first_chunk[i + 1]),
-	 * in file order, covering the file exactly; none for anything but
-	 * non-empty regular files. */
+	/* toc_keep_files(): what replaces the index, one per distinct
+	 * content, in the order of their objects; their objects back to
+	 * back */
+	struct toc_file *files;
+	size_t n_files;
+	char *objects;
+	/* Chunks of entry i (of the index, or of files): chunks[first_chunk[i]
+	 * .. first_chunk[i + 1]), in file order, covering the file exactly;
+	 * none for anything but non-empty regular files. */
 	struct toc_chunk *chunks;
 	size_t n_chunks;
 	size_t *first_chunk; /* index->n_entries + 1 */
@@ -122,10 +136,24 @@ int toc_parse(const struct toc_layer *tl, const struct toc_range *where, const v
 	      size_t len, const struct layer_limits *lim, struct toc **ret, char *errbuf,
 	      size_t errlen);
 
+/* toc_parse() then toc_keep_files(), without ever holding more than the
+ * files: for a table toc_parse() accepted before (the digest is checked
+ * again, the rules on paths and entries are not).  Same returns. */
+int toc_parse_files(const struct toc_layer *tl, const struct toc_range *where, const void *buf,
+		    size_t len, struct toc **ret, char *errbuf, size_t errlen);
+
 void toc_free(struct toc *t);
 
-/* The chunks of entry i of t->index (borrowed); NULL with *ret_n 0 for
- * entries without content. */
+/* Keeps of t what fetching files needs: t->files, one per distinct
+ * object (the first of the entries naming it), and their chunks; the
+ * index is freed.  Returns 0, or -ENOMEM with t unchanged. */
+int toc_keep_files(struct toc *t);
+
+/* The position in t->files of content object, or -1. */
+ssize_t toc_find_file(const struct toc *t, const char *object);
+
+/* The chunks of entry i of t->index, or of t->files once kept
+ * (borrowed); NULL with *ret_n 0 for entries without content. */
 const struct toc_chunk *toc_entry_chunks(const struct toc *t, size_t i, size_t *ret_n);
 
 /* Receives the bytes of a chunk in order: len bytes that go at off in the

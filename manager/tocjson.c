@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sysmacros.h>
@@ -32,9 +33,13 @@
 struct build {
 	enum toc_format f;
 	bool stargz_files;
+	/* only what toc_keep_files() keeps: no other entry, no path, no
+	 * places (the table passed their checks before) */
+	bool files_only;
 	uint64_t data_end;
 	uint64_t max_entries, max_expanded, expanded;
 	uint64_t xattr_bytes; /* of every entry so far */
+	int entries_err;
 	uint32_t max_path;
 	struct toc *t;
 	size_t cap_entries, cap_chunks;
@@ -43,11 +48,11 @@ struct build {
 	struct layer_places places;
 	/* the file whose "chunk" entries may follow */
 	bool open;
-	const char *open_name; /* its name as the JSON spells it */
-	size_t open_first;     /* its first chunk in t->chunks */
+	char *open_name;   /* its name as the JSON spells it */
+	size_t open_first; /* its first chunk in t->chunks */
 	uint64_t open_size, open_end;
-	const char *open_digest; /* of the whole file, or NULL */
-	bool open_kept;		 /* an entry of the tree, not a marker */
+	char open_digest[DIGEST_STRING_MAX]; /* of the whole file, or "" */
+	bool open_kept;			     /* an entry of the tree, not a marker */
 	/* eStargz: gzip members of content no entry keeps (the landmarks,
 	 * whiteouts with data), which still end the members before them */
 	uint64_t *orphans;
@@ -331,7 +336,7 @@ static int file_close(struct build *b)
 	}
 	/* the last chunk ends at the file's size: the chunks tile it */
 	/* a file in one piece: its digest is the chunk's */
-	if (n == 1 && !cs[0].digest[0] && b->open_digest)
+	if (n == 1 && !cs[0].digest[0] && b->open_digest[0])
 		strcpy(cs[0].digest, b->open_digest);
 	if (b->open_kept)
 		return 0;
@@ -463,8 +468,8 @@ static int entry_push(struct build *b, struct layer_entry *e, size_t first)
 	struct layer_index *li = b->t->index;
 
 	if (li->n_entries >= b->max_entries)
-		return layer_fail(b->errbuf, b->errlen, "toc: more than %" PRIu64 " entries",
-				  b->max_entries);
+		return errbuf_fail(b->entries_err, b->errbuf, b->errlen,
+				   "toc: more than %" PRIu64 " entries", b->max_entries);
 	li->entries = grow(li->entries, &b->cap_entries, li->n_entries + 1, sizeof(*li->entries));
 	if (!li->entries)
 		return -ENOMEM;
@@ -473,6 +478,16 @@ static int entry_push(struct build *b, struct layer_entry *e, size_t first)
 		return -ENOMEM;
 	b->first[li->n_entries] = first;
 	li->entries[li->n_entries++] = *e;
+	if (b->files_only) {
+		struct layer_entry *kept = &li->entries[li->n_entries - 1];
+		char *object = TAKE_PTR(kept->object);
+
+		layer_entry_clear(kept);
+		*kept = (struct layer_entry){ .type = LAYER_ENTRY_REG,
+					      .size = e->size,
+					      .object = object };
+		return 0;
+	}
 	return layer_places_add(&b->places, &li->entries[li->n_entries - 1]);
 }
 
@@ -505,6 +520,9 @@ static int entry_next(struct build *b, json_t *o)
 	r = entry_type(b, tname, &type);
 	if (r < 0)
 		return r;
+	/* only regular files have content */
+	if (b->files_only && type != LAYER_ENTRY_REG)
+		return 0;
 
 	r = entry_fill(b, o, name, type, &e);
 	if (r == 1) {
@@ -516,7 +534,10 @@ static int entry_next(struct build *b, json_t *o)
 			r = get_uint(b, o, "offset", INT64_MAX, &b->t->prefetch_end);
 		kept = false;
 	}
-	if (r == 0 && kept)
+	/* (its chunks, if any, still bound the others: see file_close()) */
+	if (r == 0 && kept && b->files_only && !(e.type == LAYER_ENTRY_REG && e.object))
+		kept = false;
+	if (r == 0 && kept && !b->files_only)
 		r = layer_places_check(&b->places, &e, b->errbuf, b->errlen);
 	if (r < 0) {
 		layer_entry_clear(&e);
@@ -528,6 +549,7 @@ static int entry_next(struct build *b, json_t *o)
 	reg = type == LAYER_ENTRY_REG;
 	if (reg) {
 		uint64_t size;
+		const char *digest;
 
 		/* e.size only for what stays a file: markers have content
 		 * too, sometimes */
@@ -536,12 +558,19 @@ static int entry_next(struct build *b, json_t *o)
 			return r;
 		}
 		b->open = true;
-		b->open_name = name;
+		free(b->open_name);
+		b->open_name = strdup(name);
+		if (!b->open_name) {
+			layer_entry_clear(&e);
+			return -ENOMEM;
+		}
 		b->open_first = b->t->n_chunks;
 		b->open_size = size;
 		b->open_end = 0;
 		b->open_kept = kept && e.type == LAYER_ENTRY_REG;
-		r = get_digest(b, o, "digest", &b->open_digest);
+		r = get_digest(b, o, "digest", &digest);
+		snprintf(b->open_digest, sizeof(b->open_digest), "%s",
+			 r == 0 && digest ? digest : "");
 		if (r == 0 && size > 0)
 			r = chunk_add(b, o, &e);
 		if (r < 0) {
@@ -660,48 +689,249 @@ static int chunks_disjoint(struct build *b)
 	return 0;
 }
 
-int toc_from_json(const struct toc_layer *tl, const char *json, size_t len, uint64_t data_end,
-		  const struct layer_limits *lim, struct toc **ret, char *errbuf, size_t errlen)
+/* ---- the JSON text, one entry at a time ------------------------------- */
+
+/* The parse never holds more than one entry's JSON tree: a table of
+ * 64 MiB is a few million small objects, whose tree would take many
+ * times the text.  The top level is walked here; each value is cut out
+ * by json_extent() and handed whole to jansson, which checks it strictly,
+ * so that text the walk accepts and jansson would refuse is still
+ * refused. */
+struct jtext {
+	const char *p, *end;
+};
+
+static void json_skip_ws(struct jtext *j)
 {
-	_cleanup_(json_decrefp) json_t *root = NULL;
+	while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
+		j->p++;
+}
+
+/* The length of the value that starts at j->p: up to its closing quote,
+ * bracket or brace, or up to what ends a number or literal.  0 when the
+ * text ends first.  Validity is jansson's to judge. */
+static size_t json_extent(const struct jtext *j)
+{
+	const char *p = j->p;
+	size_t depth = 0;
+	bool in_str = false;
+
+	if (p >= j->end)
+		return 0;
+	if (*p != '"' && *p != '{' && *p != '[') {
+		while (p < j->end && !strchr(" \t\n\r,]}", *p))
+			p++;
+		return (size_t)(p - j->p);
+	}
+	for (; p < j->end; p++) {
+		if (in_str) {
+			if (*p == '\\') {
+				p++; /* the escaped character, a quote maybe */
+				continue;
+			}
+			if (*p != '"')
+				continue;
+			in_str = false;
+			if (depth == 0)
+				return (size_t)(p + 1 - j->p);
+			continue;
+		}
+		if (*p == '"')
+			in_str = true;
+		else if (*p == '{' || *p == '[')
+			depth++;
+		else if ((*p == '}' || *p == ']') && --depth == 0)
+			return (size_t)(p + 1 - j->p);
+	}
+	return 0;
+}
+
+static bool json_literal(const struct jtext *j)
+{
+	static const char *const lits[] = { "true", "false", "null" };
+	size_t n = (size_t)(j->end - j->p);
+
+	for (size_t i = 0; i < ARRAY_SIZE(lits); i++)
+		if (n >= strlen(lits[i]) && memcmp(j->p, lits[i], strlen(lits[i])) == 0)
+			return true;
+	return false;
+}
+
+static int json_bad(const struct jtext *j, const char *start, char *errbuf, size_t errlen,
+		    const char *what)
+{
+	return layer_fail(errbuf, errlen, "toc: invalid JSON at byte %zu: %s",
+			  (size_t)(j->p - start), what);
+}
+
+/* The next value, parsed alone; NULL with the error set. */
+static json_t *json_next(struct jtext *j, const char *start, char *errbuf, size_t errlen, int *ret)
+{
+	size_t n = json_extent(j);
+	json_error_t jerr;
+	json_t *v;
+
+	if (n == 0) {
+		*ret = json_bad(j, start, errbuf, errlen, "truncated");
+		return NULL;
+	}
+	v = json_loadb(j->p, n, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+	if (!v) {
+		*ret = json_error_code(&jerr) == json_error_out_of_memory
+			       ? -ENOMEM
+			       : layer_fail(errbuf, errlen, "toc: invalid JSON at byte %zu: %s",
+					    (size_t)(j->p - start) + (size_t)MAX(jerr.position, 0),
+					    jerr.text);
+		return NULL;
+	}
+	j->p += n;
+	json_skip_ws(j);
+	return v;
+}
+
+/* After a member or an element: ',' goes on (true), close ends (false). */
+static int json_sep(struct jtext *j, const char *start, char close, char *errbuf, size_t errlen)
+{
+	if (j->p < j->end && *j->p == ',') {
+		j->p++;
+		json_skip_ws(j);
+		return 1;
+	}
+	if (j->p < j->end && *j->p == close) {
+		j->p++;
+		json_skip_ws(j);
+		return 0;
+	}
+	return json_bad(j, start, errbuf, errlen, "expected ',' or a closing bracket");
+}
+
+static int entries_walk(struct build *b, struct jtext *j, const char *start)
+{
+	int r;
+
+	if (j->p >= j->end || *j->p != '[')
+		return layer_fail(b->errbuf, b->errlen, "toc: entries is not an array");
+	j->p++;
+	json_skip_ws(j);
+	if (j->p < j->end && *j->p == ']') {
+		j->p++;
+		json_skip_ws(j);
+		return 0;
+	}
+	for (;; b->where++) {
+		_cleanup_(json_decrefp) json_t *o = json_next(j, start, b->errbuf, b->errlen, &r);
+
+		if (!o)
+			return r;
+		r = entry_next(b, o);
+		if (r < 0)
+			return r;
+		r = json_sep(j, start, ']', b->errbuf, b->errlen);
+		if (r <= 0)
+			return r;
+	}
+}
+
+/* The root object: "version" 1 and the "entries", in either order,
+ * other members ignored, none twice. */
+static int toc_walk(struct build *b, const char *json, size_t len)
+{
+	_cleanup_(json_decrefp) json_t *seen = json_object();
+	struct jtext j = { json, json + len };
+	bool version = false, entries = false;
+	int r;
+
+	if (!seen)
+		return -ENOMEM;
+	json_skip_ws(&j);
+	/* another JSON value, told apart from what is not JSON at all */
+	if (j.p < j.end && (strchr("[\"-0123456789", *j.p) || json_literal(&j)))
+		return layer_fail(b->errbuf, b->errlen, "toc: not a JSON object");
+	if (j.p >= j.end || *j.p != '{')
+		return json_bad(&j, json, b->errbuf, b->errlen, "not an object");
+	j.p++;
+	json_skip_ws(&j);
+	if (j.p < j.end && *j.p == '}') {
+		j.p++;
+		r = 0;
+	} else {
+		do {
+			_cleanup_(json_decrefp) json_t *key = NULL;
+			const char *k;
+
+			if (j.p >= j.end || *j.p != '"')
+				return json_bad(&j, json, b->errbuf, b->errlen,
+						"expected a member name");
+			key = json_next(&j, json, b->errbuf, b->errlen, &r);
+			if (!key)
+				return r;
+			k = json_string_value(key);
+			if (json_object_get(seen, k))
+				return json_bad(&j, json, b->errbuf, b->errlen,
+						"duplicate member name");
+			if (json_object_set_new(seen, k, json_null()) < 0)
+				return -ENOMEM;
+			if (j.p >= j.end || *j.p != ':')
+				return json_bad(&j, json, b->errbuf, b->errlen, "expected ':'");
+			j.p++;
+			json_skip_ws(&j);
+			if (strcmp(k, "entries") == 0) {
+				r = entries_walk(b, &j, json);
+				if (r < 0)
+					return r;
+				entries = true;
+			} else {
+				_cleanup_(json_decrefp) json_t *v =
+					json_next(&j, json, b->errbuf, b->errlen, &r);
+
+				if (!v)
+					return r;
+				if (strcmp(k, "version") == 0)
+					version = json_is_integer(v) && json_integer_value(v) == 1;
+			}
+			r = json_sep(&j, json, '}', b->errbuf, b->errlen);
+			if (r < 0)
+				return r;
+		} while (r > 0);
+	}
+	json_skip_ws(&j);
+	if (j.p != j.end)
+		return json_bad(&j, json, b->errbuf, b->errlen, "text after the object");
+	if (!version)
+		return layer_fail(b->errbuf, b->errlen, "toc: version is not 1");
+	if (!entries)
+		return layer_fail(b->errbuf, b->errlen, "toc: entries is not an array");
+	return 0;
+}
+
+int toc_from_json(const struct toc_layer *tl, const char *json, size_t len, uint64_t data_end,
+		  const struct layer_limits *lim, bool files_only, struct toc **ret, char *errbuf,
+		  size_t errlen)
+{
 	struct build b = {
 		.f = tl->format,
 		.stargz_files = tl->stargz_files,
+		.files_only = files_only,
 		.data_end = data_end,
 		.max_entries = LAYER_DEFAULT_MAX_ENTRIES,
+		.entries_err = -EBADMSG,
 		.max_expanded = LAYER_DEFAULT_MAX_EXPANDED,
 		.max_path = LAYER_DEFAULT_MAX_PATH,
 		.errbuf = errbuf,
 		.errlen = errlen,
 	};
-	json_t *version, *entries;
-	json_error_t jerr;
 	int r;
 
 	if (lim) {
 		if (lim->max_entries)
 			b.max_entries = lim->max_entries;
+		if (lim->entries_err)
+			b.entries_err = lim->entries_err;
 		if (lim->max_expanded_bytes)
 			b.max_expanded = lim->max_expanded_bytes;
 		if (lim->max_path)
 			b.max_path = lim->max_path;
 	}
-	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-	if (!root) {
-		if (json_error_code(&jerr) == json_error_out_of_memory)
-			return -ENOMEM;
-		return layer_fail(errbuf, errlen, "toc: invalid JSON at line %d column %d: %s",
-				  jerr.line, jerr.column, jerr.text);
-	}
-	if (!json_is_object(root))
-		return layer_fail(errbuf, errlen, "toc: not a JSON object");
-	version = json_object_get(root, "version");
-	if (!json_is_integer(version) || json_integer_value(version) != 1)
-		return layer_fail(errbuf, errlen, "toc: version is not 1");
-	entries = json_object_get(root, "entries");
-	if (!json_is_array(entries))
-		return layer_fail(errbuf, errlen, "toc: entries is not an array");
-
 	b.t = calloc(1, sizeof(*b.t));
 	if (!b.t)
 		return -ENOMEM;
@@ -711,11 +941,9 @@ int toc_from_json(const struct toc_layer *tl, const char *json, size_t len, uint
 		r = -ENOMEM;
 		goto out;
 	}
-	for (b.where = 0; b.where < json_array_size(entries); b.where++) {
-		r = entry_next(&b, json_array_get(entries, b.where));
-		if (r < 0)
-			goto out;
-	}
+	r = toc_walk(&b, json, len);
+	if (r < 0)
+		goto out;
 	r = file_close(&b);
 	if (r < 0)
 		goto out;
@@ -733,12 +961,18 @@ int toc_from_json(const struct toc_layer *tl, const char *json, size_t len, uint
 	}
 	b.first[b.t->index->n_entries] = b.t->n_chunks;
 	b.t->first_chunk = TAKE_PTR(b.first);
+	if (files_only) {
+		r = toc_keep_files(b.t);
+		if (r < 0)
+			goto out;
+	}
 	*ret = TAKE_PTR(b.t);
 	r = 0;
 out:
 	toc_free(b.t);
 	free(b.first);
 	free(b.orphans);
+	free(b.open_name);
 	layer_places_done(&b.places);
 	return r;
 }
@@ -748,14 +982,111 @@ void toc_free(struct toc *t)
 	if (!t)
 		return;
 	layer_index_free(t->index);
+	free(t->files);
+	free(t->objects);
 	free(t->chunks);
 	free(t->first_chunk);
 	free(t);
 }
 
+static int entry_object_cmp(const void *a, const void *b)
+{
+	const struct layer_entry *x = *(const struct layer_entry *const *)a;
+	const struct layer_entry *y = *(const struct layer_entry *const *)b;
+	int c = strcmp(x->object, y->object);
+
+	/* the first of equal objects sorts first: the one kept */
+	return c ? c : x < y ? -1 : x > y;
+}
+
+int toc_keep_files(struct toc *t)
+{
+	struct layer_index *li = t->index;
+	_cleanup_free_ struct layer_entry **order = NULL;
+	_cleanup_free_ struct toc_file *files = NULL;
+	_cleanup_free_ struct toc_chunk *chunks = NULL;
+	_cleanup_free_ size_t *first = NULL;
+	_cleanup_free_ char *objects = NULL;
+	size_t n = 0, kept = 0, n_chunks = 0, bytes = 0;
+	char *cursor;
+
+	for (size_t i = 0; i < li->n_entries; i++)
+		n += li->entries[i].object != NULL;
+	order = malloc(MAX(n, 1) * sizeof(*order));
+	if (!order)
+		return -ENOMEM;
+	n = 0;
+	for (size_t i = 0; i < li->n_entries; i++)
+		if (li->entries[i].object)
+			order[n++] = &li->entries[i];
+	qsort(order, n, sizeof(*order), entry_object_cmp);
+	for (size_t i = 0; i < n; i++) {
+		if (i > 0 && strcmp(order[i]->object, order[kept - 1]->object) == 0)
+			continue;
+		order[kept++] = order[i];
+		bytes += strlen(order[i]->object) + 1;
+		n_chunks += t->first_chunk[order[i] - li->entries + 1] -
+			    t->first_chunk[order[i] - li->entries];
+	}
+	files = malloc(MAX(kept, 1) * sizeof(*files));
+	chunks = malloc(MAX(n_chunks, 1) * sizeof(*chunks));
+	first = malloc((kept + 1) * sizeof(*first));
+	/* one block, not one string each: what is kept is not scattered
+	 * among the pages of what is freed */
+	objects = malloc(MAX(bytes, 1));
+	if (!files || !chunks || !first || !objects)
+		return -ENOMEM;
+	n_chunks = 0;
+	cursor = objects;
+	for (size_t i = 0; i < kept; i++) {
+		size_t at = (size_t)(order[i] - li->entries), k, len;
+		const struct toc_chunk *c = toc_entry_chunks(t, at, &k);
+
+		len = strlen(order[i]->object) + 1;
+		files[i].object = memcpy(cursor, order[i]->object, len);
+		files[i].size = order[i]->size;
+		cursor += len;
+		first[i] = n_chunks;
+		if (k > 0)
+			memcpy(chunks + n_chunks, c, k * sizeof(*c));
+		n_chunks += k;
+	}
+	first[kept] = n_chunks;
+	layer_index_free(t->index);
+	t->index = NULL;
+	t->files = TAKE_PTR(files);
+	t->n_files = kept;
+	free(t->objects);
+	t->objects = TAKE_PTR(objects);
+	free(t->chunks);
+	t->chunks = TAKE_PTR(chunks);
+	t->n_chunks = n_chunks;
+	free(t->first_chunk);
+	t->first_chunk = TAKE_PTR(first);
+	return 0;
+}
+
+ssize_t toc_find_file(const struct toc *t, const char *object)
+{
+	size_t lo = 0, hi = t->n_files;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(object, t->files[mid].object);
+
+		if (c == 0)
+			return (ssize_t)mid;
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return -1;
+}
+
 const struct toc_chunk *toc_entry_chunks(const struct toc *t, size_t i, size_t *ret_n)
 {
-	if (i >= t->index->n_entries) {
+	if (i >= (t->index ? t->index->n_entries : t->n_files)) {
 		*ret_n = 0;
 		return NULL;
 	}

@@ -16,9 +16,60 @@
 #include "tree.h"
 #include "tree-private.h"
 
+/* Build nodes come from blocks of many, with a free list, not one
+ * allocation each: a million entries would otherwise pay a million
+ * allocator headers at the peak of a load, and scatter what is freed. */
+struct pool {
+	size_t size;   /* of one item, at least a pointer */
+	char **blocks; /* POOL_BLOCK items each */
+	size_t n_blocks;
+	size_t used;	 /* items handed out of the last block */
+	void *free_list; /* items given back, each holding the next */
+};
+
+#define POOL_BLOCK 4096u
+
+static void *pool_get(struct pool *p)
+{
+	void *x = p->free_list;
+
+	if (x) {
+		p->free_list = *(void **)x;
+	} else {
+		if (p->n_blocks == 0 || p->used == POOL_BLOCK) {
+			char **nb = reallocarray(p->blocks, p->n_blocks + 1, sizeof(*nb));
+
+			if (!nb)
+				return NULL;
+			p->blocks = nb;
+			nb[p->n_blocks] = malloc(POOL_BLOCK * p->size);
+			if (!nb[p->n_blocks])
+				return NULL;
+			p->n_blocks++;
+			p->used = 0;
+		}
+		x = p->blocks[p->n_blocks - 1] + p->used++ * p->size;
+	}
+	return memset(x, 0, p->size);
+}
+
+static void pool_put(struct pool *p, void *x)
+{
+	*(void **)x = p->free_list;
+	p->free_list = x;
+}
+
+static void pool_done(struct pool *p)
+{
+	for (size_t i = 0; i < p->n_blocks; i++)
+		free(p->blocks[i]);
+	free(p->blocks);
+}
+
 /* One hash table for every directory, keyed by (directory, name), keeps
  * build memory at two pointers per name. */
 struct builder {
+	struct pool nodes, dents;
 	struct bnode *root;
 	struct bdent **buckets;
 	size_t n_buckets, n_dents;
@@ -38,9 +89,10 @@ static uint32_t tree_hash(const struct bnode *dir, const char *name, size_t len)
 	return (uint32_t)(h ^ (h >> 32));
 }
 
-static struct bnode *bnode_new(uint8_t type, const struct layer_entry *e, uint16_t layer)
+static struct bnode *bnode_new(struct builder *b, uint8_t type, const struct layer_entry *e,
+			       uint16_t layer)
 {
-	struct bnode *n = calloc(1, sizeof(*n));
+	struct bnode *n = pool_get(&b->nodes);
 
 	if (!n)
 		return NULL;
@@ -104,7 +156,7 @@ static int builder_link(struct builder *b, struct bnode *dir, const char *name, 
 
 	if (b->n_dents >= b->n_buckets && builder_grow(b) < 0)
 		return -ENOMEM;
-	d = calloc(1, sizeof(*d));
+	d = pool_get(&b->dents);
 	if (!d)
 		return -ENOMEM;
 	d->name = name;
@@ -149,7 +201,7 @@ static void builder_unref(struct builder *b, struct bnode *ino)
 	if (--ino->refs > 0)
 		return;
 	if (ino->type != LAYER_ENTRY_DIR) {
-		free(ino);
+		pool_put(&b->nodes, ino);
 		return;
 	}
 	cur = ino;
@@ -161,7 +213,7 @@ static void builder_unref(struct builder *b, struct bnode *ino)
 			struct bnode *up = cur->parent;
 			bool done = cur == ino;
 
-			free(cur);
+			pool_put(&b->nodes, cur);
 			if (done)
 				return;
 			cur = up;
@@ -169,13 +221,13 @@ static void builder_unref(struct builder *b, struct bnode *ino)
 		}
 		builder_detach(b, d);
 		child = d->ino;
-		free(d);
+		pool_put(&b->dents, d);
 		if (--child->refs > 0)
 			continue;
 		if (child->type == LAYER_ENTRY_DIR)
 			cur = child; /* its parent pointer leads back */
 		else
-			free(child);
+			pool_put(&b->nodes, child);
 	}
 }
 
@@ -196,7 +248,7 @@ static void builder_remove(struct builder *b, struct bdent *d)
 	struct bnode *ino = d->ino;
 
 	builder_detach(b, d);
-	free(d);
+	pool_put(&b->dents, d);
 	builder_unref(b, ino);
 }
 
@@ -277,7 +329,7 @@ static int builder_parent(struct builder *b, const char *path, struct bnode **re
 		if (d && d->ino->type == LAYER_ENTRY_DIR) {
 			dir = d->ino;
 		} else {
-			n = bnode_new(LAYER_ENTRY_DIR, NULL, 0);
+			n = bnode_new(b, LAYER_ENTRY_DIR, NULL, 0);
 			if (!n)
 				return -ENOMEM;
 			if (d) {
@@ -285,7 +337,7 @@ static int builder_parent(struct builder *b, const char *path, struct bnode **re
 			} else {
 				r = builder_link(b, dir, name, (size_t)len, n);
 				if (r < 0) {
-					free(n);
+					pool_put(&b->nodes, n);
 					return r;
 				}
 			}
@@ -384,7 +436,7 @@ static int builder_add(struct builder *b, const struct layer_entry *e, uint16_t 
 		if (e->type > LAYER_ENTRY_SOCK)
 			return tree_fail(b->errbuf, b->errlen, "tree: bad entry type %u",
 					 (unsigned)e->type);
-		ino = bnode_new(e->type, e, layer);
+		ino = bnode_new(b, e->type, e, layer);
 		if (!ino)
 			return -ENOMEM;
 	}
@@ -398,7 +450,7 @@ static int builder_add(struct builder *b, const struct layer_entry *e, uint16_t 
 			if (target)
 				builder_unref(b, target);
 			else
-				free(ino);
+				pool_put(&b->nodes, ino);
 			return r;
 		}
 	}
@@ -439,17 +491,21 @@ static int builder_apply(struct builder *b, const struct layer_index *li, uint16
 
 static void builder_free(struct builder *b)
 {
-	if (b->root) {
-		b->root->refs = 1;
-		builder_unref(b, b->root);
-	}
+	/* every node and name is in the pools */
+	pool_done(&b->nodes);
+	pool_done(&b->dents);
 	free(b->buckets);
 }
 
 int tree_build(const struct layer_index *const *layers, size_t n, struct tree **ret, char *errbuf,
 	       size_t errlen)
 {
-	struct builder b = { .errbuf = errbuf, .errlen = errlen };
+	struct builder b = {
+		.nodes.size = sizeof(struct bnode),
+		.dents.size = sizeof(struct bdent),
+		.errbuf = errbuf,
+		.errlen = errlen,
+	};
 	int r;
 
 	if (errbuf && errlen > 0)
@@ -458,7 +514,7 @@ int tree_build(const struct layer_index *const *layers, size_t n, struct tree **
 		return tree_fail(errbuf, errlen, "tree: more than %u layers", UINT16_MAX + 1);
 	b.n_buckets = 1024;
 	b.buckets = calloc(b.n_buckets, sizeof(*b.buckets));
-	b.root = bnode_new(LAYER_ENTRY_DIR, NULL, 0);
+	b.root = bnode_new(&b, LAYER_ENTRY_DIR, NULL, 0);
 	if (!b.buckets || !b.root) {
 		r = -ENOMEM;
 		goto out;

@@ -316,7 +316,7 @@ void tinode_fill_stat(const struct tinode *ino, struct stat *st)
 	st->st_uid = ino->uid;
 	st->st_gid = ino->gid;
 	st->st_size = S_ISDIR(ino->mode) ? 4096 : (off_t)ino->size;
-	st->st_rdev = ino->rdev;
+	st->st_rdev = S_ISCHR(ino->mode) || S_ISBLK(ino->mode) ? ino->rdev : 0;
 	st->st_blksize = 4096;
 	st->st_blocks = (st->st_size + 511) / 512;
 	st->st_mtim.tv_sec = ino->mtime_sec;
@@ -332,3 +332,6 @@ const struct tree_xattr *tinode_getxattr(const struct tinode *ino, const char *n
 			return &ino->xattrs[i];
 	return NULL;
 }
+
+_Static_assert(sizeof(void *) != 8 || sizeof(struct tinode) == 112,
+	       "struct tinode grew: every inode of every image pays for it");

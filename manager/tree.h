@@ -20,29 +20,33 @@ struct tree_xattr {
 	uint32_t size;
 };
 
+/* One per inode of every image: kept small (112 bytes), as an image may
+ * have a million. */
 struct tinode {
 	uint32_t mode; /* full st_mode: S_IFMT type and 07777 */
 	uint32_t uid, gid;
 	uint32_t nlink;
 	int64_t mtime_sec;
 	uint32_t mtime_nsec;
-	uint16_t layer;	   /* regular files: which layer's pack holds the data */
-	uint64_t size;	   /* regular files: bytes; symlinks: strlen(link) */
-	uint64_t data_off; /* regular files: offset in that pack */
+	uint16_t layer; /* regular files: which layer's pack holds the data */
+	uint64_t size;	/* regular files: bytes; symlinks: strlen(link) */
+	union {
+		uint64_t data_off; /* regular files: offset in that pack */
+		uint64_t rdev;	   /* devices; 0 for other types */
+	};
 	/* regular files stored as an object of that layer: the hex
 	 * SHA-256 of the content (layer.h, cache.h); NULL: in the pack */
 	const char *object;
-	uint64_t rdev;
 	const char *link; /* symlinks: target, verbatim */
 	const struct tree_xattr *xattrs;
-	uint32_t n_xattrs;
 	/* directories (zero or NULL for other types, which may have
 	 * several parents) */
-	const struct tinode *parent; /* the root is its own parent */
-	uint32_t n_children;
+	const struct tinode *parent;	      /* the root is its own parent */
 	const char *const *child_names;	      /* sorted by strcmp */
 	const struct tinode *const *children; /* same order */
 	const struct tree *tree;
+	uint32_t n_xattrs;
+	uint32_t n_children;
 };
 
 /* Applies layers[0..n) (base first) and freezes the result.  Returns 0

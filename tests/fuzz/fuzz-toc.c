@@ -80,7 +80,8 @@ static void json_mode(enum toc_format f, const uint8_t *data, size_t size)
 	char err[512];
 	int r;
 
-	r = toc_from_json(&tl, (const char *)data, size, DATA_END, &lim, &t, err, sizeof(err));
+	r = toc_from_json(&tl, (const char *)data, size, DATA_END, &lim, false, &t, err,
+			  sizeof(err));
 	if (r < 0) {
 		FUZZ_CHECK(r == -EBADMSG || r == -ENOMEM);
 		return;

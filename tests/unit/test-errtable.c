@@ -27,6 +27,7 @@ static const struct {
 	{ EBADMSG, "EBADMSG", "Failed" },
 	{ ENOSPC, "ENOSPC", "Failed" },
 	{ EDQUOT, "EDQUOT", "Failed" },
+	{ EFBIG, "EFBIG", "Failed" },
 	{ EROFS, "EROFS", "Failed" },
 	{ EIO, "EIO", "Failed" },
 };

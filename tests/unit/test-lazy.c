@@ -117,7 +117,8 @@ static void publish_as(struct fixture *f, const struct toc_layer *tl, const char
 
 	src.tl = *tl;
 	assert_int_equal(
-		lazy_fetch_toc(f->reg, &src, blob, &toc, &tocbuf, &toclen, err, sizeof(err)), 0);
+		lazy_fetch_toc(f->reg, &src, blob, NULL, &toc, &tocbuf, &toclen, err, sizeof(err)),
+		0);
 	assert_int_equal(lazy_source_format(&src, &text), 0);
 	assert_int_equal(cache_layer_stage(f->cache, digest, &st), 0);
 	assert_int_equal(
@@ -620,9 +621,9 @@ static void present_at_publishing(struct fixture *f, bool public)
 		assert_int_equal(lazy_source_parse(text, &src), 0);
 		free(text);
 	}
-	assert_int_equal(
-		lazy_fetch_toc(f->reg, &src, f->blob2, &toc, &tocbuf, &toclen, err, sizeof(err)),
-		0);
+	assert_int_equal(lazy_fetch_toc(f->reg, &src, f->blob2, NULL, &toc, &tocbuf, &toclen, err,
+					sizeof(err)),
+			 0);
 	if (public)
 		assert_true(lazy_toc_present_bytes(dirfd, toc) > 0);
 	else

@@ -23,6 +23,36 @@
 
 #include "tocblob.h"
 
+/* What a lazy layer keeps of a table accepted before is the same whether
+ * it parsed the whole table and kept the files or parsed the files only. */
+static void check_files_only(const struct toc_layer *tl, const struct toc_range *where,
+			     const void *p)
+{
+	struct toc *all = NULL, *files = NULL;
+	char err[512];
+
+	assert_int_equal(toc_parse(tl, where, p, where->length, NULL, &all, err, sizeof(err)), 0);
+	assert_int_equal(toc_keep_files(all), 0);
+	assert_int_equal(toc_parse_files(tl, where, p, where->length, &files, err, sizeof(err)), 0);
+	assert_null(files->index);
+	assert_int_equal(files->n_files, all->n_files);
+	assert_int_equal(files->n_chunks, all->n_chunks);
+	assert_int_equal(files->prefetch_end, all->prefetch_end);
+	for (size_t i = 0; i < all->n_files; i++) {
+		assert_string_equal(files->files[i].object, all->files[i].object);
+		assert_int_equal(files->files[i].size, all->files[i].size);
+		assert_int_equal(files->first_chunk[i], all->first_chunk[i]);
+		assert_int_equal(toc_find_file(files, all->files[i].object), (ssize_t)i);
+	}
+	assert_int_equal(files->first_chunk[all->n_files], all->first_chunk[all->n_files]);
+	if (all->n_chunks > 0)
+		assert_memory_equal(files->chunks, all->chunks,
+				    all->n_chunks * sizeof(*all->chunks));
+	assert_int_equal(toc_find_file(files, "0"), -1);
+	toc_free(all);
+	toc_free(files);
+}
+
 /* Locates and parses the table of b as the lazy puller would. */
 static int load(const struct blob *b, const struct toc_layer *tl, const struct layer_limits *lim,
 		struct toc **ret, char *err, size_t errlen)
@@ -34,7 +64,10 @@ static int load(const struct blob *b, const struct toc_layer *tl, const struct l
 	r = toc_locate(tl, b->p + b->len - tail, tail, &where, err, errlen);
 	if (r < 0)
 		return r;
-	return toc_parse(tl, &where, b->p + where.offset, where.length, lim, ret, err, errlen);
+	r = toc_parse(tl, &where, b->p + where.offset, where.length, lim, ret, err, errlen);
+	if (r == 0)
+		check_files_only(tl, &where, b->p + where.offset);
+	return r;
 }
 
 /* A printf into a new string. */
@@ -597,6 +630,22 @@ static const struct bad_case bad_cases[] = {
 	{ TOC_ZSTD_CHUNKED, "{\"version\":1}", "entries is not an array" },
 	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"entries\":{}}", "entries is not an array" },
 	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"version\":1,\"entries\":[]}", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"entries\":[],\"entries\":[]}", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"entries\":[]} x", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"entries\":[]", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"entries\":[" REG("a", ""), "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"entries\":[" REG("a", "") ",]}", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"entries\":[" REG("a", "") REG("b", "") "]}",
+	  "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1 \"entries\":[]}", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\" 1,\"entries\":[]}", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{version:1,\"entries\":[]}", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":01,\"entries\":[]}", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED,
+	  "{\"version\":1,\"entries\":[{\"name\":\"a\\u0000\",\"type\":\"reg\"}]}",
+	  "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "{\"version\":1,\"entries\":[],\"x\":\"open}", "invalid JSON" },
+	{ TOC_ZSTD_CHUNKED, "", "invalid JSON" },
 	{ TOC_ZSTD_CHUNKED, E("7"), "entries[0]: not an object" },
 	{ TOC_ZSTD_CHUNKED, E("{\"type\":\"reg\"}"), "entries[0]: without name" },
 	{ TOC_ZSTD_CHUNKED, E("{\"name\":\"a\"}"), "entries[0]: without type" },
@@ -790,6 +839,13 @@ static void test_wellformed(void **state)
 			",\"size\":3,\"offset\":20,\"endOffset\":30") ","
 								      "{\"type\":\"dir\",\"name\":\"d\"}"),
 		"{\"version\":1,\"entries\":[],\"tarSplitDigest\":\"sha256:x\",\"other\":{}}",
+		/* the root walked by hand, each value parsed alone: any order,
+		 * any white space, brackets and escapes inside strings */
+		" \n{ \"entries\" : [ " REG("a", "") " ,\t" REG(
+			"b",
+			"") " ] ,\r\n"
+			    "\"version\":1 , \"x]}\\\"\":[{\"}\":\"[\\\"]\"},-1.5e3,true,null,\"\"]} \n",
+		"{\"version\":1,\"entries\":[" REG("\\u0061\\\"b", "") "]}",
 	};
 
 	for (size_t i = 0; i < ARRAY_SIZE(ok); i++) {
