@@ -14,7 +14,9 @@
  *
  * Not a kill: "staged" holds the background publishing of layers (and the
  * reference files waiting for it) until the process stops, so that a test
- * can kill the process in that window (publish.c).
+ * can kill the process in that window (publish.c).  "no-resend" has the
+ * serving process take the kernel for one that cannot resend requests
+ * (fs/fuseio.c), so that an upgrade's drain answers every request itself.
  *
  * Unset, every check is one load and a compare. */
 #pragma once
