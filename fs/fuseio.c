@@ -212,7 +212,7 @@ static bool reader_move(int slot, int from, int to)
 	if (slot < 0 || slot >= READER_SLOTS ||
 	    !atomic_compare_exchange_strong(&readers[slot].state, &from, to))
 		return false;
-	if (from == READER_BUSY && atomic_load(&draining))
+	if (atomic_load(&draining))
 		drain_wake();
 	return true;
 }
@@ -498,11 +498,6 @@ unsigned fuseio_drain_wait(void)
 	}
 	pthread_mutex_unlock(&drain_lock);
 	return left;
-}
-
-bool fuseio_can_resend(void)
-{
-	return atomic_load(&resend_offered);
 }
 
 unsigned long fuseio_drained(void)

@@ -50,7 +50,8 @@ void fuseio_drain_start(void);
 /* Around a wait only a registry ends, made by a request handler on the
  * thread that read the request (a read of a lazy file waiting for its
  * chunk): a drain does not wait for such a request when the kernel can
- * resend it (fuseio_can_resend), and leaves it to the next process. */
+ * resend it (it offered FUSE_HAS_RESEND at INIT), and leaves it to the
+ * next process. */
 void fuseio_wait_begin(void);
 void fuseio_wait_end(void);
 /* After fuseio_drain_start(): returns once every request this process
@@ -59,9 +60,6 @@ void fuseio_wait_end(void);
  * process's to answer once it asked for the resend; one may still be
  * answered by this process before it ends, which is as good). */
 unsigned fuseio_drain_wait(void);
-/* Whether the kernel offered FUSE_HAS_RESEND at INIT (known once INIT was
- * read; for a process that took over, from the INIT it was given). */
-bool fuseio_can_resend(void);
 unsigned long fuseio_drained(void);
 /* Requests the kernel sent again after a NOTIFY_RESEND (their unique id
  * carries FUSE_UNIQUE_RESEND), read by this process. */
