@@ -128,6 +128,13 @@ static void on_stop(int sig)
 	errno = saved;
 }
 
+static pthread_t loop_thread;
+
+/* Wakes the thread of the session loop: a signal that only interrupts. */
+static void on_wake(int sig)
+{
+}
+
 static void *stop_thread(void *arg)
 {
 	char c;
@@ -138,6 +145,11 @@ static void *stop_thread(void *arg)
 	if (n != 1)
 		fprintf(stderr, "pullfs: the stop pipe broke (%s): pulls are cancelled\n",
 			n < 0 ? strerror(errno) : "end of file");
+	/* The signal may have run on any thread that does not block it (a
+	 * stopped process takes it on whichever thread SIGCONT wakes first),
+	 * and only the session loop's thread ends the session: it waits in
+	 * sem_wait(3) for workers that wait in read(2) for a request. */
+	pthread_kill(loop_thread, SIGUSR2);
 	manager_cancel(arg);
 	return NULL;
 }
@@ -280,13 +292,7 @@ static int serve_upgrade(void *userdata, json_t **ret, struct error_detail *err)
 	return *ret ? 0 : -ENOMEM;
 }
 
-static pthread_t loop_thread;
 static atomic_bool draining;
-
-/* Wakes the thread of the session loop: a signal that only interrupts. */
-static void on_wake(int sig)
-{
-}
 
 /* The end of a drain: what it answered goes to the supervisor, and the
  * process ends as at a kill (nothing here may answer a request left to
@@ -479,12 +485,12 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 	if (r < 0)
 		goto out_unmount;
 	pthread_t stopper;
-	bool stopper_started =
-		stop_pipe[0] >= 0 && pthread_create(&stopper, NULL, stop_thread, fs->manager) == 0;
 	loop_thread = pthread_self();
 	sa.sa_handler = on_wake;
 	sa.sa_flags = 0; /* interrupts read(2) and sem_wait(3) */
 	sigaction(SIGUSR2, &sa, NULL);
+	bool stopper_started =
+		stop_pipe[0] >= 0 && pthread_create(&stopper, NULL, stop_thread, fs->manager) == 0;
 	r = manager_start(fs->manager);
 	if (r < 0) {
 		fprintf(stderr, "pullfs: cannot start the garbage collector: %s\n", strerror(-r));
