@@ -609,6 +609,7 @@ static void loop(struct sup *s)
 					kill(s->pid, SIGHUP);
 			} else {
 				s->stopping = true;
+				cache_lock_stopping(s->lock_fd);
 				if (s->pid)
 					kill(s->pid, SIGTERM);
 			}

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,8 +85,33 @@ void empty_dir(int dfd)
  * (lock_or_wait). */
 #define LOCK_WAIT_MS 5000
 
-/* Whether process pid is gone, ending (a zombie: threads still held), or
- * not a pullfs any more (its pid taken again: a pullfs has our name). */
+/* Whether process pid has SIGTERM or SIGINT pending for the process (a
+ * supervisor takes them from a signalfd: pending until it reads them). */
+static bool stop_pending(long pid)
+{
+	char path[64], line[128];
+	bool pending = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%ld/status", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long mask;
+
+		if (sscanf(line, "ShdPnd: %llx", &mask) == 1) {
+			pending = mask & ((1ULL << (SIGTERM - 1)) | (1ULL << (SIGINT - 1)));
+			break;
+		}
+	}
+	fclose(f);
+	return pending;
+}
+
+/* Whether process pid is gone, ending (a zombie: threads still held, or
+ * a stop signal not yet taken), or not a pullfs any more (its pid taken
+ * again: a pullfs has our name). */
 static bool taker_gone(long pid)
 {
 	char comm[64], ours[64];
@@ -96,7 +122,9 @@ static bool taker_gone(long pid)
 	st = proc_stat((pid_t)pid, comm, sizeof(comm));
 	if (st < 0 || st == 'Z' || st == 'X')
 		return true;
-	return proc_stat(getpid(), ours, sizeof(ours)) > 0 && strcmp(comm, ours) != 0;
+	if (proc_stat(getpid(), ours, sizeof(ours)) > 0 && strcmp(comm, ours) != 0)
+		return true;
+	return stop_pending(pid);
 }
 
 /* Whether the pullfs holding the lock of fd's file is on its way out: the
@@ -151,9 +179,13 @@ static bool holder_leaving(int fd)
 }
 
 /* An exclusive flock of fd: 0, or -EBUSY once the pullfs holding it is
- * not leaving or did not let go within LOCK_WAIT_MS, or -errno. */
+ * not leaving or did not let go within LOCK_WAIT_MS, or -errno.  A holder
+ * that does not look like leaving is looked at once more 100 ms later: a
+ * supervisor between taking its SIGTERM and saying it stops. */
 static int lock_or_wait(int fd)
 {
+	bool second_look = false;
+
 	for (int waited = 0;; waited += 20) {
 		if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
 			/* what a holder before said (CACHE_LOCK_STOPPING) */
@@ -164,8 +196,15 @@ static int lock_or_wait(int fd)
 		}
 		if (errno != EWOULDBLOCK)
 			return negative_errno();
-		if (waited >= LOCK_WAIT_MS || !holder_leaving(fd))
+		if (waited >= LOCK_WAIT_MS)
 			return -EBUSY;
+		if (!holder_leaving(fd)) {
+			if (second_look)
+				return -EBUSY;
+			second_look = true;
+			usleep(100000);
+			continue;
+		}
 		usleep(20000);
 	}
 }

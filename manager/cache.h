@@ -44,8 +44,9 @@ int cache_open(const char *dir, struct cache **ret, char *errbuf, size_t errlen)
 #define CACHE_LOCK_ENV "PULLFS_CACHE_LOCK_FD"
 /* A holder on its way out is waited for, 5 s at most: the process that
  * took the lock is gone or ending (a supervisor killed, its serving process
- * still running for the moment it takes to notice, unmount and exit), or
- * the holder said it stops (cache_lock_stopping).  The lock file is
+ * still running for the moment it takes to notice, unmount and exit) or
+ * has SIGTERM or SIGINT pending, or the holder said it stops
+ * (cache_lock_stopping).  The lock file is
  * emptied once taken (cache_open() too). */
 int cache_lock_take(const char *dir, char *errbuf, size_t errlen);
 /* Said by the holder of the lock (fd from cache_lock_take) once it stops:
