@@ -697,11 +697,11 @@ int supervisor_run(struct fuse_args *args, const char *mountpoint, const char *c
 	}
 	s.exe[n] = '\0';
 	s.start_dir = getcwd(NULL, 0);
-	if (take_lock(&s, cache_dir) < 0)
-		return 1;
-	/* only now: a pullfs of this cache on its way out unmounts before it
-	 * lets go of the lock, and its mount answers nothing meanwhile */
-	if (!supervisor_fds_passed() && check_mountpoint(mountpoint) < 0) {
+	/* the mount point only with the lock held: a pullfs of this cache on
+	 * its way out unmounts before it lets go of the lock, and its mount
+	 * answers nothing meanwhile */
+	if (take_lock(&s, cache_dir) < 0 ||
+	    (!supervisor_fds_passed() && check_mountpoint(mountpoint) < 0)) {
 		if (s.lock_fd >= 0)
 			close(s.lock_fd);
 		free(s.start_dir);
