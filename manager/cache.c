@@ -136,7 +136,6 @@ static bool holder_leaving(int fd)
 	char line[256];
 	struct stat st;
 	long pid = -1, ino_pid = -1;
-	bool leaving = false;
 	FILE *f;
 	ssize_t n;
 
@@ -174,8 +173,7 @@ static bool holder_leaving(int fd)
 	if (pid == -1)
 		pid = ino_pid;
 	/* no line: the lock went since flock(2) found it held */
-	leaving = pid == -1 || taker_gone(pid);
-	return leaving;
+	return pid == -1 || taker_gone(pid);
 }
 
 /* An exclusive flock of fd: 0, or -EBUSY once the pullfs holding it is

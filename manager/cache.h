@@ -32,8 +32,8 @@ struct cache;
 
 /* Creates the layout under dir if needed, takes the lock (-EBUSY when
  * another daemon holds it; one on its way out is waited for, a few
- * seconds at most, as by cache_lock_take) and empties tmp/.  Returns 0 or -errno; errbuf
- * says what failed. */
+ * seconds at most, as by cache_lock_take) and empties tmp/.  Returns 0
+ * or -errno; errbuf says what failed. */
 int cache_open(const char *dir, struct cache **ret, char *errbuf, size_t errlen);
 /* The cache's lock, taken by a supervisor for all its serving processes:
  * a descriptor (its number in CACHE_LOCK_ENV for them, kept across exec)
@@ -46,8 +46,8 @@ int cache_open(const char *dir, struct cache **ret, char *errbuf, size_t errlen)
  * took the lock is gone or ending (a supervisor killed, its serving process
  * still running for the moment it takes to notice, unmount and exit) or
  * has SIGTERM or SIGINT pending, or the holder said it stops
- * (cache_lock_stopping).  The lock file is
- * emptied once taken (cache_open() too). */
+ * (cache_lock_stopping).  The lock file is emptied once taken
+ * (cache_open() too). */
 int cache_lock_take(const char *dir, char *errbuf, size_t errlen);
 /* Said by the holder of the lock (fd from cache_lock_take) once it stops:
  * a start meanwhile waits for it. */
