@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -108,4 +110,37 @@ int flush_dir(int dirfd)
 int flush_fs(int fd)
 {
 	return syncfs(fd) < 0 ? negative_errno() : 0;
+}
+
+int proc_stat(pid_t pid, char *comm, size_t len)
+{
+	char path[64], buf[512];
+	const char *open_paren, *close_paren;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return negative_errno();
+	n = read(fd, buf, sizeof(buf) - 1);
+	if (n < 0)
+		n = negative_errno();
+	close(fd);
+	if (n <= 0)
+		return n < 0 ? (int)n : -EIO;
+	buf[n] = '\0';
+	/* "PID (COMM) STATE ...": COMM may hold anything but its last ')' */
+	open_paren = strchr(buf, '(');
+	close_paren = strrchr(buf, ')');
+	if (!open_paren || !close_paren || close_paren < open_paren || close_paren[1] != ' ' ||
+	    !close_paren[2])
+		return -EIO;
+	if (comm && len) {
+		size_t l = MIN((size_t)(close_paren - open_paren - 1), len - 1);
+
+		memcpy(comm, open_paren + 1, l);
+		comm[l] = '\0';
+	}
+	return (unsigned char)close_paren[2];
 }

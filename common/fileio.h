@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Reads fd from its current offset to the end into a new buffer, NUL
  * terminated (the terminator is not counted in *ret_len, which may be
@@ -37,3 +38,7 @@ int flush_dir(int dirfd);
  * there so far, by anyone, is on stable storage when this returns 0.  One
  * call instead of one flush per file.  Blocks.  Returns 0 or -errno. */
 int flush_fs(int fd);
+/* Process pid's state letter from /proc/PID/stat ('R', 'S', 'Z'...), its
+ * name into comm (len bytes, NUL terminated; may be NULL), or -errno
+ * (-ENOENT: no such process). */
+int proc_stat(pid_t pid, char *comm, size_t len);

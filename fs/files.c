@@ -346,7 +346,10 @@ static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t,
 		return;
 	}
 	caller_ids(req, &who);
+	/* an upgrade's drain leaves this read to the next process */
+	fuseio_wait_begin();
 	n = image_lazy_read(img, t, (uint64_t)off, size, buf, &who);
+	fuseio_wait_end();
 	pthread_mutex_lock(&lc.lock);
 	mine = !lc.answered;
 	lc.answered = true;

@@ -4,13 +4,16 @@
  * flags the kernel offered; writev() adds to the INIT reply the offered
  * flags pullfs wants but libfuse does not send.  Any other message costs
  * a comparison on the way in and a load and a comparison on the way out,
- * plus a thread-local load for OPEN replies to be sent in passthrough.
+ * plus a thread-local load for OPEN replies to be sent in passthrough,
+ * and two atomic operations on its reader's own slot (what a drain waits
+ * for).
  *
  * Passthrough (protocol 7.40, kernel 6.9) is not in the installed headers
  * (7.38): its constants and the two structures it extends are defined
  * here, by the layout the kernel reads. */
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
 
+#include "fault.h"
 #include "fuseio.h"
 #include "handover.h"
 #include "macro.h"
@@ -36,8 +39,10 @@
 /* protocol 7.39: shared mappings of files opened with FOPEN_DIRECT_IO */
 #define PFS_FUSE_DIRECT_IO_ALLOW_MMAP (UINT64_C(1) << 36)
 #define PFS_FOPEN_PASSTHROUGH (1u << 7)
-/* protocol 7.40: requeue every request read but not answered */
+/* protocol 7.40: requeue every request read but not answered; the
+ * kernel offers FUSE_HAS_RESEND in INIT when it can */
 #define PFS_FUSE_NOTIFY_RESEND 7
+#define PFS_FUSE_HAS_RESEND (UINT64_C(1) << 39)
 
 /* struct fuse_init_out of 7.40: max_stack_depth took the first unused
  * word after flags2. */
@@ -108,14 +113,32 @@ static atomic_bool draining;
 static atomic_ulong drained;
 
 /* The threads that read /dev/fuse, each with a slot of its own, so that
- * a drain can interrupt the reads under way (drain_readers()). */
+ * a drain can interrupt the reads under way (drain_readers()) and tell
+ * when the requests read are answered (fuseio_drain_wait()).  A slot is
+ * given back when its thread ends (libfuse ends idle workers), so the
+ * slots outnumber the threads alive at once, not those ever started. */
 #define READER_SLOTS 1024
+enum reader_state {
+	READER_IDLE,	/* between requests: in read(2), parked, or not started */
+	READER_BUSY,	/* with a request it will answer */
+	READER_WAITING, /* with a request waiting for a registry (fuseio_wait_begin) */
+};
 static struct {
 	pthread_t tid;
+	atomic_bool used;
 	atomic_bool in_read;
+	atomic_int state; /* enum reader_state */
 } readers[READER_SLOTS];
-static atomic_int n_readers;
+static atomic_int n_readers; /* slots ever used: a bound for scans */
 static _Thread_local int reader_slot = -1;
+static pthread_key_t reader_key;
+static pthread_once_t reader_once = PTHREAD_ONCE_INIT;
+/* The kernel can send again what a process read and did not answer. */
+static atomic_bool resend_offered;
+/* A drain waiting for readers (fuseio_drain_wait): woken on each request
+ * a reader is done with while draining. */
+static pthread_mutex_t drain_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t drain_cond = PTHREAD_COND_INITIALIZER;
 static void *taken_over_data;
 
 /* The synthetic INIT into buf, or wait for the gate; 0 when the caller
@@ -179,6 +202,68 @@ int fuseio_kernel_has_node(uint64_t nodeid)
 	return write(dev_fd, &m, sizeof(m)) == (ssize_t)sizeof(m) ? 0 : errno ? -errno : -EIO;
 }
 
+static void drain_wake(void)
+{
+	pthread_mutex_lock(&drain_lock);
+	pthread_cond_broadcast(&drain_cond);
+	pthread_mutex_unlock(&drain_lock);
+}
+
+/* The calling reader's request goes from `from` to `to`; false when it
+ * was not in `from`. */
+static bool reader_move(int slot, int from, int to)
+{
+	if (slot < 0 || slot >= READER_SLOTS ||
+	    !atomic_compare_exchange_strong(&readers[slot].state, &from, to))
+		return false;
+	if (atomic_load(&draining))
+		drain_wake();
+	return true;
+}
+
+/* A reader thread ends (pthread key destructor): its slot is free. */
+static void reader_gone(void *v)
+{
+	int slot = (int)(intptr_t)v - 1;
+
+	atomic_store(&readers[slot].in_read, false);
+	if (atomic_exchange(&readers[slot].state, READER_IDLE) != READER_IDLE &&
+	    atomic_load(&draining))
+		drain_wake();
+	atomic_store(&readers[slot].used, false);
+}
+
+static void reader_key_make(void)
+{
+	if (pthread_key_create(&reader_key, reader_gone) != 0)
+		abort();
+}
+
+/* A slot for the calling thread: READER_SLOTS when all are taken (its
+ * reads are then neither interrupted nor waited for by a drain). */
+static int reader_take(void)
+{
+	pthread_once(&reader_once, reader_key_make);
+	for (int i = 0; i < READER_SLOTS; i++) {
+		bool no = false;
+		int n;
+
+		if (!atomic_compare_exchange_strong(&readers[i].used, &no, true))
+			continue;
+		readers[i].tid = pthread_self();
+		atomic_store(&readers[i].state, READER_IDLE);
+		if (pthread_setspecific(reader_key, (void *)(intptr_t)(i + 1)) != 0) {
+			atomic_store(&readers[i].used, false);
+			return READER_SLOTS;
+		}
+		n = atomic_load(&n_readers);
+		while (n < i + 1 && !atomic_compare_exchange_weak(&n_readers, &n, i + 1))
+			;
+		return i;
+	}
+	return READER_SLOTS;
+}
+
 /* A reader of a draining process reads no more: it waits here until
  * libfuse cancels it (pause() is a cancellation point; nothing is held). */
 static void park(void)
@@ -194,10 +279,12 @@ static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 	bool synthetic = false;
 	int slot = reader_slot;
 
-	if (slot < 0 && (slot = atomic_fetch_add(&n_readers, 1)) < READER_SLOTS) {
-		readers[slot].tid = pthread_self();
-		reader_slot = slot;
-	}
+	if (slot < 0)
+		reader_slot = slot = reader_take();
+	/* back for another request: the one before was answered (or left
+	 * to the next process by a drain) */
+	reader_move(slot, READER_BUSY, READER_IDLE);
+	reader_move(slot, READER_WAITING, READER_IDLE);
 	/* in_read before draining is looked at, the drain the other way
 	 * round: one of the two sees the other */
 	if (slot < READER_SLOTS)
@@ -213,6 +300,8 @@ static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 		n = read(fd, buf, len);
 	if (slot < READER_SLOTS)
 		atomic_store(&readers[slot].in_read, false);
+	if (n > 0)
+		reader_move(slot, READER_IDLE, READER_BUSY);
 	if (n >= (ssize_t)sizeof(*in) && (in->unique & PFS_UNIQUE_RESEND))
 		atomic_fetch_add_explicit(&resent, 1, memory_order_relaxed);
 	if (n >= (ssize_t)sizeof(*in) && in->opcode == FUSE_INIT) {
@@ -233,6 +322,9 @@ static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 			    arglen >= offsetof(struct fuse_init_in, flags2) + sizeof(arg->flags2))
 				offered |= (uint64_t)arg->flags2 << 32;
 		}
+		/* a test plays a kernel without it (tests/upgrade-drain.sh) */
+		atomic_store(&resend_offered,
+			     (offered & PFS_FUSE_HAS_RESEND) && !fault_armed("no-resend"));
 		atomic_store_explicit(&init_add, offered & init_wanted, memory_order_relaxed);
 		atomic_store_explicit(&init_unique, in->unique, memory_order_release);
 	}
@@ -372,6 +464,46 @@ void fuseio_drain_start(void)
 		if (any)
 			nanosleep(&(struct timespec){ .tv_nsec = 2000000 }, NULL);
 	}
+}
+
+void fuseio_wait_begin(void)
+{
+	reader_move(reader_slot, READER_BUSY, READER_WAITING);
+}
+
+void fuseio_wait_end(void)
+{
+	reader_move(reader_slot, READER_WAITING, READER_BUSY);
+}
+
+unsigned fuseio_drain_wait(void)
+{
+	bool leave = atomic_load(&resend_offered);
+	unsigned left = 0;
+	bool busy = true;
+
+	pthread_mutex_lock(&drain_lock);
+	while (busy) {
+		int n = MIN(atomic_load(&n_readers), READER_SLOTS);
+
+		busy = false;
+		left = 0;
+		for (int i = 0; i < n && !busy; i++) {
+			int st = atomic_load(&readers[i].state);
+
+			if (st == READER_WAITING && leave)
+				left++;
+			else if (st != READER_IDLE)
+				busy = true;
+		}
+		/* woken by each reader done with its request: it changes
+		 * its state before it looks at draining, which was set
+		 * before this scan, and wakes under drain_lock */
+		if (busy)
+			pthread_cond_wait(&drain_cond, &drain_lock);
+	}
+	pthread_mutex_unlock(&drain_lock);
+	return left;
 }
 
 unsigned long fuseio_drained(void)

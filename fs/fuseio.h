@@ -47,6 +47,19 @@ int fuseio_attach(struct fuse_session *se, const struct fuseio_options *opts);
  * without SA_RESTART; the next read of each waits until the thread is
  * cancelled), and replies from now on are counted (fuseio_drained). */
 void fuseio_drain_start(void);
+/* Around a wait only a registry ends, made by a request handler on the
+ * thread that read the request (a read of a lazy file waiting for its
+ * chunk): a drain does not wait for such a request when the kernel can
+ * resend it (it offered FUSE_HAS_RESEND at INIT), and leaves it to the
+ * next process. */
+void fuseio_wait_begin(void);
+void fuseio_wait_end(void);
+/* After fuseio_drain_start(): returns once every request this process
+ * read is answered, but those in fuseio_wait_begin() when the kernel can
+ * resend them, the number of which it returns (they are the next
+ * process's to answer once it asked for the resend; one may still be
+ * answered by this process before it ends, which is as good). */
+unsigned fuseio_drain_wait(void);
 unsigned long fuseio_drained(void);
 /* Requests the kernel sent again after a NOTIFY_RESEND (their unique id
  * carries FUSE_UNIQUE_RESEND), read by this process. */

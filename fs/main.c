@@ -67,7 +67,8 @@ static int check_mountpoint(const char *mp)
 		}
 		return 0;
 	}
-	if (errno == ENOTCONN) {
+	/* ECONNABORTED: the pullfs that served it ended while we asked */
+	if (errno == ENOTCONN || errno == ECONNABORTED) {
 		if (umount2(mp, MNT_DETACH) == 0) {
 			fprintf(stderr,
 				"pullfs: \"%s\" was a stale mount of a pullfs that is gone; unmounted it\n",
@@ -197,14 +198,14 @@ int main(int argc, char **argv)
 			/* nothing relies on the working directory */
 		}
 	} else if (!s.no_supervise) {
-		/* a mount systemd kept for us is there and waits for us */
-		if (!supervisor_fds_passed() && check_mountpoint(s.mountpoint) < 0)
-			goto done;
+		/* the mount point is checked with the cache's lock held (a
+		 * mount systemd kept for us is there and waits for us) */
 		if (fuse_args_of(&s, argv[0], &args) < 0) {
 			fprintf(stderr, "pullfs: %s\n", strerror(ENOMEM));
 			goto done;
 		}
-		status = supervisor_run(&args, s.mountpoint, s.mo.cache_dir, s.foreground, argv);
+		status = supervisor_run(&args, s.mountpoint, s.mo.cache_dir, s.foreground, argv,
+					check_mountpoint);
 		goto done;
 	}
 	raise_fd_limit();

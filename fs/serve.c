@@ -131,6 +131,13 @@ static void on_stop(int sig)
 	errno = saved;
 }
 
+static pthread_t loop_thread;
+
+/* Wakes the thread of the session loop: a signal that only interrupts. */
+static void on_wake(int sig)
+{
+}
+
 static void *stop_thread(void *arg)
 {
 	char c;
@@ -141,6 +148,11 @@ static void *stop_thread(void *arg)
 	if (n != 1)
 		fprintf(stderr, "pullfs: the stop pipe broke (%s): pulls are cancelled\n",
 			n < 0 ? strerror(errno) : "end of file");
+	/* The signal may have run on any thread that does not block it (a
+	 * stopped process takes it on whichever thread SIGCONT wakes first),
+	 * and only the session loop's thread ends the session: it waits in
+	 * sem_wait(3) for workers that wait in read(2) for a request. */
+	pthread_kill(loop_thread, SIGUSR2);
 	manager_cancel(arg);
 	return NULL;
 }
@@ -283,24 +295,57 @@ static int serve_upgrade(void *userdata, json_t **ret, struct error_detail *err)
 	return *ret ? 0 : -ENOMEM;
 }
 
-static pthread_t loop_thread;
 static atomic_bool draining;
 
-/* Wakes the thread of the session loop: a signal that only interrupts. */
-static void on_wake(int sig)
+/* The end of a drain: what it answered goes to the supervisor, and the
+ * process ends as at a kill (nothing here may answer a request left to
+ * the next process, as the cancel of a normal stop would), its cache
+ * consistent at every step.  Once: by the thread that waits for the
+ * requests (drain_thread) or by the session loop, whichever is first. */
+static void drain_end(struct fs *fs, unsigned left)
 {
+	static atomic_flag ended = ATOMIC_FLAG_INIT;
+	char msg[64];
+
+	if (atomic_flag_test_and_set(&ended))
+		for (;;)
+			pause();
+	snprintf(msg, sizeof(msg), "drained %lu", fuseio_drained());
+	fprintf(stderr,
+		"pullfs: serving process %ld drained: %lu requests answered, %u waiting for a "
+		"registry left to the next process\n",
+		(long)getpid(), fuseio_drained(), left);
+	pthread_mutex_lock(&fs->sup_lock);
+	sup_send(fs, msg);
+	pthread_mutex_unlock(&fs->sup_lock);
+	fflush(NULL);
+	_exit(0);
+}
+
+/* Waits for every request read to be answered but those waiting for a
+ * registry, which the kernel resends to the next process: a slow registry
+ * holds no upgrade.  The session loop cannot end while a worker waits
+ * for the registry. */
+static void *drain_thread(void *arg)
+{
+	drain_end(arg, fuseio_drain_wait());
+	return NULL;
 }
 
 /* After the upgrade's answer went to the client: this process drains.
  * It stops reading /dev/fuse (fuseio_drain_start: the reads under way
  * are interrupted, none taking a request), ends the session loop, whose
- * workers with a request finish it, and exits; the supervisor then starts the new binary, which asks the
- * kernel to resend what is left unanswered -- lookups waiting for a pull,
- * whose pull the new process resumes.  A process that does not end within
- * the supervisor's grace time is killed. */
+ * workers with a request finish it, and exits once the requests it can
+ * answer are answered (drain_thread); the supervisor then starts the new
+ * binary, which asks the kernel to resend what is left unanswered --
+ * lookups waiting for a pull, whose pull the new process resumes, and
+ * reads waiting for a registry.  A process that does not end within the
+ * supervisor's grace time is killed. */
 static void serve_upgrade_answered(void *userdata)
 {
 	struct fs *fs = userdata;
+	pthread_attr_t attr;
+	pthread_t t;
 
 	/* No notification to the kernel may be under way once nothing reads
 	 * /dev/fuse: one that waits for a directory a request holds would
@@ -317,6 +362,14 @@ static void serve_upgrade_answered(void *userdata)
 	fuse_session_exit(fs->session);
 	fprintf(stderr, "pullfs: serving process %ld drains for an upgrade\n", (long)getpid());
 	pthread_kill(loop_thread, SIGUSR2);
+	/* without the thread, the session loop ends the drain when its
+	 * workers are done, as on a kernel that cannot resend */
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &attr, drain_thread, fs) != 0)
+		fprintf(stderr, "pullfs: the drain waits for reads waiting for a registry: %s\n",
+			strerror(EAGAIN));
+	pthread_attr_destroy(&attr);
 }
 
 void serve_status(struct fs *fs, json_t *o)
@@ -435,12 +488,12 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 	if (r < 0)
 		goto out_unmount;
 	pthread_t stopper;
-	bool stopper_started =
-		stop_pipe[0] >= 0 && pthread_create(&stopper, NULL, stop_thread, fs->manager) == 0;
 	loop_thread = pthread_self();
 	sa.sa_handler = on_wake;
 	sa.sa_flags = 0; /* interrupts read(2) and sem_wait(3) */
 	sigaction(SIGUSR2, &sa, NULL);
+	bool stopper_started =
+		stop_pipe[0] >= 0 && pthread_create(&stopper, NULL, stop_thread, fs->manager) == 0;
 	r = manager_start(fs->manager);
 	if (r < 0) {
 		fprintf(stderr, "pullfs: cannot start the garbage collector: %s\n", strerror(-r));
@@ -474,20 +527,10 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 	/* A positive value is the signal that ended the loop: a clean stop. */
 	r = r > 0 ? 0 : r < 0 ? r : 0;
 	handover_compactor_stop();
-	if (atomic_load(&draining)) {
+	if (atomic_load(&draining))
 		/* Drained for an upgrade: every request read was answered but
-		 * those waiting for a pull, left for the next process.  Nothing
-		 * here may answer them (the cancel of a normal stop would); the
-		 * process ends as at a kill, its cache consistent at every
-		 * step. */
-		char msg[64];
-		snprintf(msg, sizeof(msg), "drained %lu", fuseio_drained());
-		pthread_mutex_lock(&fs->sup_lock);
-		sup_send(fs, msg);
-		pthread_mutex_unlock(&fs->sup_lock);
-		fflush(NULL);
-		_exit(0);
-	}
+		 * those left for the next process (drain_end). */
+		drain_end(fs, 0);
 	fuse_loop_cfg_destroy(cfg);
 	/* Lookups waiting for pulls are answered from the pulls' threads:
 	 * they end before the session does. */

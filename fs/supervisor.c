@@ -38,6 +38,7 @@
 
 #include "cache.h"
 #include "fault.h"
+#include "fileio.h"
 #include "fs.h"
 #include "handover.h"
 #include "macro.h"
@@ -467,23 +468,7 @@ static void on_child(struct sup *s, int status, int *ret_delay_ms)
  * answered, which only a new serving process will do. */
 static bool leader_gone(pid_t pid)
 {
-	char path[64], buf[256];
-	const char *p;
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = 0;
-	/* "PID (COMM) STATE ...": COMM may hold anything but its last ')' */
-	p = strrchr(buf, ')');
-	return p && p[1] == ' ' && p[2] == 'Z';
+	return proc_stat(pid, NULL, 0) == 'Z';
 }
 
 /* Says where the threads of a dying process pid are held: the system call
@@ -536,6 +521,9 @@ static void loop(struct sup *s)
 	int64_t gone_since = 0;
 
 	while (!(s->stopping && s->pid == 0)) {
+		if (s->stopping)
+			/* a start meanwhile waits for the lock (cache.h) */
+			cache_lock_stopping(s->lock_fd);
 		struct pollfd p[2] = { { .fd = s->sig_fd, .events = POLLIN },
 				       { .fd = s->sock, .events = POLLIN } };
 		int timeout = -1;
@@ -621,6 +609,7 @@ static void loop(struct sup *s)
 					kill(s->pid, SIGHUP);
 			} else {
 				s->stopping = true;
+				cache_lock_stopping(s->lock_fd);
 				if (s->pid)
 					kill(s->pid, SIGTERM);
 			}
@@ -661,23 +650,18 @@ static int daemonize(struct sup *s)
 /* The cache's lock for as long as the supervisor lives: a serving
  * process killed with a thread held in the kernel keeps its descriptors
  * until the next one frees that thread, so the next one must not need
- * the lock for itself.  A serving process of a supervisor that died
- * (systemd's store) may hold it a moment longer: waited for, and then
- * left to the serving processes as without a supervisor. */
+ * the lock for itself.  A serving process of a supervisor that died may
+ * hold it a moment longer: waited for (cache_lock_take), and with
+ * systemd's store then left to the serving processes as without a
+ * supervisor. */
 static int take_lock(struct sup *s, const char *cache_dir)
 {
 	char errbuf[512];
-	int fd = -EBUSY;
+	int fd;
 
 	if (!cache_dir)
 		return 0;
-	for (int i = 0; i < 50 && fd == -EBUSY; i++) {
-		fd = cache_lock_take(cache_dir, errbuf, sizeof(errbuf));
-		if (fd == -EBUSY && !supervisor_fds_passed())
-			break;
-		if (fd == -EBUSY)
-			usleep(100000);
-	}
+	fd = cache_lock_take(cache_dir, errbuf, sizeof(errbuf));
 	if (fd >= 0) {
 		s->lock_fd = fd;
 		return 0;
@@ -689,7 +673,7 @@ static int take_lock(struct sup *s, const char *cache_dir)
 }
 
 int supervisor_run(struct fuse_args *args, const char *mountpoint, const char *cache_dir,
-		   bool foreground, char **argv)
+		   bool foreground, char **argv, int (*check_mountpoint)(const char *mp))
 {
 	static const struct fuse_lowlevel_ops none = { 0 };
 	struct sup s = { .argv = argv,
@@ -713,8 +697,16 @@ int supervisor_run(struct fuse_args *args, const char *mountpoint, const char *c
 	}
 	s.exe[n] = '\0';
 	s.start_dir = getcwd(NULL, 0);
-	if (take_lock(&s, cache_dir) < 0)
+	/* the mount point only with the lock held: a pullfs of this cache on
+	 * its way out unmounts before it lets go of the lock, and its mount
+	 * answers nothing meanwhile */
+	if (take_lock(&s, cache_dir) < 0 ||
+	    (!supervisor_fds_passed() && check_mountpoint(mountpoint) < 0)) {
+		if (s.lock_fd >= 0)
+			close(s.lock_fd);
+		free(s.start_dir);
 		return 1;
+	}
 	if (!foreground && daemonize(&s) < 0) {
 		fprintf(stderr, "pullfs: cannot detach: %s\n", strerror(errno));
 		return 1;
@@ -779,6 +771,7 @@ int supervisor_run(struct fuse_args *args, const char *mountpoint, const char *c
 		goto out_unmount;
 	}
 	loop(&s);
+	cache_lock_stopping(s.lock_fd);
 out_unmount:
 	if (s.fdstore) {
 		/* the mount ends here: nothing for a next start to take over */

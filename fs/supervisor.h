@@ -27,9 +27,11 @@ struct fs_handoff;
  * process (argv again, with SUPERVISOR_ENV), detaches from the terminal
  * once it serves unless foreground, and returns when the mount ends: 0
  * after SIGTERM/SIGINT or an unmount, 1 when the first serving process
- * failed to start (its message is on stderr). */
+ * failed to start (its message is on stderr).  check_mountpoint (0 or
+ * -errno, its message printed) is called once the cache's lock is held,
+ * unless systemd passed the descriptors of a supervisor before. */
 int supervisor_run(struct fuse_args *args, const char *mountpoint, const char *cache_dir,
-		   bool foreground, char **argv);
+		   bool foreground, char **argv, int (*check_mountpoint)(const char *mp));
 
 /* Whether systemd passed the descriptors of a supervisor before this one
  * (then the mount point is in use and must not be checked: nobody answers

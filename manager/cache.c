@@ -5,12 +5,14 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "digest.h"
@@ -79,6 +81,132 @@ void empty_dir(int dfd)
 	closedir(d);
 }
 
+/* How long a start waits for a pullfs of the same cache on its way out
+ * (lock_or_wait). */
+#define LOCK_WAIT_MS 5000
+
+/* Whether process pid has SIGTERM or SIGINT pending for the process (a
+ * supervisor takes them from a signalfd: pending until it reads them). */
+static bool stop_pending(long pid)
+{
+	char path[64], line[128];
+	bool pending = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%ld/status", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long mask;
+
+		if (sscanf(line, "ShdPnd: %llx", &mask) == 1) {
+			pending = mask & ((1ULL << (SIGTERM - 1)) | (1ULL << (SIGINT - 1)));
+			break;
+		}
+	}
+	fclose(f);
+	return pending;
+}
+
+/* Whether process pid is gone, ending (a zombie: threads still held, or
+ * a stop signal not yet taken), or not a pullfs any more (its pid taken
+ * again: a pullfs has our name). */
+static bool taker_gone(long pid)
+{
+	char comm[64], ours[64];
+	int st;
+
+	if (pid <= 0)
+		return true; /* dead and freed, or in another pid namespace */
+	st = proc_stat((pid_t)pid, comm, sizeof(comm));
+	if (st < 0 || st == 'Z' || st == 'X')
+		return true;
+	if (proc_stat(getpid(), ours, sizeof(ours)) > 0 && strcmp(comm, ours) != 0)
+		return true;
+	return stop_pending(pid);
+}
+
+/* Whether the pullfs holding the lock of fd's file is on its way out: the
+ * process that took it is gone (a supervisor killed, its serving process
+ * still running for the moment it takes to notice, unmount and exit) or
+ * ending, or it wrote CACHE_LOCK_STOPPING into the file. */
+static bool holder_leaving(int fd)
+{
+	char line[256];
+	struct stat st;
+	long pid = -1, ino_pid = -1;
+	FILE *f;
+	ssize_t n;
+
+	if (fstat(fd, &st) < 0)
+		return false;
+	n = pread(fd, line, sizeof(line) - 1, 0);
+	if (n > 0) {
+		line[n] = '\0';
+		if (!strncmp(line, CACHE_LOCK_STOPPING, strlen(CACHE_LOCK_STOPPING)))
+			return true;
+	}
+	f = fopen("/proc/locks", "re");
+	if (!f)
+		return false;
+	/* "N: FLOCK  ADVISORY  WRITE PID MAJ:MIN:INO 0 EOF"; a waiter's line
+	 * has "->".  The device is the filesystem's below an overlay, which
+	 * stat does not show: the inode alone when no line has both. */
+	while (fgets(line, sizeof(line), f)) {
+		char type[16];
+		unsigned maj, min;
+		unsigned long ino;
+		long p;
+
+		if (strstr(line, "->") ||
+		    sscanf(line, "%*d: %15s %*s %*s %ld %x:%x:%lu", type, &p, &maj, &min, &ino) !=
+			    5 ||
+		    strcmp(type, "FLOCK") != 0 || ino != (unsigned long)st.st_ino)
+			continue;
+		if (maj == major(st.st_dev) && min == minor(st.st_dev))
+			pid = p;
+		else
+			ino_pid = p;
+	}
+	fclose(f);
+	if (pid == -1)
+		pid = ino_pid;
+	/* no line: the lock went since flock(2) found it held */
+	return pid == -1 || taker_gone(pid);
+}
+
+/* An exclusive flock of fd: 0, or -EBUSY once the pullfs holding it is
+ * not leaving or did not let go within LOCK_WAIT_MS, or -errno.  A holder
+ * that does not look like leaving is looked at once more 100 ms later: a
+ * supervisor between taking its SIGTERM and saying it stops. */
+static int lock_or_wait(int fd)
+{
+	bool second_look = false;
+
+	for (int waited = 0;; waited += 20) {
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+			/* what a holder before said (CACHE_LOCK_STOPPING) */
+			if (ftruncate(fd, 0) < 0) {
+				/* a stop of ours cannot be told then */
+			}
+			return 0;
+		}
+		if (errno != EWOULDBLOCK)
+			return negative_errno();
+		if (waited >= LOCK_WAIT_MS)
+			return -EBUSY;
+		if (!holder_leaving(fd)) {
+			if (second_look)
+				return -EBUSY;
+			second_look = true;
+			usleep(100000);
+			continue;
+		}
+		usleep(20000);
+	}
+}
+
 int cache_lock_take(const char *dir, char *errbuf, size_t errlen)
 {
 	_cleanup_free_ char *path = NULL;
@@ -98,13 +226,21 @@ int cache_lock_take(const char *dir, char *errbuf, size_t errlen)
 		snprintf(errbuf, errlen, "cannot create \"%s\": %s", path, strerror(-r));
 		return r;
 	}
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		r = errno == EWOULDBLOCK ? -EBUSY : negative_errno();
+	r = lock_or_wait(fd);
+	if (r < 0) {
 		snprintf(errbuf, errlen, "cache \"%s\" is in use by another pullfs", dir);
 		close(fd);
 		return r;
 	}
 	return fd;
+}
+
+void cache_lock_stopping(int fd)
+{
+	if (fd >= 0 &&
+	    pwrite(fd, CACHE_LOCK_STOPPING "\n", strlen(CACHE_LOCK_STOPPING) + 1, 0) < 0) {
+		/* a start meanwhile fails at once, as without it */
+	}
 }
 
 /* The lock the supervisor holds for every serving process it runs
@@ -165,8 +301,8 @@ int cache_open(const char *dir, struct cache **ret, char *errbuf, size_t errlen)
 		snprintf(errbuf, errlen, "cannot create \"%s/lock\": %s", dir, strerror(-r));
 		goto fail;
 	}
-	if (flock(c->lockfd, LOCK_EX | LOCK_NB) < 0) {
-		r = errno == EWOULDBLOCK ? -EBUSY : negative_errno();
+	r = lock_or_wait(c->lockfd);
+	if (r < 0) {
 		snprintf(errbuf, errlen, "cache \"%s\" is in use by another pullfs", dir);
 		goto fail;
 	}

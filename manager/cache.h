@@ -31,8 +31,9 @@
 struct cache;
 
 /* Creates the layout under dir if needed, takes the lock (-EBUSY when
- * another daemon holds it) and empties tmp/.  Returns 0 or -errno; errbuf
- * says what failed. */
+ * another daemon holds it; one on its way out is waited for, a few
+ * seconds at most, as by cache_lock_take) and empties tmp/.  Returns 0
+ * or -errno; errbuf says what failed. */
 int cache_open(const char *dir, struct cache **ret, char *errbuf, size_t errlen);
 /* The cache's lock, taken by a supervisor for all its serving processes:
  * a descriptor (its number in CACHE_LOCK_ENV for them, kept across exec)
@@ -41,7 +42,17 @@ int cache_open(const char *dir, struct cache **ret, char *errbuf, size_t errlen)
  * descriptors until that thread is free, which only the next process can
  * do: so the lock is not its alone. */
 #define CACHE_LOCK_ENV "PULLFS_CACHE_LOCK_FD"
+/* A holder on its way out is waited for, 5 s at most: the process that
+ * took the lock is gone or ending (a supervisor killed, its serving process
+ * still running for the moment it takes to notice, unmount and exit) or
+ * has SIGTERM or SIGINT pending, or the holder said it stops
+ * (cache_lock_stopping).  The lock file is emptied once taken
+ * (cache_open() too). */
 int cache_lock_take(const char *dir, char *errbuf, size_t errlen);
+/* Said by the holder of the lock (fd from cache_lock_take) once it stops:
+ * a start meanwhile waits for it. */
+#define CACHE_LOCK_STOPPING "stopping"
+void cache_lock_stopping(int fd);
 void cache_close(struct cache *c);
 
 /* Reads blob `digest` (at most max bytes) and checks it still hashes to

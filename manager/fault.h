@@ -1,7 +1,7 @@
 /* Failure injection for the crash tests: PULLFS_FAULT=<point> in the
  * daemon's environment makes it SIGKILL itself the first time a pull
- * reaches that point, exactly as an operator's `kill -9` would at a moment
- * chosen by luck.  Points:
+ * (or a collection) reaches that point, exactly as an operator's
+ * `kill -9` would at a moment chosen by luck.  Points:
  *
  *   manifest      after the manifest was fetched, before any blob
  *   config        after the config was fetched (it is stored while the
@@ -11,10 +11,14 @@
  *   layer         right after the first layer was committed (served from
  *                 its stage, published in the background)
  *   publish       after every layer is committed, before the reference file
+ *   gc-layer      GC (or rm) moved the first unneeded layer away
+ *   gc-blob       GC (or rm) deleted the first unneeded blob
  *
  * Not a kill: "staged" holds the background publishing of layers (and the
  * reference files waiting for it) until the process stops, so that a test
- * can kill the process in that window (publish.c).
+ * can kill the process in that window (publish.c).  "no-resend" has the
+ * serving process take the kernel for one that cannot resend requests
+ * (fs/fuseio.c), so that an upgrade's drain answers every request itself.
  *
  * Unset, every check is one load and a compare. */
 #pragma once

@@ -17,6 +17,7 @@
 #include "blobproof.h"
 #include "cache.h"
 #include "digest.h"
+#include "fault.h"
 #include "imagekeys.h"
 #include "macro.h"
 #include "packs.h"
@@ -414,8 +415,10 @@ static int sweep_layer(void *userdata, const char *digest)
 	/* A loaded image may still read from it (an open file, a working
 	 * directory): then it is only moved aside (packs.h). */
 	n = cache_layer_bytes(s->m->cache, digest);
-	if (packs_remove_layer(s->m->packs, digest) == 0)
+	if (packs_remove_layer(s->m->packs, digest) == 0) {
 		s->freed += n;
+		fault_point("gc-layer");
+	}
 	return 0;
 }
 
@@ -427,8 +430,10 @@ static int sweep_blob(void *userdata, const char *digest)
 	if (strmap_get(s->keep, digest))
 		return 0;
 	n = cache_blob_bytes(s->m->cache, digest);
-	if (cache_blob_remove(s->m->cache, digest) == 0)
+	if (cache_blob_remove(s->m->cache, digest) == 0) {
 		s->freed += n;
+		fault_point("gc-blob");
+	}
 	return 0;
 }
 

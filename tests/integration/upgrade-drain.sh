@@ -1,13 +1,16 @@
 #!/bin/bash
 # An upgrade drains the old serving process (README "Restarts and
-# upgrades"): a read of a lazy file whose chunk is held at the registry
-# when `pullfsctl upgrade` runs is answered by the old process once the
-# chunk comes, not sent again to the new one.  The new process reads no
-# request the kernel resent (serving.resent), the old one answered at least
-# that read while it drained (serving.drained, the Upgraded event), the
-# bytes are right, and no request failed.  Then a lookup waiting for a pull
-# held at the registry across an upgrade: the old process leaves it, the
-# new one gets it resent (serving.resent) and pulls; the lookup succeeds.
+# upgrades").  A read of a lazy file whose chunk is held at the registry
+# when `pullfsctl upgrade` runs is left by the old process, which ends at
+# once, and resent to the new one: the upgrade completes while the chunk
+# is still held (the new process answers a lookup of another image, the
+# old one was not killed at the end of its grace time), and the read gets
+# the right bytes once the chunk comes.  On a kernel that cannot resend
+# (PULLFS_FAULT=no-resend plays one), the old process answers that read
+# itself once the chunk comes; nothing is resent.  Then a lookup waiting
+# for a pull held at the registry across an upgrade: the old process
+# leaves it, the new one gets it resent (serving.resent) and pulls; the
+# lookup succeeds.
 source "$(dirname "$0")/lib.sh"
 source "$INTEGRATION_DIR/images.sh"
 source "$INTEGRATION_DIR/restartlib.sh"
@@ -30,6 +33,7 @@ gate=$WORK/release-edge
 start_slowproxy --gate "GET /v2/test/edge-chunked/blobs/[^ ]* bytes=.*=$ranges" \
     --gate "GET /v2/test/edge-chunked/blobs/($chunked_layers)\$=$whole" \
     --gate "GET /v2/test/edge/blobs/=$gate"
+push_busybox
 mount_pullfs --supervise --insecure-registry "$PROXY"
 ctl() { "$PULLFSCTL" -m "$MNT" "$@"; }
 chunked=$MNT/images/$PROXY/test/edge-chunked:1
@@ -39,16 +43,65 @@ touch "$ranges"
 ls "$chunked/" >/dev/null || fail "lookup of the lazy image failed"
 rm -f "$ranges"
 held_ranges() { proxy_count held "GET /v2/test/edge-chunked/blobs/[^ ]* bytes="; }
-before=$(held_ranges)
-head -c 65536 "$chunked/large" >"$WORK/large.head" 2>"$WORK/large.err" &
-read_pid=$!
-track_pid "$read_pid"
-_range_held() { [ "$(held_ranges)" -gt "$before" ]; }
-wait_for 30 _range_held || fail "the read of large did not reach the registry"
-! _pid_gone "$read_pid" || fail "the read returned while its chunk was held"
 
+# hold_read SKIP: a read of 64 KiB of large at SKIP * 64 KiB in the
+# background ($read_pid, into $WORK/large.SKIP), held at the registry.
+hold_read() {
+    local before
+    before=$(held_ranges)
+    dd if="$chunked/large" of="$WORK/large.$1" bs=65536 skip="$1" count=1 status=none \
+        2>"$WORK/large.err" &
+    read_pid=$!
+    track_pid "$read_pid"
+    _range_held() { [ "$(held_ranges)" -gt "$before" ]; }
+    wait_for 30 _range_held || fail "the read of large at $1 did not reach the registry"
+    ! _pid_gone "$read_pid" || fail "the read returned while its chunk was held"
+}
+
+# read_ok SKIP: the held read returned the bytes of large at SKIP.
+read_ok() {
+    local rc=0
+    wait_for 60 _pid_gone "$read_pid" || fail "the read did not return after its chunk was let go"
+    wait "$read_pid" || rc=$?
+    assert_eq 0 "$rc" "read of large at $1 across the upgrade ($(cat "$WORK/large.err"))"
+    cmp "$WORK/large.$1" <(dd if="$WORK/edge/rootfs/large" bs=65536 skip="$1" count=1 status=none) ||
+        fail "wrong bytes read across the upgrade"
+}
+
+# A read held at the registry does not hold the upgrade: left to the new
+# process, which gets it resent.
+hold_read 0
 old=$(serving pid)
 assert_eq 0 "$(serving upgrades)" "serving.upgrades before"
+t0=$(date +%s.%N)
+out=$(ctl upgrade 2>&1) || fail "pullfsctl upgrade: $out"
+wait_for 30 _replaced "$old" || fail "serving process $old not replaced while a read was held"
+bb=$MNT/images/127.0.0.1:$REGISTRY_PORT/test/busybox:1
+[ -x "$bb/bin/busybox" ] || fail "the new process does not answer a lookup of another image"
+t1=$(date +%s.%N)
+! _pid_gone "$read_pid" || fail "the held read returned before its chunk was let go: $(cat "$WORK/large.err")"
+held=$(serving last_held_ms)
+log "upgrade with a read held at the registry: new process serving after $(py -c "print(round($t1 - $t0, 2))" ) s, requests held ${held} ms"
+! grep -q "did not drain" "$PULLFS_LOG" || fail "the old process was killed at the end of its grace time"
+grep -q "serving process $old drained: .* [1-9][0-9]* waiting for a registry left" "$PULLFS_LOG" ||
+    fail "the old process did not leave the held read: $(grep "serving process $old drained" "$PULLFS_LOG")"
+# generous: the grace time the old process had was 10 s
+py -c "import sys; sys.exit(0 if $held < 5000 else 1)" || fail "requests were held $held ms across the upgrade"
+assert_eq 1 "$(serving upgrades)" "serving.upgrades"
+touch "$ranges"
+read_ok 0
+resent=$(serving resent)
+((resent >= 1)) || fail "serving.resent is $resent: the held read was not sent again"
+log "the held read was answered by the new process (serving.resent $resent)"
+rm -f "$ranges"
+unmount_pullfs
+
+# A kernel that cannot resend: the old process answers the held read.
+PULLFS_ENV=(PULLFS_FAULT=no-resend)
+mount_pullfs --supervise --insecure-registry "$PROXY"
+ls "$chunked/" >/dev/null || fail "lookup of the lazy image failed (no resend)"
+hold_read 40
+old=$(serving pid)
 ctl upgrade >"$WORK/upgrade.out" 2>&1 &
 upgrade_pid=$!
 track_pid "$upgrade_pid"
@@ -61,13 +114,8 @@ wait_for 60 _pid_gone "$upgrade_pid" || fail "pullfsctl upgrade did not return"
 rc=0
 wait "$upgrade_pid" || rc=$?
 assert_eq 0 "$rc" "pullfsctl upgrade ($(cat "$WORK/upgrade.out"))"
-wait_for 60 _pid_gone "$read_pid" || fail "the read did not return after its chunk was let go"
-rc=0
-wait "$read_pid" || rc=$?
-assert_eq 0 "$rc" "head of large across the upgrade ($(cat "$WORK/large.err"))"
-cmp "$WORK/large.head" <(head -c 65536 "$WORK/edge/rootfs/large") || fail "wrong bytes read across the upgrade"
+read_ok 40
 wait_for 30 _replaced "$old" || fail "serving process $old not replaced"
-assert_eq 1 "$(serving upgrades)" "serving.upgrades"
 assert_eq 0 "$(serving resent)" "serving.resent: requests the kernel sent again to the new process"
 drained=$(serving drained)
 ((drained >= 1)) || fail "serving.drained is $drained: the old process answered nothing as it drained"
