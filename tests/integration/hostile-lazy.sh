@@ -305,9 +305,13 @@ PY
 _unverified() { [ "$(layer_events LazyLayerUnverified)" -gt 0 ]; }
 mount_pullfs --insecure-registry "$FAKE" --lazy-completion-delay 0
 mark=$(registry_mark)
-assert_eq EBADMSG "$(read_file "$lazy/tampered:1/d/file")" "a read of the tampered layer after a restart"
+# a lookup loads the image and starts its completion; a read now would
+# race the stream for the chunk (the stream leaves a chunk a reader is
+# fetching to the reader, and a range fetch of it failing then is one
+# LazyFetchFailed before the next round gives the layer up)
+assert_errno OK "$lazy/tampered:1/d/file"
 wait_for 30 _unverified || fail "no LazyLayerUnverified for the tampered layer $D ($(layer_events LazyFetchFailed) LazyFetchFailed)"
-assert_eq EBADMSG "$(read_file "$lazy/tampered:1/d/file")" "a read of the tampered layer, its completion given up"
+assert_eq EBADMSG "$(read_file "$lazy/tampered:1/d/file")" "a read of the tampered layer after a restart, its completion given up"
 log "the tampered layer's completion: $(layer_events LazyFetchFailed) LazyFetchFailed, $(registry_count GET "/v2/lazy/tampered/blobs/$D" "$mark") requests for its blob"
 assert_eq 0 "$(layer_events LazyFetchFailed)" "LazyFetchFailed events of the tampered layer"
 assert_eq 0 "$(layer_events LayerCompleted)" "LayerCompleted events of the tampered layer"
