@@ -99,6 +99,9 @@ static _Atomic uint64_t init_add;
  * INIT.  Then NOTIFY_RESEND, and the gate opens. */
 static void *takeover_req;
 static size_t takeover_len;
+/* the INIT reply of the process that answered INIT, when it said */
+static bool takeover_reply_known;
+static uint64_t takeover_reply;
 static bool takeover_given; /* gate_lock */
 static atomic_bool gate_open = true;
 static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -366,6 +369,15 @@ static ssize_t write_init_reply(int fd, const struct iovec *iov, int count, uint
 		init.max_stack_depth = 1;
 	else
 		add &= ~PFS_FUSE_PASSTHROUGH;
+	/* A taken-over connection has what the first process sent: a flag
+	 * it left out stays out, whatever this process would have asked. */
+	if (swallow)
+		add &= takeover_reply_known ? takeover_reply : ~PFS_FUSE_DIRECT_IO_ALLOW_MMAP;
+	/* a test plays a version before the reply was noted, which did not
+	 * ask for shared mappings of direct I/O files either */
+	bool old_init = !swallow && fault_armed("old-init");
+	if (old_init)
+		add &= ~PFS_FUSE_DIRECT_IO_ALLOW_MMAP;
 	init.flags |= (uint32_t)add;
 	if (ext)
 		init.flags2 |= (uint32_t)(add >> 32);
@@ -377,6 +389,11 @@ static ssize_t write_init_reply(int fd, const struct iovec *iov, int count, uint
 	v[0] = iov[0];
 	v[1].iov_base = &init;
 	v[1].iov_len = len;
+	/* for the process that may take over from this one, before the
+	 * kernel has the answer */
+	if (!swallow && !old_init)
+		handover_note(handover_format_init_reply((uint64_t)init.flags |
+							 (ext ? (uint64_t)init.flags2 << 32 : 0)));
 	/* taken over: the kernel has had this answer from the first process */
 	n = swallow ? (ssize_t)(v[0].iov_len + len) : writev(fd, v, 2);
 	if (n >= 0 && (add & PFS_FUSE_PASSTHROUGH))
@@ -540,6 +557,8 @@ int fuseio_attach(struct fuse_session *se, const struct fuseio_options *opts)
 		if (!takeover_req)
 			return -ENOMEM;
 		memcpy(takeover_req, opts->takeover_init, opts->takeover_init_len);
+		takeover_reply_known = opts->takeover_reply_known;
+		takeover_reply = opts->takeover_reply;
 		takeover_len = opts->takeover_init_len;
 		takeover_given = false;
 		taken_over_fn = opts->taken_over;

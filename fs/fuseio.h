@@ -29,6 +29,12 @@ struct fuseio_options {
 	 * other process read and did not answer (FUSE_NOTIFY_RESEND). */
 	const void *takeover_init;
 	size_t takeover_init_len;
+	/* ... and the flags of the reply that process sent, when it noted
+	 * them (handover "initr"): only flags in it are taken to be on.
+	 * Without them, what a version before the record asked for:
+	 * everything but FUSE_DIRECT_IO_ALLOW_MMAP. */
+	bool takeover_reply_known;
+	uint64_t takeover_reply;
 	/* called once the resend was asked for (from a session thread) */
 	void (*taken_over)(void *userdata, int64_t resent_ns, int err);
 	void *userdata;

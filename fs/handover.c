@@ -113,6 +113,11 @@ char *handover_format_init(const void *req, size_t len)
 	return s;
 }
 
+char *handover_format_init_reply(uint64_t flags)
+{
+	return format("initr %" PRIx64 "\n", flags);
+}
+
 char *handover_format_ns(const char *key)
 {
 	_cleanup_free_ char *k = escape(key);
@@ -429,6 +434,24 @@ static int parse_init(struct handover_state *s, const char *hex)
 	return 0;
 }
 
+static int parse_init_reply(struct handover_state *s, const char *hex)
+{
+	uint64_t v = 0;
+
+	if (!*hex || strlen(hex) > 16)
+		return -EBADMSG;
+	for (const char *c = hex; *c; c++) {
+		int d = hexval(*c);
+
+		if (d < 0)
+			return -EBADMSG;
+		v = v << 4 | (uint64_t)d;
+	}
+	s->init_reply_known = true;
+	s->init_reply = v;
+	return 0;
+}
+
 static int parse_line(struct parse *p, char *line, bool first)
 {
 	char *f[8];
@@ -445,6 +468,8 @@ static int parse_line(struct parse *p, char *line, bool first)
 	}
 	if (!strcmp(f[0], "init"))
 		return n == 2 ? parse_init(p->s, f[1]) : -EBADMSG;
+	if (!strcmp(f[0], "initr"))
+		return n == 2 ? parse_init_reply(p->s, f[1]) : -EBADMSG;
 	if (!strcmp(f[0], "ns"))
 		return n == 2 && unescape(f[1]) == 0 ? add_ns(p, f[1]) : -EBADMSG;
 	if (!strcmp(f[0], "nsu"))
@@ -659,6 +684,8 @@ char *handover_format_state(const struct handover_state *s)
 
 	if (ok && s->init)
 		ok = append(&buf, &len, handover_format_init(s->init, s->init_len));
+	if (ok && s->init_reply_known)
+		ok = append(&buf, &len, handover_format_init_reply(s->init_reply));
 	for (size_t i = 0; ok && i < s->n_ns_keys; i++)
 		ok = append(&buf, &len,
 			    s->ns_owners && s->ns_owners[i] != HANDOVER_NO_OWNER

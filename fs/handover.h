@@ -13,6 +13,9 @@
  *
  *   v 1                       format version, first
  *   init HEX                  the kernel's INIT request as read
+ *   initr FLAGS               the flags of the INIT reply the process that
+ *                             read INIT sent (hex, flags2 in the high 32
+ *                             bits), written before the reply
  *   ns KEY                    a namespace node (path below images/, or
  *                             "/layers/..." in the layer store)
  *   nsx KEY                   ... the kernel forgot it
@@ -43,6 +46,7 @@
  * parts (format, parse) are what the unit test covers. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -72,6 +76,10 @@ struct handover_state {
 	unsigned version;
 	void *init; /* NULL when no INIT was seen */
 	size_t init_len;
+	/* the INIT reply's flags; unknown when the process that answered
+	 * INIT did not note them (a version before the record) */
+	bool init_reply_known;
+	uint64_t init_reply;
 	char **ns_keys; /* distinct */
 	/* for each of ns_keys, the user it is charged to, or
 	 * HANDOVER_NO_OWNER; NULL: nobody at all */
@@ -94,6 +102,7 @@ void handover_state_done(struct handover_state *s);
 /* One record, with its newline, in a new string (NULL: out of memory). */
 char *handover_format_version(void);
 char *handover_format_init(const void *req, size_t len);
+char *handover_format_init_reply(uint64_t flags);
 char *handover_format_ns(const char *key);
 /* "ns" and "nsu" of a node charged to uid, as one string. */
 char *handover_format_ns_owned(const char *key, uint32_t uid);

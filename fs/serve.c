@@ -450,6 +450,8 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 		if (h->generation > 0 && st.init) {
 			io.takeover_init = st.init;
 			io.takeover_init_len = st.init_len;
+			io.takeover_reply_known = st.init_reply_known;
+			io.takeover_reply = st.init_reply;
 			io.taken_over = taken_over;
 			io.userdata = fs;
 		}

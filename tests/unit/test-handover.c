@@ -42,6 +42,8 @@ static void test_round_trip(void **state)
 		.version = HANDOVER_VERSION,
 		.init = (void *)init,
 		.init_len = sizeof(init),
+		.init_reply_known = true,
+		.init_reply = UINT64_C(0x1000000f0c3a00fb),
 		.ns_keys = ns,
 		.n_ns_keys = ARRAY_SIZE(ns),
 		.images = images,
@@ -59,12 +61,14 @@ static void test_round_trip(void **state)
 	size_t lines = 0;
 	for (const char *p = text; *p; p++)
 		lines += *p == '\n';
-	assert_int_equal(lines, 2 + ARRAY_SIZE(ns) + ARRAY_SIZE(images) + ARRAY_SIZE(backings) +
+	assert_int_equal(lines, 3 + ARRAY_SIZE(ns) + ARRAY_SIZE(images) + ARRAY_SIZE(backings) +
 					ARRAY_SIZE(backoffs));
 	assert_int_equal(parse(text, &out), 0);
 	assert_int_equal(out.version, HANDOVER_VERSION);
 	assert_int_equal(out.init_len, sizeof(init));
 	assert_memory_equal(out.init, init, sizeof(init));
+	assert_true(out.init_reply_known);
+	assert_true(out.init_reply == UINT64_C(0x1000000f0c3a00fb));
 	assert_int_equal(out.n_ns_keys, ARRAY_SIZE(ns));
 	for (size_t i = 0; i < ARRAY_SIZE(ns); i++)
 		assert_string_equal(out.ns_keys[i], ns[i]);
@@ -153,6 +157,7 @@ static void test_log_semantics(void **state)
 	/* a log with nothing but its version: a process that saw no INIT */
 	assert_int_equal(parse("v 1\n", &st), 0);
 	assert_null(st.init);
+	assert_false(st.init_reply_known);
 	assert_int_equal(st.n_ns_keys + st.n_images + st.n_backings, 0);
 	handover_state_done(&st);
 }
@@ -171,6 +176,9 @@ static void test_refused(void **state)
 		{ "v 1\ninit 012\n", -EBADMSG },
 		{ "v 1\ninit 01zz\n", -EBADMSG },
 		{ "v 1\ninit\n", -EBADMSG },
+		{ "v 1\ninitr\n", -EBADMSG },
+		{ "v 1\ninitr 1g\n", -EBADMSG },
+		{ "v 1\ninitr 10000000000000000\n", -EBADMSG },
 		{ "v 1\nns\n", -EBADMSG },
 		{ "v 1\nns a b\n", -EBADMSG },
 		{ "v 1\nns %zz\n", -EBADMSG },
@@ -220,6 +228,9 @@ static void test_records(void **state)
 	free(s);
 	s = handover_format_init("\x00\xff", 2);
 	assert_string_equal(s, "init 00ff\n");
+	free(s);
+	s = handover_format_init_reply(UINT64_C(0x1000000000));
+	assert_string_equal(s, "initr 1000000000\n");
 	free(s);
 }
 
