@@ -8,7 +8,8 @@ each such line is switched on, and the result is given to
 "pullfs --config FILE --help", which reads the config file (exiting 2 with
 FILE:LINE on any line it refuses: an unknown key, a bad value, a key of a
 registry section that does not exist) and then prints the help without
-mounting.  The global keys are also looked up in fs/options.c's table, so
+mounting.  The two pairs of settings that bound each other, which only a
+start checks, are compared here.  The global keys are also looked up in fs/options.c's table, so
 that an option removed from the table cannot linger in the example.
 
 Usage: check-example-config.py SOURCE_DIR PULLFS"""
@@ -45,8 +46,16 @@ def main():
         r = subprocess.run([pullfs, '--config', f.name, '--help'], stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True)
         if r.returncode != 0:
+            # The lines are the example's, one for one: name it, not the copy.
+            why = r.stderr.strip().replace(f.name, example)
             problems.append(f'pullfs refuses the example with every setting on (exit '
-                            f'{r.returncode}): {r.stderr.strip()}')
+                            f'{r.returncode}): {why}')
+    # What only a start checks (--help exits before it): the pairs of
+    # settings that bound each other.
+    values = dict(l.split(' = ', 1) for l in lines if re.match(r'^[a-z0-9-]+ = ', l))
+    for low, high in (('gc-low-percent', 'gc-high-percent'), ('backoff-initial', 'backoff-max')):
+        if low in values and high in values and int(values[low]) > int(values[high]):
+            problems.append(f'{example}: {low} {values[low]} is above {high} {values[high]}')
     for p in problems:
         print(p)
     print(f'{len(keys)} global settings checked: {len(problems)} problems', file=sys.stderr)
