@@ -1,5 +1,5 @@
 #!/bin/bash
-# Policy Always (SPEC §3 step 9, README "Ensure" steps 3 and 9), with
+# Policy Always (SPEC §3 step 9, docs/ensure.md steps 3 and 9), with
 # --revalidate-interval 1, as a mount shows it: a ":latest" tag re-pushed
 # with other content is, once the interval has passed, a new image for a
 # new lookup (a second Pulling/Pulled with the new digest), while a file of

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Back-off per reference (SPEC §3 step 4, README "Ensure" step 4), as a
+# Back-off per reference (SPEC §3 step 4, docs/ensure.md step 4), as a
 # mount shows it: a failed pull (EHOSTUNREACH, a Failed event) and then, at
 # once, EAGAIN with a BackOff event that names the previous error, without
 # asking the registry again.  The timeline itself (windows of 10 s, 20 s,

@@ -13,7 +13,7 @@
 #    message and the next lookup completes the pull.
 # 3. A kill -9 of the serving process by the test at a random moment of a
 #    larger pull: the lookup waits and succeeds, same mount, right content.
-# 4. A kill -9 of the supervisor (README, "Restarts and upgrades"): the
+# 4. A kill -9 of the supervisor (docs/restarts.md): the
 #    serving process unmounts and exits, no stale mount is left, and a new
 #    start serves the cached image.
 source "$(dirname "$0")/lib.sh"

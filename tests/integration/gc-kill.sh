@@ -1,5 +1,5 @@
 #!/bin/bash
-# A serving process killed in the middle of a collection (README "Garbage
+# A serving process killed in the middle of a collection (docs/cache.md, "Garbage
 # collection"): `pullfsctl gc` and `pullfsctl rm` of many images, killed
 # right after the first layer was moved away (PULLFS_FAULT=gc-layer) or the
 # first blob deleted (gc-blob).  After the restart every image still named

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Hostile tables of contents, chunks, multipart answers, xattr bombs and
 # symlink chains.  Each case gets a clear errno (and an event where the
-# README names one), never a byte that does not match its digest, within
+# errno table names one), never a byte that does not match its digest, within
 # bounded memory and time; the daemon keeps serving the good image.
 #
 #  - chunks whose bytes are not what the (verified) table says: EBADMSG,

@@ -1,5 +1,5 @@
 #!/bin/bash
-# An interrupted caller (SPEC §3 step 10, README "Ensure" step 10): the
+# An interrupted caller (SPEC §3 step 10, docs/ensure.md step 10): the
 # programs whose lookup started a pull are killed (SIGINT, as Ctrl-C, and
 # SIGKILL) while the pull runs; the pull still completes, and the next
 # lookup is served by it: one Pulling event, one GET per blob.

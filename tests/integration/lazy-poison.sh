@@ -1,5 +1,5 @@
 #!/bin/bash
-# A lazy layer cannot be poisoned by digest (issues 12 and 14).  The victim
+# A lazy layer cannot be poisoned by digest.  The victim
 # V is a gzip image on the real registry, its layer digest D.  An attacker
 # serves, from a registry of their own (fakeregistry.py, which lies about
 # digests as such a registry may), an image whose manifest names layer D

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Pull policies (SPEC §3, README "Ensure" steps 2-3), as a mount shows
+# Pull policies (SPEC §3, docs/ensure.md steps 2-3), as a mount shows
 # them and as the command line and the config file set them:
 #  - Never and not cached: EPERM and a Warning ErrImageNeverPull event;
 #  - a pull-policy-rule from a --config file makes one repository prefix

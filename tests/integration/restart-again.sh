@@ -2,7 +2,7 @@
 # A start right after `kill -9` of the supervisor: its serving process
 # outlives it for the moment it takes to notice, unmount and exit, and
 # holds the cache's lock meanwhile.  The next start on the same cache and
-# mountpoint waits for it (README "Restarts and upgrades") and serves; 20
+# mountpoint waits for it (docs/restarts.md) and serves; 20
 # times in a row, each start made at once after the kill.  The same at once
 # after a SIGTERM of the supervisor (it says in the lock file that it
 # stops).  A start while a pullfs of the cache serves on is still refused

@@ -1,7 +1,7 @@
 #!/bin/bash
-# SIGSTOP of the serving process under the supervisor (README "Restarts
-# and upgrades").  Stopped, it answers nothing: requests wait, and the
-# supervisor neither starts another nor kills anything.  After SIGCONT the
+# SIGSTOP of the serving process under the supervisor (docs/restarts.md).
+# Stopped, it answers nothing: requests wait, and the supervisor neither
+# starts another nor kills anything.  After SIGCONT the
 # same process serves on, and what waited is answered.  A `pullfsctl
 # upgrade` asked while it is stopped completes once it continues.  A
 # kill -9 of the supervisor while it is stopped: at SIGCONT it unmounts and

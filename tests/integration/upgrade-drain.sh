@@ -1,6 +1,6 @@
 #!/bin/bash
-# An upgrade drains the old serving process (README "Restarts and
-# upgrades").  A read of a lazy file whose chunk is held at the registry
+# An upgrade drains the old serving process (docs/restarts.md).
+# A read of a lazy file whose chunk is held at the registry
 # when `pullfsctl upgrade` runs is left by the old process, which ends at
 # once, and resent to the new one: the upgrade completes while the chunk
 # is still held (the new process answers a lookup of another image, the

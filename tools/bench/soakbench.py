@@ -994,8 +994,8 @@ class Soak:
             verdict.append(f"the cache stays over its budget: {cache['bytes']} bytes after "
                            f"`pullfsctl gc` with no reader left, the high mark is {high:.0f} "
                            f"({sum(1 for i in st.get('images', []) if i.get('in_use'))} of "
-                           f"{len(st.get('images', []))} images in use; README \"Restarts "
-                           f"and upgrades\": what a new serving process restored stays until "
+                           f"{len(st.get('images', []))} images in use; docs/restarts.md: "
+                           f"what a new serving process restored stays until "
                            f"the next start)")
         if cache.get("bytes", 0) > high:
             verdict.append("what the cache holds: " + cache_breakdown(ENV["CACHE"]))
