@@ -688,8 +688,16 @@ class Soak:
         return self.status()["serving"]["pid"]
 
     def ctl(self, *args, check=True):
-        r = subprocess.run([ENV["SOAK_PULLFSCTL"], "-m", MNT, *args], capture_output=True,
-                           text=True, timeout=120)
+        try:
+            r = subprocess.run([ENV["SOAK_PULLFSCTL"], "-m", MNT, *args], capture_output=True,
+                               text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            # a command that hangs is a finding, not the end of the run
+            msg = f"pullfsctl {' '.join(args)} did not return within 120 s"
+            if check:
+                raise RuntimeError(msg)
+            self.problems.append(msg)
+            return subprocess.CompletedProcess(args, 124, "", msg)
         if check and r.returncode != 0:
             raise RuntimeError(f"pullfsctl {' '.join(args)}: {r.stdout}{r.stderr}")
         return r
