@@ -420,7 +420,10 @@ int manager_decide(struct manager *m, const struct reference *ref, const char *c
 		 * reports the failure properly if there is one. */
 	}
 
+	/* the rate's wait, without gc_lock: collections go on meanwhile */
+	pthread_rwlock_unlock(&m->gc_lock);
 	r = throttle_acquire(m->throttle, &f->abandon);
+	pthread_rwlock_rdlock(&m->gc_lock);
 	if (r == -ECANCELED && !atomic_load(&m->cancelled)) {
 		p.abandoned = true;
 		goto failed;
@@ -446,6 +449,8 @@ int manager_decide(struct manager *m, const struct reference *ref, const char *c
 	} else if (errbuf[0]) {
 		pull_fail(&p, "%s", errbuf);
 	}
+	/* published (the reference keeps it now) or failed */
+	pull_inflight_leave(&p);
 	if (r < 0)
 		goto failed;
 	free(p.repo);

@@ -272,6 +272,12 @@ static void keep_manifest(struct keep_ctx *k, const char *digest)
 	manifest_free(mf);
 }
 
+static int keep_inflight(void *userdata, const char *key, void *value)
+{
+	keep(userdata, key);
+	return 0;
+}
+
 static int keep_ref(void *userdata, const char *key, void *value)
 {
 	struct keep_ctx *k = userdata;
@@ -460,6 +466,7 @@ static uint64_t sweep(struct manager *m)
 	/* keep_ref reads manifests from disk under the lock; GC is rare and
 	 * the lock only delays lookups of other references. */
 	strmap_foreach(m->refs, keep_ref, &k);
+	strmap_foreach(m->inflight, keep_inflight, &k);
 	pthread_mutex_unlock(&m->lock);
 	keep_open_images(&k);
 	if (k.error == 0) {

@@ -170,11 +170,15 @@ struct manager {
 	char *cache_dir;
 	char *events_path;
 
-	/* Pulls take it shared, GC exclusive: GC never deletes a layer a
-	 * pull is counting on. */
+	/* Ensure takes it shared, GC exclusive: GC never deletes a layer a
+	 * pull is counting on.  A pull lets go of it while it waits for a
+	 * registry or a slot, with what it counts on in inflight. */
 	pthread_rwlock_t gc_lock;
 
 	pthread_mutex_t lock;
+	/* digest -> how many pulls count on it (a count as a pointer): every
+	 * sweep keeps it; lock */
+	struct strmap *inflight;
 	struct strmap *refs; /* reference -> struct refstate *; lock */
 	/* keys in decimal -> 1: the kernel holds nodes of them that no image
 	 * here could be made again for (manager_reserve_key()); lock */

@@ -388,8 +388,10 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 	m->images = strmap_new();
 	m->flights = strmap_new();
 	m->reserved_keys = strmap_new();
+	m->inflight = strmap_new();
 	m->insecure = calloc(opts->n_insecure_hosts + 1, sizeof(char *));
-	if (!m->refs || !m->images || !m->flights || !m->reserved_keys || !m->insecure) {
+	if (!m->refs || !m->images || !m->flights || !m->reserved_keys || !m->inflight ||
+	    !m->insecure) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -516,6 +518,7 @@ void manager_free(struct manager *m)
 	refs_free_all(m);
 	strmap_free(m->flights);
 	strmap_free(m->reserved_keys);
+	strmap_free(m->inflight);
 	if (m->recent) {
 		strmap_foreach(m->recent, free_value, NULL);
 		strmap_free(m->recent);

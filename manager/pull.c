@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #include "layer.h"
 #include "layer-private.h"
 #include "fileio.h"
+#include "strmap.h"
 #include "macro.h"
 #include "memtrim.h"
 #include "manifest.h"
@@ -609,6 +611,70 @@ static int pull_slot_enter(struct pull *p)
 
 /* The whole transfer for one reference; publishes the reference file last.
  * On success *ret_digest / *ret_index_digest name what was published. */
+/* One more pull counts on digest.  manager.lock held. */
+static int inflight_add_locked(struct pull *p, const char *digest)
+{
+	char **v;
+	uintptr_t n;
+
+	if (!digest)
+		return 0;
+	v = realloc(p->inflight, (p->n_inflight + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	p->inflight = v;
+	v[p->n_inflight] = strdup(digest);
+	if (!v[p->n_inflight])
+		return -ENOMEM;
+	n = (uintptr_t)strmap_get(p->m->inflight, digest) + 1;
+	if (strmap_put(p->m->inflight, digest, (void *)n) < 0) {
+		free(v[p->n_inflight]);
+		return -ENOMEM;
+	}
+	p->n_inflight++;
+	return 0;
+}
+
+/* What the pull may count on from here (its manifests, config and
+ * layers, present already or to be fetched) is kept by every sweep until
+ * pull_inflight_leave(): the pull then waits for slots and registries
+ * without gc_lock.  gc_lock held shared, so no sweep is under way. */
+static int inflight_enter(struct pull *p, const struct manifest *mf, const char *digest,
+			  const char *index_digest)
+{
+	int r;
+
+	pthread_mutex_lock(&p->m->lock);
+	r = inflight_add_locked(p, digest);
+	if (r == 0)
+		r = inflight_add_locked(p, index_digest);
+	if (r == 0)
+		r = inflight_add_locked(p, mf->config.digest);
+	for (size_t i = 0; r == 0 && i < mf->n_layers; i++)
+		r = inflight_add_locked(p, mf->layers[i].digest);
+	pthread_mutex_unlock(&p->m->lock);
+	return r;
+}
+
+void pull_inflight_leave(struct pull *p)
+{
+	pthread_mutex_lock(&p->m->lock);
+	for (size_t i = 0; i < p->n_inflight; i++) {
+		uintptr_t n = (uintptr_t)strmap_get(p->m->inflight, p->inflight[i]);
+
+		/* replacing a key's value allocates nothing */
+		if (n > 1)
+			(void)strmap_put(p->m->inflight, p->inflight[i], (void *)(n - 1));
+		else
+			strmap_remove(p->m->inflight, p->inflight[i]);
+		free(p->inflight[i]);
+	}
+	pthread_mutex_unlock(&p->m->lock);
+	free(p->inflight);
+	p->inflight = NULL;
+	p->n_inflight = 0;
+}
+
 int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest, uint64_t *ret_size)
 {
 	struct manager *m = p->m;
@@ -617,8 +683,12 @@ int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest, uint6
 	const char *target = p->ref->digest ? p->ref->digest : p->ref->tag;
 	struct config_buf config = { 0 };
 	uint64_t size;
+	bool unlocked = true;
 	int r;
 
+	/* nothing to count on yet: collections go on while the registry
+	 * answers */
+	pthread_rwlock_unlock(&m->gc_lock);
 	r = fetch_manifest(p, target, NULL, &raw, &mf);
 	if (r < 0)
 		goto out;
@@ -664,6 +734,8 @@ int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest, uint6
 		}
 	}
 	fault_point("manifest");
+	pthread_rwlock_rdlock(&m->gc_lock);
+	unlocked = false;
 	if (p->flight && p->flight->counted) {
 		/* A user's pull fits in that user's quota before it takes a
 		 * slot or a byte of layers. */
@@ -674,6 +746,13 @@ int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest, uint6
 			goto out;
 		}
 	}
+	r = inflight_enter(p, mf, raw->digest, raw_index ? raw_index->digest : NULL);
+	if (r < 0) {
+		pull_fail(p, "%s", strerror(-r));
+		goto out;
+	}
+	pthread_rwlock_unlock(&m->gc_lock);
+	unlocked = true;
 	r = pull_slot_enter(p);
 	if (r < 0)
 		goto out;
@@ -734,6 +813,8 @@ out:
 	if (p->has_slot)
 		puller_leave(m->puller, &p->slot);
 	p->has_slot = false;
+	if (unlocked)
+		pthread_rwlock_rdlock(&m->gc_lock);
 	free(config.data);
 	registry_manifest_free(raw);
 	registry_manifest_free(raw_index);

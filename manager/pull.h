@@ -27,14 +27,25 @@ struct pull {
 	struct puller_slot slot; /* ... this one */
 	bool abandoned;		 /* left the queue: nobody waits for it */
 	struct error_detail why; /* the first reason it failed; err set by ensure */
+	/* digests the pull counts on, kept by every sweep (manager.inflight)
+	 * until pull_inflight_leave() */
+	char **inflight;
+	size_t n_inflight;
 };
 
 /* Records why the pull failed; the first reason wins. */
 void pull_fail(struct pull *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The whole transfer for p->ref: everything but the reference file, which
- * the caller publishes.  Returns 0 with the manifest digest, the index it
+ * the caller publishes.  Called with gc_lock held shared, which it lets go
+ * of while it waits for the registry or a slot (garbage collection and rm
+ * must not wait for transfers), and holds again on return; what it
+ * counts on meanwhile stays through any sweep (pull_inflight_leave()).  Returns 0 with the manifest digest, the index it
  * was picked from (or NULL) and the image's size; or -errno with the
  * reason in p->why.message, or p->abandoned set when it left the queue.
  * Blocks for as long as the transfer takes. */
 int pull_image(struct pull *p, char **ret_digest, char **ret_index_digest, uint64_t *ret_size);
+/* Lets go of what pull_image() counted on: once its reference is
+ * published (which then keeps it), or once it failed.  gc_lock held
+ * shared; takes manager.lock. */
+void pull_inflight_leave(struct pull *p);
