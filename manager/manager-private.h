@@ -172,6 +172,13 @@ struct manager_stats {
 	uint64_t gc_freed_bytes, gc_removed_images;
 };
 
+/* A loaded image whose last lazy layer just completed. */
+struct image_completed {
+	char *digest;	/* manifest */
+	double seconds; /* since its content was loaded */
+	uint64_t size;	/* config + compressed layers */
+};
+
 struct manager {
 	struct manager_options opts;
 	char **insecure;
@@ -257,6 +264,10 @@ struct manager {
 	unsigned lazy_completing;
 	/* their threads, waiting or running (image.c); lock */
 	struct dlist completions;
+	/* image.c reports each loaded image whose lazy layers all completed
+	 * here (refs.c: the Pulled event of each of its names); called
+	 * without locks */
+	void (*images_completed)(struct manager *m, const struct image_completed *done, size_t n);
 	/* wall ms of the last LazyReadFailed event (rate limit) */
 	_Atomic int64_t lazy_warned_ms;
 	pthread_cond_t gc_cond;
@@ -365,6 +376,9 @@ int refs_publish(struct manager *m, const char *reference, const char *digest,
 /* The rate-limited "already present" event.  Takes manager.lock. */
 void manager_present_event(struct manager *m, const char *canonical, const char *digest,
 			   const struct caller *who);
+/* The Pulled event of each image of done, for each name that holds it
+ * (manager.images_completed).  Takes manager.lock. */
+void refs_images_completed(struct manager *m, const struct image_completed *done, size_t n);
 /* Fills the table from the references stored in the cache; at start,
  * before any other thread runs.  Returns 0 or -errno. */
 int refs_load(struct manager *m);
