@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "errname.h"
 #include "macro.h"
 #include "manager.h"
@@ -160,21 +161,13 @@ static bool peer_allowed(int fd)
 	return cr.uid == 0 || cr.uid == geteuid();
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Waits for events on a non-blocking fd until deadline_ms.  Returns 0
  * when ready, -ETIMEDOUT, or -errno. */
 static int wait_fd(int fd, short events, int64_t deadline_ms)
 {
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = events };
-		int64_t left = deadline_ms - now_ms();
+		int64_t left = deadline_ms - clock_mono_ms();
 		int k = poll(&p, 1, (int)MAX(left, 0));
 
 		if (k > 0)
@@ -308,7 +301,7 @@ static void *conn_thread(void *arg)
 		ans = answer_for(c, buf, len, &upgrade_go);
 	/* A dropped client gets what fits at once: its slot is being waited
 	 * for. */
-	answer(cn->fd, ans, evicted ? 0 : now_ms() + CONTROL_DEADLINE_S * 1000);
+	answer(cn->fd, ans, evicted ? 0 : clock_mono_ms() + CONTROL_DEADLINE_S * 1000);
 
 	pthread_mutex_lock(&c->lock);
 	close(cn->fd);
@@ -371,7 +364,7 @@ static void conn_add(struct control *c, int fd)
 	cn = conn_slot(c);
 	if (cn) {
 		cn->fd = fd;
-		cn->accepted_ms = now_ms();
+		cn->accepted_ms = clock_mono_ms();
 		cn->state = CONN_READING;
 		r = -pthread_create(&cn->thread, NULL, conn_thread, cn);
 		if (r < 0) {

@@ -2,6 +2,7 @@
  * .pullfs/status (JSON) and .pullfs/metrics (Prometheus text), each made
  * afresh at open. */
 #include "fs-private.h"
+#include "clock.h"
 #include "fuseio.h"
 
 #include <errno.h>
@@ -26,18 +27,10 @@ static const double fsop_bucket_bounds[FSOP_BUCKETS] = {
 	1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1, 10,
 };
 
-int64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 void fsop_done(struct fs *fs, enum fsop op, int64_t start_ns)
 {
 	struct fsop_stats *st = &fs->ops[op];
-	int64_t d = mono_ns() - start_ns;
+	int64_t d = clock_mono_ns() - start_ns;
 	double secs = (double)d / 1e9;
 	unsigned b = 0;
 

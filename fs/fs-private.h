@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "clock.h"
 #include "dlist.h"
 #include "fs.h"
 #include "manager.h"
@@ -375,7 +376,6 @@ void serve_status(struct fs *fs, json_t *o);
 
 /* ctlview.c: the request counters, and the control view (.pullfs/status
  * and .pullfs/metrics, made at open and read with direct I/O). */
-int64_t mono_ns(void);
 void fsop_done(struct fs *fs, enum fsop op, int64_t start_ns);
 
 /* Times a request handler from its first line to its return, for the
@@ -398,7 +398,7 @@ static inline void op_timer_done(struct op_timer *t)
 	struct op_timer timer_ __attribute__((cleanup(op_timer_done))) = { \
 		.fs = fuse_req_userdata(req),                              \
 		.op = (fsop),                                              \
-		.start_ns = mono_ns(),                                     \
+		.start_ns = clock_mono_ns(),                               \
 	}
 void ctl_stat(struct fs *fs, fuse_ino_t ino, struct stat *st);
 void ctl_reply_entry(fuse_req_t req, struct fs *fs, fuse_ino_t ino);

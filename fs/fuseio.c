@@ -13,6 +13,7 @@
  * here, by the layout the kernel reads. */
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
 
+#include "clock.h"
 #include "fault.h"
 #include "fuseio.h"
 #include "handover.h"
@@ -173,12 +174,10 @@ static int send_resend(int fd)
 
 static void takeover_done(int fd)
 {
-	struct timespec ts;
 	int err = send_resend(fd);
 
 	atomic_store(&resend_err, err);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	atomic_store(&resent_at_ns, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
+	atomic_store(&resent_at_ns, clock_mono_ns());
 	pthread_mutex_lock(&gate_lock);
 	atomic_store(&gate_open, true);
 	pthread_cond_broadcast(&gate_cond);

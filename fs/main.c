@@ -188,7 +188,7 @@ int main(int argc, char **argv)
 		prctl(PR_SET_PDEATHSIG, h.fdstore ? SIGKILL : SIGTERM);
 		if (getppid() != h.sup_pid)
 			goto done;
-		/* A failure injected by a crash test (manager/fault.h) kills
+		/* A failure injected by a crash test (common/fault.h) kills
 		 * the first serving process only: the next one recovers. */
 		if (h.generation > 0)
 			unsetenv("PULLFS_FAULT");

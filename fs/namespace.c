@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "macro.h"
 #include "manager.h"
 #include "pathform.h"
@@ -254,7 +255,7 @@ static void uncharge_locked(struct fs *fs, struct nsnode *n)
 static size_t pick_victims_locked(struct fs *fs, struct nsuser *u, const struct nsnode *n,
 				  struct victim *v, size_t max)
 {
-	int64_t now = mono_ns();
+	int64_t now = clock_mono_ns();
 	size_t want, got = 0;
 
 	want = u->nodes.len > ns_limit(fs) ? MIN(u->nodes.len - ns_limit(fs), max) : 0;
@@ -372,8 +373,8 @@ static struct nsnode *nsnode_intern(struct fs *fs, fuse_req_t req, const char *k
 			return NULL;
 		}
 		refused = u->stuck >= ns_limit(fs) || u->nodes.len >= 8 * (size_t)ns_limit(fs);
-		if (refused && mono_ns() - u->warned_ns >= LIMIT_EVENT_INTERVAL_NS) {
-			u->warned_ns = mono_ns();
+		if (refused && clock_mono_ns() - u->warned_ns >= LIMIT_EVENT_INTERVAL_NS) {
+			u->warned_ns = clock_mono_ns();
 			warn = true;
 			held = u->nodes.len;
 		}
@@ -614,7 +615,7 @@ static bool ensure_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, 
 	lc->req = req;
 	lc->fs = fs;
 	lc->parent = parent->ino;
-	lc->start_ns = mono_ns();
+	lc->start_ns = clock_mono_ns();
 	lc->then = then;
 	lc->then_data = then_data;
 	strcpy(lc->name, name);

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "clock.h"
 #include "fault.h"
 #include "fileio.h"
 #include "fs.h"
@@ -151,14 +152,6 @@ bool supervisor_fds_passed(void)
 	return fds_passed(&a, &b, &c, &d);
 }
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Tells the parent waiting in the terminal how the start went. */
 static void notify_parent(struct sup *s, char status)
 {
@@ -242,7 +235,7 @@ static int check_binary(struct sup *s, char *msg, size_t len)
 {
 	int out[2];
 	size_t got = 0;
-	int64_t deadline = now_ns() + (int64_t)CHECK_TIMEOUT_MS * 1000000;
+	int64_t deadline = clock_mono_ns() + (int64_t)CHECK_TIMEOUT_MS * 1000000;
 	int status = 0;
 	pid_t pid;
 
@@ -276,7 +269,7 @@ static int check_binary(struct sup *s, char *msg, size_t len)
 	close(out[1]);
 	for (;;) {
 		struct pollfd p = { .fd = out[0], .events = POLLIN };
-		int64_t left = (deadline - now_ns()) / 1000000;
+		int64_t left = (deadline - clock_mono_ns()) / 1000000;
 		ssize_t n;
 
 		if (left <= 0 || poll(&p, 1, (int)left) == 0) {
@@ -399,7 +392,7 @@ static void on_message(struct sup *s)
 		 * the next one answers (NOTIFY_RESEND). */
 		s->upgrading = true;
 		s->drained = 0;
-		s->down_ns = now_ns();
+		s->down_ns = clock_mono_ns();
 		s->drain_until = s->down_ns + (int64_t)DRAIN_GRACE_MS * 1000000;
 	} else if (!strncmp(buf, "drained ", 8)) {
 		s->drained = (unsigned)strtoul(buf + 8, NULL, 10);
@@ -435,7 +428,7 @@ static void on_child(struct sup *s, int status, int *ret_delay_ms)
 	}
 	if (!upgrading) {
 		s->drained = 0;
-		s->down_ns = now_ns();
+		s->down_ns = clock_mono_ns();
 		s->recoveries++;
 		if (WIFSIGNALED(status))
 			fprintf(stderr,
@@ -529,7 +522,7 @@ static void loop(struct sup *s)
 		int timeout = -1;
 
 		if (delay_ms >= 0 && s->pid == 0 && !s->stopping) {
-			int64_t left = (start_at - now_ns()) / 1000000;
+			int64_t left = (start_at - clock_mono_ns()) / 1000000;
 			if (left <= 0) {
 				int r = spawn(s);
 				delay_ms = -1;
@@ -538,14 +531,14 @@ static void loop(struct sup *s)
 						"pullfs: cannot start a serving process: %s\n",
 						strerror(-r));
 					delay_ms = BACKOFF_MAX_MS;
-					start_at = now_ns() + (int64_t)delay_ms * 1000000;
+					start_at = clock_mono_ns() + (int64_t)delay_ms * 1000000;
 				}
 				continue;
 			}
 			timeout = (int)left;
 		}
 		if (s->drain_until && s->pid) {
-			int64_t left = (s->drain_until - now_ns()) / 1000000;
+			int64_t left = (s->drain_until - clock_mono_ns()) / 1000000;
 			if (left <= 0) {
 				fprintf(stderr,
 					"pullfs: serving process %ld did not drain within %d s; "
@@ -566,12 +559,13 @@ static void loop(struct sup *s)
 				gone_pid = 0;
 			} else if (gone_pid != s->pid) {
 				gone_pid = s->pid;
-				gone_since = now_ns();
-			} else if (now_ns() - gone_since < (int64_t)LEADER_CHECK_MS * 1000000) {
+				gone_since = clock_mono_ns();
+			} else if (clock_mono_ns() - gone_since <
+				   (int64_t)LEADER_CHECK_MS * 1000000) {
 				/* look again */
 			} else if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
 				on_child(s, status, &delay_ms);
-				start_at = now_ns() + (int64_t)MAX(delay_ms, 0) * 1000000;
+				start_at = clock_mono_ns() + (int64_t)MAX(delay_ms, 0) * 1000000;
 				continue;
 			} else {
 				fprintf(stderr,
@@ -581,7 +575,7 @@ static void loop(struct sup *s)
 				print_held(s->pid);
 				gone_pid = 0;
 				on_child(s, SIGKILL, &delay_ms);
-				start_at = now_ns() + (int64_t)MAX(delay_ms, 0) * 1000000;
+				start_at = clock_mono_ns() + (int64_t)MAX(delay_ms, 0) * 1000000;
 				continue;
 			}
 			timeout = timeout < 0 ? LEADER_CHECK_MS : MIN(timeout, LEADER_CHECK_MS);
@@ -602,7 +596,8 @@ static void loop(struct sup *s)
 					if (pid != s->pid)
 						continue;
 					on_child(s, status, &delay_ms);
-					start_at = now_ns() + (int64_t)MAX(delay_ms, 0) * 1000000;
+					start_at = clock_mono_ns() +
+						   (int64_t)MAX(delay_ms, 0) * 1000000;
 				}
 			} else if (si.ssi_signo == SIGHUP) {
 				if (s->pid)
@@ -739,7 +734,7 @@ int supervisor_run(struct fuse_args *args, const char *mountpoint, const char *c
 		s.adopted = s.fdstore = s.ever_ready = true;
 		s.generation = 1;
 		s.recoveries = 1;
-		s.down_ns = now_ns();
+		s.down_ns = clock_mono_ns();
 		fprintf(stderr, "pullfs: taking over \"%s\" from the descriptors systemd kept\n",
 			mountpoint);
 		/* a failure injected by a test killed the supervisor before */

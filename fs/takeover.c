@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "fuseio.h"
 #include "handover.h"
 #include "layerview.h"
@@ -194,14 +195,6 @@ void takeover_free(void)
 	pthread_mutex_unlock(&noted_lock);
 }
 
-static int64_t mono_ns_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* The manager's back-off hook (under its lock: a write, nothing more).
  * The manager's clock is CLOCK_MONOTONIC, which every process shares. */
 static void backoff_noted(void *userdata, const char *key, const struct backoff_state *st)
@@ -215,7 +208,7 @@ static void backoff_noted(void *userdata, const char *key, const struct backoff_
 	b = (struct handover_backoff){ .reference = (char *)key,
 				       .failures = st->failures,
 				       .delay_ns = st->delay_ns,
-				       .last_ns = mono_ns_now() - st->idle_ns,
+				       .last_ns = clock_mono_ns() - st->idle_ns,
 				       .err = st->last.err,
 				       .message = (char *)st->last.message };
 	handover_note(handover_format_backoff(&b));
@@ -236,7 +229,7 @@ static void restore_backoff(struct fs *fs, const struct handover_backoff *b)
 {
 	struct backoff_state st = { .delay_ns = b->delay_ns,
 				    .failures = b->failures,
-				    .idle_ns = MAX(mono_ns_now() - b->last_ns, 0) };
+				    .idle_ns = MAX(clock_mono_ns() - b->last_ns, 0) };
 
 	st.last.err = b->err;
 	snprintf(st.last.message, sizeof(st.last.message), "%s", b->message);

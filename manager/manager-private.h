@@ -1,7 +1,33 @@
 /* What the files of the manager share: its state, and the calls between
- * them.  Calls go one way, down: manager.c (life cycle) and flight.c to
- * gc.c and ensure.c; those and status.c to refs.c; refs.c to image.c and
- * users.c; all of them to emit.c.  Not for use outside manager/. */
+ * them.  Not for use outside manager/.
+ *
+ * The manager stands on floors, one folder each; a file calls (and
+ * includes) its own floor and those below, never one above.  From the
+ * bottom, over common/ and registry/:
+ *
+ *   rules/   decisions and counters over plain data: pull policy, access
+ *            rules, back-off, the pull token bucket and puller slots, user
+ *            quotas, the errno table, the event ring and its rate limit
+ *   format/  a layer's bytes (tar, gzip, zstd, eStargz and zstd:chunked
+ *            tables of contents) to an index; knows no cache
+ *   store/   the content store on disk: layout, blobs, objects, layers and
+ *            where each is (a stage while being published, else layers/),
+ *            the background publisher, proofs of verified blobs
+ *   lazy/    lazy layers: fetching chunks, completing a layer, and when
+ *            a background completion should run (lazy-schedule)
+ *   image/   an image's contents: the merged tree, node keys, the packs of
+ *            its layers, views of one layer; image.c also runs the
+ *            background completions of lazy layers on threads of its own
+ *   manager/ the top: the life cycle (manager.c), ensure (ensure.c: one
+ *            pull job per reference shared by its callers, and what the
+ *            job decides), admission of each caller (admit.c), the name
+ *            table (refs.c), per-user limits (users.c), the pull (pull.c),
+ *            GC (gc.c), the status (status.c) and events (emit.c)
+ *
+ * tests/check-floors.py checks the direction on the includes; the few
+ * includes that still run up a floor are listed there with the reason.
+ * Within the top, calls go down this order: manager.c and status.c,
+ * ensure.c, pull.c, gc.c, refs.c, admit.c and users.c, emit.c. */
 #pragma once
 
 #include <pthread.h>
@@ -146,6 +172,13 @@ struct manager_stats {
 	uint64_t gc_freed_bytes, gc_removed_images;
 };
 
+/* A loaded image whose last lazy layer just completed. */
+struct image_completed {
+	char *digest;	/* manifest */
+	double seconds; /* since its content was loaded */
+	uint64_t size;	/* config + compressed layers */
+};
+
 struct manager {
 	struct manager_options opts;
 	char **insecure;
@@ -239,6 +272,10 @@ struct manager {
 	unsigned lazy_completing;
 	/* their threads, waiting or running (image.c); lock */
 	struct dlist completions;
+	/* image.c reports each loaded image whose lazy layers all completed
+	 * here (refs.c: the Pulled event of each of its names); called
+	 * without locks */
+	void (*images_completed)(struct manager *m, const struct image_completed *done, size_t n);
 	/* wall ms of the last LazyReadFailed event (rate limit) */
 	_Atomic int64_t lazy_warned_ms;
 	pthread_cond_t gc_cond;
@@ -347,6 +384,9 @@ int refs_publish(struct manager *m, const char *reference, const char *digest,
 /* The rate-limited "already present" event.  Takes manager.lock. */
 void manager_present_event(struct manager *m, const char *canonical, const char *digest,
 			   const struct caller *who);
+/* The Pulled event of each image of done, for each name that holds it
+ * (manager.images_completed).  Takes manager.lock. */
+void refs_images_completed(struct manager *m, const struct image_completed *done, size_t n);
 /* Fills the table from the references stored in the cache; at start,
  * before any other thread runs.  Returns 0 or -errno. */
 int refs_load(struct manager *m);
@@ -379,14 +419,7 @@ struct ensure_outcome {
 	uint64_t bytes;	    /* transferred by the pull */
 };
 
-/* ensure.c, for flight.c: the effective pull policy and the decision of
- * one flight (from the cache, or a pull). */
-enum pull_policy manager_policy_of(const struct manager *m, const struct reference *ref,
-				   const char *canonical);
-int manager_decide(struct manager *m, const struct reference *ref, const char *canonical,
-		   enum pull_policy policy, const struct caller *who, double t_wait,
-		   struct flight *f, struct ensure_outcome *out, struct image **ret);
-/* ensure.c, for flight.c: whether who may cause a pull of ref (the
+/* admit.c, for ensure.c: whether who may cause a pull of ref (the
  * reason in why when not); and whether who may see the content digest
  * that canonical names now: 0, or -EACCES with an AccessDenied event. */
 bool manager_may_pull(struct manager *m, const struct reference *ref, const char *canonical,

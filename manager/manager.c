@@ -352,6 +352,7 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 	m->opts.lazy_rules = NULL;
 	m->opts.n_lazy_rules = 0;
 	m->clock = opts->clock ? opts->clock : clock_monotonic();
+	m->images_completed = refs_images_completed;
 	m->opts.pins = NULL;
 	m->opts.n_pins = 0;
 	m->opts.pull_access_rules = m->opts.private_access_rules = NULL;

@@ -347,6 +347,35 @@ void manager_present_event(struct manager *m, const char *canonical, const char 
 			     "Container image \"%s\" already present on machine", canonical);
 }
 
+struct completed_ctx {
+	struct manager *m;
+	const struct image_completed *done;
+	size_t n;
+};
+
+static int announce_ref(void *userdata, const char *key, void *value)
+{
+	struct completed_ctx *a = userdata;
+	const struct refstate *rs = value;
+
+	for (size_t i = 0; i < a->n; i++)
+		if (!strcmp(rs->digest, a->done[i].digest))
+			manager_emit(a->m, EVENT_NORMAL, "Pulled", key, rs->digest, 0, NULL,
+				     "Image \"%s\", started lazily, is complete in %.3fs: every "
+				     "layer fetched and verified. Image size: %llu bytes.",
+				     key, a->done[i].seconds, (unsigned long long)a->done[i].size);
+	return 0;
+}
+
+void refs_images_completed(struct manager *m, const struct image_completed *done, size_t n)
+{
+	struct completed_ctx a = { .m = m, .done = done, .n = n };
+
+	pthread_mutex_lock(&m->lock);
+	strmap_foreach(m->refs, announce_ref, &a);
+	pthread_mutex_unlock(&m->lock);
+}
+
 int refs_load(struct manager *m)
 {
 	struct cache_ref *refs = NULL;

@@ -14,6 +14,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "clock.h"
 #include "credentials.h"
 #include "errname.h"
 #include "hosts.h"
@@ -414,14 +415,6 @@ int auth_cache_recall(struct auth_cache *c, const char *host, struct auth_challe
 
 /* ---- answering a challenge ------------------------------------------ */
 
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* application/x-www-form-urlencoded, and query strings: everything but
  * the unreserved characters percent-encoded.  NULL on allocation
  * failure. */
@@ -580,7 +573,7 @@ int auth_answer(const struct auth_source *src, const struct hosts_endpoint *ep, 
 
 	if (auth_scope_pull(repo, &scope) < 0)
 		return error_detail_set(err, -ENOMEM, "out of memory");
-	now = mono_ns();
+	now = clock_mono_ns();
 	if (!force && auth_cache_get(src->tokens, ch->realm, ch->service, scope, now, token) == 0) {
 		ret_auth->bearer_token = *token;
 		return 0;

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "base64.h"
+#include "clock.h"
 #include "macro.h"
 #include "strmap.h"
 
@@ -344,14 +345,6 @@ int credentials_load(const char *path, bool must_exist, struct credentials **ret
 	return r;
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Runs docker-credential-<name> get; its stdout into out (capped). */
 static int helper_run(const char *name, const char *server_url, int timeout_ms, char *out,
 		      size_t outcap, size_t *ret_len)
@@ -359,7 +352,7 @@ static int helper_run(const char *name, const char *server_url, int timeout_ms, 
 	_cleanup_free_ char *prog = NULL;
 	int in_pipe[2] = { -1, -1 }, out_pipe[2] = { -1, -1 };
 	posix_spawn_file_actions_t fa;
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = clock_mono_ms() + timeout_ms;
 	size_t len = 0;
 	bool timed_out = false;
 	pid_t pid;
@@ -401,7 +394,7 @@ static int helper_run(const char *name, const char *server_url, int timeout_ms, 
 
 	for (;;) {
 		struct pollfd pfd = { .fd = out_pipe[0], .events = POLLIN };
-		int64_t left = deadline - now_ms();
+		int64_t left = deadline - clock_mono_ms();
 		ssize_t n;
 
 		if (left <= 0) {
@@ -591,7 +584,7 @@ int credentials_cache_lookup(struct credentials_cache *cc, const char *host, int
 			     struct credential *ret)
 {
 	struct cache_entry *e, *fresh;
-	int64_t now = now_ms();
+	int64_t now = clock_mono_ms();
 	int k;
 
 	if (!cc->creds)

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "auth.h"
+#include "clock.h"
 #include "config.h"
 #include "credentials.h"
 #include "digest.h"
@@ -118,14 +119,6 @@ static int check_manifest_ref(const char *ref, bool *ret_by_digest, struct error
 	return 0;
 }
 
-static int64_t monotonic_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int registry_new(const struct registry_options *opts, struct registry **ret)
 {
 	static const struct registry_options none = { 0 };
@@ -158,7 +151,7 @@ int registry_new(const struct registry_options *opts, struct registry **ret)
 		    opts->low_speed_time_s > 0 ? opts->low_speed_time_s
 					       : DEFAULT_LOW_SPEED_TIME_S) *
 		1000;
-	r->now_ms = opts->now_ms ? opts->now_ms : monotonic_ms;
+	r->now_ms = opts->now_ms ? opts->now_ms : clock_mono_ms;
 	if (auth_cache_new(&r->auth.tokens) < 0)
 		goto fail;
 	if (credentials_cache_new(opts->credentials, CRED_CACHE_TTL_MS, &r->auth.creds) < 0)

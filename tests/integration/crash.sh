@@ -2,7 +2,7 @@
 # Crash safety, as a user sees it.  By default pullfs is a supervisor that
 # holds the mount and a serving process it restarts (fs/supervisor.c).
 #
-# 1. For each failure-injection point of a pull (manager/fault.h) the
+# 1. For each failure-injection point of a pull (common/fault.h) the
 #    serving process SIGKILLs itself there.  The lookup that caused the
 #    pull waits and then succeeds: the next serving process recovers the
 #    cache and pulls again, with the right tree; the mount is the same one

@@ -1,4 +1,4 @@
-/* Unit tests for manager/lazy-schedule: when a lazy layer's background
+/* Unit tests for manager/lazy/lazy-schedule: when a lazy layer's background
  * completion starts and tries again, on a hand-driven clock. */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-/* Unit tests for manager/lazy: a zstd:chunked layer built here is served by
+/* Unit tests for manager/lazy/lazy: a zstd:chunked layer built here is served by
  * the fake registry, published from its table of contents into a cache in
  * a temporary directory, and read chunk by chunk: reads fetch only what
  * they need, with few requests; readers of one chunk share its fetch; a

@@ -1,4 +1,4 @@
-/* Unit tests for manager/toc: blobs of both lazy formats are built here,
+/* Unit tests for manager/format/toc: blobs of both lazy formats are built here,
  * gzip members and zstd frames with the libraries, the table's JSON by
  * hand, so each case states exactly the bytes it feeds the parser. */
 #include <errno.h>

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "pullfsctl.h"
+#include "clock.h"
 #include "units.h"
 
 /* The length of the UTF-8 sequence at s that encodes one code point
@@ -140,10 +141,7 @@ double now_realtime(void)
 
 double now_monotonic(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+	return (double)clock_mono_ns() / 1e9;
 }
 
 int parse_rfc3339(const char *s, double *ret)

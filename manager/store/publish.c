@@ -5,8 +5,9 @@
  * from its stage in tmp/, and this thread flushes and publishes it after
  * (layer_publish: the same steps and order as a synchronous commit).  The
  * stage's directory descriptor is what every open of its files goes
- * through (layer_openat), and a descriptor stays valid across the rename
- * of its directory into layers/, so readers never see the move.
+ * through (shown to the cache's layer_openat), and a descriptor stays
+ * valid across the rename of its directory into layers/, so readers never
+ * see the move.
  *
  * The reference file of a pull still comes last: a save while layers are
  * queued waits here, and is written once every layer queued before it is
@@ -39,9 +40,10 @@
 
 struct staged {
 	struct staged *next;
-	char hex[DIGEST_HEX_LEN + 1];
+	/* hex and the stage's directory, shown to layer_openat() from the
+	 * queue until the layer is published (kept: until the end) */
+	struct cache_stage_entry shown;
 	char *name; /* in tmp/ */
-	int dirfd;
 	uint64_t seq;
 };
 
@@ -237,12 +239,13 @@ void publisher_recover(struct cache *c)
 
 /* ---- the thread ---------------------------------------------------------- */
 
-static void staged_free(struct staged *s)
+static void staged_free(struct cache *c, struct staged *s)
 {
 	if (!s)
 		return;
-	if (s->dirfd >= 0)
-		close(s->dirfd);
+	cache_stage_hide(c, &s->shown);
+	if (s->shown.dirfd >= 0)
+		close(s->shown.dirfd);
 	free(s->name);
 	free(s);
 }
@@ -292,7 +295,8 @@ static void refs_settle_locked(struct cache *c, uint64_t failed)
 
 static int publish_one(struct cache *c, struct staged *s, bool *ret_renamed)
 {
-	_cleanup_close_ int idx = openat(s->dirfd, "index", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	_cleanup_close_ int idx =
+		openat(s->shown.dirfd, "index", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	struct layer_index *li = NULL;
 	int r;
 
@@ -300,7 +304,7 @@ static int publish_one(struct cache *c, struct staged *s, bool *ret_renamed)
 		return negative_errno();
 	r = layer_index_read(idx, &li);
 	if (r == 0)
-		r = layer_publish(c, s->dirfd, s->name, s->hex, li, false, ret_renamed);
+		r = layer_publish(c, s->shown.dirfd, s->name, s->shown.hex, li, false, ret_renamed);
 	layer_index_free(li);
 	return r;
 }
@@ -340,25 +344,25 @@ static void *publisher_thread(void *arg)
 		pthread_mutex_lock(&p->lock);
 		p->queue = s->next;
 		p->done = s->seq;
-		if (r == 0 && (renamed || same_layer_published(c, s->hex))) {
+		if (r == 0 && (renamed || same_layer_published(c, s->shown.hex))) {
 			/* (not renamed: a copy that another pull unpacked from
 			 * the same verified blob won; its files are the same
 			 * files, and opens go there from now on) */
 			if (!renamed)
 				cache_stage_discard(c, s->name);
-			staged_free(s);
+			staged_free(c, s);
 			atomic_fetch_sub(&p->n_staged, 1);
 			cache_touch(c);
 		} else {
 			/* readers keep its files; a later start must not
 			 * publish it */
-			unlinkat(s->dirfd, VERIFIED_MARK, 0);
+			unlinkat(s->shown.dirfd, VERIFIED_MARK, 0);
 			s->next = p->kept;
 			p->kept = s;
 		}
 		if (r < 0)
-			fprintf(stderr, "pullfs: cannot publish layer sha256:%s: %s\n", s->hex,
-				strerror(-r));
+			fprintf(stderr, "pullfs: cannot publish layer sha256:%s: %s\n",
+				s->shown.hex, strerror(-r));
 		refs_settle_locked(c, r < 0 ? s->seq : 0);
 		pthread_cond_broadcast(&p->cond);
 	}
@@ -397,7 +401,7 @@ void publisher_free(struct cache *c)
 		struct staged *s = p->kept;
 
 		p->kept = s->next;
-		staged_free(s); /* tmp/ is emptied next */
+		staged_free(c, s); /* tmp/ is emptied next */
 	}
 	while (p->refs)
 		ref_forget_locked(c, &p->refs);
@@ -430,7 +434,7 @@ int publisher_queue(struct cache *c, struct cache_layer_stage *st, const char *h
 		free(s);
 		return r;
 	}
-	memcpy(s->hex, hex, DIGEST_HEX_LEN + 1);
+	memcpy(s->shown.hex, hex, DIGEST_HEX_LEN + 1);
 	pthread_mutex_lock(&p->lock);
 	if (!p->started) {
 		r = -pthread_create(&p->thread, NULL, publisher_thread, c);
@@ -443,12 +447,13 @@ int publisher_queue(struct cache *c, struct cache_layer_stage *st, const char *h
 		return r;
 	}
 	s->name = TAKE_PTR(st->name);
-	s->dirfd = st->dirfd;
+	s->shown.dirfd = st->dirfd;
 	s->seq = ++p->queued;
 	for (tail = &p->queue; *tail; tail = &(*tail)->next)
 		;
 	*tail = s;
 	atomic_fetch_add(&p->n_staged, 1);
+	cache_stage_show(c, &s->shown);
 	cache_touch(c);
 	pthread_cond_broadcast(&p->cond);
 	pthread_mutex_unlock(&p->lock);
@@ -460,36 +465,9 @@ int publisher_queue(struct cache *c, struct cache_layer_stage *st, const char *h
 static struct staged *find_locked(struct staged *list, const char *hex)
 {
 	for (; list; list = list->next)
-		if (!strcmp(list->hex, hex))
+		if (!strcmp(list->shown.hex, hex))
 			return list;
 	return NULL;
-}
-
-int layer_openat(struct cache *c, const char *hex, const char *file, int flags)
-{
-	struct publisher *p = c->pub;
-	char path[2 * DIGEST_HEX_LEN + 16];
-	int fd;
-
-	if (p && atomic_load(&p->n_staged) > 0) {
-		struct staged *s;
-
-		pthread_mutex_lock(&p->lock);
-		s = find_locked(p->queue, hex);
-		if (!s)
-			s = find_locked(p->kept, hex);
-		if (s) {
-			fd = openat(s->dirfd, file ? file : ".", flags);
-			if (fd < 0)
-				fd = negative_errno();
-			pthread_mutex_unlock(&p->lock);
-			return fd;
-		}
-		pthread_mutex_unlock(&p->lock);
-	}
-	snprintf(path, sizeof(path), "%s%s%s", hex, file ? "/" : "", file ? file : "");
-	fd = openat(c->layers_fd, path, flags);
-	return fd < 0 ? negative_errno() : fd;
 }
 
 bool publisher_staged(struct cache *c, const char *hex)
@@ -519,7 +497,8 @@ int publisher_foreach_staged(struct cache *c, int (*fn)(void *userdata, const ch
 	cap = atomic_load(&p->n_staged);
 	digests = calloc(cap ? cap : 1, sizeof(*digests));
 	for (struct staged *s = p->queue; digests && s && n < cap; s = s->next)
-		snprintf(digests[n++], DIGEST_STRING_MAX, "%s%s", DIGEST_SHA256_PREFIX, s->hex);
+		snprintf(digests[n++], DIGEST_STRING_MAX, "%s%s", DIGEST_SHA256_PREFIX,
+			 s->shown.hex);
 	pthread_mutex_unlock(&p->lock);
 	if (!digests)
 		return -ENOMEM;

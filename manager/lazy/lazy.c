@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "clock.h"
 #include "digest.h"
 #include "dlist.h"
 #include "errname.h"
@@ -36,12 +37,10 @@
  * each while its completion runs. */
 #define LAZY_IDLE_FILES 64
 
+/* Microseconds, the unit of the lazy fetch statistics. */
 static uint64_t now_us(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+	return (uint64_t)clock_mono_ns() / 1000u;
 }
 
 /* The compressed bytes of a file's chunks. */

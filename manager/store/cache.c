@@ -279,6 +279,7 @@ int cache_open(const char *dir, struct cache **ret, char *errbuf, size_t errlen)
 		return -ENOMEM;
 	c->dirfd = c->lockfd = c->blobs_fd = c->layers_fd = c->refs_fd = c->tmp_fd = c->objects_fd =
 		-1;
+	pthread_mutex_init(&c->stages_lock, NULL);
 
 	/* A killed process may have renamed a layer into layers/ without
 	 * flushing it: the first reference file flushes layers/. */
@@ -356,7 +357,56 @@ void cache_close(struct cache *c)
 		if (fds[i] >= 0)
 			close(fds[i]);
 	cache_memo_free(c);
+	pthread_mutex_destroy(&c->stages_lock);
 	free(c);
+}
+
+/* ---- where a layer lives ----------------------------------------------- */
+
+void cache_stage_show(struct cache *c, struct cache_stage_entry *e)
+{
+	/* first: the newest stage of a layer answers */
+	pthread_mutex_lock(&c->stages_lock);
+	e->next = c->stages;
+	c->stages = e;
+	atomic_fetch_add(&c->n_stages, 1);
+	pthread_mutex_unlock(&c->stages_lock);
+}
+
+void cache_stage_hide(struct cache *c, struct cache_stage_entry *e)
+{
+	pthread_mutex_lock(&c->stages_lock);
+	for (struct cache_stage_entry **pp = &c->stages; *pp; pp = &(*pp)->next)
+		if (*pp == e) {
+			*pp = e->next;
+			atomic_fetch_sub(&c->n_stages, 1);
+			break;
+		}
+	pthread_mutex_unlock(&c->stages_lock);
+}
+
+int layer_openat(struct cache *c, const char *hex, const char *file, int flags)
+{
+	char path[2 * DIGEST_HEX_LEN + 16];
+	int fd;
+
+	if (atomic_load(&c->n_stages) > 0) {
+		pthread_mutex_lock(&c->stages_lock);
+		for (struct cache_stage_entry *e = c->stages; e; e = e->next)
+			if (!strcmp(e->hex, hex)) {
+				/* under the lock: the stage's owner closes its
+				 * descriptor only after hiding it */
+				fd = openat(e->dirfd, file ? file : ".", flags);
+				if (fd < 0)
+					fd = negative_errno();
+				pthread_mutex_unlock(&c->stages_lock);
+				return fd;
+			}
+		pthread_mutex_unlock(&c->stages_lock);
+	}
+	snprintf(path, sizeof(path), "%s%s%s", hex, file ? "/" : "", file ? file : "");
+	fd = openat(c->layers_fd, path, flags);
+	return fd < 0 ? negative_errno() : fd;
 }
 
 /* Whole small files of the cache; too big means damaged. */

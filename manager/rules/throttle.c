@@ -139,13 +139,8 @@ int throttle_try_acquire(struct throttle *t, int64_t *ret_wait_ns)
 
 static void wait_real_ns(struct throttle *t, int64_t ns)
 {
-	struct timespec ts;
-	int64_t deadline;
+	struct timespec ts = clock_mono_deadline(MIN(ns, MAX_WAIT_SLICE_NS));
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	deadline = (int64_t)ts.tv_sec * CLOCK_NS_PER_SEC + ts.tv_nsec + MIN(ns, MAX_WAIT_SLICE_NS);
-	ts.tv_sec = deadline / CLOCK_NS_PER_SEC;
-	ts.tv_nsec = deadline % CLOCK_NS_PER_SEC;
 	pthread_cond_timedwait(&t->cond, &t->lock, &ts);
 }
 

@@ -623,11 +623,7 @@ static void completion_slot_give(struct manager *m)
 
 struct announce_ctx {
 	struct manager *m;
-	struct announced {
-		char *digest;
-		double seconds; /* since the content was loaded */
-		uint64_t size;
-	} * done;
+	struct image_completed *done;
 	size_t n;
 };
 
@@ -635,7 +631,7 @@ static int content_now_complete(void *userdata, const char *key, void *value)
 {
 	struct announce_ctx *a = userdata;
 	struct image_content *c = value;
-	struct announced *d;
+	struct image_completed *d;
 
 	if (!c->lazy_pending)
 		return 0;
@@ -646,31 +642,17 @@ static int content_now_complete(void *userdata, const char *key, void *value)
 	if (!d)
 		return 0;
 	a->done = d;
-	d[a->n] = (struct announced){ .digest = strdup(c->digest),
-				      .seconds = manager_now_f(a->m) - c->loaded_s,
-				      .size = c->size };
+	d[a->n] = (struct image_completed){ .digest = strdup(c->digest),
+					    .seconds = manager_now_f(a->m) - c->loaded_s,
+					    .size = c->size };
 	if (d[a->n].digest)
 		a->n++;
 	c->lazy_pending = false;
 	return 0;
 }
 
-static int announce_ref(void *userdata, const char *key, void *value)
-{
-	struct announce_ctx *a = userdata;
-	const struct refstate *rs = value;
-
-	for (size_t i = 0; i < a->n; i++)
-		if (!strcmp(rs->digest, a->done[i].digest))
-			manager_emit(a->m, EVENT_NORMAL, "Pulled", key, rs->digest, 0, NULL,
-				     "Image \"%s\", started lazily, is complete in %.3fs: every "
-				     "layer fetched and verified. Image size: %llu bytes.",
-				     key, a->done[i].seconds, (unsigned long long)a->done[i].size);
-	return 0;
-}
-
-/* The Pulled event of each loaded image whose last lazy layer just
- * completed, for each of its names. */
+/* Reports each loaded image whose last lazy layer just completed to
+ * manager.images_completed (its names and their events are the top's). */
 static void announce_complete(struct manager *m)
 {
 	struct announce_ctx a = { .m = m };
@@ -680,9 +662,7 @@ static void announce_complete(struct manager *m)
 	pthread_mutex_unlock(&m->content_lock);
 	if (a.n == 0)
 		return;
-	pthread_mutex_lock(&m->lock);
-	strmap_foreach(m->refs, announce_ref, &a);
-	pthread_mutex_unlock(&m->lock);
+	m->images_completed(m, a.done, a.n);
 	for (size_t i = 0; i < a.n; i++)
 		free(a.done[i].digest);
 	free(a.done);

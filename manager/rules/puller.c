@@ -151,17 +151,12 @@ static void enter_locked(struct puller *p, struct puller_slot *slot, const char 
 static void wait_until_locked(struct puller *p, int64_t due, int64_t now)
 {
 	struct timespec ts;
-	int64_t deadline;
 
 	if (due == INT64_MAX) {
 		pthread_cond_wait(&p->cond, &p->lock);
 		return;
 	}
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	deadline = (int64_t)ts.tv_sec * CLOCK_NS_PER_SEC + ts.tv_nsec +
-		   MIN(MAX(due - now, 0), MAX_WAIT_SLICE_NS);
-	ts.tv_sec = deadline / CLOCK_NS_PER_SEC;
-	ts.tv_nsec = deadline % CLOCK_NS_PER_SEC;
+	ts = clock_mono_deadline(MIN(MAX(due - now, 0), MAX_WAIT_SLICE_NS));
 	pthread_cond_timedwait(&p->cond, &p->lock, &ts);
 }
 

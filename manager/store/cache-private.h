@@ -9,6 +9,17 @@
 #include <stdint.h>
 
 #include "cache.h"
+#include "digest.h"
+
+/* A layer served from its stage in tmp/ while it is published: the
+ * publisher shows it to layer_openat() (cache_stage_show) and withdraws it
+ * once the layer is in layers/ or before the stage's directory is closed
+ * (cache_stage_hide).  The publisher owns the entry and its descriptor. */
+struct cache_stage_entry {
+	struct cache_stage_entry *next;
+	char hex[DIGEST_HEX_LEN + 1];
+	int dirfd;
+};
 
 struct cache {
 	int dirfd;
@@ -21,6 +32,11 @@ struct cache {
 	/* Layers unpacked and verified, served from their stage while the
 	 * publisher flushes and publishes them (publish.c). */
 	struct publisher *pub;
+	/* Where a layer lives (layer_openat): its stage while one is shown
+	 * here, else layers/.  Taken after the publisher's lock. */
+	pthread_mutex_t stages_lock;
+	struct cache_stage_entry *stages; /* stages_lock */
+	atomic_uint n_stages;		  /* the lookup's fast path */
 	/* Renames into layers/ started and flushed: a reference file
 	 * flushes layers/ only when the two differ. */
 	atomic_uint_fast64_t layers_renamed, layers_flushed;
@@ -30,6 +46,15 @@ struct cache {
 	atomic_uint_fast64_t generation;
 	struct cache_memo *memo;
 };
+
+/* cache.c: where a layer lives.  layer_openat() opens file (NULL: the
+ * directory) of layer hex, in its stage while one is shown, else in
+ * layers/; returns a descriptor or -errno.  A stage is shown from before
+ * its layer is renamed into layers/ until after, so that an open finds
+ * the layer throughout. */
+void cache_stage_show(struct cache *c, struct cache_stage_entry *e);
+void cache_stage_hide(struct cache *c, struct cache_stage_entry *e);
+int layer_openat(struct cache *c, const char *hex, const char *file, int flags);
 
 /* cache-memo.c: the memo's life, with the cache's. */
 int cache_memo_new(struct cache *c);
@@ -79,9 +104,6 @@ void publisher_free(struct cache *c);
 /* Takes the stage over: marked verified, queued, served from where it is.
  * Returns 0 or -errno (the stage is the caller's then). */
 int publisher_queue(struct cache *c, struct cache_layer_stage *st, const char *hex);
-/* openat() of file (NULL: the directory) of layer hex: in its stage while
- * one is queued, else in layers/. */
-int layer_openat(struct cache *c, const char *hex, const char *file, int flags);
 bool publisher_staged(struct cache *c, const char *hex);
 /* fn("sha256:HEX") for each layer queued for publishing (a copy of the
  * list: fn runs without the publisher's lock). */
