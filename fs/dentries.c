@@ -24,6 +24,21 @@ struct root_dentry {
 	char name[];
 };
 
+/* A dentry of parent, every field set; NULL when out of memory. */
+static struct root_dentry *dentry_new(fuse_ino_t parent, const char *name)
+{
+	size_t len = strlen(name);
+	struct root_dentry *d = malloc(sizeof(*d) + len + 1);
+
+	if (!d)
+		return NULL;
+	d->next = NULL;
+	d->parent = parent;
+	d->reference = NULL;
+	memcpy(d->name, name, len + 1);
+	return d;
+}
+
 static void list_free(struct root_dentry *list)
 {
 	while (list) {
@@ -56,7 +71,6 @@ bool dentries_pending_locked(struct fs *fs, const char *reference)
 void dentries_note(struct fs *fs, const char *reference, fuse_ino_t parent, const char *name)
 {
 	struct root_dentry *head, *d;
-	size_t len = strlen(name);
 
 	pthread_mutex_lock(&fs->notify_lock);
 	head = strmap_get(fs->dentries, reference);
@@ -65,12 +79,9 @@ void dentries_note(struct fs *fs, const char *reference, fuse_ino_t parent, cons
 			goto out;
 	/* Short of memory the dentry is not noted: the kernel keeps it until
 	 * its entry timeout even if the name is removed. */
-	d = malloc(sizeof(*d) + len + 1);
+	d = dentry_new(parent, name);
 	if (!d)
 		goto out;
-	d->parent = parent;
-	d->reference = NULL;
-	memcpy(d->name, name, len + 1);
 	d->next = head;
 	if (strmap_put(fs->dentries, reference, d) < 0) {
 		free(d);
@@ -107,15 +118,12 @@ void dentries_removed_locked(struct fs *fs, const char *reference)
 
 void dentries_drop(struct fs *fs, fuse_ino_t parent, const char *name)
 {
-	size_t len = strlen(name);
 	struct root_dentry *d;
 
 	pthread_mutex_lock(&fs->notify_lock);
 	/* Short of memory, or stopped for an upgrade: the node stays until
 	 * the kernel lets go of it by itself. */
-	if (!fs->notify_stop && (d = malloc(sizeof(*d) + len + 1))) {
-		d->parent = parent;
-		memcpy(d->name, name, len + 1);
+	if (!fs->notify_stop && (d = dentry_new(parent, name))) {
 		d->next = fs->dentries_gone;
 		fs->dentries_gone = d;
 		fs->notify_queued++;
