@@ -28,7 +28,7 @@ _skopeo copy --dest-tls-verify=false "oci:$out:1" "docker://$REGISTRY/test/label
 
 # A registry that refuses every pull with the string as its reason.
 port_file=$WORK/hostile.port
-py - "$port_file" "$evil" >"$WORK/hostile.log" 2>&1 <<'PY' &
+python3 - "$port_file" "$evil" >"$WORK/hostile.log" 2>&1 <<'PY' &
 import http.server, json, sys
 body = json.dumps({"errors": [{"code": "DENIED", "message": sys.argv[2]}]}).encode()
 class H(http.server.BaseHTTPRequestHandler):
@@ -51,7 +51,9 @@ hostile=127.0.0.1:$(cat "$port_file")
 
 mount_pullfs -o allow_other --insecure-registry "$hostile"
 ctl() { "$PULLFSCTL" -m "$MNT" "$@"; }
-ctl events -f >"$WORK/follow.out" 2>&1 &
+# (the command itself in the background, not a function: its pid is what
+# the trap ends)
+"$PULLFSCTL" -m "$MNT" events -f >"$WORK/follow.out" 2>&1 &
 track_pid $!
 
 # uid 65534's invalid name (a colon too many)
