@@ -31,6 +31,9 @@
 bool layer_path_components_ok(const char *p);
 /* A tar name in the form of struct layer_entry's path (malloc'ed into
  * *ret): 0, -ENOMEM, or -EBADMSG with the reason in errbuf. */
+/* lim (NULL: none) with every limit it leaves at 0 set to its default. */
+struct layer_limits layer_limits_resolve(const struct layer_limits *lim);
+
 int layer_normalise(const char *raw, uint32_t max_path, char **ret, char *errbuf, size_t errlen);
 
 /* A set of paths (borrowed strings), for the hardlink targets and

@@ -557,6 +557,21 @@ static int layer_next(struct unpack *u, struct archive_entry *ae)
 	return layer_places_add(&u->places, &u->li->entries[u->li->n_entries - 1]);
 }
 
+struct layer_limits layer_limits_resolve(const struct layer_limits *lim)
+{
+	struct layer_limits l = lim ? *lim : (struct layer_limits){ 0 };
+
+	if (!l.max_entries)
+		l.max_entries = LAYER_DEFAULT_MAX_ENTRIES;
+	if (!l.entries_err)
+		l.entries_err = -EBADMSG;
+	if (!l.max_expanded_bytes)
+		l.max_expanded_bytes = LAYER_DEFAULT_MAX_EXPANDED;
+	if (!l.max_path)
+		l.max_path = LAYER_DEFAULT_MAX_PATH;
+	return l;
+}
+
 int layer_unpack(int in_fd, enum layer_compression c, int data_fd, const struct layer_objects *objs,
 		 const struct layer_limits *lim, struct layer_index **ret, char *errbuf,
 		 size_t errlen)
@@ -566,10 +581,6 @@ int layer_unpack(int in_fd, enum layer_compression c, int data_fd, const struct 
 	struct unpack u = {
 		.data_fd = data_fd,
 		.objs = objs,
-		.max_entries = LAYER_DEFAULT_MAX_ENTRIES,
-		.entries_err = -EBADMSG,
-		.max_expanded = LAYER_DEFAULT_MAX_EXPANDED,
-		.max_path = LAYER_DEFAULT_MAX_PATH,
 		.errbuf = errbuf,
 		.errlen = errlen,
 	};
@@ -578,16 +589,12 @@ int layer_unpack(int in_fd, enum layer_compression c, int data_fd, const struct 
 
 	if (errbuf && errlen > 0)
 		errbuf[0] = '\0';
-	if (lim) {
-		if (lim->max_entries)
-			u.max_entries = lim->max_entries;
-		if (lim->entries_err)
-			u.entries_err = lim->entries_err;
-		if (lim->max_expanded_bytes)
-			u.max_expanded = lim->max_expanded_bytes;
-		if (lim->max_path)
-			u.max_path = lim->max_path;
-	}
+	const struct layer_limits l = layer_limits_resolve(lim);
+
+	u.max_entries = l.max_entries;
+	u.entries_err = l.entries_err;
+	u.max_expanded = l.max_expanded_bytes;
+	u.max_path = l.max_path;
 
 	li = calloc(1, sizeof(*li));
 	if (!li)

@@ -913,25 +913,17 @@ int toc_from_json(const struct toc_layer *tl, const char *json, size_t len, uint
 		.stargz_files = tl->stargz_files,
 		.files_only = files_only,
 		.data_end = data_end,
-		.max_entries = LAYER_DEFAULT_MAX_ENTRIES,
-		.entries_err = -EBADMSG,
-		.max_expanded = LAYER_DEFAULT_MAX_EXPANDED,
-		.max_path = LAYER_DEFAULT_MAX_PATH,
 		.errbuf = errbuf,
 		.errlen = errlen,
 	};
 	int r;
 
-	if (lim) {
-		if (lim->max_entries)
-			b.max_entries = lim->max_entries;
-		if (lim->entries_err)
-			b.entries_err = lim->entries_err;
-		if (lim->max_expanded_bytes)
-			b.max_expanded = lim->max_expanded_bytes;
-		if (lim->max_path)
-			b.max_path = lim->max_path;
-	}
+	const struct layer_limits l = layer_limits_resolve(lim);
+
+	b.max_entries = l.max_entries;
+	b.entries_err = l.entries_err;
+	b.max_expanded = l.max_expanded_bytes;
+	b.max_path = l.max_path;
 	b.t = calloc(1, sizeof(*b.t));
 	if (!b.t)
 		return -ENOMEM;
