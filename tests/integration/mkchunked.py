@@ -20,12 +20,11 @@ import platform
 import struct
 import sys
 import tarfile
-import urllib.request
 from ctypes import CDLL, c_char_p, c_int, c_size_t, create_string_buffer
 from ctypes.util import find_library
 
-ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "i686": "386",
-        "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64"}
+from rawpush import ARCH, push_blob, request  # the registry API, as rawpush.py speaks it
+
 MTIME = "2024-01-02T03:04:05Z"
 PER_DIR = 1000
 
@@ -109,23 +108,6 @@ def build(n):
     sys.stderr.write("mkchunked: %d files, table %d bytes (%d compressed), blob %d bytes\n"
                      % (n, len(toc), len(z), len(blob)))
     return bytes(blob), "sha256:" + diff.hexdigest(), ann
-
-
-def request(method, url, data=None, headers=None):
-    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return r.status, r.headers, r.read()
-
-
-def push_blob(registry, repo, data):
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    _, h, _ = request("POST", "http://%s/v2/%s/blobs/uploads/" % (registry, repo))
-    loc = h["Location"]
-    if not loc.startswith("http"):
-        loc = "http://%s%s" % (registry, loc)
-    loc += ("&" if "?" in loc else "?") + "digest=" + digest
-    request("PUT", loc, data, {"Content-Type": "application/octet-stream"})
-    return digest
 
 
 def push(registry, ref, n):
