@@ -20,6 +20,7 @@
 struct root_dentry {
 	struct root_dentry *next;
 	fuse_ino_t parent;
+	char *reference; /* once its name is removed (dentries_gone) */
 	char name[];
 };
 
@@ -33,6 +34,7 @@ static struct root_dentry *dentry_new(fuse_ino_t parent, const char *name)
 		return NULL;
 	d->next = NULL;
 	d->parent = parent;
+	d->reference = NULL;
 	memcpy(d->name, name, len + 1);
 	return d;
 }
@@ -43,8 +45,27 @@ static void list_free(struct root_dentry *list)
 		struct root_dentry *d = list;
 
 		list = d->next;
+		free(d->reference);
 		free(d);
 	}
+}
+
+/* One dentry of reference more (+1) or fewer (-1) to invalidate.
+ * notify_lock held. */
+static void pending_add(struct fs *fs, const char *reference, int delta)
+{
+	uintptr_t n = (uintptr_t)strmap_get(fs->dentries_pending, reference);
+
+	n += delta;
+	if (n == 0)
+		strmap_remove(fs->dentries_pending, reference);
+	else
+		(void)strmap_put(fs->dentries_pending, reference, (void *)n);
+}
+
+bool dentries_pending_locked(struct fs *fs, const char *reference)
+{
+	return strmap_get(fs->dentries_pending, reference) != NULL;
 }
 
 void dentries_note(struct fs *fs, const char *reference, fuse_ino_t parent, const char *name)
@@ -82,8 +103,15 @@ void dentries_removed_locked(struct fs *fs, const char *reference)
 
 	if (!d)
 		return;
-	for (last = d; last->next; last = last->next)
-		;
+	for (last = d;; last = last->next) {
+		/* without memory for it, the collector is not told to wait
+		 * for this one */
+		last->reference = strdup(reference);
+		if (last->reference)
+			pending_add(fs, reference, +1);
+		if (!last->next)
+			break;
+	}
 	last->next = fs->dentries_gone;
 	fs->dentries_gone = d;
 }
@@ -112,6 +140,12 @@ void dentries_invalidate(struct fs *fs, struct root_dentry *list)
 		list = d->next;
 		/* A dentry the kernel dropped meanwhile is ENOENT: ignored. */
 		fuse_lowlevel_notify_inval_entry(fs->session, d->parent, d->name, strlen(d->name));
+		if (d->reference) {
+			pthread_mutex_lock(&fs->notify_lock);
+			pending_add(fs, d->reference, -1);
+			pthread_mutex_unlock(&fs->notify_lock);
+		}
+		free(d->reference);
 		free(d);
 	}
 }
@@ -128,4 +162,5 @@ void dentries_free(struct fs *fs)
 		strmap_foreach(fs->dentries, free_entry, NULL);
 	strmap_free(fs->dentries);
 	list_free(fs->dentries_gone);
+	strmap_free(fs->dentries_pending);
 }

@@ -127,6 +127,9 @@ struct fs {
 	/* dentries.c: reference -> struct root_dentry * list; notify_lock */
 	struct strmap *dentries;
 	struct root_dentry *dentries_gone; /* of removed names; notify_lock */
+	/* reference -> count of its dentries in dentries_gone or being
+	 * invalidated (as a pointer); notify_lock */
+	struct strmap *dentries_pending;
 	/* What was queued and what the notifier has sent, for
 	 * ns_notifier_settle(); notify_lock */
 	uint64_t notify_queued, notify_sent;
@@ -360,6 +363,9 @@ struct root_dentry;
 void dentries_note(struct fs *fs, const char *reference, fuse_ino_t parent, const char *name);
 void dentries_removed_locked(struct fs *fs, const char *reference);
 void dentries_invalidate(struct fs *fs, struct root_dentry *list);
+/* Whether a dentry of the removed name reference may still be in the
+ * kernel (not invalidated yet).  notify_lock held. */
+bool dentries_pending_locked(struct fs *fs, const char *reference);
 /* Queues the dentry name in directory parent for the notifier to drop
  * (an evicted namespace node); takes notify_lock. */
 void dentries_drop(struct fs *fs, fuse_ino_t parent, const char *name);

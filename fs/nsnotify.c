@@ -14,6 +14,10 @@
 #include "manager.h"
 #include "strmap.h"
 
+/* How long garbage collection waits for the kernel to drop the dentries
+ * of names it removed. */
+#define NS_SETTLE_SECONDS 2
+
 /* ---- invalidation of cached listings --------------------------------- */
 
 /* The manager's names_changed hook: notes the directories above
@@ -42,6 +46,18 @@ static void names_changed(void *userdata, const char *reference, bool removed)
 		pthread_cond_signal(&fs->notify_cond);
 	}
 	pthread_mutex_unlock(&fs->notify_lock);
+}
+
+/* The manager's names_pending hook (called with its lock held). */
+static bool names_pending(void *userdata, const char *reference)
+{
+	struct fs *fs = userdata;
+	bool r;
+
+	pthread_mutex_lock(&fs->notify_lock);
+	r = dentries_pending_locked(fs, reference);
+	pthread_mutex_unlock(&fs->notify_lock);
+	return r;
 }
 
 struct inval_batch {
@@ -119,7 +135,8 @@ int ns_notifier_start(struct fs *fs)
 	if (r != 0)
 		return -r;
 	fs->notifier_started = true;
-	manager_set_names_changed(fs->manager, names_changed, ns_notifier_settle, fs);
+	manager_set_names_changed(fs->manager, names_changed, ns_notifier_settle, names_pending,
+				  fs);
 	manager_set_gc_prepare(fs->manager, takeover_settle, fs);
 	manager_set_images_entered(fs->manager, takeover_entered_keys, fs);
 	return 0;
@@ -134,7 +151,7 @@ void ns_notifier_stop(struct fs *fs)
 	pthread_cond_signal(&fs->notify_cond);
 	pthread_cond_broadcast(&fs->notify_sent_cond);
 	pthread_mutex_unlock(&fs->notify_lock);
-	manager_set_names_changed(fs->manager, NULL, NULL, NULL);
+	manager_set_names_changed(fs->manager, NULL, NULL, NULL, NULL);
 	manager_set_gc_prepare(fs->manager, NULL, NULL);
 	manager_set_images_entered(fs->manager, NULL, NULL);
 	if (!fs->notifier_started)
@@ -146,10 +163,18 @@ void ns_notifier_stop(struct fs *fs)
 void ns_notifier_settle(void *userdata)
 {
 	struct fs *fs = userdata;
+	struct timespec until;
 
+	/* Bounded: dropping a dentry waits for its directory, which a lookup
+	 * holds for as long as its pull waits for a registry.  What is not
+	 * dropped by then stays (names_pending) for a later collection. */
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += NS_SETTLE_SECONDS;
 	pthread_mutex_lock(&fs->notify_lock);
 	uint64_t target = fs->notify_queued;
 	while (!fs->notify_stop && fs->notifier_started && fs->notify_sent < target)
-		pthread_cond_wait(&fs->notify_sent_cond, &fs->notify_lock);
+		if (pthread_cond_timedwait(&fs->notify_sent_cond, &fs->notify_lock, &until) ==
+		    ETIMEDOUT)
+			break;
 	pthread_mutex_unlock(&fs->notify_lock);
 }

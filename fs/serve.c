@@ -53,7 +53,9 @@ int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
 	fs->foreign = strmap_new();
 	fs->notify_keys = strmap_new();
 	fs->dentries = strmap_new();
-	if (!fs->backings || !fs->foreign || !fs->notify_keys || !fs->dentries || ns_init(fs) < 0) {
+	fs->dentries_pending = strmap_new();
+	if (!fs->backings || !fs->foreign || !fs->notify_keys || !fs->dentries ||
+	    !fs->dentries_pending || ns_init(fs) < 0) {
 		fs_free(fs);
 		return -ENOMEM;
 	}

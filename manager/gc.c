@@ -288,6 +288,48 @@ static int keep_ref(void *userdata, const char *key, void *value)
 	return 0;
 }
 
+struct settled {
+	struct keep_ctx *k;
+	char **gone; /* references whose dentries are dropped */
+	size_t n;
+};
+
+/* A removed name whose dentries the kernel may still hold keeps its
+ * image's content: a file opened through them after the sweep would
+ * read a deleted object, and the next serving process could not make the
+ * image again.  m->lock held. */
+static int keep_settling(void *userdata, const char *key, void *value)
+{
+	struct settled *s = userdata;
+	struct manager *m = s->k->m;
+
+	if (m->names_pending && m->names_pending(m->names_userdata, key))
+		keep_manifest(s->k, value);
+	else
+		s->gone[s->n++] = (char *)key;
+	return 0;
+}
+
+static void keep_settling_locked(struct keep_ctx *k)
+{
+	struct manager *m = k->m;
+	struct settled s = { .k = k, .gone = calloc(strmap_size(m->settling) + 1, sizeof(char *)) };
+
+	if (!s.gone) {
+		/* cannot be told: nothing is deleted this time */
+		k->error = -ENOMEM;
+		return;
+	}
+	strmap_foreach(m->settling, keep_settling, &s);
+	for (size_t i = 0; i < s.n; i++) {
+		_cleanup_free_ char *key = strdup(s.gone[i]);
+
+		if (key)
+			free(strmap_remove(m->settling, key));
+	}
+	free(s.gone);
+}
+
 struct open_digests {
 	char **digests;
 	size_t n, cap;
@@ -467,6 +509,7 @@ static uint64_t sweep(struct manager *m)
 	 * the lock only delays lookups of other references. */
 	strmap_foreach(m->refs, keep_ref, &k);
 	strmap_foreach(m->inflight, keep_inflight, &k);
+	keep_settling_locked(&k);
 	pthread_mutex_unlock(&m->lock);
 	keep_open_images(&k);
 	if (k.error == 0) {

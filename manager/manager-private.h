@@ -242,6 +242,10 @@ struct manager {
 	manager_names_changed_fn *names_changed;
 	/* waits until the filesystem acted on what names_changed told it */
 	void (*names_settle)(void *userdata);
+	bool (*names_pending)(void *userdata, const char *reference);
+	/* names removed whose dentries the filesystem may not have dropped
+	 * yet: reference -> its image's manifest digest (owned); lock */
+	struct strmap *settling;
 	void *names_userdata;
 	/* manager_set_gc_prepare(); lock */
 	void (*gc_prepare)(void *userdata);

@@ -172,11 +172,14 @@ void manager_took_over(struct manager *m)
 }
 
 void manager_set_names_changed(struct manager *m, manager_names_changed_fn *fn,
-			       void (*settle)(void *userdata), void *userdata)
+			       void (*settle)(void *userdata),
+			       bool (*pending)(void *userdata, const char *reference),
+			       void *userdata)
 {
 	pthread_mutex_lock(&m->lock);
 	m->names_changed = fn;
 	m->names_settle = settle;
+	m->names_pending = pending;
 	m->names_userdata = userdata;
 	hooks_quiesce_locked(m);
 	pthread_mutex_unlock(&m->lock);
@@ -390,9 +393,10 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 	m->flights = strmap_new();
 	m->reserved_keys = strmap_new();
 	m->inflight = strmap_new();
+	m->settling = strmap_new();
 	m->insecure = calloc(opts->n_insecure_hosts + 1, sizeof(char *));
 	if (!m->refs || !m->images || !m->flights || !m->reserved_keys || !m->inflight ||
-	    !m->insecure) {
+	    !m->settling || !m->insecure) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -520,6 +524,9 @@ void manager_free(struct manager *m)
 	strmap_free(m->flights);
 	strmap_free(m->reserved_keys);
 	strmap_free(m->inflight);
+	if (m->settling)
+		strmap_foreach(m->settling, free_value, NULL);
+	strmap_free(m->settling);
 	if (m->recent) {
 		strmap_foreach(m->recent, free_value, NULL);
 		strmap_free(m->recent);

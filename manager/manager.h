@@ -264,15 +264,21 @@ int manager_start(struct manager *m);
  * manager).  After the call that sets it returns, the previous hook is no
  * longer running nor called: set NULL before its userdata goes away. */
 typedef void manager_names_changed_fn(void *userdata, const char *reference, bool removed);
-/* settle (may be NULL) waits until the filesystem has acted on the
- * changes fn was told of; garbage collection calls it before saying an
- * image is gone. */
+/* settle (may be NULL) waits, for a bounded time, until the filesystem
+ * has acted on the changes fn was told of; garbage collection calls it
+ * before it sweeps.  pending (may be NULL) says whether a removed name
+ * may still lead into its image (the kernel's dentries of it not dropped
+ * yet: the kernel may hold them for as long as a lookup in the same
+ * directory waits for a registry); garbage collection keeps what such an
+ * image is made from until it does not. */
 /* The filesystem took its connection over from another process: files the
  * other served through the daemon must stay so (packs_took_over()). */
 void manager_took_over(struct manager *m);
 
 void manager_set_names_changed(struct manager *m, manager_names_changed_fn *fn,
-			       void (*settle)(void *userdata), void *userdata);
+			       void (*settle)(void *userdata),
+			       bool (*pending)(void *userdata, const char *reference),
+			       void *userdata);
 /* fn (NULL: none) is called, without locks, before garbage collection and
  * rm look at which images are in use: the filesystem lets go there of
  * images it counts as in use only because it cannot tell (fs/takeover.c).

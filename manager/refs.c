@@ -192,8 +192,18 @@ void refstate_drop_locked(struct manager *m, const char *reference)
 	image_drop_locked(m, reference);
 	if (!rs)
 		return;
-	if (m->names_changed)
+	if (m->names_changed) {
 		m->names_changed(m->names_userdata, reference, true);
+		/* until the kernel's dentries of it are gone (gc.c); without
+		 * memory for the note the collector cannot tell, and the
+		 * image's content may go while a dentry still leads to it */
+		char *digest = rs->digest ? strdup(rs->digest) : NULL;
+		if (digest) {
+			free(strmap_remove(m->settling, reference));
+			if (strmap_put(m->settling, reference, digest) < 0)
+				free(digest);
+		}
+	}
 	if (rs->ephemeral) {
 		struct user_usage *u = users_get_locked(m, rs->uid);
 		if (u && u->names > 0)

@@ -1,16 +1,21 @@
 #!/bin/bash
 # A pull that waits for a registry holds up neither `pullfsctl rm` nor a
-# collection of names in other directories: they return while it still
-# waits, and it completes right afterwards with what it counted on.
+# collection: they return while it still waits, and it completes right
+# afterwards with what it counted on.  Its lookup holds its directory in
+# the kernel, where dropping the dentry of a removed name waits for it:
+# a name removed there goes at once too, and what its image is made from,
+# which that dentry may still reach, stays until the kernel has dropped
+# it; the next collection after that deletes it.
 source "$(dirname "$0")/lib.sh"
 source "$INTEGRATION_DIR/images.sh"
 
 need_fuse
 start_registry
 push_busybox test/busybox:1
-# an image of its own (its own config), whose config waits at the
-# registry while $WORK/go is missing
-for name in slow/held; do
+push_busybox test/other:1
+# two images of their own (each its own config), whose configs wait at
+# the registry while $WORK/go is missing
+for name in slow/held test/held; do
     mkdir -p "$WORK/stage-${name%%/*}/held"
     echo "$name" >"$WORK/stage-${name%%/*}/held/id"
     tar -C "$WORK/stage-${name%%/*}" -cf "$WORK/${name%%/*}.tar" held
@@ -19,7 +24,7 @@ for name in slow/held; do
 done
 config_of() { registry_manifest "$1" | py -c 'import json, sys; print(json.load(sys.stdin)["config"]["digest"])'; }
 gates=()
-for name in slow/held; do
+for name in slow/held test/held; do
     gates+=(--gate "GET /v2/$name/blobs/$(config_of "$name:1")=$WORK/go")
 done
 start_slowproxy "${gates[@]}"
@@ -38,6 +43,7 @@ held() {
     wait_for 30 _held || fail "the lookup of $1 did not reach the registry"
 }
 
+# ---- a pull held in another directory --------------------------------
 ls "$images/test/busybox:1/bin" >/dev/null || fail "lookup of busybox:1"
 wait_published
 before=$(n_layers)
@@ -52,6 +58,27 @@ touch "$WORK/go"
 wait_for 60 _pid_gone "$HELD" || fail "the held pull did not end"
 wait "$HELD" || fail "the held pull failed"
 assert_eq "slow/held" "$(cat "$images/slow/held:1/held/id")" "content of the pull held across rm and gc"
+rm -f "$WORK/go"
 
+# ---- a pull held in the same directory ---------------------------------
+ls "$images/test/other:1/bin" >/dev/null || fail "lookup of other:1"
+wait_published
+other_layers=$(registry_manifest test/other:1 | py -c 'import json, sys; print(" ".join(l["digest"].split(":")[1] for l in json.load(sys.stdin)["layers"]))')
+other_left() { local n=0 h; for h in $other_layers; do [ -e "$CACHE/layers/$h" ] && n=$((n + 1)); done; echo "$n"; }
+[ "$(other_left)" -gt 0 ] || fail "other:1's layers are not in the cache ($(ls "$CACHE/layers"))"
+before=$(other_left)
+held test/held:1
+out=$(ctl rm "$PROXY/test/other:1" 2>&1) || fail "pullfsctl rm of a name beside a held lookup: $out"
+_pid_gone "$HELD" && fail "the held lookup ended before rm returned"
+ctl gc >/dev/null 2>&1 || fail "pullfsctl gc beside a held lookup"
+assert_eq "$before" "$(other_left)" "layers of a removed image whose dentry the kernel may still hold"
+touch "$WORK/go"
+wait_for 60 _pid_gone "$HELD" || fail "the held lookup did not end"
+wait "$HELD" || fail "the held lookup failed"
+_collected() {
+    ctl gc >/dev/null 2>&1
+    [ "$(other_left)" = 0 ]
+}
+wait_for 30 _collected || fail "layers of the removed image left once the lookup ended: $(other_left)"
 unmount_pullfs
 log "PASS"
