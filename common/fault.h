@@ -19,6 +19,8 @@
  * can kill the process in that window (publish.c).  "no-resend" has the
  * serving process take the kernel for one that cannot resend requests
  * (fs/fuseio.c), so that an upgrade's drain answers every request itself.
+ * "drain-gc" has a serving process run a collection (to 1 byte) as it
+ * starts to drain for an upgrade (fs/serve.c).
  *
  * Unset, every check is one load and a compare. */
 #pragma once

@@ -151,6 +151,10 @@ void ns_notifier_stop(struct fs *fs)
 	pthread_cond_signal(&fs->notify_cond);
 	pthread_cond_broadcast(&fs->notify_sent_cond);
 	pthread_mutex_unlock(&fs->notify_lock);
+	/* Without the hooks the collector cannot tell which images the
+	 * kernel still reaches: from here on it deletes nothing (this
+	 * process is on its way out, for an upgrade or a stop). */
+	manager_freeze_gc(fs->manager);
 	manager_set_names_changed(fs->manager, NULL, NULL, NULL, NULL);
 	manager_set_gc_prepare(fs->manager, NULL, NULL);
 	manager_set_images_entered(fs->manager, NULL, NULL);

@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include "control.h"
+#include "errdetail.h"
+#include "fault.h"
 #include "fuseio.h"
 #include "handover.h"
 #include "macro.h"
@@ -354,6 +356,14 @@ static void serve_upgrade_answered(void *userdata)
 	 * wait for ever, and the process could not end (the soak found it).
 	 * So the notifier stops first, while requests are still answered. */
 	ns_notifier_stop(fs);
+	if (fault_armed("drain-gc")) {
+		/* a collection while this process drains */
+		struct error_detail err = { 0 };
+		json_t *j = NULL;
+
+		if (manager_gc(fs->manager, 1, &j, &err) == 0)
+			json_decref(j);
+	}
 	pthread_mutex_lock(&fs->sup_lock);
 	sup_send(fs, "go");
 	pthread_mutex_unlock(&fs->sup_lock);

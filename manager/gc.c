@@ -512,6 +512,12 @@ static uint64_t sweep(struct manager *m)
 	keep_settling_locked(&k);
 	pthread_mutex_unlock(&m->lock);
 	keep_open_images(&k);
+	/* After what is kept was judged: a freeze comes before the hooks
+	 * go, so a judgement made without them finds it here. */
+	pthread_mutex_lock(&m->lock);
+	if (m->gc_frozen)
+		k.error = -EAGAIN;
+	pthread_mutex_unlock(&m->lock);
 	if (k.error == 0) {
 		s.keep = k.keep;
 		cache_foreach_layer(m->cache, sweep_layer, &s);
@@ -737,6 +743,13 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **re
 	unsigned min_age = m->opts.gc_no_min_age ? 0 : (m->opts.gc_min_age_s ?: DEFAULT_MIN_AGE_S);
 	int r;
 
+	pthread_mutex_lock(&m->lock);
+	r = m->gc_frozen ? -EAGAIN : 0;
+	pthread_mutex_unlock(&m->lock);
+	if (r < 0)
+		return error_detail_set(err, r,
+					"the serving process hands the cache over to the "
+					"next one: nothing is removed");
 	removed = json_array();
 	if (!removed)
 		return -ENOMEM;
@@ -952,6 +965,13 @@ static void *gc_thread(void *arg)
 	}
 	pthread_mutex_unlock(&m->lock);
 	return NULL;
+}
+
+void manager_freeze_gc(struct manager *m)
+{
+	pthread_mutex_lock(&m->lock);
+	m->gc_frozen = true;
+	pthread_mutex_unlock(&m->lock);
 }
 
 int gc_start(struct manager *m)

@@ -265,7 +265,9 @@ struct manager {
 	/* the collector only calls gc_prepare (a user's pull found no
 	 * room, gc_user_room()); lock */
 	bool settle_wanted;
-	bool stopping;	       /* lock */
+	bool stopping; /* lock */
+	/* manager_freeze_gc(): nothing leaves the cache any more; lock */
+	bool gc_frozen;
 	atomic_bool cancelled; /* manager_cancel(): pulls give up */
 	/* background completions of lazy layers running, all images
 	 * together (image.c); lock, waited for on flight_cond */

@@ -249,6 +249,16 @@ void manager_cancel(struct manager *m);
  * answers; before the filesystem's session goes away. */
 void manager_drain(struct manager *m);
 
+/* From now on nothing leaves the cache: a collection, rm or quota drop
+ * may still forget names, but deletes no content (a sweep under way
+ * deletes only what it judged unneeded before).  For a serving process
+ * that hands the kernel's nodes over to the next one: once it removes the
+ * filesystem's hooks it cannot tell what the kernel still reaches (names
+ * whose dentries live on, images a process stands in), and the next
+ * process must be able to make each of those images again.  Call before
+ * removing the hooks.  Thread-safe. */
+void manager_freeze_gc(struct manager *m);
+
 /* The cache directory, as given. */
 const char *manager_cache_dir(const struct manager *m);
 
