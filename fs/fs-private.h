@@ -262,7 +262,16 @@ void ns_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size, off_
  * ns_notifier_start() after the mount and the daemon's fork; 0 or
  * -errno.  ns_notifier_stop() before the session ends; it waits. */
 int ns_notifier_start(struct fs *fs);
+/* How long garbage collection waits for the kernel to drop the dentries
+ * of names it removed, and an upgrade for a notification under way. */
+#define NS_SETTLE_SECONDS 2
+
 void ns_notifier_stop(struct fs *fs);
+/* The same, waiting at most `seconds` for a notification under way: one
+ * that waits for a directory a lookup holds (its pull waiting for a slow
+ * registry) is left behind, and false returned.  Only for a process that
+ * ends without freeing fs and leaves that lookup to the next process. */
+bool ns_notifier_stop_within(struct fs *fs, unsigned seconds);
 /* Waits until the notifier has sent what was queued before the call (a
  * control request that removed images answers after that, as the kernel
  * should forget them first).  Returns at once when no notifier runs. */

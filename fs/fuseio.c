@@ -191,6 +191,11 @@ int fuseio_resend(void)
 	return -send_resend(dev_fd);
 }
 
+bool fuseio_can_resend(void)
+{
+	return atomic_load(&resend_offered);
+}
+
 int fuseio_kernel_has_node(uint64_t nodeid)
 {
 	struct {

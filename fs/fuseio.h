@@ -73,6 +73,9 @@ unsigned long fuseio_resent(void);
 
 /* Asks the kernel to send again what was read and not answered. */
 int fuseio_resend(void);
+/* Whether the kernel can resend requests (it offered FUSE_HAS_RESEND at
+ * INIT): what this process leaves unanswered, the next one answers. */
+bool fuseio_can_resend(void);
 /* Whether the kernel has an inode for nodeid: 0, -ENOENT when it has
  * none, another -errno when it cannot tell.  Asks with an invalidation of
  * the node's attributes (no pages), written on the descriptor itself, so

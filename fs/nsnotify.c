@@ -14,10 +14,6 @@
 #include "manager.h"
 #include "strmap.h"
 
-/* How long garbage collection waits for the kernel to drop the dentries
- * of names it removed. */
-#define NS_SETTLE_SECONDS 2
-
 /* ---- invalidation of cached listings --------------------------------- */
 
 /* The manager's names_changed hook: notes the directories above
@@ -142,7 +138,9 @@ int ns_notifier_start(struct fs *fs)
 	return 0;
 }
 
-void ns_notifier_stop(struct fs *fs)
+/* Ends the notifier, waiting for the notification under way at most
+ * until `until` (NULL: for ever); false when it was left behind. */
+static bool notifier_end(struct fs *fs, const struct timespec *until)
 {
 	/* stop first, so that a settle under way returns; removing the
 	 * hooks then waits for the calls that are still running */
@@ -159,9 +157,30 @@ void ns_notifier_stop(struct fs *fs)
 	manager_set_gc_prepare(fs->manager, NULL, NULL);
 	manager_set_images_entered(fs->manager, NULL, NULL);
 	if (!fs->notifier_started)
-		return;
-	pthread_join(fs->notifier, NULL);
+		return true;
+	if (until && pthread_timedjoin_np(fs->notifier, NULL, until) != 0) {
+		pthread_detach(fs->notifier);
+		fs->notifier_started = false;
+		return false;
+	}
+	if (!until)
+		pthread_join(fs->notifier, NULL);
 	fs->notifier_started = false;
+	return true;
+}
+
+void ns_notifier_stop(struct fs *fs)
+{
+	notifier_end(fs, NULL);
+}
+
+bool ns_notifier_stop_within(struct fs *fs, unsigned seconds)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += seconds;
+	return notifier_end(fs, &until);
 }
 
 void ns_notifier_settle(void *userdata)

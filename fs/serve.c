@@ -354,8 +354,19 @@ static void serve_upgrade_answered(void *userdata)
 	/* No notification to the kernel may be under way once nothing reads
 	 * /dev/fuse: one that waits for a directory a request holds would
 	 * wait for ever, and the process could not end (the soak found it).
-	 * So the notifier stops first, while requests are still answered. */
-	ns_notifier_stop(fs);
+	 * So the notifier stops first, while requests are still answered.
+	 * Where the kernel resends, a notification waiting for a lookup
+	 * whose pull waits for a slow registry does not hold the upgrade:
+	 * it is left behind, the lookup goes to the next process (the
+	 * supervisor starts it while this one is held in the kernel), and
+	 * its answer lets the notification through. */
+	if (!fuseio_can_resend())
+		ns_notifier_stop(fs);
+	else if (!ns_notifier_stop_within(fs, NS_SETTLE_SECONDS))
+		fprintf(stderr,
+			"pullfs: serving process %ld drains with a notification waiting for a "
+			"directory a lookup holds; the next process answers that lookup\n",
+			(long)getpid());
 	if (fault_armed("drain-gc")) {
 		/* a collection while this process drains */
 		struct error_detail err = { 0 };

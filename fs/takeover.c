@@ -681,10 +681,15 @@ void takeover_settle(void *userdata)
 		struct drop *d = c.list;
 
 		c.list = d->next;
-		/* a dentry the kernel does not have is ENOENT: ignored */
-		fuse_lowlevel_notify_inval_entry(fs->session, d->parent, d->name, strlen(d->name));
+		/* by the notifier: dropping a dentry waits for its directory,
+		 * which a lookup holds for as long as its pull waits for a
+		 * registry (a user's trickling one), and a collection must
+		 * not wait that long */
+		dentries_drop(fs, d->parent, d->name);
 		free(d);
 	}
+	/* bounded; what is not dropped by then keeps its image for now */
+	ns_notifier_settle(fs);
 	takeover_probe(fs);
 }
 

@@ -5,9 +5,14 @@
 # the kernel, where dropping the dentry of a removed name waits for it:
 # a name removed there goes at once too, and what its image is made from,
 # which that dentry may still reach, stays until the kernel has dropped
-# it; the next collection after that deletes it.
+# it; the next collection after that deletes it.  After a restart, the
+# dentries of images the previous process served are dropped before a
+# collection too, and a lookup held beside one holds up neither
+# `pullfsctl gc` nor an upgrade, whose notifications wait for it: the
+# next process answers that lookup.
 source "$(dirname "$0")/lib.sh"
 source "$INTEGRATION_DIR/images.sh"
+source "$INTEGRATION_DIR/restartlib.sh"
 
 need_fuse
 start_registry
@@ -15,16 +20,17 @@ push_busybox test/busybox:1
 push_busybox test/other:1
 # two images of their own (each its own config), whose configs wait at
 # the registry while $WORK/go is missing
-for name in slow/held test/held; do
-    mkdir -p "$WORK/stage-${name%%/*}/held"
-    echo "$name" >"$WORK/stage-${name%%/*}/held/id"
-    tar -C "$WORK/stage-${name%%/*}" -cf "$WORK/${name%%/*}.tar" held
-    py "$INTEGRATION_DIR/rawpush.py" "$REGISTRY" "$name:1" "$WORK/${name%%/*}.tar" >/dev/null ||
+for name in slow/held test/held test/late; do
+    stage=$WORK/stage-${name//\//-}
+    mkdir -p "$stage/held"
+    echo "$name" >"$stage/held/id"
+    tar -C "$stage" -cf "$stage.tar" held
+    py "$INTEGRATION_DIR/rawpush.py" "$REGISTRY" "$name:1" "$stage.tar" >/dev/null ||
         fail "cannot push $name:1"
 done
 config_of() { registry_manifest "$1" | py -c 'import json, sys; print(json.load(sys.stdin)["config"]["digest"])'; }
 gates=()
-for name in slow/held test/held; do
+for name in slow/held test/held test/late; do
     gates+=(--gate "GET /v2/$name/blobs/$(config_of "$name:1")=$WORK/go")
 done
 start_slowproxy "${gates[@]}"
@@ -80,5 +86,28 @@ _collected() {
     [ "$(other_left)" = 0 ]
 }
 wait_for 30 _collected || fail "layers of the removed image left once the lookup ended: $(other_left)"
+unmount_pullfs
+rm -f "$WORK/go"
+
+# ---- after a restart: an image of the previous process beside a held
+# lookup, then an upgrade while a notification waits for that lookup ---
+mount_pullfs --supervise --insecure-registry "$PROXY" --gc-min-age 0 --low-speed-timeout 600
+ls "$images/test/busybox:1/bin" >/dev/null || fail "lookup of busybox:1 under the supervisor"
+nothing() { :; }
+kill_serving 1 nothing
+ls "$images/test/other:1/bin" >/dev/null || fail "lookup of other:1 after the restart"
+held test/late:1
+out=$(ctl gc 2>&1) || fail "pullfsctl gc after a restart, beside a held lookup: $out"
+_pid_gone "$HELD" && fail "the held lookup ended before gc returned"
+out=$(ctl rm "$PROXY/test/other:1" 2>&1) || fail "pullfsctl rm beside a held lookup: $out"
+old=$(serving pid)
+out=$(ctl upgrade 2>&1) || fail "pullfsctl upgrade while a notification waits for a held lookup: $out"
+wait_for 30 _replaced "$old" || fail "serving process $old not replaced while a lookup was held"
+_pid_gone "$HELD" && fail "the held lookup ended before the upgrade completed"
+log "gc, rm and an upgrade went through while a lookup beside them was held"
+touch "$WORK/go"
+wait_for 60 _pid_gone "$HELD" || fail "the held lookup did not end after the upgrade"
+wait "$HELD" || fail "the lookup held across the upgrade failed"
+assert_eq "test/late" "$(cat "$images/test/late:1/held/id")" "content of the lookup held across the upgrade"
 unmount_pullfs
 log "PASS"
