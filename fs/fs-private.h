@@ -133,6 +133,12 @@ struct fs {
 	/* What was queued and what the notifier has sent, for
 	 * ns_notifier_settle(); notify_lock */
 	uint64_t notify_queued, notify_sent;
+	/* a settle gave up waiting with the notifier at notify_sent ==
+	 * settle_gave_up_at: the next ones do not wait until it moves (a
+	 * notification held by a lookup waiting for a slow registry would
+	 * cost each removal of a collection its whole wait); notify_lock */
+	bool settle_gave_up;
+	uint64_t settle_gave_up_at;
 	pthread_cond_t notify_sent_cond;
 	pthread_t notifier;
 	bool notifier_started;

@@ -195,9 +195,16 @@ void ns_notifier_settle(void *userdata)
 	until.tv_sec += NS_SETTLE_SECONDS;
 	pthread_mutex_lock(&fs->notify_lock);
 	uint64_t target = fs->notify_queued;
+	if (fs->settle_gave_up && fs->notify_sent == fs->settle_gave_up_at)
+		target = 0; /* still held where the last settle left it */
 	while (!fs->notify_stop && fs->notifier_started && fs->notify_sent < target)
 		if (pthread_cond_timedwait(&fs->notify_sent_cond, &fs->notify_lock, &until) ==
-		    ETIMEDOUT)
+		    ETIMEDOUT) {
+			fs->settle_gave_up = true;
+			fs->settle_gave_up_at = fs->notify_sent;
 			break;
+		}
+	if (fs->notify_sent >= fs->notify_queued)
+		fs->settle_gave_up = false;
 	pthread_mutex_unlock(&fs->notify_lock);
 }

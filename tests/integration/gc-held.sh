@@ -96,10 +96,24 @@ ls "$images/test/busybox:1/bin" >/dev/null || fail "lookup of busybox:1 under th
 nothing() { :; }
 kill_serving 1 nothing
 ls "$images/test/other:1/bin" >/dev/null || fail "lookup of other:1 after the restart"
+# forty more names of one image, for one collection to remove while the
+# notifier waits for the held lookup's directory
+accept=(-H "Accept: application/vnd.oci.image.manifest.v1+json"
+    -H "Accept: application/vnd.docker.distribution.manifest.v2+json")
+curl -sf "${accept[@]}" -D "$WORK/mhead" -o "$WORK/manifest" "http://$REGISTRY/v2/test/busybox/manifests/1" ||
+    fail "cannot read busybox:1's manifest"
+mtype=$(awk -F': ' 'tolower($1) == "content-type" { print $2 }' "$WORK/mhead" | tr -d '\r')
+for i in $(seq 1 40); do
+    curl -sf -X PUT -H "Content-Type: $mtype" --data-binary @"$WORK/manifest" \
+        "http://$REGISTRY/v2/test/busybox/manifests/n$i" >/dev/null || fail "cannot tag busybox:n$i"
+    [ -d "$images/test/busybox:n$i/bin" ] || fail "lookup of busybox:n$i"
+done
 held test/late:1
-out=$(ctl gc 2>&1) || fail "pullfsctl gc after a restart, beside a held lookup: $out"
-_pid_gone "$HELD" && fail "the held lookup ended before gc returned"
 out=$(ctl rm "$PROXY/test/other:1" 2>&1) || fail "pullfsctl rm beside a held lookup: $out"
+t0=$(now)
+out=$(ctl gc --to 1 2>&1) || fail "pullfsctl gc after a restart, beside a held lookup: $out"
+_pid_gone "$HELD" && fail "the held lookup ended before gc returned"
+log "gc: $(printf '%s' "$out" | grep -o 'busybox:n[0-9]*' | sort -u | wc -l) names removed in $(seconds_since "$t0") s beside the held lookup"
 old=$(serving pid)
 out=$(ctl upgrade 2>&1) || fail "pullfsctl upgrade while a notification waits for a held lookup: $out"
 wait_for 30 _replaced "$old" || fail "serving process $old not replaced while a lookup was held"
