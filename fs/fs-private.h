@@ -15,6 +15,7 @@
 #include "dlist.h"
 #include "fs.h"
 #include "manager.h"
+#include "supervisor.h"
 
 struct strmap;
 
@@ -147,7 +148,7 @@ struct fs {
 	/* files.c: the top bits of the file handles this process gives out */
 	uint64_t fh_epoch;
 	/* serve.c: under the supervisor (sup_fd -1: not) */
-	struct fs_handoff handoff;
+	struct handoff handoff;
 	pthread_mutex_t sup_lock; /* one exchange with the supervisor at a time */
 	double held_ms;		  /* requests held by the last takeover */
 };

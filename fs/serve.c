@@ -164,7 +164,7 @@ static void *stop_thread(void *arg)
 static void taken_over(void *userdata, int64_t resent_ns, int err)
 {
 	struct fs *fs = userdata;
-	const struct fs_handoff *h = &fs->handoff;
+	const struct handoff *h = &fs->handoff;
 	char msg[256];
 	double held = h->down_ns ? (double)(resent_ns - h->down_ns) / 1e6 : 0;
 
@@ -398,7 +398,7 @@ void serve_status(struct fs *fs, json_t *o)
 /* ---- the session ----------------------------------------------------- */
 
 static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, bool foreground,
-		 const struct fs_handoff *h)
+		 const struct handoff *h)
 {
 	struct fuse_loop_config *cfg = NULL;
 	struct sigaction sa = { 0 };
@@ -568,7 +568,7 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, bool
 }
 
 int fs_serve_handoff(struct fs *fs, struct fuse_args *args, const char *mountpoint,
-		     const struct fs_handoff *h)
+		     const struct handoff *h)
 {
 	return serve(fs, args, mountpoint, true, h);
 }
