@@ -59,7 +59,6 @@
 #include <unistd.h>
 
 #include "fuseio.h"
-#include "handover.h"
 #include "strmap.h"
 
 #define BACKING_IDLE_MAX 4096
@@ -83,7 +82,7 @@ static void backing_drop(struct fs *fs, struct backing *b)
 {
 	dlist_remove(&fs->backing_idle, &b->idle);
 	strmap_remove(fs->backings, b->object);
-	handover_note(handover_format_backing_closed(b->id));
+	takeover_note_backing_closed(fs, b->id);
 	fuseio_backing_close(b->id);
 	free(b);
 }
@@ -159,7 +158,7 @@ static int backing_get(struct fs *fs, const char *object, int fd)
 			return -ENOMEM;
 		}
 		b->id = r;
-		handover_note(handover_format_backing(r, object));
+		takeover_note_backing(fs, r, object);
 	}
 	dlist_remove(&fs->backing_idle, &b->idle);
 	b->opens++;
@@ -437,7 +436,7 @@ int files_restore_backing(struct fs *fs, int id, const char *object)
 	}
 	pthread_mutex_unlock(&fs->backing_lock);
 	if (r == 0)
-		handover_note(handover_format_backing(id, object));
+		takeover_note_backing(fs, id, object);
 	return r;
 }
 

@@ -98,7 +98,7 @@ void fs_free(struct fs *fs)
 	strmap_free(fs->foreign);
 	ctl_free_all();
 	files_free_all(fs);
-	takeover_free();
+	takeover_free(fs);
 	pthread_mutex_destroy(&fs->backing_lock);
 	pthread_mutex_destroy(&fs->notify_lock);
 	pthread_cond_destroy(&fs->notify_cond);

@@ -9,8 +9,8 @@
  * restored image keeps its references pinned and is held open, for rm and
  * GC, until the kernel forgets its root or is found to hold no inode of
  * it; before GC and rm the kernel is asked to drop what nothing holds
- * (takeover_settle()).  Images handed out by this process, and the
- * back-off table, are noted in the log for the next one. */
+ * (takeover_settle()).  What this process's tables hand out, and the
+ * back-off table, is noted in the log for the next one (takeover.h). */
 #include "fs-private.h"
 
 #include <dirent.h>
@@ -119,6 +119,27 @@ void takeover_note_image(struct fs *fs, struct image *img, const char *reference
 	note(image_key(img), image_digest(img), reference);
 }
 
+void takeover_note_ns(struct fs *fs, const char *key, uid_t owner)
+{
+	handover_note(owner == NS_NO_OWNER ? handover_format_ns(key)
+					   : handover_format_ns_owned(key, (uint32_t)owner));
+}
+
+void takeover_note_ns_forgotten(struct fs *fs, const char *key)
+{
+	handover_note(handover_format_ns_forgotten(key));
+}
+
+void takeover_note_backing(struct fs *fs, int id, const char *object)
+{
+	handover_note(handover_format_backing(id, object));
+}
+
+void takeover_note_backing_closed(struct fs *fs, int id)
+{
+	handover_note(handover_format_backing_closed(id));
+}
+
 void takeover_note_view(struct fs *fs, struct image *view, struct image *img, const char *reference,
 			const char *layer)
 {
@@ -134,7 +155,7 @@ void takeover_note_view(struct fs *fs, struct image *view, struct image *img, co
 	note(image_key(view), image_digest(img), name);
 }
 
-struct image *takeover_view(const char *reference, const char *layer)
+struct image *takeover_view(struct fs *fs, const char *reference, const char *layer)
 {
 	_cleanup_free_ char *name = NULL;
 
@@ -176,7 +197,7 @@ static int free_restored(void *userdata, const char *key, void *value)
 	return 0;
 }
 
-void takeover_free(void)
+void takeover_free(struct fs *fs)
 {
 	pthread_mutex_lock(&restored_lock);
 	if (restored)
@@ -743,7 +764,9 @@ int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *r
 			unheld);
 	for (size_t i = 0; i < st->n_ns_keys && r == 0; i++) {
 		r = ns_restore(fs, st->ns_keys[i],
-			       st->ns_owners ? st->ns_owners[i] : HANDOVER_NO_OWNER);
+			       st->ns_owners && st->ns_owners[i] != HANDOVER_NO_OWNER
+				       ? (uid_t)st->ns_owners[i]
+				       : NS_NO_OWNER);
 		if (r < 0 && r != -ENOMEM) {
 			fprintf(stderr, "pullfs: cannot restore node \"%s%s\": %s\n",
 				st->ns_keys[i][0] == '/' ? "" : "images/", st->ns_keys[i],
