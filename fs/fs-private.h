@@ -150,6 +150,10 @@ struct fs {
 	uint64_t fh_epoch;
 	/* serve.c: under the supervisor (sup_fd -1: not) */
 	struct handoff handoff;
+	/* the hand-over log (restart/handover.h): made by serve.c under the
+	 * supervisor, written through takeover.h, freed by takeover_free();
+	 * NULL: none */
+	struct handover_log *log;
 	pthread_mutex_t sup_lock; /* one exchange with the supervisor at a time */
 	double held_ms;		  /* requests held by the last takeover */
 };

@@ -79,6 +79,7 @@ _Static_assert(sizeof(struct pfs_open_out) == 16, "fuse_open_out is 16 bytes");
  * read-only afterwards. */
 static uint64_t init_wanted; /* FUSE_* INIT flags, flags2 in the high word */
 static bool debug;
+static struct handover_log *init_log;
 static int dev_fd = -1;
 /* Set once the INIT reply granting passthrough went out. */
 static atomic_bool passthrough_on;
@@ -309,7 +310,7 @@ static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 	if (n >= (ssize_t)sizeof(*in) && in->opcode == FUSE_INIT) {
 		/* for the process that may take over from this one */
 		if (!synthetic)
-			handover_note(handover_format_init(buf, (size_t)n));
+			handover_note(init_log, handover_format_init(buf, (size_t)n));
 		const struct fuse_init_in *arg = (const void *)(in + 1);
 		size_t arglen = (size_t)n - sizeof(*in);
 		uint64_t offered = 0;
@@ -391,7 +392,8 @@ static ssize_t write_init_reply(int fd, const struct iovec *iov, int count, uint
 	/* for the process that may take over from this one, before the
 	 * kernel has the answer */
 	if (!swallow && !old_init)
-		handover_note(handover_format_init_reply((uint64_t)init.flags |
+		handover_note(init_log,
+			      handover_format_init_reply((uint64_t)init.flags |
 							 (ext ? (uint64_t)init.flags2 << 32 : 0)));
 	/* taken over: the kernel has had this answer from the first process */
 	n = swallow ? (ssize_t)(v[0].iov_len + len) : writev(fd, v, 2);
@@ -547,6 +549,7 @@ int fuseio_attach(struct fuse_session *se, const struct fuseio_options *opts)
 	if (opts->passthrough)
 		init_wanted |= PFS_FUSE_PASSTHROUGH | FUSE_INIT_EXT;
 	debug = opts->debug;
+	init_log = opts->log;
 	dev_fd = opts->fd >= 0 ? opts->fd : fuse_session_fd(se);
 	atomic_store(&init_unique, 0);
 	atomic_store(&passthrough_on, false);

@@ -17,6 +17,8 @@
 #endif
 #include <fuse_lowlevel.h>
 
+struct handover_log;
+
 struct fuseio_options {
 	bool parallel_dirops; /* FUSE_PARALLEL_DIROPS in the INIT reply, if offered */
 	bool passthrough;     /* FUSE_PASSTHROUGH in the INIT reply, if offered */
@@ -35,6 +37,8 @@ struct fuseio_options {
 	 * everything but FUSE_DIRECT_IO_ALLOW_MMAP. */
 	bool takeover_reply_known;
 	uint64_t takeover_reply;
+	/* the hand-over log the INIT exchange is noted in (NULL: none) */
+	struct handover_log *log;
 	/* called once the resend was asked for (from a session thread) */
 	void (*taken_over)(void *userdata, int64_t resent_ns, int err);
 	void *userdata;

@@ -771,8 +771,7 @@ static void recharge(struct fs *fs, const char *key, uid_t owner)
 		return;
 	pthread_mutex_lock(&fs->ns_lock);
 	n = strmap_get(fs->nsnodes, key);
-	if (n && !n->permanent && n->owner == NS_NO_OWNER &&
-	    (u = nsuser_get_locked(fs, owner))) {
+	if (n && !n->permanent && n->owner == NS_NO_OWNER && (u = nsuser_get_locked(fs, owner))) {
 		n->owner = owner;
 		dlist_push(&u->nodes, &n->by_owner);
 	}

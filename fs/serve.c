@@ -386,11 +386,11 @@ void serve_status(struct fs *fs, json_t *o)
 		"recoveries", (json_int_t)fs->handoff.recoveries, "last_held_ms", fs->held_ms,
 		"drained", (json_int_t)fs->handoff.drained, "resent", (json_int_t)fuseio_resent());
 
-	if (v && fs->handoff.sup_fd >= 0) {
+	if (v && fs->log) {
 		json_object_set_new(v, "handover_log_bytes",
-				    json_integer((json_int_t)handover_log_bytes()));
+				    json_integer((json_int_t)handover_log_bytes(fs->log)));
 		json_object_set_new(v, "handover_compactions",
-				    json_integer((json_int_t)handover_compactions()));
+				    json_integer((json_int_t)handover_compactions(fs->log)));
 	}
 	json_object_set_new(o, "serving", v);
 }
@@ -439,7 +439,10 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 	if (h) {
 		fs->handoff = *h;
 		files_set_epoch(fs, h->generation);
-		handover_set_fd(h->state_fd);
+		r = handover_log_new(h->state_fd, &fs->log);
+		if (r < 0)
+			goto out_signals;
+		io.log = fs->log;
 		takeover_watch(fs);
 		r = read_handover(h->state_fd, &st);
 		if (r < 0)
@@ -520,15 +523,15 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 	fuse_loop_cfg_set_idle_threads(cfg, 8);
 	if (h) {
 		sup_send(fs, "ready");
-		handover_set_swap(swap_log, fs);
-		if (handover_compactor_start() < 0)
+		handover_set_swap(fs->log, swap_log, fs);
+		if (handover_compactor_start(fs->log) < 0)
 			fprintf(stderr, "pullfs: the hand-over log will not be compacted: %s\n",
 				strerror(ENOMEM));
 	}
 	r = fuse_session_loop_mt(fs->session, cfg);
 	/* A positive value is the signal that ended the loop: a clean stop. */
 	r = r > 0 ? 0 : r < 0 ? r : 0;
-	handover_compactor_stop();
+	handover_compactor_stop(fs->log);
 	if (atomic_load(&draining))
 		/* Drained for an upgrade: every request read was answered but
 		 * those left for the next process (drain_end). */

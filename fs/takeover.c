@@ -63,21 +63,14 @@ struct restored_image {
 	struct rdentry *dentries;
 };
 
-/* The restored images by key in decimal (restored_lock). */
-static pthread_mutex_t restored_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct strmap *restored;
-static atomic_bool any_restored;
-/* the connection is taken over: the kernel may be asked (takeover_probe) */
-static atomic_bool connected;
-
 /* Notes image key as handed out under reference for digest, once. */
-static void note(uint32_t key, const char *digest, const char *reference)
+static void note(struct fs *fs, uint32_t key, const char *digest, const char *reference)
 {
 	char name[16];
 	const char *had;
 	char *d;
 
-	if (handover_fd() < 0)
+	if (!fs->log)
 		return;
 	snprintf(name, sizeof(name), "%" PRIu32, key);
 	pthread_mutex_lock(&noted_lock);
@@ -89,7 +82,7 @@ static void note(uint32_t key, const char *digest, const char *reference)
 		return;
 	}
 	/* still under the lock: the record goes out before any reply */
-	handover_note(handover_format_image(key, digest, reference));
+	handover_note(fs->log, handover_format_image(key, digest, reference));
 	d = noted ? strdup(digest) : NULL;
 	if (d) {
 		free(strmap_remove(noted, name));
@@ -99,16 +92,31 @@ static void note(uint32_t key, const char *digest, const char *reference)
 	pthread_mutex_unlock(&noted_lock);
 }
 
+/* The restored images by key in decimal (restored_lock). */
+static pthread_mutex_t restored_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct strmap *restored;
+static atomic_bool any_restored;
+/* the connection is taken over: the kernel may be asked (takeover_probe) */
+static atomic_bool connected;
+
+/* The filesystem whose images the manager's image_forgotten hook
+ * reports: the hook takes no userdata (manager_set_image_forgotten()).
+ * Set by takeover_watch(), cleared by takeover_free(). */
+static struct fs *_Atomic watched;
+
 /* Notes that the image of key, if noted, is gone: the kernel holds no
  * node of it. */
 static void note_gone(uint32_t key)
 {
+	struct fs *fs = atomic_load(&watched);
 	char name[16];
 
+	if (!fs)
+		return;
 	snprintf(name, sizeof(name), "%" PRIu32, key);
 	pthread_mutex_lock(&noted_lock);
 	if (noted && strmap_get(noted, name)) {
-		handover_note(handover_format_image_gone(key));
+		handover_note(fs->log, handover_format_image_gone(key));
 		free(strmap_remove(noted, name));
 	}
 	pthread_mutex_unlock(&noted_lock);
@@ -116,28 +124,29 @@ static void note_gone(uint32_t key)
 
 void takeover_note_image(struct fs *fs, struct image *img, const char *reference)
 {
-	note(image_key(img), image_digest(img), reference);
+	note(fs, image_key(img), image_digest(img), reference);
 }
 
 void takeover_note_ns(struct fs *fs, const char *key, uid_t owner)
 {
-	handover_note(owner == NS_NO_OWNER ? handover_format_ns(key)
-					   : handover_format_ns_owned(key, (uint32_t)owner));
+	handover_note(fs->log, owner == NS_NO_OWNER
+				       ? handover_format_ns(key)
+				       : handover_format_ns_owned(key, (uint32_t)owner));
 }
 
 void takeover_note_ns_forgotten(struct fs *fs, const char *key)
 {
-	handover_note(handover_format_ns_forgotten(key));
+	handover_note(fs->log, handover_format_ns_forgotten(key));
 }
 
 void takeover_note_backing(struct fs *fs, int id, const char *object)
 {
-	handover_note(handover_format_backing(id, object));
+	handover_note(fs->log, handover_format_backing(id, object));
 }
 
 void takeover_note_backing_closed(struct fs *fs, int id)
 {
-	handover_note(handover_format_backing_closed(id));
+	handover_note(fs->log, handover_format_backing_closed(id));
 }
 
 void takeover_note_view(struct fs *fs, struct image *view, struct image *img, const char *reference,
@@ -145,14 +154,14 @@ void takeover_note_view(struct fs *fs, struct image *view, struct image *img, co
 {
 	_cleanup_free_ char *name = NULL;
 
-	if (handover_fd() < 0)
+	if (!fs->log)
 		return;
 	if (asprintf(&name, VIEW_PREFIX "%s:%s", layer, reference) < 0) {
 		name = NULL;
-		handover_note(NULL); /* counted as lost */
+		handover_note(fs->log, NULL); /* counted as lost */
 		return;
 	}
-	note(image_key(view), image_digest(img), name);
+	note(fs, image_key(view), image_digest(img), name);
 }
 
 struct image *takeover_view(struct fs *fs, const char *reference, const char *layer)
@@ -199,6 +208,13 @@ static int free_restored(void *userdata, const char *key, void *value)
 
 void takeover_free(struct fs *fs)
 {
+	/* the manager outlives the filesystem: its hooks first (each set
+	 * under the lock the hook is called under, so none runs after) */
+	if (atomic_load(&watched) == fs) {
+		manager_set_backoff_hook(fs->manager, NULL, NULL);
+		manager_set_image_forgotten(fs->manager, NULL);
+		atomic_store(&watched, NULL);
+	}
 	pthread_mutex_lock(&restored_lock);
 	if (restored)
 		strmap_foreach(restored, free_restored, NULL);
@@ -214,16 +230,19 @@ void takeover_free(struct fs *fs)
 		noted = NULL;
 	}
 	pthread_mutex_unlock(&noted_lock);
+	handover_log_free(fs->log);
+	fs->log = NULL;
 }
 
 /* The manager's back-off hook (under its lock: a write, nothing more).
  * The manager's clock is CLOCK_MONOTONIC, which every process shares. */
 static void backoff_noted(void *userdata, const char *key, const struct backoff_state *st)
 {
+	struct fs *fs = userdata;
 	struct handover_backoff b;
 
 	if (!st) {
-		handover_note(handover_format_backoff_cleared(key));
+		handover_note(fs->log, handover_format_backoff_cleared(key));
 		return;
 	}
 	b = (struct handover_backoff){ .reference = (char *)key,
@@ -232,14 +251,15 @@ static void backoff_noted(void *userdata, const char *key, const struct backoff_
 				       .last_ns = clock_mono_ns() - st->idle_ns,
 				       .err = st->last.err,
 				       .message = (char *)st->last.message };
-	handover_note(handover_format_backoff(&b));
+	handover_note(fs->log, handover_format_backoff(&b));
 }
 
 void takeover_watch(struct fs *fs)
 {
-	if (handover_fd() < 0)
+	if (!fs->log)
 		return;
-	manager_set_backoff_hook(fs->manager, backoff_noted, NULL);
+	manager_set_backoff_hook(fs->manager, backoff_noted, fs);
+	atomic_store(&watched, fs);
 	/* (an image freed because nothing held it, the kernel included:
 	 * called under the manager's table of keys, so no other image has
 	 * the key yet) */
@@ -300,7 +320,7 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 	if (!view)
 		held = fuseio_kernel_has_node(INO_IMAGE_BIT | (fuse_ino_t)hi->key << 32);
 	if (held == -ENOENT) {
-		handover_note(handover_format_image_gone(hi->key));
+		handover_note(fs->log, handover_format_image_gone(hi->key));
 		return 1;
 	}
 	r = view ? restore_view(fs, hi, &img)
@@ -318,7 +338,7 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 			if (!view && held == 0)
 				manager_reserve_key(fs->manager, hi->key);
 			else
-				handover_note(handover_format_image_gone(hi->key));
+				handover_note(fs->log, handover_format_image_gone(hi->key));
 		}
 		return r;
 	}
@@ -351,7 +371,7 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 	/* else: out of memory, pinned open for good */
 	pthread_mutex_unlock(&restored_lock);
 	restored_image_free(ri);
-	note(image_key(img), hi->digest, hi->reference);
+	note(fs, image_key(img), hi->digest, hi->reference);
 	if (view) {
 		/* for its layer directory (layers_restore()) */
 		if (!restored_views)
@@ -444,7 +464,7 @@ static void unpin_backings(struct fs *fs)
 
 /* Ends the pin of a restored image, once: no longer counted open, nor is
  * the image a view of it was made from.  Returns whether it did. */
-static bool release_restored(struct image *img, const char *why)
+static bool release_restored(struct fs *fs, struct image *img, const char *why)
 {
 	struct restored_image *ri = NULL;
 	char name[16];
@@ -477,7 +497,7 @@ static bool release_restored(struct image *img, const char *why)
  * before, and the image may go when its name is removed.  (The pin of its
  * references stays: a node the kernel still caches without a dentry is
  * forgotten later, and that count must land somewhere.) */
-static bool is_restored(struct image *img)
+static bool is_restored(struct fs *fs, struct image *img)
 {
 	char name[16];
 	struct restored_image *ri;
@@ -496,8 +516,8 @@ static bool is_restored(struct image *img)
 void takeover_forgot(struct fs *fs, struct image *img, fuse_ino_t ino)
 {
 	if (atomic_load(&any_restored) && ino == node_ino(img, image_root(img)) &&
-	    is_restored(img) && fuseio_kernel_has_node(ino) == -ENOENT &&
-	    release_restored(img, "its root forgotten"))
+	    is_restored(fs, img) && fuseio_kernel_has_node(ino) == -ENOENT &&
+	    release_restored(fs, img, "its root forgotten"))
 		unpin_backings(fs);
 }
 
@@ -537,7 +557,8 @@ void takeover_probe(struct fs *fs)
 		struct image *img = imgs[i];
 		if (fuse_lowlevel_notify_inval_inode(fs->session, node_ino(img, image_root(img)),
 						     -1, 0) == -ENOENT)
-			released |= release_restored(img, "the kernel holds no inode of its root");
+			released |=
+				release_restored(fs, img, "the kernel holds no inode of its root");
 	}
 	if (released)
 		unpin_backings(fs);

@@ -58,7 +58,8 @@ int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *r
 /* Once the connection is taken over: ends the pins of restored images
  * whose root the kernel does not hold. */
 void takeover_probe(struct fs *fs);
-/* Frees what the takeover keeps (at the filesystem's end). */
+/* Frees what the takeover keeps, the hand-over log included (at the
+ * filesystem's end). */
 void takeover_free(struct fs *fs);
 
 /* ---- what the tables tell it ---------------------------------------- */
