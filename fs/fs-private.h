@@ -154,6 +154,7 @@ struct fs {
 	 * supervisor, written through takeover.h, freed by takeover_free();
 	 * NULL: none */
 	struct handover_log *log;
+	struct takeover takeover; /* takeover.c */
 	pthread_mutex_t sup_lock; /* one exchange with the supervisor at a time */
 	double held_ms;		  /* requests held by the last takeover */
 };

@@ -47,6 +47,7 @@ int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
 	pthread_cond_init(&fs->notify_cond, NULL);
 	pthread_cond_init(&fs->notify_sent_cond, NULL);
 	pthread_mutex_init(&fs->sup_lock, NULL);
+	takeover_init(fs);
 	fs->handoff.sup_fd = fs->handoff.state_fd = fs->handoff.dev_fd = -1;
 	clock_gettime(CLOCK_REALTIME, &fs->started);
 	fs->backings = strmap_new();

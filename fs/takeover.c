@@ -43,10 +43,6 @@
 #define VIEW_PREFIX "layer:"
 #define LAYER_DIGEST_LEN 71 /* sha256:<64 hex> */
 
-static pthread_mutex_t noted_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct strmap *noted; /* image key in decimal -> digest; noted_lock */
-/* the views restored, by "LAYER-DIGEST:REFERENCE"; only while restoring */
-static struct strmap *restored_views;
 /* A dentry that may still reach a restored image's root: the name of an
  * image under images/, or of a layer directory of the layer store. */
 struct rdentry {
@@ -73,31 +69,24 @@ static void note(struct fs *fs, uint32_t key, const char *digest, const char *re
 	if (!fs->log)
 		return;
 	snprintf(name, sizeof(name), "%" PRIu32, key);
-	pthread_mutex_lock(&noted_lock);
-	if (!noted)
-		noted = strmap_new();
-	had = noted ? strmap_get(noted, name) : NULL;
+	pthread_mutex_lock(&fs->takeover.noted_lock);
+	if (!fs->takeover.noted)
+		fs->takeover.noted = strmap_new();
+	had = fs->takeover.noted ? strmap_get(fs->takeover.noted, name) : NULL;
 	if (had && !strcmp(had, digest)) {
-		pthread_mutex_unlock(&noted_lock);
+		pthread_mutex_unlock(&fs->takeover.noted_lock);
 		return;
 	}
 	/* still under the lock: the record goes out before any reply */
 	handover_note(fs->log, handover_format_image(key, digest, reference));
-	d = noted ? strdup(digest) : NULL;
+	d = fs->takeover.noted ? strdup(digest) : NULL;
 	if (d) {
-		free(strmap_remove(noted, name));
-		if (strmap_put(noted, name, d) < 0)
+		free(strmap_remove(fs->takeover.noted, name));
+		if (strmap_put(fs->takeover.noted, name, d) < 0)
 			free(d);
 	}
-	pthread_mutex_unlock(&noted_lock);
+	pthread_mutex_unlock(&fs->takeover.noted_lock);
 }
-
-/* The restored images by key in decimal (restored_lock). */
-static pthread_mutex_t restored_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct strmap *restored;
-static atomic_bool any_restored;
-/* the connection is taken over: the kernel may be asked (takeover_probe) */
-static atomic_bool connected;
 
 /* The filesystem whose images the manager's image_forgotten hook
  * reports: the hook takes no userdata (manager_set_image_forgotten()).
@@ -114,12 +103,12 @@ static void note_gone(uint32_t key)
 	if (!fs)
 		return;
 	snprintf(name, sizeof(name), "%" PRIu32, key);
-	pthread_mutex_lock(&noted_lock);
-	if (noted && strmap_get(noted, name)) {
+	pthread_mutex_lock(&fs->takeover.noted_lock);
+	if (fs->takeover.noted && strmap_get(fs->takeover.noted, name)) {
 		handover_note(fs->log, handover_format_image_gone(key));
-		free(strmap_remove(noted, name));
+		free(strmap_remove(fs->takeover.noted, name));
 	}
-	pthread_mutex_unlock(&noted_lock);
+	pthread_mutex_unlock(&fs->takeover.noted_lock);
 }
 
 void takeover_note_image(struct fs *fs, struct image *img, const char *reference)
@@ -168,11 +157,11 @@ struct image *takeover_view(struct fs *fs, const char *reference, const char *la
 {
 	_cleanup_free_ char *name = NULL;
 
-	if (!restored_views || asprintf(&name, "%s:%s", layer, reference) < 0) {
+	if (!fs->takeover.restored_views || asprintf(&name, "%s:%s", layer, reference) < 0) {
 		name = NULL;
 		return NULL;
 	}
-	return strmap_get(restored_views, name);
+	return strmap_get(fs->takeover.restored_views, name);
 }
 
 static int free_noted(void *userdata, const char *key, void *value)
@@ -206,6 +195,12 @@ static int free_restored(void *userdata, const char *key, void *value)
 	return 0;
 }
 
+void takeover_init(struct fs *fs)
+{
+	pthread_mutex_init(&fs->takeover.noted_lock, NULL);
+	pthread_mutex_init(&fs->takeover.restored_lock, NULL);
+}
+
 void takeover_free(struct fs *fs)
 {
 	/* the manager outlives the filesystem: its hooks first (each set
@@ -215,21 +210,23 @@ void takeover_free(struct fs *fs)
 		manager_set_image_forgotten(fs->manager, NULL);
 		atomic_store(&watched, NULL);
 	}
-	pthread_mutex_lock(&restored_lock);
-	if (restored)
-		strmap_foreach(restored, free_restored, NULL);
-	strmap_free(restored);
-	restored = NULL;
-	atomic_store(&connected, false);
-	atomic_store(&any_restored, false);
-	pthread_mutex_unlock(&restored_lock);
-	pthread_mutex_lock(&noted_lock);
-	if (noted) {
-		strmap_foreach(noted, free_noted, NULL);
-		strmap_free(noted);
-		noted = NULL;
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	if (fs->takeover.restored)
+		strmap_foreach(fs->takeover.restored, free_restored, NULL);
+	strmap_free(fs->takeover.restored);
+	fs->takeover.restored = NULL;
+	atomic_store(&fs->takeover.connected, false);
+	atomic_store(&fs->takeover.any_restored, false);
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
+	pthread_mutex_lock(&fs->takeover.noted_lock);
+	if (fs->takeover.noted) {
+		strmap_foreach(fs->takeover.noted, free_noted, NULL);
+		strmap_free(fs->takeover.noted);
+		fs->takeover.noted = NULL;
 	}
-	pthread_mutex_unlock(&noted_lock);
+	pthread_mutex_unlock(&fs->takeover.noted_lock);
+	pthread_mutex_destroy(&fs->takeover.noted_lock);
+	pthread_mutex_destroy(&fs->takeover.restored_lock);
 	handover_log_free(fs->log);
 	fs->log = NULL;
 }
@@ -358,26 +355,27 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 		ri->img = img;
 		ri->reference = view ? NULL : strdup(hi->reference);
 	}
-	pthread_mutex_lock(&restored_lock);
-	if (!restored)
-		restored = strmap_new();
-	if (restored && strmap_get(restored, name)) {
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	if (!fs->takeover.restored)
+		fs->takeover.restored = strmap_new();
+	if (fs->takeover.restored && strmap_get(fs->takeover.restored, name)) {
 		image_close(img); /* one pin per image */
-	} else if (ri && (view || ri->reference) && restored &&
-		   strmap_put(restored, name, ri) == 0) {
+	} else if (ri && (view || ri->reference) && fs->takeover.restored &&
+		   strmap_put(fs->takeover.restored, name, ri) == 0) {
 		ri = NULL;
-		atomic_store(&any_restored, true);
+		atomic_store(&fs->takeover.any_restored, true);
 	}
 	/* else: out of memory, pinned open for good */
-	pthread_mutex_unlock(&restored_lock);
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
 	restored_image_free(ri);
 	note(fs, image_key(img), hi->digest, hi->reference);
 	if (view) {
 		/* for its layer directory (layers_restore()) */
-		if (!restored_views)
-			restored_views = strmap_new();
-		if (!restored_views ||
-		    strmap_put(restored_views, hi->reference + strlen(VIEW_PREFIX), img) < 0)
+		if (!fs->takeover.restored_views)
+			fs->takeover.restored_views = strmap_new();
+		if (!fs->takeover.restored_views ||
+		    strmap_put(fs->takeover.restored_views, hi->reference + strlen(VIEW_PREFIX),
+			       img) < 0)
 			return -ENOMEM;
 	}
 	return 0;
@@ -422,10 +420,10 @@ void takeover_restored_dentry(struct fs *fs, const char *reference, struct image
 		.reference = reference, .view = view, .parent = parent, .name = name
 	};
 
-	pthread_mutex_lock(&restored_lock);
-	if (restored)
-		strmap_foreach(restored, add_dentry, &c);
-	pthread_mutex_unlock(&restored_lock);
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	if (fs->takeover.restored)
+		strmap_foreach(fs->takeover.restored, add_dentry, &c);
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
 }
 
 static int add_objects(void *userdata, const char *key, void *value)
@@ -453,10 +451,10 @@ static void unpin_backings(struct fs *fs)
 	struct strmap *objects = strmap_new();
 	int r = objects ? 0 : -ENOMEM;
 
-	pthread_mutex_lock(&restored_lock);
-	if (r == 0 && restored)
-		r = strmap_foreach(restored, add_objects, objects);
-	pthread_mutex_unlock(&restored_lock);
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	if (r == 0 && fs->takeover.restored)
+		r = strmap_foreach(fs->takeover.restored, add_objects, objects);
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
 	if (r == 0)
 		files_unpin_backings(fs, object_kept, objects);
 	strmap_free(objects);
@@ -470,13 +468,13 @@ static bool release_restored(struct fs *fs, struct image *img, const char *why)
 	char name[16];
 
 	snprintf(name, sizeof(name), "%" PRIu32, image_key(img));
-	pthread_mutex_lock(&restored_lock);
-	ri = restored ? strmap_get(restored, name) : NULL;
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	ri = fs->takeover.restored ? strmap_get(fs->takeover.restored, name) : NULL;
 	if (ri && ri->img == img)
-		strmap_remove(restored, name);
+		strmap_remove(fs->takeover.restored, name);
 	else
 		ri = NULL;
-	pthread_mutex_unlock(&restored_lock);
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
 	if (!ri)
 		return false;
 	fprintf(stderr, "pullfs: restored image %" PRIu32 " \"%s\" let go of: %s\n", image_key(img),
@@ -503,9 +501,9 @@ static bool is_restored(struct fs *fs, struct image *img)
 	struct restored_image *ri;
 
 	snprintf(name, sizeof(name), "%" PRIu32, image_key(img));
-	pthread_mutex_lock(&restored_lock);
-	ri = restored ? strmap_get(restored, name) : NULL;
-	pthread_mutex_unlock(&restored_lock);
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	ri = fs->takeover.restored ? strmap_get(fs->takeover.restored, name) : NULL;
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
 	return ri && ri->img == img;
 }
 
@@ -515,7 +513,7 @@ static bool is_restored(struct fs *fs, struct image *img)
  * ends the pin only once the kernel is asked and has no inode for it. */
 void takeover_forgot(struct fs *fs, struct image *img, fuse_ino_t ino)
 {
-	if (atomic_load(&any_restored) && ino == node_ino(img, image_root(img)) &&
+	if (atomic_load(&fs->takeover.any_restored) && ino == node_ino(img, image_root(img)) &&
 	    is_restored(fs, img) && fuseio_kernel_has_node(ino) == -ENOENT &&
 	    release_restored(fs, img, "its root forgotten"))
 		unpin_backings(fs);
@@ -536,16 +534,16 @@ void takeover_probe(struct fs *fs)
 	struct image **next;
 	size_t n = 0;
 
-	atomic_store(&connected, true);
-	if (!atomic_load(&any_restored))
+	atomic_store(&fs->takeover.connected, true);
+	if (!atomic_load(&fs->takeover.any_restored))
 		return;
-	pthread_mutex_lock(&restored_lock);
-	n = restored ? strmap_size(restored) : 0;
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	n = fs->takeover.restored ? strmap_size(fs->takeover.restored) : 0;
 	imgs = n ? calloc(n, sizeof(*imgs)) : NULL;
 	next = imgs;
 	if (imgs)
-		strmap_foreach(restored, collect_restored, &next);
-	pthread_mutex_unlock(&restored_lock);
+		strmap_foreach(fs->takeover.restored, collect_restored, &next);
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
 	/* Restored images whose root the kernel has no inode for at all
 	 * (forgotten before the takeover): nothing will forget them again.
 	 * Invalidating the root's attributes (no pages: offset -1) answers
@@ -706,17 +704,17 @@ void takeover_settle(void *userdata)
 	struct drops_ctx c = { 0 };
 	struct statx stx;
 
-	if (!atomic_load(&any_restored) || !atomic_load(&connected))
+	if (!atomic_load(&fs->takeover.any_restored) || !atomic_load(&fs->takeover.connected))
 		return;
 	if (statx(AT_FDCWD, fs->mountpoint, AT_STATX_DONT_SYNC, 0, &stx) < 0)
 		return;
 	c.entered = keys_entered(makedev(stx.stx_dev_major, stx.stx_dev_minor));
 	if (!c.entered)
 		return;
-	pthread_mutex_lock(&restored_lock);
-	if (restored)
-		strmap_foreach(restored, collect_drops, &c);
-	pthread_mutex_unlock(&restored_lock);
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	if (fs->takeover.restored)
+		strmap_foreach(fs->takeover.restored, collect_drops, &c);
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
 	strmap_free(c.entered);
 	/* (images stay alive while listed: pinned references) */
 	while (c.list) {
@@ -755,10 +753,10 @@ static void note_root_dentries(struct fs *fs)
 
 	if (!refs)
 		return;
-	pthread_mutex_lock(&restored_lock);
-	if (restored)
-		strmap_foreach(restored, collect_reference, refs);
-	pthread_mutex_unlock(&restored_lock);
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	if (fs->takeover.restored)
+		strmap_foreach(fs->takeover.restored, collect_reference, refs);
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
 	strmap_foreach(refs, note_roots_of, fs);
 	strmap_free(refs);
 }
@@ -796,9 +794,9 @@ int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *r
 			r = 0;
 		}
 	}
-	if (restored_views) {
-		strmap_free(restored_views);
-		restored_views = NULL;
+	if (fs->takeover.restored_views) {
+		strmap_free(fs->takeover.restored_views);
+		fs->takeover.restored_views = NULL;
 	}
 	note_root_dentries(fs);
 	if (r == -ENOMEM)

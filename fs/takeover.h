@@ -20,6 +20,9 @@
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
 
 #include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -27,6 +30,24 @@
 struct fs;
 struct image;
 struct handover_state;
+struct strmap;
+
+/* The takeover's state, a part of struct fs (fs.takeover). */
+struct takeover {
+	pthread_mutex_t noted_lock;
+	struct strmap *noted; /* image key in decimal -> digest; noted_lock */
+	/* the views restored, by "LAYER-DIGEST:REFERENCE"; only while
+	 * takeover_restore() runs */
+	struct strmap *restored_views;
+	/* the restored images by key in decimal (struct restored_image *,
+	 * takeover.c); restored_lock */
+	pthread_mutex_t restored_lock;
+	struct strmap *restored;
+	atomic_bool any_restored;
+	/* the connection is taken over: the kernel may be asked
+	 * (takeover_probe()) */
+	atomic_bool connected;
+};
 
 /* ---- noting, before the kernel hears of it -------------------------- */
 
@@ -58,8 +79,9 @@ int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *r
 /* Once the connection is taken over: ends the pins of restored images
  * whose root the kernel does not hold. */
 void takeover_probe(struct fs *fs);
-/* Frees what the takeover keeps, the hand-over log included (at the
- * filesystem's end). */
+/* Sets up fs.takeover (fs_new()); takeover_free() frees what it keeps, the
+ * hand-over log included, at the filesystem's end. */
+void takeover_init(struct fs *fs);
 void takeover_free(struct fs *fs);
 
 /* ---- what the tables tell it ---------------------------------------- */
