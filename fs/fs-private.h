@@ -15,6 +15,7 @@
 #include "dlist.h"
 #include "fs.h"
 #include "manager.h"
+#include "suplink.h"
 #include "supervisor.h"
 #include "takeover.h"
 
@@ -155,7 +156,7 @@ struct fs {
 	 * NULL: none */
 	struct handover_log *log;
 	struct takeover takeover; /* takeover.c */
-	pthread_mutex_t sup_lock; /* one exchange with the supervisor at a time */
+	struct suplink sup;	  /* the supervisor's socket (restart/suplink.h) */
 	double held_ms;		  /* requests held by the last takeover */
 };
 

@@ -23,6 +23,7 @@
 #include "handover.h"
 #include "macro.h"
 #include "strmap.h"
+#include "suplink.h"
 #include "manager.h"
 
 int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
@@ -46,7 +47,7 @@ int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
 	pthread_mutex_init(&fs->notify_lock, NULL);
 	pthread_cond_init(&fs->notify_cond, NULL);
 	pthread_cond_init(&fs->notify_sent_cond, NULL);
-	pthread_mutex_init(&fs->sup_lock, NULL);
+	suplink_init(&fs->sup, -1);
 	takeover_init(fs);
 	fs->handoff.sup_fd = fs->handoff.state_fd = fs->handoff.dev_fd = -1;
 	clock_gettime(CLOCK_REALTIME, &fs->started);
@@ -104,7 +105,7 @@ void fs_free(struct fs *fs)
 	pthread_mutex_destroy(&fs->notify_lock);
 	pthread_cond_destroy(&fs->notify_cond);
 	pthread_cond_destroy(&fs->notify_sent_cond);
-	pthread_mutex_destroy(&fs->sup_lock);
+	suplink_done(&fs->sup);
 	free(fs);
 }
 
@@ -213,55 +214,12 @@ static int read_handover(int fd, struct handover_state *st)
 	return r;
 }
 
-static int sup_send(const struct fs *fs, const char *msg)
-{
-	if (fs->handoff.sup_fd < 0)
-		return -ENOTCONN;
-	return send(fs->handoff.sup_fd, msg, strlen(msg), MSG_NOSIGNAL) < 0 ? -errno : 0;
-}
-
-/* handover.h's swap: the compacted log goes to the supervisor, which
- * holds it from its answer on. */
-static int swap_log(int fd, void *userdata)
-{
-	struct fs *fs = userdata;
-	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
-	struct iovec iov = { .iov_base = "log", .iov_len = 3 };
-	struct msghdr mh = { .msg_iov = &iov,
-			     .msg_iovlen = 1,
-			     .msg_control = cbuf,
-			     .msg_controllen = sizeof(cbuf) };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	char ans[64];
-	ssize_t n = 0;
-	int r = 0;
-
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	pthread_mutex_lock(&fs->sup_lock);
-	if (sendmsg(fs->handoff.sup_fd, &mh, MSG_NOSIGNAL) < 0)
-		r = -errno;
-	while (r == 0 && (n = recv(fs->handoff.sup_fd, ans, sizeof(ans) - 1, 0)) < 0 &&
-	       errno == EINTR)
-		;
-	pthread_mutex_unlock(&fs->sup_lock);
-	if (r < 0)
-		return r;
-	if (n <= 0)
-		return n < 0 ? -errno : -ECONNRESET;
-	ans[n] = '\0';
-	return !strcmp(ans, "log ok") ? 0 : -EIO;
-}
-
 /* The control socket's upgrade: the supervisor checks the binary at its
  * path and answers "ok" or "err MESSAGE". */
 static int serve_upgrade(void *userdata, json_t **ret, struct error_detail *err)
 {
 	struct fs *fs = userdata;
 	char ans[2200];
-	ssize_t n = 0;
 	int r;
 
 	if (fs->handoff.sup_fd < 0) {
@@ -271,28 +229,16 @@ static int serve_upgrade(void *userdata, json_t **ret, struct error_detail *err)
 			"the mount over");
 		return -EOPNOTSUPP;
 	}
-	pthread_mutex_lock(&fs->sup_lock);
-	r = sup_send(fs, "upgrade");
-	if (r == 0) {
-		do
-			n = recv(fs->handoff.sup_fd, ans, sizeof(ans) - 1, 0);
-		while (n < 0 && errno == EINTR);
-		r = n < 0 ? -errno : n == 0 ? -ECONNRESET : 0;
+	r = suplink_upgrade(&fs->sup, ans, sizeof(ans));
+	if (r == -ENOEXEC) {
+		error_detail_set(err, r, "%s", ans);
+		return r;
 	}
-	pthread_mutex_unlock(&fs->sup_lock);
 	if (r < 0) {
 		error_detail_set(err, r, "cannot reach the supervisor: %s", strerror(-r));
 		return r;
 	}
-	ans[n] = '\0';
-	if (strncmp(ans, "ok", 2) != 0) {
-		error_detail_set(err, -ENOEXEC, "%s",
-				 strncmp(ans, "err ", 4) == 0 ? ans + 4
-							      : "refused by the supervisor");
-		return -ENOEXEC;
-	}
-	*ret = json_pack("{s:b, s:i, s:s}", "ok", 1, "pid", (json_int_t)getpid(), "binary",
-			 ans[2] == ' ' ? ans + 3 : "");
+	*ret = json_pack("{s:b, s:i, s:s}", "ok", 1, "pid", (json_int_t)getpid(), "binary", ans);
 	return *ret ? 0 : -ENOMEM;
 }
 
@@ -316,9 +262,7 @@ static void drain_end(struct fs *fs, unsigned left)
 		"pullfs: serving process %ld drained: %lu requests answered, %u waiting for a "
 		"registry left to the next process\n",
 		(long)getpid(), fuseio_drained(), left);
-	pthread_mutex_lock(&fs->sup_lock);
-	sup_send(fs, msg);
-	pthread_mutex_unlock(&fs->sup_lock);
+	suplink_tell(&fs->sup, msg);
 	fflush(NULL);
 	_exit(0);
 }
@@ -353,9 +297,7 @@ static void serve_upgrade_answered(void *userdata)
 	 * wait for ever, and the process could not end (the soak found it).
 	 * So the notifier stops first, while requests are still answered. */
 	ns_notifier_stop(fs);
-	pthread_mutex_lock(&fs->sup_lock);
-	sup_send(fs, "go");
-	pthread_mutex_unlock(&fs->sup_lock);
+	suplink_tell(&fs->sup, "go");
 	fuseio_drain_start();
 	atomic_store(&draining, true);
 	/* only now: a request libfuse reads once the session has ended is
@@ -439,6 +381,7 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 				     .fd = -1 };
 	if (h) {
 		fs->handoff = *h;
+		fs->sup.fd = h->sup_fd;
 		files_set_epoch(fs, h->generation);
 		r = handover_log_new(h->state_fd, &fs->log);
 		if (r < 0)
@@ -523,8 +466,8 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 	fuse_loop_cfg_set_max_threads(cfg, fs->opts.max_threads);
 	fuse_loop_cfg_set_idle_threads(cfg, 8);
 	if (h) {
-		sup_send(fs, "ready");
-		handover_set_swap(fs->log, swap_log, fs);
+		suplink_tell(&fs->sup, "ready");
+		handover_set_swap(fs->log, suplink_swap_log, &fs->sup);
 		if (handover_compactor_start(fs->log) < 0)
 			fprintf(stderr, "pullfs: the hand-over log will not be compacted: %s\n",
 				strerror(ENOMEM));
