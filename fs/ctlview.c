@@ -104,7 +104,7 @@ static void fs_metrics(struct fs *fs, FILE *f)
 		"# HELP pullfs_backing_files Backing files registered with the kernel now (open or kept for the next open).\n"
 		"# TYPE pullfs_backing_files gauge\n"
 		"pullfs_backing_files %u\n",
-		fuseio_passthrough() && !fs->opts.no_passthrough &&
+		fuseio_passthrough(fs->io) && !fs->opts.no_passthrough &&
 			!atomic_load(&fs->passthrough_refused),
 		(unsigned long long)atomic_load(&fs->passthrough_opens), files_backing_count(fs));
 	fputs("# HELP pullfs_fuse_operations_total FUSE requests served, by operation.\n"

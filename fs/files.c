@@ -83,7 +83,7 @@ static void backing_drop(struct fs *fs, struct backing *b)
 	dlist_remove(&fs->backing_idle, &b->idle);
 	strmap_remove(fs->backings, b->object);
 	takeover_note_backing_closed(fs, b->id);
-	fuseio_backing_close(b->id);
+	fuseio_backing_close(fs->io, b->id);
 	free(b);
 }
 
@@ -127,7 +127,7 @@ void files_free_all(struct fs *fs)
 
 static bool passthrough_usable(struct fs *fs)
 {
-	return !fs->opts.no_passthrough && fuseio_passthrough() &&
+	return !fs->opts.no_passthrough && fuseio_passthrough(fs->io) &&
 	       !atomic_load_explicit(&fs->passthrough_refused, memory_order_relaxed);
 }
 
@@ -143,7 +143,7 @@ static int backing_get(struct fs *fs, const char *object, int fd)
 	if (!b) {
 		size_t len = strlen(object);
 
-		r = fuseio_backing_open(fd);
+		r = fuseio_backing_open(fs->io, fd);
 		if (r < 0) {
 			pthread_mutex_unlock(&fs->backing_lock);
 			return r;
@@ -152,7 +152,7 @@ static int backing_get(struct fs *fs, const char *object, int fd)
 		if (b)
 			memcpy(b->object, object, len + 1);
 		if (!b || strmap_put(fs->backings, b->object, b) < 0) {
-			fuseio_backing_close(r);
+			fuseio_backing_close(fs->io, r);
 			free(b);
 			pthread_mutex_unlock(&fs->backing_lock);
 			return -ENOMEM;
@@ -218,7 +218,7 @@ static void open_object(fuse_req_t req, struct fs *fs, struct image *img, const 
 		 * kernel's readahead requests.  Once local, cached by the
 		 * kernel like a pack's. */
 		of->lazy = true;
-		if (fuseio_direct_io_mmap() && !image_file_local(img, t))
+		if (fuseio_direct_io_mmap(fs->io) && !image_file_local(img, t))
 			fi->direct_io = 1;
 		goto reply;
 	}
@@ -346,9 +346,9 @@ static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t,
 	}
 	caller_ids(req, &who);
 	/* an upgrade's drain leaves this read to the next process */
-	fuseio_wait_begin();
+	fuseio_wait_begin(fs_of(req)->io);
 	n = image_lazy_read(img, t, (uint64_t)off, size, buf, &who);
-	fuseio_wait_end();
+	fuseio_wait_end(fs_of(req)->io);
 	pthread_mutex_lock(&lc.lock);
 	mine = !lc.answered;
 	lc.answered = true;

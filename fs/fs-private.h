@@ -6,6 +6,7 @@
 
 #include <fuse_lowlevel.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <pthread.h>
@@ -104,6 +105,9 @@ struct nsnode {
 #define NS_NO_OWNER ((uid_t)-1)
 
 struct fs {
+	/* First: the session's userdata begins with it (fuseio.h).  Made
+	 * by serve.c's fuseio_attach(), freed by fs_free(); NULL before. */
+	struct fuseio *io;
 	struct manager *manager;
 	struct fs_options opts;
 	struct nsnode images;  /* images/ */
@@ -159,6 +163,7 @@ struct fs {
 	struct suplink sup;	  /* the supervisor's socket (restart/suplink.h) */
 	double held_ms;		  /* requests held by the last takeover */
 };
+_Static_assert(offsetof(struct fs, io) == 0, "the session's userdata begins with its fuseio");
 
 /* The one place where a negative errno r becomes a FUSE reply. */
 static inline void reply_err(fuse_req_t req, int r)

@@ -101,6 +101,7 @@ void fs_free(struct fs *fs)
 	ctl_free_all();
 	files_free_all(fs);
 	takeover_free(fs);
+	fuseio_detach(fs->io);
 	pthread_mutex_destroy(&fs->backing_lock);
 	pthread_mutex_destroy(&fs->notify_lock);
 	pthread_cond_destroy(&fs->notify_cond);
@@ -257,11 +258,11 @@ static void drain_end(struct fs *fs, unsigned left)
 	if (atomic_flag_test_and_set(&ended))
 		for (;;)
 			pause();
-	snprintf(msg, sizeof(msg), "drained %lu", fuseio_drained());
+	snprintf(msg, sizeof(msg), "drained %lu", fuseio_drained(fs->io));
 	fprintf(stderr,
 		"pullfs: serving process %ld drained: %lu requests answered, %u waiting for a "
 		"registry left to the next process\n",
-		(long)getpid(), fuseio_drained(), left);
+		(long)getpid(), fuseio_drained(fs->io), left);
 	suplink_tell(&fs->sup, msg);
 	fflush(NULL);
 	_exit(0);
@@ -273,7 +274,9 @@ static void drain_end(struct fs *fs, unsigned left)
  * for the registry. */
 static void *drain_thread(void *arg)
 {
-	drain_end(arg, fuseio_drain_wait());
+	struct fs *fs = arg;
+
+	drain_end(fs, fuseio_drain_wait(fs->io));
 	return NULL;
 }
 
@@ -298,7 +301,7 @@ static void serve_upgrade_answered(void *userdata)
 	 * So the notifier stops first, while requests are still answered. */
 	ns_notifier_stop(fs);
 	suplink_tell(&fs->sup, "go");
-	fuseio_drain_start();
+	fuseio_drain_start(fs->io);
 	atomic_store(&draining, true);
 	/* only now: a request libfuse reads once the session has ended is
 	 * dropped unanswered */
@@ -327,7 +330,8 @@ void serve_status(struct fs *fs, json_t *o)
 		"started", when, "supervised", fs->handoff.sup_fd >= 0, "restarts",
 		(json_int_t)fs->handoff.generation, "upgrades", (json_int_t)fs->handoff.upgrades,
 		"recoveries", (json_int_t)fs->handoff.recoveries, "last_held_ms", fs->held_ms,
-		"drained", (json_int_t)fs->handoff.drained, "resent", (json_int_t)fuseio_resent());
+		"drained", (json_int_t)fs->handoff.drained, "resent",
+		(json_int_t)fuseio_resent(fs->io));
 
 	if (v && fs->log) {
 		json_object_set_new(v, "handover_log_bytes",
@@ -409,13 +413,13 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 		}
 		mounted = true;
 	}
-	r = fuseio_attach(fs->session, &io);
+	r = fuseio_attach(fs->session, &io, &fs->io);
 	if (r < 0)
 		goto out_unmount;
 	if (h && h->generation > 0 && !st.init)
 		/* the process before died before it noted INIT: whatever it
 		 * read, INIT included, is to be read again */
-		fuseio_resend();
+		fuseio_resend(fs->io);
 	if (!h && fuse_daemonize(foreground) != 0) {
 		r = -EIO;
 		goto out_unmount;
@@ -504,7 +508,6 @@ out_signals:
 out_destroy:
 	fuse_session_destroy(fs->session);
 	fs->session = NULL;
-	fuseio_detach();
 	handover_state_done(&st);
 	return r;
 }

@@ -315,7 +315,7 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 	 * whose root it has no inode for holds nothing of it (an inode
 	 * holds its dentry's parents, up to the root), and never will. */
 	if (!view)
-		held = fuseio_kernel_has_node(INO_IMAGE_BIT | (fuse_ino_t)hi->key << 32);
+		held = fuseio_kernel_has_node(fs->io, INO_IMAGE_BIT | (fuse_ino_t)hi->key << 32);
 	if (held == -ENOENT) {
 		handover_note(fs->log, handover_format_image_gone(hi->key));
 		return 1;
@@ -514,7 +514,7 @@ static bool is_restored(struct fs *fs, struct image *img)
 void takeover_forgot(struct fs *fs, struct image *img, fuse_ino_t ino)
 {
 	if (atomic_load(&fs->takeover.any_restored) && ino == node_ino(img, image_root(img)) &&
-	    is_restored(fs, img) && fuseio_kernel_has_node(ino) == -ENOENT &&
+	    is_restored(fs, img) && fuseio_kernel_has_node(fs->io, ino) == -ENOENT &&
 	    release_restored(fs, img, "its root forgotten"))
 		unpin_backings(fs);
 }
