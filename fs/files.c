@@ -68,8 +68,6 @@
  * space pointers stay below this bit) */
 #define FH_PACK_BIT (UINT64_C(1) << 47)
 
-static atomic_uint_fast64_t pack_handles;
-
 struct backing {
 	int id;
 	bool pinned;		/* taken over from another process: never dropped */
@@ -280,7 +278,7 @@ void file_open(fuse_req_t req, struct fs *fs, struct image *img, const struct ti
 	fi->keep_cache = 1;
 	fi->noflush = 1;
 	fi->fh = fs->fh_epoch << FH_EPOCH_SHIFT | FH_PACK_BIT |
-		 (atomic_fetch_add(&pack_handles, 1) & (FH_PACK_BIT - 1));
+		 (atomic_fetch_add(&fs->pack_handles, 1) & (FH_PACK_BIT - 1));
 	if (t->object) {
 		open_object(req, fs, img, t, fi);
 		return;

@@ -151,8 +151,13 @@ struct fs {
 	struct strmap *foreign;
 	atomic_bool passthrough_refused;
 	atomic_uint_fast64_t passthrough_opens;
-	/* files.c: the top bits of the file handles this process gives out */
+	/* files.c: the top bits of the file handles this process gives out,
+	 * and the number of the last handle of a pack's file */
 	uint64_t fh_epoch;
+	atomic_uint_fast64_t pack_handles;
+	/* ctlview.c: the contents of the control files open */
+	pthread_mutex_t ctl_lock;
+	struct dlist ctl_open_bufs; /* ctl_lock */
 	/* serve.c: under the supervisor (sup_fd -1: not) */
 	struct handoff handoff;
 	/* the hand-over log (restart/handover.h): made by serve.c under the
@@ -376,9 +381,9 @@ void ctl_reply_entry(fuse_req_t req, struct fs *fs, fuse_ino_t ino);
 void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_info *fi);
 /* A handle given out before a takeover reads the contents as they are. */
 void ctl_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
-void ctl_release(struct fuse_file_info *fi);
+void ctl_release(struct fs *fs, struct fuse_file_info *fi);
 /* Frees the contents of control files still open (at the filesystem's
  * end: the kernel released them with the connection). */
-void ctl_free_all(void);
+void ctl_free_all(struct fs *fs);
 /* The status document for the control socket (a json_t *). */
 json_t *ctl_status_for_control(void *fs);

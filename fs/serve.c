@@ -45,6 +45,7 @@ int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
 	pthread_mutex_init(&fs->ns_lock, NULL);
 	pthread_mutex_init(&fs->backing_lock, NULL);
 	pthread_mutex_init(&fs->notify_lock, NULL);
+	pthread_mutex_init(&fs->ctl_lock, NULL);
 	pthread_cond_init(&fs->notify_cond, NULL);
 	pthread_cond_init(&fs->notify_sent_cond, NULL);
 	suplink_init(&fs->sup, -1);
@@ -98,12 +99,13 @@ void fs_free(struct fs *fs)
 	strmap_free(fs->backings);
 	/* (the images go with the manager) */
 	strmap_free(fs->foreign);
-	ctl_free_all();
+	ctl_free_all(fs);
 	files_free_all(fs);
 	takeover_free(fs);
 	fuseio_detach(fs->io);
 	pthread_mutex_destroy(&fs->backing_lock);
 	pthread_mutex_destroy(&fs->notify_lock);
+	pthread_mutex_destroy(&fs->ctl_lock);
 	pthread_cond_destroy(&fs->notify_cond);
 	pthread_cond_destroy(&fs->notify_sent_cond);
 	suplink_done(&fs->sup);
