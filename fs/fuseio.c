@@ -654,7 +654,8 @@ void fuseio_backing_close(struct fuseio *io, int backing_id)
 {
 	uint32_t id = (uint32_t)backing_id;
 
-	ioctl(io->dev_fd, PFS_DEV_IOC_BACKING_CLOSE, &id);
+	if (io)
+		ioctl(io->dev_fd, PFS_DEV_IOC_BACKING_CLOSE, &id);
 }
 
 int fuseio_reply_open_backing(fuse_req_t req, const struct fuse_file_info *fi, int backing_id)

@@ -45,7 +45,8 @@ struct fuseio_options {
 };
 
 /* The I/O of one session: an object, made by fuseio_attach() and passed to
- * every call below. */
+ * every call below.  Before it is made (NULL) the queries answer as for a
+ * connection without passthrough, and fuseio_kernel_has_node() -EBADF. */
 struct fuseio;
 
 /* Takes over reading and writing se's /dev/fuse descriptor (splice of file
