@@ -104,7 +104,7 @@ static void fs_metrics(struct fs *fs, FILE *f)
 		"# HELP pullfs_backing_files Backing files registered with the kernel now (open or kept for the next open).\n"
 		"# TYPE pullfs_backing_files gauge\n"
 		"pullfs_backing_files %u\n",
-		fuseio_passthrough() && !fs->opts.no_passthrough &&
+		fuseio_passthrough(fs->io) && !fs->opts.no_passthrough &&
 			!atomic_load(&fs->passthrough_refused),
 		(unsigned long long)atomic_load(&fs->passthrough_opens), files_backing_count(fs));
 	fputs("# HELP pullfs_fuse_operations_total FUSE requests served, by operation.\n"
@@ -141,25 +141,22 @@ static void fs_metrics(struct fs *fs, FILE *f)
 struct ctlbuf {
 	char *data;
 	size_t len;
-	struct dlist_node node; /* ctl_open_bufs; ctl_lock */
+	struct dlist_node node; /* fs.ctl_open_bufs; fs.ctl_lock */
 };
 
-static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct dlist ctl_open_bufs;
-
-static void ctlbuf_free_locked(struct ctlbuf *b)
+static void ctlbuf_free_locked(struct fs *fs, struct ctlbuf *b)
 {
-	dlist_remove(&ctl_open_bufs, &b->node);
+	dlist_remove(&fs->ctl_open_bufs, &b->node);
 	free(b->data);
 	free(b);
 }
 
-void ctl_free_all(void)
+void ctl_free_all(struct fs *fs)
 {
-	pthread_mutex_lock(&ctl_lock);
-	while (ctl_open_bufs.head)
-		ctlbuf_free_locked(dlist_entry(ctl_open_bufs.head, struct ctlbuf, node));
-	pthread_mutex_unlock(&ctl_lock);
+	pthread_mutex_lock(&fs->ctl_lock);
+	while (fs->ctl_open_bufs.head)
+		ctlbuf_free_locked(fs, dlist_entry(fs->ctl_open_bufs.head, struct ctlbuf, node));
+	pthread_mutex_unlock(&fs->ctl_lock);
 }
 
 /* The contents of a control file now, as req's caller may see them (the
@@ -204,14 +201,14 @@ void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_in
 	}
 	fi->fh = (uint64_t)(uintptr_t)b;
 	fi->direct_io = 1;
-	pthread_mutex_lock(&ctl_lock);
-	dlist_push(&ctl_open_bufs, &b->node);
-	pthread_mutex_unlock(&ctl_lock);
+	pthread_mutex_lock(&fs->ctl_lock);
+	dlist_push(&fs->ctl_open_bufs, &b->node);
+	pthread_mutex_unlock(&fs->ctl_lock);
 	if (fuse_reply_open(req, fi) != 0) {
 		/* no RELEASE will come for it */
-		pthread_mutex_lock(&ctl_lock);
-		ctlbuf_free_locked(b);
-		pthread_mutex_unlock(&ctl_lock);
+		pthread_mutex_lock(&fs->ctl_lock);
+		ctlbuf_free_locked(fs, b);
+		pthread_mutex_unlock(&fs->ctl_lock);
 	}
 }
 
@@ -219,10 +216,10 @@ void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_in
  * answered (the reader was killed mid-request), so both hold this lock
  * while they touch the buffer. */
 /* The buffer of a handle, NULL for one this process did not give out (a
- * file opened before a takeover reads as empty).  ctl_lock held. */
-static struct ctlbuf *ctlbuf_of_locked(uint64_t fh)
+ * file opened before a takeover reads as empty).  fs.ctl_lock held. */
+static struct ctlbuf *ctlbuf_of_locked(struct fs *fs, uint64_t fh)
 {
-	for (struct dlist_node *n = ctl_open_bufs.head; n; n = n->next)
+	for (struct dlist_node *n = fs->ctl_open_bufs.head; n; n = n->next)
 		if ((uint64_t)(uintptr_t)dlist_entry(n, struct ctlbuf, node) == fh)
 			return dlist_entry(n, struct ctlbuf, node);
 	return NULL;
@@ -230,36 +227,37 @@ static struct ctlbuf *ctlbuf_of_locked(uint64_t fh)
 
 void ctl_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
+	struct fs *fs = fs_of(req);
 	struct ctlbuf *b, *fresh = NULL;
 
-	pthread_mutex_lock(&ctl_lock);
-	b = ctlbuf_of_locked(fi->fh);
+	pthread_mutex_lock(&fs->ctl_lock);
+	b = ctlbuf_of_locked(fs, fi->fh);
 	if (!b) {
 		/* opened before a takeover: the contents as they are now */
-		pthread_mutex_unlock(&ctl_lock);
-		b = fresh = ctlbuf_make(req, fs_of(req), ino);
+		pthread_mutex_unlock(&fs->ctl_lock);
+		b = fresh = ctlbuf_make(req, fs, ino);
 		if (!b) {
 			reply_err(req, -ENOMEM);
 			return;
 		}
-		pthread_mutex_lock(&ctl_lock);
+		pthread_mutex_lock(&fs->ctl_lock);
 	}
 	if (off < 0 || (size_t)off >= b->len)
 		fuse_reply_buf(req, NULL, 0);
 	else
 		fuse_reply_buf(req, b->data + off, MIN(size, b->len - (size_t)off));
-	pthread_mutex_unlock(&ctl_lock);
+	pthread_mutex_unlock(&fs->ctl_lock);
 	if (fresh) {
 		free(fresh->data);
 		free(fresh);
 	}
 }
 
-void ctl_release(struct fuse_file_info *fi)
+void ctl_release(struct fs *fs, struct fuse_file_info *fi)
 {
-	pthread_mutex_lock(&ctl_lock);
-	struct ctlbuf *b = ctlbuf_of_locked(fi->fh);
+	pthread_mutex_lock(&fs->ctl_lock);
+	struct ctlbuf *b = ctlbuf_of_locked(fs, fi->fh);
 	if (b)
-		ctlbuf_free_locked(b);
-	pthread_mutex_unlock(&ctl_lock);
+		ctlbuf_free_locked(fs, b);
+	pthread_mutex_unlock(&fs->ctl_lock);
 }

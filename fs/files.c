@@ -59,7 +59,6 @@
 #include <unistd.h>
 
 #include "fuseio.h"
-#include "handover.h"
 #include "strmap.h"
 
 #define BACKING_IDLE_MAX 4096
@@ -68,8 +67,6 @@
 /* A handle of a pack's file: no struct ofile, a number of its own (user
  * space pointers stay below this bit) */
 #define FH_PACK_BIT (UINT64_C(1) << 47)
-
-static atomic_uint_fast64_t pack_handles;
 
 struct backing {
 	int id;
@@ -83,8 +80,8 @@ static void backing_drop(struct fs *fs, struct backing *b)
 {
 	dlist_remove(&fs->backing_idle, &b->idle);
 	strmap_remove(fs->backings, b->object);
-	handover_note(handover_format_backing_closed(b->id));
-	fuseio_backing_close(b->id);
+	takeover_note_backing_closed(fs, b->id);
+	fuseio_backing_close(fs->io, b->id);
 	free(b);
 }
 
@@ -128,7 +125,7 @@ void files_free_all(struct fs *fs)
 
 static bool passthrough_usable(struct fs *fs)
 {
-	return !fs->opts.no_passthrough && fuseio_passthrough() &&
+	return !fs->opts.no_passthrough && fuseio_passthrough(fs->io) &&
 	       !atomic_load_explicit(&fs->passthrough_refused, memory_order_relaxed);
 }
 
@@ -144,7 +141,7 @@ static int backing_get(struct fs *fs, const char *object, int fd)
 	if (!b) {
 		size_t len = strlen(object);
 
-		r = fuseio_backing_open(fd);
+		r = fuseio_backing_open(fs->io, fd);
 		if (r < 0) {
 			pthread_mutex_unlock(&fs->backing_lock);
 			return r;
@@ -153,13 +150,13 @@ static int backing_get(struct fs *fs, const char *object, int fd)
 		if (b)
 			memcpy(b->object, object, len + 1);
 		if (!b || strmap_put(fs->backings, b->object, b) < 0) {
-			fuseio_backing_close(r);
+			fuseio_backing_close(fs->io, r);
 			free(b);
 			pthread_mutex_unlock(&fs->backing_lock);
 			return -ENOMEM;
 		}
 		b->id = r;
-		handover_note(handover_format_backing(r, object));
+		takeover_note_backing(fs, r, object);
 	}
 	dlist_remove(&fs->backing_idle, &b->idle);
 	b->opens++;
@@ -219,7 +216,7 @@ static void open_object(fuse_req_t req, struct fs *fs, struct image *img, const 
 		 * kernel's readahead requests.  Once local, cached by the
 		 * kernel like a pack's. */
 		of->lazy = true;
-		if (fuseio_direct_io_mmap() && !image_file_local(img, t))
+		if (fuseio_direct_io_mmap(fs->io) && !image_file_local(img, t))
 			fi->direct_io = 1;
 		goto reply;
 	}
@@ -281,7 +278,7 @@ void file_open(fuse_req_t req, struct fs *fs, struct image *img, const struct ti
 	fi->keep_cache = 1;
 	fi->noflush = 1;
 	fi->fh = fs->fh_epoch << FH_EPOCH_SHIFT | FH_PACK_BIT |
-		 (atomic_fetch_add(&pack_handles, 1) & (FH_PACK_BIT - 1));
+		 (atomic_fetch_add(&fs->pack_handles, 1) & (FH_PACK_BIT - 1));
 	if (t->object) {
 		open_object(req, fs, img, t, fi);
 		return;
@@ -347,9 +344,9 @@ static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t,
 	}
 	caller_ids(req, &who);
 	/* an upgrade's drain leaves this read to the next process */
-	fuseio_wait_begin();
+	fuseio_wait_begin(fs_of(req)->io);
 	n = image_lazy_read(img, t, (uint64_t)off, size, buf, &who);
-	fuseio_wait_end();
+	fuseio_wait_end(fs_of(req)->io);
 	pthread_mutex_lock(&lc.lock);
 	mine = !lc.answered;
 	lc.answered = true;
@@ -437,7 +434,7 @@ int files_restore_backing(struct fs *fs, int id, const char *object)
 	}
 	pthread_mutex_unlock(&fs->backing_lock);
 	if (r == 0)
-		handover_note(handover_format_backing(id, object));
+		takeover_note_backing(fs, id, object);
 	return r;
 }
 

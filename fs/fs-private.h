@@ -6,6 +6,7 @@
 
 #include <fuse_lowlevel.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <pthread.h>
@@ -15,6 +16,9 @@
 #include "dlist.h"
 #include "fs.h"
 #include "manager.h"
+#include "suplink.h"
+#include "supervisor.h"
+#include "takeover.h"
 
 struct strmap;
 
@@ -101,6 +105,9 @@ struct nsnode {
 #define NS_NO_OWNER ((uid_t)-1)
 
 struct fs {
+	/* First: the session's userdata begins with it (fuseio.h).  Made
+	 * by serve.c's fuseio_attach(), freed by fs_free(); NULL before. */
+	struct fuseio *io;
 	struct manager *manager;
 	struct fs_options opts;
 	struct nsnode images;  /* images/ */
@@ -153,13 +160,24 @@ struct fs {
 	struct strmap *foreign;
 	atomic_bool passthrough_refused;
 	atomic_uint_fast64_t passthrough_opens;
-	/* files.c: the top bits of the file handles this process gives out */
+	/* files.c: the top bits of the file handles this process gives out,
+	 * and the number of the last handle of a pack's file */
 	uint64_t fh_epoch;
+	atomic_uint_fast64_t pack_handles;
+	/* ctlview.c: the contents of the control files open */
+	pthread_mutex_t ctl_lock;
+	struct dlist ctl_open_bufs; /* ctl_lock */
 	/* serve.c: under the supervisor (sup_fd -1: not) */
-	struct fs_handoff handoff;
-	pthread_mutex_t sup_lock; /* one exchange with the supervisor at a time */
+	struct handoff handoff;
+	/* the hand-over log (restart/handover.h): made by serve.c under the
+	 * supervisor, written through takeover.h, freed by takeover_free();
+	 * NULL: none */
+	struct handover_log *log;
+	struct takeover takeover; /* takeover.c */
+	struct suplink sup;	  /* the supervisor's socket (restart/suplink.h) */
 	double held_ms;		  /* requests held by the last takeover */
 };
+_Static_assert(offsetof(struct fs, io) == 0, "the session's userdata begins with its fuseio");
 
 /* The one place where a negative errno r becomes a FUSE reply. */
 static inline void reply_err(fuse_req_t req, int r)
@@ -228,7 +246,7 @@ void file_release(struct fs *fs, struct image *img, struct fuse_file_info *fi);
 void files_free_all(struct fs *fs);
 /* Backing files registered with the kernel now. */
 unsigned files_backing_count(struct fs *fs);
-/* Takeover (handover.h): the epoch of this process's file handles, from
+/* Takeover (takeover.h): the epoch of this process's file handles, from
  * the number of processes before it; a backing id another process
  * registered, kept for good (0, -EEXIST for a second id of one object,
  * -ENOMEM).  Before the session loop. */
@@ -252,8 +270,8 @@ void nsnode_forget(struct fs *fs, struct nsnode *n, uint64_t count);
 bool ns_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, const char *name);
 /* Takeover: makes the node of key (a path below images/ another process
  * gave out, or a key of the layer store) and those above it, the node
- * charged to uid owner (HANDOVER_NO_OWNER: nobody).  0 or -errno. */
-int ns_restore(struct fs *fs, const char *key, uint32_t owner);
+ * charged to uid owner (NS_NO_OWNER: nobody).  0 or -errno. */
+int ns_restore(struct fs *fs, const char *key, uid_t owner);
 /* After ns_restore(): the dentries of the restored directories that name
  * the root of reference's image (canonical), noted for rm and GC
  * (dentries.c, takeover.c).  Before the session loop. */
@@ -330,43 +348,7 @@ bool layers_read(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t size, off
  * a takeover: pinned, as ns_restore() does.  0 or -errno. */
 int layers_restore(struct fs *fs, const char *key);
 
-/* takeover.c: what a process that takes the connection over restores
- * (handover.h), and the images this process hands out, noted before the
- * kernel hears of them. */
-struct handover_state;
-void takeover_note_image(struct fs *fs, struct image *img, const char *reference);
-/* The view of layer (a digest) of reference's image img, handed out. */
-void takeover_note_view(struct fs *fs, struct image *view, struct image *img, const char *reference,
-			const char *layer);
-/* While takeover_restore() runs: the view of layer of reference it made
- * again (no reference taken), or NULL. */
-struct image *takeover_view(const char *reference, const char *layer);
-/* Restores what st lists; failures are counted in *ret_failed and printed.
- * Before the session loop.  0 or -ENOMEM. */
-int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *ret_failed);
-/* Notes every change of the back-off table in the log (before the
- * manager starts). */
-void takeover_watch(struct fs *fs);
-/* An image node forgotten by the kernel (before the unref): a restored
- * image's root ends its pin of open files. */
-void takeover_forgot(struct fs *fs, struct image *img, fuse_ino_t ino);
-/* Once the connection is taken over: ends the pins of restored images
- * whose root the kernel does not hold. */
-void takeover_probe(struct fs *fs);
-/* A dentry that may reach the root of a restored image: under images/, of
- * the image handed out as reference (view NULL), or a layer directory
- * holding view.  Noted while the namespace is restored. */
-void takeover_restored_dentry(struct fs *fs, const char *reference, struct image *view,
-			      fuse_ino_t parent, const char *name);
-/* The manager's hook before GC and rm (manager_set_gc_prepare(); userdata
- * the fs): restored images nothing holds are let go of.  Blocks on the
- * kernel; no lock held. */
-void takeover_settle(void *userdata);
-/* The manager's images_entered hook (userdata the fs): the keys of the
- * images some process has its working directory or root in. */
-int takeover_entered_keys(void *userdata, uint32_t **ret_keys, size_t *ret_n);
-/* Frees the note of images handed out (at the filesystem's end). */
-void takeover_free(void);
+/* takeover.c: the filesystem's side of a restart (takeover.h). */
 
 /* dentries.c: image roots the kernel holds, by canonical reference.
  * dentries_note() records one as the kernel gets it (takes notify_lock);
@@ -420,9 +402,9 @@ void ctl_reply_entry(fuse_req_t req, struct fs *fs, fuse_ino_t ino);
 void ctl_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct fuse_file_info *fi);
 /* A handle given out before a takeover reads the contents as they are. */
 void ctl_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
-void ctl_release(struct fuse_file_info *fi);
+void ctl_release(struct fs *fs, struct fuse_file_info *fi);
 /* Frees the contents of control files still open (at the filesystem's
  * end: the kernel released them with the connection). */
-void ctl_free_all(void);
+void ctl_free_all(struct fs *fs);
 /* The status document for the control socket (a json_t *). */
 json_t *ctl_status_for_control(void *fs);

@@ -260,7 +260,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	_timed_(FSOP_RELEASE);
 	if (ino == INO_CTL_STATUS || ino == INO_CTL_METRICS) {
-		ctl_release(fi);
+		ctl_release(fs_of(req), fi);
 	} else if (ino_is_image(ino)) {
 		struct image *img;
 		if (!ino_node(fs_of(req), ino, &img))

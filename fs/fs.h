@@ -8,6 +8,7 @@
 struct manager;
 struct fuse_args;
 struct control;
+struct handoff;
 
 #define FS_DEFAULT_NS_NODES_PER_USER 1024
 
@@ -26,21 +27,6 @@ struct fs_options {
 
 struct fs;
 
-/* A serving process under the supervisor (supervisor.h): the connection
- * it serves and what it is told of the processes before it. */
-struct fs_handoff {
-	int dev_fd;	     /* /dev/fuse, mounted by the supervisor */
-	int state_fd;	     /* the hand-over log (handover.h) */
-	int sup_fd;	     /* a SOCK_SEQPACKET socket to the supervisor */
-	int sup_pid;	     /* the supervisor */
-	unsigned generation; /* serving processes before this one */
-	unsigned upgrades, recoveries;
-	int64_t down_ns;  /* CLOCK_MONOTONIC when the previous one stopped; 0: none */
-	bool upgrade;	  /* the previous one was replaced, not crashed */
-	bool fdstore;	  /* systemd keeps the descriptors: the mount outlives us all */
-	unsigned drained; /* replies the previous one sent while it drained */
-};
-
 int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret);
 void fs_free(struct fs *fs);
 
@@ -55,4 +41,4 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, bool
  * 0 after a clean stop (the supervisor's SIGTERM, an unmount), or -errno
  * with a message printed. */
 int fs_serve_handoff(struct fs *fs, struct fuse_args *args, const char *mountpoint,
-		     const struct fs_handoff *h);
+		     const struct handoff *h);

@@ -75,46 +75,8 @@ struct pfs_backing_map {
 _Static_assert(sizeof(struct pfs_init_out) == 64, "fuse_init_out is 64 bytes");
 _Static_assert(sizeof(struct pfs_open_out) == 16, "fuse_open_out is 16 bytes");
 
-/* Written by fuseio_attach() before the session loop starts its threads,
- * read-only afterwards. */
-static uint64_t init_wanted; /* FUSE_* INIT flags, flags2 in the high word */
-static bool debug;
-static int dev_fd = -1;
-/* Set once the INIT reply granting passthrough went out. */
-static atomic_bool passthrough_on;
-/* ... granting shared mappings of files opened in direct I/O. */
-static atomic_bool direct_io_mmap_on;
-/* The backing id for the OPEN reply this thread is about to send. */
-static _Thread_local int open_backing_id;
-
-/* The pending INIT exchange: init_add is stored before init_unique
- * (release) and read after it (acquire).  0: none pending.  A notification
- * also has unique 0, hence the separate test in io_writev(). */
-static _Atomic uint64_t init_unique;
-static _Atomic uint64_t init_add;
-
-/* Taking a connection over (fuseio_options.takeover_init): the first read
- * returns the INIT request the kernel sent the first process, libfuse's
- * reply to it is not sent, and no other read reaches the kernel before
- * that reply was made -- libfuse would answer EIO to a request read before
- * INIT.  Then NOTIFY_RESEND, and the gate opens. */
-static void *takeover_req;
-static size_t takeover_len;
-/* the INIT reply of the process that answered INIT, when it said */
-static bool takeover_reply_known;
-static uint64_t takeover_reply;
-static bool takeover_given; /* gate_lock */
-static atomic_bool gate_open = true;
-static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
-static atomic_int_fast64_t resent_at_ns; /* CLOCK_MONOTONIC; 0: not yet */
-static atomic_int resend_err;
-static void (*taken_over_fn)(void *userdata, int64_t resent_ns, int err);
 /* FUSE_UNIQUE_RESEND (protocol 7.40): a request the kernel sent again */
 #define PFS_UNIQUE_RESEND (UINT64_C(1) << 63)
-static atomic_ulong resent;
-static atomic_bool draining;
-static atomic_ulong drained;
 
 /* The threads that read /dev/fuse, each with a slot of its own, so that
  * a drain can interrupt the reads under way (drain_readers()) and tell
@@ -127,40 +89,91 @@ enum reader_state {
 	READER_BUSY,	/* with a request it will answer */
 	READER_WAITING, /* with a request waiting for a registry (fuseio_wait_begin) */
 };
-static struct {
+struct reader {
+	struct fuseio *io;
 	pthread_t tid;
 	atomic_bool used;
 	atomic_bool in_read;
 	atomic_int state; /* enum reader_state */
-} readers[READER_SLOTS];
-static atomic_int n_readers; /* slots ever used: a bound for scans */
+};
+
+struct fuseio {
+	/* Written by fuseio_attach() before the session loop starts its
+	 * threads, read-only afterwards. */
+	uint64_t init_wanted; /* FUSE_* INIT flags, flags2 in the high word */
+	bool debug;
+	int dev_fd;
+	struct handover_log *log; /* where the INIT exchange is noted */
+	/* Set once the INIT reply granting passthrough went out. */
+	atomic_bool passthrough_on;
+	/* ... granting shared mappings of files opened in direct I/O. */
+	atomic_bool direct_io_mmap_on;
+
+	/* The pending INIT exchange: init_add is stored before init_unique
+	 * (release) and read after it (acquire).  0: none pending.  A
+	 * notification also has unique 0, hence the separate test in
+	 * io_writev(). */
+	_Atomic uint64_t init_unique;
+	_Atomic uint64_t init_add;
+
+	/* Taking a connection over (fuseio_options.takeover_init): the
+	 * first read returns the INIT request the kernel sent the first
+	 * process, libfuse's reply to it is not sent, and no other read
+	 * reaches the kernel before that reply was made -- libfuse would
+	 * answer EIO to a request read before INIT.  Then NOTIFY_RESEND, and
+	 * the gate opens. */
+	void *takeover_req;
+	size_t takeover_len;
+	/* the INIT reply of the process that answered INIT, when it said */
+	bool takeover_reply_known;
+	uint64_t takeover_reply;
+	bool takeover_given; /* gate_lock */
+	atomic_bool gate_open;
+	pthread_mutex_t gate_lock;
+	pthread_cond_t gate_cond;
+	atomic_int_fast64_t resent_at_ns; /* CLOCK_MONOTONIC; 0: not yet */
+	atomic_int resend_err;
+	void (*taken_over_fn)(void *userdata, int64_t resent_ns, int err);
+	void *taken_over_data;
+	atomic_ulong resent;
+
+	/* An upgrade's drain. */
+	atomic_bool draining;
+	atomic_ulong drained;
+	struct reader readers[READER_SLOTS];
+	atomic_int n_readers; /* slots ever used: a bound for scans */
+	/* each reader's struct reader *, for its destructor */
+	pthread_key_t reader_key;
+	bool reader_key_made;
+	/* The kernel can send again what a process read and did not answer. */
+	atomic_bool resend_offered;
+	/* A drain waiting for readers (fuseio_drain_wait): woken on each
+	 * request a reader is done with while draining. */
+	pthread_mutex_t drain_lock;
+	pthread_cond_t drain_cond;
+};
+
+/* Per thread, by nature: the backing id for the OPEN reply this thread is
+ * about to send, and the slot of a thread that reads /dev/fuse. */
+static _Thread_local int open_backing_id;
 static _Thread_local int reader_slot = -1;
-static pthread_key_t reader_key;
-static pthread_once_t reader_once = PTHREAD_ONCE_INIT;
-/* The kernel can send again what a process read and did not answer. */
-static atomic_bool resend_offered;
-/* A drain waiting for readers (fuseio_drain_wait): woken on each request
- * a reader is done with while draining. */
-static pthread_mutex_t drain_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t drain_cond = PTHREAD_COND_INITIALIZER;
-static void *taken_over_data;
 
 /* The synthetic INIT into buf, or wait for the gate; 0 when the caller
  * reads from the kernel, else the length given. */
-static ssize_t takeover_read(void *buf, size_t len)
+static ssize_t takeover_read(struct fuseio *io, void *buf, size_t len)
 {
 	ssize_t n = 0;
 
-	pthread_mutex_lock(&gate_lock);
-	if (!takeover_given && takeover_len <= len) {
-		memcpy(buf, takeover_req, takeover_len);
-		takeover_given = true;
-		n = (ssize_t)takeover_len;
+	pthread_mutex_lock(&io->gate_lock);
+	if (!io->takeover_given && io->takeover_len <= len) {
+		memcpy(buf, io->takeover_req, io->takeover_len);
+		io->takeover_given = true;
+		n = (ssize_t)io->takeover_len;
 	} else {
-		while (!atomic_load(&gate_open))
-			pthread_cond_wait(&gate_cond, &gate_lock);
+		while (!atomic_load(&io->gate_open))
+			pthread_cond_wait(&io->gate_cond, &io->gate_lock);
 	}
-	pthread_mutex_unlock(&gate_lock);
+	pthread_mutex_unlock(&io->gate_lock);
 	return n;
 }
 
@@ -172,31 +185,31 @@ static int send_resend(int fd)
 	return write(fd, &h, sizeof(h)) == (ssize_t)sizeof(h) ? 0 : errno ? errno : EIO;
 }
 
-static void takeover_done(int fd)
+static void takeover_done(struct fuseio *io, int fd)
 {
 	int err = send_resend(fd);
 
-	atomic_store(&resend_err, err);
-	atomic_store(&resent_at_ns, clock_mono_ns());
-	pthread_mutex_lock(&gate_lock);
-	atomic_store(&gate_open, true);
-	pthread_cond_broadcast(&gate_cond);
-	pthread_mutex_unlock(&gate_lock);
-	if (taken_over_fn)
-		taken_over_fn(taken_over_data, atomic_load(&resent_at_ns), err);
+	atomic_store(&io->resend_err, err);
+	atomic_store(&io->resent_at_ns, clock_mono_ns());
+	pthread_mutex_lock(&io->gate_lock);
+	atomic_store(&io->gate_open, true);
+	pthread_cond_broadcast(&io->gate_cond);
+	pthread_mutex_unlock(&io->gate_lock);
+	if (io->taken_over_fn)
+		io->taken_over_fn(io->taken_over_data, atomic_load(&io->resent_at_ns), err);
 }
 
-int fuseio_resend(void)
+int fuseio_resend(struct fuseio *io)
 {
-	return -send_resend(dev_fd);
+	return -send_resend(io->dev_fd);
 }
 
-bool fuseio_can_resend(void)
+bool fuseio_can_resend(const struct fuseio *io)
 {
-	return atomic_load(&resend_offered);
+	return io && atomic_load(&io->resend_offered);
 }
 
-int fuseio_kernel_has_node(uint64_t nodeid)
+int fuseio_kernel_has_node(struct fuseio *io, uint64_t nodeid)
 {
 	struct {
 		struct fuse_out_header h;
@@ -204,67 +217,61 @@ int fuseio_kernel_has_node(uint64_t nodeid)
 	} m = { .h = { .len = sizeof(m), .error = FUSE_NOTIFY_INVAL_INODE },
 		.arg = { .ino = nodeid, .off = -1, .len = 0 } };
 
-	if (dev_fd < 0)
+	if (!io || io->dev_fd < 0)
 		return -EBADF;
-	return write(dev_fd, &m, sizeof(m)) == (ssize_t)sizeof(m) ? 0 : errno ? -errno : -EIO;
+	return write(io->dev_fd, &m, sizeof(m)) == (ssize_t)sizeof(m) ? 0 : errno ? -errno : -EIO;
 }
 
-static void drain_wake(void)
+static void drain_wake(struct fuseio *io)
 {
-	pthread_mutex_lock(&drain_lock);
-	pthread_cond_broadcast(&drain_cond);
-	pthread_mutex_unlock(&drain_lock);
+	pthread_mutex_lock(&io->drain_lock);
+	pthread_cond_broadcast(&io->drain_cond);
+	pthread_mutex_unlock(&io->drain_lock);
 }
 
 /* The calling reader's request goes from `from` to `to`; false when it
  * was not in `from`. */
-static bool reader_move(int slot, int from, int to)
+static bool reader_move(struct fuseio *io, int slot, int from, int to)
 {
-	if (slot < 0 || slot >= READER_SLOTS ||
-	    !atomic_compare_exchange_strong(&readers[slot].state, &from, to))
+	if (!io || slot < 0 || slot >= READER_SLOTS ||
+	    !atomic_compare_exchange_strong(&io->readers[slot].state, &from, to))
 		return false;
-	if (atomic_load(&draining))
-		drain_wake();
+	if (atomic_load(&io->draining))
+		drain_wake(io);
 	return true;
 }
 
 /* A reader thread ends (pthread key destructor): its slot is free. */
 static void reader_gone(void *v)
 {
-	int slot = (int)(intptr_t)v - 1;
+	struct reader *rd = v;
 
-	atomic_store(&readers[slot].in_read, false);
-	if (atomic_exchange(&readers[slot].state, READER_IDLE) != READER_IDLE &&
-	    atomic_load(&draining))
-		drain_wake();
-	atomic_store(&readers[slot].used, false);
-}
-
-static void reader_key_make(void)
-{
-	if (pthread_key_create(&reader_key, reader_gone) != 0)
-		abort();
+	atomic_store(&rd->in_read, false);
+	if (atomic_exchange(&rd->state, READER_IDLE) != READER_IDLE &&
+	    atomic_load(&rd->io->draining))
+		drain_wake(rd->io);
+	atomic_store(&rd->used, false);
 }
 
 /* A slot for the calling thread: READER_SLOTS when all are taken (its
  * reads are then neither interrupted nor waited for by a drain). */
-static int reader_take(void)
+static int reader_take(struct fuseio *io)
 {
-	pthread_once(&reader_once, reader_key_make);
 	for (int i = 0; i < READER_SLOTS; i++) {
 		bool no = false;
 		int n;
 
-		if (!atomic_compare_exchange_strong(&readers[i].used, &no, true))
+		if (!atomic_compare_exchange_strong(&io->readers[i].used, &no, true))
 			continue;
-		readers[i].tid = pthread_self();
-		atomic_store(&readers[i].state, READER_IDLE);
-		if (pthread_setspecific(reader_key, (void *)(intptr_t)(i + 1)) != 0) {
-			atomic_store(&readers[i].used, false);
+		io->readers[i].io = io;
+		io->readers[i].tid = pthread_self();
+		atomic_store(&io->readers[i].state, READER_IDLE);
+		if (pthread_setspecific(io->reader_key, &io->readers[i]) != 0) {
+			atomic_store(&io->readers[i].used, false);
 			return READER_SLOTS;
 		}
-		n = atomic_load(&n_readers);
-		while (n < i + 1 && !atomic_compare_exchange_weak(&n_readers, &n, i + 1))
+		n = atomic_load(&io->n_readers);
+		while (n < i + 1 && !atomic_compare_exchange_weak(&io->n_readers, &n, i + 1))
 			;
 		return i;
 	}
@@ -279,42 +286,49 @@ static void park(void)
 		pause();
 }
 
+/* The fuseio of a session's userdata (fuseio.h). */
+static struct fuseio *of_session(void *session_userdata)
+{
+	return *(struct fuseio **)session_userdata;
+}
+
 static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 {
+	struct fuseio *io = of_session(userdata);
 	ssize_t n = 0;
 	const struct fuse_in_header *in = buf;
 	bool synthetic = false;
 	int slot = reader_slot;
 
 	if (slot < 0)
-		reader_slot = slot = reader_take();
+		reader_slot = slot = reader_take(io);
 	/* back for another request: the one before was answered (or left
 	 * to the next process by a drain) */
-	reader_move(slot, READER_BUSY, READER_IDLE);
-	reader_move(slot, READER_WAITING, READER_IDLE);
+	reader_move(io, slot, READER_BUSY, READER_IDLE);
+	reader_move(io, slot, READER_WAITING, READER_IDLE);
 	/* in_read before draining is looked at, the drain the other way
 	 * round: one of the two sees the other */
 	if (slot < READER_SLOTS)
-		atomic_store(&readers[slot].in_read, true);
-	if (atomic_load(&draining)) {
+		atomic_store(&io->readers[slot].in_read, true);
+	if (atomic_load(&io->draining)) {
 		if (slot < READER_SLOTS)
-			atomic_store(&readers[slot].in_read, false);
+			atomic_store(&io->readers[slot].in_read, false);
 		park();
 	}
-	if (!atomic_load_explicit(&gate_open, memory_order_acquire))
-		synthetic = (n = takeover_read(buf, len)) > 0;
+	if (!atomic_load_explicit(&io->gate_open, memory_order_acquire))
+		synthetic = (n = takeover_read(io, buf, len)) > 0;
 	if (!synthetic)
 		n = read(fd, buf, len);
 	if (slot < READER_SLOTS)
-		atomic_store(&readers[slot].in_read, false);
+		atomic_store(&io->readers[slot].in_read, false);
 	if (n > 0)
-		reader_move(slot, READER_IDLE, READER_BUSY);
+		reader_move(io, slot, READER_IDLE, READER_BUSY);
 	if (n >= (ssize_t)sizeof(*in) && (in->unique & PFS_UNIQUE_RESEND))
-		atomic_fetch_add_explicit(&resent, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&io->resent, 1, memory_order_relaxed);
 	if (n >= (ssize_t)sizeof(*in) && in->opcode == FUSE_INIT) {
 		/* for the process that may take over from this one */
 		if (!synthetic)
-			handover_note(handover_format_init(buf, (size_t)n));
+			handover_note(io->log, handover_format_init(buf, (size_t)n));
 		const struct fuse_init_in *arg = (const void *)(in + 1);
 		size_t arglen = (size_t)n - sizeof(*in);
 		uint64_t offered = 0;
@@ -330,18 +344,19 @@ static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 				offered |= (uint64_t)arg->flags2 << 32;
 		}
 		/* a test plays a kernel without it (tests/upgrade-drain.sh) */
-		atomic_store(&resend_offered,
+		atomic_store(&io->resend_offered,
 			     (offered & PFS_FUSE_HAS_RESEND) && !fault_armed("no-resend"));
-		atomic_store_explicit(&init_add, offered & init_wanted, memory_order_relaxed);
-		atomic_store_explicit(&init_unique, in->unique, memory_order_release);
+		atomic_store_explicit(&io->init_add, offered & io->init_wanted,
+				      memory_order_relaxed);
+		atomic_store_explicit(&io->init_unique, in->unique, memory_order_release);
 	}
 	return n;
 }
 
 /* The INIT reply: header and struct fuse_init_out, as libfuse sends it.
  * Amended in a copy; libfuse's own buffers are left alone. */
-static ssize_t write_init_reply(int fd, const struct iovec *iov, int count, uint64_t add,
-				bool swallow)
+static ssize_t write_init_reply(struct fuseio *io, int fd, const struct iovec *iov, int count,
+				uint64_t add, bool swallow)
 {
 	const struct fuse_out_header *out = iov[0].iov_base;
 	struct pfs_init_out init = { 0 };
@@ -376,7 +391,8 @@ static ssize_t write_init_reply(int fd, const struct iovec *iov, int count, uint
 	/* A taken-over connection has what the first process sent: a flag
 	 * it left out stays out, whatever this process would have asked. */
 	if (swallow)
-		add &= takeover_reply_known ? takeover_reply : ~PFS_FUSE_DIRECT_IO_ALLOW_MMAP;
+		add &= io->takeover_reply_known ? io->takeover_reply
+						: ~PFS_FUSE_DIRECT_IO_ALLOW_MMAP;
 	/* a test plays a version before the reply was noted, which did not
 	 * ask for shared mappings of direct I/O files either */
 	bool old_init = !swallow && fault_armed("old-init");
@@ -385,7 +401,7 @@ static ssize_t write_init_reply(int fd, const struct iovec *iov, int count, uint
 	init.flags |= (uint32_t)add;
 	if (ext)
 		init.flags2 |= (uint32_t)(add >> 32);
-	if (debug)
+	if (io->debug)
 		fuse_log(FUSE_LOG_DEBUG,
 			 "fuseio: INIT reply flags=0x%08" PRIx32 " flags2=0x%08" PRIx32
 			 " max_stack_depth=%" PRIu32 "\n",
@@ -396,14 +412,15 @@ static ssize_t write_init_reply(int fd, const struct iovec *iov, int count, uint
 	/* for the process that may take over from this one, before the
 	 * kernel has the answer */
 	if (!swallow && !old_init)
-		handover_note(handover_format_init_reply((uint64_t)init.flags |
+		handover_note(io->log,
+			      handover_format_init_reply((uint64_t)init.flags |
 							 (ext ? (uint64_t)init.flags2 << 32 : 0)));
 	/* taken over: the kernel has had this answer from the first process */
 	n = swallow ? (ssize_t)(v[0].iov_len + len) : writev(fd, v, 2);
 	if (n >= 0 && (add & PFS_FUSE_PASSTHROUGH))
-		atomic_store(&passthrough_on, true);
+		atomic_store(&io->passthrough_on, true);
 	if (n >= 0 && (add & PFS_FUSE_DIRECT_IO_ALLOW_MMAP))
-		atomic_store(&direct_io_mmap_on, true);
+		atomic_store(&io->direct_io_mmap_on, true);
 	return n;
 }
 
@@ -427,23 +444,24 @@ static ssize_t write_open_reply(int fd, const struct iovec *iov, int count, int 
 
 static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
-	uint64_t pending = atomic_load_explicit(&init_unique, memory_order_acquire);
+	struct fuseio *io = of_session(userdata);
+	uint64_t pending = atomic_load_explicit(&io->init_unique, memory_order_acquire);
 
 	/* a reply (a notification has unique 0) */
-	if (atomic_load_explicit(&draining, memory_order_relaxed) && count > 0 &&
+	if (atomic_load_explicit(&io->draining, memory_order_relaxed) && count > 0 &&
 	    iov[0].iov_len >= sizeof(struct fuse_out_header) &&
 	    ((const struct fuse_out_header *)iov[0].iov_base)->unique != 0)
-		atomic_fetch_add(&drained, 1);
+		atomic_fetch_add(&io->drained, 1);
 
 	if (pending && count > 0 && iov[0].iov_len >= sizeof(struct fuse_out_header) &&
 	    ((const struct fuse_out_header *)iov[0].iov_base)->unique == pending &&
-	    atomic_compare_exchange_strong(&init_unique, &pending, 0)) {
-		bool swallow = takeover_req && !atomic_load(&gate_open);
-		ssize_t n = write_init_reply(fd, iov, count,
-					     atomic_load_explicit(&init_add, memory_order_relaxed),
-					     swallow);
+	    atomic_compare_exchange_strong(&io->init_unique, &pending, 0)) {
+		bool swallow = io->takeover_req && !atomic_load(&io->gate_open);
+		ssize_t n = write_init_reply(
+			io, fd, iov, count,
+			atomic_load_explicit(&io->init_add, memory_order_relaxed), swallow);
 		if (swallow)
-			takeover_done(fd);
+			takeover_done(io, fd);
 		return n;
 	}
 	if (open_backing_id > 0)
@@ -456,61 +474,63 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 static ssize_t io_splice_send(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
 			      unsigned int flags, void *userdata)
 {
+	struct fuseio *io = of_session(userdata);
+
 	/* libfuse splices a whole reply, header and data, in one call */
-	if (fdout == dev_fd && atomic_load_explicit(&draining, memory_order_relaxed))
-		atomic_fetch_add(&drained, 1);
+	if (fdout == io->dev_fd && atomic_load_explicit(&io->draining, memory_order_relaxed))
+		atomic_fetch_add(&io->drained, 1);
 	return splice(fdin, offin, fdout, offout, len, flags);
 }
 
-void fuseio_drain_start(void)
+void fuseio_drain_start(struct fuseio *io)
 {
 	bool any = true;
 
-	atomic_store(&draining, true);
+	atomic_store(&io->draining, true);
 	/* A read(2) of /dev/fuse interrupted by a signal returns EINTR with
 	 * no request taken (fs/fuse/dev.c waits interruptibly before it
 	 * dequeues); libfuse then reads again, and parks.  Signalled until
 	 * none is left in read(2): one that had not yet entered it when the
 	 * signal came is in it at the next round. */
 	while (any) {
-		int n = MIN(atomic_load(&n_readers), READER_SLOTS);
+		int n = MIN(atomic_load(&io->n_readers), READER_SLOTS);
 
 		any = false;
 		for (int i = 0; i < n; i++) {
-			if (!atomic_load(&readers[i].in_read))
+			if (!atomic_load(&io->readers[i].in_read))
 				continue;
 			any = true;
-			pthread_kill(readers[i].tid, SIGUSR2);
+			pthread_kill(io->readers[i].tid, SIGUSR2);
 		}
 		if (any)
 			nanosleep(&(struct timespec){ .tv_nsec = 2000000 }, NULL);
 	}
 }
 
-void fuseio_wait_begin(void)
+void fuseio_wait_begin(struct fuseio *io)
 {
-	reader_move(reader_slot, READER_BUSY, READER_WAITING);
+	reader_move(io, reader_slot, READER_BUSY, READER_WAITING);
 }
 
-void fuseio_wait_end(void)
+void fuseio_wait_end(struct fuseio *io)
 {
-	reader_move(reader_slot, READER_WAITING, READER_BUSY);
+	reader_move(io, reader_slot, READER_WAITING, READER_BUSY);
 }
 
-unsigned fuseio_drain_wait(void)
+unsigned fuseio_drain_wait(struct fuseio *io)
 {
-	bool leave = atomic_load(&resend_offered);
+	bool leave = atomic_load(&io->resend_offered);
 	unsigned left = 0;
 	bool busy = true;
 
-	pthread_mutex_lock(&drain_lock);
+	pthread_mutex_lock(&io->drain_lock);
 	while (busy) {
-		int n = MIN(atomic_load(&n_readers), READER_SLOTS);
+		int n = MIN(atomic_load(&io->n_readers), READER_SLOTS);
 
 		busy = false;
 		left = 0;
 		for (int i = 0; i < n && !busy; i++) {
-			int st = atomic_load(&readers[i].state);
+			int st = atomic_load(&io->readers[i].state);
 
 			if (st == READER_WAITING && leave)
 				left++;
@@ -521,98 +541,126 @@ unsigned fuseio_drain_wait(void)
 		 * its state before it looks at draining, which was set
 		 * before this scan, and wakes under drain_lock */
 		if (busy)
-			pthread_cond_wait(&drain_cond, &drain_lock);
+			pthread_cond_wait(&io->drain_cond, &io->drain_lock);
 	}
-	pthread_mutex_unlock(&drain_lock);
+	pthread_mutex_unlock(&io->drain_lock);
 	return left;
 }
 
-unsigned long fuseio_drained(void)
+unsigned long fuseio_drained(struct fuseio *io)
 {
-	return atomic_load(&drained);
+	return !io ? 0 : atomic_load(&io->drained);
 }
 
-unsigned long fuseio_resent(void)
+unsigned long fuseio_resent(struct fuseio *io)
 {
-	return atomic_load(&resent);
+	return !io ? 0 : atomic_load(&io->resent);
 }
 
-int fuseio_attach(struct fuse_session *se, const struct fuseio_options *opts)
+int fuseio_attach(struct fuse_session *se, const struct fuseio_options *opts, struct fuseio **ret)
 {
-	static const struct fuse_custom_io io = {
+	static const struct fuse_custom_io custom = {
 		.read = io_read,
 		.writev = io_writev,
 		.splice_send = io_splice_send,
 	};
+	struct fuseio *io = calloc(1, sizeof(*io));
+	int r;
 
-	init_wanted = opts->parallel_dirops ? FUSE_PARALLEL_DIROPS : 0;
+	if (!io)
+		return -ENOMEM;
+	pthread_mutex_init(&io->gate_lock, NULL);
+	pthread_cond_init(&io->gate_cond, NULL);
+	pthread_mutex_init(&io->drain_lock, NULL);
+	pthread_cond_init(&io->drain_cond, NULL);
+	atomic_store(&io->gate_open, true);
+	r = -pthread_key_create(&io->reader_key, reader_gone);
+	if (r < 0) {
+		fuseio_detach(io);
+		return r;
+	}
+	io->reader_key_made = true;
+	io->init_wanted = opts->parallel_dirops ? FUSE_PARALLEL_DIROPS : 0;
 	/* files of lazy layers not yet local are opened in direct I/O;
 	 * without it the kernel refuses shared mappings of them */
-	init_wanted |= PFS_FUSE_DIRECT_IO_ALLOW_MMAP | FUSE_INIT_EXT;
+	io->init_wanted |= PFS_FUSE_DIRECT_IO_ALLOW_MMAP | FUSE_INIT_EXT;
 	if (opts->passthrough)
-		init_wanted |= PFS_FUSE_PASSTHROUGH | FUSE_INIT_EXT;
-	debug = opts->debug;
-	dev_fd = opts->fd >= 0 ? opts->fd : fuse_session_fd(se);
-	atomic_store(&init_unique, 0);
-	atomic_store(&passthrough_on, false);
-	atomic_store(&direct_io_mmap_on, false);
+		io->init_wanted |= PFS_FUSE_PASSTHROUGH | FUSE_INIT_EXT;
+	io->debug = opts->debug;
+	io->log = opts->log;
+	io->dev_fd = opts->fd >= 0 ? opts->fd : fuse_session_fd(se);
 	if (opts->takeover_init) {
-		takeover_req = malloc(opts->takeover_init_len);
-		if (!takeover_req)
+		io->takeover_req = malloc(opts->takeover_init_len);
+		if (!io->takeover_req) {
+			fuseio_detach(io);
 			return -ENOMEM;
-		memcpy(takeover_req, opts->takeover_init, opts->takeover_init_len);
-		takeover_reply_known = opts->takeover_reply_known;
-		takeover_reply = opts->takeover_reply;
-		takeover_len = opts->takeover_init_len;
-		takeover_given = false;
-		taken_over_fn = opts->taken_over;
-		taken_over_data = opts->userdata;
-		atomic_store(&gate_open, false);
+		}
+		memcpy(io->takeover_req, opts->takeover_init, opts->takeover_init_len);
+		io->takeover_reply_known = opts->takeover_reply_known;
+		io->takeover_reply = opts->takeover_reply;
+		io->takeover_len = opts->takeover_init_len;
+		io->taken_over_fn = opts->taken_over;
+		io->taken_over_data = opts->userdata;
+		atomic_store(&io->gate_open, false);
 	}
-	return fuse_session_custom_io(se, &io, dev_fd);
+	r = fuse_session_custom_io(se, &custom, io->dev_fd);
+	if (r < 0) {
+		fuseio_detach(io);
+		return r;
+	}
+	*ret = io;
+	return 0;
 }
 
-void fuseio_detach(void)
+void fuseio_detach(struct fuseio *io)
 {
-	free(takeover_req);
-	takeover_req = NULL;
-	takeover_len = 0;
+	if (!io)
+		return;
+	if (io->reader_key_made)
+		pthread_key_delete(io->reader_key);
+	pthread_mutex_destroy(&io->gate_lock);
+	pthread_cond_destroy(&io->gate_cond);
+	pthread_mutex_destroy(&io->drain_lock);
+	pthread_cond_destroy(&io->drain_cond);
+	free(io->takeover_req);
+	free(io);
 }
 
-int64_t fuseio_resent_at_ns(int *ret_err)
+int64_t fuseio_resent_at_ns(struct fuseio *io, int *ret_err)
 {
-	*ret_err = atomic_load(&resend_err);
-	return atomic_load(&resent_at_ns);
+	*ret_err = atomic_load(&io->resend_err);
+	return atomic_load(&io->resent_at_ns);
 }
 
-bool fuseio_passthrough(void)
+bool fuseio_passthrough(struct fuseio *io)
 {
-	return atomic_load_explicit(&passthrough_on, memory_order_relaxed);
+	return io && atomic_load_explicit(&io->passthrough_on, memory_order_relaxed);
 }
 
-bool fuseio_direct_io_mmap(void)
+bool fuseio_direct_io_mmap(struct fuseio *io)
 {
-	return atomic_load_explicit(&direct_io_mmap_on, memory_order_relaxed);
+	return io && atomic_load_explicit(&io->direct_io_mmap_on, memory_order_relaxed);
 }
 
-int fuseio_backing_open(int fd)
+int fuseio_backing_open(struct fuseio *io, int fd)
 {
 	struct pfs_backing_map map = { .fd = fd };
 	int id;
 
-	if (!fuseio_passthrough())
+	if (!fuseio_passthrough(io))
 		return -EOPNOTSUPP;
-	id = ioctl(dev_fd, PFS_DEV_IOC_BACKING_OPEN, &map);
+	id = ioctl(io->dev_fd, PFS_DEV_IOC_BACKING_OPEN, &map);
 	if (id < 0)
 		return -errno;
 	return id > 0 ? id : -EIO;
 }
 
-void fuseio_backing_close(int backing_id)
+void fuseio_backing_close(struct fuseio *io, int backing_id)
 {
 	uint32_t id = (uint32_t)backing_id;
 
-	ioctl(dev_fd, PFS_DEV_IOC_BACKING_CLOSE, &id);
+	if (io)
+		ioctl(io->dev_fd, PFS_DEV_IOC_BACKING_CLOSE, &id);
 }
 
 int fuseio_reply_open_backing(fuse_req_t req, const struct fuse_file_info *fi, int backing_id)

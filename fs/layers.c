@@ -417,7 +417,7 @@ int layers_restore(struct fs *fs, const char *key)
 			/* a layer directory: with the view made again from its
 			 * image record (takeover.c) */
 			_cleanup_free_ char *reference = decode_reference(pl->b64);
-			struct image *view = reference ? takeover_view(reference, name) : NULL;
+			struct image *view = reference ? takeover_view(fs, reference, name) : NULL;
 
 			if (!view)
 				return -ESTALE;

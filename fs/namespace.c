@@ -20,7 +20,6 @@
 #include "pathform.h"
 #include "reference.h"
 #include "strmap.h"
-#include "handover.h"
 
 void ns_stat(struct fs *fs, fuse_ino_t ino, const struct nsnode *n, struct stat *st)
 {
@@ -314,7 +313,7 @@ void nsnode_forget(struct fs *fs, struct nsnode *n, uint64_t count)
 			uncharge_locked(fs, n);
 			strmap_remove(fs->nsnodes, n->key);
 			/* under ns_lock: before the "ns" of a node made again */
-			handover_note(handover_format_ns_forgotten(n->key));
+			takeover_note_ns_forgotten(fs, n->key);
 		}
 		ino_name(n->ino, name);
 		if (strmap_get(fs->nsinos, name) == n)
@@ -422,7 +421,7 @@ static struct nsnode *nsnode_intern(struct fs *fs, fuse_req_t req, const char *k
 	}
 	/* before the kernel hears of it: the next process must know it (and
 	 * whom to charge it to) */
-	handover_note(u ? handover_format_ns_owned(key, uid) : handover_format_ns(key));
+	takeover_note_ns(fs, key, u ? uid : NS_NO_OWNER);
 	return n;
 }
 
@@ -761,20 +760,19 @@ void ns_restored(struct fs *fs, struct nsnode *n)
 }
 
 /* The node of key, just restored, charged again to the user the process
- * before charged it to (HANDOVER_NO_OWNER: nobody), who may have it
+ * before charged it to (NS_NO_OWNER: nobody), who may have it
  * evicted like their other nodes. */
-static void recharge(struct fs *fs, const char *key, uint32_t owner)
+static void recharge(struct fs *fs, const char *key, uid_t owner)
 {
 	struct nsnode *n;
 	struct nsuser *u;
 
-	if (owner == HANDOVER_NO_OWNER || owner == 0)
+	if (owner == NS_NO_OWNER || owner == 0)
 		return;
 	pthread_mutex_lock(&fs->ns_lock);
 	n = strmap_get(fs->nsnodes, key);
-	if (n && !n->permanent && n->owner == NS_NO_OWNER &&
-	    (u = nsuser_get_locked(fs, (uid_t)owner))) {
-		n->owner = (uid_t)owner;
+	if (n && !n->permanent && n->owner == NS_NO_OWNER && (u = nsuser_get_locked(fs, owner))) {
+		n->owner = owner;
 		dlist_push(&u->nodes, &n->by_owner);
 	}
 	pthread_mutex_unlock(&fs->ns_lock);
@@ -782,7 +780,7 @@ static void recharge(struct fs *fs, const char *key, uint32_t owner)
 
 static int restore_path(struct fs *fs, const char *key);
 
-int ns_restore(struct fs *fs, const char *key, uint32_t owner)
+int ns_restore(struct fs *fs, const char *key, uid_t owner)
 {
 	/* the layer store's keys are absolute (layers.c) */
 	int r = key[0] == '/' ? layers_restore(fs, key) : restore_path(fs, key);

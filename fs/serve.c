@@ -25,6 +25,7 @@
 #include "handover.h"
 #include "macro.h"
 #include "strmap.h"
+#include "suplink.h"
 #include "manager.h"
 
 int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
@@ -46,9 +47,11 @@ int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
 	pthread_mutex_init(&fs->ns_lock, NULL);
 	pthread_mutex_init(&fs->backing_lock, NULL);
 	pthread_mutex_init(&fs->notify_lock, NULL);
+	pthread_mutex_init(&fs->ctl_lock, NULL);
 	pthread_cond_init(&fs->notify_cond, NULL);
 	pthread_cond_init(&fs->notify_sent_cond, NULL);
-	pthread_mutex_init(&fs->sup_lock, NULL);
+	suplink_init(&fs->sup, -1);
+	takeover_init(fs);
 	fs->handoff.sup_fd = fs->handoff.state_fd = fs->handoff.dev_fd = -1;
 	clock_gettime(CLOCK_REALTIME, &fs->started);
 	fs->backings = strmap_new();
@@ -100,14 +103,16 @@ void fs_free(struct fs *fs)
 	strmap_free(fs->backings);
 	/* (the images go with the manager) */
 	strmap_free(fs->foreign);
-	ctl_free_all();
+	ctl_free_all(fs);
 	files_free_all(fs);
-	takeover_free();
+	takeover_free(fs);
+	fuseio_detach(fs->io);
 	pthread_mutex_destroy(&fs->backing_lock);
 	pthread_mutex_destroy(&fs->notify_lock);
+	pthread_mutex_destroy(&fs->ctl_lock);
 	pthread_cond_destroy(&fs->notify_cond);
 	pthread_cond_destroy(&fs->notify_sent_cond);
-	pthread_mutex_destroy(&fs->sup_lock);
+	suplink_done(&fs->sup);
 	free(fs);
 }
 
@@ -168,7 +173,7 @@ static void *stop_thread(void *arg)
 static void taken_over(void *userdata, int64_t resent_ns, int err)
 {
 	struct fs *fs = userdata;
-	const struct fs_handoff *h = &fs->handoff;
+	const struct handoff *h = &fs->handoff;
 	char msg[256];
 	double held = h->down_ns ? (double)(resent_ns - h->down_ns) / 1e6 : 0;
 
@@ -216,55 +221,12 @@ static int read_handover(int fd, struct handover_state *st)
 	return r;
 }
 
-static int sup_send(const struct fs *fs, const char *msg)
-{
-	if (fs->handoff.sup_fd < 0)
-		return -ENOTCONN;
-	return send(fs->handoff.sup_fd, msg, strlen(msg), MSG_NOSIGNAL) < 0 ? -errno : 0;
-}
-
-/* handover.h's swap: the compacted log goes to the supervisor, which
- * holds it from its answer on. */
-static int swap_log(int fd, void *userdata)
-{
-	struct fs *fs = userdata;
-	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
-	struct iovec iov = { .iov_base = "log", .iov_len = 3 };
-	struct msghdr mh = { .msg_iov = &iov,
-			     .msg_iovlen = 1,
-			     .msg_control = cbuf,
-			     .msg_controllen = sizeof(cbuf) };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	char ans[64];
-	ssize_t n = 0;
-	int r = 0;
-
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	pthread_mutex_lock(&fs->sup_lock);
-	if (sendmsg(fs->handoff.sup_fd, &mh, MSG_NOSIGNAL) < 0)
-		r = -errno;
-	while (r == 0 && (n = recv(fs->handoff.sup_fd, ans, sizeof(ans) - 1, 0)) < 0 &&
-	       errno == EINTR)
-		;
-	pthread_mutex_unlock(&fs->sup_lock);
-	if (r < 0)
-		return r;
-	if (n <= 0)
-		return n < 0 ? -errno : -ECONNRESET;
-	ans[n] = '\0';
-	return !strcmp(ans, "log ok") ? 0 : -EIO;
-}
-
 /* The control socket's upgrade: the supervisor checks the binary at its
  * path and answers "ok" or "err MESSAGE". */
 static int serve_upgrade(void *userdata, json_t **ret, struct error_detail *err)
 {
 	struct fs *fs = userdata;
 	char ans[2200];
-	ssize_t n = 0;
 	int r;
 
 	if (fs->handoff.sup_fd < 0) {
@@ -274,28 +236,16 @@ static int serve_upgrade(void *userdata, json_t **ret, struct error_detail *err)
 			"the mount over");
 		return -EOPNOTSUPP;
 	}
-	pthread_mutex_lock(&fs->sup_lock);
-	r = sup_send(fs, "upgrade");
-	if (r == 0) {
-		do
-			n = recv(fs->handoff.sup_fd, ans, sizeof(ans) - 1, 0);
-		while (n < 0 && errno == EINTR);
-		r = n < 0 ? -errno : n == 0 ? -ECONNRESET : 0;
+	r = suplink_upgrade(&fs->sup, ans, sizeof(ans));
+	if (r == -ENOEXEC) {
+		error_detail_set(err, r, "%s", ans);
+		return r;
 	}
-	pthread_mutex_unlock(&fs->sup_lock);
 	if (r < 0) {
 		error_detail_set(err, r, "cannot reach the supervisor: %s", strerror(-r));
 		return r;
 	}
-	ans[n] = '\0';
-	if (strncmp(ans, "ok", 2) != 0) {
-		error_detail_set(err, -ENOEXEC, "%s",
-				 strncmp(ans, "err ", 4) == 0 ? ans + 4
-							      : "refused by the supervisor");
-		return -ENOEXEC;
-	}
-	*ret = json_pack("{s:b, s:i, s:s}", "ok", 1, "pid", (json_int_t)getpid(), "binary",
-			 ans[2] == ' ' ? ans + 3 : "");
+	*ret = json_pack("{s:b, s:i, s:s}", "ok", 1, "pid", (json_int_t)getpid(), "binary", ans);
 	return *ret ? 0 : -ENOMEM;
 }
 
@@ -314,14 +264,12 @@ static void drain_end(struct fs *fs, unsigned left)
 	if (atomic_flag_test_and_set(&ended))
 		for (;;)
 			pause();
-	snprintf(msg, sizeof(msg), "drained %lu", fuseio_drained());
+	snprintf(msg, sizeof(msg), "drained %lu", fuseio_drained(fs->io));
 	fprintf(stderr,
 		"pullfs: serving process %ld drained: %lu requests answered, %u waiting for a "
 		"registry left to the next process\n",
-		(long)getpid(), fuseio_drained(), left);
-	pthread_mutex_lock(&fs->sup_lock);
-	sup_send(fs, msg);
-	pthread_mutex_unlock(&fs->sup_lock);
+		(long)getpid(), fuseio_drained(fs->io), left);
+	suplink_tell(&fs->sup, msg);
 	fflush(NULL);
 	_exit(0);
 }
@@ -332,7 +280,9 @@ static void drain_end(struct fs *fs, unsigned left)
  * for the registry. */
 static void *drain_thread(void *arg)
 {
-	drain_end(arg, fuseio_drain_wait());
+	struct fs *fs = arg;
+
+	drain_end(fs, fuseio_drain_wait(fs->io));
 	return NULL;
 }
 
@@ -360,7 +310,7 @@ static void serve_upgrade_answered(void *userdata)
 	 * it is left behind, the lookup goes to the next process (the
 	 * supervisor starts it while this one is held in the kernel), and
 	 * its answer lets the notification through. */
-	if (!fuseio_can_resend())
+	if (!fuseio_can_resend(fs->io))
 		ns_notifier_stop(fs);
 	else if (!ns_notifier_stop_within(fs, NS_SETTLE_SECONDS))
 		fprintf(stderr,
@@ -375,10 +325,8 @@ static void serve_upgrade_answered(void *userdata)
 		if (manager_gc(fs->manager, 1, &j, &err) == 0)
 			json_decref(j);
 	}
-	pthread_mutex_lock(&fs->sup_lock);
-	sup_send(fs, "go");
-	pthread_mutex_unlock(&fs->sup_lock);
-	fuseio_drain_start();
+	suplink_tell(&fs->sup, "go");
+	fuseio_drain_start(fs->io);
 	atomic_store(&draining, true);
 	/* only now: a request libfuse reads once the session has ended is
 	 * dropped unanswered */
@@ -407,13 +355,14 @@ void serve_status(struct fs *fs, json_t *o)
 		"started", when, "supervised", fs->handoff.sup_fd >= 0, "restarts",
 		(json_int_t)fs->handoff.generation, "upgrades", (json_int_t)fs->handoff.upgrades,
 		"recoveries", (json_int_t)fs->handoff.recoveries, "last_held_ms", fs->held_ms,
-		"drained", (json_int_t)fs->handoff.drained, "resent", (json_int_t)fuseio_resent());
+		"drained", (json_int_t)fs->handoff.drained, "resent",
+		(json_int_t)fuseio_resent(fs->io));
 
-	if (v && fs->handoff.sup_fd >= 0) {
+	if (v && fs->log) {
 		json_object_set_new(v, "handover_log_bytes",
-				    json_integer((json_int_t)handover_log_bytes()));
+				    json_integer((json_int_t)handover_log_bytes(fs->log)));
 		json_object_set_new(v, "handover_compactions",
-				    json_integer((json_int_t)handover_compactions()));
+				    json_integer((json_int_t)handover_compactions(fs->log)));
 	}
 	json_object_set_new(o, "serving", v);
 }
@@ -421,7 +370,7 @@ void serve_status(struct fs *fs, json_t *o)
 /* ---- the session ----------------------------------------------------- */
 
 static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, bool foreground,
-		 const struct fs_handoff *h)
+		 const struct handoff *h)
 {
 	struct fuse_loop_config *cfg = NULL;
 	struct sigaction sa = { 0 };
@@ -461,8 +410,12 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 				     .fd = -1 };
 	if (h) {
 		fs->handoff = *h;
+		fs->sup.fd = h->sup_fd;
 		files_set_epoch(fs, h->generation);
-		handover_set_fd(h->state_fd);
+		r = handover_log_new(h->state_fd, &fs->log);
+		if (r < 0)
+			goto out_signals;
+		io.log = fs->log;
 		takeover_watch(fs);
 		r = read_handover(h->state_fd, &st);
 		if (r < 0)
@@ -485,13 +438,13 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 		}
 		mounted = true;
 	}
-	r = fuseio_attach(fs->session, &io);
+	r = fuseio_attach(fs->session, &io, &fs->io);
 	if (r < 0)
 		goto out_unmount;
 	if (h && h->generation > 0 && !st.init)
 		/* the process before died before it noted INIT: whatever it
 		 * read, INIT included, is to be read again */
-		fuseio_resend();
+		fuseio_resend(fs->io);
 	if (!h && fuse_daemonize(foreground) != 0) {
 		r = -EIO;
 		goto out_unmount;
@@ -542,16 +495,16 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 	fuse_loop_cfg_set_max_threads(cfg, fs->opts.max_threads);
 	fuse_loop_cfg_set_idle_threads(cfg, 8);
 	if (h) {
-		sup_send(fs, "ready");
-		handover_set_swap(swap_log, fs);
-		if (handover_compactor_start() < 0)
+		suplink_tell(&fs->sup, "ready");
+		handover_set_swap(fs->log, suplink_swap_log, &fs->sup);
+		if (handover_compactor_start(fs->log) < 0)
 			fprintf(stderr, "pullfs: the hand-over log will not be compacted: %s\n",
 				strerror(ENOMEM));
 	}
 	r = fuse_session_loop_mt(fs->session, cfg);
 	/* A positive value is the signal that ended the loop: a clean stop. */
 	r = r > 0 ? 0 : r < 0 ? r : 0;
-	handover_compactor_stop();
+	handover_compactor_stop(fs->log);
 	if (atomic_load(&draining))
 		/* Drained for an upgrade: every request read was answered but
 		 * those left for the next process (drain_end). */
@@ -580,7 +533,6 @@ out_signals:
 out_destroy:
 	fuse_session_destroy(fs->session);
 	fs->session = NULL;
-	fuseio_detach();
 	handover_state_done(&st);
 	return r;
 }
@@ -591,7 +543,7 @@ int fs_serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, bool
 }
 
 int fs_serve_handoff(struct fs *fs, struct fuse_args *args, const char *mountpoint,
-		     const struct fs_handoff *h)
+		     const struct handoff *h)
 {
 	return serve(fs, args, mountpoint, true, h);
 }

@@ -9,8 +9,8 @@
  * restored image keeps its references pinned and is held open, for rm and
  * GC, until the kernel forgets its root or is found to hold no inode of
  * it; before GC and rm the kernel is asked to drop what nothing holds
- * (takeover_settle()).  Images handed out by this process, and the
- * back-off table, are noted in the log for the next one. */
+ * (takeover_settle()).  What this process's tables hand out, and the
+ * back-off table, is noted in the log for the next one (takeover.h). */
 #include "fs-private.h"
 
 #include <dirent.h>
@@ -43,10 +43,6 @@
 #define VIEW_PREFIX "layer:"
 #define LAYER_DIGEST_LEN 71 /* sha256:<64 hex> */
 
-static pthread_mutex_t noted_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct strmap *noted; /* image key in decimal -> digest; noted_lock */
-/* the views restored, by "LAYER-DIGEST:REFERENCE"; only while restoring */
-static struct strmap *restored_views;
 /* A dentry that may still reach a restored image's root: the name of an
  * image under images/, or of a layer directory of the layer store. */
 struct rdentry {
@@ -63,60 +59,83 @@ struct restored_image {
 	struct rdentry *dentries;
 };
 
-/* The restored images by key in decimal (restored_lock). */
-static pthread_mutex_t restored_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct strmap *restored;
-static atomic_bool any_restored;
-/* the connection is taken over: the kernel may be asked (takeover_probe) */
-static atomic_bool connected;
-
 /* Notes image key as handed out under reference for digest, once. */
-static void note(uint32_t key, const char *digest, const char *reference)
+static void note(struct fs *fs, uint32_t key, const char *digest, const char *reference)
 {
 	char name[16];
 	const char *had;
 	char *d;
 
-	if (handover_fd() < 0)
+	if (!fs->log)
 		return;
 	snprintf(name, sizeof(name), "%" PRIu32, key);
-	pthread_mutex_lock(&noted_lock);
-	if (!noted)
-		noted = strmap_new();
-	had = noted ? strmap_get(noted, name) : NULL;
+	pthread_mutex_lock(&fs->takeover.noted_lock);
+	if (!fs->takeover.noted)
+		fs->takeover.noted = strmap_new();
+	had = fs->takeover.noted ? strmap_get(fs->takeover.noted, name) : NULL;
 	if (had && !strcmp(had, digest)) {
-		pthread_mutex_unlock(&noted_lock);
+		pthread_mutex_unlock(&fs->takeover.noted_lock);
 		return;
 	}
 	/* still under the lock: the record goes out before any reply */
-	handover_note(handover_format_image(key, digest, reference));
-	d = noted ? strdup(digest) : NULL;
+	handover_note(fs->log, handover_format_image(key, digest, reference));
+	d = fs->takeover.noted ? strdup(digest) : NULL;
 	if (d) {
-		free(strmap_remove(noted, name));
-		if (strmap_put(noted, name, d) < 0)
+		free(strmap_remove(fs->takeover.noted, name));
+		if (strmap_put(fs->takeover.noted, name, d) < 0)
 			free(d);
 	}
-	pthread_mutex_unlock(&noted_lock);
+	pthread_mutex_unlock(&fs->takeover.noted_lock);
 }
+
+/* The filesystem whose images the manager's image_forgotten hook
+ * reports: the hook takes no userdata (manager_set_image_forgotten()).
+ * Set by takeover_watch(), cleared by takeover_free(). */
+static struct fs *_Atomic watched;
 
 /* Notes that the image of key, if noted, is gone: the kernel holds no
  * node of it. */
 static void note_gone(uint32_t key)
 {
+	struct fs *fs = atomic_load(&watched);
 	char name[16];
 
+	if (!fs)
+		return;
 	snprintf(name, sizeof(name), "%" PRIu32, key);
-	pthread_mutex_lock(&noted_lock);
-	if (noted && strmap_get(noted, name)) {
-		handover_note(handover_format_image_gone(key));
-		free(strmap_remove(noted, name));
+	pthread_mutex_lock(&fs->takeover.noted_lock);
+	if (fs->takeover.noted && strmap_get(fs->takeover.noted, name)) {
+		handover_note(fs->log, handover_format_image_gone(key));
+		free(strmap_remove(fs->takeover.noted, name));
 	}
-	pthread_mutex_unlock(&noted_lock);
+	pthread_mutex_unlock(&fs->takeover.noted_lock);
 }
 
 void takeover_note_image(struct fs *fs, struct image *img, const char *reference)
 {
-	note(image_key(img), image_digest(img), reference);
+	note(fs, image_key(img), image_digest(img), reference);
+}
+
+void takeover_note_ns(struct fs *fs, const char *key, uid_t owner)
+{
+	handover_note(fs->log, owner == NS_NO_OWNER
+				       ? handover_format_ns(key)
+				       : handover_format_ns_owned(key, (uint32_t)owner));
+}
+
+void takeover_note_ns_forgotten(struct fs *fs, const char *key)
+{
+	handover_note(fs->log, handover_format_ns_forgotten(key));
+}
+
+void takeover_note_backing(struct fs *fs, int id, const char *object)
+{
+	handover_note(fs->log, handover_format_backing(id, object));
+}
+
+void takeover_note_backing_closed(struct fs *fs, int id)
+{
+	handover_note(fs->log, handover_format_backing_closed(id));
 }
 
 void takeover_note_view(struct fs *fs, struct image *view, struct image *img, const char *reference,
@@ -124,25 +143,25 @@ void takeover_note_view(struct fs *fs, struct image *view, struct image *img, co
 {
 	_cleanup_free_ char *name = NULL;
 
-	if (handover_fd() < 0)
+	if (!fs->log)
 		return;
 	if (asprintf(&name, VIEW_PREFIX "%s:%s", layer, reference) < 0) {
 		name = NULL;
-		handover_note(NULL); /* counted as lost */
+		handover_note(fs->log, NULL); /* counted as lost */
 		return;
 	}
-	note(image_key(view), image_digest(img), name);
+	note(fs, image_key(view), image_digest(img), name);
 }
 
-struct image *takeover_view(const char *reference, const char *layer)
+struct image *takeover_view(struct fs *fs, const char *reference, const char *layer)
 {
 	_cleanup_free_ char *name = NULL;
 
-	if (!restored_views || asprintf(&name, "%s:%s", layer, reference) < 0) {
+	if (!fs->takeover.restored_views || asprintf(&name, "%s:%s", layer, reference) < 0) {
 		name = NULL;
 		return NULL;
 	}
-	return strmap_get(restored_views, name);
+	return strmap_get(fs->takeover.restored_views, name);
 }
 
 static int free_noted(void *userdata, const char *key, void *value)
@@ -176,33 +195,51 @@ static int free_restored(void *userdata, const char *key, void *value)
 	return 0;
 }
 
-void takeover_free(void)
+void takeover_init(struct fs *fs)
 {
-	pthread_mutex_lock(&restored_lock);
-	if (restored)
-		strmap_foreach(restored, free_restored, NULL);
-	strmap_free(restored);
-	restored = NULL;
-	atomic_store(&connected, false);
-	atomic_store(&any_restored, false);
-	pthread_mutex_unlock(&restored_lock);
-	pthread_mutex_lock(&noted_lock);
-	if (noted) {
-		strmap_foreach(noted, free_noted, NULL);
-		strmap_free(noted);
-		noted = NULL;
+	pthread_mutex_init(&fs->takeover.noted_lock, NULL);
+	pthread_mutex_init(&fs->takeover.restored_lock, NULL);
+}
+
+void takeover_free(struct fs *fs)
+{
+	/* the manager outlives the filesystem: its hooks first (each set
+	 * under the lock the hook is called under, so none runs after) */
+	if (atomic_load(&watched) == fs) {
+		manager_set_backoff_hook(fs->manager, NULL, NULL);
+		manager_set_image_forgotten(fs->manager, NULL);
+		atomic_store(&watched, NULL);
 	}
-	pthread_mutex_unlock(&noted_lock);
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	if (fs->takeover.restored)
+		strmap_foreach(fs->takeover.restored, free_restored, NULL);
+	strmap_free(fs->takeover.restored);
+	fs->takeover.restored = NULL;
+	atomic_store(&fs->takeover.connected, false);
+	atomic_store(&fs->takeover.any_restored, false);
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
+	pthread_mutex_lock(&fs->takeover.noted_lock);
+	if (fs->takeover.noted) {
+		strmap_foreach(fs->takeover.noted, free_noted, NULL);
+		strmap_free(fs->takeover.noted);
+		fs->takeover.noted = NULL;
+	}
+	pthread_mutex_unlock(&fs->takeover.noted_lock);
+	pthread_mutex_destroy(&fs->takeover.noted_lock);
+	pthread_mutex_destroy(&fs->takeover.restored_lock);
+	handover_log_free(fs->log);
+	fs->log = NULL;
 }
 
 /* The manager's back-off hook (under its lock: a write, nothing more).
  * The manager's clock is CLOCK_MONOTONIC, which every process shares. */
 static void backoff_noted(void *userdata, const char *key, const struct backoff_state *st)
 {
+	struct fs *fs = userdata;
 	struct handover_backoff b;
 
 	if (!st) {
-		handover_note(handover_format_backoff_cleared(key));
+		handover_note(fs->log, handover_format_backoff_cleared(key));
 		return;
 	}
 	b = (struct handover_backoff){ .reference = (char *)key,
@@ -211,14 +248,15 @@ static void backoff_noted(void *userdata, const char *key, const struct backoff_
 				       .last_ns = clock_mono_ns() - st->idle_ns,
 				       .err = st->last.err,
 				       .message = (char *)st->last.message };
-	handover_note(handover_format_backoff(&b));
+	handover_note(fs->log, handover_format_backoff(&b));
 }
 
 void takeover_watch(struct fs *fs)
 {
-	if (handover_fd() < 0)
+	if (!fs->log)
 		return;
-	manager_set_backoff_hook(fs->manager, backoff_noted, NULL);
+	manager_set_backoff_hook(fs->manager, backoff_noted, fs);
+	atomic_store(&watched, fs);
 	/* (an image freed because nothing held it, the kernel included:
 	 * called under the manager's table of keys, so no other image has
 	 * the key yet) */
@@ -277,9 +315,9 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 	 * whose root it has no inode for holds nothing of it (an inode
 	 * holds its dentry's parents, up to the root), and never will. */
 	if (!view)
-		held = fuseio_kernel_has_node(INO_IMAGE_BIT | (fuse_ino_t)hi->key << 32);
+		held = fuseio_kernel_has_node(fs->io, INO_IMAGE_BIT | (fuse_ino_t)hi->key << 32);
 	if (held == -ENOENT) {
-		handover_note(handover_format_image_gone(hi->key));
+		handover_note(fs->log, handover_format_image_gone(hi->key));
 		return 1;
 	}
 	r = view ? restore_view(fs, hi, &img)
@@ -297,7 +335,7 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 			if (!view && held == 0)
 				manager_reserve_key(fs->manager, hi->key);
 			else
-				handover_note(handover_format_image_gone(hi->key));
+				handover_note(fs->log, handover_format_image_gone(hi->key));
 		}
 		return r;
 	}
@@ -317,26 +355,27 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 		ri->img = img;
 		ri->reference = view ? NULL : strdup(hi->reference);
 	}
-	pthread_mutex_lock(&restored_lock);
-	if (!restored)
-		restored = strmap_new();
-	if (restored && strmap_get(restored, name)) {
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	if (!fs->takeover.restored)
+		fs->takeover.restored = strmap_new();
+	if (fs->takeover.restored && strmap_get(fs->takeover.restored, name)) {
 		image_close(img); /* one pin per image */
-	} else if (ri && (view || ri->reference) && restored &&
-		   strmap_put(restored, name, ri) == 0) {
+	} else if (ri && (view || ri->reference) && fs->takeover.restored &&
+		   strmap_put(fs->takeover.restored, name, ri) == 0) {
 		ri = NULL;
-		atomic_store(&any_restored, true);
+		atomic_store(&fs->takeover.any_restored, true);
 	}
 	/* else: out of memory, pinned open for good */
-	pthread_mutex_unlock(&restored_lock);
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
 	restored_image_free(ri);
-	note(image_key(img), hi->digest, hi->reference);
+	note(fs, image_key(img), hi->digest, hi->reference);
 	if (view) {
 		/* for its layer directory (layers_restore()) */
-		if (!restored_views)
-			restored_views = strmap_new();
-		if (!restored_views ||
-		    strmap_put(restored_views, hi->reference + strlen(VIEW_PREFIX), img) < 0)
+		if (!fs->takeover.restored_views)
+			fs->takeover.restored_views = strmap_new();
+		if (!fs->takeover.restored_views ||
+		    strmap_put(fs->takeover.restored_views, hi->reference + strlen(VIEW_PREFIX),
+			       img) < 0)
 			return -ENOMEM;
 	}
 	return 0;
@@ -381,10 +420,10 @@ void takeover_restored_dentry(struct fs *fs, const char *reference, struct image
 		.reference = reference, .view = view, .parent = parent, .name = name
 	};
 
-	pthread_mutex_lock(&restored_lock);
-	if (restored)
-		strmap_foreach(restored, add_dentry, &c);
-	pthread_mutex_unlock(&restored_lock);
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	if (fs->takeover.restored)
+		strmap_foreach(fs->takeover.restored, add_dentry, &c);
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
 }
 
 static int add_objects(void *userdata, const char *key, void *value)
@@ -412,10 +451,10 @@ static void unpin_backings(struct fs *fs)
 	struct strmap *objects = strmap_new();
 	int r = objects ? 0 : -ENOMEM;
 
-	pthread_mutex_lock(&restored_lock);
-	if (r == 0 && restored)
-		r = strmap_foreach(restored, add_objects, objects);
-	pthread_mutex_unlock(&restored_lock);
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	if (r == 0 && fs->takeover.restored)
+		r = strmap_foreach(fs->takeover.restored, add_objects, objects);
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
 	if (r == 0)
 		files_unpin_backings(fs, object_kept, objects);
 	strmap_free(objects);
@@ -423,19 +462,19 @@ static void unpin_backings(struct fs *fs)
 
 /* Ends the pin of a restored image, once: no longer counted open, nor is
  * the image a view of it was made from.  Returns whether it did. */
-static bool release_restored(struct image *img, const char *why)
+static bool release_restored(struct fs *fs, struct image *img, const char *why)
 {
 	struct restored_image *ri = NULL;
 	char name[16];
 
 	snprintf(name, sizeof(name), "%" PRIu32, image_key(img));
-	pthread_mutex_lock(&restored_lock);
-	ri = restored ? strmap_get(restored, name) : NULL;
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	ri = fs->takeover.restored ? strmap_get(fs->takeover.restored, name) : NULL;
 	if (ri && ri->img == img)
-		strmap_remove(restored, name);
+		strmap_remove(fs->takeover.restored, name);
 	else
 		ri = NULL;
-	pthread_mutex_unlock(&restored_lock);
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
 	if (!ri)
 		return false;
 	fprintf(stderr, "pullfs: restored image %" PRIu32 " \"%s\" let go of: %s\n", image_key(img),
@@ -456,15 +495,15 @@ static bool release_restored(struct image *img, const char *why)
  * before, and the image may go when its name is removed.  (The pin of its
  * references stays: a node the kernel still caches without a dentry is
  * forgotten later, and that count must land somewhere.) */
-static bool is_restored(struct image *img)
+static bool is_restored(struct fs *fs, struct image *img)
 {
 	char name[16];
 	struct restored_image *ri;
 
 	snprintf(name, sizeof(name), "%" PRIu32, image_key(img));
-	pthread_mutex_lock(&restored_lock);
-	ri = restored ? strmap_get(restored, name) : NULL;
-	pthread_mutex_unlock(&restored_lock);
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	ri = fs->takeover.restored ? strmap_get(fs->takeover.restored, name) : NULL;
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
 	return ri && ri->img == img;
 }
 
@@ -474,9 +513,9 @@ static bool is_restored(struct image *img)
  * ends the pin only once the kernel is asked and has no inode for it. */
 void takeover_forgot(struct fs *fs, struct image *img, fuse_ino_t ino)
 {
-	if (atomic_load(&any_restored) && ino == node_ino(img, image_root(img)) &&
-	    is_restored(img) && fuseio_kernel_has_node(ino) == -ENOENT &&
-	    release_restored(img, "its root forgotten"))
+	if (atomic_load(&fs->takeover.any_restored) && ino == node_ino(img, image_root(img)) &&
+	    is_restored(fs, img) && fuseio_kernel_has_node(fs->io, ino) == -ENOENT &&
+	    release_restored(fs, img, "its root forgotten"))
 		unpin_backings(fs);
 }
 
@@ -495,16 +534,16 @@ void takeover_probe(struct fs *fs)
 	struct image **next;
 	size_t n = 0;
 
-	atomic_store(&connected, true);
-	if (!atomic_load(&any_restored))
+	atomic_store(&fs->takeover.connected, true);
+	if (!atomic_load(&fs->takeover.any_restored))
 		return;
-	pthread_mutex_lock(&restored_lock);
-	n = restored ? strmap_size(restored) : 0;
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	n = fs->takeover.restored ? strmap_size(fs->takeover.restored) : 0;
 	imgs = n ? calloc(n, sizeof(*imgs)) : NULL;
 	next = imgs;
 	if (imgs)
-		strmap_foreach(restored, collect_restored, &next);
-	pthread_mutex_unlock(&restored_lock);
+		strmap_foreach(fs->takeover.restored, collect_restored, &next);
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
 	/* Restored images whose root the kernel has no inode for at all
 	 * (forgotten before the takeover): nothing will forget them again.
 	 * Invalidating the root's attributes (no pages: offset -1) answers
@@ -516,7 +555,8 @@ void takeover_probe(struct fs *fs)
 		struct image *img = imgs[i];
 		if (fuse_lowlevel_notify_inval_inode(fs->session, node_ino(img, image_root(img)),
 						     -1, 0) == -ENOENT)
-			released |= release_restored(img, "the kernel holds no inode of its root");
+			released |=
+				release_restored(fs, img, "the kernel holds no inode of its root");
 	}
 	if (released)
 		unpin_backings(fs);
@@ -664,17 +704,17 @@ void takeover_settle(void *userdata)
 	struct drops_ctx c = { 0 };
 	struct statx stx;
 
-	if (!atomic_load(&any_restored) || !atomic_load(&connected))
+	if (!atomic_load(&fs->takeover.any_restored) || !atomic_load(&fs->takeover.connected))
 		return;
 	if (statx(AT_FDCWD, fs->mountpoint, AT_STATX_DONT_SYNC, 0, &stx) < 0)
 		return;
 	c.entered = keys_entered(makedev(stx.stx_dev_major, stx.stx_dev_minor));
 	if (!c.entered)
 		return;
-	pthread_mutex_lock(&restored_lock);
-	if (restored)
-		strmap_foreach(restored, collect_drops, &c);
-	pthread_mutex_unlock(&restored_lock);
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	if (fs->takeover.restored)
+		strmap_foreach(fs->takeover.restored, collect_drops, &c);
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
 	strmap_free(c.entered);
 	/* (images stay alive while listed: pinned references) */
 	while (c.list) {
@@ -718,10 +758,10 @@ static void note_root_dentries(struct fs *fs)
 
 	if (!refs)
 		return;
-	pthread_mutex_lock(&restored_lock);
-	if (restored)
-		strmap_foreach(restored, collect_reference, refs);
-	pthread_mutex_unlock(&restored_lock);
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	if (fs->takeover.restored)
+		strmap_foreach(fs->takeover.restored, collect_reference, refs);
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
 	strmap_foreach(refs, note_roots_of, fs);
 	strmap_free(refs);
 }
@@ -748,7 +788,9 @@ int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *r
 			unheld);
 	for (size_t i = 0; i < st->n_ns_keys && r == 0; i++) {
 		r = ns_restore(fs, st->ns_keys[i],
-			       st->ns_owners ? st->ns_owners[i] : HANDOVER_NO_OWNER);
+			       st->ns_owners && st->ns_owners[i] != HANDOVER_NO_OWNER
+				       ? (uid_t)st->ns_owners[i]
+				       : NS_NO_OWNER);
 		if (r < 0 && r != -ENOMEM) {
 			fprintf(stderr, "pullfs: cannot restore node \"%s%s\": %s\n",
 				st->ns_keys[i][0] == '/' ? "" : "images/", st->ns_keys[i],
@@ -757,9 +799,9 @@ int takeover_restore(struct fs *fs, const struct handover_state *st, unsigned *r
 			r = 0;
 		}
 	}
-	if (restored_views) {
-		strmap_free(restored_views);
-		restored_views = NULL;
+	if (fs->takeover.restored_views) {
+		strmap_free(fs->takeover.restored_views);
+		fs->takeover.restored_views = NULL;
 	}
 	note_root_dentries(fs);
 	if (r == -ENOMEM)

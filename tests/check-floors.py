@@ -3,8 +3,9 @@
 
 The floors, from the bottom: common/, registry/, the folders of manager/
 (rules/, format/, store/, lazy/, image/, then manager/ itself, the top),
-fs/, tools/.  A file may include headers of its own floor and of the
-floors below; manager/manager-private.h says what each floor holds.
+the rooms of fs/ (restart/, control/, then fs/ itself, then daemon/),
+tools/.  A file may include headers of its own floor and of the
+floors below; manager/manager-private.h and fs/meson.build say what each floor holds.
 Header names are unique across the tree, so a quoted include names one
 file.  Usage: check-floors.py SOURCE_ROOT; exits 1 and lists the
 offending includes when there are any."""
@@ -21,7 +22,10 @@ FLOORS = [
     'manager/lazy',
     'manager/image',
     'manager',
+    'fs/restart',
+    'fs/control',
     'fs',
+    'fs/daemon',
     'tools',
 ]
 

@@ -9,7 +9,7 @@ each such line is switched on, and the result is given to
 FILE:LINE on any line it refuses: an unknown key, a bad value, a key of a
 registry section that does not exist) and then prints the help without
 mounting.  The two pairs of settings that bound each other, which only a
-start checks, are compared here.  The global keys are also looked up in fs/options.c's table, so
+start checks, are compared here.  The global keys are also looked up in fs/daemon/options.c's table, so
 that an option removed from the table cannot linger in the example.
 
 Usage: check-example-config.py SOURCE_DIR PULLFS"""
@@ -25,7 +25,7 @@ SETTING = re.compile(r'^#(\[registry "[^"]*"\]|[a-z0-9-]+ = .*)$')
 def main():
     src, pullfs = sys.argv[1], sys.argv[2]
     example = os.path.join(src, 'contrib', 'pullfs.conf.example')
-    options = open(os.path.join(src, 'fs', 'options.c')).read()
+    options = open(os.path.join(src, 'fs', 'daemon', 'options.c')).read()
     lines, keys, section = [], [], False
     for line in open(example).read().splitlines():
         m = SETTING.match(line)
@@ -36,7 +36,7 @@ def main():
             elif not section:
                 keys.append(line.split(' = ')[0])
         lines.append(line)
-    problems = [f'{example}: key "{k}" is not an option of fs/options.c'
+    problems = [f'{example}: key "{k}" is not an option of fs/daemon/options.c'
                 for k in keys if not re.search(r'\{\s*"%s",' % re.escape(k), options)]
     if len(keys) < 10:
         problems.append(f'{example}: only {len(keys)} settings found')

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The options of fs/options.c's table against their documentation.
+"""The options of fs/daemon/options.c's table against their documentation.
 
 Every long option of the table must be documented in the man page
 (docs/pullfs.8.scd, as *--NAME*) and in the README's option table (as
@@ -19,12 +19,12 @@ ROW = re.compile(r'^\s*\{\s*"([a-z0-9-]+)",\s*(\'.\'|0),\s*KIND_\w+,\s*([A-Z_ |0
 
 def table(src):
     """(name, where) of each row of the options table."""
-    text = open(os.path.join(src, 'fs', 'options.c')).read()
+    text = open(os.path.join(src, 'fs', 'daemon', 'options.c')).read()
     start = text.index('static const struct opt options[]')
     end = text.index('};', start)
     rows = ROW.findall(text[start:end])
     if len(rows) < 10:
-        sys.exit('check-options: cannot read the options table of fs/options.c')
+        sys.exit('check-options: cannot read the options table of fs/daemon/options.c')
     return [(name, where) for name, _, where in rows]
 
 
@@ -50,9 +50,9 @@ def main():
         if line.startswith('*-'):
             entries |= set(re.findall(r'\*--([a-z0-9][a-z0-9-]*)\*', line))
     mentioned = set(re.findall(r'\*--([a-z0-9][a-z0-9-]*)\*', man))
-    problems += [f'{man_path}: option --{n} of fs/options.c has no entry'
+    problems += [f'{man_path}: option --{n} of fs/daemon/options.c has no entry'
                  for n in sorted(long_names - entries)]
-    problems += [f'{man_path}: names --{n}, which fs/options.c does not have'
+    problems += [f'{man_path}: names --{n}, which fs/daemon/options.c does not have'
                  for n in sorted((mentioned | entries) - long_names)]
     # The config keys: every long option but those the CONFIGURATION
     # section lists after "except".
@@ -62,7 +62,7 @@ def main():
     said = set(re.findall(r'\*([a-z0-9-]+)\*', m.group(1))) if m else set()
     if said != not_keys:
         problems.append(f'{man_path}: CONFIGURATION says the options that are not config keys '
-                        f'are {sorted(said)}; fs/options.c says {sorted(not_keys)}')
+                        f'are {sorted(said)}; fs/daemon/options.c says {sorted(not_keys)}')
 
     readme = open(os.path.join(src, 'README.md')).read()
     rows_doc = set()
@@ -70,14 +70,14 @@ def main():
         if line.startswith('| `-'):
             rows_doc |= set(re.findall(r'`--([a-z0-9][a-z0-9-]*)', line.split('|')[1]))
     mentioned = set(re.findall(r'`--([a-z0-9][a-z0-9-]*)', readme))
-    problems += [f'README.md: option --{n} of fs/options.c has no row in the option table'
+    problems += [f'README.md: option --{n} of fs/daemon/options.c has no row in the option table'
                  for n in sorted(long_names - rows_doc)]
-    problems += [f'README.md: names --{n}, which fs/options.c does not have'
+    problems += [f'README.md: names --{n}, which fs/daemon/options.c does not have'
                  for n in sorted((mentioned | rows_doc) - long_names)]
 
     for p in problems:
         print(p)
-    print(f'{len(long_names)} long options in fs/options.c, {len(long_names - not_keys)} '
+    print(f'{len(long_names)} long options in fs/daemon/options.c, {len(long_names - not_keys)} '
           f'of them config keys: {len(problems)} problems', file=sys.stderr)
     return 1 if problems else 0
 

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Crash safety, as a user sees it.  By default pullfs is a supervisor that
-# holds the mount and a serving process it restarts (fs/supervisor.c).
+# holds the mount and a serving process it restarts (fs/restart/supervisor.c).
 #
 # 1. For each failure-injection point of a pull (common/fault.h) the
 #    serving process SIGKILLs itself there.  The lookup that caused the

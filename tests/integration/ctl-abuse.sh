@@ -1,5 +1,5 @@
 #!/bin/bash
-# The control socket under slow, idle and too many clients (fs/control.h):
+# The control socket under slow, idle and too many clients (fs/control/control.h):
 #  - 50 idle connections and one that sends a byte every 3 s do not delay
 #    pullfsctl inspect, status and gc, which succeed while those are still
 #    connected; the daemon then closes each of them with ETIMEDOUT, its

@@ -14,7 +14,7 @@
         N idle connections, then READY is written; exits 0 once the daemon
         has closed every one of them (it is being stopped), 1 after 60 s.
 
-The daemon's request deadline is 10 s (fs/control.h).  Whether a connection
+The daemon's request deadline is 10 s (fs/control/control.h).  Whether a connection
 is "still connected" is only asserted when the check ran well within it, so
 a slow machine skips that check instead of failing it.
 """

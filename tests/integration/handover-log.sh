@@ -1,5 +1,5 @@
 #!/bin/bash
-# The hand-over log stays bounded (fs/handover.h): names looked up and
+# The hand-over log stays bounded (fs/restart/handover.h): names looked up and
 # forgotten by the kernel again and again make the serving process compact
 # the log, the supervisor swapping in the compacted memfd.  Its size, read
 # by the test from the supervisor's own descriptor (/proc/PID/fd), stays

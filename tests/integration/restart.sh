@@ -1,6 +1,6 @@
 #!/bin/bash
 # Restarts of the serving process under the supervisor (--supervise,
-# fs/supervisor.c): a shell in a chroot of an image (working directory
+# fs/restart/supervisor.c): a shell in a chroot of an image (working directory
 # inside it) checksums its files in a loop, and a reader with its working
 # directory in the image keeps files open for the whole test and reads
 # them again and again past the page cache, while the serving process is

@@ -253,7 +253,7 @@ static bool accept_swap;
 
 static int fake_swap(int fd, void *userdata)
 {
-	handover_note(handover_format_ns("during/the/swap"));
+	handover_note(userdata, handover_format_ns("during/the/swap"));
 	if (!accept_swap)
 		return -ECONNRESET; /* killed before the supervisor swapped */
 	held_fd = dup(fd);
@@ -274,36 +274,37 @@ static void test_compaction(void **state)
 	struct handover_state st;
 	char *got;
 	int old = log_with("v 1\n"), old_copy = dup(old);
+	struct handover_log *log;
 
-	handover_set_fd(old);
-	handover_set_swap(fake_swap, NULL);
-	handover_note(handover_format_ns("gone/1"));
-	handover_note(handover_format_ns("live/1"));
-	handover_note(handover_format_image(3, "sha256:aa", "r:1"));
-	handover_note(handover_format_image(3, "sha256:bb", "r:1"));
-	handover_note(handover_format_image(4, "sha256:cc", "gone:1"));
-	handover_note(handover_format_image_gone(4));
-	handover_note(handover_format_backing(5, "obj"));
-	handover_note(handover_format_backing_closed(5));
-	handover_note(handover_format_backing(6, "obj6"));
-	handover_note(handover_format_ns_forgotten("gone/1"));
-	handover_note(handover_format_ns_forgotten("never/noted"));
-	handover_note(handover_format_ns("gone/1/again"));
+	assert_int_equal(handover_log_new(old, &log), 0);
+	handover_set_swap(log, fake_swap, log);
+	handover_note(log, handover_format_ns("gone/1"));
+	handover_note(log, handover_format_ns("live/1"));
+	handover_note(log, handover_format_image(3, "sha256:aa", "r:1"));
+	handover_note(log, handover_format_image(3, "sha256:bb", "r:1"));
+	handover_note(log, handover_format_image(4, "sha256:cc", "gone:1"));
+	handover_note(log, handover_format_image_gone(4));
+	handover_note(log, handover_format_backing(5, "obj"));
+	handover_note(log, handover_format_backing_closed(5));
+	handover_note(log, handover_format_backing(6, "obj6"));
+	handover_note(log, handover_format_ns_forgotten("gone/1"));
+	handover_note(log, handover_format_ns_forgotten("never/noted"));
+	handover_note(log, handover_format_ns("gone/1/again"));
 
 	/* the supervisor keeps the old log: it stays whole, and in use */
 	accept_swap = false;
-	assert_int_equal(handover_compact(), -ECONNRESET);
-	assert_int_equal(handover_fd(), old);
-	handover_note(handover_format_ns("after/refusal"));
+	assert_int_equal(handover_compact(log), -ECONNRESET);
+	assert_int_equal(handover_log_fd(log), old);
+	handover_note(log, handover_format_ns("after/refusal"));
 	assert_non_null(strstr(contents(old_copy), "ns gone/1\n"));
 	assert_non_null(strstr(contents(old_copy), "ns after/refusal\n"));
 	assert_non_null(strstr(contents(old_copy), "ns during/the/swap\n"));
 
 	accept_swap = true;
-	assert_int_equal(handover_compact(), 0);
-	assert_int_not_equal(handover_fd(), old);
+	assert_int_equal(handover_compact(log), 0);
+	assert_int_not_equal(handover_log_fd(log), old);
 	assert_true(held_fd >= 0);
-	handover_note(handover_format_ns("after/swap"));
+	handover_note(log, handover_format_ns("after/swap"));
 	got = contents(held_fd);
 	/* exactly the live records, then what came during and after */
 	assert_string_equal(got, "v 1\n"
@@ -320,11 +321,11 @@ static void test_compaction(void **state)
 	assert_int_equal(st.n_images, 1);
 	assert_int_equal(st.n_backings, 1);
 	handover_state_done(&st);
-	assert_int_equal(handover_log_bytes(), strlen(got));
-	assert_int_equal(handover_compactions(), 1);
+	assert_int_equal(handover_log_bytes(log), strlen(got));
+	assert_int_equal(handover_compactions(log), 1);
 	close(held_fd);
 	close(old_copy);
-	handover_set_fd(-1);
+	handover_log_free(log);
 }
 
 static void test_ns_forgotten(void **state)

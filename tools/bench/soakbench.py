@@ -504,7 +504,7 @@ def cache_breakdown(cache):
 
 
 def handover_live(pid):
-    """What the supervisor's hand-over log (fs/handover.h) still lists, by
+    """What the supervisor's hand-over log (fs/restart/handover.h) still lists, by
     kind of record, and its text (None when there is no log)."""
     text = None
     for fd in os.listdir(f"/proc/{pid}/fd"):

@@ -40,7 +40,6 @@
 #include "clock.h"
 #include "fault.h"
 #include "fileio.h"
-#include "fs.h"
 #include "handover.h"
 #include "macro.h"
 
@@ -799,7 +798,7 @@ out:
 
 /* ---- in the serving process ------------------------------------------ */
 
-int supervisor_child_env(struct fs_handoff *h, unsigned *check_version)
+int supervisor_child_env(struct handoff *h, unsigned *check_version)
 {
 	const char *env = getenv(SUPERVISOR_ENV);
 	_cleanup_free_ char *copy = NULL;
@@ -812,7 +811,7 @@ int supervisor_child_env(struct fs_handoff *h, unsigned *check_version)
 	unsetenv(SUPERVISOR_ENV);
 	if (!copy)
 		return -ENOMEM;
-	*h = (struct fs_handoff){ .dev_fd = -1, .state_fd = -1, .sup_fd = -1 };
+	*h = (struct handoff){ .dev_fd = -1, .state_fd = -1, .sup_fd = -1 };
 	for (char *f = strtok_r(copy, ",", &save); f; f = strtok_r(NULL, ",", &save)) {
 		char *eq = strchr(f, '='), *end;
 		long long v;

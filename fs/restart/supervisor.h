@@ -16,9 +16,24 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct fuse_args;
-struct fs_handoff;
+
+/* A serving process: the connection it serves and what it is told of the
+ * processes before it (supervisor_child_env()). */
+struct handoff {
+	int dev_fd;	     /* /dev/fuse, mounted by the supervisor */
+	int state_fd;	     /* the hand-over log (handover.h) */
+	int sup_fd;	     /* a SOCK_SEQPACKET socket to the supervisor */
+	int sup_pid;	     /* the supervisor */
+	unsigned generation; /* serving processes before this one */
+	unsigned upgrades, recoveries;
+	int64_t down_ns;  /* CLOCK_MONOTONIC when the previous one stopped; 0: none */
+	bool upgrade;	  /* the previous one was replaced, not crashed */
+	bool fdstore;	  /* systemd keeps the descriptors: the mount outlives us all */
+	unsigned drained; /* replies the previous one sent while it drained */
+};
 
 /* The environment variable a serving process is started with. */
 #define SUPERVISOR_ENV "PULLFS_SERVE"
@@ -42,4 +57,4 @@ bool supervisor_fds_passed(void);
  * fills *h (then the process serves), 1 for a check run (*check_version
  * is the hand-over version of the asking supervisor), -ENOENT when the
  * variable is not set (an ordinary start), -EINVAL when it is malformed. */
-int supervisor_child_env(struct fs_handoff *h, unsigned *check_version);
+int supervisor_child_env(struct handoff *h, unsigned *check_version);

@@ -116,15 +116,22 @@ char *handover_format_backoff_cleared(const char *reference);
 /* The whole state as a log, compacted; NULL when out of memory. */
 char *handover_format_state(const struct handover_state *s);
 
-/* The log of this process: fd is the descriptor of the state file the
- * supervisor holds (-1: none, every note is then a no-op).  Set once,
- * before any thread.  A note writes its record at once (O_APPEND, one
- * write), before the caller lets the kernel know; a failed write is
- * counted, not fatal: the next process then knows less. */
-void handover_set_fd(int fd);
-int handover_fd(void);
-void handover_note(char *record); /* takes the record; NULL is counted as lost */
-unsigned long handover_lost(void);
+/* The log of this process, an object: written by every thread that tells
+ * the kernel of something (takeover.h), compacted by a thread of its
+ * own.  handover_log_new() takes fd, the descriptor of the log the
+ * supervisor holds, open for appending from now on; a log compacted into
+ * a new descriptor closes the one before, and handover_log_free() closes
+ * the one it has then.  Before any thread that notes.  0 or -ENOMEM. */
+struct handover_log;
+int handover_log_new(int fd, struct handover_log **ret);
+/* Stops the compactor and frees; accepts NULL. */
+void handover_log_free(struct handover_log *log);
+/* A note writes its record at once (O_APPEND, one write), before the
+ * caller lets the kernel know; a failed write is counted, not fatal: the
+ * next process then knows less.  Takes the record; NULL is counted as
+ * lost.  log NULL (no supervisor): the record is dropped. */
+void handover_note(struct handover_log *log, char *record);
+unsigned long handover_lost(struct handover_log *log);
 
 /* The whole log in fd, read from its start, in a new buffer of *ret_len
  * bytes; NULL with errno set. */
@@ -136,13 +143,17 @@ char *handover_read(int fd, size_t *ret_len);
  * log; 0 once it does (then this process writes to fd), -errno when it
  * keeps the old one. */
 typedef int (*handover_swap_fn)(int fd, void *userdata);
-void handover_set_swap(handover_swap_fn fn, void *userdata);
+void handover_set_swap(struct handover_log *log, handover_swap_fn fn, void *userdata);
 /* Compacts the log now (the fault points "handover-compacted", before the
  * swap, and "handover-swapped", after it, are for the crash tests).
  * 0, -EBUSY (one under way), -EOPNOTSUPP (no swap), -errno. */
-int handover_compact(void);
-/* A thread that compacts the log whenever it is due. */
-int handover_compactor_start(void);
-void handover_compactor_stop(void);
-size_t handover_log_bytes(void);
-unsigned long handover_compactions(void);
+int handover_compact(struct handover_log *log);
+/* A thread that compacts the log whenever it is due; stopped by
+ * handover_compactor_stop() or handover_log_free(). */
+int handover_compactor_start(struct handover_log *log);
+void handover_compactor_stop(struct handover_log *log);
+/* The size of the log, the compactions made, and the descriptor written
+ * to now (for the tests). */
+size_t handover_log_bytes(struct handover_log *log);
+unsigned long handover_compactions(struct handover_log *log);
+int handover_log_fd(struct handover_log *log);

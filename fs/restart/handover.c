@@ -709,104 +709,128 @@ char *handover_format_state(const struct handover_state *s)
 
 /* ---- this process's log ------------------------------------------------ */
 
-/* log_lock orders every write to the log with a compaction: a note goes
- * to the log and, while a compaction is under way, to the new log too
+/* lock orders every write to the log with a compaction: a note goes to
+ * the log and, while a compaction is under way, to the new log too
  * (next_fd), so that whichever of the two the supervisor holds when this
  * process dies has every record. */
-static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t log_cond = PTHREAD_COND_INITIALIZER;
-static atomic_int log_fd = -1;
-static int next_fd = -1;
-static size_t log_bytes;  /* the size of the log */
-static size_t live_bytes; /* its size when last compacted (0: never) */
-static unsigned long compactions;
-static atomic_ulong lost;
-static handover_swap_fn swap_fn;
-static void *swap_data;
-static bool compactor_on, compactor_stop;
-static pthread_t compactor;
+struct handover_log {
+	pthread_mutex_t lock;
+	pthread_cond_t cond; /* the compactor waits for a compaction due */
+	int fd;
+	int next_fd;		   /* the compacted log while it is swapped in; lock */
+	size_t bytes;		   /* the size of the log; lock */
+	size_t live_bytes;	   /* its size when last compacted (0: never); lock */
+	unsigned long compactions; /* lock */
+	atomic_ulong lost;
+	handover_swap_fn swap_fn;
+	void *swap_data;
+	bool compactor_on, compactor_stop; /* lock */
+	pthread_t compactor;
+};
 
-void handover_set_fd(int fd)
+int handover_log_new(int fd, struct handover_log **ret)
 {
+	struct handover_log *log = calloc(1, sizeof(*log));
 	struct stat st;
 
-	pthread_mutex_lock(&log_lock);
-	log_fd = fd;
-	log_bytes = live_bytes = 0;
-	if (fd >= 0) {
-		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_APPEND);
-		if (fstat(fd, &st) == 0)
-			log_bytes = (size_t)st.st_size;
-	}
-	pthread_mutex_unlock(&log_lock);
+	if (!log)
+		return -ENOMEM;
+	pthread_mutex_init(&log->lock, NULL);
+	pthread_cond_init(&log->cond, NULL);
+	log->fd = fd;
+	log->next_fd = -1;
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_APPEND);
+	if (fstat(fd, &st) == 0)
+		log->bytes = (size_t)st.st_size;
+	*ret = log;
+	return 0;
 }
 
-int handover_fd(void)
+void handover_log_free(struct handover_log *log)
 {
-	return log_fd;
+	if (!log)
+		return;
+	handover_compactor_stop(log);
+	if (log->fd >= 0)
+		close(log->fd);
+	pthread_mutex_destroy(&log->lock);
+	pthread_cond_destroy(&log->cond);
+	free(log);
 }
 
-static bool compaction_due(void)
+int handover_log_fd(struct handover_log *log)
 {
-	return log_fd >= 0 && next_fd < 0 && log_bytes >= HANDOVER_COMPACT_MIN &&
-	       log_bytes > 2 * live_bytes;
+	int fd;
+
+	pthread_mutex_lock(&log->lock);
+	fd = log->fd;
+	pthread_mutex_unlock(&log->lock);
+	return fd;
 }
 
-void handover_note(char *record)
+static bool compaction_due(const struct handover_log *log)
+{
+	return log->next_fd < 0 && log->bytes >= HANDOVER_COMPACT_MIN &&
+	       log->bytes > 2 * log->live_bytes;
+}
+
+void handover_note(struct handover_log *log, char *record)
 {
 	size_t n;
 
-	if (log_fd < 0) {
+	if (!log) {
 		free(record);
 		return;
 	}
 	if (!record) {
-		atomic_fetch_add(&lost, 1);
+		atomic_fetch_add(&log->lost, 1);
 		return;
 	}
 	n = strlen(record);
-	pthread_mutex_lock(&log_lock);
+	pthread_mutex_lock(&log->lock);
 	/* O_APPEND: one write(2) is one record */
-	if (write(log_fd, record, n) != (ssize_t)n)
-		atomic_fetch_add(&lost, 1);
+	if (write(log->fd, record, n) != (ssize_t)n)
+		atomic_fetch_add(&log->lost, 1);
 	else
-		log_bytes += n;
-	if (next_fd >= 0 && write(next_fd, record, n) != (ssize_t)n)
-		atomic_fetch_add(&lost, 1);
-	if (compactor_on && compaction_due())
-		pthread_cond_signal(&log_cond);
-	pthread_mutex_unlock(&log_lock);
+		log->bytes += n;
+	if (log->next_fd >= 0 && write(log->next_fd, record, n) != (ssize_t)n)
+		atomic_fetch_add(&log->lost, 1);
+	if (log->compactor_on && compaction_due(log))
+		pthread_cond_signal(&log->cond);
+	pthread_mutex_unlock(&log->lock);
 	free(record);
 }
 
-unsigned long handover_lost(void)
+unsigned long handover_lost(struct handover_log *log)
 {
-	return atomic_load(&lost);
+	return atomic_load(&log->lost);
 }
 
-void handover_set_swap(handover_swap_fn fn, void *userdata)
+void handover_set_swap(struct handover_log *log, handover_swap_fn fn, void *userdata)
 {
-	swap_fn = fn;
-	swap_data = userdata;
+	pthread_mutex_lock(&log->lock);
+	log->swap_fn = fn;
+	log->swap_data = userdata;
+	pthread_mutex_unlock(&log->lock);
 }
 
-size_t handover_log_bytes(void)
+size_t handover_log_bytes(struct handover_log *log)
 {
 	size_t n;
 
-	pthread_mutex_lock(&log_lock);
-	n = log_bytes;
-	pthread_mutex_unlock(&log_lock);
+	pthread_mutex_lock(&log->lock);
+	n = log->bytes;
+	pthread_mutex_unlock(&log->lock);
 	return n;
 }
 
-unsigned long handover_compactions(void)
+unsigned long handover_compactions(struct handover_log *log)
 {
 	unsigned long n;
 
-	pthread_mutex_lock(&log_lock);
-	n = compactions;
-	pthread_mutex_unlock(&log_lock);
+	pthread_mutex_lock(&log->lock);
+	n = log->compactions;
+	pthread_mutex_unlock(&log->lock);
 	return n;
 }
 
@@ -840,9 +864,9 @@ char *handover_read(int fd, size_t *ret_len)
 	return buf;
 }
 
-/* A new log holding what the log says, compacted: its descriptor, or
- * -errno.  Under log_lock. */
-static int write_compacted(size_t *ret_len)
+/* A new log holding what the log in fd says, compacted: its descriptor,
+ * or -errno.  Under the log's lock. */
+static int write_compacted(int log_fd, size_t *ret_len)
 {
 	_cleanup_free_ char *text = NULL, *compact = NULL;
 	struct handover_state st;
@@ -873,23 +897,25 @@ static int write_compacted(size_t *ret_len)
 	return fd;
 }
 
-int handover_compact(void)
+int handover_compact(struct handover_log *log)
 {
+	handover_swap_fn swap_fn;
+	void *swap_data;
 	size_t len = 0, before = 0;
 	int fd, r;
 
-	if (!swap_fn)
-		return -EOPNOTSUPP;
-	pthread_mutex_lock(&log_lock);
-	if (log_fd < 0 || next_fd >= 0) {
-		pthread_mutex_unlock(&log_lock);
-		return log_fd < 0 ? -EBADF : -EBUSY;
+	pthread_mutex_lock(&log->lock);
+	swap_fn = log->swap_fn;
+	swap_data = log->swap_data;
+	if (!swap_fn || log->next_fd >= 0) {
+		pthread_mutex_unlock(&log->lock);
+		return swap_fn ? -EBUSY : -EOPNOTSUPP;
 	}
-	fd = write_compacted(&len);
+	fd = write_compacted(log->fd, &len);
 	if (fd >= 0)
-		next_fd = fd; /* notes from now on go to both */
-	before = log_bytes;
-	pthread_mutex_unlock(&log_lock);
+		log->next_fd = fd; /* notes from now on go to both */
+	before = log->bytes;
+	pthread_mutex_unlock(&log->lock);
 	if (fd < 0)
 		return fd;
 	/* A kill from here on leaves the supervisor either log, whole. */
@@ -897,68 +923,72 @@ int handover_compact(void)
 	r = swap_fn(fd, swap_data);
 	if (r == 0)
 		fault_point("handover-swapped");
-	pthread_mutex_lock(&log_lock);
-	next_fd = -1;
+	pthread_mutex_lock(&log->lock);
+	log->next_fd = -1;
 	if (r == 0) {
 		/* what was noted meanwhile is in both */
-		log_bytes = len + (log_bytes - before);
-		live_bytes = len;
-		close(log_fd);
-		log_fd = fd;
-		compactions++;
+		log->bytes = len + (log->bytes - before);
+		log->live_bytes = len;
+		close(log->fd);
+		log->fd = fd;
+		log->compactions++;
 	} else {
 		close(fd);
 	}
-	pthread_mutex_unlock(&log_lock);
+	pthread_mutex_unlock(&log->lock);
 	return r;
 }
 
 static void *compactor_main(void *arg)
 {
-	pthread_mutex_lock(&log_lock);
-	while (!compactor_stop) {
-		if (!compaction_due()) {
-			pthread_cond_wait(&log_cond, &log_lock);
+	struct handover_log *log = arg;
+
+	pthread_mutex_lock(&log->lock);
+	while (!log->compactor_stop) {
+		if (!compaction_due(log)) {
+			pthread_cond_wait(&log->cond, &log->lock);
 			continue;
 		}
-		pthread_mutex_unlock(&log_lock);
-		int r = handover_compact();
-		pthread_mutex_lock(&log_lock);
+		pthread_mutex_unlock(&log->lock);
+		int r = handover_compact(log);
+		pthread_mutex_lock(&log->lock);
 		if (r < 0 && r != -EBUSY) {
 			/* not again before the log doubles once more */
-			live_bytes = log_bytes;
+			log->live_bytes = log->bytes;
 			fprintf(stderr, "pullfs: cannot compact the hand-over log: %s\n",
 				strerror(-r));
 		}
 	}
-	pthread_mutex_unlock(&log_lock);
+	pthread_mutex_unlock(&log->lock);
 	return NULL;
 }
 
-int handover_compactor_start(void)
+int handover_compactor_start(struct handover_log *log)
 {
 	int r;
 
-	pthread_mutex_lock(&log_lock);
-	compactor_stop = false;
-	r = -pthread_create(&compactor, NULL, compactor_main, NULL);
-	compactor_on = r == 0;
-	if (compactor_on)
-		pthread_cond_signal(&log_cond);
-	pthread_mutex_unlock(&log_lock);
+	pthread_mutex_lock(&log->lock);
+	log->compactor_stop = false;
+	r = -pthread_create(&log->compactor, NULL, compactor_main, log);
+	log->compactor_on = r == 0;
+	if (log->compactor_on)
+		pthread_cond_signal(&log->cond);
+	pthread_mutex_unlock(&log->lock);
 	return r;
 }
 
-void handover_compactor_stop(void)
+void handover_compactor_stop(struct handover_log *log)
 {
 	bool on;
 
-	pthread_mutex_lock(&log_lock);
-	on = compactor_on;
-	compactor_stop = true;
-	compactor_on = false;
-	pthread_cond_broadcast(&log_cond);
-	pthread_mutex_unlock(&log_lock);
+	if (!log)
+		return;
+	pthread_mutex_lock(&log->lock);
+	on = log->compactor_on;
+	log->compactor_stop = true;
+	log->compactor_on = false;
+	pthread_cond_broadcast(&log->cond);
+	pthread_mutex_unlock(&log->lock);
 	if (on)
-		pthread_join(compactor, NULL);
+		pthread_join(log->compactor, NULL);
 }

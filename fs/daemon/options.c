@@ -656,7 +656,7 @@ static int config_line(void *userdata, const char *section, const char *key, con
 	return apply_option(s, o, val, errbuf, errlen);
 }
 
-/* The config file (fs/conffile.h has the syntax): options as "key = value"
+/* The config file (conffile.h has the syntax): options as "key = value"
  * with the long option names as keys, [registry "HOST"] sections for
  * hosts.h.  The command line wins over the file.  Exits on an error, with
  * the file and line. */

@@ -164,7 +164,7 @@ int main(int argc, char **argv)
 	struct fs *fs = NULL;
 	struct control *ctl = NULL;
 	struct credentials *creds = NULL;
-	struct fs_handoff h;
+	struct handoff h;
 	unsigned check_version = 0;
 	char errbuf[512] = "";
 	int status = 1;
