@@ -13,11 +13,12 @@
  *   store/   the content store on disk: layout, blobs, objects, layers and
  *            where each is (a stage while being published, else layers/),
  *            the background publisher, proofs of verified blobs
- *   lazy/    lazy layers: fetching chunks, completing a layer, and when
- *            a background completion should run (lazy-schedule)
+ *   lazy/    lazy layers: fetching chunks, completing a layer, when one
+ *            layer's background completion should run (lazy-schedule),
+ *            and the threads and slots that run them all (lazy-completer)
  *   image/   an image's contents: the merged tree, node keys, the packs of
- *            its layers, views of one layer; image.c also runs the
- *            background completions of lazy layers on threads of its own
+ *            its layers, views of one layer; which lazy layers of a
+ *            content the completer is given
  *   manager/ the top: the life cycle (manager.c), ensure (ensure.c: one
  *            pull job per reference shared by its callers, and what the
  *            job decides), admission of each caller (admit.c), the name
@@ -54,6 +55,7 @@ struct manifest;
 struct layer_view;
 struct imagekeys;
 struct quota_blob;
+struct lazy_completer;
 
 #define PULL_DURATION_BUCKETS 18
 
@@ -263,11 +265,8 @@ struct manager {
 	bool settle_wanted;
 	bool stopping;	       /* lock */
 	atomic_bool cancelled; /* manager_cancel(): pulls give up */
-	/* background completions of lazy layers running, all images
-	 * together (image.c); lock, waited for on flight_cond */
-	unsigned lazy_completing;
-	/* their threads, waiting or running (image.c); lock */
-	struct dlist completions;
+	/* the background completions of lazy layers (lazy-completer.h) */
+	struct lazy_completer *completer;
 	/* image.c reports each loaded image whose lazy layers all completed
 	 * here (refs.c: the Pulled event of each of its names); called
 	 * without locks */
@@ -276,12 +275,6 @@ struct manager {
 	_Atomic int64_t lazy_warned_ms;
 	pthread_cond_t gc_cond;
 };
-
-/* The phase (enum lazy_phase) of the background completion of layer
- * layer_digest and its failures in a row, or -ENOENT when none runs or
- * waits.  manager.lock held. */
-int image_completion_phase_locked(struct manager *m, const char *layer_digest,
-				  unsigned *ret_failures);
 
 /* The manager's clock (clock.h, a fake one in tests) in seconds. */
 static inline int64_t manager_now_s(const struct manager *m)
@@ -309,7 +302,9 @@ static inline int64_t manager_wall_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Writes one event to the events log, its message formatted (emit.c). */
+/* Writes one event to the events log, its message formatted (emit.c);
+ * the floors below are given the log as a sink (events.h). */
+struct event_sink manager_event_sink(struct manager *m);
 void manager_emit(struct manager *m, enum event_type type, const char *reason, const char *image,
 		  const char *digest, int err, const struct caller *who, const char *fmt, ...)
 	__attribute__((format(printf, 8, 9)));

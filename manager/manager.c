@@ -16,6 +16,7 @@
 #include "cache.h"
 #include "hosts.h"
 #include "imagekeys.h"
+#include "lazy-completer.h"
 #include "macro.h"
 #include "manifest.h"
 #include "packs.h"
@@ -223,17 +224,21 @@ void manager_cancel(struct manager *m)
 
 void manager_drain(struct manager *m)
 {
-	/* Flights run on threads of their own: stop them and wait. */
+	/* Flights and the completions of lazy layers run on threads of
+	 * their own: stop them and wait (a flight may start a completion,
+	 * which sees the flag). */
 	pthread_mutex_lock(&m->lock);
 	bool busy = m->jobs_running > 0;
 	pthread_mutex_unlock(&m->lock);
-	if (!busy)
+	if (!busy && (!m->completer || lazy_completer_count(m->completer) == 0))
 		return;
 	manager_cancel(m);
 	pthread_mutex_lock(&m->lock);
 	while (m->jobs_running)
 		pthread_cond_wait(&m->flight_cond, &m->lock);
 	pthread_mutex_unlock(&m->lock);
+	if (m->completer)
+		lazy_completer_drain(m->completer);
 }
 
 int manager_start(struct manager *m)
@@ -330,6 +335,16 @@ static unsigned default_open_packs(void)
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
 		return 256;
 	return (unsigned)MAX(MIN(rl.rlim_cur / 4, 4096), 16);
+}
+
+/* The start-up window of a lazily started image (0: none). */
+static int64_t completion_window_ns(const struct manager_options *opts)
+{
+	long ms = opts->lazy_completion_delay_ms;
+
+	if (ms == 0)
+		ms = MANAGER_DEFAULT_LAZY_DELAY_S * 1000L;
+	return ms < 0 ? 0 : (int64_t)ms * 1000000;
 }
 
 int manager_new(const struct manager_options *opts, struct manager **ret, char *errbuf,
@@ -475,6 +490,18 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 		snprintf(errbuf, errlen, "cannot set up the registry client: %s", strerror(-r));
 		goto fail;
 	}
+	r = lazy_completer_new(
+		&(struct lazy_completer_options){
+			.clock = m->clock,
+			.registry = m->registry,
+			.stats = packs_lazy_stats(m->packs),
+			.window_ns = completion_window_ns(opts),
+			.cancelled = &m->cancelled,
+			.events = manager_event_sink(m),
+		},
+		&m->completer);
+	if (r < 0)
+		goto fail;
 	r = setup_ensure(m, opts, errbuf, errlen);
 	if (r < 0)
 		goto fail;
@@ -526,6 +553,7 @@ void manager_free(struct manager *m)
 	}
 	/* What the kernel still held when the mount went away. */
 	images_free_all(m);
+	lazy_completer_free(m->completer);
 	if (m->users) {
 		strmap_foreach(m->users, free_value, NULL);
 		strmap_free(m->users);

@@ -15,6 +15,7 @@
 #include "errname.h"
 #include "errtable.h"
 #include "events.h"
+#include "lazy-completer.h"
 #include "lazy-schedule.h"
 #include "macro.h"
 #include "packs.h"
@@ -128,7 +129,7 @@ static void image_bytes(struct manager *m, const char *digest, const char *index
 			ret->disk += cache_layer_bytes_memo(m->cache, mf->layers[i].digest);
 			packs_layer_bytes(m->packs, mf->layers[i].digest, mf->layers[i].size,
 					  &local, &completing);
-			phase = image_completion_phase_locked(m, mf->layers[i].digest, &failures);
+			phase = lazy_completer_phase(m->completer, mf->layers[i].digest, &failures);
 			/* pullfsctl pull stops waiting once it has failed a few
 			 * times; it goes on trying */
 			if (phase == LAZY_PHASE_RETRYING && failures >= LAZY_FAILURES_REPORTED)

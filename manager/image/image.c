@@ -20,7 +20,7 @@
 #include "memtrim.h"
 #include "manifest.h"
 #include "lazy.h"
-#include "lazy-schedule.h"
+#include "lazy-completer.h"
 #include "packs.h"
 #include "strmap.h"
 #include "manager-private.h"
@@ -554,72 +554,12 @@ ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t o
 	return n;
 }
 
-/* Background completions of lazy layers running at once, all images
- * together: each streams a blob, and the reads someone waits for come
- * first anyway (lazy.h). */
-#define LAZY_COMPLETIONS_MAX 2
-
-/* One lazy layer's background completion: a thread of its own that waits
- * for its schedule (lazy-schedule.h), then fetches, and tries again after a
- * failure until the layer is complete or the manager stops. */
-struct completion {
+/* The background completion of one lazy layer of a loaded content
+ * (lazy-completer.h): the job's userdata, holding the pack. */
+struct layer_completion {
 	struct manager *m;
 	struct pack *pack;
-	struct lazy_layer *lazy;
-	struct lazy_schedule sched; /* manager.lock */
-	struct dlist_node node;	    /* on manager.completions; manager.lock */
 };
-
-/* Waits on flight_cond for at most 200 ms (manager_cancel() does not
- * signal it: the caller looks at the flag again soon).  manager.lock
- * held. */
-static void completion_nap(struct manager *m)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += 200000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
-	pthread_cond_timedwait(&m->flight_cond, &m->lock, &ts);
-}
-
-/* Waits until the schedule says go, then for a completion slot; false when
- * the manager is cancelled first. */
-static bool completion_slot_take(struct completion *cp)
-{
-	struct manager *m = cp->m;
-	struct lazy_stats *st = packs_lazy_stats(m->packs);
-	bool ok;
-
-	pthread_mutex_lock(&m->lock);
-	for (;;) {
-		if (atomic_load(&m->cancelled))
-			break;
-		lazy_schedule_readers(&cp->sched, atomic_load(&st->reader_ok));
-		if (lazy_schedule_due(&cp->sched, NULL) &&
-		    m->lazy_completing < LAZY_COMPLETIONS_MAX)
-			break;
-		completion_nap(m);
-	}
-	ok = !atomic_load(&m->cancelled);
-	if (ok) {
-		m->lazy_completing++;
-		lazy_schedule_running(&cp->sched);
-	}
-	pthread_mutex_unlock(&m->lock);
-	return ok;
-}
-
-static void completion_slot_give(struct manager *m)
-{
-	pthread_mutex_lock(&m->lock);
-	m->lazy_completing--;
-	pthread_cond_broadcast(&m->flight_cond);
-	pthread_mutex_unlock(&m->lock);
-}
 
 struct announce_ctx {
 	struct manager *m;
@@ -668,153 +608,73 @@ static void announce_complete(struct manager *m)
 	free(a.done);
 }
 
-static void *complete_thread(void *arg)
+/* (replaced by a layer verified against its digest: nothing left to
+ * complete) */
+static bool completion_gone(void *userdata)
 {
-	struct completion *cp = arg;
-	struct manager *m = cp->m;
-	int r;
+	struct layer_completion *lc = userdata;
 
-	for (;;) {
-		unsigned delay, tries;
-
-		r = -ECANCELED;
-		/* (replaced by a layer verified against its digest: nothing
-		 * left to complete) */
-		if (pack_detached(m->packs, cp->pack))
-			break;
-		if (completion_slot_take(cp)) {
-			r = lazy_layer_complete(cp->lazy, m->registry, &m->cancelled);
-			completion_slot_give(m);
-		}
-		if (r == 0 && !lazy_layer_is_complete(cp->lazy))
-			r = -EAGAIN; /* a file that did not verify */
-		if (r == 0 || r == -ECANCELED)
-			break;
-		if (lazy_layer_foreign_toc(cp->lazy)) {
-			manager_emit(m, EVENT_WARNING, "LazyLayerUnverified", NULL,
-				     pack_digest(cp->pack), r, NULL,
-				     "Lazy layer %s is not the blob of that digest: the blob holds "
-				     "another table of contents than the one the layer was built "
-				     "from, or chunks that do not match it; it is never completed, "
-				     "and only images naming that table are served from it",
-				     pack_digest(cp->pack));
-			break;
-		}
-		pthread_mutex_lock(&m->lock);
-		delay = lazy_schedule_failed(&cp->sched);
-		tries = cp->sched.failures;
-		pthread_mutex_unlock(&m->lock);
-		manager_emit(m, EVENT_WARNING, "LazyFetchFailed", NULL, pack_digest(cp->pack), r,
-			     NULL,
-			     "Fetching the rest of lazy layer %s failed: %s (try %u; tries again "
-			     "in %u s, sooner once a read or a lookup of the image gets through; "
-			     "its files are fetched when read)",
-			     pack_digest(cp->pack), strerror(-r), tries, delay);
-	}
-	if (r == 0)
-		manager_emit(m, EVENT_NORMAL, "LayerCompleted", NULL, pack_digest(cp->pack), 0,
-			     NULL, "Layer %s, pulled lazily, is complete and verified",
-			     pack_digest(cp->pack));
-	if (r == 0)
-		announce_complete(m);
-	else
-		pack_completion_failed(m->packs, cp->pack);
-	pthread_mutex_lock(&m->lock);
-	dlist_remove(&m->completions, &cp->node);
-	pthread_mutex_unlock(&m->lock);
-	packs_put(m->packs, cp->pack);
-	free(cp);
-	pthread_mutex_lock(&m->lock);
-	if (--m->jobs_running == 0)
-		pthread_cond_broadcast(&m->flight_cond);
-	pthread_mutex_unlock(&m->lock);
-	return NULL;
+	return pack_detached(lc->m->packs, lc->pack);
 }
 
-/* The start-up window of a lazily started image (0: none). */
-static int64_t completion_window_ns(const struct manager *m)
+static void completion_end(void *userdata, bool complete)
 {
-	long ms = m->opts.lazy_completion_delay_ms;
+	struct layer_completion *lc = userdata;
 
-	if (ms == 0)
-		ms = MANAGER_DEFAULT_LAZY_DELAY_S * 1000L;
-	return ms < 0 ? 0 : (int64_t)ms * 1000000;
+	if (complete)
+		announce_complete(lc->m);
+	else
+		pack_completion_failed(lc->m->packs, lc->pack);
+	packs_put(lc->m->packs, lc->pack);
+	free(lc);
 }
 
 /* Background completion of the lazy layers of a content just loaded. */
 static void content_complete_lazy(struct manager *m, struct image_content *c)
 {
-	struct lazy_stats *st = packs_lazy_stats(m->packs);
-
 	for (size_t i = 0; i < c->n_layers; i++) {
 		struct lazy_layer *l = pack_lazy(m->packs, c->packs[i]);
-		struct completion *cp;
-		pthread_attr_t attr;
-		pthread_t th;
+		struct layer_completion *lc;
 
 		if (l && !lazy_layer_is_complete(l))
 			c->lazy_pending = true;
 		if (!l || atomic_load(&m->cancelled) ||
 		    !pack_claim_completion(m->packs, c->packs[i]))
 			continue;
-		cp = calloc(1, sizeof(*cp));
-		if (!cp) {
+		lc = malloc(sizeof(*lc));
+		if (lc)
+			*lc = (struct layer_completion){ .m = m, .pack = c->packs[i] };
+		if (!lc ||
+		    lazy_completer_start(m->completer, &(struct lazy_completion_job){
+							       .digest = pack_digest(c->packs[i]),
+							       .layer = l,
+							       .gone = completion_gone,
+							       .end = completion_end,
+							       .userdata = lc,
+						       }) < 0) {
 			pack_completion_failed(m->packs, c->packs[i]);
 			packs_put(m->packs, c->packs[i]);
-			continue;
+			free(lc);
 		}
-		*cp = (struct completion){ .m = m, .pack = c->packs[i], .lazy = l };
-		lazy_schedule_init(&cp->sched, m->clock, completion_window_ns(m),
-				   atomic_load(&st->reader_ok));
-		pthread_mutex_lock(&m->lock);
-		m->jobs_running++;
-		dlist_push(&m->completions, &cp->node);
-		pthread_mutex_unlock(&m->lock);
-		pthread_attr_init(&attr);
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		if (pthread_create(&th, &attr, complete_thread, cp) != 0) {
-			pack_completion_failed(m->packs, c->packs[i]);
-			packs_put(m->packs, c->packs[i]);
-			pthread_mutex_lock(&m->lock);
-			dlist_remove(&m->completions, &cp->node);
-			if (--m->jobs_running == 0)
-				pthread_cond_broadcast(&m->flight_cond);
-			pthread_mutex_unlock(&m->lock);
-			free(cp);
-		}
-		pthread_attr_destroy(&attr);
 	}
+}
+
+/* Whether a completion (its job's userdata) is of a layer of content
+ * match_data. */
+static bool completion_of(void *match_data, void *userdata)
+{
+	const struct image_content *c = match_data;
+	const struct layer_completion *lc = userdata;
+
+	for (size_t i = 0; i < c->n_layers; i++)
+		if (c->packs[i] == lc->pack)
+			return true;
+	return false;
 }
 
 void image_completion_wake(struct image *img, bool waited)
 {
-	struct manager *m = img->manager;
-	struct image_content *c = img->content;
-
-	pthread_mutex_lock(&m->lock);
-	for (struct dlist_node *n = m->completions.head; n; n = n->next) {
-		struct completion *cp = dlist_entry(n, struct completion, node);
-
-		for (size_t i = 0; i < c->n_layers; i++)
-			if (c->packs[i] == cp->pack)
-				lazy_schedule_wake(&cp->sched, waited);
-	}
-	pthread_cond_broadcast(&m->flight_cond);
-	pthread_mutex_unlock(&m->lock);
-}
-
-int image_completion_phase_locked(struct manager *m, const char *layer_digest,
-				  unsigned *ret_failures)
-{
-	for (struct dlist_node *n = m->completions.head; n; n = n->next) {
-		struct completion *cp = dlist_entry(n, struct completion, node);
-
-		if (strcmp(pack_digest(cp->pack), layer_digest) == 0) {
-			*ret_failures = cp->sched.failures;
-			return (int)cp->sched.phase;
-		}
-	}
-	return -ENOENT;
+	lazy_completer_wake(img->manager->completer, completion_of, img->content, waited);
 }
 
 void image_file_fd_put(struct image *img, const struct tinode *file)
