@@ -15,7 +15,6 @@
 #include "blobproof.h"
 #include "cache.h"
 #include "hosts.h"
-#include "imagekeys.h"
 #include "lazy-completer.h"
 #include "macro.h"
 #include "manifest.h"
@@ -165,6 +164,16 @@ int manager_list(struct manager *m, const char *prefix, const struct caller *who
 	free(c.items);
 	strmap_free(c.seen);
 	return r;
+}
+
+struct image *manager_image(struct manager *m, uint32_t key)
+{
+	return images_get(m->imgs, key);
+}
+
+void manager_set_image_forgotten(struct manager *m, void (*fn)(uint32_t key))
+{
+	images_set_forgotten(m->imgs, fn);
 }
 
 void manager_took_over(struct manager *m)
@@ -364,7 +373,6 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 	m->opts.lazy_rules = NULL;
 	m->opts.n_lazy_rules = 0;
 	m->clock = opts->clock ? opts->clock : clock_monotonic();
-	m->images_completed = refs_images_completed;
 	m->opts.pins = NULL;
 	m->opts.n_pins = 0;
 	m->opts.pull_access_rules = m->opts.private_access_rules = NULL;
@@ -374,17 +382,14 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 	pthread_cond_init(&m->gc_cond, NULL);
 	pthread_cond_init(&m->flight_cond, NULL);
 	pthread_cond_init(&m->hooks_cond, NULL);
-	pthread_mutex_init(&m->content_lock, NULL);
-	pthread_mutex_init(&m->keys_lock, NULL);
 	m->recent = strmap_new();
-	if (!m->recent || imagekeys_new(&m->keys) < 0) {
+	if (!m->recent) {
 		r = -ENOMEM;
 		goto fail;
 	}
 	m->registry_bytes = strmap_new();
-	m->contents = strmap_new();
 	m->users = strmap_new();
-	if (!m->contents || !m->users) {
+	if (!m->users) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -502,6 +507,22 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 		&m->completer);
 	if (r < 0)
 		goto fail;
+	r = images_new(
+		&(struct images_options){
+			.cache = m->cache,
+			.packs = m->packs,
+			.registry = m->registry,
+			.completer = m->completer,
+			.clock = m->clock,
+			.max_entries = image_max_entries(m),
+			.events = manager_event_sink(m),
+			.completed = refs_images_completed,
+			.key_assign = refs_key_assign,
+			.userdata = m,
+		},
+		&m->imgs);
+	if (r < 0)
+		goto fail;
 	r = setup_ensure(m, opts, errbuf, errlen);
 	if (r < 0)
 		goto fail;
@@ -552,17 +573,13 @@ void manager_free(struct manager *m)
 		strmap_free(m->recent);
 	}
 	/* What the kernel still held when the mount went away. */
-	images_free_all(m);
+	images_free(m->imgs);
 	lazy_completer_free(m->completer);
 	if (m->users) {
 		strmap_foreach(m->users, free_value, NULL);
 		strmap_free(m->users);
 	}
-	strmap_free(m->contents);
 	packs_free(m->packs);
-	pthread_mutex_destroy(&m->content_lock);
-	imagekeys_free(m->keys);
-	pthread_mutex_destroy(&m->keys_lock);
 	throttle_free(m->throttle);
 	puller_free(m->puller);
 	backoff_free(m->backoff);
@@ -589,7 +606,7 @@ int manager_restore_image(struct manager *m, const char *reference, const char *
 			  uint32_t key, struct image **ret)
 {
 	char errbuf[256] = "";
-	int r = key ? image_load_key(m, reference, digest, key, ret, errbuf, sizeof(errbuf))
+	int r = key ? refs_image_restore(m, reference, digest, key, ret, errbuf, sizeof(errbuf))
 		    : refs_image_get(m, reference, digest, ret, errbuf, sizeof(errbuf));
 
 	if (r < 0 && errbuf[0])

@@ -149,10 +149,10 @@ static int status_image(void *userdata, const char *key, void *value)
 	struct status_ctx *s = userdata;
 	const struct refstate *rs = value;
 	struct image *img = strmap_get(s->m->images, key);
-	unsigned open = img ? atomic_load(&img->open_files) : 0;
+	unsigned open = img ? image_open_count(img) : 0;
 	/* The table holds one reference; any other is the kernel's or a
 	 * caller's. */
-	bool in_use = img && (open || atomic_load(&img->refcount) > 1);
+	bool in_use = img && (open || image_refs(img) > 1);
 	bool pinned = false;
 	struct image_bytes b;
 
