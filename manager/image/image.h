@@ -71,8 +71,9 @@ int images_load(struct images *imgs, const char *name, const char *digest, struc
 		char *errbuf, size_t errlen);
 /* For o.key_assign: gives img the first key from preferred on that is
  * free and not taken(userdata, key) (imagekeys_pick()), and makes the
- * image findable by it.  Takes the table's lock: taken runs with it held,
- * and so must not call into the images.  0, -EMFILE, -ENOMEM. */
+ * image findable by it.  Takes the table's lock (after the names' lock
+ * when both are): taken runs with it held, and so must not call into the
+ * images.  0, -EMFILE, -ENOMEM. */
 int images_key_assign(struct images *imgs, struct image *img, uint32_t preferred,
 		      bool (*taken)(void *userdata, uint32_t key), void *userdata);
 /* images_load() in two steps, for a caller that gives the key itself:
@@ -93,8 +94,9 @@ struct image *images_get(struct images *imgs, uint32_t key);
 /* fn (NULL: none) is called when an image with a key is freed because
  * nothing held it any more (manager_set_image_forgotten()). */
 void images_set_forgotten(struct images *imgs, void (*fn)(uint32_t key));
-/* Calls fn with every live image, under the table's lock: fn must not
- * call into the images. */
+/* Calls fn with every live image, under the table's lock: fn may read
+ * an image (image_digest(), image_open_count(), ...) but must not drop
+ * one, nor load or find one. */
 void images_foreach(struct images *imgs, void (*fn)(void *userdata, uint32_t key, void *img),
 		    void *userdata);
 
