@@ -26,7 +26,11 @@
  *            table (refs.c), per-user limits (users.c), the pull (pull.c),
  *            GC (gc.c), the status (status.c) and events (emit.c)
  *
- * tests/check-floors.py checks the direction on the includes.
+ * A floor that needs one above (an event to write, a key to choose, a
+ * completion to report) is given callbacks by it: the completer tells
+ * image/ through each job's, image/ tells the top through struct
+ * images_options.  tests/check-floors.py checks the direction on the
+ * includes.
  * Within the top, calls go down this order: manager.c and status.c,
  * ensure.c, pull.c, gc.c, refs.c, admit.c and users.c, emit.c. */
 #pragma once
