@@ -18,7 +18,7 @@
 #include "cache.h"
 #include "digest.h"
 #include "fault.h"
-#include "imagekeys.h"
+#include "layerview.h"
 #include "macro.h"
 #include "packs.h"
 #include "quota.h"
@@ -95,11 +95,11 @@ static int collect_one(void *userdata, const char *key, void *value)
 	}
 	c->last_used_ms = rs->last_used_ms;
 	c->pulled_at = rs->pulled_at;
-	c->open_files = img ? atomic_load(&img->open_files) : 0;
+	c->open_files = img ? image_open_count(img) : 0;
 	c->in_flight = strmap_get(ctx->m->flights, rs->reference) != NULL;
 	/* a lazy image being completed is still being pulled */
-	for (size_t i = 0; img && i < img->content->n_layers && !c->in_flight; i++)
-		c->in_flight = pack_completing(ctx->m->packs, img->content->packs[i]);
+	if (img && !c->in_flight)
+		c->in_flight = image_completing(img);
 	c->pinned = pinned(ctx->m, rs->reference);
 	c->owner = rs->ephemeral ? rs->uid : 0;
 	c->key = img ? image_key(img) : 0;
@@ -351,9 +351,9 @@ static void add_open(void *userdata, uint32_t key, void *value)
 	const struct image *img = value;
 	char *d;
 
-	if (img->layer || o->error)
+	if (image_is_layer_view(img) || o->error)
 		return;
-	if (atomic_load(&img->open_files) == 0 &&
+	if (image_open_count(img) == 0 &&
 	    !(o->n_entered && bsearch(&key, o->entered, o->n_entered, sizeof(key), key_cmp)))
 		return;
 	if (o->n == o->cap) {
@@ -397,9 +397,7 @@ static void keep_open_images(struct keep_ctx *k)
 		k->error = -ENOMEM;
 	o.entered = keys;
 	o.n_entered = n;
-	pthread_mutex_lock(&m->keys_lock);
-	imagekeys_foreach(m->keys, add_open, &o);
-	pthread_mutex_unlock(&m->keys_lock);
+	images_foreach(m->imgs, add_open, &o);
 	free(keys);
 	if (o.error)
 		k->error = o.error;

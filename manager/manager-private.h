@@ -13,19 +13,24 @@
  *   store/   the content store on disk: layout, blobs, objects, layers and
  *            where each is (a stage while being published, else layers/),
  *            the background publisher, proofs of verified blobs
- *   lazy/    lazy layers: fetching chunks, completing a layer, and when
- *            a background completion should run (lazy-schedule)
- *   image/   an image's contents: the merged tree, node keys, the packs of
- *            its layers, views of one layer; image.c also runs the
- *            background completions of lazy layers on threads of its own
+ *   lazy/    lazy layers: fetching chunks, completing a layer, when one
+ *            layer's background completion should run (lazy-schedule),
+ *            and the threads and slots that run them all (lazy-completer)
+ *   image/   images (image.h): the merged tree, node keys, the packs of
+ *            their layers, views of one layer, in a state of their own
+ *            (struct images); the top chooses their keys and hears of
+ *            their events and completions through its callbacks
  *   manager/ the top: the life cycle (manager.c), ensure (ensure.c: one
  *            pull job per reference shared by its callers, and what the
  *            job decides), admission of each caller (admit.c), the name
  *            table (refs.c), per-user limits (users.c), the pull (pull.c),
  *            GC (gc.c), the status (status.c) and events (emit.c)
  *
- * tests/check-floors.py checks the direction on the includes; the few
- * includes that still run up a floor are listed there with the reason.
+ * A floor that needs one above (an event to write, a key to choose, a
+ * completion to report) is given callbacks by it: the completer tells
+ * image/ through each job's, image/ tells the top through struct
+ * images_options.  tests/check-floors.py checks the direction on the
+ * includes.
  * Within the top, calls go down this order: manager.c and status.c,
  * ensure.c, pull.c, gc.c, refs.c, admit.c and users.c, emit.c. */
 #pragma once
@@ -36,7 +41,6 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "dlist.h"
 #include "manager.h"
 #include "manifest.h"
 
@@ -48,43 +52,14 @@ struct throttle;
 struct puller;
 struct strmap;
 struct reference;
-struct pack;
 struct packs;
 struct manifest;
-struct layer_view;
-struct imagekeys;
 struct quota_blob;
+struct lazy_completer;
+struct images;
+struct image_completed;
 
 #define PULL_DURATION_BUCKETS 18
-
-/* What one image manifest loads into, shared by every name of that
- * digest: the merged tree and the packs of its layers.  Immutable once
- * loaded; counted under manager.content_lock. */
-struct image_content {
-	unsigned refs; /* manager.content_lock */
-	char *digest;  /* manifest digest */
-	struct tree *tree;
-	struct pack **packs; /* one per layer, by tinode.layer */
-	size_t n_layers;
-	uint64_t size; /* config + compressed layers, as the registry sent it */
-	/* lazy layers are left to complete; the Pulled event is due when
-	 * they are (manager.content_lock) */
-	bool lazy_pending;
-	double loaded_s; /* manager_now_f() when loaded */
-};
-
-/* One name of an image: images/<reference>/ as the kernel knows it.  A few
- * dozen bytes, since the content is shared; each name has its own key, so
- * that every directory the kernel sees has one parent. */
-struct image {
-	atomic_uint_fast64_t refcount;
-	atomic_uint open_files; /* regular files the filesystem has open */
-	struct manager *manager;
-	struct image_content *content;
-	uint32_t key;		  /* in manager.keys: part of every node id */
-	uint32_t generation;	  /* from the manifest digest, never 0 */
-	struct layer_view *layer; /* a view of one layer (layerview.c), or NULL */
-};
 
 /* What the manager knows of one reference. */
 struct refstate {
@@ -111,7 +86,8 @@ struct refstate {
 	 * private access rules admit (access.h). */
 	bool credentials;
 	/* The image key of (reference, digest), as stored in the cache or
-	 * derived; image.c gives it to the view it makes when free. */
+	 * derived; refs_key_assign() gives it to the image made for the name
+	 * when free. */
 	uint32_t key;
 };
 
@@ -172,13 +148,6 @@ struct manager_stats {
 	uint64_t gc_freed_bytes, gc_removed_images;
 };
 
-/* A loaded image whose last lazy layer just completed. */
-struct image_completed {
-	char *digest;	/* manifest */
-	double seconds; /* since its content was loaded */
-	uint64_t size;	/* config + compressed layers */
-};
-
 struct manager {
 	struct manager_options opts;
 	char **insecure;
@@ -220,16 +189,10 @@ struct manager {
 	/* "pid\nreference" -> struct recent_failure *: what a process was just
 	 * told; lock. */
 	struct strmap *recent;
-	/* Loaded contents by manifest digest, shared by names. */
-	pthread_mutex_t content_lock;
-	struct strmap *contents; /* digest -> struct image_content *; content_lock */
 	struct packs *packs;
-	/* Every live image by key, read without locks by the filesystem;
-	 * written under keys_lock (taken after lock when both are). */
-	struct imagekeys *keys;
-	pthread_mutex_t keys_lock;
-	/* manager_set_image_forgotten(); keys_lock */
-	void (*image_forgotten)(uint32_t key);
+	/* The loaded images: contents by digest, live images by key
+	 * (image.h); its lock is taken after lock when both are. */
+	struct images *imgs;
 	struct strmap *flights; /* reference -> struct flight *; lock */
 	struct strmap *users;	/* decimal uid -> struct user_usage *; lock */
 	/* Broadcast when the last flight job ends; lock. */
@@ -269,25 +232,16 @@ struct manager {
 	/* manager_freeze_gc(): nothing leaves the cache any more; lock */
 	bool gc_frozen;
 	atomic_bool cancelled; /* manager_cancel(): pulls give up */
-	/* background completions of lazy layers running, all images
-	 * together (image.c); lock, waited for on flight_cond */
-	unsigned lazy_completing;
-	/* their threads, waiting or running (image.c); lock */
-	struct dlist completions;
-	/* image.c reports each loaded image whose lazy layers all completed
-	 * here (refs.c: the Pulled event of each of its names); called
-	 * without locks */
-	void (*images_completed)(struct manager *m, const struct image_completed *done, size_t n);
-	/* wall ms of the last LazyReadFailed event (rate limit) */
-	_Atomic int64_t lazy_warned_ms;
+	/* the background completions of lazy layers (lazy-completer.h) */
+	struct lazy_completer *completer;
 	pthread_cond_t gc_cond;
 };
 
-/* The phase (enum lazy_phase) of the background completion of layer
- * layer_digest and its failures in a row, or -ENOENT when none runs or
- * waits.  manager.lock held. */
-int image_completion_phase_locked(struct manager *m, const char *layer_digest,
-				  unsigned *ret_failures);
+/* The budget of entries of one image (--max-image-entries). */
+static inline unsigned image_max_entries(const struct manager *m)
+{
+	return m->opts.max_image_entries ?: MANAGER_DEFAULT_IMAGE_ENTRIES;
+}
 
 /* The manager's clock (clock.h, a fake one in tests) in seconds. */
 static inline int64_t manager_now_s(const struct manager *m)
@@ -315,47 +269,12 @@ static inline int64_t manager_wall_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Writes one event to the events log, its message formatted (emit.c). */
+/* Writes one event to the events log, its message formatted (emit.c);
+ * the floors below are given the log as a sink (events.h). */
+struct event_sink manager_event_sink(struct manager *m);
 void manager_emit(struct manager *m, enum event_type type, const char *reason, const char *image,
 		  const char *digest, int err, const struct caller *who, const char *fmt, ...)
 	__attribute__((format(printf, 8, 9)));
-
-/* image.c: the image named reference for manifest digest, loading the
- * content when no other name holds it, with the key reference's state
- * stores for digest or one derived from both, or the next free one (see
- * imagekeys.h).  Takes manager.lock.  Returns 0 with a new image (one
- * reference for the caller), -ENOENT when something is missing from the
- * cache, -EBADMSG (reason in errbuf), -EFBIG when its layers have more
- * entries than image_max_entries() (reason in errbuf), -ENOMEM, -EMFILE
- * when no key is left. */
-int image_load(struct manager *m, const char *reference, const char *digest, struct image **ret,
-	       char *errbuf, size_t errlen);
-/* The budget of entries of one image (--max-image-entries). */
-unsigned image_max_entries(const struct manager *m);
-/* layerview.c: contents whose digest is LAYER_CONTENT_PREFIX and a layer
- * digest hold that layer alone, in overlayfs's format; content_get() loads
- * them with layer_content_load().  image_free() ends a view's hold on its
- * image with layer_view_free(). */
-#define LAYER_CONTENT_PREFIX "layer:"
-int layer_content_load(struct manager *m, const char *digest, struct image_content **ret,
-		       char *errbuf, size_t errlen);
-void layer_view_free(struct layer_view *lv);
-/* At the end, when every image is freed regardless of references: the
- * view of img (if it is one) forgets its image without dropping it. */
-void layer_view_detach(struct image *img);
-/* image.c: the cached manifest of digest; 0, -ENOENT, -EBADMSG, -ENOMEM. */
-int manifest_load_cached(struct manager *m, const char *digest, struct manifest **ret);
-/* image.c: the image of reference at manifest digest with exactly key,
- * as a process before handed it out (fs/takeover.c): the live one of that
- * key, or one loaded from the cache.  It becomes reference's image in
- * the table when the name's state names digest and the table has none of
- * that digest with the state's key.  One reference for the caller; takes
- * manager.lock.  -ESTALE when key is another image's, -EINVAL for a key
- * out of range, or what image_load returns. */
-int image_load_key(struct manager *m, const char *reference, const char *digest, uint32_t key,
-		   struct image **ret, char *errbuf, size_t errlen);
-/* image.c: frees what the kernel still held when the mount went away. */
-void images_free_all(struct manager *m);
 
 /* refs.c: the reference state table (manager.refs) and the images handed
  * out by name (manager.images). */
@@ -372,7 +291,7 @@ void refstate_drop_locked(struct manager *m, const char *reference);
 char *reference_of(struct manager *m, const char *digest);
 /* reference's image for manifest digest, loaded when no name holds it;
  * one reference for the caller.  Takes manager.lock.  Returns 0, or what
- * image_load returns. */
+ * images_load returns. */
 int refs_image_get(struct manager *m, const char *reference, const char *digest, struct image **ret,
 		   char *errbuf, size_t errlen);
 /* Records that reference names digest now: in the cache first unless the
@@ -386,9 +305,24 @@ int refs_publish(struct manager *m, const char *reference, const char *digest,
 /* The rate-limited "already present" event.  Takes manager.lock. */
 void manager_present_event(struct manager *m, const char *canonical, const char *digest,
 			   const struct caller *who);
-/* The Pulled event of each image of done, for each name that holds it
- * (manager.images_completed).  Takes manager.lock. */
-void refs_images_completed(struct manager *m, const struct image_completed *done, size_t n);
+/* The images' hooks (image.h), userdata the manager.  The Pulled event
+ * of each image of done, for each name that holds it: takes
+ * manager.lock.  The key of an image loaded under name: the one name's
+ * state stores for digest, or one derived from both, or the next free
+ * one that no other name keeps (nor manager.reserved_keys): takes
+ * manager.lock, then the images' lock. */
+void refs_images_completed(void *userdata, const struct image_completed *done, size_t n);
+int refs_key_assign(void *userdata, struct images *imgs, struct image *img, const char *name,
+		    const char *digest);
+/* The image of reference at manifest digest with exactly key, as a
+ * process before handed it out (fs/takeover.c): the live one of that key,
+ * or one loaded from the cache.  It becomes reference's image in the
+ * table when the name's state names digest and the table has none of
+ * that digest with the state's key.  One reference for the caller; takes
+ * manager.lock.  -ESTALE when key is another image's, -EINVAL for a key
+ * out of range, or what images_load returns. */
+int refs_image_restore(struct manager *m, const char *reference, const char *digest, uint32_t key,
+		       struct image **ret, char *errbuf, size_t errlen);
 /* Fills the table from the references stored in the cache; at start,
  * before any other thread runs.  Returns 0 or -errno. */
 int refs_load(struct manager *m);

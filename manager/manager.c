@@ -15,7 +15,7 @@
 #include "blobproof.h"
 #include "cache.h"
 #include "hosts.h"
-#include "imagekeys.h"
+#include "lazy-completer.h"
 #include "macro.h"
 #include "manifest.h"
 #include "packs.h"
@@ -166,6 +166,16 @@ int manager_list(struct manager *m, const char *prefix, const struct caller *who
 	return r;
 }
 
+struct image *manager_image(struct manager *m, uint32_t key)
+{
+	return images_get(m->imgs, key);
+}
+
+void manager_set_image_forgotten(struct manager *m, void (*fn)(uint32_t key))
+{
+	images_set_forgotten(m->imgs, fn);
+}
+
 void manager_took_over(struct manager *m)
 {
 	packs_took_over(m->packs);
@@ -226,17 +236,21 @@ void manager_cancel(struct manager *m)
 
 void manager_drain(struct manager *m)
 {
-	/* Flights run on threads of their own: stop them and wait. */
+	/* Flights and the completions of lazy layers run on threads of
+	 * their own: stop them and wait (a flight may start a completion,
+	 * which sees the flag). */
 	pthread_mutex_lock(&m->lock);
 	bool busy = m->jobs_running > 0;
 	pthread_mutex_unlock(&m->lock);
-	if (!busy)
+	if (!busy && (!m->completer || lazy_completer_count(m->completer) == 0))
 		return;
 	manager_cancel(m);
 	pthread_mutex_lock(&m->lock);
 	while (m->jobs_running)
 		pthread_cond_wait(&m->flight_cond, &m->lock);
 	pthread_mutex_unlock(&m->lock);
+	if (m->completer)
+		lazy_completer_drain(m->completer);
 }
 
 int manager_start(struct manager *m)
@@ -335,6 +349,16 @@ static unsigned default_open_packs(void)
 	return (unsigned)MAX(MIN(rl.rlim_cur / 4, 4096), 16);
 }
 
+/* The start-up window of a lazily started image (0: none). */
+static int64_t completion_window_ns(const struct manager_options *opts)
+{
+	long ms = opts->lazy_completion_delay_ms;
+
+	if (ms == 0)
+		ms = MANAGER_DEFAULT_LAZY_DELAY_S * 1000L;
+	return ms < 0 ? 0 : (int64_t)ms * 1000000;
+}
+
 int manager_new(const struct manager_options *opts, struct manager **ret, char *errbuf,
 		size_t errlen)
 {
@@ -352,7 +376,6 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 	m->opts.lazy_rules = NULL;
 	m->opts.n_lazy_rules = 0;
 	m->clock = opts->clock ? opts->clock : clock_monotonic();
-	m->images_completed = refs_images_completed;
 	m->opts.pins = NULL;
 	m->opts.n_pins = 0;
 	m->opts.pull_access_rules = m->opts.private_access_rules = NULL;
@@ -362,17 +385,14 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 	pthread_cond_init(&m->gc_cond, NULL);
 	pthread_cond_init(&m->flight_cond, NULL);
 	pthread_cond_init(&m->hooks_cond, NULL);
-	pthread_mutex_init(&m->content_lock, NULL);
-	pthread_mutex_init(&m->keys_lock, NULL);
 	m->recent = strmap_new();
-	if (!m->recent || imagekeys_new(&m->keys) < 0) {
+	if (!m->recent) {
 		r = -ENOMEM;
 		goto fail;
 	}
 	m->registry_bytes = strmap_new();
-	m->contents = strmap_new();
 	m->users = strmap_new();
-	if (!m->contents || !m->users) {
+	if (!m->users) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -479,6 +499,34 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 		snprintf(errbuf, errlen, "cannot set up the registry client: %s", strerror(-r));
 		goto fail;
 	}
+	r = lazy_completer_new(
+		&(struct lazy_completer_options){
+			.clock = m->clock,
+			.registry = m->registry,
+			.stats = packs_lazy_stats(m->packs),
+			.window_ns = completion_window_ns(opts),
+			.cancelled = &m->cancelled,
+			.events = manager_event_sink(m),
+		},
+		&m->completer);
+	if (r < 0)
+		goto fail;
+	r = images_new(
+		&(struct images_options){
+			.cache = m->cache,
+			.packs = m->packs,
+			.registry = m->registry,
+			.completer = m->completer,
+			.clock = m->clock,
+			.max_entries = image_max_entries(m),
+			.events = manager_event_sink(m),
+			.completed = refs_images_completed,
+			.key_assign = refs_key_assign,
+			.userdata = m,
+		},
+		&m->imgs);
+	if (r < 0)
+		goto fail;
 	r = setup_ensure(m, opts, errbuf, errlen);
 	if (r < 0)
 		goto fail;
@@ -532,16 +580,13 @@ void manager_free(struct manager *m)
 		strmap_free(m->recent);
 	}
 	/* What the kernel still held when the mount went away. */
-	images_free_all(m);
+	images_free(m->imgs);
+	lazy_completer_free(m->completer);
 	if (m->users) {
 		strmap_foreach(m->users, free_value, NULL);
 		strmap_free(m->users);
 	}
-	strmap_free(m->contents);
 	packs_free(m->packs);
-	pthread_mutex_destroy(&m->content_lock);
-	imagekeys_free(m->keys);
-	pthread_mutex_destroy(&m->keys_lock);
 	throttle_free(m->throttle);
 	puller_free(m->puller);
 	backoff_free(m->backoff);
@@ -568,7 +613,7 @@ int manager_restore_image(struct manager *m, const char *reference, const char *
 			  uint32_t key, struct image **ret)
 {
 	char errbuf[256] = "";
-	int r = key ? image_load_key(m, reference, digest, key, ret, errbuf, sizeof(errbuf))
+	int r = key ? refs_image_restore(m, reference, digest, key, ret, errbuf, sizeof(errbuf))
 		    : refs_image_get(m, reference, digest, ret, errbuf, sizeof(errbuf));
 
 	if (r < 0 && errbuf[0])

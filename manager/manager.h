@@ -17,8 +17,8 @@
 #include "clock.h"
 #include "errdetail.h"
 #include "events.h"
+#include "image.h"
 #include "policy.h"
-#include "tree.h"
 
 struct reference;
 struct registry_hosts;
@@ -355,53 +355,6 @@ int manager_restore_backoff(struct manager *m, const char *reference,
  * reason one word, message a sentence. */
 void manager_serving_event(struct manager *m, const char *reason, const char *message);
 
-/* Images: immutable once returned; refcounted; safe from any thread. */
-void image_ref(struct image *img, uint64_t n);
-void image_unref(struct image *img, uint64_t n);
-/* Every live image has a key of its own (imagekeys.h), derived from its
- * name and manifest digest and stored with the name in the cache, so the
- * same name and digest have the same key in every run of the daemon; two
- * names of one digest have two.  With the index of a node in its tree
- * (tinode_index()) it makes the filesystem's node ids.  manager_image()
- * finds a live image by key without locks, NULL when none: valid while the
- * caller holds a reference (the kernel's).  image_generation() is
- * derived from the manifest digest: a key that comes back for other
- * content comes back with another generation (almost surely). */
-uint32_t image_key(const struct image *img);
-uint32_t image_generation(const struct image *img);
+/* The live image of key, without locks (image.h: image_key()); NULL
+ * when none. */
 struct image *manager_image(struct manager *m, uint32_t key);
-const struct tinode *image_root(const struct image *img);
-/* Node `index` of the image's tree, or NULL when out of range. */
-const struct tinode *image_inode(const struct image *img, uint32_t index);
-const char *image_digest(const struct image *img);
-/* Some lazy layer of img's content is still being completed (its Pulled
- * event is still due). */
-bool image_lazy_pending(struct image *img);
-/* The background completion of img's lazy layers: a new lookup (waited
- * false) makes one that failed try again now; someone who waits for the
- * whole image (waited true) also ends its start-up window.  Takes
- * manager.lock; does not block. */
-void image_completion_wake(struct image *img, bool waited);
-/* A read-only fd of the pack holding the data of regular file `file`,
- * open until image_file_fd_put(); -errno when the layer cannot be opened
- * (-ENOENT: it is gone).  May block on openat(). */
-int image_file_fd(struct image *img, const struct tinode *file);
-void image_file_fd_put(struct image *img, const struct tinode *file);
-/* For a regular file stored as an object (file->object): a read-only
- * descriptor of its own content, offsets as in the file, owned by the
- * caller; -errno when it cannot be opened.  May block on openat(). */
-int image_object_open(struct image *img, const struct tinode *file);
-/* Files of lazy layers: whether the file's layer was lazy when this
- * process first looked (never passthrough then), and a read of it that
- * fetches what is missing (who: the reader's ids, named by the event of
- * a failure).  Returns the bytes read or -errno; blocks. */
-bool image_file_lazy(struct image *img, const struct tinode *file);
-/* Whether every byte of a file of a lazy layer is on this node (a read of
- * it never waits for a registry): complete, or the layer complete. */
-bool image_file_local(struct image *img, const struct tinode *file);
-ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t off, size_t size,
-			void *buf, const struct caller *who);
-/* Open regular files of the image, counted by the filesystem: GC and rm
- * leave an image with open files alone. */
-void image_open(struct image *img);
-void image_close(struct image *img);

@@ -6,6 +6,7 @@
 #include "manager.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,7 +92,7 @@ int refs_image_get(struct manager *m, const char *reference, const char *digest,
 		return 0;
 	}
 
-	r = image_load(m, reference, digest, &img, errbuf, errlen);
+	r = images_load(m->imgs, reference, digest, &img, errbuf, errlen);
 	if (r < 0)
 		return r;
 
@@ -123,6 +124,113 @@ int refs_image_get(struct manager *m, const char *reference, const char *digest,
 	return 0;
 }
 
+/* ---- keys ------------------------------------------------------------ */
+
+struct taken_ctx {
+	struct manager *m;
+	const char *reference;
+	uint32_t key;
+	bool taken;
+};
+
+static int key_stored(void *userdata, const char *key, void *value)
+{
+	struct taken_ctx *c = userdata;
+	const struct refstate *rs = value;
+
+	if (rs->key == c->key && strcmp(rs->reference, c->reference) != 0) {
+		c->taken = true;
+		return 1;
+	}
+	return 0;
+}
+
+/* A key stored for another name is kept for it even while it has no
+ * image.  Linear in the names: keys are taken only when an image is made.
+ * manager.lock held. */
+static bool key_taken(void *userdata, uint32_t key)
+{
+	struct taken_ctx *c = userdata;
+	char name[16];
+
+	snprintf(name, sizeof(name), "%" PRIu32, key);
+	if (strmap_get(c->m->reserved_keys, name))
+		return true;
+	c->key = key;
+	c->taken = false;
+	strmap_foreach(c->m->refs, key_stored, c);
+	return c->taken;
+}
+
+int refs_key_assign(void *userdata, struct images *imgs, struct image *img, const char *name,
+		    const char *digest)
+{
+	struct manager *m = userdata;
+	struct taken_ctx c = { .m = m, .reference = name };
+	uint32_t preferred;
+	int r;
+
+	pthread_mutex_lock(&m->lock);
+	const struct refstate *rs = strmap_get(m->refs, name);
+	if (rs && rs->key && !strcmp(rs->digest, digest))
+		preferred = rs->key;
+	else
+		preferred = imagekey_derive(name, digest);
+	r = images_key_assign(imgs, img, preferred, key_taken, &c);
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}
+
+/* After a takeover img goes into the table of names when it is what
+ * reference names now (or the name has no state) and the table holds no
+ * image of that digest there, or one with another key than the state
+ * stores.  Otherwise it lives for the kernel's nodes alone.  manager.lock
+ * held. */
+static void table_offer_locked(struct manager *m, const char *reference, struct image *img)
+{
+	const struct refstate *rs = strmap_get(m->refs, reference);
+	struct image *had = strmap_get(m->images, reference);
+
+	if (rs && strcmp(rs->digest, image_digest(img)))
+		return;
+	if (had && !strcmp(image_digest(had), image_digest(img)) &&
+	    (!rs || image_key(had) == rs->key || image_key(img) != rs->key))
+		return;
+	if (strmap_put(m->images, reference, img) < 0)
+		return; /* the next lookup loads it again, with another key */
+	image_ref(img, 1);
+	if (had)
+		image_unref(had, 1);
+}
+
+int refs_image_restore(struct manager *m, const char *reference, const char *digest, uint32_t key,
+		       struct image **ret, char *errbuf, size_t errlen)
+{
+	struct image *img, *live = NULL;
+	int r;
+
+	if (key == 0 || key > IMAGEKEY_MAX)
+		return -EINVAL;
+	r = images_new_image(m->imgs, reference, digest, &img, errbuf, errlen);
+	if (r < 0)
+		return r;
+	/* under the lock a lookup takes to choose a key: it never sees the
+	 * key taken and the table without the image */
+	pthread_mutex_lock(&m->lock);
+	r = images_key_take(m->imgs, img, key, &live);
+	if (r == 0)
+		table_offer_locked(m, reference, live ? live : img);
+	pthread_mutex_unlock(&m->lock);
+	if (live || r < 0) {
+		image_unref(img, 1);
+		if (r < 0)
+			return r;
+		img = live;
+	}
+	*ret = img;
+	return 0;
+}
+
 /* ---- references ------------------------------------------------------ */
 
 void refs_blobs_free(struct quota_blob *blobs, size_t n)
@@ -139,7 +247,7 @@ int refs_blobs_load(struct manager *m, const char *digest, struct quota_blob **r
 	size_t n = 0;
 	int r;
 
-	r = manifest_load_cached(m, digest, &mf);
+	r = manifest_load_cached(m->cache, digest, &mf);
 	if (r < 0)
 		return r;
 	b = calloc(mf->n_layers + 1, sizeof(*b));
@@ -367,8 +475,9 @@ static int announce_ref(void *userdata, const char *key, void *value)
 	return 0;
 }
 
-void refs_images_completed(struct manager *m, const struct image_completed *done, size_t n)
+void refs_images_completed(void *userdata, const struct image_completed *done, size_t n)
 {
+	struct manager *m = userdata;
 	struct completed_ctx a = { .m = m, .done = done, .n = n };
 
 	pthread_mutex_lock(&m->lock);
@@ -449,7 +558,7 @@ static int pick(void *userdata, const char *key, void *value)
 		const struct image *img = value;
 		/* The table's is the only reference: no kernel lookup, no
 		 * open file, no caller. */
-		if (atomic_load(&img->refcount) != 1 || atomic_load(&img->open_files))
+		if (image_refs(img) != 1 || image_open_count(img))
 			return 0;
 		rs = strmap_get(c->m->refs, key);
 	} else {

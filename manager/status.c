@@ -15,6 +15,7 @@
 #include "errname.h"
 #include "errtable.h"
 #include "events.h"
+#include "lazy-completer.h"
 #include "lazy-schedule.h"
 #include "macro.h"
 #include "packs.h"
@@ -128,7 +129,7 @@ static void image_bytes(struct manager *m, const char *digest, const char *index
 			ret->disk += cache_layer_bytes_memo(m->cache, mf->layers[i].digest);
 			packs_layer_bytes(m->packs, mf->layers[i].digest, mf->layers[i].size,
 					  &local, &completing);
-			phase = image_completion_phase_locked(m, mf->layers[i].digest, &failures);
+			phase = lazy_completer_phase(m->completer, mf->layers[i].digest, &failures);
 			/* pullfsctl pull stops waiting once it has failed a few
 			 * times; it goes on trying */
 			if (phase == LAZY_PHASE_RETRYING && failures >= LAZY_FAILURES_REPORTED)
@@ -148,10 +149,10 @@ static int status_image(void *userdata, const char *key, void *value)
 	struct status_ctx *s = userdata;
 	const struct refstate *rs = value;
 	struct image *img = strmap_get(s->m->images, key);
-	unsigned open = img ? atomic_load(&img->open_files) : 0;
+	unsigned open = img ? image_open_count(img) : 0;
 	/* The table holds one reference; any other is the kernel's or a
 	 * caller's. */
-	bool in_use = img && (open || atomic_load(&img->refcount) > 1);
+	bool in_use = img && (open || image_refs(img) > 1);
 	bool pinned = false;
 	struct image_bytes b;
 

@@ -18,13 +18,13 @@
 #include "cache.h"
 #include "layer.h"
 #include "macro.h"
-#include "manager.h"
+#include "image.h"
 #include "manifest.h"
 #include "packs.h"
 #include "reference.h"
 #include "registry.h"
 #include "strmap.h"
-#include "manager-private.h"
+#include "image-private.h"
 
 /* The config of an image is small; this caps what a cache file can make
  * us parse. */
@@ -163,7 +163,7 @@ out:
 	return r;
 }
 
-int layer_content_load(struct manager *m, const char *digest, struct image_content **ret,
+int layer_content_load(struct images *imgs, const char *digest, struct image_content **ret,
 		       char *errbuf, size_t errlen)
 {
 	const char *layer = digest + strlen(LAYER_CONTENT_PREFIX);
@@ -178,14 +178,14 @@ int layer_content_load(struct manager *m, const char *digest, struct image_conte
 		free(c);
 		return -ENOMEM;
 	}
-	r = cache_layer_read_index(m->cache, layer, &li);
+	r = cache_layer_read_index(imgs->o.cache, layer, &li);
 	if (r < 0)
 		goto fail;
 	r = layer_overlay_tree(li, &c->tree, errbuf, errlen);
 	layer_index_free(li);
 	if (r < 0)
 		goto fail;
-	r = packs_get(m->packs, layer, &c->packs[0]);
+	r = packs_get(imgs->o.packs, layer, &c->packs[0]);
 	if (r < 0)
 		goto fail;
 	c->n_layers = 1;
@@ -237,14 +237,14 @@ static int storage_compression_of(const char *media_type)
 
 /* The uncompressed digest of layer i from the image's config
  * (rootfs.diff_ids), or NULL when the config does not say. */
-static char *config_diff_id(struct manager *m, const char *config_digest, size_t i)
+static char *config_diff_id(struct cache *cache, const char *config_digest, size_t i)
 {
 	_cleanup_free_ char *buf = NULL;
 	json_t *root, *ids, *id;
 	char *ret = NULL;
 	size_t len;
 
-	if (cache_blob_read(m->cache, config_digest, CONFIG_READ_MAX, &buf, &len) < 0)
+	if (cache_blob_read(cache, config_digest, CONFIG_READ_MAX, &buf, &len) < 0)
 		return NULL;
 	root = json_loadb(buf, len, 0, NULL);
 	ids = json_object_get(json_object_get(root, "rootfs"), "diff_ids");
@@ -258,11 +258,11 @@ static char *config_diff_id(struct manager *m, const char *config_digest, size_t
 
 /* containers/storage's Layer, as much of it as an additional layer
  * supplies: the store fills in id, parent and names itself. */
-static int info_json(struct manager *m, const struct manifest *mf, size_t i, char **ret,
+static int info_json(struct cache *cache, const struct manifest *mf, size_t i, char **ret,
 		     size_t *ret_len)
 {
 	const struct descriptor *d = &mf->layers[i];
-	_cleanup_free_ char *diff_id = config_diff_id(m, mf->config.digest, i);
+	_cleanup_free_ char *diff_id = config_diff_id(cache, mf->config.digest, i);
 	json_t *o = json_object();
 	int comp = storage_compression_of(d->media_type);
 	char *s;
@@ -287,7 +287,7 @@ static int info_json(struct manager *m, const struct manifest *mf, size_t i, cha
 int manager_layer_view(struct image *img, const char *reference, const char *digest,
 		       const struct caller *who, struct image **ret_view)
 {
-	struct manager *m = img->manager;
+	struct images *imgs = img->images;
 	struct manifest *mf = NULL;
 	struct reference *ref = NULL;
 	struct layer_view *lv = NULL;
@@ -297,18 +297,18 @@ int manager_layer_view(struct image *img, const char *reference, const char *dig
 	size_t i;
 	int r;
 
-	r = manifest_load_cached(m, image_digest(img), &mf);
+	r = manifest_load_cached(imgs->o.cache, image_digest(img), &mf);
 	if (r < 0)
 		goto out;
 	for (i = 0; i < mf->n_layers; i++)
 		if (!strcmp(mf->layers[i].digest, digest))
 			break;
 	if (i == mf->n_layers) {
-		manager_emit(m, EVENT_WARNING, "LayerNotInImage", reference, image_digest(img),
-			     -ENOENT, who,
-			     "Layer %s is not a layer of image \"%s\" (%s): the engine pulls "
-			     "it itself",
-			     digest, reference, image_digest(img));
+		event_sendf(&imgs->o.events, EVENT_WARNING, "LayerNotInImage", reference,
+			    image_digest(img), -ENOENT, who,
+			    "Layer %s is not a layer of image \"%s\" (%s): the engine pulls "
+			    "it itself",
+			    digest, reference, image_digest(img));
 		r = -ENOENT;
 		goto out;
 	}
@@ -331,14 +331,15 @@ int manager_layer_view(struct image *img, const char *reference, const char *dig
 		goto out;
 	}
 	lv->blob_size = mf->layers[i].size;
-	r = info_json(m, mf, i, &lv->info, &lv->info_len);
+	r = info_json(imgs->o.cache, mf, i, &lv->info, &lv->info_len);
 	if (r < 0)
 		goto out;
-	r = image_load(m, name, content, &view, errbuf, sizeof(errbuf));
+	r = images_load(imgs, name, content, &view, errbuf, sizeof(errbuf));
 	if (r < 0) {
-		manager_emit(m, EVENT_WARNING, "LayerFailed", reference, image_digest(img), r, who,
-			     "Layer %s of image \"%s\" cannot be served: %s", digest, reference,
-			     *errbuf ? errbuf : strerror(-r));
+		event_sendf(&imgs->o.events, EVENT_WARNING, "LayerFailed", reference,
+			    image_digest(img), r, who,
+			    "Layer %s of image \"%s\" cannot be served: %s", digest, reference,
+			    *errbuf ? errbuf : strerror(-r));
 		goto out;
 	}
 	lv->image = img;
@@ -420,7 +421,7 @@ ssize_t layer_view_blob_read(struct image *view, uint64_t off, size_t size, void
 		return 0;
 	if (size > lv->blob_size - off)
 		b.size = size = (size_t)(lv->blob_size - off);
-	r = registry_get_blob_range(view->manager->registry, lv->domain, lv->repo, lv->digest,
+	r = registry_get_blob_range(view->images->o.registry, lv->domain, lv->repo, lv->digest,
 				    lv->blob_size, off, size, blob_sink, &b, &err);
 	error_detail_clear(&err);
 	return r < 0 ? r : (ssize_t)b.used;
@@ -431,8 +432,8 @@ void layer_view_used(struct image *view, const struct caller *who)
 	struct layer_view *lv = view->layer;
 
 	atomic_fetch_add(&lv->uses, 1);
-	manager_emit(view->manager, EVENT_NORMAL, "LayerUsed", lv->reference,
-		     image_digest(lv->image), 0, who,
-		     "Layer %s of image \"%s\" is used by the engine from the layer store",
-		     lv->digest, lv->reference);
+	event_sendf(&view->images->o.events, EVENT_NORMAL, "LayerUsed", lv->reference,
+		    image_digest(lv->image), 0, who,
+		    "Layer %s of image \"%s\" is used by the engine from the layer store",
+		    lv->digest, lv->reference);
 }

@@ -313,3 +313,34 @@ void caller_name(struct caller *c)
 	}
 	close(fd);
 }
+
+void event_vsendf(const struct event_sink *s, enum event_type type, const char *reason,
+		  const char *image, const char *digest, int err, const struct caller *who,
+		  const char *fmt, va_list ap)
+{
+	char msg[1024];
+
+	if (!s->emit)
+		return;
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	s->emit(s->userdata, &(struct event){
+				     .type = type,
+				     .reason = reason,
+				     .image = image,
+				     .digest = digest,
+				     .message = msg,
+				     .err = err,
+				     .caller = who,
+			     });
+}
+
+void event_sendf(const struct event_sink *s, enum event_type type, const char *reason,
+		 const char *image, const char *digest, int err, const struct caller *who,
+		 const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	event_vsendf(s, type, reason, image, digest, err, who, fmt, ap);
+	va_end(ap);
+}

@@ -12,6 +12,7 @@
  * its cap, a new PATH taking its place, as logrotate would do it. */
 #pragma once
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -45,6 +46,21 @@ struct event {
 	const struct caller *caller; /* may be NULL */
 	uint64_t bytes_saved;	     /* a partial pull's, written when not 0 */
 };
+
+/* Where a part of the manager below its top sends its events: the top
+ * writes them to the log.  emit may be NULL (events are dropped). */
+struct event_sink {
+	void (*emit)(void *userdata, const struct event *e);
+	void *userdata;
+};
+
+/* Formats the message (up to 1 KiB) and hands the event to s. */
+void event_sendf(const struct event_sink *s, enum event_type type, const char *reason,
+		 const char *image, const char *digest, int err, const struct caller *who,
+		 const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+void event_vsendf(const struct event_sink *s, enum event_type type, const char *reason,
+		  const char *image, const char *digest, int err, const struct caller *who,
+		  const char *fmt, va_list ap) __attribute__((format(printf, 8, 0)));
 
 struct events_options {
 	const char *path; /* NULL: events are dropped */

@@ -667,6 +667,33 @@ static void test_reserved_key(void **state)
 	image_unref(img, 1);
 }
 
+/* Two names of one digest are two images, each with the name it was
+ * loaded under, which it keeps when the name is removed while held (its
+ * events name it, not whatever name the table has left). */
+static void test_image_keeps_its_name(void **state)
+{
+	struct fixture *f = *state;
+	const char *const one = DOMAIN "/" REPO ":1";
+	struct error_detail err = { 0 };
+	struct image *a, *b;
+	json_t *j = NULL;
+
+	put_image(f, "latest", "a", NULL);
+	put_image(f, "1", "a", NULL);
+	start(f, PULL_POLICY_UNSET);
+	a = hold(f, "latest");
+	b = hold(f, "1");
+	assert_string_equal(image_digest(a), image_digest(b));
+	assert_string_equal(image_name(a), DOMAIN "/" REPO ":latest");
+	assert_string_equal(image_name(b), one);
+	assert_int_equal(manager_remove(f->m, &one, 1, &j, &err), 0);
+	json_decref(j);
+	error_detail_clear(&err);
+	assert_string_equal(image_name(b), one);
+	image_unref(a, 1);
+	image_unref(b, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -679,6 +706,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_errno_rows, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restore_by_key, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reserved_key, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_image_keeps_its_name, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

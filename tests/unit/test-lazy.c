@@ -3,7 +3,9 @@
  * a temporary directory, and read chunk by chunk: reads fetch only what
  * they need, with few requests; readers of one chunk share its fetch; a
  * chunk the registry sends wrong is never served; what was fetched
- * survives a restart; completion makes every file an object. */
+ * survives a restart; completion makes every file an object; the
+ * completer runs a completion on a thread of its own and reports its end
+ * and events. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -25,6 +27,7 @@
 #include "cache.h"
 #include "fake-transport.h"
 #include "lazy.h"
+#include "lazy-completer.h"
 #include "packs.h"
 #include "registry.h"
 #include "tocblob.h"
@@ -801,17 +804,13 @@ static void test_complete_checks_digest(void **state)
 	lazy_layer_free(l);
 }
 
-/* A manifest naming layer digest X with the table of another blob whose
- * chunks are X's (the same file, another mode): reads verify chunk by
- * chunk, and so does X's digest, but the table in X is not the layer's:
- * never complete. */
-static void test_complete_foreign_toc(void **state)
+/* Publishes layer digest X (into x) as a manifest naming it would, with
+ * the table of another blob whose chunks are X's (the same file, another
+ * mode). */
+static void foreign_layer(struct fixture *f, char *x)
 {
-	struct fixture *f = *state;
-	char x[DIGEST_STRING_MAX], y[DIGEST_STRING_MAX];
+	char y[DIGEST_STRING_MAX];
 	struct toc_layer tl;
-	struct lazy_layer *l;
-	unsigned char buf[CHUNK];
 	size_t size;
 
 	make_layer(f, 300, x, false);
@@ -827,6 +826,18 @@ static void test_complete_foreign_toc(void **state)
 	}
 	tl = f->tl;
 	publish_as(f, &tl, y, x);
+}
+
+/* Reads of such a layer verify chunk by chunk, and so does X's digest,
+ * but the table in X is not the layer's: never complete. */
+static void test_complete_foreign_toc(void **state)
+{
+	struct fixture *f = *state;
+	char x[DIGEST_STRING_MAX];
+	struct lazy_layer *l;
+	unsigned char buf[CHUNK];
+
+	foreign_layer(f, x);
 	assert_int_equal(lazy_layer_open(f->cache, x, NULL, &l), 0);
 	assert_int_equal(lazy_read(l, f->reg, f->object, CHUNK, CHUNK, buf), CHUNK);
 	assert_memory_equal(buf, f->content + CHUNK, CHUNK);
@@ -835,6 +846,135 @@ static void test_complete_foreign_toc(void **state)
 	assert_false(lazy_layer_is_complete(l));
 	assert_true(layer_lazy(f, x));
 	lazy_layer_free(l);
+}
+
+/* ---- the completer (lazy-completer.h) ---------------------------------- */
+
+struct job_seen {
+	bool gone;     /* what gone() answers */
+	int ended;     /* end() calls */
+	bool complete; /* end()'s */
+	char reasons[4][32];
+	unsigned n_events;
+	char event_digest[DIGEST_STRING_MAX];
+};
+
+static bool job_gone(void *userdata)
+{
+	return ((struct job_seen *)userdata)->gone;
+}
+
+static void job_end(void *userdata, bool complete)
+{
+	struct job_seen *s = userdata;
+
+	s->ended++;
+	s->complete = complete;
+}
+
+static void job_event(void *userdata, const struct event *e)
+{
+	struct job_seen *s = userdata;
+
+	if (s->n_events < 4)
+		snprintf(s->reasons[s->n_events], sizeof(s->reasons[0]), "%s", e->reason);
+	s->n_events++;
+	snprintf(s->event_digest, sizeof(s->event_digest), "%s", e->digest ? e->digest : "");
+}
+
+/* Completes (or tries to complete) layer digest with a completer of its
+ * own and waits for it: returns what lazy_completer_start() did. */
+static int complete_in_background(struct fixture *f, const char *digest, struct job_seen *seen,
+				  bool cancelled)
+{
+	struct lazy_stats stats = { 0 };
+	atomic_bool stop = cancelled;
+	struct lazy_completer *lc;
+	struct lazy_layer *l;
+	unsigned failures;
+	int r;
+
+	assert_int_equal(lazy_completer_new(
+				 &(struct lazy_completer_options){
+					 .clock = clock_monotonic(),
+					 .registry = f->reg,
+					 .stats = &stats,
+					 .cancelled = &stop,
+					 .events = { .emit = job_event, .userdata = seen },
+				 },
+				 &lc),
+			 0);
+	assert_int_equal(lazy_layer_open(f->cache, digest, &stats, &l), 0);
+	r = lazy_completer_start(lc, &(struct lazy_completion_job){ .digest = digest,
+								    .layer = l,
+								    .gone = job_gone,
+								    .end = job_end,
+								    .userdata = seen });
+	lazy_completer_drain(lc);
+	assert_int_equal(lazy_completer_count(lc), 0);
+	assert_int_equal(lazy_completer_phase(lc, digest, &failures), -ENOENT);
+	lazy_completer_free(lc);
+	lazy_layer_free(l);
+	return r;
+}
+
+/* A layer whose window is over completes at once: one end(), complete,
+ * and a LayerCompleted event naming the layer. */
+static void test_completer_completes(void **state)
+{
+	struct fixture *f = *state;
+	struct job_seen seen = { 0 };
+
+	assert_int_equal(complete_in_background(f, f->blob, &seen, false), 0);
+	assert_int_equal(seen.ended, 1);
+	assert_true(seen.complete);
+	assert_int_equal(seen.n_events, 1);
+	assert_string_equal(seen.reasons[0], "LayerCompleted");
+	assert_string_equal(seen.event_digest, f->blob);
+	assert_true(layer_has(f, "o.", ""));
+}
+
+/* A layer that went (replaced by a verified one) is not fetched; the
+ * completion ends, not complete, without an event. */
+static void test_completer_layer_gone(void **state)
+{
+	struct fixture *f = *state;
+	struct job_seen seen = { .gone = true };
+	unsigned before = ranges(f);
+
+	assert_int_equal(complete_in_background(f, f->blob, &seen, false), 0);
+	assert_int_equal(seen.ended, 1);
+	assert_false(seen.complete);
+	assert_int_equal(seen.n_events, 0);
+	assert_int_equal(ranges(f), before);
+}
+
+/* Once the daemon stops, nothing starts, and end() is never called. */
+static void test_completer_cancelled(void **state)
+{
+	struct fixture *f = *state;
+	struct job_seen seen = { 0 };
+
+	assert_int_equal(complete_in_background(f, f->blob, &seen, true), -ECANCELED);
+	assert_int_equal(seen.ended, 0);
+	assert_int_equal(seen.n_events, 0);
+}
+
+/* A layer whose blob holds another table is given up at the first try,
+ * with a LazyLayerUnverified event, not retried. */
+static void test_completer_gives_up_foreign(void **state)
+{
+	struct fixture *f = *state;
+	struct job_seen seen = { 0 };
+	char x[DIGEST_STRING_MAX];
+
+	foreign_layer(f, x);
+	assert_int_equal(complete_in_background(f, x, &seen, false), 0);
+	assert_int_equal(seen.ended, 1);
+	assert_false(seen.complete);
+	assert_int_equal(seen.n_events, 1);
+	assert_string_equal(seen.reasons[0], "LazyLayerUnverified");
+	assert_string_equal(seen.event_digest, x);
 }
 
 int main(void)
@@ -859,6 +999,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_toc_one_request, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_complete_checks_digest, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_complete_foreign_toc, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_completer_completes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_completer_layer_gone, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_completer_cancelled, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_completer_gives_up_foreign, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

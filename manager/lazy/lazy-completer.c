@@ -1,0 +1,263 @@
+/* The background completions of lazy layers: threads, slots, schedules.
+ * See lazy-completer.h. */
+#include "lazy-completer.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dlist.h"
+#include "lazy.h"
+#include "lazy-schedule.h"
+
+struct lazy_completer {
+	struct lazy_completer_options o;
+	pthread_mutex_t lock;
+	/* Broadcast when a slot is given back, a completion is woken or
+	 * ends. */
+	pthread_cond_t cond;
+	struct dlist completions; /* waiting or running; lock */
+	unsigned count;		  /* on completions; lock */
+	unsigned running;	  /* holding a slot; lock */
+};
+
+/* One layer's completion, on a thread of its own. */
+struct completion {
+	struct lazy_completer *lc;
+	struct lazy_completion_job job;
+	char *digest;
+	struct lazy_schedule sched; /* lc->lock */
+	struct dlist_node node;	    /* on lc->completions; lc->lock */
+};
+
+int lazy_completer_new(const struct lazy_completer_options *o, struct lazy_completer **ret)
+{
+	struct lazy_completer *lc = calloc(1, sizeof(*lc));
+
+	if (!lc)
+		return -ENOMEM;
+	lc->o = *o;
+	pthread_mutex_init(&lc->lock, NULL);
+	pthread_cond_init(&lc->cond, NULL);
+	*ret = lc;
+	return 0;
+}
+
+void lazy_completer_free(struct lazy_completer *lc)
+{
+	if (!lc)
+		return;
+	pthread_cond_destroy(&lc->cond);
+	pthread_mutex_destroy(&lc->lock);
+	free(lc);
+}
+
+static bool cancelled(const struct lazy_completer *lc)
+{
+	return atomic_load(lc->o.cancelled);
+}
+
+/* Waits on cond for at most 200 ms (the owner's cancel does not signal
+ * it: the caller looks at the flag again soon).  lc->lock held. */
+static void completer_nap(struct lazy_completer *lc)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += 200000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(&lc->cond, &lc->lock, &ts);
+}
+
+/* Waits until the schedule says go, then for a slot; false when the
+ * daemon stops first. */
+static bool slot_take(struct completion *cp)
+{
+	struct lazy_completer *lc = cp->lc;
+	bool ok;
+
+	pthread_mutex_lock(&lc->lock);
+	for (;;) {
+		if (cancelled(lc))
+			break;
+		lazy_schedule_readers(&cp->sched, atomic_load(&lc->o.stats->reader_ok));
+		if (lazy_schedule_due(&cp->sched, NULL) && lc->running < LAZY_COMPLETIONS_MAX)
+			break;
+		completer_nap(lc);
+	}
+	ok = !cancelled(lc);
+	if (ok) {
+		lc->running++;
+		lazy_schedule_running(&cp->sched);
+	}
+	pthread_mutex_unlock(&lc->lock);
+	return ok;
+}
+
+static void slot_give(struct lazy_completer *lc)
+{
+	pthread_mutex_lock(&lc->lock);
+	lc->running--;
+	pthread_cond_broadcast(&lc->cond);
+	pthread_mutex_unlock(&lc->lock);
+}
+
+/* One try after another until the layer is complete (0), cannot be, or
+ * the daemon stops. */
+static int complete_layer(struct completion *cp)
+{
+	struct lazy_completer *lc = cp->lc;
+	const struct event_sink *ev = &lc->o.events;
+	int r;
+
+	for (;;) {
+		unsigned delay, tries;
+
+		r = -ECANCELED;
+		if (cp->job.gone(cp->job.userdata))
+			return r;
+		if (slot_take(cp)) {
+			r = lazy_layer_complete(cp->job.layer, lc->o.registry, lc->o.cancelled);
+			slot_give(lc);
+		}
+		if (r == 0 && !lazy_layer_is_complete(cp->job.layer))
+			r = -EAGAIN; /* a file that did not verify */
+		if (r == 0 || r == -ECANCELED)
+			return r;
+		if (lazy_layer_foreign_toc(cp->job.layer)) {
+			event_sendf(ev, EVENT_WARNING, "LazyLayerUnverified", NULL, cp->digest, r,
+				    NULL,
+				    "Lazy layer %s is not the blob of that digest: the blob holds "
+				    "another table of contents than the one the layer was built "
+				    "from, or chunks that do not match it; it is never completed, "
+				    "and only images naming that table are served from it",
+				    cp->digest);
+			return r;
+		}
+		pthread_mutex_lock(&lc->lock);
+		delay = lazy_schedule_failed(&cp->sched);
+		tries = cp->sched.failures;
+		pthread_mutex_unlock(&lc->lock);
+		event_sendf(ev, EVENT_WARNING, "LazyFetchFailed", NULL, cp->digest, r, NULL,
+			    "Fetching the rest of lazy layer %s failed: %s (try %u; tries again "
+			    "in %u s, sooner once a read or a lookup of the image gets through; "
+			    "its files are fetched when read)",
+			    cp->digest, strerror(-r), tries, delay);
+	}
+}
+
+/* Takes cp off the completer and frees it. */
+static void completion_remove(struct completion *cp)
+{
+	struct lazy_completer *lc = cp->lc;
+
+	pthread_mutex_lock(&lc->lock);
+	dlist_remove(&lc->completions, &cp->node);
+	if (--lc->count == 0)
+		pthread_cond_broadcast(&lc->cond);
+	pthread_mutex_unlock(&lc->lock);
+	free(cp->digest);
+	free(cp);
+}
+
+static void *completion_thread(void *arg)
+{
+	struct completion *cp = arg;
+	struct lazy_completer *lc = cp->lc;
+	int r = complete_layer(cp);
+
+	if (r == 0)
+		event_sendf(&lc->o.events, EVENT_NORMAL, "LayerCompleted", NULL, cp->digest, 0,
+			    NULL, "Layer %s, pulled lazily, is complete and verified", cp->digest);
+	cp->job.end(cp->job.userdata, r == 0);
+	completion_remove(cp);
+	return NULL;
+}
+
+int lazy_completer_start(struct lazy_completer *lc, const struct lazy_completion_job *job)
+{
+	struct completion *cp;
+	pthread_attr_t attr;
+	pthread_t th;
+	int r = 0;
+
+	if (cancelled(lc))
+		return -ECANCELED;
+	cp = calloc(1, sizeof(*cp));
+	if (!cp || !(cp->digest = strdup(job->digest))) {
+		free(cp);
+		return -ENOMEM;
+	}
+	cp->lc = lc;
+	cp->job = *job;
+	cp->job.digest = cp->digest;
+	lazy_schedule_init(&cp->sched, lc->o.clock, lc->o.window_ns,
+			   atomic_load(&lc->o.stats->reader_ok));
+	pthread_mutex_lock(&lc->lock);
+	lc->count++;
+	dlist_push(&lc->completions, &cp->node);
+	pthread_mutex_unlock(&lc->lock);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&th, &attr, completion_thread, cp) != 0) {
+		completion_remove(cp);
+		r = -EAGAIN;
+	}
+	pthread_attr_destroy(&attr);
+	return r;
+}
+
+void lazy_completer_wake(struct lazy_completer *lc, bool (*match)(void *match_data, void *userdata),
+			 void *match_data, bool waited)
+{
+	pthread_mutex_lock(&lc->lock);
+	for (struct dlist_node *n = lc->completions.head; n; n = n->next) {
+		struct completion *cp = dlist_entry(n, struct completion, node);
+
+		if (match(match_data, cp->job.userdata))
+			lazy_schedule_wake(&cp->sched, waited);
+	}
+	pthread_cond_broadcast(&lc->cond);
+	pthread_mutex_unlock(&lc->lock);
+}
+
+int lazy_completer_phase(struct lazy_completer *lc, const char *digest, unsigned *ret_failures)
+{
+	int r = -ENOENT;
+
+	pthread_mutex_lock(&lc->lock);
+	for (struct dlist_node *n = lc->completions.head; n; n = n->next) {
+		struct completion *cp = dlist_entry(n, struct completion, node);
+
+		if (strcmp(cp->digest, digest) == 0) {
+			*ret_failures = cp->sched.failures;
+			r = (int)cp->sched.phase;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&lc->lock);
+	return r;
+}
+
+unsigned lazy_completer_count(struct lazy_completer *lc)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&lc->lock);
+	n = lc->count;
+	pthread_mutex_unlock(&lc->lock);
+	return n;
+}
+
+void lazy_completer_drain(struct lazy_completer *lc)
+{
+	pthread_mutex_lock(&lc->lock);
+	while (lc->count)
+		pthread_cond_wait(&lc->cond, &lc->lock);
+	pthread_mutex_unlock(&lc->lock);
+}
