@@ -15,10 +15,19 @@ struct strmap;
 
 enum { CHUNK_MISSING, CHUNK_FETCHING, CHUNK_PRESENT };
 
+/* In the layer directory beside "lazy": every file is an object, checked
+ * against the table of contents; the blob was not checked against its
+ * digest (lazy_layer_complete()), so the layer is still shared only under
+ * its table (lazy_layer_serves()). */
+#define LAZY_COMPLETE_FILE "complete"
+
 /* A request of lazy_ensure_chunks() under way: the compressed bytes it
  * brings. */
 struct lazy_claim {
 	uint64_t bytes;
+	/* the completion's request: each chunk is written as its bytes
+	 * arrive, so a reader waits for it rather than asking again */
+	bool streams;
 };
 
 struct lazy_file {
@@ -64,7 +73,10 @@ struct lazy_layer {
 	/* the state of toc->files[i], once used; lock */
 	struct lazy_file **file_of;
 	atomic_bool complete; /* lazy_layer_complete() finished */
-	struct dlist idle;    /* lock: files with descriptors and no user */
+	/* complete, every file checked against the table's digests, the
+	 * blob never against its own (the "complete" file) */
+	atomic_bool toc_verified;
+	struct dlist idle; /* lock: files with descriptors and no user */
 	/* lazy_changed() calls: lazy_layer_bytes() counts again only when
 	 * this moved since its last count (lock: counted_*) */
 	atomic_uint_fast64_t changes;
