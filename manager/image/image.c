@@ -713,8 +713,12 @@ static void *complete_thread(void *arg)
 	}
 	if (r == 0)
 		manager_emit(m, EVENT_NORMAL, "LayerCompleted", NULL, pack_digest(cp->pack), 0,
-			     NULL, "Layer %s, pulled lazily, is complete and verified",
-			     pack_digest(cp->pack));
+			     NULL, "Layer %s, pulled lazily, is complete and verified %s",
+			     pack_digest(cp->pack),
+			     lazy_layer_toc_verified(cp->lazy)
+				     ? "by its table of contents (every file checked against "
+				       "it; the blob was not read whole for its digest)"
+				     : "against its digest");
 	if (r == 0)
 		announce_complete(m);
 	else

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "clock.h"
 #include "digest.h"
 #include "errdetail.h"
 #include "fileio.h"
@@ -56,7 +57,7 @@ struct chain {
 struct stream {
 	struct lazy_layer *l;
 	const atomic_bool *cancel;
-	const struct lazy_claim *claim; /* the chunks this request claimed */
+	struct lazy_claim *claim; /* the chunks this request claimed */
 	struct pending *p;
 	size_t n, next;	    /* by blob offset; next: the one being collected */
 	uint64_t pos;	    /* offset in the blob of the next byte */
@@ -146,6 +147,7 @@ static int stream_sink(void *userdata, const void *data, size_t len)
 
 	if (s->cancel && atomic_load(s->cancel))
 		return -ECANCELED;
+	atomic_store(&s->claim->heard_ns, clock_mono_ns());
 	if (s->chain && s->chain->hasher) {
 		hasher_update(s->chain->hasher, d, len);
 		chain_toc(s, d, len);
@@ -239,10 +241,11 @@ static size_t plan_claim(struct pending *p, size_t n, size_t *i, struct lazy_cla
 			break;
 		pthread_mutex_lock(&f->lock);
 		mine = !f->complete && f->state[p[*i].k] == CHUNK_MISSING;
+		/* (not counted in f->fetches: a reader that has every other
+		 * chunk finishes the file, whatever this request does) */
 		if (mine) {
 			f->state[p[*i].k] = CHUNK_FETCHING;
 			f->claim[p[*i].k] = claim;
-			f->fetches++;
 		}
 		pthread_mutex_unlock(&f->lock);
 		if (!mine) {
@@ -272,7 +275,6 @@ static void plan_release(struct pending *p, size_t n, const struct lazy_claim *c
 			f->claim[p[i].k] = NULL;
 			f->state[p[i].k] = CHUNK_MISSING;
 		}
-		f->fetches--;
 		pthread_cond_broadcast(&f->cond);
 		pthread_mutex_unlock(&f->lock);
 	}
@@ -330,7 +332,7 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 
 	*ret_proven = false;
 	while (r == 0 && (i < n || (chain.hasher && chain.pos < size))) {
-		struct lazy_claim claim = { .streams = true };
+		struct lazy_claim claim = { .streams = true, .heard_ns = clock_mono_ns() };
 		uint64_t start = size, end = size;
 		size_t first = i, claimed;
 

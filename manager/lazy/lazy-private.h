@@ -26,9 +26,17 @@ enum { CHUNK_MISSING, CHUNK_FETCHING, CHUNK_PRESENT };
 struct lazy_claim {
 	uint64_t bytes;
 	/* the completion's request: each chunk is written as its bytes
-	 * arrive, so a reader waits for it rather than asking again */
+	 * arrive, so a reader waits for it rather than asking again, as
+	 * long as bytes keep coming (heard_ns: clock_mono_ns() when it
+	 * started or last got some; LAZY_CLAIM_QUIET_NS) */
 	bool streams;
+	_Atomic int64_t heard_ns;
 };
+
+/* A reader waits for a chunk the completion's request brings while that
+ * request got bytes this recently; past it, the reader fetches the chunk
+ * itself (a stalled request does not hold a reader). */
+#define LAZY_CLAIM_QUIET_NS (1500 * (int64_t)1000000)
 
 struct lazy_file {
 	pthread_mutex_t lock;

@@ -737,7 +737,13 @@ static int fetch_runs(struct lazy_layer *l, struct registry *reg, struct lazy_fi
  * f->lock held. */
 static bool chunk_waited_for(const struct lazy_file *f, size_t k, uint64_t need, bool foreground)
 {
-	return !foreground || !f->claim[k] || f->claim[k]->streams || f->claim[k]->bytes <= need;
+	const struct lazy_claim *c = f->claim[k];
+
+	if (!foreground || !c)
+		return true;
+	if (c->streams)
+		return clock_mono_ns() - atomic_load(&c->heard_ns) < LAZY_CLAIM_QUIET_NS;
+	return c->bytes <= need;
 }
 
 /* Makes chunks a..b of f present; foreground: for a reader who waits. */
@@ -793,7 +799,21 @@ int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_f
 			 * it; a reader has its bytes */
 			if (!others && (foreground || f->fetches == 0))
 				break;
-			pthread_cond_wait(&f->cond, &f->lock);
+			if (foreground) {
+				/* a reader looks again now and then: the
+				 * request it waits for may stall */
+				struct timespec t;
+
+				clock_gettime(CLOCK_REALTIME, &t);
+				t.tv_nsec += 250000000;
+				if (t.tv_nsec >= 1000000000) {
+					t.tv_sec++;
+					t.tv_nsec -= 1000000000;
+				}
+				pthread_cond_timedwait(&f->cond, &f->lock, &t);
+			} else {
+				pthread_cond_wait(&f->cond, &f->lock);
+			}
 			continue;
 		}
 		mine.bytes = total;
