@@ -343,10 +343,12 @@ static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t,
 		return;
 	}
 	caller_ids(req, &who);
-	/* an upgrade's drain leaves this read to the next process */
-	fuseio_wait_begin(fs_of(req)->io);
+	/* an upgrade's drain leaves this read to the next process (io taken
+	 * now: an interrupt may answer, and free, req meanwhile) */
+	struct fuseio *io = fs_of(req)->io;
+	fuseio_wait_begin(io);
 	n = image_lazy_read(img, t, (uint64_t)off, size, buf, &who);
-	fuseio_wait_end(fs_of(req)->io);
+	fuseio_wait_end(io);
 	pthread_mutex_lock(&lc.lock);
 	mine = !lc.answered;
 	lc.answered = true;

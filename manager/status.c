@@ -17,6 +17,7 @@
 #include "events.h"
 #include "lazy-completer.h"
 #include "lazy-schedule.h"
+#include "lazy.h"
 #include "macro.h"
 #include "packs.h"
 #include "manager-private.h"
@@ -68,9 +69,15 @@ struct image_bytes {
 	uint64_t disk;	/* what it takes in the cache: blobs and layers */
 	uint64_t local; /* of its compressed layers and config, what is here */
 	uint64_t total;
-	bool completing; /* a lazy layer's completion runs */
-	int phase;	 /* of the lazy layers' completions: -1 none */
+	bool completing;	     /* a lazy layer's completion runs */
+	int phase;		     /* of the lazy layers' completions: -1 none */
+	enum lazy_verified verified; /* the least verified of its layers */
 };
+
+static const char *verified_name(enum lazy_verified v)
+{
+	return v == LAZY_VERIFIED_DIGEST ? "digest" : v == LAZY_VERIFIED_TOC ? "toc" : "no";
+}
 
 /* What the status calls the completion of an image whose layers' phases
  * (lazy-schedule.h) are summed up in phase. */
@@ -111,7 +118,9 @@ static void image_bytes(struct manager *m, const char *digest, const char *index
 	struct manifest *mf = NULL;
 	size_t len;
 
-	*ret = (struct image_bytes){ .disk = cache_blob_bytes(m->cache, digest), .phase = -1 };
+	*ret = (struct image_bytes){ .disk = cache_blob_bytes(m->cache, digest),
+				     .phase = -1,
+				     .verified = LAZY_VERIFIED_DIGEST };
 	if (index_digest)
 		ret->disk += cache_blob_bytes(m->cache, index_digest);
 	if (cache_blob_read(m->cache, digest, MANIFEST_MAX_BYTES, &buf, &len) < 0 ||
@@ -139,6 +148,8 @@ static void image_bytes(struct manager *m, const char *digest, const char *index
 				ret->phase = phase_fold(ret->phase, phase);
 			ret->local += local;
 			ret->total += mf->layers[i].size;
+			ret->verified = MIN(ret->verified,
+					    lazy_layer_verified(m->cache, mf->layers[i].digest));
 		}
 	}
 	manifest_free(mf);
@@ -162,14 +173,14 @@ static int status_image(void *userdata, const char *key, void *value)
 	image_bytes(s->m, rs->digest, rs->index_digest, &b);
 	json_array_append_new(
 		s->array,
-		json_pack("{s:s, s:s, s:I, s:I, s:I, s:b, s:b, s:s, s:o, s:o, s:b, s:i, s:b}",
+		json_pack("{s:s, s:s, s:I, s:I, s:I, s:b, s:b, s:s, s:s, s:o, s:o, s:b, s:i, s:b}",
 			  "reference", key, "digest", rs->digest, "size", (json_int_t)b.disk,
 			  "bytes_local", (json_int_t)b.local, "bytes_total", (json_int_t)b.total,
 			  "complete", b.local == b.total, "completing", b.completing, "completion",
-			  b.local == b.total ? "done" : completion_name(b.phase), "pulled",
-			  time_string_ms(rs->pulled_at * 1000), "last_used",
-			  time_string_ms(rs->last_used_ms), "in_use", in_use, "open_files",
-			  (int)open, "pinned", pinned));
+			  b.local == b.total ? "done" : completion_name(b.phase), "verified",
+			  verified_name(b.verified), "pulled", time_string_ms(rs->pulled_at * 1000),
+			  "last_used", time_string_ms(rs->last_used_ms), "in_use", in_use,
+			  "open_files", (int)open, "pinned", pinned));
 	return 0;
 }
 

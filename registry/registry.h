@@ -136,6 +136,12 @@ int registry_head_blob(struct registry *r, const char *domain, const char *repo,
  * from the first byte not yet seen, like registry_get_blob.  Blocks.
  * Errors as registry_get_blob, plus -EINVAL for a range outside the
  * blob. */
+/* Marks the requests the calling thread makes from now on (on) as work
+ * no caller waits for, or not (off): their User-Agent ends in
+ * " (background)", so that a registry's logs (and a test's proxy) tell a
+ * lazy layer's completion from a reader's fetch.  Per thread. */
+void registry_thread_background(bool on);
+
 /* One range of a blob, for registry_get_blob_ranges(). */
 struct registry_range {
 	uint64_t offset;

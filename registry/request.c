@@ -476,6 +476,13 @@ static int request_finish(struct request *q)
 	return 0;
 }
 
+static _Thread_local bool thread_background;
+
+void registry_thread_background(bool on)
+{
+	thread_background = on;
+}
+
 int request_perform(const struct registry_transport *t, struct request *q, const char *method,
 		    const char *url, const struct hosts_endpoint *ep,
 		    const struct transport_auth *auth, const char *accept, const char *post_fields)
@@ -486,6 +493,7 @@ int request_perform(const struct registry_transport *t, struct request *q, const
 		.method = method,
 		.accept = accept,
 		.post_fields = post_fields,
+		.background = thread_background,
 		.auth = auth ? *auth : (struct transport_auth){ 0 },
 		.body = request_body,
 		.tick = q->now_ms ? request_tick : NULL,

@@ -33,7 +33,8 @@ struct curl_transport {
 	long connect_timeout_ms;
 	long low_speed_time_s;
 	char *user_agent;
-	const atomic_bool *cancel; /* borrowed; may be NULL */
+	char *user_agent_background; /* user_agent, " (background)" */
+	const atomic_bool *cancel;   /* borrowed; may be NULL */
 
 	/* DNS cache and TLS sessions, shared by every handle; libcurl takes
 	 * share_locks[kind] around each access. */
@@ -344,7 +345,7 @@ static int call_setup(struct curl_call *cc, const struct curl_slist *headers)
 		SETOPT(c, CURLOPT_SSLCERT, ep->client_cert);
 	if (ep->client_key)
 		SETOPT(c, CURLOPT_SSLKEY, ep->client_key);
-	SETOPT(c, CURLOPT_USERAGENT, t->user_agent);
+	SETOPT(c, CURLOPT_USERAGENT, req->background ? t->user_agent_background : t->user_agent);
 	SETOPT(c, CURLOPT_ERRORBUFFER, cc->curl_msg);
 	SETOPT(c, CURLOPT_WRITEFUNCTION, call_write);
 	SETOPT(c, CURLOPT_WRITEDATA, cc);
@@ -547,7 +548,10 @@ int transport_curl_new(const struct transport_curl_options *opts, struct registr
 	t->low_speed_time_s = opts->low_speed_time_s;
 	t->cancel = opts->cancel;
 	t->user_agent = strdup(opts->user_agent);
-	if (!t->user_agent)
+	if (t->user_agent &&
+	    asprintf(&t->user_agent_background, "%s (background)", opts->user_agent) < 0)
+		t->user_agent_background = NULL;
+	if (!t->user_agent || !t->user_agent_background)
 		goto fail;
 	if (pthread_mutex_init(&t->pool_lock, NULL) != 0)
 		goto fail;
@@ -590,5 +594,6 @@ void transport_curl_free(struct registry_transport *base)
 	if (t->pool_lock_ready)
 		pthread_mutex_destroy(&t->pool_lock);
 	free(t->user_agent);
+	free(t->user_agent_background);
 	free(t);
 }

@@ -74,6 +74,9 @@ struct transport_request {
 	/* several ranges instead, "A-B,C-D,..." (has_range set too): the
 	 * answer may be multipart/byteranges */
 	const char *range_list;
+	/* work no caller waits for (registry_thread_background()): the
+	 * User-Agent says so */
+	bool background;
 	struct transport_auth auth;
 	/* Called with the body of a 2xx response, in order, and never with
 	 * the body of a redirect or of an error; resp has the status and

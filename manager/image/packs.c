@@ -396,7 +396,8 @@ static bool layer_still_lazy(struct packs *p, const char *digest)
 
 	if (dirfd < 0)
 		return false;
-	r = faccessat(dirfd, "lazy", F_OK, 0) == 0;
+	/* (complete, verified by its table of contents only: not lazy) */
+	r = faccessat(dirfd, "lazy", F_OK, 0) == 0 && faccessat(dirfd, "complete", F_OK, 0) < 0;
 	close(dirfd);
 	return r;
 }

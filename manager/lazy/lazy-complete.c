@@ -1,7 +1,7 @@
-/* The completion of a lazy layer: one pass over the whole blob, checked
- * against the layer's digest and holding the very table of contents the
- * layer was built from, writes every missing chunk; then every file is
- * checked and made an object.  See lazy.h. */
+/* The completion of a lazy layer: the chunks still missing, by range in
+ * blob order (readers first, each byte fetched once), each checked
+ * against the table of contents; then every file is checked and made an
+ * object.  See lazy.h. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -13,34 +13,63 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "clock.h"
+#include "digest.h"
+#include "errdetail.h"
 #include "fileio.h"
 #include "lazy-private.h"
 #include "macro.h"
 #include "registry.h"
 #include "strmap.h"
 
-/* ---- completion: the whole blob in one pass -------------------------- */
+/* ---- completion: what is missing, by range ------------------------- */
 
-/* A chunk the stream may bring: chunk k of f. */
+/* One request brings at most this many bytes of the blob. */
+#define PLAN_REQUEST_MAX (16u << 20)
+/* Bytes between two missing chunks that are fetched along rather than
+ * asked for apart (tar headers, small entries between files). */
+#define PLAN_GAP_MAX (64u << 10)
+/* What a request wrote is flushed and marked in the maps every this many
+ * bytes of chunks: a completion killed on its way loses no more. */
+#define PLAN_COMMIT_BYTES (2u << 20)
+/* The blob's tail after the last missing chunk (its table of contents,
+ * fetched at the lookup already) is fetched again for the blob's digest
+ * when it is at most this share of the blob, in percent, or at most
+ * PLAN_GAP_MAX bytes. */
+#define PLAN_TAIL_SHARE 5
+
+/* A chunk the completion may bring: chunk k of f. */
 struct pending {
 	struct lazy_file *f;
 	size_t k;
+	bool written; /* by this completion: its map bit is due */
+};
+
+/* The blob read in order from its first byte, request after request: as
+ * long as nothing is skipped it is hashed, and the blob's digest checked
+ * at its end (the chain of trust then needs no table of contents). */
+struct chain {
+	struct hasher *hasher; /* NULL once broken */
+	uint64_t pos;	       /* bytes of the blob hashed */
+	uint64_t toc_seen;     /* bytes of the table compared */
+	bool toc_differs;
 };
 
 struct stream {
 	struct lazy_layer *l;
 	const atomic_bool *cancel;
+	struct lazy_claim *claim; /* the chunks this request claimed */
 	struct pending *p;
 	size_t n, next;	    /* by blob offset; next: the one being collected */
-	uint64_t pos;	    /* bytes of the blob seen */
+	uint64_t pos;	    /* offset in the blob of the next byte */
 	unsigned char *buf; /* the blob from buf_start on, buf_len bytes */
 	uint64_t buf_start;
 	size_t buf_len, cap;
 	void *dst;
-	uint64_t toc_seen; /* bytes of the table compared */
-	bool toc_differs;
-	/* chunks that did not match the table: if the blob is the
-	 * digest's, the layer can never complete */
+	struct chain *chain;  /* NULL: this request does not continue it */
+	size_t committed;     /* p[0, committed) flushed and marked */
+	uint64_t uncommitted; /* bytes of chunks written since */
+	/* chunks that did not match the table */
 	size_t bad_chunks;
 };
 
@@ -56,19 +85,20 @@ static int cmp_pending(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* The bytes of one chunk are in: written unless a reader has it already or
- * is fetching it (readers never wait for the stream). */
-static int stream_chunk(struct stream *s, const struct pending *pd, const void *src)
+static int plan_commit(struct lazy_layer *l, struct pending *p, size_t n);
+
+/* The bytes of one claimed chunk are in: written, unless the claim went
+ * (the file was finished meanwhile).  Readers waiting for it go on. */
+static int stream_chunk(struct stream *s, struct pending *pd, const void *src)
 {
 	struct lazy_file *f = pd->f;
 	int r;
 
 	pthread_mutex_lock(&f->lock);
-	if (f->complete || f->state[pd->k] != CHUNK_MISSING) {
+	if (f->complete || f->state[pd->k] != CHUNK_FETCHING || f->claim[pd->k] != s->claim) {
 		pthread_mutex_unlock(&f->lock);
 		return 0;
 	}
-	f->state[pd->k] = CHUNK_FETCHING;
 	pthread_mutex_unlock(&f->lock);
 	r = lazy_file_hold(s->l, f);
 	if (r == 0) {
@@ -76,13 +106,19 @@ static int stream_chunk(struct stream *s, const struct pending *pd, const void *
 		lazy_file_put(s->l, f);
 	}
 	pthread_mutex_lock(&f->lock);
-	f->state[pd->k] = r == 0 ? CHUNK_PRESENT : CHUNK_MISSING;
+	if (f->claim[pd->k] == s->claim) {
+		f->claim[pd->k] = NULL;
+		f->state[pd->k] = r == 0 ? CHUNK_PRESENT : CHUNK_MISSING;
+	}
 	pthread_cond_broadcast(&f->cond);
 	pthread_mutex_unlock(&f->lock);
-	if (r == 0)
+	if (r == 0) {
+		pd->written = true;
+		s->uncommitted += pending_chunk(pd)->blob_length;
 		lazy_changed(s->l);
-	/* the stream goes on to the blob's digest: whether the table or the
-	 * registry is wrong */
+	}
+	/* the request goes on: the blob's digest, if it gets that far,
+	 * says whether the table or the registry is wrong */
 	if (r == -EBADMSG) {
 		s->bad_chunks++;
 		r = 0;
@@ -92,7 +128,7 @@ static int stream_chunk(struct stream *s, const struct pending *pd, const void *
 
 /* The bytes of the blob at s->pos that fall where the table of contents
  * is, compared with the table the layer was built from. */
-static void stream_toc(struct stream *s, const unsigned char *d, size_t len)
+static void chain_toc(struct stream *s, const unsigned char *d, size_t len)
 {
 	const struct toc_range *w = &s->l->src.where;
 	uint64_t a = MAX(s->pos, w->offset), b = MIN(s->pos + len, w->offset + w->length);
@@ -101,8 +137,8 @@ static void stream_toc(struct stream *s, const unsigned char *d, size_t len)
 		return;
 	if (s->l->toclen != w->length ||
 	    memcmp(d + (a - s->pos), s->l->tocbuf + (a - w->offset), (size_t)(b - a)) != 0)
-		s->toc_differs = true;
-	s->toc_seen += b - a;
+		s->chain->toc_differs = true;
+	s->chain->toc_seen += b - a;
 }
 
 static int stream_sink(void *userdata, const void *data, size_t len)
@@ -112,9 +148,14 @@ static int stream_sink(void *userdata, const void *data, size_t len)
 
 	if (s->cancel && atomic_load(s->cancel))
 		return -ECANCELED;
-	stream_toc(s, d, len);
-	/* A reader is waiting for chunks: the stream pauses, its socket
-	 * buffer fills and the sender stops, leaving the link to the
+	atomic_store(&s->claim->heard_ns, clock_mono_ns());
+	if (s->chain && s->chain->hasher) {
+		hasher_update(s->chain->hasher, d, len);
+		chain_toc(s, d, len);
+		s->chain->pos += len;
+	}
+	/* A reader is fetching chunks of its own: the request pauses, its
+	 * socket buffer fills and the sender stops, leaving the link to the
 	 * reader's request. */
 	while (s->l->stats && atomic_load(&s->l->stats->foreground) > 0 &&
 	       !(s->cancel && atomic_load(s->cancel)))
@@ -153,6 +194,11 @@ static int stream_sink(void *userdata, const void *data, size_t len)
 			continue;
 		int r = stream_chunk(s, &s->p[s->next], s->buf + (c->blob_offset - s->buf_start));
 
+		if (r == 0 && s->uncommitted >= PLAN_COMMIT_BYTES) {
+			r = plan_commit(s->l, s->p + s->committed, s->next + 1 - s->committed);
+			s->committed = s->next + 1;
+			s->uncommitted = 0;
+		}
 		if (r < 0)
 			return r;
 		/* keep only what the next chunk (sorted, maybe overlapping)
@@ -176,43 +222,220 @@ static int stream_sink(void *userdata, const void *data, size_t len)
 	return 0;
 }
 
-/* One GET of the whole blob, checked against its digest, writing every
- * chunk that is still missing as it passes.  -EBADMSG with foreign_toc set
- * when the blob is the layer's and its table of contents is not the one
- * the layer was built from, or its chunks are not what that table says. */
-static int stream_blob(struct lazy_layer *l, struct registry *reg, struct pending *p, size_t n,
-		       const atomic_bool *cancel)
+/* Claims the chunks of p[*i...] one request brings: missing chunks close
+ * to each other in the blob, at most PLAN_REQUEST_MAX bytes; a chunk a
+ * reader has or fetches ends the request (its bytes are not asked for
+ * twice).  Sets [*start, *end) and the claimed chunks' range of p; moves
+ * *i past them.  Returns the number claimed. */
+static size_t plan_claim(struct pending *p, size_t n, size_t *i, struct lazy_claim *claim,
+			 uint64_t *start, uint64_t *end, size_t *first)
 {
-	struct stream s = { .l = l, .cancel = cancel, .p = p, .n = n };
-	struct error_detail rerr = { 0 };
+	size_t claimed = 0;
+
+	for (; *i < n; (*i)++) {
+		const struct toc_chunk *c = pending_chunk(&p[*i]);
+		struct lazy_file *f = p[*i].f;
+		bool mine;
+
+		if (claimed > 0 && (c->blob_offset > *end + PLAN_GAP_MAX ||
+				    c->blob_offset + c->blob_length - *start > PLAN_REQUEST_MAX))
+			break;
+		pthread_mutex_lock(&f->lock);
+		mine = !f->complete && f->state[p[*i].k] == CHUNK_MISSING;
+		/* (not counted in f->fetches: a reader that has every other
+		 * chunk finishes the file, whatever this request does) */
+		if (mine) {
+			f->state[p[*i].k] = CHUNK_FETCHING;
+			f->claim[p[*i].k] = claim;
+		}
+		pthread_mutex_unlock(&f->lock);
+		if (!mine) {
+			if (claimed > 0)
+				break;
+			continue;
+		}
+		if (claimed++ == 0) {
+			*first = *i;
+			*start = c->blob_offset;
+			*end = c->blob_offset + c->blob_length;
+		}
+		*end = MAX(*end, c->blob_offset + c->blob_length);
+	}
+	return claimed;
+}
+
+/* After a request: its chunks not written go back to missing, readers
+ * waiting for them are woken. */
+static void plan_release(struct pending *p, size_t n, const struct lazy_claim *claim)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct lazy_file *f = p[i].f;
+
+		pthread_mutex_lock(&f->lock);
+		if (f->claim[p[i].k] == claim) {
+			f->claim[p[i].k] = NULL;
+			f->state[p[i].k] = CHUNK_MISSING;
+		}
+		pthread_cond_broadcast(&f->cond);
+		pthread_mutex_unlock(&f->lock);
+	}
+}
+
+/* What a request wrote, on stable storage at once (one syncfs rather than
+ * a flush per file), then marked in the maps: a completion killed after
+ * this fetches none of it again. */
+static int plan_commit(struct lazy_layer *l, struct pending *p, size_t n)
+{
+	bool any = false;
 	int r;
 
-	if (n > 0) /* (nothing missing: the stream only checks) */
-		qsort(p, n, sizeof(*p), cmp_pending);
-	r = registry_get_blob(reg, l->src.domain, l->src.repo, l->blob_digest, l->src.tl.blob_size,
-			      stream_sink, &s, &rerr);
-	if (l->stats) {
-		atomic_fetch_add(&l->stats->fetches, 1);
-		atomic_fetch_add(&l->stats->bytes, s.pos);
-		atomic_fetch_add(&l->stats->background_bytes, s.pos);
-		if (r < 0)
-			atomic_fetch_add(&l->stats->failures, 1);
+	for (size_t i = 0; i < n && !any; i++)
+		any = p[i].written;
+	if (!any)
+		return 0;
+	r = flush_fs(l->dirfd);
+	if (r == 0)
+		r = flush_dir(l->dirfd);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		struct lazy_file *f = p[i].f;
+
+		if (!p[i].written)
+			continue;
+		p[i].written = false;
+		atomic_store(&f->named, true);
+		if (lazy_file_hold(l, f) < 0)
+			continue; /* fetched again after a crash, that is all */
+		pthread_mutex_lock(&f->lock);
+		if (!f->complete && f->mapfd >= 0 && pwrite(f->mapfd, "1", 1, (off_t)p[i].k) == 1)
+			atomic_store(&f->unflushed, false);
+		pthread_mutex_unlock(&f->lock);
+		lazy_file_put(l, f);
 	}
-	free(s.buf);
-	free(s.dst);
-	if (r == 0 && (s.toc_differs || s.toc_seen != l->src.where.length || s.bad_chunks > 0)) {
-		atomic_store(&l->foreign_toc, true);
-		r = -EBADMSG;
+	return 0;
+}
+
+/* Fetches every chunk of p (sorted by blob offset) that is still missing,
+ * request after request, in blob order, with readers' fetches going first
+ * and readers of a chunk a request brings waiting for it.  *ret_proven is
+ * set when the requests read the whole blob in order and it matched its
+ * digest and held the layer's table of contents.  -EBADMSG with
+ * foreign_toc set when the blob matched its digest but not the table, or
+ * chunks of it are not what the table says. */
+static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pending *p, size_t n,
+			 const atomic_bool *cancel, bool *ret_proven)
+{
+	uint64_t size = l->src.tl.blob_size;
+	struct chain chain = { .hasher = hasher_new() };
+	size_t i = 0, bad = 0;
+	int r = 0;
+
+	*ret_proven = false;
+	while (r == 0 && (i < n || (chain.hasher && chain.pos < size))) {
+		struct lazy_claim claim = { .streams = true, .heard_ns = clock_mono_ns() };
+		uint64_t start = size, end = size;
+		size_t first = i, claimed;
+
+		if (cancel && atomic_load(cancel)) {
+			r = -ECANCELED;
+			break;
+		}
+		claimed = plan_claim(p, n, &i, &claim, &start, &end, &first);
+		/* The chain goes on only through bytes asked for in order:
+		 * what lies between holds no chunk a request wants, and is
+		 * fetched along when small; so is the blob's tail (its table
+		 * of contents) when small enough for its digest. */
+		uint64_t tail = size - (claimed ? MAX(end, chain.pos) : chain.pos);
+		bool tail_ok = chain.hasher && (claimed || chain.pos > 0) &&
+			       (tail <= PLAN_GAP_MAX || tail * 100 <= size * PLAN_TAIL_SHARE);
+		if (chain.hasher &&
+		    (claimed ? start < chain.pos || start - chain.pos > PLAN_GAP_MAX : !tail_ok)) {
+			hasher_free(chain.hasher);
+			chain.hasher = NULL;
+		}
+		if (claimed == 0 && !chain.hasher)
+			break;
+		if (chain.hasher) {
+			start = chain.pos;
+			if (claimed == 0 || (i >= n && tail_ok))
+				end = size;
+		}
+		if (end <= start)
+			break;
+		claim.bytes = end - start;
+		struct stream s = { .l = l,
+				    .cancel = cancel,
+				    .claim = &claim,
+				    .p = p + first,
+				    .n = claimed ? i - first : 0,
+				    .pos = start,
+				    .buf_start = start,
+				    .chain = chain.hasher ? &chain : NULL };
+		struct error_detail rerr = { 0 };
+
+		r = registry_get_blob_range(reg, l->src.domain, l->src.repo, l->blob_digest, size,
+					    start, end - start, stream_sink, &s, &rerr);
+		if (l->stats) {
+			atomic_fetch_add(&l->stats->fetches, 1);
+			atomic_fetch_add(&l->stats->bytes, s.pos - start);
+			atomic_fetch_add(&l->stats->background_bytes, s.pos - start);
+			if (r < 0)
+				atomic_fetch_add(&l->stats->failures, 1);
+		}
+		bad += s.bad_chunks;
+		free(s.buf);
+		free(s.dst);
+		if (claimed)
+			plan_release(p + first, i - first, &claim);
+		if (r == 0 && claimed)
+			r = plan_commit(l, p + first, i - first);
+		if (chain.hasher && (r < 0 || end >= size)) {
+			if (r == 0) {
+				char got[DIGEST_STRING_MAX];
+
+				hasher_final(chain.hasher, got);
+				if (strcmp(got, l->blob_digest) != 0) {
+					/* read whole and not the digest's: a
+					 * transfer gone wrong (this try fails;
+					 * what the table verified is kept) */
+					r = -EBADMSG;
+				} else if (chain.toc_differs ||
+					   chain.toc_seen != l->src.where.length || bad > 0) {
+					atomic_store(&l->foreign_toc, true);
+					r = -EBADMSG;
+				} else {
+					*ret_proven = true;
+				}
+			}
+			hasher_free(chain.hasher);
+			chain.hasher = NULL;
+		}
 	}
+	hasher_free(chain.hasher);
 	return r;
 }
 
-int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel)
+/* A file written and flushed under name in dirfd, then the name. */
+static int write_marker(int dirfd, const char *name)
+{
+	int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0444);
+	int r;
+
+	if (fd < 0)
+		return negative_errno();
+	r = flush_data(fd);
+	close(fd);
+	return r < 0 ? r : flush_dir(dirfd);
+}
+
+/* lazy_layer_complete(), once it is known to be needed. */
+static int complete_files(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel)
 {
 	const struct toc *toc = l->toc;
 	struct pending *p = NULL;
 	size_t n = 0, cap = 0;
-	bool all = true;
+	bool all = true, proven = false;
 	int r = 0;
 
 	/* what is missing now; readers may fetch some of it meanwhile */
@@ -241,23 +464,16 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 		pthread_mutex_unlock(&f->lock);
 		lazy_file_put(l, f);
 	}
-	/* the whole blob, even with nothing missing: its digest, and the
-	 * table of contents within it, are what prove that this layer is the
-	 * descriptor's (the table was trusted through an annotation of one
-	 * manifest only, which anyone can write for any layer digest) */
-	if (r == 0)
-		r = stream_blob(l, reg, p, n, cancel);
-	/* what the stream wrote, on stable storage at once rather than file
-	 * by file as each is finished */
-	if (r == 0 && n > 0)
-		r = flush_fs(l->dirfd);
-	for (size_t i = 0; r == 0 && i < n; i++)
-		atomic_store(&p[i].f->unflushed, false);
+	if (r == 0) {
+		if (n > 0)
+			qsort(p, n, sizeof(*p), cmp_pending);
+		r = fetch_missing(l, reg, p, n, cancel, &proven);
+	}
 	free(p);
 	if (r < 0)
 		return r;
-	/* every file: what the stream did not bring (a reader's fetch that
-	 * failed meanwhile) by range, then checked whole and made an object */
+	/* every file: what no request brought (a reader's fetch that failed
+	 * meanwhile) by range, then checked whole and made an object */
 	for (size_t i = 0; i < toc->n_files; i++) {
 		struct lazy_file *f;
 
@@ -275,12 +491,20 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 	}
 	if (!all)
 		return 0;
-	/* every o.OBJ is there for good before the layer stops being lazy */
+	/* every o.OBJ is there for good before the layer says so */
 	r = flush_dir(l->dirfd);
 	if (r < 0)
 		return r;
-	if (unlinkat(l->dirfd, "lazy", 0) < 0 && errno != ENOENT)
-		return negative_errno();
+	if (proven) {
+		/* verified against its digest: a layer like any other */
+		if (unlinkat(l->dirfd, "lazy", 0) < 0 && errno != ENOENT)
+			return negative_errno();
+	} else {
+		r = write_marker(l->dirfd, LAZY_COMPLETE_FILE);
+		if (r < 0)
+			return r;
+		atomic_store(&l->toc_verified, true);
+	}
 	atomic_store(&l->complete, true);
 	lazy_changed(l);
 	if (l->stats)
@@ -288,9 +512,26 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 	return 0;
 }
 
+int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel)
+{
+	int r;
+
+	if (atomic_load(&l->complete))
+		return 0;
+	registry_thread_background(true);
+	r = complete_files(l, reg, cancel);
+	registry_thread_background(false);
+	return r;
+}
+
 bool lazy_layer_is_complete(struct lazy_layer *l)
 {
 	return atomic_load(&l->complete);
+}
+
+bool lazy_layer_toc_verified(struct lazy_layer *l)
+{
+	return atomic_load(&l->toc_verified);
 }
 
 bool lazy_layer_foreign_toc(struct lazy_layer *l)

@@ -173,7 +173,12 @@ static void *completion_thread(void *arg)
 
 	if (r == 0)
 		event_sendf(&lc->o.events, EVENT_NORMAL, "LayerCompleted", NULL, cp->digest, 0,
-			    NULL, "Layer %s, pulled lazily, is complete and verified", cp->digest);
+			    NULL, "Layer %s, pulled lazily, is complete and verified %s",
+			    cp->digest,
+			    lazy_layer_toc_verified(cp->job.layer)
+				    ? "by its table of contents (every file checked against it; "
+				      "the blob was not read whole for its digest)"
+				    : "against its digest");
 	cp->job.end(cp->job.userdata, r == 0);
 	completion_remove(cp);
 	return NULL;

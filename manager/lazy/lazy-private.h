@@ -15,11 +15,28 @@ struct strmap;
 
 enum { CHUNK_MISSING, CHUNK_FETCHING, CHUNK_PRESENT };
 
+/* In the layer directory beside "lazy": every file is an object, checked
+ * against the table of contents; the blob was not checked against its
+ * digest (lazy_layer_complete()), so the layer is still shared only under
+ * its table (lazy_layer_serves()). */
+#define LAZY_COMPLETE_FILE "complete"
+
 /* A request of lazy_ensure_chunks() under way: the compressed bytes it
  * brings. */
 struct lazy_claim {
 	uint64_t bytes;
+	/* the completion's request: each chunk is written as its bytes
+	 * arrive, so a reader waits for it rather than asking again, as
+	 * long as bytes keep coming (heard_ns: clock_mono_ns() when it
+	 * started or last got some; LAZY_CLAIM_QUIET_NS) */
+	bool streams;
+	_Atomic int64_t heard_ns;
 };
+
+/* A reader waits for a chunk the completion's request brings while that
+ * request got bytes this recently; past it, the reader fetches the chunk
+ * itself (a stalled request does not hold a reader). */
+#define LAZY_CLAIM_QUIET_NS (1500 * (int64_t)1000000)
 
 struct lazy_file {
 	pthread_mutex_t lock;
@@ -64,7 +81,10 @@ struct lazy_layer {
 	/* the state of toc->files[i], once used; lock */
 	struct lazy_file **file_of;
 	atomic_bool complete; /* lazy_layer_complete() finished */
-	struct dlist idle;    /* lock: files with descriptors and no user */
+	/* complete, every file checked against the table's digests, the
+	 * blob never against its own (the "complete" file) */
+	atomic_bool toc_verified;
+	struct dlist idle; /* lock: files with descriptors and no user */
 	/* lazy_changed() calls: lazy_layer_bytes() counts again only when
 	 * this moved since its last count (lock: counted_*) */
 	atomic_uint_fast64_t changes;

@@ -223,6 +223,18 @@ bool lazy_layer_serves(struct cache *c, const char *digest, const struct toc_lay
 	return same;
 }
 
+enum lazy_verified lazy_layer_verified(struct cache *c, const char *digest)
+{
+	_cleanup_close_ int dirfd = cache_layer_open_dir(c, digest);
+
+	if (dirfd < 0)
+		return LAZY_VERIFIED_NONE;
+	if (faccessat(dirfd, "lazy", F_OK, 0) < 0)
+		return LAZY_VERIFIED_DIGEST;
+	return faccessat(dirfd, LAZY_COMPLETE_FILE, F_OK, 0) == 0 ? LAZY_VERIFIED_TOC
+								  : LAZY_VERIFIED_NONE;
+}
+
 static void lazy_file_free(struct lazy_file *f)
 {
 	if (!f)
@@ -278,6 +290,10 @@ int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stat
 	r = read_layer_file(l->dirfd, "lazy", 4096, &text, &len);
 	if (r < 0)
 		goto fail; /* -ENOENT: complete */
+	if (faccessat(l->dirfd, LAZY_COMPLETE_FILE, F_OK, 0) == 0) {
+		atomic_store(&l->complete, true);
+		atomic_store(&l->toc_verified, true);
+	}
 	r = lazy_source_parse(text, &l->src);
 	if (r < 0)
 		goto fail;
@@ -721,7 +737,13 @@ static int fetch_runs(struct lazy_layer *l, struct registry *reg, struct lazy_fi
  * f->lock held. */
 static bool chunk_waited_for(const struct lazy_file *f, size_t k, uint64_t need, bool foreground)
 {
-	return !foreground || !f->claim[k] || f->claim[k]->bytes <= need;
+	const struct lazy_claim *c = f->claim[k];
+
+	if (!foreground || !c)
+		return true;
+	if (c->streams)
+		return clock_mono_ns() - atomic_load(&c->heard_ns) < LAZY_CLAIM_QUIET_NS;
+	return c->bytes <= need;
 }
 
 /* Makes chunks a..b of f present; foreground: for a reader who waits. */
@@ -777,7 +799,21 @@ int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_f
 			 * it; a reader has its bytes */
 			if (!others && (foreground || f->fetches == 0))
 				break;
-			pthread_cond_wait(&f->cond, &f->lock);
+			if (foreground) {
+				/* a reader looks again now and then: the
+				 * request it waits for may stall */
+				struct timespec t;
+
+				clock_gettime(CLOCK_REALTIME, &t);
+				t.tv_nsec += 250000000;
+				if (t.tv_nsec >= 1000000000) {
+					t.tv_sec++;
+					t.tv_nsec -= 1000000000;
+				}
+				pthread_cond_timedwait(&f->cond, &f->lock, &t);
+			} else {
+				pthread_cond_wait(&f->cond, &f->lock);
+			}
 			continue;
 		}
 		mine.bytes = total;

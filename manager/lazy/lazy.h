@@ -121,12 +121,23 @@ void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_t
  * layer is absent.  Reads the "lazy" file. */
 bool lazy_layer_serves(struct cache *c, const char *digest, const struct toc_layer *tl);
 
+/* How the cached layer digest was verified: against its blob's digest
+ * (a full pull, or a completion that read the whole blob), against its
+ * table of contents only (every file checked, the blob never read whole),
+ * or not yet (lazy, not complete).  Reads the layer's directory. */
+enum lazy_verified { LAZY_VERIFIED_NONE, LAZY_VERIFIED_TOC, LAZY_VERIFIED_DIGEST };
+enum lazy_verified lazy_layer_verified(struct cache *c, const char *digest);
+
 /* A new descriptor of the layer's directory (it may have been moved out
  * of layers/ since), or -errno. */
 int lazy_layer_dup_dir(struct lazy_layer *l);
 
 /* Whether lazy_layer_complete() finished the layer. */
 bool lazy_layer_is_complete(struct lazy_layer *l);
+
+/* Whether the layer is complete with every file checked against its
+ * table of contents, and its blob never read whole against its digest. */
+bool lazy_layer_toc_verified(struct lazy_layer *l);
 
 /* Whether lazy_layer_complete() found the blob to be the layer's and its
  * table of contents another than the one the layer was built from (a
@@ -142,15 +153,22 @@ uint64_t lazy_toc_present_bytes(int dirfd, const struct toc *toc);
 /* The Prometheus text of the stats. */
 void lazy_stats_metrics(const struct lazy_stats *stats, FILE *f);
 
-/* Completes the layer: one GET of the whole blob, always (nothing
- * missing: it is read for its digest only), writes every chunk still
- * missing as it streams past, with no reader ever waiting for it; the
- * blob must match the layer's digest and hold, where the table of contents
+/* Completes the layer with every byte fetched once: the chunks still
+ * missing, by Range requests in blob order of at most a few MB each
+ * (chunks close to each other in one request), each chunk checked against
+ * the table of contents as it arrives and written at once, so that a
+ * reader of it waits for it instead of asking again; a reader's own
+ * fetches go first (the request pauses).  When the requests read the whole
+ * blob in order from its first byte (nothing was fetched before, and the
+ * tail after the last chunk is small), the blob is checked against its
+ * digest as it passes: it must match and hold, where the table of contents
  * was read from, the very bytes of the table the layer was built from
- * (else -EBADMSG, and with the table, or a chunk, differing
- * lazy_layer_foreign_toc() is true: the layer stays lazy).  What is left (chunks whose fetch by a
- * reader failed meanwhile) comes by range; every file is checked whole and
- * made an object, and only then is the layer marked complete (its "lazy"
- * file removed: a layer without one was verified against its digest).
+ * (else -EBADMSG, and lazy_layer_foreign_toc() is true: the layer stays
+ * lazy).  Every file is then checked whole and made an object, and the
+ * layer marked complete: verified against its digest (its "lazy" file
+ * removed), or against its table of contents only
+ * (lazy_layer_toc_verified(): it keeps its "lazy" file, and is shared only
+ * under that table).  What a request wrote is flushed and marked in the
+ * maps after it: a completion killed on its way fetches none of it again.
  * Stops with -ECANCELED when *cancel becomes true.  Returns 0 or -errno. */
 int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel);

@@ -23,10 +23,10 @@ _skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd
     "dir:$plain" "docker://$REGISTRY/test/edge-chunked:1"
 umoci unpack --image "$(layout_of edge):1" "$WORK/bundle" >/dev/null
 reference=$WORK/bundle/rootfs
-# The background completion's GET of a whole lazy layer is held while
-# $WORK/whole is missing, so that a reader fetches chunks first.
+# The background completion's requests are held while $WORK/whole is
+# missing, so that a reader fetches chunks first.
 layers=$(image_blobs test/edge-chunked:1 | tail -n +2 | paste -sd '|')
-start_slowproxy --gate "GET /v2/test/edge-chunked/blobs/($layers)\$=$WORK/whole"
+start_slowproxy --gate "GET /v2/test/edge-chunked/blobs/($layers) .*background=$WORK/whole"
 full=$MNT/images/$PROXY/test/edge:1
 lazy=$MNT/images/$PROXY/test/edge-chunked:1
 TRACE=$WORK/trace
@@ -52,7 +52,7 @@ assert_errno OK "$lazy"
 cmp "$reference/large" "$lazy/large" || fail "content of large differs (lazy image)"
 cmp "$reference/etc/passwd" "$lazy/etc/passwd" || fail "content of etc/passwd differs (lazy image)"
 touch "$WORK/whole"
-complete() { ! ls "$CACHE"/layers/*/lazy >/dev/null 2>&1 && ! ls "$CACHE"/layers/*/p.* >/dev/null 2>&1; }
+complete() { lazy_complete && ! ls "$CACHE"/layers/*/p.* >/dev/null 2>&1; }
 wait_for 60 complete || fail "lazy layers not completed: $(ls "$CACHE"/layers/*/lazy "$CACHE"/layers/*/p.* 2>&1 | head)"
 assert_errno OK "$full"
 cmp "$reference/large" "$full/large" || fail "content of large differs (full pull)"

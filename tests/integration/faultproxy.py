@@ -85,6 +85,7 @@ def main():
             is_content = is_blob or "/manifests/" in path
             info = dict(port=self.which, method=self.command, path=path,
                         range=self.headers.get("Range"),
+                        background="(background)" in (self.headers.get("User-Agent") or ""),
                         auth=self.headers.get("Authorization") is not None)
             if self.which == "main" and a.require_basic:
                 want = "Basic " + base64.b64encode(a.require_basic.encode()).decode()

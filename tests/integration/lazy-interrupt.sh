@@ -38,10 +38,10 @@ _skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd
     "dir:$WORK/plain" "docker://$REGISTRY/test/stall:1"
 layer=$(registry_manifest test/stall:1 | py -c 'import json,sys; print(json.load(sys.stdin)["layers"][0]["digest"])')
 
-# Range requests of 1 KiB or more wait while $WORK/go is missing, the
-# whole layer blob (the background completion) while $WORK/whole is.
+# Range requests of 1 KiB or more wait while $WORK/go is missing, those of
+# the background completion while $WORK/whole is.
 touch "$WORK/go"
-start_slowproxy --gate-range "1024=$WORK/go" --gate "GET /v2/test/stall/blobs/$layer\$=$WORK/whole"
+start_slowproxy --gate-range "1024=$WORK/go" --gate "GET /v2/test/stall/blobs/$layer .*background=$WORK/whole"
 mount_pullfs --insecure-registry "$PROXY" --lazy-completion-delay 0
 ref=$PROXY/test/stall:1
 root=$MNT/images/$ref

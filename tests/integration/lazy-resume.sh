@@ -42,12 +42,12 @@ layer_of() { registry_manifest "test/$1:1" | py -c 'import json,sys; print(json.
 layer_a=$(layer_of share-a)
 layer_b=$(layer_of share-b)
 
-# Every blob request waits for $WORK/open, the whole layer blob of share-a
-# (the background completion) for $WORK/whole too, and comes at 1.5 MB/s.
+# Every blob request waits for $WORK/open, those of the background
+# completion of share-a's layer for $WORK/whole too, and come at 1.5 MB/s.
 touch "$WORK/open"
 start_slowproxy --gate "GET /v2/test/share-[ab]/blobs/=$WORK/open" \
-    --gate "GET /v2/test/share-a/blobs/$layer_a\$=$WORK/whole" \
-    --rate "GET /v2/test/share-a/blobs/$layer_a\$=1500000"
+    --gate "GET /v2/test/share-a/blobs/$layer_a .*background=$WORK/whole" \
+    --rate "GET /v2/test/share-a/blobs/$layer_a .*background=1500000"
 img() { echo "$MNT/images/$PROXY/test/$1"; }
 # status_of REF FIELD: FIELD of the image in .pullfs/status
 status_of() { pullfs_image_field "$PROXY/test/$1" "$2"; }
@@ -126,7 +126,7 @@ multi_after=$(grep -cE "^range GET /v2/test/share-a/blobs/.* bytes=[0-9-]+,[0-9-
 local_read=$(status_of share-a:1 bytes_local)
 assert_eq $((multi_before + 1)) "$multi_after" "requests of two ranges for share-a"
 
-# The completion streams the blob; kill -9 once it wrote 2 MB of it.
+# The completion fetches what the reads left; kill -9 once it wrote 2 MB.
 touch "$WORK/whole"
 streamed() {
     local n
@@ -142,9 +142,9 @@ PULLFS_PID=
 log "killed with $killed_at of $total bytes local"
 
 # Restarted with the registry gone: what is local is served, none of the
-# chunks the reads fetched was lost (those the completion streamed are
-# flushed only with the blob: they may be fetched again), the image is
-# not complete, and its completion fails and says it will try again.
+# chunks the reads fetched was lost, nor what the completion wrote but its
+# last 2 MB (flushed and marked every 2 MB), the image is not complete,
+# and its completion fails and says it will try again.
 stop_registry
 mount_pullfs --insecure-registry "$PROXY" --pull-policy if-not-present --gc-min-age 0 --lazy-completion-delay 0
 answers() { [ "$(errno_of "$MNT/images")" = OK ]; }
@@ -152,6 +152,9 @@ wait_for 30 answers || fail "$MNT/images does not answer after the restart"
 local2=$(status_of share-a:1 bytes_local)
 [ "$local2" -ge "$local_read" ] && [ "$local2" -lt "$total" ] ||
     fail "after the restart $local2 bytes local, $local_read after the reads, of $total"
+log "after the restart: $local2 bytes local, $killed_at at the kill"
+[ "$local2" -ge "$((killed_at - 2 * 1048576 - 1048576))" ] ||
+    fail "the completion's bytes before the kill were lost: $local2 local after the restart, $killed_at at the kill"
 timeout 60 cmp "$WORK/bundle-share-a/rootfs/data/a1" "$(img share-a:1)/data/a1" ||
     fail "data/a1 from what is local after the restart"
 retrying() { grep '"reason":"LazyFetchFailed"' "$EVENTS" | grep -q "${layer_a}.*tries again in 10 s"; }
@@ -185,7 +188,8 @@ grep -q "share-a:1: done" "$WORK/pull.out" || fail "pullfsctl pull output: $(cat
 assert_eq true "$(status_of share-a:1 complete)" "share-a complete after pullfsctl pull"
 assert_eq "$total" "$(status_of share-a:1 bytes_local)" "bytes local of share-a once complete"
 d=$CACHE/layers/${layer_a#sha256:}
-[ ! -e "$d/lazy" ] && ! ls "$d"/p.* >/dev/null 2>&1 || fail "layer of share-a left partial: $(ls "$d")"
+[ -e "$d/complete" ] && ! ls "$d"/p.* >/dev/null 2>&1 || fail "layer of share-a left partial: $(ls "$d")"
+assert_eq toc "$(status_of share-a:1 verified)" "share-a, read before its completion, verified"
 assert_tree_eq "$WORK/bundle-share-a/rootfs" "$(img share-a:1)"
 assert_eq 1 "$(event_count_msg Pulled "$PROXY/test/share-a:1" "is complete in ")" "Pulled events at completion"
 event_fields Pulled "$PROXY/test/share-a:1" message | grep "is complete" | grep -q "Image size: [0-9]* bytes" ||
@@ -193,9 +197,9 @@ event_fields Pulled "$PROXY/test/share-a:1" message | grep "is complete" | grep 
 [ "$(metric pullfs_lazy_background_bytes_total)" -gt 0 ] || fail "no background bytes counted"
 
 # share-b: its big file is in the content store, linked and not fetched
-# at the lookup or by a read; its completion still GETs the blob whole
-# once, for the layer's digest (a table of contents alone does
-# not prove the layer is that digest's).
+# at the lookup, by a read, or by the completion, which fetches only the
+# rest; the layer is then verified by its table of contents, not by its
+# blob's digest.
 mark=$(grep -c "^range GET /v2/test/share-b/" "$PROXY_LOG" || true)
 ls "$(img share-b:1)" >/dev/null || fail "lookup of share-b:1"
 wait_event PartialPull "$PROXY/test/share-b:1"
@@ -210,9 +214,16 @@ log "share-b: lookup made $((after_lookup - mark)) range requests, $saved bytes 
 b_complete() { [ "$(status_of share-b:1 complete)" = true ]; }
 wait_for 60 b_complete || fail "share-b not completed: $(status_of share-b:1 bytes_local)"
 # (each request has a "request" line, a Range request a "range" line too)
-assert_eq 1 $(($(proxy_count request "GET /v2/test/share-b/blobs/$layer_b\$") -
+assert_eq 0 $(($(proxy_count request "GET /v2/test/share-b/blobs/$layer_b\$") -
     $(proxy_count range "GET /v2/test/share-b/blobs/$layer_b "))) \
     "share-b's layer: requests that were not for a range"
+asked_b=$(grep "^range GET /v2/test/share-b/blobs/$layer_b " "$PROXY_LOG" | sed 's/.*bytes=//' |
+    tr ',' '\n' | awk -F- '{ n += $2 - $1 + 1 } END { print n + 0 }')
+size_b=$(registry_manifest test/share-b:1 | py -c 'import json,sys; print(json.load(sys.stdin)["layers"][0]["size"])')
+log "share-b: $asked_b bytes of its $size_b-byte layer asked for, $saved saved"
+[ "$asked_b" -le "$((size_b - saved + 65536))" ] ||
+    fail "share-b: $asked_b bytes asked for, $saved of $size_b in the content store"
+assert_eq toc "$(status_of share-b:1 verified)" "share-b verified"
 assert_tree_eq "$WORK/bundle-share-b/rootfs" "$(img share-b:1)"
 unmount_pullfs
 

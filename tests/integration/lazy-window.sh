@@ -1,9 +1,10 @@
 #!/bin/bash
 # Lazy images, the start-up window and a registry that ignores Range.
 # With a long --lazy-completion-delay, the lookup and a few reads leave the
-# background completion waiting: no whole-blob GET in the registry's log,
+# background completion waiting: no request of it in the registry's log,
 # the status says "waiting"; `pullfsctl pull` then completes the image at
-# once.  Then, from a clean cache, a registry that answers every Range
+# once, asking only for what the reads did not bring (each byte once), and
+# the status says the layer was verified by its table of contents.  Then, from a clean cache, a registry that answers every Range
 # request with the whole blob: the reads return the right bytes, and the
 # completion ends with every file checked and the exact tree.
 . "$(dirname "$0")/lib.sh"
@@ -37,19 +38,38 @@ ref=$PROXY/test/window:1
 root=$MNT/images/$ref
 status_of() { pullfs_image_field "$ref" "$1"; }
 metric() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.pullfs/metrics"; }
-# blob_gets ranged|whole: GETs of the layer blob with or without a Range
+# blob_gets ranged|whole|background: GETs of the layer blob with a Range,
+# without one, or of its completion (a User-Agent saying "background")
 blob_gets() {
     py - "$PROXY_LOG" "$layer" "$1" <<'PY'
 import json, sys
 n = 0
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    if r["method"] == "GET" and r["path"].endswith("/blobs/" + sys.argv[2]) and \
-            (r["range"] is None) == (sys.argv[3] == "whole"):
-        n += 1
+    if r["method"] != "GET" or not r["path"].endswith("/blobs/" + sys.argv[2]):
+        continue
+    if sys.argv[3] == "background":
+        n += r.get("background", False)
+    else:
+        n += (r["range"] is None) == (sys.argv[3] == "whole")
 print(n)
 PY
 }
+# blob_asked: the bytes of the layer blob all its Range requests asked for
+blob_asked() {
+    py - "$PROXY_LOG" "$layer" <<'PY'
+import json, sys
+n = 0
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r["method"] == "GET" and r["path"].endswith("/blobs/" + sys.argv[2]) and r["range"]:
+        for part in r["range"].split("=", 1)[1].split(","):
+            a, b = part.split("-")
+            n += int(b) - int(a) + 1
+print(n)
+PY
+}
+blob_size=$(registry_manifest test/window:1 | py -c 'import json,sys; print(json.load(sys.stdin)["layers"][0]["size"])')
 complete() { [ "$(status_of complete)" = true ]; }
 layer_dir=$CACHE/layers/${layer#sha256:}
 
@@ -62,6 +82,7 @@ assert_eq waiting "$(status_of completion)" "the completion during the window"
 assert_eq false "$(status_of complete)" "complete during the window"
 assert_eq true "$(status_of completing)" "completing during the window (pullfsctl pull waits for it)"
 assert_eq 0 "$(blob_gets whole)" "whole-blob GETs during the window"
+assert_eq 0 "$(blob_gets background)" "requests of the completion during the window"
 assert_eq 0 "$(metric pullfs_lazy_background_bytes_total)" "background bytes during the window"
 [ "$(blob_gets ranged)" -ge 2 ] || fail "no range requests for the reads: $(cat "$PROXY_LOG")"
 # Someone waits for the whole image: the window ends at once.
@@ -70,8 +91,16 @@ timeout 120 "$PULLFSCTL" -m "$MNT" pull --plain "$ref" >"$WORK/pull.out" 2>"$WOR
 grep -q "window:1: done" "$WORK/pull.out" || fail "pullfsctl pull output: $(cat "$WORK/pull.out")"
 assert_eq true "$(status_of complete)" "complete after pullfsctl pull"
 assert_eq done "$(status_of completion)" "the completion after pullfsctl pull"
-assert_eq 1 "$(blob_gets whole)" "whole-blob GETs of the completion"
-[ ! -e "$layer_dir/lazy" ] && ! ls "$layer_dir"/p.* >/dev/null 2>&1 || fail "layer left partial: $(ls "$layer_dir")"
+# only what the reads had not brought, by range: each byte asked for once
+# (the table of contents aside, which the completion does not fetch
+# again once a read broke the blob's order)
+assert_eq 0 "$(blob_gets whole)" "whole-blob GETs of the completion"
+[ "$(blob_gets background)" -ge 1 ] || fail "no request of the completion: $(cat "$PROXY_LOG")"
+asked=$(blob_asked)
+log "bytes of the layer blob asked for: $asked of $blob_size"
+[ "$asked" -le "$blob_size" ] || fail "the layer's bytes were asked for $asked times in a $blob_size-byte blob"
+assert_eq toc "$(status_of verified)" "verified, after reads took chunks out of the blob's order"
+[ -e "$layer_dir/complete" ] && ! ls "$layer_dir"/p.* >/dev/null 2>&1 || fail "layer left partial: $(ls "$layer_dir")"
 assert_tree_eq "$WORK/bundle/rootfs" "$root"
 unmount_pullfs
 
@@ -93,7 +122,7 @@ assert_eq false "$(status_of complete)" "complete before the completion"
 "$PULLFSCTL" -m "$MNT" pull --plain "$ref" >"$WORK/pull.out" 2>"$WORK/pull.err" ||
     fail "pullfsctl pull with Range ignored: $(cat "$WORK/pull.out" "$WORK/pull.err")"
 assert_eq true "$(status_of complete)" "complete with Range ignored"
-[ ! -e "$layer_dir/lazy" ] && ! ls "$layer_dir"/p.* >/dev/null 2>&1 || fail "layer left partial: $(ls "$layer_dir")"
+[ -e "$layer_dir/complete" ] && ! ls "$layer_dir"/p.* >/dev/null 2>&1 || fail "layer left partial: $(ls "$layer_dir")"
 ! grep -q LazyReadFailed "$EVENTS" || fail "reads failed: $(grep LazyReadFailed "$EVENTS")"
 assert_tree_eq "$WORK/bundle/rootfs" "$root"
 # ... and served from what is local with the registry gone

@@ -626,6 +626,16 @@ proxy_count() {
     grep -E "^$1 " "$PROXY_LOG" | grep -cE "$2" || true
 }
 
+# lazy_complete: every lazy layer in $CACHE is complete, verified against
+# its digest (no "lazy" file) or its table of contents ("complete" beside
+# "lazy")
+lazy_complete() {
+    local d
+    for d in "$CACHE"/layers/*/; do
+        [ ! -e "$d/lazy" ] || [ -e "$d/complete" ] || return 1
+    done
+}
+
 # --------------------------------------------------------------- lookups
 
 # concurrent_lookups [lookups.py options] N DIR NAME: see lookups.py.

@@ -30,12 +30,12 @@ _skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd
     "dir:$WORK/edge-plain" "docker://$REGISTRY/test/edge-chunked:1"
 chunked_layers=$(registry_manifest test/edge-chunked:1 |
     py -c 'import json, sys; print("|".join(l["digest"] for l in json.load(sys.stdin)["layers"]))')
-# The proxy holds the blobs of edge until $gate exists, and the whole-blob
-# GETs of edge-chunked (its background completion) until $whole does.
+# The proxy holds the blobs of edge until $gate exists, and the requests of
+# edge-chunked's background completion until $whole does.
 gate=$WORK/release-edge
 whole=$WORK/release-whole
 start_slowproxy --gate "GET /v2/test/edge/blobs/=$gate" \
-    --gate "GET /v2/test/edge-chunked/blobs/($chunked_layers)\$=$whole"
+    --gate "GET /v2/test/edge-chunked/blobs/($chunked_layers) .*background=$whole"
 
 # The daemon runs from a path of the test's own, where upgrades install
 # new binaries (rename over it, as a package manager does).
@@ -160,16 +160,16 @@ settle "pull kill"
 # completes it.
 chunked=$MNT/images/$PROXY/test/edge-chunked:1
 ls "$chunked/" >/dev/null || fail "lookup of the lazy image failed"
-_whole_held() { [ "$(proxy_count held "GET /v2/test/edge-chunked/blobs/($chunked_layers)\$")" -ge "$1" ]; }
+_whole_held() { [ "$(proxy_count held "GET /v2/test/edge-chunked/blobs/($chunked_layers) .*background")" -ge "$1" ]; }
 wait_for 30 _whole_held 1 || fail "the background completion of edge-chunked did not start"
 ls "$CACHE"/layers/*/lazy >/dev/null 2>&1 || fail "no lazy layer in the cache while its completion is held"
-held_before=$(proxy_count held "GET /v2/test/edge-chunked/blobs/($chunked_layers)\$")
+held_before=$(proxy_count held "GET /v2/test/edge-chunked/blobs/($chunked_layers) .*background")
 pid=$(serving pid)
 kill -KILL "$pid"
 wait_for 30 _replaced "$pid" || fail "lazy kill: serving process $pid not replaced"
 wait_for 30 _whole_held $((held_before + 1)) || fail "the background completion did not start again after the recovery"
 touch "$whole"
-_complete() { ! ls "$CACHE"/layers/*/lazy >/dev/null 2>&1 && ! ls "$CACHE"/layers/*/p.* >/dev/null 2>&1; }
+_complete() { lazy_complete && ! ls "$CACHE"/layers/*/p.* >/dev/null 2>&1; }
 wait_for 60 _complete || fail "lazy layers not completed after the recovery: $(ls "$CACHE"/layers/*/lazy "$CACHE"/layers/*/p.* 2>&1 | head)"
 assert_tree_eq "$chunked" "$WORK/edge/rootfs"
 settle "lazy kill"

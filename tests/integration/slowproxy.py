@@ -10,7 +10,8 @@
 Listens on a free loopback port (written to FILE once it listens) and
 forwards every request to the upstream registry, streaming the answer back.
 Each rule's ERE is searched in "METHOD PATH" of a request, followed by
-" bytes=A-B" for a Range request:
+" bytes=A-B" for a Range request and " background" for a request whose
+User-Agent says it is background work (a lazy layer's completion):
 
   --delay ERE=SECONDS  answer a matching request only after SECONDS
   --gate ERE=PATH      answer a matching request only once PATH exists
@@ -92,6 +93,10 @@ class Proxy(http.server.BaseHTTPRequestHandler):
             self.note("range %s %s" % (what, self.headers.get("Range")))
             # rules see the range too: "GET /path bytes=A-B"
             what += " " + self.headers.get("Range")
+        if "(background)" in (self.headers.get("User-Agent") or ""):
+            # and a lazy layer's completion: "GET /path bytes=A-B background"
+            what += " background"
+            self.note("background " + what)
         self.hold(what)
         rate = next((bps for rx, bps in cfg.rates if rx.search(what)), 0)
         trickle = next((bps for rx, (bps, path) in cfg.trickles

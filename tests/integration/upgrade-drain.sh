@@ -26,12 +26,12 @@ umoci unpack --image "$(layout_of edge):1" "$WORK/edge" >/dev/null
 chunked_layers=$(registry_manifest test/edge-chunked:1 |
     py -c 'import json, sys; print("|".join(l["digest"] for l in json.load(sys.stdin)["layers"]))')
 # Range reads of edge-chunked's blobs wait for $ranges; its background
-# completion (whole blobs) for $whole; edge's blobs for $gate.
+# completion for $whole; edge's blobs for $gate.
 ranges=$WORK/release-ranges
 whole=$WORK/release-whole
 gate=$WORK/release-edge
 start_slowproxy --gate "GET /v2/test/edge-chunked/blobs/[^ ]* bytes=.*=$ranges" \
-    --gate "GET /v2/test/edge-chunked/blobs/($chunked_layers)\$=$whole" \
+    --gate "GET /v2/test/edge-chunked/blobs/($chunked_layers) .*background=$whole" \
     --gate "GET /v2/test/edge/blobs/=$gate"
 push_busybox
 mount_pullfs --supervise --insecure-registry "$PROXY"

@@ -328,10 +328,10 @@ static void *complete_layer(void *arg)
 	return NULL;
 }
 
-/* Every chunk of a held request fetched again by smaller reads: the
- * completion, which finds them all present, waits for the held request
- * (which still writes into the file) and then finds the file finished
- * and the layer complete. */
+/* Some chunks of a held request fetched again by smaller reads: the
+ * completion asks for none of the others (the held request brings them),
+ * waits for it, and then finds the file finished and the layer
+ * complete. */
 static void test_complete_waits_for_request_under_way(void **state)
 {
 	struct fixture *f = *state;
@@ -356,10 +356,10 @@ static void test_complete_waits_for_request_under_way(void **state)
 	assert_int_equal(small->r, 3 * CHUNK);
 	c = (struct completer){ .f = f, .l = l };
 	assert_int_equal(pthread_create(&tc, NULL, complete_layer, &c), 0);
-	/* the completion has streamed the blob and waits for the file */
-	while (fake_count(f->fake, "GET /v2/app/blobs/") - ranges(f) == 0)
-		usleep(10 * 1000);
+	/* (the completion waits for the held request, whether or not it is
+	 * there yet when the request goes on) */
 	usleep(100 * 1000);
+	unsigned before = fake_count(f->fake, "GET /v2/app/blobs/");
 	fake_release(f->fake);
 	pthread_join(tb, NULL);
 	pthread_join(tc, NULL);
@@ -368,6 +368,8 @@ static void test_complete_waits_for_request_under_way(void **state)
 	assert_int_equal(c.r, 0);
 	assert_true(lazy_layer_is_complete(l));
 	assert_true(layer_has(f, "o.", ""));
+	/* nothing asked for twice: no request of the completion's own */
+	assert_int_equal(fake_count(f->fake, "GET /v2/app/blobs/"), before);
 	fake_clear_faults(f->fake);
 	lazy_layer_free(l);
 	free(big);
@@ -416,6 +418,9 @@ static void test_restart_and_complete(void **state)
 	assert_true(layer_has(f, "o.", ""));
 	assert_false(layer_has(f, "p.", ""));
 	assert_false(layer_has(f, "p.", ".map"));
+	/* read in order from byte 0 (chunk 0 again: under 64 KiB), the blob
+	 * matched its digest: a layer like any other */
+	assert_false(lazy_layer_toc_verified(l));
 	lazy_layer_free(l);
 	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), -ENOENT);
 	snprintf(path, sizeof(path), "%s/objects/%s", f->dir, f->object);
@@ -568,11 +573,12 @@ static void partial_pull(struct fixture *f, bool public)
 	assert_int_equal(fake_count(f->fake, m), before);
 	assert_int_equal(metric(&st, "pullfs_lazy_files_linked_total"), 1);
 	assert_true(metric(&st, "pullfs_lazy_saved_bytes_total") > 0);
-	/* and the layer completes with one GET of its blob, for its digest
-	 * only (nothing else is missing) */
+	/* and the layer completes without a request (nothing is missing),
+	 * verified by its table of contents */
 	assert_int_equal(lazy_layer_complete(b, f->reg, NULL), 0);
 	assert_true(lazy_layer_is_complete(b));
-	assert_int_equal(fake_count(f->fake, m), before + 1);
+	assert_true(lazy_layer_toc_verified(b));
+	assert_int_equal(fake_count(f->fake, m), before);
 	lazy_layer_free(b);
 }
 
@@ -775,32 +781,59 @@ static bool layer_lazy(struct fixture *f, const char *digest)
 	return access(path, F_OK) == 0;
 }
 
-/* Every chunk read already: the completion still reads the whole blob, and
- * a blob that does not match the layer's digest leaves the layer lazy
- * (every finished layer is checked against its digest). */
-static void test_complete_checks_digest(void **state)
+/* Every chunk read already: the completion asks for nothing, and the
+ * layer is complete, verified by its table of contents only (it keeps its
+ * "lazy" file, so that it is shared only under that table). */
+static void test_complete_nothing_missing(void **state)
 {
 	struct fixture *f = *state;
 	struct lazy_layer *l;
 	unsigned char buf[CHUNK * NCHUNKS];
 	char m[128];
-	unsigned whole;
+	unsigned before;
 
 	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
 	assert_int_equal(lazy_read(l, f->reg, f->object, 0, sizeof(buf), buf), sizeof(buf));
 	snprintf(m, sizeof(m), "GET /v2/app/blobs/%s", f->blob);
-	whole = fake_count(f->fake, m) - ranges(f);
+	before = fake_count(f->fake, m);
+	assert_int_equal(lazy_layer_complete(l, f->reg, NULL), 0);
+	assert_true(lazy_layer_is_complete(l));
+	assert_true(lazy_layer_toc_verified(l));
+	assert_true(layer_lazy(f, f->blob));
+	assert_int_equal(lazy_layer_verified(f->cache, f->blob), LAZY_VERIFIED_TOC);
+	assert_int_equal(fake_count(f->fake, m), before);
+	lazy_layer_free(l);
+	/* and so it opens again: complete, nothing to fetch */
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
+	assert_true(lazy_layer_is_complete(l));
+	lazy_layer_free(l);
+}
+
+/* Nothing read: the completion reads the blob in order and checks it
+ * against the layer's digest.  A blob sent corrupted fails that try and
+ * leaves the layer lazy and not complete; the next try has nothing left
+ * to fetch but what the corruption spoilt, and completes the layer
+ * verified by its table of contents.  (Sent right the first time, the
+ * layer is verified against its digest: test_restart_and_complete.) */
+static void test_complete_checks_digest(void **state)
+{
+	struct fixture *f = *state;
+	struct lazy_layer *l;
+	char m[128];
+
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
+	snprintf(m, sizeof(m), "GET /v2/app/blobs/%s", f->blob);
 	fake_fault(f->fake, m, FAKE_CORRUPT, 0, -1);
 	assert_true(lazy_layer_complete(l, f->reg, NULL) < 0);
 	assert_false(lazy_layer_is_complete(l));
 	assert_false(lazy_layer_foreign_toc(l));
 	assert_true(layer_lazy(f, f->blob));
-	assert_int_equal(fake_count(f->fake, m) - ranges(f), whole + 1);
+	assert_int_equal(lazy_layer_verified(f->cache, f->blob), LAZY_VERIFIED_NONE);
 	fake_clear_faults(f->fake);
 	assert_int_equal(lazy_layer_complete(l, f->reg, NULL), 0);
 	assert_true(lazy_layer_is_complete(l));
-	assert_false(layer_lazy(f, f->blob));
-	assert_int_equal(fake_count(f->fake, m) - ranges(f), whole + 2);
+	assert_true(lazy_layer_toc_verified(l));
+	assert_int_equal(lazy_layer_verified(f->cache, f->blob), LAZY_VERIFIED_TOC);
 	lazy_layer_free(l);
 }
 
@@ -997,6 +1030,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_many_files_few_descriptors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bytes_remembered, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_toc_one_request, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_complete_nothing_missing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_complete_checks_digest, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_complete_foreign_toc, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_completer_completes, setup, teardown),
