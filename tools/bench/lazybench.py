@@ -501,8 +501,8 @@ def main():
     ap.add_argument("--no-complete", action="store_true",
                     help="do not wait for pullfs's lazy images to complete")
     ap.add_argument("--quick", action="store_true",
-                    help="one run, pullfs lazy and stargz-snapshotter only, no waiting "
-                    "for completion (adds pullfs's full pull with --only)")
+                    help="one run of pullfs lazy and stargz-snapshotter (unless --only "
+                    "says which clients), without waiting for completion")
     ap.add_argument("--json")
     args = ap.parse_args()
     tools = TOOLS
