@@ -1,42 +1,68 @@
 #!/usr/bin/env python3
-"""Lazy images against full pulls, over a shaped link.
+"""Lazy images against full pulls and other lazy pullers, over a shaped link
+and over plain loopback.
 
 Run by tools/bench/lazy, which builds the application image, pushes it as
 gzip, zstd:chunked and eStargz, starts the registry inside a network
 namespace whose loopback is shaped, and sets the environment: PULLFS (the
-daemon), NS_PATH (/run/netns/NAME), REGISTRY (host:port inside it),
-REGISTRY_PID (whose /proc/PID/net/dev counts the link's bytes) and WORK.
+daemon), STARGZ_GRPC (stargz-snapshotter's daemon, empty if it could not be
+built), NS (the namespace's name), NS_PATH (/run/netns/NAME), RATE (the
+shaping rate), REGISTRY (host:port inside it), REGISTRY_PID (whose
+/proc/PID/net/dev counts the link's bytes), REGISTRY_LOG (its access log),
+SMALL_FILES and WORK.
 
 Every client that talks to the registry runs in the namespace (nsenter
---net only, so mounts stay visible here).  Each measurement starts from an
-empty cache or storage with the page cache dropped and records, from the
-first lookup (pullfs) or the start of the pull (the others): the time until
-the start command's output, the time until the image is complete, and the
-bytes that crossed the loopback by each of the two.
+--net only, so mounts stay visible here).  Three workloads, each timed from
+the first lookup (pullfs) or the start of the pull (the others):
+
+  start  /start.sh (a configuration, three small files, the first MiB of
+         the weights) until its output; for pullfs's lazy mounts also until
+         the image is complete in the cache;
+  read   /start.sh, then every regular file of the image read whole, in
+         directory order, until the last byte;
+  many   a shell reading every tenth small file (a few hundred) until its
+         output.
+
+A lazy client (pullfs lazy, stargz-snapshotter) starts every workload from
+an empty cache.  A client that pulls in full (pullfs --lazy off, containerd,
+podman) pulls once a run; each workload's time is that pull's plus its
+command's, run with the page cache dropped.  The page cache is dropped
+before every measurement.  Bytes are those sent on the namespace's
+loopback; requests are the registry's access log lines for /v2/.
 """
 
 import argparse
 import glob
+import hashlib
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
-import sys
 import time
 
 from benchlib import PROCS, drop_caches, log, stop, wait_until
 
 PULLFS = os.environ["PULLFS"]
+STARGZ_GRPC = os.environ.get("STARGZ_GRPC", "")
+NS = os.environ["NS"]
 NS_PATH = os.environ["NS_PATH"]
+RATE = os.environ["RATE"]
 REGISTRY = os.environ["REGISTRY"]
 REGISTRY_PID = os.environ["REGISTRY_PID"]
+REGISTRY_LOG = os.environ["REGISTRY_LOG"]
+SMALL_FILES = int(os.environ["SMALL_FILES"])
 WORK = os.environ["WORK"]
 REPO = "test/app"
-TIMEOUT = 1800  # seconds, for any one pull
+TIMEOUT = 1800  # seconds, for any one pull or workload
 
-
-
+WORKLOADS = {
+    "start": "start: /start.sh until its output",
+    "read": "read: /start.sh, then every file of the image read",
+    "many": "many: a start reading every tenth small file",
+}
+PHASES = ("shaped", "loopback")
 
 
 def ns(cmd):
@@ -54,6 +80,14 @@ def run(cmd, check=True, **kw):
     return r
 
 
+def set_phase(phase):
+    """The namespace's loopback shaped to RATE, or not shaped at all."""
+    run(["tc", "-n", NS, "qdisc", "del", "dev", "lo", "root"], check=False)
+    if phase == "shaped":
+        run(["tc", "-n", NS, "qdisc", "add", "dev", "lo", "root", "tbf", "rate", RATE,
+             "burst", "256kb", "latency", "50ms"])
+
+
 def link_bytes():
     """Bytes sent on the namespace's loopback so far (each byte once)."""
     with open(f"/proc/{REGISTRY_PID}/net/dev") as f:
@@ -64,6 +98,32 @@ def link_bytes():
     raise RuntimeError("no lo in the namespace's /proc/net/dev")
 
 
+REQUEST = re.compile(r'"[A-Z]+ /v2/\S* HTTP/[0-9.]+" \d+ ')
+
+
+class Counter:
+    """Link bytes and registry requests since it was made (or reset)."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.b0 = link_bytes()
+        self.off = os.path.getsize(REGISTRY_LOG)
+
+    def bytes(self):
+        return link_bytes() - self.b0
+
+    def requests(self):
+        with open(REGISTRY_LOG, "rb") as f:
+            f.seek(self.off)
+            text = f.read().decode(errors="replace")
+        return len(REQUEST.findall(text))
+
+    def record(self, res, name, t0):
+        res[name] = time.perf_counter() - t0
+        res[f"bytes_{name}"] = self.bytes()
+        res[f"requests_{name}"] = self.requests()
 
 
 def mounts_under(path):
@@ -77,10 +137,6 @@ def unmount_under(path):
     for p in sorted(set(mounts_under(path)), key=len, reverse=True):
         if subprocess.run(["umount", p], stderr=subprocess.DEVNULL).returncode != 0:
             subprocess.run(["umount", "-l", p], stderr=subprocess.DEVNULL)
-
-
-
-
 
 
 def fresh_dir(name):
@@ -104,6 +160,8 @@ def image_size(tag):
     return m["config"]["size"] + sum(layer["size"] for layer in m["layers"])
 
 
+# ------------------------------------------------------------ the workloads
+
 def start_command(root):
     """The start script in the image's tree; its output, checked."""
     r = run(["chroot", root, "/bin/sh", "/start.sh"], stdout=subprocess.PIPE)
@@ -113,12 +171,49 @@ def start_command(root):
     return out
 
 
+def read_all(root):
+    """Every regular file under root read whole, one after the other."""
+    buf = bytearray(1 << 20)
+    total = 0
+    for d, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            p = os.path.join(d, name)
+            if not os.path.isfile(p) or os.path.islink(p):
+                continue
+            with open(p, "rb", buffering=0) as f:
+                while n := f.readinto(buf):
+                    total += n
+    return total
+
+
+def many_small(root):
+    """A start reading every tenth of the small files (a glob per directory)."""
+    r = run(["chroot", root, "/bin/sh", "-c",
+             "cat /opt/app/lib/m*/f????0.py | wc -c"], stdout=subprocess.PIPE)
+    if int(r.stdout.split()[0]) < SMALL_FILES:  # files of at least 100 bytes
+        raise RuntimeError(f"the small files read: {r.stdout!r}")
+
+
+def workload(name, root):
+    if name == "start":
+        start_command(root)
+    elif name == "read":
+        start_command(root)
+        read_all(root)
+    else:
+        many_small(root)
+
+
+# -------------------------------------------------------------- the clients
+
 class Pullfs:
+    """pullfs mounted on an empty cache; lazily unless lazy is False."""
+
     def __init__(self, key, label, tag, lazy):
         self.key, self.label, self.tag, self.lazy = key, label, tag, lazy
 
-    def measure(self):
-        base = fresh_dir(self.key)
+    def mount(self, base):
         cache, mnt = os.path.join(base, "cache"), os.path.join(base, "mnt")
         os.makedirs(mnt)
         cmd = [PULLFS, "-f", "--cache", cache, "--events-log", os.path.join(base, "events.log"),
@@ -128,45 +223,81 @@ class Pullfs:
         p = subprocess.Popen(ns(cmd), stdout=subprocess.DEVNULL,
                              stderr=open(os.path.join(base, "pullfs.log"), "w"))
         PROCS.append(p)
-        res = {}
-        try:
-            wait_until(lambda: p.poll() is not None or mounts_under(mnt), 30, "the mount")
-            if p.poll() is not None:
-                raise RuntimeError(f"pullfs exited with {p.returncode}")
-            root = os.path.join(mnt, "images", REGISTRY, f"{REPO}:{self.tag}")
-            drop_caches()
-            b0 = link_bytes()
-            t0 = time.perf_counter()
-            start_command(root)
-            res["start"] = time.perf_counter() - t0
-            res["bytes_start"] = link_bytes() - b0
+        wait_until(lambda: p.poll() is not None or mounts_under(mnt), 30, "the mount")
+        if p.poll() is not None:
+            raise RuntimeError(f"pullfs exited with {p.returncode}")
+        return p, cache, os.path.join(mnt, "images", REGISTRY, f"{REPO}:{self.tag}")
 
-            def complete():
-                return not (glob.glob(os.path.join(cache, "layers", "*", "lazy"))
-                            or glob.glob(os.path.join(cache, "layers", "*", "p.*")))
-            wait_until(complete, TIMEOUT, "the image to complete", step=0.05)
-            res["complete"] = time.perf_counter() - t0
-            res["bytes_complete"] = link_bytes() - b0
-            with open(os.path.join(mnt, ".pullfs", "metrics")) as f:
-                metrics = dict(line.split()[:2] for line in f if line.startswith("pullfs_lazy_"))
-            res["lazy_layers"] = int(metrics.get("pullfs_lazy_layers_completed_total", 0))
-            res["lazy_fetches"] = int(metrics.get("pullfs_lazy_fetches_total", 0))
+    def measure(self, workloads, complete):
+        return self.measure_lazy(workloads, complete) if self.lazy \
+            else self.measure_full(workloads)
+
+    def measure_lazy(self, workloads, complete):
+        out = {}
+        for w in workloads:
+            base = fresh_dir(self.key)
+            p, cache, root = self.mount(base)
+            res = {}
+            try:
+                drop_caches()
+                c = Counter()
+                t0 = time.perf_counter()
+                workload(w, root)
+                c.record(res, "time", t0)
+
+                def done():
+                    return not (glob.glob(os.path.join(cache, "layers", "*", "lazy"))
+                                or glob.glob(os.path.join(cache, "layers", "*", "p.*")))
+                if complete and w != "many":
+                    wait_until(done, TIMEOUT, "the image to complete", step=0.05)
+                    c.record(res, "complete", t0)
+            finally:
+                stop(p)
+                unmount_under(base)
+            shutil.rmtree(base)
+            out[w] = res
+        return out
+
+    def measure_full(self, workloads):
+        base = fresh_dir(self.key)
+        p, _, root = self.mount(base)
+        try:
+            drop_caches()
+            c = Counter()
+            t0 = time.perf_counter()
+            os.stat(os.path.join(root, "start.sh"))
+            pull = {}
+            c.record(pull, "time", t0)
+            out = each_after_pull(workloads, root, pull, c)
         finally:
             stop(p)
             unmount_under(base)
         shutil.rmtree(base)
-        return res
+        return out
 
 
-class Containerd:
-    key, label, tag = "containerd", "containerd: ctr images pull, gzip", "gzip"
+def each_after_pull(workloads, root, pull, counter):
+    """Each workload's command on the pulled tree, its time added to the
+    pull's; requests and bytes those of the pull and the command."""
+    out = {}
+    for w in workloads:
+        drop_caches()
+        counter_bytes, counter_reqs = counter.bytes(), counter.requests()
+        t1 = time.perf_counter()
+        workload(w, root)
+        res = dict(pull)
+        res.update(pull=pull["time"], time=pull["time"] + time.perf_counter() - t1,
+                   bytes_time=pull["bytes_time"] + counter.bytes() - counter_bytes,
+                   requests_time=pull["requests_time"] + counter.requests() - counter_reqs)
+        out[w] = res
+    return out
 
-    def measure(self):
-        base = fresh_dir(self.key)
-        sock = os.path.join(base, "c.sock")
-        cfg = os.path.join(base, "config.toml")
-        with open(cfg, "w") as f:
-            f.write(f'''version = 2
+
+def containerd_config(base, extra=""):
+    sock = os.path.join(base, "c.sock")
+    cfg = os.path.join(base, "config.toml")
+    with open(cfg, "w") as f:
+        f.write(f'''version = 2
 root = "{base}/root"
 state = "{base}/state"
 disabled_plugins = ["io.containerd.grpc.v1.cri"]
@@ -178,42 +309,57 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
   address = "{sock}.debug"
 [metrics]
   address = ""
-''')
+{extra}''')
+    return cfg, sock
+
+
+def start_containerd(base, extra=""):
+    cfg, sock = containerd_config(base, extra)
+    p = subprocess.Popen(ns(["containerd", "--config", cfg]), stdout=subprocess.DEVNULL,
+                         stderr=open(os.path.join(base, "containerd.log"), "w"))
+    PROCS.append(p)
+    ctr = ["ctr", "-a", sock, "-n", "bench"]
+    wait_until(lambda: p.poll() is not None
+               or run(ctr + ["version"], check=False).returncode == 0, 30,
+               "the private containerd")
+    if p.poll() is not None:
+        raise RuntimeError(f"containerd exited with {p.returncode}")
+    return p, sock
+
+
+class Containerd:
+    key, label, tag = "containerd", "containerd: ctr images pull, gzip", "gzip"
+
+    def measure(self, workloads, complete):
+        base = fresh_dir(self.key)
+        p, sock = start_containerd(base)
         ctr = ["ctr", "-a", sock, "-n", "bench"]
-        p = subprocess.Popen(ns(["containerd", "--config", cfg]), stdout=subprocess.DEVNULL,
-                             stderr=open(os.path.join(base, "containerd.log"), "w"))
-        PROCS.append(p)
         target = os.path.join(base, "rootfs")
         os.makedirs(target)
         ref = f"{REGISTRY}/{REPO}:{self.tag}"
-        res = {}
         try:
-            wait_until(lambda: run(ctr + ["version"], check=False).returncode == 0, 30,
-                       "the private containerd")
             drop_caches()
-            b0 = link_bytes()
+            c = Counter()
             t0 = time.perf_counter()
             # ctr 1.6 fetches in the client: it must be in the namespace too
             run(ns(ctr + ["images", "pull", "--plain-http", ref]))
-            res["complete"] = time.perf_counter() - t0
-            res["bytes_complete"] = link_bytes() - b0
             run(ctr + ["images", "mount", ref, target])
-            start_command(target)
-            res["start"] = time.perf_counter() - t0
-            res["bytes_start"] = link_bytes() - b0
+            pull = {}
+            c.record(pull, "time", t0)
+            out = each_after_pull(workloads, target, pull, c)
         finally:
             if mounts_under(target):
                 run(ctr + ["images", "unmount", "--rm", target], check=False)
             stop(p)
             unmount_under(base)
         shutil.rmtree(base)
-        return res
+        return out
 
 
 class Podman:
     key, label, tag = "podman", "podman pull, zstd:chunked (partial)", "zstd-chunked"
 
-    def measure(self):
+    def measure(self, workloads, complete):
         base = fresh_dir(self.key)
         conf = os.path.join(base, "storage.conf")
         with open(conf, "w") as f:
@@ -228,37 +374,111 @@ pull_options = {{enable_partial_images = "true"}}
         podman = ["podman", "--events-backend", "none", "--cgroup-manager", "cgroupfs"]
         ref = f"{REGISTRY}/{REPO}:{self.tag}"
         plog = os.path.join(base, "podman.log")
-        res = {}
         try:
             drop_caches()
-            b0 = link_bytes()
+            c = Counter()
             t0 = time.perf_counter()
             with open(plog, "w") as f:
                 run(ns(podman + ["--log-level", "debug", "pull", "-q", "--tls-verify=false", ref]),
                     env=env, stderr=f)
-            res["complete"] = time.perf_counter() - t0
-            res["bytes_complete"] = link_bytes() - b0
             r = run(podman + ["image", "mount", ref], env=env, stdout=subprocess.PIPE)
-            start_command(r.stdout.decode().strip())
-            res["start"] = time.perf_counter() - t0
-            res["bytes_start"] = link_bytes() - b0
+            pull = {}
+            c.record(pull, "time", t0)
             with open(plog, errors="replace") as f:
-                res["partial_layers"] = sum("Retrieved partial blob" in line for line in f)
+                pull["partial_layers"] = sum("Retrieved partial blob" in line for line in f)
+            out = each_after_pull(workloads, r.stdout.decode().strip(), pull, c)
         finally:
             run(podman + ["image", "unmount", "--all", "--force"], env=env, check=False)
             unmount_under(base)
         shutil.rmtree(base)
-        return res
+        return out
+
+
+class Stargz:
+    """stargz-snapshotter as containerd's proxy snapshotter: the image
+    pulled with `ctr-remote images rpull --snapshotter stargz` (which passes
+    the layers' references to the snapshotter, which mounts them lazily),
+    a read-only view of its top snapshot made with `ctr snapshots
+    --snapshotter stargz view --mounts` and mounted as the overlay it
+    returns, and the command run in it, as in the containerd row (ctr 1.6's
+    `images mount` ignores its --snapshotter).  The snapshotter's defaults:
+    prefetch of the files before the landmark, background fetch of the
+    rest."""
+
+    key, label, tag = "stargz", "stargz-snapshotter 0.12, eStargz", "estargz"
+
+    def measure(self, workloads, complete):
+        chain = chain_id(self.tag)
+        out = {}
+        for w in workloads:
+            base = fresh_dir(self.key)
+            ssock = os.path.join(base, "stargz.sock")
+            sp = subprocess.Popen(ns([STARGZ_GRPC, "-address", ssock,
+                                      "-root", os.path.join(base, "stargz")]),
+                                  stdout=subprocess.DEVNULL,
+                                  stderr=open(os.path.join(base, "stargz.log"), "w"))
+            PROCS.append(sp)
+            p = None
+            target = os.path.join(base, "rootfs")
+            os.makedirs(target)
+            ref = f"{REGISTRY}/{REPO}:{self.tag}"
+            res = {}
+            try:
+                wait_until(lambda: sp.poll() is not None or os.path.exists(ssock), 30,
+                           "stargz-snapshotter's socket")
+                if sp.poll() is not None:
+                    raise RuntimeError(f"stargz-snapshotter exited with {sp.returncode}")
+                p, sock = start_containerd(base, f'''[proxy_plugins]
+  [proxy_plugins.stargz]
+    type = "snapshot"
+    address = "{ssock}"
+''')
+                ctr = ["-a", sock, "-n", "bench"]
+                drop_caches()
+                c = Counter()
+                t0 = time.perf_counter()
+                run(ns(["ctr-remote", *ctr, "images", "rpull", "--plain-http",
+                        "--snapshotter", "stargz", ref]))
+                r = run(["ctr", *ctr, "snapshots", "--snapshotter", "stargz", "view",
+                         "--mounts", "bench-view", chain], stdout=subprocess.PIPE)
+                for m in json.loads(r.stdout):
+                    run(["mount", "-t", m["Type"], "-o", ",".join(m["Options"]),
+                         m["Source"], target])
+                workload(w, target)
+                c.record(res, "time", t0)
+            finally:
+                unmount_under(target)
+                if p is not None:
+                    stop(p)
+                stop(sp)
+                unmount_under(base)
+            shutil.rmtree(base)
+            out[w] = res
+        return out
+
+
+def chain_id(tag):
+    """The chain ID of the image's top layer (its snapshot's name)."""
+    config = manifest(tag)["config"]["digest"]
+    r = run(ns(["curl", "-sf", f"http://{REGISTRY}/v2/{REPO}/blobs/{config}"]),
+            stdout=subprocess.PIPE)
+    chain = None
+    for d in json.loads(r.stdout)["rootfs"]["diff_ids"]:
+        chain = d if chain is None else \
+            "sha256:" + hashlib.sha256(f"{chain} {d}".encode()).hexdigest()
+    return chain
 
 
 TOOLS = [
     Pullfs("estargz", "pullfs lazy, eStargz", "estargz", True),
     Pullfs("zstd-chunked", "pullfs lazy, zstd:chunked", "zstd-chunked", True),
+    Stargz(),
     Pullfs("full", "pullfs --lazy off, gzip (full pull)", "gzip", False),
     Containerd(),
     Podman(),
 ]
 BASELINE = "full"
+PEER = "stargz"
 
 
 def fmt_t(v):
@@ -272,72 +492,125 @@ def fmt_mib(v):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--only", default="", help="comma list of: " +
+    ap.add_argument("--only", default="", help="comma list of clients: " +
                     ",".join(t.key for t in TOOLS))
+    ap.add_argument("--workloads", default=",".join(WORKLOADS),
+                    help="comma list of: " + ",".join(WORKLOADS))
+    ap.add_argument("--phases", default=",".join(PHASES),
+                    help="comma list of: shaped (the link at RATE), loopback (unshaped)")
+    ap.add_argument("--no-complete", action="store_true",
+                    help="do not wait for pullfs's lazy images to complete")
+    ap.add_argument("--quick", action="store_true",
+                    help="one run of pullfs lazy and stargz-snapshotter (unless --only "
+                    "says which clients), without waiting for completion")
     ap.add_argument("--json")
     args = ap.parse_args()
     tools = TOOLS
+    if args.quick:
+        args.runs, args.no_complete = 1, True
+        if not args.only:
+            args.only = "estargz,zstd-chunked,stargz"
     if args.only:
         keep = args.only.split(",")
         tools = [t for t in TOOLS if t.key in keep]
+    if not STARGZ_GRPC:
+        if any(t.key == PEER for t in tools):
+            log("stargz-snapshotter's daemon was not built: its row is left out")
+        tools = [t for t in tools if t.key != PEER]
+    workloads = [w for w in WORKLOADS if w in args.workloads.split(",")]
+    phases = [p for p in PHASES if p in args.phases.split(",")]
 
     sizes = {t: image_size(t) for t in ("gzip", "zstd-chunked", "estargz")}
     for t, s in sizes.items():
         log(f"image {REPO}:{t}: {fmt_mib(s)}")
-    results = {t.key: [] for t in tools}
+    # results[phase][tool][workload] = [one dict a run]
+    results = {ph: {t.key: {w: [] for w in workloads} for t in tools} for ph in phases}
     try:
-        for i in range(args.runs):
-            for t in tools:
-                log(f"run {i + 1}/{args.runs}: {t.label}")
-                r = t.measure()
-                log("  " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
-                                     for k, v in r.items()))
-                results[t.key].append(r)
+        for ph in phases:
+            set_phase(ph)
+            for i in range(args.runs):
+                for t in tools:
+                    log(f"{ph}, run {i + 1}/{args.runs}: {t.label}")
+                    out = t.measure(workloads, not args.no_complete)
+                    for w, r in out.items():
+                        log(f"  {w}: " + ", ".join(
+                            f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                            for k, v in r.items()))
+                        results[ph][t.key][w].append(r)
     finally:
         for p in list(PROCS):
             stop(p)
-
-    def med(key, field):
-        return statistics.median(r[field] for r in results[key])
+        set_phase("shaped")
 
     print()
     print(f"Application image {REPO}: gzip {fmt_mib(sizes['gzip'])}, zstd:chunked "
           f"{fmt_mib(sizes['zstd-chunked'])}, eStargz {fmt_mib(sizes['estargz'])}; "
-          f"{args.runs} runs, min / median; ratio = median / the full pull's median")
-    print()
-    print("| client | start output | ratio | image complete | ratio "
-          "| bytes by the start output | bytes by completion |")
-    print("|---|---|---|---|---|---|---|")
-    base = BASELINE if BASELINE in results else None
-    for t in tools:
-        rs = results[t.key]
-        row = [t.label]
-        for field in ("start", "complete"):
-            vals = [r[field] for r in rs]
-            row.append(f"{fmt_t(min(vals))} / {fmt_t(statistics.median(vals))}")
-            row.append(f"{statistics.median(vals) / med(base, field):.3f}x"
-                       if base else "")
-        for field in ("bytes_start", "bytes_complete"):
-            v = statistics.median(r[field] for r in rs)
-            row.append(f"{fmt_mib(v)} ({100 * v / sizes[t.tag]:.1f} %)")
-        print("| " + " | ".join(row) + " |")
-
-    if base:
-        print()
-        print("Targets, on the medians, against the full pull:")
-        for t in tools:
-            if not isinstance(t, Pullfs) or not t.lazy:
-                continue
-            s = med(t.key, "start") / med(base, "start")
-            c = med(t.key, "complete") / med(base, "complete")
-            b = 100 * med(t.key, "bytes_start") / sizes[t.tag]
-            print(f"  {t.label}: start output {s:.3f}x (target <= 0.05x: "
-                  f"{'met' if s <= 0.05 else 'MISSED'}), complete {c:.2f}x (target <= 1.15x: "
-                  f"{'met' if c <= 1.15 else 'MISSED'}), bytes before the start output "
-                  f"{b:.1f} % (target <= 5 %: {'met' if b <= 5 else 'MISSED'})")
+          f"{args.runs} run(s), min / median; ratios on the medians; bytes on the link and "
+          "their ratio to the blobs of that client's image; requests to the registry")
+    for ph in phases:
+        print_phase(ph, results[ph], tools, workloads, sizes, args.runs)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"sizes": sizes, "results": results}, f, indent=1)
+
+
+def print_phase(ph, res, tools, workloads, sizes, runs):
+    def med(key, w, field):
+        vals = [r[field] for r in res.get(key, {}).get(w, []) if field in r]
+        return statistics.median(vals) if vals else None
+
+    print()
+    print(f"### {'the link shaped to ' + RATE if ph == 'shaped' else 'unshaped loopback'}")
+    print()
+    print("| workload | client | time | vs full pull | vs stargz-snapshotter "
+          "| requests | bytes | bytes / image | image complete | bytes by then |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for w in workloads:
+        for t in tools:
+            rs = res[t.key][w]
+            if not rs:
+                continue
+            vals = [r["time"] for r in rs]
+            m = statistics.median(vals)
+            row = [w, t.label, f"{fmt_t(min(vals))} / {fmt_t(m)}" if runs > 1 else fmt_t(m)]
+            for ref in (BASELINE, PEER):
+                b = med(ref, w, "time")
+                row.append(f"{m / b:.3f}x" if b and ref != t.key else "")
+            row.append(f"{med(t.key, w, 'requests_time'):.0f}")
+            v = med(t.key, w, "bytes_time")
+            row += [fmt_mib(v), f"{v / sizes[t.tag]:.3f}x"]
+            c = med(t.key, w, "complete")
+            row += [fmt_t(c), fmt_mib(med(t.key, w, "bytes_complete"))] if c else ["", ""]
+            print("| " + " | ".join(row) + " |")
+
+    lazy = [t for t in tools if isinstance(t, Pullfs) and t.lazy]
+    if lazy:
+        print()
+        print("Targets:")
+
+    def target(what, v, limit):
+        if v is None:
+            return
+        print(f"  {what}: {v:.3f}x (target <= {limit}x: {'met' if v <= limit else 'MISSED'})")
+
+    def ratio(a, b):
+        return a / b if a is not None and b else None
+
+    for t in lazy:
+        if ph == "shaped":
+            target(f"{t.label}, start / stargz-snapshotter's",
+                   ratio(med(t.key, "start", "time"), med(PEER, "start", "time")), 0.5)
+            target(f"{t.label}, read / the full pull's",
+                   ratio(med(t.key, "read", "time"), med(BASELINE, "read", "time")), 1.10)
+            target(f"{t.label}, read: bytes / the image's blobs",
+                   ratio(med(t.key, "read", "bytes_time"), sizes[t.tag]), 1.05)
+            target(f"{t.label}, start: completion / the full pull",
+                   ratio(med(t.key, "start", "complete"), med(BASELINE, "start", "pull")),
+                   1.05)
+        else:
+            for w in ("start", "read"):
+                target(f"{t.label}, {w} / the full pull's",
+                       ratio(med(t.key, w, "time"), med(BASELINE, w, "time")), 1.0)
 
 
 if __name__ == "__main__":
