@@ -524,13 +524,17 @@ struct lookup_call {
 	char name[];
 };
 
+static void lookup_call_free(struct lookup_call *lc)
+{
+	pthread_mutex_destroy(&lc->lock);
+	free(lc->reference);
+	free(lc);
+}
+
 static void lookup_call_put(struct lookup_call *lc)
 {
-	if (atomic_fetch_sub(&lc->refs, 1) == 1) {
-		pthread_mutex_destroy(&lc->lock);
-		free(lc->reference);
-		free(lc);
-	}
+	if (atomic_fetch_sub(&lc->refs, 1) == 1)
+		lookup_call_free(lc);
 }
 
 static void lookup_reply(struct lookup_call *lc, int r, struct image *img)
@@ -650,8 +654,9 @@ static bool ensure_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, 
 	}
 	fuse_req_interrupt_func(req, NULL, NULL);
 	lookup_reply(lc, claimed ? -EINTR : r, img);
-	lookup_call_put(lc);
-	lookup_call_put(lc);
+	/* Both references are this thread's: the ensure did not start, or
+	 * was cancelled before it could answer. */
+	lookup_call_free(lc);
 	return true;
 }
 

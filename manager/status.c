@@ -455,7 +455,7 @@ int manager_inspect(struct manager *m, const char *reference, json_t **ret_json,
 		return error_detail_set(err, -ENOENT, "image \"%s\" is not in the cache",
 					canonical);
 	r = cache_blob_read(m->cache, digest, MANIFEST_MAX_BYTES, &mbuf, &mlen);
-	if (r == 0)
+	if (r >= 0)
 		r = manifest_parse(mbuf, mlen, NULL, &mf, why, sizeof(why));
 	if (r < 0) {
 		if (why[0])

@@ -470,7 +470,7 @@ static int token_fetch(const struct auth_source *src, const struct hosts_endpoin
 	char *post = NULL, *e_refresh = NULL;
 	char realm[TRANSPORT_WHERE_MAX];
 	struct hosts_endpoint tep = *ep;
-	bool identity = cred && cred->identity_token;
+	const char *identity = cred ? cred->identity_token : NULL;
 	int k;
 
 	transport_describe_url(ch->realm, realm, sizeof(realm));
@@ -486,7 +486,7 @@ static int token_fetch(const struct auth_source *src, const struct hosts_endpoin
 	if (cred && cred->username)
 		e_user = form_escape(cred->username);
 	if (identity)
-		e_refresh = form_escape(cred->identity_token);
+		e_refresh = form_escape(identity);
 	if (!e_service || !e_scope || (cred && cred->username && !e_user) ||
 	    (identity && !e_refresh)) {
 		k = error_detail_set(err, -ENOMEM, "out of memory");

@@ -520,11 +520,12 @@ static int apply_option(struct settings *s, const struct opt *o, const char *v, 
 			size_t errlen)
 {
 	_cleanup_free_ char *path = NULL;
+	enum opt_kind kind = o->kind;
 	int r;
 
-	if (o->kind != KIND_FLAG && (!v || !*v))
+	if (kind != KIND_FLAG && (!v || !*v))
 		return errbuf_fail(-EINVAL, errbuf, errlen, "%s needs a value", o->name);
-	if (o->kind == KIND_PATH) {
+	if (kind == KIND_PATH) {
 		r = absolute_path(o->name, v, &path, errbuf, errlen);
 		if (r < 0)
 			return r;
@@ -533,7 +534,7 @@ static int apply_option(struct settings *s, const struct opt *o, const char *v, 
 	if (o->set)
 		return o->set(s, o, v, errbuf, errlen);
 
-	switch (o->kind) {
+	switch (kind) {
 	case KIND_FLAG:
 		*(bool *)field(s, o->off) = true;
 		return 0;

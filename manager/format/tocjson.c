@@ -1039,7 +1039,7 @@ int toc_keep_files(struct toc *t)
 		files[i].size = order[i]->size;
 		cursor += len;
 		first[i] = n_chunks;
-		if (k > 0)
+		if (c)
 			memcpy(chunks + n_chunks, c, k * sizeof(*c));
 		n_chunks += k;
 	}

@@ -142,7 +142,7 @@ int tree_freeze(struct bnode *root, struct tree **ret)
 	struct tree_xattr *xcursor;
 	char *cursor;
 
-	order = malloc(cap * sizeof(*order));
+	order = reallocarray(NULL, cap, sizeof(*order));
 	if (!order)
 		return -ENOMEM;
 	order[n++] = root;
