@@ -153,9 +153,20 @@ static void ctlbuf_free_locked(struct fs *fs, struct ctlbuf *b)
 
 void ctl_free_all(struct fs *fs)
 {
+	struct dlist_node *n;
+
 	pthread_mutex_lock(&fs->ctl_lock);
-	while (fs->ctl_open_bufs.head)
-		ctlbuf_free_locked(fs, dlist_entry(fs->ctl_open_bufs.head, struct ctlbuf, node));
+	/* the list taken whole, then each freed after its successor is
+	 * known */
+	n = fs->ctl_open_bufs.head;
+	fs->ctl_open_bufs = (struct dlist){ 0 };
+	while (n) {
+		struct ctlbuf *b = dlist_entry(n, struct ctlbuf, node);
+
+		n = n->next;
+		free(b->data);
+		free(b);
+	}
 	pthread_mutex_unlock(&fs->ctl_lock);
 }
 
