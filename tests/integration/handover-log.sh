@@ -110,6 +110,28 @@ log "log: $max bytes at most, $compactions compactions, $(serving handover_log_b
 reader_settle "after the churn"
 reader_clean "churn"
 held_ok "churn"
+# ... and so it stays across a kill -9 and an upgrade: the next serving
+# process goes on compacting the log it took over
+for cycle in kill upgrade; do
+    if [ $cycle = kill ]; then
+        kill_serving 1 true
+    else
+        old=$(serving pid)
+        out=$("$PULLFSCTL" -m "$MNT" upgrade 2>&1) || fail "pullfsctl upgrade: $out"
+        wait_for 30 _replaced "$old" || fail "serving process $old not replaced"
+    fi
+    max=0
+    for ((round = 0; round < 10; round++)); do
+        churn 100 $((10000 + round * 100))
+        size=$(log_size)
+        ((size > max)) && max=$size
+    done
+    log "after a $cycle: $max bytes at most, $(serving handover_compactions) compactions"
+    ((max < 40000)) || fail "after a $cycle the hand-over log grew to $max bytes"
+done
+reader_settle "after the restarts"
+reader_clean "restarts"
+held_ok "restarts"
 exec 7<&-
 kill "$reader_pid"
 wait "$reader_pid" || true
