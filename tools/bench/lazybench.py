@@ -246,7 +246,11 @@ class Pullfs:
                 c.record(res, "time", t0)
 
                 def done():
-                    return not (glob.glob(os.path.join(cache, "layers", "*", "lazy"))
+                    # every layer verified against its digest (no "lazy"
+                    # file) or its table of contents ("complete" beside it)
+                    lazy = glob.glob(os.path.join(cache, "layers", "*", "lazy"))
+                    return not (any(not os.path.exists(os.path.join(os.path.dirname(f), "complete"))
+                                    for f in lazy)
                                 or glob.glob(os.path.join(cache, "layers", "*", "p.*")))
                 if complete and w != "many":
                     wait_until(done, TIMEOUT, "the image to complete", step=0.05)
