@@ -149,7 +149,7 @@ static void image_bytes(struct manager *m, const char *digest, const char *index
 			ret->local += local;
 			ret->total += mf->layers[i].size;
 			ret->verified = MIN(ret->verified,
-					    lazy_layer_verified(m->cache, mf->layers[i].digest));
+					    packs_layer_verified(m->packs, mf->layers[i].digest));
 		}
 	}
 	manifest_free(mf);

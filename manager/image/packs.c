@@ -402,6 +402,27 @@ static bool layer_still_lazy(struct packs *p, const char *digest)
 	return r;
 }
 
+enum lazy_verified packs_layer_verified(struct packs *p, const char *digest)
+{
+	struct lazy_layer *l = NULL;
+	struct pack *pk;
+	bool known;
+
+	pthread_mutex_lock(&p->lock);
+	pk = strmap_get(p->by_digest, digest);
+	known = pk && pk->lazy_checked;
+	if (known)
+		l = pk->lazy;
+	pthread_mutex_unlock(&p->lock);
+	if (!known)
+		return lazy_layer_verified(p->cache, digest);
+	if (!l)
+		return LAZY_VERIFIED_DIGEST;
+	if (!lazy_layer_is_complete(l))
+		return LAZY_VERIFIED_NONE;
+	return lazy_layer_toc_verified(l) ? LAZY_VERIFIED_TOC : LAZY_VERIFIED_DIGEST;
+}
+
 void packs_layer_bytes(struct packs *p, const char *digest, uint64_t size, uint64_t *ret_local,
 		       bool *ret_completing)
 {

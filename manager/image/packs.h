@@ -23,6 +23,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "lazy.h"
+
 struct cache;
 struct packs;
 struct pack;
@@ -85,6 +87,10 @@ bool pack_complete(struct packs *p, struct pack *pk);
 /* How much of layer digest (of blob size bytes) is local: a lazy layer's
  * share (lazy_layer_bytes), all of any other; ret_completing: whether its
  * background completion runs. */
+/* How layer digest was verified (lazy.h), from the pack's state when it
+ * is loaded (no system call), else from the layer's directory. */
+enum lazy_verified packs_layer_verified(struct packs *p, const char *digest);
+
 void packs_layer_bytes(struct packs *p, const char *digest, uint64_t size, uint64_t *ret_local,
 		       bool *ret_completing);
 
