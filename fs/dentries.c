@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "strmap.h"
 
 /* A name has a dentry per path form that reached it (a few); older ones
@@ -139,7 +140,9 @@ void dentries_invalidate(struct fs *fs, struct root_dentry *list)
 
 		list = d->next;
 		/* A dentry the kernel dropped meanwhile is ENOENT: ignored. */
+		atomic_store(&fs->notify_writing_ns, clock_mono_ns());
 		fuse_lowlevel_notify_inval_entry(fs->session, d->parent, d->name, strlen(d->name));
+		atomic_store(&fs->notify_writing_ns, 0);
 		if (d->reference) {
 			pthread_mutex_lock(&fs->notify_lock);
 			pending_add(fs, d->reference, -1);

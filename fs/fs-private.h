@@ -140,12 +140,12 @@ struct fs {
 	/* What was queued and what the notifier has sent, for
 	 * ns_notifier_settle(); notify_lock */
 	uint64_t notify_queued, notify_sent;
-	/* a settle gave up waiting with the notifier at notify_sent ==
-	 * settle_gave_up_at: the next ones do not wait until it moves (a
-	 * notification held by a lookup waiting for a slow registry would
-	 * cost each removal of a collection its whole wait); notify_lock */
-	bool settle_gave_up;
-	uint64_t settle_gave_up_at;
+	/* clock_mono_ns() when the notifier began the notification it is
+	 * writing now, 0 between them: one it has been in for a second is
+	 * held by a lookup (waiting for a slow registry), and a settle does
+	 * not wait for it (each removal of a collection would wait its
+	 * whole bound) */
+	_Atomic int64_t notify_writing_ns;
 	pthread_cond_t notify_sent_cond;
 	pthread_t notifier;
 	bool notifier_started;

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "macro.h"
 #include "manager.h"
 #include "strmap.h"
@@ -112,8 +113,11 @@ static void *notifier(void *arg)
 			pthread_mutex_unlock(&fs->ns_lock);
 		}
 		strmap_free(keys);
-		for (size_t i = 0; i < b.n; i++)
+		for (size_t i = 0; i < b.n; i++) {
+			atomic_store(&fs->notify_writing_ns, clock_mono_ns());
 			fuse_lowlevel_notify_inval_inode(fs->session, b.inos[i], 0, 0);
+			atomic_store(&fs->notify_writing_ns, 0);
+		}
 		free(b.inos);
 		dentries_invalidate(fs, gone);
 		pthread_mutex_lock(&fs->notify_lock);
@@ -183,6 +187,15 @@ bool ns_notifier_stop_within(struct fs *fs, unsigned seconds)
 	return notifier_end(fs, &until);
 }
 
+/* Whether the notifier has been in one notification for a second: held
+ * by a lookup of that directory. */
+static bool notifier_held(struct fs *fs)
+{
+	int64_t since = atomic_load(&fs->notify_writing_ns);
+
+	return since && clock_mono_ns() - since > CLOCK_NS_PER_SEC;
+}
+
 void ns_notifier_settle(void *userdata)
 {
 	struct fs *fs = userdata;
@@ -195,16 +208,24 @@ void ns_notifier_settle(void *userdata)
 	until.tv_sec += NS_SETTLE_SECONDS;
 	pthread_mutex_lock(&fs->notify_lock);
 	uint64_t target = fs->notify_queued;
-	if (fs->settle_gave_up && fs->notify_sent == fs->settle_gave_up_at)
-		target = 0; /* still held where the last settle left it */
-	while (!fs->notify_stop && fs->notifier_started && fs->notify_sent < target)
-		if (pthread_cond_timedwait(&fs->notify_sent_cond, &fs->notify_lock, &until) ==
-		    ETIMEDOUT) {
-			fs->settle_gave_up = true;
-			fs->settle_gave_up_at = fs->notify_sent;
-			break;
+	while (!fs->notify_stop && fs->notifier_started && fs->notify_sent < target &&
+	       !notifier_held(fs)) {
+		/* looked at again every 100 ms: the notifier may get held */
+		struct timespec t;
+
+		clock_gettime(CLOCK_REALTIME, &t);
+		t.tv_nsec += 100000000;
+		if (t.tv_nsec >= 1000000000) {
+			t.tv_sec++;
+			t.tv_nsec -= 1000000000;
 		}
-	if (fs->notify_sent >= fs->notify_queued)
-		fs->settle_gave_up = false;
+		if (t.tv_sec > until.tv_sec ||
+		    (t.tv_sec == until.tv_sec && t.tv_nsec > until.tv_nsec))
+			t = until;
+		if (pthread_cond_timedwait(&fs->notify_sent_cond, &fs->notify_lock, &t) ==
+			    ETIMEDOUT &&
+		    t.tv_sec == until.tv_sec && t.tv_nsec == until.tv_nsec)
+			break;
+	}
 	pthread_mutex_unlock(&fs->notify_lock);
 }
