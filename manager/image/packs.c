@@ -397,7 +397,8 @@ static bool layer_still_lazy(struct packs *p, const char *digest)
 	if (dirfd < 0)
 		return false;
 	/* (complete, verified by its table of contents only: not lazy) */
-	r = faccessat(dirfd, "lazy", F_OK, 0) == 0 && faccessat(dirfd, "complete", F_OK, 0) < 0;
+	r = faccessat(dirfd, "lazy", F_OK, 0) == 0 &&
+	    faccessat(dirfd, LAZY_COMPLETE_FILE, F_OK, 0) < 0;
 	close(dirfd);
 	return r;
 }

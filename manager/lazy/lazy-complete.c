@@ -286,15 +286,18 @@ static void plan_release(struct pending *p, size_t n, const struct lazy_claim *c
  * this fetches none of it again. */
 static int plan_commit(struct lazy_layer *l, struct pending *p, size_t n)
 {
-	bool any = false;
+	bool any = false, unnamed = false;
 	int r;
 
-	for (size_t i = 0; i < n && !any; i++)
-		any = p[i].written;
+	for (size_t i = 0; i < n; i++) {
+		any |= p[i].written;
+		unnamed |= p[i].written && !atomic_load(&p[i].f->named);
+	}
 	if (!any)
 		return 0;
 	r = flush_fs(l->dirfd);
-	if (r == 0)
+	/* the directory only once for each new file's names */
+	if (r == 0 && unnamed)
 		r = flush_dir(l->dirfd);
 	if (r < 0)
 		return r;

@@ -15,12 +15,6 @@ struct strmap;
 
 enum { CHUNK_MISSING, CHUNK_FETCHING, CHUNK_PRESENT };
 
-/* In the layer directory beside "lazy": every file is an object, checked
- * against the table of contents; the blob was not checked against its
- * digest (lazy_layer_complete()), so the layer is still shared only under
- * its table (lazy_layer_serves()). */
-#define LAZY_COMPLETE_FILE "complete"
-
 /* A request of lazy_ensure_chunks() under way: the compressed bytes it
  * brings. */
 struct lazy_claim {

@@ -121,6 +121,12 @@ void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_t
  * layer is absent.  Reads the "lazy" file. */
 bool lazy_layer_serves(struct cache *c, const char *digest, const struct toc_layer *tl);
 
+/* In the layer directory beside "lazy": every file is an object, checked
+ * against the table of contents; the blob was not checked against its
+ * digest (lazy_layer_complete()), so the layer is still shared only under
+ * its table (lazy_layer_serves()). */
+#define LAZY_COMPLETE_FILE "complete"
+
 /* How the cached layer digest was verified: against its blob's digest
  * (a full pull, or a completion that read the whole blob), against its
  * table of contents only (every file checked, the blob never read whole),
