@@ -150,7 +150,11 @@ for ref in edge-esgz:1 edge-chunked:1; do
     assert_eq 0 "$(event_count_msg Pulled "$PROXY/test/$ref" "Successfully pulled")" "Pulled events of $ref at its lookup"
     assert_eq 1 "$(event_count_msg Pulled "$PROXY/test/$ref" "is complete in")" "Pulled of $ref at its completion"
 done
-[ "$(metric pullfs_lazy_fetches_total)" -gt 0 ] && [ "$(metric pullfs_lazy_fetched_bytes_total)" -gt 1000000 ] ||
+# (a file the plain image's pull already put in the content store may be
+# linked from there instead of fetched, once that store has it: counted
+# as saved)
+[ "$(metric pullfs_lazy_fetches_total)" -gt 0 ] &&
+    [ "$(($(metric pullfs_lazy_fetched_bytes_total) + $(metric pullfs_lazy_saved_bytes_total)))" -gt 1000000 ] ||
     fail "lazy fetches not counted: $(grep pullfs_lazy "$MNT/.pullfs/metrics")"
 py "$INTEGRATION_DIR/promcheck.py" "$MNT/.pullfs/metrics" pullfs_lazy_fetches_total \
     pullfs_lazy_fetched_bytes_total pullfs_lazy_layers_completed_total || fail "metrics exposition"
