@@ -432,19 +432,31 @@ static int write_marker(int dirfd, const char *name)
 	return r < 0 ? r : flush_dir(dirfd);
 }
 
-/* lazy_layer_complete(), once it is known to be needed. */
-static int complete_files(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel)
+/* Whether file i of the table lies before the blob offset limit. */
+static bool file_before(const struct toc *toc, size_t i, uint64_t limit)
+{
+	size_t n;
+	const struct toc_chunk *c = toc_entry_chunks(toc, i, &n);
+
+	return n > 0 && c[0].blob_offset < limit;
+}
+
+/* The chunks still missing of the files before limit, sorted by blob
+ * offset, in *ret (n in *ret_n); readers may fetch some of them
+ * meanwhile. */
+static int collect_missing(struct lazy_layer *l, uint64_t limit, struct pending **ret,
+			   size_t *ret_n)
 {
 	const struct toc *toc = l->toc;
 	struct pending *p = NULL;
 	size_t n = 0, cap = 0;
-	bool all = true, proven = false;
 	int r = 0;
 
-	/* what is missing now; readers may fetch some of it meanwhile */
 	for (size_t i = 0; i < toc->n_files && r == 0; i++) {
 		struct lazy_file *f;
 
+		if (!file_before(toc, i, limit))
+			continue;
 		r = lazy_file_get(l, toc->files[i].object, &f);
 		if (r < 0)
 			break;
@@ -467,19 +479,32 @@ static int complete_files(struct lazy_layer *l, struct registry *reg, const atom
 		pthread_mutex_unlock(&f->lock);
 		lazy_file_put(l, f);
 	}
-	if (r == 0) {
-		if (n > 0)
-			qsort(p, n, sizeof(*p), cmp_pending);
-		r = fetch_missing(l, reg, p, n, cancel, &proven);
-	}
-	free(p);
-	if (r < 0)
+	if (r < 0) {
+		free(p);
 		return r;
-	/* every file: what no request brought (a reader's fetch that failed
-	 * meanwhile) by range, then checked whole and made an object */
+	}
+	if (n > 0)
+		qsort(p, n, sizeof(*p), cmp_pending);
+	*ret = p;
+	*ret_n = n;
+	return 0;
+}
+
+/* Every file before limit: what no request brought (a reader's fetch
+ * that failed meanwhile) by range, then checked whole and made an
+ * object.  *ret_all: whether each of them is. */
+static int finish_files(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel,
+			uint64_t limit, bool *ret_all)
+{
+	const struct toc *toc = l->toc;
+	int r = 0;
+
+	*ret_all = true;
 	for (size_t i = 0; i < toc->n_files; i++) {
 		struct lazy_file *f;
 
+		if (!file_before(toc, i, limit))
+			continue;
 		if (cancel && atomic_load(cancel))
 			return -ECANCELED;
 		r = lazy_file_get(l, toc->files[i].object, &f);
@@ -487,13 +512,30 @@ static int complete_files(struct lazy_layer *l, struct registry *reg, const atom
 			return r;
 		if (!f->complete)
 			r = lazy_ensure_chunks(l, reg, f, 0, f->n ? f->n - 1 : 0, false);
-		all = all && f->complete;
+		*ret_all = *ret_all && f->complete;
 		lazy_file_put(l, f);
 		if (r < 0)
 			return r;
 	}
-	if (!all)
-		return 0;
+	return 0;
+}
+
+/* lazy_layer_complete(), once it is known to be needed. */
+static int complete_files(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel)
+{
+	struct pending *p = NULL;
+	size_t n = 0;
+	bool all = true, proven = false;
+	int r;
+
+	r = collect_missing(l, UINT64_MAX, &p, &n);
+	if (r == 0)
+		r = fetch_missing(l, reg, p, n, cancel, &proven);
+	free(p);
+	if (r == 0)
+		r = finish_files(l, reg, cancel, UINT64_MAX, &all);
+	if (r < 0 || !all)
+		return r;
 	/* every o.OBJ is there for good before the layer says so */
 	r = flush_dir(l->dirfd);
 	if (r < 0)
@@ -513,6 +555,40 @@ static int complete_files(struct lazy_layer *l, struct registry *reg, const atom
 	if (l->stats)
 		atomic_fetch_add(&l->stats->layers_complete, 1);
 	return 0;
+}
+
+int lazy_layer_prefetch(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel,
+			struct lazy_prefetch *ret)
+{
+	uint64_t limit = l->toc->prefetch_end, before;
+	struct pending *p = NULL;
+	size_t n = 0;
+	bool all, proven;
+	int r;
+
+	memset(ret, 0, sizeof(*ret));
+	if (limit == 0 || atomic_load(&l->complete))
+		return 0;
+	for (size_t i = 0; i < l->toc->n_files; i++)
+		ret->files += file_before(l->toc, i, limit);
+	r = collect_missing(l, limit, &p, &n);
+	if (r < 0 || n == 0) {
+		free(p);
+		return r;
+	}
+	before = l->stats ? atomic_load(&l->stats->background_bytes) : 0;
+	registry_thread_background(true);
+	/* (the chain of the blob's digest stops at the landmark: what the
+	 * completion fetches later has no proof of the whole) */
+	r = fetch_missing(l, reg, p, n, cancel, &proven);
+	free(p);
+	if (r == 0)
+		r = finish_files(l, reg, cancel, limit, &all);
+	registry_thread_background(false);
+	ret->fetched = true;
+	if (l->stats)
+		ret->bytes = atomic_load(&l->stats->background_bytes) - before;
+	return r;
 }
 
 int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel)

@@ -3,6 +3,7 @@
 #include "lazy-completer.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,9 +75,9 @@ static void completer_nap(struct lazy_completer *lc)
 	pthread_cond_timedwait(&lc->cond, &lc->lock, &ts);
 }
 
-/* Waits until the schedule says go, then for a slot; false when the
- * daemon stops first. */
-static bool slot_take(struct completion *cp)
+/* Waits until the schedule says go (unless scheduled is false: a
+ * prefetch), then for a slot; false when the daemon stops first. */
+static bool slot_take(struct completion *cp, bool scheduled)
 {
 	struct lazy_completer *lc = cp->lc;
 	bool ok;
@@ -86,14 +87,16 @@ static bool slot_take(struct completion *cp)
 		if (cancelled(lc))
 			break;
 		lazy_schedule_readers(&cp->sched, atomic_load(&lc->o.stats->reader_ok));
-		if (lazy_schedule_due(&cp->sched, NULL) && lc->running < LAZY_COMPLETIONS_MAX)
+		if ((!scheduled || lazy_schedule_due(&cp->sched, NULL)) &&
+		    lc->running < LAZY_COMPLETIONS_MAX)
 			break;
 		completer_nap(lc);
 	}
 	ok = !cancelled(lc);
 	if (ok) {
 		lc->running++;
-		lazy_schedule_running(&cp->sched);
+		if (scheduled)
+			lazy_schedule_running(&cp->sched);
 	}
 	pthread_mutex_unlock(&lc->lock);
 	return ok;
@@ -107,6 +110,36 @@ static void slot_give(struct lazy_completer *lc)
 	pthread_mutex_unlock(&lc->lock);
 }
 
+/* The files before eStargz's prefetch landmark, at once: the start-up
+ * window is for what readers ask, and those files are what the image's
+ * builder saw its workload read first.  Once; what fails is fetched when
+ * read, or by the completion. */
+static void prefetch_layer(struct completion *cp)
+{
+	struct lazy_completer *lc = cp->lc;
+	struct lazy_prefetch pf;
+	int64_t t0 = clock_now_ns(lc->o.clock);
+	int r;
+
+	if (cp->job.gone(cp->job.userdata) || !slot_take(cp, false))
+		return;
+	r = lazy_layer_prefetch(cp->job.layer, lc->o.registry, lc->o.cancelled, &pf);
+	slot_give(lc);
+	if (r == 0 && pf.fetched)
+		event_sendf(&lc->o.events, EVENT_NORMAL, "LayerPrefetched", NULL, cp->digest, 0,
+			    NULL,
+			    "Prefetched the %zu files before the prefetch landmark of lazy layer "
+			    "%s (%" PRIu64 " bytes fetched) in %.3fs",
+			    pf.files, cp->digest, pf.bytes,
+			    (double)(clock_now_ns(lc->o.clock) - t0) / 1e9);
+	else if (r < 0 && r != -ECANCELED)
+		event_sendf(&lc->o.events, EVENT_WARNING, "LazyFetchFailed", NULL, cp->digest, r,
+			    NULL,
+			    "Prefetching the files before the prefetch landmark of lazy layer %s "
+			    "failed: %s (they are fetched when read, and by the completion)",
+			    cp->digest, strerror(-r));
+}
+
 /* One try after another until the layer is complete (0), cannot be, or
  * the daemon stops. */
 static int complete_layer(struct completion *cp)
@@ -115,13 +148,14 @@ static int complete_layer(struct completion *cp)
 	const struct event_sink *ev = &lc->o.events;
 	int r;
 
+	prefetch_layer(cp);
 	for (;;) {
 		unsigned delay, tries;
 
 		r = -ECANCELED;
 		if (cp->job.gone(cp->job.userdata))
 			return r;
-		if (slot_take(cp)) {
+		if (slot_take(cp, true)) {
 			r = lazy_layer_complete(cp->job.layer, lc->o.registry, lc->o.cancelled);
 			slot_give(lc);
 		}

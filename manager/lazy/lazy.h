@@ -178,3 +178,20 @@ void lazy_stats_metrics(const struct lazy_stats *stats, FILE *f);
  * maps after it: a completion killed on its way fetches none of it again.
  * Stops with -ECANCELED when *cancel becomes true.  Returns 0 or -errno. */
 int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel);
+
+/* What lazy_layer_prefetch() did. */
+struct lazy_prefetch {
+	size_t files;	/* files before the landmark */
+	bool fetched;	/* some of them were missing and were fetched */
+	uint64_t bytes; /* compressed bytes of the requests (approximately,
+			 * when other completions run too) */
+};
+
+/* eStargz's prefetch landmark: the files the image's builder placed
+ * before it (those its workload reads first) are fetched now, as
+ * lazy_layer_complete() fetches, with readers' fetches first, and made
+ * objects; nothing when the layer has no landmark or those files are
+ * local.  Returns 0 or -errno (what failed is fetched when read, or by
+ * the completion). */
+int lazy_layer_prefetch(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel,
+			struct lazy_prefetch *ret);

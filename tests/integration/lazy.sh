@@ -213,16 +213,6 @@ touch "$WORK/open"
 mount_pullfs --insecure-registry "$PROXY" --lazy-completion-delay 0
 ls "$(img edge-esgz:1)" >/dev/null || fail "lookup of edge-esgz:1"
 stop_registry
-read_errno() {
-    py - "$1" <<'PY'
-import errno, sys
-try:
-    open(sys.argv[1], "rb").read()
-    print("OK")
-except OSError as e:
-    print(errno.errorcode.get(e.errno, e.errno))
-PY
-}
 assert_eq EHOSTUNREACH "$(read_errno "$(img edge-esgz:1)/large")" "a read with the registry gone"
 grep '"reason":"LazyReadFailed"' "$EVENTS" | grep -q 'No route to host' ||
     fail "no LazyReadFailed warning: $(grep Lazy "$EVENTS")"

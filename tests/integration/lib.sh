@@ -473,6 +473,20 @@ except OSError as e:
 EOF
 }
 
+# read_errno PATH: the errno name with which reading the file PATH to its
+# end fails, or OK.
+read_errno() {
+    py - "$1" <<'EOF' || _timed_out $?
+import errno, sys
+try:
+    with open(sys.argv[1], "rb") as f:
+        f.read()
+    print("OK")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e.errno)))
+EOF
+}
+
 # errno_of_op OP PATH [ARG]: the errno name with which one modifying system
 # call fails, or OK.  OP: create, write, truncate, mkdir, rmdir, unlink,
 # rename (to ARG), chmod, chown, utime, setxattr, removexattr, symlink,

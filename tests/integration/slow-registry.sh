@@ -58,18 +58,6 @@ nobody_errno() (
     py() { as_nobody timeout -k 5 60 /usr/bin/python3 "$@"; }
     errno_of "$1"
 )
-# read_errno PATH: the errno of reading a file to its end, or OK
-read_errno() {
-    PULLFS_TEST_OP_TIMEOUT=60 py - "$1" <<'EOF' || _timed_out $?
-import errno, sys
-try:
-    with open(sys.argv[1], "rb") as f:
-        f.read()
-    print("OK")
-except OSError as e:
-    print(errno.errorcode.get(e.errno, str(e.errno)))
-EOF
-}
 
 mount_pullfs -o allow_other --insecure-registry "$PROXY" --min-transfer-rate 4K \
     --transfer-rate-window 2 --low-speed-timeout 2 --lazy-completion-delay 3600
@@ -111,7 +99,7 @@ assert_errno OK "$MNT/images/$ref"
 [ -d "$CACHE/layers" ] && ls "$CACHE"/layers/*/lazy >/dev/null 2>&1 || fail "no lazy layer"
 touch "$WORK/trickle-chunks"
 t0=$(now)
-got=$(read_errno "$MNT/images/$ref/bin/busybox")
+got=$(PULLFS_TEST_OP_TIMEOUT=60 read_errno "$MNT/images/$ref/bin/busybox")
 log "trickled chunk: $got after $(seconds_since "$t0") s"
 assert_eq ETIMEDOUT "$got" "read of a trickled chunk"
 wait_event LazyReadFailed "$ref"
