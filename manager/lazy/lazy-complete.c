@@ -603,6 +603,16 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 	return r;
 }
 
+bool lazy_layer_bulk_read(struct lazy_layer *l, uint64_t since)
+{
+	return atomic_load(&l->reader_bytes) - since >= LAZY_BULK_BYTES;
+}
+
+uint64_t lazy_layer_reader_bytes(struct lazy_layer *l)
+{
+	return atomic_load(&l->reader_bytes);
+}
+
 bool lazy_layer_is_complete(struct lazy_layer *l)
 {
 	return atomic_load(&l->complete);

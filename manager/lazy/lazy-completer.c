@@ -30,6 +30,7 @@ struct completion {
 	struct lazy_completion_job job;
 	char *digest;
 	struct lazy_schedule sched; /* lc->lock */
+	uint64_t reader_bytes;	    /* the layer's when the completion began */
 	struct dlist_node node;	    /* on lc->completions; lc->lock */
 };
 
@@ -87,6 +88,10 @@ static bool slot_take(struct completion *cp, bool scheduled)
 		if (cancelled(lc))
 			break;
 		lazy_schedule_readers(&cp->sched, atomic_load(&lc->o.stats->reader_ok));
+		/* readers who read the layer in bulk end its window */
+		if (scheduled && cp->sched.phase == LAZY_PHASE_WINDOW &&
+		    lazy_layer_bulk_read(cp->job.layer, cp->reader_bytes))
+			lazy_schedule_wake(&cp->sched, true);
 		if ((!scheduled || lazy_schedule_due(&cp->sched, NULL)) &&
 		    lc->running < LAZY_COMPLETIONS_MAX)
 			break;
@@ -237,6 +242,7 @@ int lazy_completer_start(struct lazy_completer *lc, const struct lazy_completion
 	cp->job.digest = cp->digest;
 	lazy_schedule_init(&cp->sched, lc->o.clock, lc->o.window_ns,
 			   atomic_load(&lc->o.stats->reader_ok));
+	cp->reader_bytes = lazy_layer_reader_bytes(job->layer);
 	pthread_mutex_lock(&lc->lock);
 	lc->count++;
 	dlist_push(&lc->completions, &cp->node);

@@ -6,7 +6,9 @@
 # once, asking only for what the reads did not bring (each byte once), and
 # the status says the layer was verified by its table of contents.  Then, from a clean cache, a registry that answers every Range
 # request with the whole blob: the reads return the right bytes, and the
-# completion ends with every file checked and the exact tree.
+# completion ends with every file checked and the exact tree.  Last, a
+# reader that reads more than 16 MiB of a layer ends its window: the
+# completion runs without waiting for the hour.
 . "$(dirname "$0")/lib.sh"
 . "$INTEGRATION_DIR/images.sh"
 . "$INTEGRATION_DIR/regservers.sh"
@@ -129,3 +131,30 @@ assert_tree_eq "$WORK/bundle/rootfs" "$root"
 stop_registry
 cmp "$WORK/bundle/rootfs/data/big" "$root/data/big" || fail "data/big with the registry gone"
 unmount_pullfs
+proxy_mode '{}'
+restart_registry
+
+# A reader that reads a layer in bulk (more than 16 MiB) ends its window:
+# the completion runs at once, as for `pullfsctl pull`.
+CACHE=$WORK/cache-bulk
+bulk=$WORK/bulk
+umoci init --layout "$bulk"
+umoci new --image "$bulk:1"
+mkdir -p "$WORK/bulkstage/data"
+head -c $((20 << 20)) /dev/urandom >"$WORK/bulkstage/data/weights"
+echo bulk >"$WORK/bulkstage/data/name"
+LAYER_TIME='2021-01-01 00:00:00 UTC' _tar_layer "$WORK/bulkstage" "$WORK/bulk.tar"
+_add_layer "$bulk:1" "$WORK/bulk.tar" bulk
+_skopeo copy --dest-decompress "oci:$bulk:1" "dir:$WORK/bulkplain"
+_skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd:chunked \
+    "dir:$WORK/bulkplain" "docker://$REGISTRY/test/bulk:1"
+bulkref=$PROXY/test/bulk:1
+mount_pullfs --insecure-registry "$PROXY" --lazy-completion-delay 3600
+cmp "$WORK/bulkstage/data/weights" "$MNT/images/$bulkref/data/weights" || fail "data/weights read lazily"
+bulk_complete() { [ "$(pullfs_image_field "$bulkref" complete)" = true ]; }
+wait_for 60 bulk_complete ||
+    fail "not completed after a bulk read: completion $(pullfs_image_field "$bulkref" completion)"
+assert_eq bulk "$(cat "$MNT/images/$bulkref/data/name")" "data/name"
+unmount_pullfs
+
+log "PASS"
