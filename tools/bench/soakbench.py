@@ -30,6 +30,7 @@ import linecache
 import multiprocessing
 import os
 import random
+import re
 import shutil
 import signal
 import stat
@@ -582,6 +583,22 @@ def final_pass(images, proxy):
     return ops, errors, bad
 
 
+def fd_kinds(pid, fds):
+    """What a process's descriptors are, most common first: their link
+    targets with digests and numbers left out, so that a leak shows as
+    one kind that grew."""
+    kinds = {}
+    for fd in fds:
+        try:
+            t = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        t = re.sub(r"[0-9a-f]{64}", "HEX", t)
+        t = re.sub(r"[0-9]+", "N", t)
+        kinds[t] = kinds.get(t, 0) + 1
+    return sorted(kinds.items(), key=lambda kv: -kv[1])[:8]
+
+
 class Soak:
     def __init__(self, a):
         self.a = a
@@ -719,7 +736,10 @@ class Soak:
     def proc_figures(pid):
         try:
             with open(f"/proc/{pid}/status") as f:
-                rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+                status = {k: (v.split() or [""])[0] for k, v in
+                          (line.split(":", 1) for line in f if ":" in line)}
+            rss = int(status["VmRSS"])
+            anon = int(status.get("RssAnon", 0))
             fds = os.listdir(f"/proc/{pid}/fd")
             memfd = 0
             for fd in fds:
@@ -728,8 +748,9 @@ class Soak:
                         memfd += os.stat(f"/proc/{pid}/fd/{fd}").st_size
                 except OSError:
                     pass
-            return {"rss_kib": rss, "fds": len(fds), "memfd_bytes": memfd}
-        except (OSError, StopIteration):
+            return {"rss_kib": rss, "anon_kib": anon, "fds": len(fds), "memfd_bytes": memfd,
+                    "fd_kinds": fd_kinds(pid, fds)}
+        except (OSError, KeyError, ValueError):
             return None
 
     def sample(self, label=None):
@@ -920,6 +941,20 @@ class Soak:
                     now() - t_gc > 60:
                 break
             time.sleep(5)
+        # Settled: the kernel lets go of what it does not use (its
+        # dentries and inodes of the mount, so FORGETs), a collection
+        # removes what that left unused, and the serving process holds
+        # what it needs for what remains.  Its size then is what a leak
+        # or memory kept after use would show in.
+        try:
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("2\n")
+        except OSError:
+            pass
+        time.sleep(2)
+        self.ctl("gc", check=False)
+        time.sleep(2)
+        self.sample("settled")
         st = self.status()
         try:
             self.handover, text = handover_live(self.pullfs.pid)
@@ -1040,15 +1075,19 @@ class Soak:
         if cache.get("bytes", 0) > high:
             verdict.append("what the cache holds: " + cache_breakdown(ENV["CACHE"]))
         flat = []
+        # (the end sample is taken under load, with everything the
+        # readers touched in use: sizes are judged once settled)
         for who, rss_slack, fd_slack in (("serving", 1.5, 16), ("supervisor", 1.1, 2)):
-            s0, s1 = fig("start", who), fig("end", who)
+            s0, s1 = fig("start", who), fig("settled", who) or fig("end", who)
             if not s0 or not s1:
                 flat.append(f"{who}: no figures")
                 continue
             if s1["rss_kib"] > s0["rss_kib"] * rss_slack + 8192:
-                flat.append(f"{who} RSS grew {s0['rss_kib']} -> {s1['rss_kib']} KiB")
+                flat.append(f"{who} RSS grew {s0['rss_kib']} -> {s1['rss_kib']} KiB "
+                            f"(anonymous {s0.get('anon_kib')} -> {s1.get('anon_kib')} KiB)")
             if s1["fds"] > s0["fds"] + fd_slack:
-                flat.append(f"{who} descriptors grew {s0['fds']} -> {s1['fds']}")
+                flat.append(f"{who} descriptors grew {s0['fds']} -> {s1['fds']} (now "
+                            + ", ".join(f"{k} {v}" for k, v in s1.get("fd_kinds", [])) + ")")
         verdict += flat
         hostile_lines = []
         if self.hostile:
@@ -1061,15 +1100,18 @@ class Soak:
                            f"log says how)")
         m0, m1 = fig("start", "supervisor"), fig("end", "supervisor")
         # The log lists what the kernel may still name, and is compacted
-        # once it is twice what it lists: a hostile user's namespace nodes
-        # the kernel holds at the end sample (bounded by 8 times
-        # --max-namespace-nodes-per-user, tests/limits-namespace) may take
-        # twice their bytes on top of the 64 KiB the rest may.
-        hostile_ns = (m1 or {}).get("hostile_ns_bytes", 0)
+        # once it is twice what it listed at its last compaction: a hostile
+        # user's namespace nodes the kernel held (bounded by 8 times
+        # --max-namespace-nodes-per-user, tests/limits-namespace), at most
+        # their most in any sample, may take twice their bytes on top of
+        # the 64 KiB the rest may.
+        hostile_ns = max([(s["supervisor"] or {}).get("hostile_ns_bytes", 0)
+                          for s in self.samples if s["supervisor"]] or [0])
         if m0 and m1 and m1["memfd_bytes"] > m0["memfd_bytes"] + 65536 + 2 * hostile_ns:
             verdict.append(f"the hand-over log grew {m0['memfd_bytes']} -> {m1['memfd_bytes']} "
-                           f"bytes (it lists only what the kernel may still name; "
-                           f"{hostile_ns} bytes of it the hostile user's namespace nodes)")
+                           f"bytes (it lists only what the kernel may still name; the "
+                           f"hostile user's namespace nodes took up to {hostile_ns} bytes "
+                           f"of it)")
 
         p = print
         p()
@@ -1102,11 +1144,12 @@ class Soak:
         for x in (fp_errors + fp_bad)[:10]:
             p(f"    {x}")
         p()
-        p("| process | figure | start | middle | end |")
-        p("|---|---|---|---|---|")
+        p("| process | figure | start | middle | end | settled |")
+        p("|---|---|---|---|---|---|")
         for who in ("serving", "supervisor"):
-            for key, unit in (("rss_kib", "RSS KiB"), ("fds", "open fds"), ("memfd_bytes", "memfd bytes")):
-                vals = [fig(lbl, who) for lbl in ("start", "middle", "end")]
+            for key, unit in (("rss_kib", "RSS KiB"), ("anon_kib", "anonymous KiB"),
+                              ("fds", "open fds"), ("memfd_bytes", "memfd bytes")):
+                vals = [fig(lbl, who) for lbl in ("start", "middle", "end", "settled")]
                 p(f"| {who} | {unit} | " + " | ".join(str(v[key]) if v else "-" for v in vals) + " |")
         m0, m1 = fig("start", "supervisor"), fig("end", "supervisor")
         if m0 and m1:
