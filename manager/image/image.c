@@ -633,6 +633,7 @@ static void content_complete_lazy(struct images *imgs, struct image_content *c)
 						&(struct lazy_completion_job){
 							.digest = pack_digest(c->packs[i]),
 							.layer = l,
+							.group = c,
 							.gone = completion_gone,
 							.end = completion_end,
 							.userdata = lc,

@@ -603,14 +603,10 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 	return r;
 }
 
-bool lazy_layer_bulk_read(struct lazy_layer *l, uint64_t since)
+void lazy_layer_reads(struct lazy_layer *l, struct lazy_reads *ret)
 {
-	return atomic_load(&l->reader_bytes) - since >= LAZY_BULK_BYTES;
-}
-
-uint64_t lazy_layer_reader_bytes(struct lazy_layer *l)
-{
-	return atomic_load(&l->reader_bytes);
+	ret->fetches = atomic_load(&l->reader_fetches);
+	ret->bytes = atomic_load(&l->reader_bytes);
 }
 
 bool lazy_layer_is_complete(struct lazy_layer *l)

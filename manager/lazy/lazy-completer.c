@@ -30,7 +30,7 @@ struct completion {
 	struct lazy_completion_job job;
 	char *digest;
 	struct lazy_schedule sched; /* lc->lock */
-	uint64_t reader_bytes;	    /* the layer's when the completion began */
+	struct lazy_reads reads;    /* the layer's when the completion began */
 	struct dlist_node node;	    /* on lc->completions; lc->lock */
 };
 
@@ -76,6 +76,24 @@ static void completer_nap(struct lazy_completer *lc)
 	pthread_cond_timedwait(&lc->cond, &lc->lock, &ts);
 }
 
+/* Whether readers read the layers of group in bulk since their
+ * completions began (lazy.h).  lc->lock held. */
+static bool group_bulk_read(struct lazy_completer *lc, const void *group)
+{
+	struct lazy_reads sum = { 0 }, now;
+
+	for (struct dlist_node *d = lc->completions.head; d; d = d->next) {
+		struct completion *o = dlist_entry(d, struct completion, node);
+
+		if (o->job.group != group)
+			continue;
+		lazy_layer_reads(o->job.layer, &now);
+		sum.fetches += now.fetches - o->reads.fetches;
+		sum.bytes += now.bytes - o->reads.bytes;
+	}
+	return sum.bytes >= LAZY_BULK_BYTES || sum.fetches >= LAZY_BULK_FETCHES;
+}
+
 /* Waits until the schedule says go (unless scheduled is false: a
  * prefetch), then for a slot; false when the daemon stops first. */
 static bool slot_take(struct completion *cp, bool scheduled)
@@ -88,9 +106,9 @@ static bool slot_take(struct completion *cp, bool scheduled)
 		if (cancelled(lc))
 			break;
 		lazy_schedule_readers(&cp->sched, atomic_load(&lc->o.stats->reader_ok));
-		/* readers who read the layer in bulk end its window */
+		/* readers who read the image in bulk end its window */
 		if (scheduled && cp->sched.phase == LAZY_PHASE_WINDOW &&
-		    lazy_layer_bulk_read(cp->job.layer, cp->reader_bytes))
+		    group_bulk_read(lc, cp->job.group))
 			lazy_schedule_wake(&cp->sched, true);
 		if ((!scheduled || lazy_schedule_due(&cp->sched, NULL)) &&
 		    lc->running < LAZY_COMPLETIONS_MAX)
@@ -242,7 +260,7 @@ int lazy_completer_start(struct lazy_completer *lc, const struct lazy_completion
 	cp->job.digest = cp->digest;
 	lazy_schedule_init(&cp->sched, lc->o.clock, lc->o.window_ns,
 			   atomic_load(&lc->o.stats->reader_ok));
-	cp->reader_bytes = lazy_layer_reader_bytes(job->layer);
+	lazy_layer_reads(job->layer, &cp->reads);
 	pthread_mutex_lock(&lc->lock);
 	lc->count++;
 	dlist_push(&lc->completions, &cp->node);

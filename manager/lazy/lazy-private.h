@@ -75,8 +75,9 @@ struct lazy_layer {
 	/* the state of toc->files[i], once used; lock */
 	struct lazy_file **file_of;
 	atomic_bool complete; /* lazy_layer_complete() finished */
-	/* compressed bytes readers' fetches of this layer brought */
-	atomic_uint_fast64_t reader_bytes;
+	/* readers' fetches of this layer, and the compressed bytes they
+	 * brought */
+	atomic_uint_fast64_t reader_fetches, reader_bytes;
 	/* complete, every file checked against the table's digests, the
 	 * blob never against its own (the "complete" file) */
 	atomic_bool toc_verified;

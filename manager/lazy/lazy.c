@@ -827,8 +827,10 @@ int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_f
 			if (r == 0)
 				atomic_fetch_add(&l->stats->reader_ok, 1);
 		}
-		if (foreground && r == 0)
+		if (foreground && r == 0) {
+			atomic_fetch_add(&l->reader_fetches, 1);
 			atomic_fetch_add(&l->reader_bytes, total);
+		}
 		pthread_mutex_lock(&f->lock);
 		f->fetches--;
 		/* the chunks still this request's (a reader may have claimed

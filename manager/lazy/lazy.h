@@ -138,15 +138,17 @@ enum lazy_verified lazy_layer_verified(struct cache *c, const char *digest);
  * of layers/ since), or -errno. */
 int lazy_layer_dup_dir(struct lazy_layer *l);
 
-/* The compressed bytes readers' fetches of the layer brought so far, and
- * whether those since a count since make a bulk read: LAZY_BULK_BYTES.
- * Readers who fetch that much read the layer rather than start from it
- * (a start reads a few MB): the completion's requests, in blob order and
- * a few MB each, serve them better than their chunk by chunk fetches
- * (lazy-completer.c ends the start-up window for them). */
+/* Readers' fetches of the layer so far, and the compressed bytes they
+ * brought.  Readers who fetch LAZY_BULK_BYTES of an image, or make
+ * LAZY_BULK_FETCHES fetches of it, read it rather than start from it (a
+ * start reads a few MB in a few dozen fetches): lazy-completer.c then
+ * ends the start-up window of its layers. */
 #define LAZY_BULK_BYTES (16u << 20)
-uint64_t lazy_layer_reader_bytes(struct lazy_layer *l);
-bool lazy_layer_bulk_read(struct lazy_layer *l, uint64_t since);
+#define LAZY_BULK_FETCHES 64u
+struct lazy_reads {
+	uint64_t fetches, bytes;
+};
+void lazy_layer_reads(struct lazy_layer *l, struct lazy_reads *ret);
 
 /* Whether lazy_layer_complete() finished the layer. */
 bool lazy_layer_is_complete(struct lazy_layer *l);

@@ -7,8 +7,8 @@
 # the status says the layer was verified by its table of contents.  Then, from a clean cache, a registry that answers every Range
 # request with the whole blob: the reads return the right bytes, and the
 # completion ends with every file checked and the exact tree.  Last, a
-# reader that reads more than 16 MiB of a layer ends its window: the
-# completion runs without waiting for the hour.
+# reader that reads more than 16 MiB of an image, or makes 64 fetches of
+# it, ends its window: the completion runs without waiting for the hour.
 . "$(dirname "$0")/lib.sh"
 . "$INTEGRATION_DIR/images.sh"
 . "$INTEGRATION_DIR/regservers.sh"
@@ -134,8 +134,8 @@ unmount_pullfs
 proxy_mode '{}'
 restart_registry
 
-# A reader that reads a layer in bulk (more than 16 MiB) ends its window:
-# the completion runs at once, as for `pullfsctl pull`.
+# A reader that reads an image in bulk (more than 16 MiB, or 64 fetches)
+# ends its window: the completion runs at once, as for `pullfsctl pull`.
 CACHE=$WORK/cache-bulk
 bulk=$WORK/bulk
 umoci init --layout "$bulk"
@@ -143,6 +143,8 @@ umoci new --image "$bulk:1"
 mkdir -p "$WORK/bulkstage/data"
 head -c $((20 << 20)) /dev/urandom >"$WORK/bulkstage/data/weights"
 echo bulk >"$WORK/bulkstage/data/name"
+mkdir "$WORK/bulkstage/data/small"
+for i in $(seq 1 80); do head -c $((100 + i * 37)) /dev/urandom >"$WORK/bulkstage/data/small/f$i"; done
 LAYER_TIME='2021-01-01 00:00:00 UTC' _tar_layer "$WORK/bulkstage" "$WORK/bulk.tar"
 _add_layer "$bulk:1" "$WORK/bulk.tar" bulk
 _skopeo copy --dest-decompress "oci:$bulk:1" "dir:$WORK/bulkplain"
@@ -155,6 +157,15 @@ bulk_complete() { [ "$(pullfs_image_field "$bulkref" complete)" = true ]; }
 wait_for 60 bulk_complete ||
     fail "not completed after a bulk read: completion $(pullfs_image_field "$bulkref" completion)"
 assert_eq bulk "$(cat "$MNT/images/$bulkref/data/name")" "data/name"
+unmount_pullfs
+# ... 80 small files, one fetch each
+CACHE=$WORK/cache-small
+mount_pullfs --insecure-registry "$PROXY" --lazy-completion-delay 3600
+for i in $(seq 1 80); do
+    cmp "$WORK/bulkstage/data/small/f$i" "$MNT/images/$bulkref/data/small/f$i" || fail "data/small/f$i"
+done
+wait_for 60 bulk_complete ||
+    fail "not completed after 80 small reads: completion $(pullfs_image_field "$bulkref" completion)"
 unmount_pullfs
 
 log "PASS"

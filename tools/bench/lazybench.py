@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -220,6 +221,8 @@ class Pullfs:
                "--insecure-registry", REGISTRY, mnt]
         if not self.lazy:
             cmd[1:1] = ["--lazy", "off"]
+        # options to try, for every pullfs row (PULLFS_OPTIONS="--opt V")
+        cmd[1:1] = shlex.split(os.environ.get("PULLFS_OPTIONS", ""))
         p = subprocess.Popen(ns(cmd), stdout=subprocess.DEVNULL,
                              stderr=open(os.path.join(base, "pullfs.log"), "w"))
         PROCS.append(p)
