@@ -20,7 +20,9 @@
  * serving process take the kernel for one that cannot resend requests
  * (fs/fuseio.c), so that an upgrade's drain answers every request itself.
  * "drain-gc" has a serving process run a collection (to 1 byte) as it
- * starts to drain for an upgrade (fs/serve.c).
+ * starts to drain for an upgrade (fs/serve.c).  "notify-late" has the
+ * notifier send one more notification (a dentry of images/) 300 ms after
+ * the stop came (fs/nsnotify.c), as one under way at that moment would.
  *
  * Unset, every check is one load and a compare. */
 #pragma once

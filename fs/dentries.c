@@ -139,10 +139,19 @@ void dentries_invalidate(struct fs *fs, struct root_dentry *list)
 		struct root_dentry *d = list;
 
 		list = d->next;
-		/* A dentry the kernel dropped meanwhile is ENOENT: ignored. */
-		atomic_store(&fs->notify_writing_ns, clock_mono_ns());
-		fuse_lowlevel_notify_inval_entry(fs->session, d->parent, d->name, strlen(d->name));
-		atomic_store(&fs->notify_writing_ns, 0);
+		/* once the notifier stops, what is left is not dropped: the
+		 * process is on its way out */
+		pthread_mutex_lock(&fs->notify_lock);
+		bool stopping = fs->notify_stop;
+		pthread_mutex_unlock(&fs->notify_lock);
+		if (!stopping) {
+			/* A dentry the kernel dropped meanwhile is ENOENT:
+			 * ignored. */
+			atomic_store(&fs->notify_writing_ns, clock_mono_ns());
+			fuse_lowlevel_notify_inval_entry(fs->session, d->parent, d->name,
+							 strlen(d->name));
+			atomic_store(&fs->notify_writing_ns, 0);
+		}
 		if (d->reference) {
 			pthread_mutex_lock(&fs->notify_lock);
 			pending_add(fs, d->reference, -1);

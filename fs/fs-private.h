@@ -176,6 +176,8 @@ struct fs {
 	struct takeover takeover; /* takeover.c */
 	struct suplink sup;	  /* the supervisor's socket (restart/suplink.h) */
 	double held_ms;		  /* requests held by the last takeover */
+	/* serve.c: the stop aborted the connection (abort_connection()) */
+	bool aborted;
 };
 _Static_assert(offsetof(struct fs, io) == 0, "the session's userdata begins with its fuseio");
 
@@ -296,6 +298,11 @@ void ns_notifier_stop(struct fs *fs);
  * registry) is left behind, and false returned.  Only for a process that
  * ends without freeing fs and leaves that lookup to the next process. */
 bool ns_notifier_stop_within(struct fs *fs, unsigned seconds);
+/* The same, for a process that ends the mount: a notification still under
+ * way after `seconds` waits for a lookup no thread will answer (the
+ * session has ended), so late(fs) makes the kernel give up on the
+ * connection's requests, and the notifier is then waited for. */
+void ns_notifier_stop_or(struct fs *fs, unsigned seconds, void (*late)(struct fs *fs));
 /* Waits until the notifier has sent what was queued before the call (a
  * control request that removed images answers after that, as the kernel
  * should forget them first).  Returns at once when no notifier runs. */

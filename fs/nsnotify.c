@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "fault.h"
 #include "macro.h"
 #include "manager.h"
 #include "strmap.h"
@@ -78,6 +79,23 @@ static int inval_pick(void *userdata, const char *key, void *value)
 	return 0;
 }
 
+/* PULLFS_FAULT=notify-late: a notification under way when the stop comes
+ * (one that drops a dentry in images/, 300 ms after the stop).
+ * fs.notify_lock held, and again on return. */
+static void notify_at_stop(struct fs *fs)
+{
+	static const char name[] = "notify-late";
+
+	if (!fault_armed("notify-late"))
+		return;
+	pthread_mutex_unlock(&fs->notify_lock);
+	usleep(300000);
+	atomic_store(&fs->notify_writing_ns, clock_mono_ns());
+	fuse_lowlevel_notify_inval_entry(fs->session, fs->images.ino, name, sizeof(name) - 1);
+	atomic_store(&fs->notify_writing_ns, 0);
+	pthread_mutex_lock(&fs->notify_lock);
+}
+
 /* Sends the invalidations from a thread of its own: never from a request
  * handler, nor under a lock a request handler may wait for.  A node the
  * kernel forgets meanwhile makes an invalidation it ignores (ENOENT). */
@@ -89,8 +107,10 @@ static void *notifier(void *arg)
 	for (;;) {
 		while (!fs->notify_stop && fs->notify_sent == fs->notify_queued)
 			pthread_cond_wait(&fs->notify_cond, &fs->notify_lock);
-		if (fs->notify_stop)
+		if (fs->notify_stop) {
+			notify_at_stop(fs);
 			break;
+		}
 		uint64_t batch = fs->notify_queued;
 		struct strmap *keys = fs->notify_keys, *fresh = strmap_new();
 		if (!fresh) {
@@ -143,8 +163,9 @@ int ns_notifier_start(struct fs *fs)
 }
 
 /* Ends the notifier, waiting for the notification under way at most
- * until `until` (NULL: for ever); false when it was left behind. */
-static bool notifier_end(struct fs *fs, const struct timespec *until)
+ * until `until` (NULL: for ever); then late(fs), if given, and a wait for
+ * ever; false when it was left behind. */
+static bool notifier_end(struct fs *fs, const struct timespec *until, void (*late)(struct fs *fs))
 {
 	/* stop first, so that a settle under way returns; removing the
 	 * hooks then waits for the calls that are still running */
@@ -163,9 +184,13 @@ static bool notifier_end(struct fs *fs, const struct timespec *until)
 	if (!fs->notifier_started)
 		return true;
 	if (until && pthread_timedjoin_np(fs->notifier, NULL, until) != 0) {
-		pthread_detach(fs->notifier);
-		fs->notifier_started = false;
-		return false;
+		if (!late) {
+			pthread_detach(fs->notifier);
+			fs->notifier_started = false;
+			return false;
+		}
+		late(fs);
+		until = NULL;
 	}
 	if (!until)
 		pthread_join(fs->notifier, NULL);
@@ -175,16 +200,29 @@ static bool notifier_end(struct fs *fs, const struct timespec *until)
 
 void ns_notifier_stop(struct fs *fs)
 {
-	notifier_end(fs, NULL);
+	notifier_end(fs, NULL, NULL);
+}
+
+static void notifier_until(struct timespec *until, unsigned seconds)
+{
+	clock_gettime(CLOCK_REALTIME, until);
+	until->tv_sec += seconds;
 }
 
 bool ns_notifier_stop_within(struct fs *fs, unsigned seconds)
 {
 	struct timespec until;
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += seconds;
-	return notifier_end(fs, &until);
+	notifier_until(&until, seconds);
+	return notifier_end(fs, &until, NULL);
+}
+
+void ns_notifier_stop_or(struct fs *fs, unsigned seconds, void (*late)(struct fs *fs))
+{
+	struct timespec until;
+
+	notifier_until(&until, seconds);
+	notifier_end(fs, &until, late);
 }
 
 /* Whether the notifier has been in one notification for a second: held

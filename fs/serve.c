@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
@@ -369,6 +370,39 @@ void serve_status(struct fs *fs, json_t *o)
 
 /* ---- the session ----------------------------------------------------- */
 
+/* The mount ends with requests no thread will read: a lookup the kernel
+ * sent after the session ended holds its directory, and a notification
+ * of the notifier waits for that directory.  The connection is aborted
+ * (fusectl's abort: its requests fail with ENOTCONN), which lets both
+ * go.  The connection is named by the mount's device, read from the
+ * kernel's cached attributes of the root, which asks nothing of this
+ * process. */
+static void abort_connection(struct fs *fs)
+{
+	char path[64];
+	struct statx stx;
+	int fd;
+
+	fprintf(stderr, "pullfs: a notification waits for a directory a lookup holds and nothing "
+			"answers it: the connection is aborted\n");
+	if (!fs->mountpoint || statx(AT_FDCWD, fs->mountpoint, AT_STATX_DONT_SYNC, 0, &stx) < 0) {
+		fprintf(stderr, "pullfs: cannot find the connection to abort: %s\n",
+			strerror(errno));
+		return;
+	}
+	/* the kernel's dev_t: major in the top 12 bits of 32 */
+	snprintf(path, sizeof(path), "/sys/fs/fuse/connections/%u/abort",
+		 (stx.stx_dev_major << 20) | stx.stx_dev_minor);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, "1", 1) != 1)
+		fprintf(stderr, "pullfs: cannot abort the connection (%s): %s\n", path,
+			strerror(errno));
+	else
+		fs->aborted = true;
+	if (fd >= 0)
+		close(fd);
+}
+
 static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, bool foreground,
 		 const struct handoff *h)
 {
@@ -521,8 +555,16 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 		pthread_join(stopper, NULL);
 	}
 out_unmount:
-	ns_notifier_stop(fs);
-	if (mounted)
+	/* The mount ends here, but where a service manager keeps /dev/fuse
+	 * for the next start (which answers what is left). */
+	if (h && h->fdstore)
+		ns_notifier_stop(fs);
+	else
+		ns_notifier_stop_or(fs, NS_SETTLE_SECONDS, abort_connection);
+	if (mounted && fs->aborted)
+		/* (libfuse takes an aborted connection for one unmounted) */
+		umount2(fs->mountpoint, MNT_DETACH);
+	else if (mounted)
 		fuse_session_unmount(fs->session);
 	else if (h && !h->fdstore && getppid() != h->sup_pid && fs->mountpoint)
 		/* the supervisor is gone (its death sent SIGTERM): nobody else

@@ -613,6 +613,14 @@ static void loop(struct sup *s)
 	}
 }
 
+/* Whether the connection of /dev/fuse descriptor fd was aborted. */
+static bool connection_aborted(int fd)
+{
+	struct pollfd p = { .fd = fd };
+
+	return fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & POLLERR);
+}
+
 /* Detaches: the parent waits for the word of the first serving process
  * and exits with it. */
 static int daemonize(struct sup *s)
@@ -773,7 +781,11 @@ out_unmount:
 		sd_message("FDSTOREREMOVE=1\nFDNAME=handover", -1);
 		sd_message("FDSTOREREMOVE=1\nFDNAME=handover-b", -1);
 	}
-	if (se)
+	if (se && connection_aborted(fuse_session_fd(se)))
+		/* the serving process aborted it (a stop that a notification
+		 * held), which libfuse takes for an unmount */
+		umount2(mountpoint, MNT_DETACH);
+	else if (se)
 		fuse_session_unmount(se);
 	else if (umount2(mountpoint, MNT_DETACH) < 0 && errno != EINVAL)
 		fprintf(stderr, "pullfs: cannot unmount \"%s\": %s\n", mountpoint, strerror(errno));
