@@ -23,6 +23,18 @@ struct timespec clock_mono_deadline(int64_t ns)
 				  .tv_nsec = at % CLOCK_NS_PER_SEC };
 }
 
+struct timespec clock_real_deadline(int64_t ns)
+{
+	struct timespec t;
+	int64_t at;
+
+	clock_gettime(CLOCK_REALTIME, &t);
+	at = (int64_t)t.tv_nsec + ns;
+	t.tv_sec += (time_t)(at / CLOCK_NS_PER_SEC);
+	t.tv_nsec = (long)(at % CLOCK_NS_PER_SEC);
+	return t;
+}
+
 static int64_t monotonic_now_ns(const struct clock *c)
 {
 	return clock_mono_ns();

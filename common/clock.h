@@ -36,3 +36,5 @@ int64_t clock_mono_ms(void);
  * pthread_cond_timedwait() takes on a condition variable whose clock
  * attribute is CLOCK_MONOTONIC. */
 struct timespec clock_mono_deadline(int64_t ns);
+/* The same on CLOCK_REALTIME, pthread_cond_timedwait()'s default clock. */
+struct timespec clock_real_deadline(int64_t ns);

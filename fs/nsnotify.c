@@ -203,25 +203,17 @@ void ns_notifier_stop(struct fs *fs)
 	notifier_end(fs, NULL, NULL);
 }
 
-static void notifier_until(struct timespec *until, unsigned seconds)
-{
-	clock_gettime(CLOCK_REALTIME, until);
-	until->tv_sec += seconds;
-}
-
 bool ns_notifier_stop_within(struct fs *fs, unsigned seconds)
 {
-	struct timespec until;
+	struct timespec until = clock_real_deadline(seconds * CLOCK_NS_PER_SEC);
 
-	notifier_until(&until, seconds);
 	return notifier_end(fs, &until, NULL);
 }
 
 void ns_notifier_stop_or(struct fs *fs, unsigned seconds, void (*late)(struct fs *fs))
 {
-	struct timespec until;
+	struct timespec until = clock_real_deadline(seconds * CLOCK_NS_PER_SEC);
 
-	notifier_until(&until, seconds);
 	notifier_end(fs, &until, late);
 }
 
@@ -237,33 +229,19 @@ static bool notifier_held(struct fs *fs)
 void ns_notifier_settle(void *userdata)
 {
 	struct fs *fs = userdata;
-	struct timespec until;
-
 	/* Bounded: dropping a dentry waits for its directory, which a lookup
 	 * holds for as long as its pull waits for a registry.  What is not
 	 * dropped by then stays (names_pending) for a later collection. */
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += NS_SETTLE_SECONDS;
+	int64_t end = clock_mono_ns() + NS_SETTLE_SECONDS * CLOCK_NS_PER_SEC, left;
+
 	pthread_mutex_lock(&fs->notify_lock);
 	uint64_t target = fs->notify_queued;
 	while (!fs->notify_stop && fs->notifier_started && fs->notify_sent < target &&
-	       !notifier_held(fs)) {
+	       !notifier_held(fs) && (left = end - clock_mono_ns()) > 0) {
 		/* looked at again every 100 ms: the notifier may get held */
-		struct timespec t;
+		struct timespec t = clock_real_deadline(MIN(left, 100 * INT64_C(1000000)));
 
-		clock_gettime(CLOCK_REALTIME, &t);
-		t.tv_nsec += 100000000;
-		if (t.tv_nsec >= 1000000000) {
-			t.tv_sec++;
-			t.tv_nsec -= 1000000000;
-		}
-		if (t.tv_sec > until.tv_sec ||
-		    (t.tv_sec == until.tv_sec && t.tv_nsec > until.tv_nsec))
-			t = until;
-		if (pthread_cond_timedwait(&fs->notify_sent_cond, &fs->notify_lock, &t) ==
-			    ETIMEDOUT &&
-		    t.tv_sec == until.tv_sec && t.tv_nsec == until.tv_nsec)
-			break;
+		pthread_cond_timedwait(&fs->notify_sent_cond, &fs->notify_lock, &t);
 	}
 	pthread_mutex_unlock(&fs->notify_lock);
 }

@@ -65,14 +65,8 @@ static bool cancelled(const struct lazy_completer *lc)
  * it: the caller looks at the flag again soon).  lc->lock held. */
 static void completer_nap(struct lazy_completer *lc)
 {
-	struct timespec ts;
+	struct timespec ts = clock_real_deadline(200 * INT64_C(1000000));
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += 200000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
 	pthread_cond_timedwait(&lc->cond, &lc->lock, &ts);
 }
 

@@ -802,14 +802,8 @@ int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_f
 			if (foreground) {
 				/* a reader looks again now and then: the
 				 * request it waits for may stall */
-				struct timespec t;
+				struct timespec t = clock_real_deadline(250 * INT64_C(1000000));
 
-				clock_gettime(CLOCK_REALTIME, &t);
-				t.tv_nsec += 250000000;
-				if (t.tv_nsec >= 1000000000) {
-					t.tv_sec++;
-					t.tv_nsec -= 1000000000;
-				}
 				pthread_cond_timedwait(&f->cond, &f->lock, &t);
 			} else {
 				pthread_cond_wait(&f->cond, &f->lock);
