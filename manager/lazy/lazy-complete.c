@@ -321,20 +321,24 @@ static int plan_commit(struct lazy_layer *l, struct pending *p, size_t n)
 
 /* Fetches every chunk of p (sorted by blob offset) that is still missing,
  * request after request, in blob order, with readers' fetches going first
- * and readers of a chunk a request brings waiting for it.  *ret_proven is
- * set when the requests read the whole blob in order and it matched its
- * digest and held the layer's table of contents.  -EBADMSG with
- * foreign_toc set when the blob matched its digest but not the table, or
- * chunks of it are not what the table says. */
+ * and readers of a chunk a request brings waiting for it; *ret_bytes: the
+ * bytes the requests brought.  With ret_proven, the requests read the blob
+ * in order from its first byte while they can, and *ret_proven is set when
+ * they read it whole and it matched its digest and held the layer's table
+ * of contents (NULL: only the chunks, nothing else of the blob).  -EBADMSG
+ * with foreign_toc set when the blob matched its digest but not the table,
+ * or chunks of it are not what the table says. */
 static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pending *p, size_t n,
-			 const atomic_bool *cancel, bool *ret_proven)
+			 const atomic_bool *cancel, bool *ret_proven, uint64_t *ret_bytes)
 {
 	uint64_t size = l->src.tl.blob_size;
-	struct chain chain = { .hasher = hasher_new() };
+	struct chain chain = { .hasher = ret_proven ? hasher_new() : NULL };
 	size_t i = 0, bad = 0;
 	int r = 0;
 
-	*ret_proven = false;
+	if (ret_proven)
+		*ret_proven = false;
+	*ret_bytes = 0;
 	while (r == 0 && (i < n || (chain.hasher && chain.pos < size))) {
 		struct lazy_claim claim = { .streams = true, .heard_ns = clock_mono_ns() };
 		uint64_t start = size, end = size;
@@ -379,6 +383,7 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 
 		r = registry_get_blob_range(reg, l->src.domain, l->src.repo, l->blob_digest, size,
 					    start, end - start, stream_sink, &s, &rerr);
+		*ret_bytes += s.pos - start;
 		if (l->stats) {
 			atomic_fetch_add(&l->stats->fetches, 1);
 			atomic_fetch_add(&l->stats->bytes, s.pos - start);
@@ -526,11 +531,12 @@ static int complete_files(struct lazy_layer *l, struct registry *reg, const atom
 	struct pending *p = NULL;
 	size_t n = 0;
 	bool all = true, proven = false;
+	uint64_t bytes;
 	int r;
 
 	r = collect_missing(l, UINT64_MAX, &p, &n);
 	if (r == 0)
-		r = fetch_missing(l, reg, p, n, cancel, &proven);
+		r = fetch_missing(l, reg, p, n, cancel, &proven, &bytes);
 	free(p);
 	if (r == 0)
 		r = finish_files(l, reg, cancel, UINT64_MAX, &all);
@@ -560,10 +566,10 @@ static int complete_files(struct lazy_layer *l, struct registry *reg, const atom
 int lazy_layer_prefetch(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel,
 			struct lazy_prefetch *ret)
 {
-	uint64_t limit = l->toc->prefetch_end, before;
+	uint64_t limit = l->toc->prefetch_end;
 	struct pending *p = NULL;
 	size_t n = 0;
-	bool all, proven;
+	bool all;
 	int r;
 
 	memset(ret, 0, sizeof(*ret));
@@ -576,18 +582,16 @@ int lazy_layer_prefetch(struct lazy_layer *l, struct registry *reg, const atomic
 		free(p);
 		return r;
 	}
-	before = l->stats ? atomic_load(&l->stats->background_bytes) : 0;
 	registry_thread_background(true);
-	/* (the chain of the blob's digest stops at the landmark: what the
-	 * completion fetches later has no proof of the whole) */
-	r = fetch_missing(l, reg, p, n, cancel, &proven);
+	/* only the chunks: no proof of the blob is tried (it would take the
+	 * bytes between and after them along, which the completion fetches
+	 * again) */
+	r = fetch_missing(l, reg, p, n, cancel, NULL, &ret->bytes);
 	free(p);
 	if (r == 0)
 		r = finish_files(l, reg, cancel, limit, &all);
 	registry_thread_background(false);
 	ret->fetched = true;
-	if (l->stats)
-		ret->bytes = atomic_load(&l->stats->background_bytes) - before;
 	return r;
 }
 

@@ -47,8 +47,9 @@ struct lazy_completion_job {
 	/* The layers of one image share it (compared, never dereferenced):
 	 * readers who fetched LAZY_BULK_BYTES of them together, or made
 	 * LAZY_BULK_FETCHES fetches, read the image rather than start from
-	 * it, and the start-up window of each ends (the completion's requests in blob order
-	 * serve them better than their chunk by chunk fetches). */
+	 * it, and the start-up window of each ends (the completion's
+	 * requests in blob order serve them better than their chunk by
+	 * chunk fetches). */
 	const void *group;
 	/* Whether nothing is left to complete (the layer was replaced by
 	 * one verified against its digest); checked before each try. */

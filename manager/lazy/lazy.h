@@ -195,8 +195,7 @@ int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic
 struct lazy_prefetch {
 	size_t files;	/* files before the landmark */
 	bool fetched;	/* some of them were missing and were fetched */
-	uint64_t bytes; /* compressed bytes of the requests (approximately,
-			 * when other completions run too) */
+	uint64_t bytes; /* compressed bytes the requests brought */
 };
 
 /* eStargz's prefetch landmark: the files the image's builder placed
