@@ -84,13 +84,13 @@ bool pack_detached(struct packs *p, struct pack *pk);
 /* Whether the layer is complete (a layer that was never lazy is). */
 bool pack_complete(struct packs *p, struct pack *pk);
 
-/* How much of layer digest (of blob size bytes) is local: a lazy layer's
- * share (lazy_layer_bytes), all of any other; ret_completing: whether its
- * background completion runs. */
 /* How layer digest was verified (lazy.h), from the pack's state when it
  * is loaded (no system call), else from the layer's directory. */
 enum lazy_verified packs_layer_verified(struct packs *p, const char *digest);
 
+/* How much of layer digest (of blob size bytes) is local: a lazy layer's
+ * share (lazy_layer_bytes), all of any other; ret_completing: whether its
+ * background completion runs. */
 void packs_layer_bytes(struct packs *p, const char *digest, uint64_t size, uint64_t *ret_local,
 		       bool *ret_completing);
 
