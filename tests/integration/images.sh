@@ -150,6 +150,17 @@ _add_layer() {
     umoci raw add-layer --image "$1" --history.created_by "$3" "$2"
 }
 
+# stage_image STAGE LAYOUT NAME [BUNDLE]: an OCI layout (tag "1") of one
+# layer, the tree STAGE with a fixed time, and, given BUNDLE, that image
+# unpacked there by umoci (what a full pull must give).
+stage_image() {
+    umoci init --layout "$2"
+    umoci new --image "$2:1"
+    LAYER_TIME='2021-01-01 00:00:00 UTC' _tar_layer "$1" "$2.tar"
+    _add_layer "$2:1" "$2.tar" "$3"
+    [ -z "${4:-}" ] || umoci unpack --image "$2:1" "$4" >/dev/null
+}
+
 _build_busybox() {
     local out=$1/busybox bundle=$1/busybox.bundle bb r a
     bb=$(_static_busybox)

@@ -16,15 +16,11 @@ start_registry
 
 out=$WORK/layout
 st=$WORK/stage
-umoci init --layout "$out"
-umoci new --image "$out:1"
 mkdir -p "$st/data/small" "$st/etc"
 for i in 1 2 3 4 5 6; do head -c 1048576 /dev/urandom >"$st/data/m$i"; done
 for i in $(seq 1 100); do head -c $((100 + i * 37)) /dev/urandom >"$st/data/small/f$i"; done
 echo landmark >"$st/etc/name"
-LAYER_TIME='2021-01-01 00:00:00 UTC' _tar_layer "$st" "$WORK/layer.tar"
-_add_layer "$out:1" "$WORK/layer.tar" landmark
-umoci unpack --image "$out:1" "$WORK/bundle" >/dev/null
+stage_image "$st" "$out" landmark "$WORK/bundle"
 _skopeo copy --dest-tls-verify=false "oci:$out:1" "docker://$REGISTRY/test/landmark:1"
 start_containerd
 ctr_remote images pull --plain-http "$REGISTRY/test/landmark:1"

@@ -19,16 +19,12 @@ start_registry
 
 out=$WORK/layout
 st=$WORK/stage
-umoci init --layout "$out"
-umoci new --image "$out:1"
 mkdir -p "$st/data/small" "$st/etc"
 for i in 1 2 3 4 5 6; do head -c 1048576 /dev/urandom >"$st/data/m$i"; done
 head -c 3145728 /dev/urandom >"$st/data/big"
 for i in $(seq 1 300); do head -c $((100 + i * 37)) /dev/urandom >"$st/data/small/f$i"; done
 echo once >"$st/etc/name"
-LAYER_TIME='2021-01-01 00:00:00 UTC' _tar_layer "$st" "$WORK/layer.tar"
-_add_layer "$out:1" "$WORK/layer.tar" once
-umoci unpack --image "$out:1" "$WORK/bundle" >/dev/null
+stage_image "$st" "$out" once "$WORK/bundle"
 _skopeo copy --dest-decompress "oci:$out:1" "dir:$WORK/plain"
 _skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd:chunked \
     "dir:$WORK/plain" "docker://$REGISTRY/test/once-chunked:1"

@@ -20,15 +20,11 @@ start_registry
 
 out=$WORK/layout
 st=$WORK/stage
-umoci init --layout "$out"
-umoci new --image "$out:1"
 mkdir -p "$st/data" "$st/etc"
 head -c 3145728 /dev/urandom >"$st/data/big"
 for i in 1 2 3 4 5 6; do head -c 300000 /dev/urandom >"$st/data/s$i"; done
 echo window >"$st/etc/name"
-LAYER_TIME='2021-01-01 00:00:00 UTC' _tar_layer "$st" "$WORK/layer.tar"
-_add_layer "$out:1" "$WORK/layer.tar" window
-umoci unpack --image "$out:1" "$WORK/bundle" >/dev/null
+stage_image "$st" "$out" window "$WORK/bundle"
 _skopeo copy --dest-decompress "oci:$out:1" "dir:$WORK/plain"
 _skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd:chunked \
     "dir:$WORK/plain" "docker://$REGISTRY/test/window:1"
@@ -138,15 +134,12 @@ restart_registry
 # ends its window: the completion runs at once, as for `pullfsctl pull`.
 CACHE=$WORK/cache-bulk
 bulk=$WORK/bulk
-umoci init --layout "$bulk"
-umoci new --image "$bulk:1"
 mkdir -p "$WORK/bulkstage/data"
 head -c $((20 << 20)) /dev/urandom >"$WORK/bulkstage/data/weights"
 echo bulk >"$WORK/bulkstage/data/name"
 mkdir "$WORK/bulkstage/data/small"
 for i in $(seq 1 80); do head -c $((100 + i * 37)) /dev/urandom >"$WORK/bulkstage/data/small/f$i"; done
-LAYER_TIME='2021-01-01 00:00:00 UTC' _tar_layer "$WORK/bulkstage" "$WORK/bulk.tar"
-_add_layer "$bulk:1" "$WORK/bulk.tar" bulk
+stage_image "$WORK/bulkstage" "$bulk" bulk
 _skopeo copy --dest-decompress "oci:$bulk:1" "dir:$WORK/bulkplain"
 _skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd:chunked \
     "dir:$WORK/bulkplain" "docker://$REGISTRY/test/bulk:1"
