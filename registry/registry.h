@@ -125,17 +125,6 @@ int registry_get_blob(struct registry *r, const char *domain, const char *repo, 
 int registry_head_blob(struct registry *r, const char *domain, const char *repo, const char *digest,
 		       struct error_detail *err);
 
-/* GET of bytes [offset, offset + length) of the blob (a blob of `size`
- * bytes as its descriptor says), with "Range: bytes=A-B", feeding them to
- * sink exactly once and in order.  A registry that answers with the whole
- * blob (200) has the bytes before offset skipped and the transfer stopped
- * after the last one wanted; a 206 must start at the byte asked for.
- * Nothing is hashed: a range cannot be checked against the digest, so the
- * caller must trust the bytes only as far as it checks them itself.
- * length 0: returns 0 without a request.  A broken connection is resumed
- * from the first byte not yet seen, like registry_get_blob.  Blocks.
- * Errors as registry_get_blob, plus -EINVAL for a range outside the
- * blob. */
 /* Marks the requests the calling thread makes from now on (on) as work
  * no caller waits for, or not (off): their User-Agent ends in
  * " (background)", so that a registry's logs (and a test's proxy) tell a
@@ -166,6 +155,17 @@ int registry_get_blob_ranges(struct registry *r, const char *domain, const char 
 			     size_t n, registry_range_sink_fn sink, void *userdata,
 			     struct error_detail *err);
 
+/* GET of bytes [offset, offset + length) of the blob (a blob of `size`
+ * bytes as its descriptor says), with "Range: bytes=A-B", feeding them to
+ * sink exactly once and in order.  A registry that answers with the whole
+ * blob (200) has the bytes before offset skipped and the transfer stopped
+ * after the last one wanted; a 206 must start at the byte asked for.
+ * Nothing is hashed: a range cannot be checked against the digest, so the
+ * caller must trust the bytes only as far as it checks them itself.
+ * length 0: returns 0 without a request.  A broken connection is resumed
+ * from the first byte not yet seen, like registry_get_blob.  Blocks.
+ * Errors as registry_get_blob, plus -EINVAL for a range outside the
+ * blob. */
 int registry_get_blob_range(struct registry *r, const char *domain, const char *repo,
 			    const char *digest, uint64_t size, uint64_t offset, uint64_t length,
 			    registry_sink_fn sink, void *userdata, struct error_detail *err);
