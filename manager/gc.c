@@ -38,7 +38,8 @@ struct candidate {
 	int64_t last_used_ms;
 	int64_t pulled_at;
 	unsigned open_files;
-	bool in_flight;
+	bool in_flight;	 /* being pulled */
+	bool completing; /* lazy layers being completed in the background */
 	bool pinned;
 	bool removed;	/* by this run */
 	uint64_t freed; /* bytes its removal freed */
@@ -97,9 +98,7 @@ static int collect_one(void *userdata, const char *key, void *value)
 	c->pulled_at = rs->pulled_at;
 	c->open_files = img ? image_open_count(img) : 0;
 	c->in_flight = strmap_get(ctx->m->flights, rs->reference) != NULL;
-	/* a lazy image being completed is still being pulled */
-	if (img && !c->in_flight)
-		c->in_flight = image_completing(img);
+	c->completing = img && image_completing(img);
 	c->pinned = pinned(ctx->m, rs->reference);
 	c->owner = rs->ephemeral ? rs->uid : 0;
 	c->key = img ? image_key(img) : 0;
@@ -157,7 +156,7 @@ static struct quota_image *quota_view(const struct candidate *c, size_t n)
 			.last_used_ms = c[i].last_used_ms,
 			.blobs = c[i].blobs,
 			.n_blobs = c[i].n_blobs,
-			.keep = c[i].pinned || c[i].in_flight || c[i].open_files,
+			.keep = c[i].pinned || c[i].in_flight || c[i].completing || c[i].open_files,
 			.index = i,
 		};
 	strmap_free(root);
@@ -778,7 +777,8 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **re
 		size_t i = q[k].index;
 		uint64_t before = b.usage, got;
 
-		if (c[i].pinned || c[i].in_flight || c[i].open_files ||
+		/* (a lazy image still completing is still being pulled) */
+		if (c[i].pinned || c[i].in_flight || c[i].completing || c[i].open_files ||
 		    now - c[i].pulled_at < (int64_t)min_age)
 			continue;
 		if (remove_reference(m, c[i].reference) < 0)

@@ -490,6 +490,9 @@ int packs_remove_layer(struct packs *p, const char *digest)
 		pk->detached = true;
 		idle_unlink_locked(p, pk);
 		pk->pinned = true;
+		/* nothing completes a layer the cache no longer has */
+		if (pk->lazy)
+			lazy_layer_abandon(pk->lazy);
 	}
 	pthread_mutex_unlock(&p->lock);
 	return r;

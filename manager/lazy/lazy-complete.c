@@ -141,12 +141,19 @@ static void chain_toc(struct stream *s, const unsigned char *d, size_t len)
 	s->chain->toc_seen += b - a;
 }
 
+/* Whether the daemon stops or the layer was given up (a completion or a
+ * prefetch ends; lazy_layer_abandon()). */
+static bool stop_asked(struct lazy_layer *l, const atomic_bool *cancel)
+{
+	return (cancel && atomic_load(cancel)) || atomic_load(&l->abandoned);
+}
+
 static int stream_sink(void *userdata, const void *data, size_t len)
 {
 	struct stream *s = userdata;
 	const unsigned char *d = data;
 
-	if (s->cancel && atomic_load(s->cancel))
+	if (stop_asked(s->l, s->cancel))
 		return -ECANCELED;
 	atomic_store(&s->claim->heard_ns, clock_mono_ns());
 	if (s->chain && s->chain->hasher) {
@@ -158,7 +165,7 @@ static int stream_sink(void *userdata, const void *data, size_t len)
 	 * socket buffer fills and the sender stops, leaving the link to the
 	 * reader's request. */
 	while (s->l->stats && atomic_load(&s->l->stats->foreground) > 0 &&
-	       !(s->cancel && atomic_load(s->cancel)))
+	       !stop_asked(s->l, s->cancel))
 		usleep(2000);
 	while (len > 0 && s->next < s->n) {
 		const struct toc_chunk *c = pending_chunk(&s->p[s->next]);
@@ -344,7 +351,7 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 		uint64_t start = size, end = size;
 		size_t first = i, claimed;
 
-		if (cancel && atomic_load(cancel)) {
+		if (stop_asked(l, cancel)) {
 			r = -ECANCELED;
 			break;
 		}
@@ -510,7 +517,7 @@ static int finish_files(struct lazy_layer *l, struct registry *reg, const atomic
 
 		if (!file_before(toc, i, limit))
 			continue;
-		if (cancel && atomic_load(cancel))
+		if (stop_asked(l, cancel))
 			return -ECANCELED;
 		r = lazy_file_get(l, toc->files[i].object, &f);
 		if (r < 0)
@@ -611,6 +618,11 @@ void lazy_layer_reads(struct lazy_layer *l, struct lazy_reads *ret)
 {
 	ret->fetches = atomic_load(&l->reader_fetches);
 	ret->bytes = atomic_load(&l->reader_bytes);
+}
+
+void lazy_layer_abandon(struct lazy_layer *l)
+{
+	atomic_store(&l->abandoned, true);
 }
 
 bool lazy_layer_is_complete(struct lazy_layer *l)

@@ -89,11 +89,12 @@ static bool group_bulk_read(struct lazy_completer *lc, const void *group)
 }
 
 /* Waits until the schedule says go (unless scheduled is false: a
- * prefetch), then for a slot; false when the daemon stops first. */
+ * prefetch), then for a slot; false when the daemon stops or the layer is
+ * gone first. */
 static bool slot_take(struct completion *cp, bool scheduled)
 {
 	struct lazy_completer *lc = cp->lc;
-	bool ok;
+	bool ok, gone = false;
 
 	pthread_mutex_lock(&lc->lock);
 	for (;;) {
@@ -108,8 +109,14 @@ static bool slot_take(struct completion *cp, bool scheduled)
 		    lc->running < LAZY_COMPLETIONS_MAX)
 			break;
 		completer_nap(lc);
+		/* (outside the lock: the owner's hook takes its own) */
+		pthread_mutex_unlock(&lc->lock);
+		gone = cp->job.gone(cp->job.userdata);
+		pthread_mutex_lock(&lc->lock);
+		if (gone)
+			break;
 	}
-	ok = !cancelled(lc);
+	ok = !cancelled(lc) && !gone;
 	if (ok) {
 		lc->running++;
 		if (scheduled)

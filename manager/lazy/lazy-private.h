@@ -74,7 +74,8 @@ struct lazy_layer {
 	pthread_mutex_t lock;
 	/* the state of toc->files[i], once used; lock */
 	struct lazy_file **file_of;
-	atomic_bool complete; /* lazy_layer_complete() finished */
+	atomic_bool complete;  /* lazy_layer_complete() finished */
+	atomic_bool abandoned; /* lazy_layer_abandon() */
 	/* readers' fetches of this layer, and the compressed bytes they
 	 * brought */
 	atomic_uint_fast64_t reader_fetches, reader_bytes;

@@ -150,6 +150,11 @@ struct lazy_reads {
 };
 void lazy_layer_reads(struct lazy_layer *l, struct lazy_reads *ret);
 
+/* The layer left the cache (removed while images still read it): its
+ * completion and prefetch stop at their next chunk with -ECANCELED;
+ * readers' fetches go on. */
+void lazy_layer_abandon(struct lazy_layer *l);
+
 /* Whether lazy_layer_complete() finished the layer. */
 bool lazy_layer_is_complete(struct lazy_layer *l);
 
