@@ -307,6 +307,9 @@ void ns_notifier_stop_or(struct fs *fs, unsigned seconds, void (*late)(struct fs
  * control request that removed images answers after that, as the kernel
  * should forget them first).  Returns at once when no notifier runs. */
 void ns_notifier_settle(void *fs);
+/* Wakes the notifier, which looks at the restored images waiting to be
+ * retired (takeover.retire_due). */
+void ns_notifier_wake(struct fs *fs);
 
 /* namespace.c, for layers.c: interning (ns_intern() makes a new node of
  * kind for key unless the kernel holds one, which it returns instead;

@@ -130,9 +130,9 @@ static bool do_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	e.generation = image_generation(img);
 	image_stat(e.ino, t, &e.attr);
 	e.attr_timeout = e.entry_timeout = fs->opts.content_timeout;
-	image_ref(img, 1);
+	image_kernel_ref(img, 1);
 	if (fuse_reply_entry(req, &e) != 0)
-		image_unref(img, 1);
+		image_kernel_forget(img, 1);
 	return false;
 }
 
@@ -143,10 +143,13 @@ static void forget_one(struct fs *fs, fuse_ino_t ino, uint64_t nlookup)
 	if (ino == FUSE_ROOT_ID || ino_is_ctl(ino))
 		return;
 	if (ino_is_image(ino)) {
+		/* (a retirement waits for it: takeover.c) */
+		pthread_rwlock_rdlock(&fs->takeover.forget_lock);
 		if (ino_node(fs, ino, &img)) {
 			takeover_forgot(fs, img, ino);
-			image_unref(img, nlookup);
+			image_kernel_forget(img, nlookup);
 		}
+		pthread_rwlock_unlock(&fs->takeover.forget_lock);
 	} else {
 		struct nsnode *n = ino_nsnode(fs, ino);
 		if (n)
@@ -368,7 +371,7 @@ static void image_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, size_t 
 		/* The kernel takes a lookup reference for every entry of a
 		 * readdirplus reply except "." and "..". */
 		if (plus && i >= 2)
-			image_ref(img, 1);
+			image_kernel_ref(img, 1);
 	}
 	fuse_reply_buf(req, buf, used);
 }

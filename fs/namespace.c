@@ -458,8 +458,9 @@ void ns_reply_image_root(fuse_req_t req, struct fs *fs, struct image *img, doubl
 	e.entry_timeout =
 		!fs->posix_acl && manager_image_private(fs->manager, img) ? 0 : entry_timeout;
 	/* The reference from ensure becomes the kernel's lookup reference. */
+	image_kernel_adopt(img);
 	if (fuse_reply_entry(req, &e) != 0)
-		image_unref(img, 1);
+		image_kernel_forget(img, 1);
 }
 
 struct nsnode *ns_find(struct fs *fs, const char *key)

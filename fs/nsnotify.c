@@ -96,17 +96,39 @@ static void notify_at_stop(struct fs *fs)
 	pthread_mutex_lock(&fs->notify_lock);
 }
 
+/* While restored images wait to be retired, the notifier looks at them
+ * this often (takeover_retire()). */
+#define RETIRE_EVERY_NS (1000 * INT64_C(1000000))
+
+void ns_notifier_wake(struct fs *fs)
+{
+	pthread_mutex_lock(&fs->notify_lock);
+	pthread_cond_signal(&fs->notify_cond);
+	pthread_mutex_unlock(&fs->notify_lock);
+}
+
 /* Sends the invalidations from a thread of its own: never from a request
  * handler, nor under a lock a request handler may wait for.  A node the
- * kernel forgets meanwhile makes an invalidation it ignores (ENOENT). */
+ * kernel forgets meanwhile makes an invalidation it ignores (ENOENT); the
+ * restored images waiting to be retired are looked at between batches. */
 static void *notifier(void *arg)
 {
 	struct fs *fs = arg;
 
 	pthread_mutex_lock(&fs->notify_lock);
 	for (;;) {
-		while (!fs->notify_stop && fs->notify_sent == fs->notify_queued)
-			pthread_cond_wait(&fs->notify_cond, &fs->notify_lock);
+		while (!fs->notify_stop && fs->notify_sent == fs->notify_queued) {
+			struct timespec ts = clock_real_deadline(RETIRE_EVERY_NS);
+
+			if (!atomic_load(&fs->takeover.retire_due)) {
+				pthread_cond_wait(&fs->notify_cond, &fs->notify_lock);
+			} else if (pthread_cond_timedwait(&fs->notify_cond, &fs->notify_lock,
+							  &ts) == ETIMEDOUT) {
+				pthread_mutex_unlock(&fs->notify_lock);
+				takeover_retire(fs);
+				pthread_mutex_lock(&fs->notify_lock);
+			}
+		}
 		if (fs->notify_stop) {
 			notify_at_stop(fs);
 			break;
@@ -143,6 +165,12 @@ static void *notifier(void *arg)
 		pthread_mutex_lock(&fs->notify_lock);
 		fs->notify_sent = batch;
 		pthread_cond_broadcast(&fs->notify_sent_cond);
+		/* a name removed may have been all that held one */
+		if (atomic_load(&fs->takeover.n_retiring) > 0) {
+			pthread_mutex_unlock(&fs->notify_lock);
+			takeover_retire(fs);
+			pthread_mutex_lock(&fs->notify_lock);
+		}
 	}
 	pthread_mutex_unlock(&fs->notify_lock);
 	return NULL;

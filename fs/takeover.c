@@ -59,6 +59,23 @@ struct restored_image {
 	struct rdentry *dentries;
 };
 
+/* A restored image whose pin ended (release_restored()): the kernel's
+ * references of the process before still hold it, until it is retired
+ * (takeover_retire()). */
+struct retiring {
+	struct retiring *next;
+	struct image *img;
+	/* when first found with no node in the kernel (0: not so), and the
+	 * lookups handed out then */
+	int64_t unheld_ns;
+	uint64_t lookups;
+};
+
+/* How long an image found with no node in the kernel stays before it is
+ * retired: a lookup answered just before the first look makes its node
+ * in the kernel after the answer. */
+#define RETIRE_SETTLE_NS (1000 * INT64_C(1000000))
+
 /* Notes image key as handed out under reference for digest, once. */
 static void note(struct fs *fs, uint32_t key, const char *digest, const char *reference)
 {
@@ -199,6 +216,8 @@ void takeover_init(struct fs *fs)
 {
 	pthread_mutex_init(&fs->takeover.noted_lock, NULL);
 	pthread_mutex_init(&fs->takeover.restored_lock, NULL);
+	pthread_mutex_init(&fs->takeover.retire_lock, NULL);
+	pthread_rwlock_init(&fs->takeover.forget_lock, NULL);
 }
 
 void takeover_free(struct fs *fs)
@@ -215,6 +234,13 @@ void takeover_free(struct fs *fs)
 		strmap_foreach(fs->takeover.restored, free_restored, NULL);
 	strmap_free(fs->takeover.restored);
 	fs->takeover.restored = NULL;
+	/* (the images go with the manager's table) */
+	while (fs->takeover.retiring) {
+		struct retiring *r = fs->takeover.retiring;
+
+		fs->takeover.retiring = r->next;
+		free(r);
+	}
 	atomic_store(&fs->takeover.connected, false);
 	atomic_store(&fs->takeover.any_restored, false);
 	pthread_mutex_unlock(&fs->takeover.restored_lock);
@@ -227,6 +253,8 @@ void takeover_free(struct fs *fs)
 	pthread_mutex_unlock(&fs->takeover.noted_lock);
 	pthread_mutex_destroy(&fs->takeover.noted_lock);
 	pthread_mutex_destroy(&fs->takeover.restored_lock);
+	pthread_mutex_destroy(&fs->takeover.retire_lock);
+	pthread_rwlock_destroy(&fs->takeover.forget_lock);
 	handover_log_free(fs->log);
 	fs->log = NULL;
 }
@@ -347,7 +375,9 @@ static int restore_image(struct fs *fs, const struct handover_image *hi)
 		image_unref(img, 1);
 		return -ESTALE;
 	}
-	image_ref(img, PIN_REFS - 1);
+	/* the reference restored and the rest of the pin: the kernel's */
+	image_kernel_adopt(img);
+	image_kernel_ref(img, PIN_REFS - 1);
 	image_open(img);
 	snprintf(name, sizeof(name), "%" PRIu32, image_key(img));
 	ri = calloc(1, sizeof(*ri));
@@ -460,6 +490,29 @@ static void unpin_backings(struct fs *fs)
 	strmap_free(objects);
 }
 
+/* Puts img, pinned by the kernel's references alone now, on the list of
+ * those takeover_retire() looks at, and has the notifier call it. */
+static void retire_later(struct fs *fs, struct image *img)
+{
+	struct retiring *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return; /* pinned for good */
+	r->img = img;
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	r->next = fs->takeover.retiring;
+	fs->takeover.retiring = r;
+	atomic_fetch_add(&fs->takeover.n_retiring, 1);
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
+	takeover_retire_soon(fs);
+}
+
+void takeover_retire_soon(struct fs *fs)
+{
+	atomic_store(&fs->takeover.retire_due, true);
+	ns_notifier_wake(fs);
+}
+
 /* Ends the pin of a restored image, once: no longer counted open, nor is
  * the image a view of it was made from.  Returns whether it did. */
 static bool release_restored(struct fs *fs, struct image *img, const char *why)
@@ -484,6 +537,7 @@ static bool release_restored(struct fs *fs, struct image *img, const char *why)
 	layer_view_release(img);
 	/* (its record stays in the log: a lookup may be handing it out
 	 * again right now; the next process finds out, restore_image()) */
+	retire_later(fs, img);
 	return true;
 }
 
@@ -493,8 +547,9 @@ static bool release_restored(struct fs *fs, struct image *img, const char *why)
  * inode, which holds its parent's, up to the image root: once the root is
  * forgotten, the kernel has no handle of the image left from the process
  * before, and the image may go when its name is removed.  (The pin of its
- * references stays: a node the kernel still caches without a dentry is
- * forgotten later, and that count must land somewhere.) */
+ * references stays until takeover_retire(): a FORGET of a node the kernel
+ * evicted meanwhile may still be on its way, and that count must land
+ * somewhere.) */
 static bool is_restored(struct fs *fs, struct image *img)
 {
 	char name[16];
@@ -513,10 +568,16 @@ static bool is_restored(struct fs *fs, struct image *img)
  * ends the pin only once the kernel is asked and has no inode for it. */
 void takeover_forgot(struct fs *fs, struct image *img, fuse_ino_t ino)
 {
-	if (atomic_load(&fs->takeover.any_restored) && ino == node_ino(img, image_root(img)) &&
-	    is_restored(fs, img) && fuseio_kernel_has_node(fs->io, ino) == -ENOENT &&
-	    release_restored(fs, img, "its root forgotten"))
-		unpin_backings(fs);
+	if (!atomic_load(&fs->takeover.any_restored) || ino != node_ino(img, image_root(img)))
+		return;
+	if (is_restored(fs, img)) {
+		if (fuseio_kernel_has_node(fs->io, ino) == -ENOENT &&
+		    release_restored(fs, img, "its root forgotten"))
+			unpin_backings(fs);
+	} else if (atomic_load(&fs->takeover.n_retiring) > 0) {
+		/* (maybe one of those waiting to be retired) */
+		takeover_retire_soon(fs);
+	}
 }
 
 static int collect_restored(void *userdata, const char *key, void *value)
@@ -560,6 +621,107 @@ void takeover_probe(struct fs *fs)
 	}
 	if (released)
 		unpin_backings(fs);
+}
+
+/* Whether the kernel may hold a node of img: asked of every inode of its
+ * tree, the root first (it is held while anything below it is, but for a
+ * file whose release is under way). */
+static bool kernel_holds_any(struct fs *fs, struct image *img)
+{
+	const struct tinode *t;
+
+	for (uint32_t i = 0; (t = image_inode(img, i)); i++)
+		if (fuseio_kernel_has_node(fs->io, node_ino(img, t)) != -ENOENT)
+			return true;
+	return false;
+}
+
+/* Whether nothing but the kernel's counts holds img, nothing of it is
+ * open, and the kernel has none of its nodes. */
+static bool unheld(struct fs *fs, struct image *img)
+{
+	return image_kernel_only(img) && image_open_count(img) == 0 && !kernel_holds_any(fs, img);
+}
+
+/* The kernel evicts an inode when nothing holds it, and asking for one it
+ * evicted answers ENOENT once its FORGET is queued; no lookup can make
+ * one again when no name of this process leads to the image (nothing but
+ * the kernel's counts holds it) and the kernel has none of its nodes to
+ * look up below.  Such an image is retired: its key stays reserved for
+ * it, so that the FORGETs still queued find nothing, or nothing else.  A
+ * lookup answered just before that was seen has its node made by the
+ * kernel after the answer, which a second look a second later, with no
+ * lookup handed out between, finds. */
+bool takeover_retire(struct fs *fs)
+{
+	struct retiring **v = NULL, *r;
+	size_t n = 0, i;
+	bool due = false;
+
+	pthread_mutex_lock(&fs->takeover.retire_lock);
+	/* (one put on the list from now on asks again) */
+	atomic_store(&fs->takeover.retire_due, false);
+	pthread_mutex_lock(&fs->takeover.restored_lock);
+	for (r = fs->takeover.retiring; r; r = r->next)
+		n++;
+	v = n ? calloc(n, sizeof(*v)) : NULL;
+	for (r = fs->takeover.retiring, i = 0; v && r; r = r->next)
+		v[i++] = r;
+	pthread_mutex_unlock(&fs->takeover.restored_lock);
+	for (i = 0; v && i < n; i++) {
+		struct image *img = v[i]->img;
+		int64_t now = clock_mono_ns();
+		uint64_t lookups = image_kernel_lookups(img), refs = 0;
+		bool gone;
+
+		r = v[i];
+		if (!unheld(fs, img)) {
+			r->unheld_ns = 0;
+			continue;
+		}
+		if (!r->unheld_ns || r->lookups != lookups) {
+			r->unheld_ns = now;
+			r->lookups = lookups;
+			due = true;
+			continue;
+		}
+		if (now - r->unheld_ns < RETIRE_SETTLE_NS) {
+			due = true;
+			continue;
+		}
+		pthread_rwlock_wrlock(&fs->takeover.forget_lock);
+		gone = image_kernel_only(img) && image_open_count(img) == 0 &&
+		       image_kernel_lookups(img) == r->lookups &&
+		       fuseio_kernel_has_node(fs->io, node_ino(img, image_root(img))) == -ENOENT;
+		if (gone) {
+			manager_reserve_key(fs->manager, image_key(img));
+			refs = image_retire(img);
+		}
+		pthread_rwlock_unlock(&fs->takeover.forget_lock);
+		if (!gone) {
+			r->unheld_ns = 0;
+			continue;
+		}
+		pthread_mutex_lock(&fs->takeover.restored_lock);
+		for (struct retiring **p = &fs->takeover.retiring; *p; p = &(*p)->next)
+			if (*p == r) {
+				*p = r->next;
+				atomic_fetch_sub(&fs->takeover.n_retiring, 1);
+				break;
+			}
+		pthread_mutex_unlock(&fs->takeover.restored_lock);
+		fprintf(stderr,
+			"pullfs: restored image %" PRIu32
+			" retired: the kernel holds none of its nodes\n",
+			image_key(img));
+		free(r);
+		image_unref(img, refs);
+	}
+	free(v);
+	if (due)
+		atomic_store(&fs->takeover.retire_due, true);
+	pthread_mutex_unlock(&fs->takeover.retire_lock);
+	return due;
 }
 
 /* The keys of the images some process has its working directory or its
@@ -731,6 +893,7 @@ void takeover_settle(void *userdata)
 	/* bounded; what is not dropped by then keeps its image for now */
 	ns_notifier_settle(fs);
 	takeover_probe(fs);
+	takeover_retire(fs);
 }
 
 static int collect_reference(void *userdata, const char *key, void *value)

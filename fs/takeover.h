@@ -30,6 +30,7 @@
 struct fs;
 struct image;
 struct handover_state;
+struct retiring;
 struct strmap;
 
 /* The takeover's state, a part of struct fs (fs.takeover). */
@@ -47,6 +48,14 @@ struct takeover {
 	/* the connection is taken over: the kernel may be asked
 	 * (takeover_probe()) */
 	atomic_bool connected;
+	/* restored images whose pin ended, until they are retired
+	 * (takeover_retire()); restored_lock, their state retire_lock */
+	struct retiring *retiring;
+	atomic_uint n_retiring;
+	pthread_mutex_t retire_lock; /* one takeover_retire() at a time */
+	atomic_bool retire_due;	     /* another takeover_retire() is wanted */
+	/* FORGETs of image nodes (read), a retirement (write) */
+	pthread_rwlock_t forget_lock;
 };
 
 /* ---- noting, before the kernel hears of it -------------------------- */
@@ -97,6 +106,16 @@ void takeover_forgot(struct fs *fs, struct image *img, fuse_ino_t ino);
  * holding view.  Noted while the namespace is restored. */
 void takeover_restored_dentry(struct fs *fs, const char *reference, struct image *view,
 			      fuse_ino_t parent, const char *name);
+/* Retires the restored images whose pin ended, nothing but the kernel's
+ * counts holds, and of which the kernel holds no node (seen so twice, a
+ * second apart, with no lookup between): their content, descriptors and
+ * the disk of removed layers go.  Returns whether another call is wanted
+ * in a second (takeover.retire_due).  Blocks on the kernel; from the
+ * notifier's thread or a collection. */
+bool takeover_retire(struct fs *fs);
+/* Has the notifier call takeover_retire() soon: a name removed, a root
+ * forgotten. */
+void takeover_retire_soon(struct fs *fs);
 /* The manager's hook before GC and rm (manager_set_gc_prepare(); userdata
  * the fs): restored images nothing holds are let go of.  Blocks on the
  * kernel; no lock held. */

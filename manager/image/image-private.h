@@ -48,7 +48,11 @@ struct image_content {
  * that every directory the kernel sees has one parent. */
 struct image {
 	atomic_uint_fast64_t refcount;
-	atomic_uint open_files; /* regular files the filesystem has open */
+	/* of refcount: the kernel's lookups (image_kernel_ref()) */
+	atomic_uint_fast64_t kernel_refs;
+	atomic_uint_fast64_t kernel_lookups; /* ever handed out */
+	atomic_bool retired;		     /* image_retire() */
+	atomic_uint open_files;		     /* regular files the filesystem has open */
 	struct images *images;
 	struct image_content *content;
 	char *name;		  /* it was loaded under */

@@ -385,6 +385,47 @@ void image_unref(struct image *img, uint64_t n)
 		image_free(img, true);
 }
 
+void image_kernel_ref(struct image *img, uint64_t n)
+{
+	atomic_fetch_add(&img->kernel_lookups, n);
+	atomic_fetch_add(&img->kernel_refs, n);
+	atomic_fetch_add(&img->refcount, n);
+}
+
+void image_kernel_adopt(struct image *img)
+{
+	atomic_fetch_add(&img->kernel_lookups, 1);
+	atomic_fetch_add(&img->kernel_refs, 1);
+}
+
+void image_kernel_forget(struct image *img, uint64_t n)
+{
+	if (atomic_load(&img->retired))
+		return;
+	atomic_fetch_sub(&img->kernel_refs, n);
+	image_unref(img, n);
+}
+
+uint64_t image_kernel_lookups(const struct image *img)
+{
+	return atomic_load(&img->kernel_lookups);
+}
+
+bool image_kernel_only(const struct image *img)
+{
+	/* (kernel_refs first: an adopted reference is counted in it before
+	 * it stops being the caller's) */
+	uint64_t k = atomic_load(&img->kernel_refs);
+
+	return atomic_load(&img->refcount) == k;
+}
+
+uint64_t image_retire(struct image *img)
+{
+	atomic_store(&img->retired, true);
+	return atomic_exchange(&img->kernel_refs, 0);
+}
+
 void image_open(struct image *img)
 {
 	atomic_fetch_add(&img->open_files, 1);

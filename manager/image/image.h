@@ -106,6 +106,24 @@ int manifest_load_cached(struct cache *c, const char *digest, struct manifest **
 /* Images: immutable once returned; refcounted; safe from any thread. */
 void image_ref(struct image *img, uint64_t n);
 void image_unref(struct image *img, uint64_t n);
+/* The kernel's lookups of an image's nodes are references counted apart
+ * as well: n lookups handed out; a reference the caller holds becoming
+ * one; n forgotten (nothing once the image is retired).  The lookups
+ * ever handed out only grow. */
+void image_kernel_ref(struct image *img, uint64_t n);
+void image_kernel_adopt(struct image *img);
+void image_kernel_forget(struct image *img, uint64_t n);
+uint64_t image_kernel_lookups(const struct image *img);
+/* Whether every reference held is a lookup of the kernel's. */
+bool image_kernel_only(const struct image *img);
+/* Ends the image's references from the kernel, whose counts are not
+ * known (taken over from another process), once the kernel is known to
+ * hold none of its nodes: later FORGETs count for nothing.  Returns the
+ * references to drop with image_unref(), which may free the image.  The
+ * caller keeps FORGETs (image_kernel_forget()) from running meanwhile,
+ * and the image's key from going to another image while the kernel may
+ * still send FORGETs of it. */
+uint64_t image_retire(struct image *img);
 /* Every live image has a key of its own (imagekeys.h), derived from its
  * name and manifest digest and stored with the name in the cache, so the
  * same name and digest have the same key in every run of the daemon; two
