@@ -534,9 +534,6 @@ bool image_file_local(struct image *img, const struct tinode *file)
 	return !l || lazy_file_local(l, file->object);
 }
 
-static void layer_readahead(struct images *imgs, struct pack *pk, struct lazy_layer *l,
-			    uint64_t from);
-
 ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t off, size_t size,
 			void *buf, const struct caller *who)
 {
@@ -552,11 +549,7 @@ ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t o
 		struct images *imgs = img->images;
 		int64_t now = clock_mono_ms(), last;
 
-		uint64_t from;
-
 		n = lazy_read(l, imgs->o.registry, file->object, off, size, buf);
-		if (n >= 0 && lazy_layer_readahead_wanted(l, &from))
-			layer_readahead(imgs, c->packs[file->layer], l, from);
 		/* said once per 10 s: a registry that is down fails every read */
 		last = atomic_load(&imgs->lazy_warned_ms);
 		if (n < 0 && now - last >= 10000 &&
@@ -691,37 +684,6 @@ static void content_complete_lazy(struct images *imgs, struct image_content *c)
 			free(lc);
 		}
 	}
-}
-
-static void readahead_end(void *userdata, bool complete)
-{
-	struct layer_completion *lc = userdata;
-
-	packs_put(lc->imgs->o.packs, lc->pack);
-	free(lc);
-}
-
-/* A readahead of lazy layer l (of pack pk) from blob offset from, in the
- * background. */
-static void layer_readahead(struct images *imgs, struct pack *pk, struct lazy_layer *l,
-			    uint64_t from)
-{
-	struct layer_completion *lc = malloc(sizeof(*lc));
-
-	if (!lc)
-		return;
-	pack_ref(imgs->o.packs, pk);
-	*lc = (struct layer_completion){ .imgs = imgs, .pack = pk };
-	if (lazy_completer_start(imgs->o.completer, &(struct lazy_completion_job){
-							    .digest = pack_digest(pk),
-							    .layer = l,
-							    .gone = completion_gone,
-							    .end = readahead_end,
-							    .userdata = lc,
-							    .readahead_from = from,
-							    .readahead_bytes = LAZY_READAHEAD_BYTES,
-						    }) < 0)
-		readahead_end(lc, false);
 }
 
 /* Whether a completion (its job's userdata) is of a layer of content

@@ -215,13 +215,6 @@ int packs_get(struct packs *p, const char *digest, struct pack **ret)
 	return 0;
 }
 
-void pack_ref(struct packs *p, struct pack *pk)
-{
-	pthread_mutex_lock(&p->lock);
-	pk->refs++;
-	pthread_mutex_unlock(&p->lock);
-}
-
 void packs_put(struct packs *p, struct pack *pk)
 {
 	if (!pk)

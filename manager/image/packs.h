@@ -38,8 +38,6 @@ void packs_free(struct packs *p);
  * descriptor is opened).  Returns 0 or -ENOMEM. */
 int packs_get(struct packs *p, const char *digest, struct pack **ret);
 void packs_put(struct packs *p, struct pack *pk);
-/* One more reference to a pack the caller holds (packs_put() it). */
-void pack_ref(struct packs *p, struct pack *pk);
 
 /* A descriptor of the pack, open until the matching pack_fd_put(); may
  * block on openat().  Returns the fd or -errno (-ENOENT: the layer is

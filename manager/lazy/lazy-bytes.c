@@ -234,10 +234,6 @@ void lazy_stats_metrics(const struct lazy_stats *s, FILE *f)
 	counter(f, "layers_completed_total", "Lazy layers completed.", &s->layers_complete);
 	counter(f, "background_bytes_total", "Compressed bytes the background completion fetched.",
 		&s->background_bytes);
-	counter(f, "readaheads_total",
-		"Readaheads of the files after a small file a reader fetched.", &s->readaheads);
-	counter(f, "readahead_bytes_total", "Compressed bytes readaheads fetched.",
-		&s->readahead_bytes);
 	counter(f, "files_linked_total",
 		"Files of lazy layers found in the content store instead of fetched.",
 		&s->files_linked);

@@ -444,26 +444,20 @@ static int write_marker(int dirfd, const char *name)
 	return r < 0 ? r : flush_dir(dirfd);
 }
 
-/* Whether file i of the table starts in [from, limit) of the blob. */
-static bool file_within(const struct toc *toc, size_t i, uint64_t from, uint64_t limit)
+/* Whether file i of the table lies before the blob offset limit. */
+static bool file_before(const struct toc *toc, size_t i, uint64_t limit)
 {
 	size_t n;
 	const struct toc_chunk *c = toc_entry_chunks(toc, i, &n);
 
-	return n > 0 && c[0].blob_offset >= from && c[0].blob_offset < limit;
+	return n > 0 && c[0].blob_offset < limit;
 }
 
-/* Whether file i of the table lies before the blob offset limit. */
-static bool file_before(const struct toc *toc, size_t i, uint64_t limit)
-{
-	return file_within(toc, i, 0, limit);
-}
-
-/* The chunks still missing of the files of at most max_size bytes that
- * start in [from, limit) of the blob, sorted by blob offset, in *ret (n
- * in *ret_n); readers may fetch some of them meanwhile. */
-static int collect_missing(struct lazy_layer *l, uint64_t from, uint64_t limit, uint64_t max_size,
-			   struct pending **ret, size_t *ret_n)
+/* The chunks still missing of the files before limit, sorted by blob
+ * offset, in *ret (n in *ret_n); readers may fetch some of them
+ * meanwhile. */
+static int collect_missing(struct lazy_layer *l, uint64_t limit, struct pending **ret,
+			   size_t *ret_n)
 {
 	const struct toc *toc = l->toc;
 	struct pending *p = NULL;
@@ -473,7 +467,7 @@ static int collect_missing(struct lazy_layer *l, uint64_t from, uint64_t limit, 
 	for (size_t i = 0; i < toc->n_files && r == 0; i++) {
 		struct lazy_file *f;
 
-		if (!file_within(toc, i, from, limit) || toc->files[i].size > max_size)
+		if (!file_before(toc, i, limit))
 			continue;
 		r = lazy_file_get(l, toc->files[i].object, &f);
 		if (r < 0)
@@ -547,7 +541,7 @@ static int complete_files(struct lazy_layer *l, struct registry *reg, const atom
 	uint64_t bytes;
 	int r;
 
-	r = collect_missing(l, 0, UINT64_MAX, UINT64_MAX, &p, &n);
+	r = collect_missing(l, UINT64_MAX, &p, &n);
 	if (r == 0)
 		r = fetch_missing(l, reg, p, n, cancel, &proven, &bytes);
 	free(p);
@@ -590,7 +584,7 @@ int lazy_layer_prefetch(struct lazy_layer *l, struct registry *reg, const atomic
 		return 0;
 	for (size_t i = 0; i < l->toc->n_files; i++)
 		ret->files += file_before(l->toc, i, limit);
-	r = collect_missing(l, 0, limit, UINT64_MAX, &p, &n);
+	r = collect_missing(l, limit, &p, &n);
 	if (r < 0 || n == 0) {
 		free(p);
 		return r;
@@ -606,51 +600,6 @@ int lazy_layer_prefetch(struct lazy_layer *l, struct registry *reg, const atomic
 	registry_thread_background(false);
 	ret->fetched = true;
 	return r;
-}
-
-int lazy_layer_readahead(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel,
-			 uint64_t from, uint64_t bytes)
-{
-	struct pending *p = NULL;
-	size_t n = 0;
-	uint64_t got;
-	int r;
-
-	if (atomic_load(&l->complete))
-		return 0;
-	r = collect_missing(l, from, from + bytes, LAZY_READAHEAD_FILE_MAX, &p, &n);
-	if (r == 0 && n > 0) {
-		registry_thread_background(true);
-		/* (the files are finished by their next reader, or the
-		 * completion) */
-		r = fetch_missing(l, reg, p, n, cancel, NULL, &got);
-		registry_thread_background(false);
-		if (l->stats) {
-			atomic_fetch_add(&l->stats->readaheads, 1);
-			atomic_fetch_add(&l->stats->readahead_bytes, got);
-		}
-		/* readers' demand, for the bulk-read rule (lazy.h): a file
-		 * read for them, each */
-		for (size_t i = 0; i < n; i++)
-			if (i == 0 || p[i].f != p[i - 1].f)
-				atomic_fetch_add(&l->reader_fetches, 1);
-		atomic_fetch_add(&l->reader_bytes, got);
-	}
-	free(p);
-	return r;
-}
-
-bool lazy_layer_readahead_wanted(struct lazy_layer *l, uint64_t *ret_from)
-{
-	uint64_t want = atomic_load(&l->readahead_want);
-	uint64_t done = atomic_load(&l->readahead_end);
-
-	/* a file past what the last readahead took, once */
-	if (want == 0 || want < done ||
-	    !atomic_compare_exchange_strong(&l->readahead_end, &done, want + LAZY_READAHEAD_BYTES))
-		return false;
-	*ret_from = want;
-	return true;
 }
 
 int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel)

@@ -223,31 +223,11 @@ static void completion_remove(struct completion *cp)
 	free(cp);
 }
 
-/* A readahead's job: once, what fails is fetched when read. */
-static void readahead(struct completion *cp)
-{
-	struct lazy_completer *lc = cp->lc;
-
-	if (cp->job.gone(cp->job.userdata) || !slot_take(cp, false))
-		return;
-	(void)lazy_layer_readahead(cp->job.layer, lc->o.registry, lc->o.cancelled,
-				   cp->job.readahead_from, cp->job.readahead_bytes);
-	slot_give(lc);
-}
-
 static void *completion_thread(void *arg)
 {
 	struct completion *cp = arg;
 	struct lazy_completer *lc = cp->lc;
-	int r;
-
-	if (cp->job.readahead_bytes) {
-		readahead(cp);
-		cp->job.end(cp->job.userdata, false);
-		completion_remove(cp);
-		return NULL;
-	}
-	r = complete_layer(cp);
+	int r = complete_layer(cp);
 
 	if (r == 0)
 		event_sendf(&lc->o.events, EVENT_NORMAL, "LayerCompleted", NULL, cp->digest, 0,
@@ -318,7 +298,7 @@ int lazy_completer_phase(struct lazy_completer *lc, const char *digest, unsigned
 	for (struct dlist_node *n = lc->completions.head; n; n = n->next) {
 		struct completion *cp = dlist_entry(n, struct completion, node);
 
-		if (!cp->job.readahead_bytes && strcmp(cp->digest, digest) == 0) {
+		if (strcmp(cp->digest, digest) == 0) {
 			*ret_failures = cp->sched.failures;
 			r = (int)cp->sched.phase;
 			break;

@@ -59,10 +59,6 @@ struct lazy_completion_job {
 	 * bookkeeping. */
 	void (*end)(void *userdata, bool complete);
 	void *userdata;
-	/* Not a completion but a readahead (lazy_layer_readahead()) of that
-	 * many bytes of the blob from readahead_from, once, in a slot as
-	 * soon as there is one; 0: a completion. */
-	uint64_t readahead_from, readahead_bytes;
 };
 
 struct lazy_completer;

@@ -79,9 +79,6 @@ struct lazy_layer {
 	/* readers' fetches of this layer, and the compressed bytes they
 	 * brought */
 	atomic_uint_fast64_t reader_fetches, reader_bytes;
-	/* the blob offset past the last small file a reader fetched, and
-	 * the end of the last readahead (lazy_layer_readahead_wanted()) */
-	atomic_uint_fast64_t readahead_want, readahead_end;
 	/* complete, every file checked against the table's digests, the
 	 * blob never against its own (the "complete" file) */
 	atomic_bool toc_verified;

@@ -747,18 +747,6 @@ static bool chunk_waited_for(const struct lazy_file *f, size_t k, uint64_t need,
 }
 
 /* Makes chunks a..b of f present; foreground: for a reader who waits. */
-/* A reader fetched small file f: the files after it in the blob are
- * worth a readahead (lazy_layer_readahead_wanted()). */
-static void readahead_note(struct lazy_layer *l, const struct lazy_file *f)
-{
-	const struct toc_chunk *c = &f->chunks[f->n - 1];
-	uint64_t end = c->blob_offset + c->blob_length;
-	uint64_t had = atomic_load(&l->readahead_want);
-
-	while (end > had && !atomic_compare_exchange_weak(&l->readahead_want, &had, end))
-		;
-}
-
 int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_file *f, size_t a,
 		       size_t b, bool foreground)
 {
@@ -836,8 +824,6 @@ int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_f
 		if (foreground && r == 0) {
 			atomic_fetch_add(&l->reader_fetches, 1);
 			atomic_fetch_add(&l->reader_bytes, total);
-			if (f->size <= LAZY_READAHEAD_FILE_MAX)
-				readahead_note(l, f);
 		}
 		pthread_mutex_lock(&f->lock);
 		f->fetches--;

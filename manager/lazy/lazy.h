@@ -42,9 +42,6 @@ struct lazy_stats {
 	atomic_uint_fast64_t files_complete; /* files that became objects */
 	atomic_uint_fast64_t layers_complete;
 	atomic_uint_fast64_t background_bytes; /* of bytes: the completion's */
-	/* readaheads after readers' small files, and the bytes they
-	 * brought (of background_bytes) */
-	atomic_uint_fast64_t readaheads, readahead_bytes;
 	/* files found in the content store instead of fetched (partial
 	 * pulls), and the compressed bytes that spared */
 	atomic_uint_fast64_t files_linked;
@@ -142,8 +139,7 @@ enum lazy_verified lazy_layer_verified(struct cache *c, const char *digest);
 int lazy_layer_dup_dir(struct lazy_layer *l);
 
 /* Readers' fetches of the layer so far, and the compressed bytes they
- * brought (a readahead counts as a fetch for each file it brought).
- * Readers who fetch LAZY_BULK_BYTES of an image, or make
+ * brought.  Readers who fetch LAZY_BULK_BYTES of an image, or make
  * LAZY_BULK_FETCHES fetches of it, read it rather than start from it (a
  * start reads a few MB in a few dozen fetches): lazy-completer.c then
  * ends the start-up window of its layers. */
@@ -158,23 +154,6 @@ void lazy_layer_reads(struct lazy_layer *l, struct lazy_reads *ret);
  * completion and prefetch stop at their next chunk with -ECANCELED;
  * readers' fetches go on. */
 void lazy_layer_abandon(struct lazy_layer *l);
-
-/* A reader who fetched a file of at most LAZY_READAHEAD_FILE_MAX bytes
- * is likely to read the files after it in the blob next (a directory of
- * modules, of classes): the missing chunks of the LAZY_READAHEAD_BYTES
- * of the blob after it are worth fetching in one request, below readers'
- * demand, rather than one request per file. */
-#define LAZY_READAHEAD_FILE_MAX (256u << 10)
-#define LAZY_READAHEAD_BYTES (1u << 20)
-/* Whether a readahead is wanted, once for each reader's file past the
- * last one: from *ret_from on, LAZY_READAHEAD_BYTES of the blob. */
-bool lazy_layer_readahead_wanted(struct lazy_layer *l, uint64_t *ret_from);
-/* Fetches the missing chunks of the files of at most
- * LAZY_READAHEAD_FILE_MAX bytes that start in [from, from + bytes) of the
- * blob, in blob order; readers of those chunks wait for them.  0,
- * -ECANCELED when *cancel becomes true, or -errno. */
-int lazy_layer_readahead(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel,
-			 uint64_t from, uint64_t bytes);
 
 /* Whether lazy_layer_complete() finished the layer. */
 bool lazy_layer_is_complete(struct lazy_layer *l);
