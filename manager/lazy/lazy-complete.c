@@ -321,6 +321,7 @@ static int plan_commit(struct lazy_layer *l, struct pending *p, size_t n)
 		if (!f->complete && f->mapfd >= 0 && pwrite(f->mapfd, "1", 1, (off_t)p[i].k) == 1)
 			atomic_store(&f->unflushed, false);
 		pthread_mutex_unlock(&f->lock);
+		lazy_file_publish(l, f);
 		lazy_file_put(l, f);
 	}
 	return 0;

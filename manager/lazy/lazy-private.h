@@ -45,9 +45,17 @@ struct lazy_file {
 	uint64_t size;
 	/* p.OBJ (o.OBJ once complete) and p.OBJ.map (-1 once complete);
 	 * both -1 while the file is parked (users 0 and not among the
-	 * layer's idle files) */
+	 * layer's idle files), and until they are made */
 	int fd;
 	int mapfd;
+	/* p.OBJ and its map exist: made when the first chunk is written
+	 * (a file the completion finds untouched costs no file until
+	 * then).  The layer's lock */
+	bool made;
+	/* made without a map: a file of one chunk whose digest is the
+	 * file's, written by the completion, which publishes it at its
+	 * next commit (lazy_file_publish()).  The layer's lock */
+	bool mapless;
 	unsigned users;		     /* the layer's lock: holders of fd */
 	struct dlist_node idle_node; /* the layer's lock: on idle */
 	bool complete;
@@ -105,6 +113,10 @@ int lazy_file_hold(struct lazy_layer *l, struct lazy_file *f);
 void lazy_file_put(struct lazy_layer *l, struct lazy_file *f);
 /* Chunk k of f from its compressed bytes src, verified and written;
  * with mark, flushed and marked in the map (see lazy.c). */
+/* A file the completion wrote without a map (lazy_file_made_whole()),
+ * its data on stable storage: made an object, as finishing it would
+ * (its one chunk matched the file's digest).  f held. */
+void lazy_file_publish(struct lazy_layer *l, struct lazy_file *f);
 int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const void *src,
 		     void **dst, bool mark);
 /* Makes chunks a..b of f present (f held); foreground: a reader waits. */

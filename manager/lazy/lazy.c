@@ -331,6 +331,13 @@ static int file_reopen(struct lazy_layer *l, struct lazy_file *f)
 		f->fd = cache_object_openat(l->dirfd, f->object);
 		return f->fd < 0 ? f->fd : 0;
 	}
+	if (!f->made)
+		return 0;
+	if (f->mapless) {
+		snprintf(name, sizeof(name), "p.%s", f->object);
+		f->fd = openat(l->dirfd, name, O_RDWR | O_CLOEXEC);
+		return f->fd < 0 ? -EIO : 0;
+	}
 	snprintf(name, sizeof(name), "p.%s", f->object);
 	f->fd = openat(l->dirfd, name, O_RDWR | O_CLOEXEC);
 	snprintf(name, sizeof(name), "p.%s.map", f->object);
@@ -460,21 +467,24 @@ int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **r
 		}
 		goto put;
 	}
-	snprintf(name, sizeof(name), "p.%s", object);
-	f->fd = openat(l->dirfd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	/* chunks written before a restart, if any: the map says which
+	 * (anything else in it is taken as missing); a data file without
+	 * its map is made again */
 	snprintf(name, sizeof(name), "p.%s.map", object);
-	f->mapfd = openat(l->dirfd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (f->fd < 0 || f->mapfd < 0) {
+	f->mapfd = openat(l->dirfd, name, O_RDWR | O_CLOEXEC);
+	if (f->mapfd >= 0) {
+		snprintf(name, sizeof(name), "p.%s", object);
+		f->fd = openat(l->dirfd, name, O_RDWR | O_CLOEXEC);
+		if (f->fd < 0) {
+			close(f->mapfd);
+			f->mapfd = -1;
+		}
+	} else if (errno != ENOENT) {
 		r = negative_errno();
 		goto fail;
 	}
-	if (ftruncate(f->fd, (off_t)f->size) < 0) {
-		r = negative_errno();
-		goto fail;
-	}
-	/* chunks written before a restart; anything else in the map is
-	 * taken as missing */
-	for (size_t k = 0; k < f->n; k++) {
+	f->made = f->fd >= 0;
+	for (size_t k = 0; f->made && k < f->n; k++) {
 		char c;
 
 		if (pread(f->mapfd, &c, 1, (off_t)k) == 1 && c == '1')
@@ -518,16 +528,65 @@ static int chunk_write_sink(void *userdata, uint64_t off, const void *buf, size_
  * is finished right after).  dst is a buffer the caller keeps (grown here
  * to LAZY_CHUNK_PIECE at most: a chunk of hundreds of MB decompresses
  * through it a piece at a time). */
+/* Whether f is one chunk whose digest is the file's: that chunk, once it
+ * matched, is the file checked whole. */
+static bool whole_chunk(const struct lazy_file *f)
+{
+	const struct toc_chunk *c = &f->chunks[0];
+
+	return f->n == 1 && c->offset == 0 && c->size == f->size &&
+	       !strncmp(c->digest, "sha256:", 7) && !strcmp(c->digest + 7, f->object);
+}
+
+/* Makes f's data file (its size, holes where chunks are missing) and,
+ * unless mapless, its map, once; f is held. */
+static int file_make(struct lazy_layer *l, struct lazy_file *f, bool mapless)
+{
+	char name[DIGEST_HEX_LEN + 8];
+	int fd = -1, mapfd = -1, r = 0;
+
+	pthread_mutex_lock(&l->lock);
+	if (f->made || f->complete)
+		goto out;
+	snprintf(name, sizeof(name), "p.%s", f->object);
+	fd = openat(l->dirfd, name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	snprintf(name, sizeof(name), "p.%s.map", f->object);
+	if (fd >= 0 && !mapless)
+		mapfd = openat(l->dirfd, name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || (mapfd < 0 && !mapless) || ftruncate(fd, (off_t)f->size) < 0) {
+		r = errno == ENOSPC ? -ENOSPC : -EIO;
+		if (fd >= 0)
+			close(fd);
+		if (mapfd >= 0)
+			close(mapfd);
+		goto out;
+	}
+	f->fd = fd;
+	f->mapfd = mapfd;
+	f->made = true;
+	f->mapless = mapless;
+out:
+	pthread_mutex_unlock(&l->lock);
+	return r;
+}
+
 int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const void *src,
 		     void **dst, bool mark)
 {
 	const struct toc_chunk *c = &f->chunks[k];
 	size_t piece = (size_t)MAX(MIN(c->size, (uint64_t)LAZY_CHUNK_PIECE), (uint64_t)1);
-	struct chunk_write w = { .fd = f->fd, .offset = c->offset };
-	void *n = realloc(*dst, piece);
+	struct chunk_write w = { .offset = c->offset };
+	void *n;
 	char err[256];
 	int r;
 
+	/* (the completion's own file of one chunk needs no map: it is an
+	 * object at the commit that flushes it) */
+	r = file_make(l, f, !mark && whole_chunk(f));
+	if (r < 0)
+		return r;
+	w.fd = f->fd;
+	n = realloc(*dst, piece);
 	if (!n)
 		return -ENOMEM;
 	*dst = n;
@@ -588,6 +647,27 @@ static int fetch_run(struct lazy_layer *l, struct registry *reg, struct lazy_fil
 	return r;
 }
 
+/* f was renamed o.OBJ: its map goes, it is complete, and shared.
+ * f->lock held. */
+static void file_published(struct lazy_layer *l, struct lazy_file *f)
+{
+	char name[DIGEST_HEX_LEN + 8];
+
+	if (f->mapfd >= 0) {
+		snprintf(name, sizeof(name), "p.%s.map", f->object);
+		unlinkat(l->dirfd, name, 0);
+		close(f->mapfd);
+		f->mapfd = -1;
+	}
+	f->complete = true;
+	if (l->stats)
+		atomic_fetch_add(&l->stats->files_complete, 1);
+	/* shared with the layers that have the same content (failure only
+	 * costs sharing) */
+	cache_object_enter(l->cache, l->dirfd, f->object);
+	lazy_changed(l);
+}
+
 /* Every chunk is there: the whole file must hash to its name before it
  * becomes an object.  f->lock held. */
 static int finish_file(struct lazy_layer *l, struct lazy_file *f)
@@ -637,21 +717,29 @@ static int finish_file(struct lazy_layer *l, struct lazy_file *f)
 		r = negative_errno();
 		goto out;
 	}
-	snprintf(name, sizeof(name), "p.%s.map", f->object);
-	unlinkat(l->dirfd, name, 0);
-	close(f->mapfd);
-	f->mapfd = -1;
-	f->complete = true;
-	if (l->stats)
-		atomic_fetch_add(&l->stats->files_complete, 1);
-	/* shared with the layers that have the same content (failure only
-	 * costs sharing) */
-	cache_object_enter(l->cache, l->dirfd, f->object);
-	lazy_changed(l);
+	file_published(l, f);
 out:
 	hasher_free(h);
 	free(buf);
 	return r;
+}
+
+void lazy_file_publish(struct lazy_layer *l, struct lazy_file *f)
+{
+	char name[DIGEST_HEX_LEN + 8], done[DIGEST_HEX_LEN + 8];
+
+	pthread_mutex_lock(&f->lock);
+	if (!f->complete && f->mapless && f->fd >= 0 && f->state[0] == CHUNK_PRESENT) {
+		fchmod(f->fd, 0444);
+		snprintf(name, sizeof(name), "p.%s", f->object);
+		snprintf(done, sizeof(done), "o.%s", f->object);
+		/* (failing, the file is finished as any other) */
+		if (renameat(l->dirfd, name, l->dirfd, done) == 0) {
+			atomic_store(&f->unflushed, false); /* by the commit */
+			file_published(l, f);
+		}
+	}
+	pthread_mutex_unlock(&f->lock);
 }
 
 /* Makes chunks a..b of f present; foreground: for a reader who waits. */
