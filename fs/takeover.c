@@ -655,7 +655,7 @@ static bool unheld(struct fs *fs, struct image *img)
 bool takeover_retire(struct fs *fs)
 {
 	struct retiring **v = NULL, *r;
-	size_t n = 0, i;
+	size_t cap = 0, n = 0, i;
 	bool due = false;
 
 	pthread_mutex_lock(&fs->takeover.retire_lock);
@@ -663,12 +663,13 @@ bool takeover_retire(struct fs *fs)
 	atomic_store(&fs->takeover.retire_due, false);
 	pthread_mutex_lock(&fs->takeover.restored_lock);
 	for (r = fs->takeover.retiring; r; r = r->next)
-		n++;
-	v = n ? calloc(n, sizeof(*v)) : NULL;
-	for (r = fs->takeover.retiring, i = 0; v && r; r = r->next)
-		v[i++] = r;
+		cap++;
+	v = calloc(MAX(cap, 1), sizeof(*v));
+	if (v)
+		for (r = fs->takeover.retiring; r && n < cap; r = r->next)
+			v[n++] = r;
 	pthread_mutex_unlock(&fs->takeover.restored_lock);
-	for (i = 0; v && i < n; i++) {
+	for (i = 0; i < n; i++) {
 		struct image *img = v[i]->img;
 		int64_t now = clock_mono_ns();
 		uint64_t lookups = image_kernel_lookups(img), refs = 0;
