@@ -43,7 +43,26 @@ struct pending {
 	struct lazy_file *f;
 	size_t k;
 	bool written; /* by this completion: its map bit is due */
+	/* the file's last chunk, its chunks written in order by the
+	 * completion's requests, which matched the file's digest as they
+	 * came: the file is an object at the commit */
+	bool whole;
 };
+
+/* The file whose chunks the requests write one after the other from its
+ * first, and their hash so far: a file in several chunks is then checked
+ * whole without being read back. */
+struct whole_hash {
+	struct lazy_file *f;
+	struct hasher *h; /* NULL: none */
+	size_t next;	  /* the chunk it wants next */
+};
+
+static void whole_hash_drop(struct whole_hash *wh)
+{
+	hasher_free(wh->h);
+	*wh = (struct whole_hash){ 0 };
+}
 
 /* The blob read in order from its first byte, request after request: as
  * long as nothing is skipped it is hashed, and the blob's digest checked
@@ -58,6 +77,7 @@ struct chain {
 struct stream {
 	struct lazy_layer *l;
 	const atomic_bool *cancel;
+	struct whole_hash *wh;
 	struct lazy_claim *claim; /* the chunks this request claimed */
 	struct pending *p;
 	size_t n, next;	    /* by blob offset; next: the one being collected */
@@ -94,16 +114,38 @@ static int stream_chunk(struct stream *s, struct pending *pd, const void *src)
 	struct lazy_file *f = pd->f;
 	int r;
 
+	struct whole_hash *wh = s->wh;
+	struct hasher *feed;
+
 	pthread_mutex_lock(&f->lock);
 	if (f->complete || f->state[pd->k] != CHUNK_FETCHING || f->claim[pd->k] != s->claim) {
 		pthread_mutex_unlock(&f->lock);
+		if (wh->f == f)
+			whole_hash_drop(wh); /* a chunk it does not see */
 		return 0;
 	}
 	pthread_mutex_unlock(&f->lock);
+	if (pd->k == 0 && f->n > 1) {
+		whole_hash_drop(wh);
+		wh->h = hasher_new();
+		wh->f = wh->h ? f : NULL;
+	}
+	feed = wh->f == f && wh->next == pd->k ? wh->h : NULL;
+	if (!feed && wh->f == f)
+		whole_hash_drop(wh);
 	r = lazy_file_hold(s->l, f);
 	if (r == 0) {
-		r = lazy_write_chunk(s->l, f, pd->k, src, &s->dst, false);
+		r = lazy_write_chunk(s->l, f, pd->k, src, &s->dst, false, feed);
 		lazy_file_put(s->l, f);
+	}
+	if (feed && r < 0)
+		whole_hash_drop(wh);
+	if (feed && r == 0 && ++wh->next == f->n) {
+		char got[DIGEST_STRING_MAX];
+
+		hasher_final(wh->h, got);
+		pd->whole = !strcmp(digest_hex(got), f->object);
+		whole_hash_drop(wh);
 	}
 	pthread_mutex_lock(&f->lock);
 	if (f->claim[pd->k] == s->claim) {
@@ -321,7 +363,8 @@ static int plan_commit(struct lazy_layer *l, struct pending *p, size_t n)
 		if (!f->complete && f->mapfd >= 0 && pwrite(f->mapfd, "1", 1, (off_t)p[i].k) == 1)
 			atomic_store(&f->unflushed, false);
 		pthread_mutex_unlock(&f->lock);
-		lazy_file_publish(l, f);
+		lazy_file_publish(l, f, p[i].whole);
+		p[i].whole = false;
 		lazy_file_put(l, f);
 	}
 	return 0;
@@ -341,6 +384,7 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 {
 	uint64_t size = l->src.tl.blob_size;
 	struct chain chain = { .hasher = ret_proven ? hasher_new() : NULL };
+	struct whole_hash wh = { 0 };
 	size_t i = 0, bad = 0;
 	int r = 0;
 
@@ -381,6 +425,7 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 		claim.bytes = end - start;
 		struct stream s = { .l = l,
 				    .cancel = cancel,
+				    .wh = &wh,
 				    .claim = &claim,
 				    .p = p + first,
 				    .n = claimed ? i - first : 0,
@@ -428,6 +473,7 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 			chain.hasher = NULL;
 		}
 	}
+	whole_hash_drop(&wh);
 	hasher_free(chain.hasher);
 	return r;
 }

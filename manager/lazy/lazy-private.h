@@ -11,6 +11,8 @@
 #include "dlist.h"
 #include "lazy.h"
 
+struct hasher;
+
 struct strmap;
 
 enum { CHUNK_MISSING, CHUNK_FETCHING, CHUNK_PRESENT };
@@ -119,14 +121,17 @@ struct lazy_file *lazy_file_peek_locked(struct lazy_layer *l, const char *object
 int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **ret);
 int lazy_file_hold(struct lazy_layer *l, struct lazy_file *f);
 void lazy_file_put(struct lazy_layer *l, struct lazy_file *f);
+/* A file whose chunks are all present and on stable storage, and known
+ * to match the file's digest: written without a map (its one chunk
+ * matched it), or hashed (its chunks fed in order to a hasher that
+ * matched it): made an object, as finishing it would, without reading
+ * it again.  f held. */
+void lazy_file_publish(struct lazy_layer *l, struct lazy_file *f, bool hashed);
 /* Chunk k of f from its compressed bytes src, verified and written;
- * with mark, flushed and marked in the map (see lazy.c). */
-/* A file the completion wrote without a map (lazy_file_made_whole()),
- * its data on stable storage: made an object, as finishing it would
- * (its one chunk matched the file's digest).  f held. */
-void lazy_file_publish(struct lazy_layer *l, struct lazy_file *f);
+ * with mark, flushed and marked in the map (see lazy.c).  whole, if not
+ * NULL, is fed the chunk's bytes (the file's hash, chunk after chunk). */
 int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const void *src,
-		     void **dst, bool mark);
+		     void **dst, bool mark, struct hasher *whole);
 /* Makes chunks a..b of f present (f held); foreground: a reader waits. */
 int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_file *f, size_t a,
 		       size_t b, bool foreground);

@@ -652,7 +652,7 @@ static void neighbours_done(struct lazy_layer *l, const struct lazy_claim *mine,
 	}
 	for (size_t i = 0; i < nn; i++) {
 		if (nb[i].written && nb[i].first)
-			lazy_file_publish(l, nb[i].g);
+			lazy_file_publish(l, nb[i].g, false);
 		if (i + 1 == nn || nb[i + 1].first)
 			lazy_file_put(l, nb[i].g);
 	}
@@ -665,7 +665,8 @@ static void neighbours_done(struct lazy_layer *l, const struct lazy_claim *mine,
 /* Decompressed bytes of a chunk, in pieces: written at their place. */
 struct chunk_write {
 	int fd;
-	uint64_t offset; /* of the chunk in the file */
+	uint64_t offset;      /* of the chunk in the file */
+	struct hasher *whole; /* the file's, fed in order; NULL: none */
 };
 
 static int chunk_write_sink(void *userdata, uint64_t off, const void *buf, size_t len)
@@ -674,6 +675,8 @@ static int chunk_write_sink(void *userdata, uint64_t off, const void *buf, size_
 
 	if (pwrite(w->fd, buf, len, (off_t)(w->offset + off)) != (ssize_t)len)
 		return errno == ENOSPC ? -ENOSPC : -EIO;
+	if (w->whole)
+		hasher_update(w->whole, buf, len);
 	return 0;
 }
 
@@ -727,11 +730,11 @@ out:
 }
 
 int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const void *src,
-		     void **dst, bool mark)
+		     void **dst, bool mark, struct hasher *whole)
 {
 	const struct toc_chunk *c = &f->chunks[k];
 	size_t piece = (size_t)MAX(MIN(c->size, (uint64_t)LAZY_CHUNK_PIECE), (uint64_t)1);
-	struct chunk_write w = { .offset = c->offset };
+	struct chunk_write w = { .offset = c->offset, .whole = whole };
 	void *n;
 	char err[256];
 	int r;
@@ -796,14 +799,14 @@ static int fetch_run(struct lazy_layer *l, struct registry *reg, struct lazy_fil
 	}
 	for (size_t k = a; k <= e && r == 0; k++)
 		r = lazy_write_chunk(l, f, k, b.data + (f->chunks[k].blob_offset - start), &dst,
-				     true);
+				     true, NULL);
 	/* (a neighbour that does not match is only not brought) */
 	for (size_t i = 0; i < nn && r == 0; i++) {
 		const struct toc_chunk *c = &nb[i].g->chunks[nb[i].k];
 
 		nb[i].written =
 			lazy_write_chunk(l, nb[i].g, nb[i].k, b.data + (c->blob_offset - start),
-					 &dst, false) == 0;
+					 &dst, false, NULL) == 0;
 	}
 	free(dst);
 	free(b.data);
@@ -887,12 +890,15 @@ out:
 	return r;
 }
 
-void lazy_file_publish(struct lazy_layer *l, struct lazy_file *f)
+void lazy_file_publish(struct lazy_layer *l, struct lazy_file *f, bool hashed)
 {
 	char name[DIGEST_HEX_LEN + 8], done[DIGEST_HEX_LEN + 8];
+	bool all = true;
 
 	pthread_mutex_lock(&f->lock);
-	if (!f->complete && f->mapless && f->fd >= 0 && f->state[0] == CHUNK_PRESENT) {
+	for (size_t k = 0; k < f->n && all; k++)
+		all = f->state[k] == CHUNK_PRESENT;
+	if (!f->complete && (f->mapless || hashed) && f->fd >= 0 && all) {
 		fchmod(f->fd, 0444);
 		snprintf(name, sizeof(name), "p.%s", f->object);
 		snprintf(done, sizeof(done), "o.%s", f->object);
@@ -976,7 +982,7 @@ static int fetch_runs(struct lazy_layer *l, struct registry *reg, struct lazy_fi
 		for (size_t k = runs[i].a; k <= runs[i].e && r == 0; k++)
 			r = lazy_write_chunk(
 				l, f, k, bufs[i].data + (f->chunks[k].blob_offset - rg[i].offset),
-				&dst, true);
+				&dst, true, NULL);
 	for (size_t i = 0; i < n; i++)
 		free(bufs[i].data);
 	free(dst);
