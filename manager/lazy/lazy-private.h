@@ -89,14 +89,6 @@ struct lazy_layer {
 	/* readers' fetches of this layer, and the compressed bytes they
 	 * brought */
 	atomic_uint_fast64_t reader_fetches, reader_bytes;
-	/* the positions in toc->files of the files with chunks, by blob
-	 * offset: made at the first reader's fetch of a small file (lock) */
-	size_t *by_offset;
-	size_t n_by_offset;
-	/* where the last reader's request for a small file ended in the
-	 * blob: a reader whose next one starts a little after it walks
-	 * through the blob (claim_neighbours()) */
-	atomic_uint_fast64_t small_end;
 	/* complete, every file checked against the table's digests, the
 	 * blob never against its own (the "complete" file) */
 	atomic_bool toc_verified;

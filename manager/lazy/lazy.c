@@ -32,20 +32,6 @@
 #define LAZY_RANGES_MAX 16
 /* A chunk is decompressed and written in pieces of at most this. */
 #define LAZY_CHUNK_PIECE (1u << 20)
-/* A reader's request for a file of at most LAZY_NEIGHBOUR_FILE_MAX bytes
- * also brings the missing files of at most that size that follow it in
- * the blob, LAZY_NEIGHBOUR_BYTES of them at most in LAZY_NEIGHBOURS_MAX
- * chunks, when it walks through the blob: a program reads the modules of
- * a package, the classes of a jar, one after the other, and each would
- * cost a round trip. */
-#define LAZY_NEIGHBOUR_FILE_MAX (256u << 10)
-#define LAZY_NEIGHBOUR_BYTES (128u << 10)
-#define LAZY_NEIGHBOURS_MAX 64
-/* ... with at most this many bytes between two of them (tar headers),
- * once the reader walks through the blob: its previous small file ended
- * at most LAZY_NEIGHBOUR_WALK bytes before this one */
-#define LAZY_NEIGHBOUR_GAP (4u << 10)
-#define LAZY_NEIGHBOUR_WALK (1u << 20)
 /* Files of one layer whose descriptors stay open while nobody uses them:
  * a layer of a hundred thousand files must not hold two descriptors for
  * each while its completion runs. */
@@ -271,7 +257,6 @@ void lazy_layer_free(struct lazy_layer *l)
 	for (size_t i = 0; l->file_of && i < l->toc->n_files; i++)
 		lazy_file_free(l->file_of[i]);
 	free(l->file_of);
-	free(l->by_offset);
 	toc_free(l->toc);
 	free(l->tocbuf);
 	lazy_source_done(&l->src);
@@ -519,147 +504,6 @@ fail:
 	return r;
 }
 
-/* A chunk of another file a reader's request brings along. */
-struct neighbour {
-	struct lazy_file *g; /* held by the request once per file: first */
-	size_t k;
-	bool first, written;
-};
-
-static int cmp_by_offset(const void *a, const void *b, void *userdata)
-{
-	const struct toc *toc = userdata;
-	size_t n;
-	uint64_t x = toc_entry_chunks(toc, *(const size_t *)a, &n)[0].blob_offset;
-	uint64_t y = toc_entry_chunks(toc, *(const size_t *)b, &n)[0].blob_offset;
-
-	return x < y ? -1 : x > y;
-}
-
-/* The position of f in l->by_offset (made now if need be), or -1. */
-static ssize_t by_offset_position(struct lazy_layer *l, const struct lazy_file *f)
-{
-	const struct toc *toc = l->toc;
-	size_t lo = 0, hi, n;
-	ssize_t r = -1;
-
-	pthread_mutex_lock(&l->lock);
-	if (!l->by_offset && (l->by_offset = calloc(MAX(toc->n_files, 1), sizeof(size_t)))) {
-		for (size_t i = 0; i < toc->n_files; i++)
-			if (toc_entry_chunks(toc, i, &n) && n > 0)
-				l->by_offset[l->n_by_offset++] = i;
-		qsort_r(l->by_offset, l->n_by_offset, sizeof(size_t), cmp_by_offset, (void *)toc);
-	}
-	hi = l->by_offset ? l->n_by_offset : 0;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (toc_entry_chunks(toc, l->by_offset[mid], &n)[0].blob_offset <
-		    f->chunks[0].blob_offset)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	if (l->by_offset && lo < l->n_by_offset &&
-	    toc_entry_chunks(toc, l->by_offset[lo], &n)[0].blob_offset == f->chunks[0].blob_offset)
-		r = (ssize_t)lo;
-	pthread_mutex_unlock(&l->lock);
-	return r;
-}
-
-/* Claims for mine the chunks of the small files that follow f in the
- * blob from end on, each file whole and missing whole, in nb (at most
- * LAZY_NEIGHBOURS_MAX); f->lock held (the others' are only tried, so no
- * lock waits for another).  Returns how many; *ret_end: where they end. */
-static size_t claim_neighbours(struct lazy_layer *l, struct lazy_file *f,
-			       const struct lazy_claim *mine, uint64_t end, struct neighbour *nb,
-			       uint64_t *ret_end)
-{
-	const struct toc *toc = l->toc;
-	uint64_t budget = LAZY_NEIGHBOUR_BYTES;
-	ssize_t pos = by_offset_position(l, f);
-	size_t nn = 0;
-
-	*ret_end = end;
-	for (size_t p = pos < 0 ? SIZE_MAX : (size_t)pos + 1; p < l->n_by_offset; p++) {
-		size_t i = l->by_offset[p], m;
-		const struct toc_chunk *c = toc_entry_chunks(toc, i, &m);
-		uint64_t from = c[0].blob_offset, to = c[m - 1].blob_offset + c[m - 1].blob_length;
-		struct lazy_file *g;
-		bool missing = true;
-
-		if (toc->files[i].size > LAZY_NEIGHBOUR_FILE_MAX || from < end ||
-		    from - end > LAZY_NEIGHBOUR_GAP || to - end > budget ||
-		    nn + m > LAZY_NEIGHBOURS_MAX)
-			break;
-		if (lazy_file_get(l, toc->files[i].object, &g) < 0)
-			break;
-		if (g == f || pthread_mutex_trylock(&g->lock) != 0) {
-			lazy_file_put(l, g);
-			break;
-		}
-		for (size_t k = 0; k < g->n && missing; k++)
-			missing = !g->complete && g->state[k] == CHUNK_MISSING;
-		if (!missing || g->n != m) {
-			pthread_mutex_unlock(&g->lock);
-			lazy_file_put(l, g);
-			break;
-		}
-		for (size_t k = 0; k < m; k++) {
-			g->state[k] = CHUNK_FETCHING;
-			g->claim[k] = mine;
-			nb[nn++] = (struct neighbour){ .g = g, .k = k, .first = k == 0 };
-		}
-		g->fetches++;
-		pthread_mutex_unlock(&g->lock);
-		budget -= to - end;
-		end = to;
-	}
-	*ret_end = end;
-	return nn;
-}
-
-/* The neighbours' chunks written by the request: on stable storage with
- * one syncfs, then marked (a file of one chunk has no map: it becomes an
- * object); every claim given back, the files given back. */
-static void neighbours_done(struct lazy_layer *l, const struct lazy_claim *mine,
-			    struct neighbour *nb, size_t nn)
-{
-	bool any = false;
-
-	for (size_t i = 0; i < nn; i++)
-		any |= nb[i].written;
-	if (any && (flush_fs(l->dirfd) < 0 || flush_dir(l->dirfd) < 0))
-		for (size_t i = 0; i < nn; i++)
-			nb[i].written = false;
-	for (size_t i = 0; i < nn; i++) {
-		struct lazy_file *g = nb[i].g;
-
-		pthread_mutex_lock(&g->lock);
-		if (nb[i].written && !g->complete && g->mapfd >= 0 &&
-		    pwrite(g->mapfd, "1", 1, (off_t)nb[i].k) != 1)
-			nb[i].written = false;
-		if (nb[i].written)
-			atomic_store(&g->named, true);
-		if (g->claim[nb[i].k] == mine) {
-			g->claim[nb[i].k] = NULL;
-			g->state[nb[i].k] = nb[i].written ? CHUNK_PRESENT : CHUNK_MISSING;
-		}
-		if (i + 1 == nn || nb[i + 1].first)
-			g->fetches--;
-		pthread_cond_broadcast(&g->cond);
-		pthread_mutex_unlock(&g->lock);
-	}
-	for (size_t i = 0; i < nn; i++) {
-		if (nb[i].written && nb[i].first)
-			lazy_file_publish(l, nb[i].g, false);
-		if (i + 1 == nn || nb[i + 1].first)
-			lazy_file_put(l, nb[i].g);
-	}
-	if (any)
-		lazy_changed(l);
-}
-
 /* Fetches chunks a..e (adjacent in the blob) with one Range request and
  * writes each, verified, at its place; the map byte follows the data. */
 /* Decompressed bytes of a chunk, in pieces: written at their place. */
@@ -777,15 +621,16 @@ int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const 
 }
 
 static int fetch_run(struct lazy_layer *l, struct registry *reg, struct lazy_file *f, size_t a,
-		     size_t e, struct neighbour *nb, size_t nn, uint64_t end, bool foreground)
+		     size_t e, bool foreground)
 {
-	const struct toc_chunk *first = &f->chunks[a];
+	const struct toc_chunk *first = &f->chunks[a], *last = &f->chunks[e];
 	uint64_t start = first->blob_offset, t0 = now_us();
 	struct membuf b = { 0 };
 	void *dst = NULL;
 	int r;
 
-	r = fetch_range(reg, &l->src, l->blob_digest, start, end - start, &b, NULL, 0);
+	r = fetch_range(reg, &l->src, l->blob_digest, start,
+			last->blob_offset + last->blob_length - start, &b, NULL, 0);
 	if (l->stats) {
 		atomic_fetch_add(&l->stats->fetches, 1);
 		if (r < 0)
@@ -800,14 +645,6 @@ static int fetch_run(struct lazy_layer *l, struct registry *reg, struct lazy_fil
 	for (size_t k = a; k <= e && r == 0; k++)
 		r = lazy_write_chunk(l, f, k, b.data + (f->chunks[k].blob_offset - start), &dst,
 				     true, NULL);
-	/* (a neighbour that does not match is only not brought) */
-	for (size_t i = 0; i < nn && r == 0; i++) {
-		const struct toc_chunk *c = &nb[i].g->chunks[nb[i].k];
-
-		nb[i].written =
-			lazy_write_chunk(l, nb[i].g, nb[i].k, b.data + (c->blob_offset - start),
-					 &dst, false, NULL) == 0;
-	}
 	free(dst);
 	free(b.data);
 	return r;
@@ -941,12 +778,8 @@ static int fetch_runs(struct lazy_layer *l, struct registry *reg, struct lazy_fi
 	void *dst = NULL;
 	int r = 0;
 
-	if (n == 1) {
-		const struct toc_chunk *last = &f->chunks[runs[0].e];
-
-		return fetch_run(l, reg, f, runs[0].a, runs[0].e, NULL, 0,
-				 last->blob_offset + last->blob_length, foreground);
-	}
+	if (n == 1)
+		return fetch_run(l, reg, f, runs[0].a, runs[0].e, foreground);
 	for (size_t i = 0; i < n && r == 0; i++) {
 		const struct toc_chunk *first = &f->chunks[runs[i].a],
 				       *last = &f->chunks[runs[i].e];
@@ -1012,9 +845,7 @@ int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_f
 		       size_t b, bool foreground)
 {
 	struct run runs[LAZY_RANGES_MAX];
-	struct neighbour nb[LAZY_NEIGHBOURS_MAX];
-	uint64_t need = 0, end;
-	size_t nn;
+	uint64_t need = 0;
 	int r = 0;
 
 	pthread_mutex_lock(&f->lock);
@@ -1073,42 +904,17 @@ int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_f
 			}
 			continue;
 		}
-		/* a reader's small file: the small files after it too */
-		nn = 0;
-		if (foreground && n == 1 && runs[0].e == f->n - 1 &&
-		    f->size <= LAZY_NEIGHBOUR_FILE_MAX) {
-			const struct toc_chunk *last = &f->chunks[f->n - 1];
-			uint64_t from = f->chunks[0].blob_offset;
-			uint64_t prev = atomic_exchange(&l->small_end,
-							last->blob_offset + last->blob_length);
-
-			if (prev && from >= prev && from - prev <= LAZY_NEIGHBOUR_WALK) {
-				nn = claim_neighbours(l, f, &mine,
-						      last->blob_offset + last->blob_length, nb,
-						      &end);
-				total += end - (last->blob_offset + last->blob_length);
-				atomic_store(&l->small_end, end);
-			}
-		}
 		mine.bytes = total;
 		f->fetches++;
 		pthread_mutex_unlock(&f->lock);
 		if (foreground && l->stats)
 			atomic_fetch_add(&l->stats->foreground, 1);
-		if (nn > 0) {
-			r = fetch_run(l, reg, f, runs[0].a, runs[0].e, nb, nn, end, foreground);
-			neighbours_done(l, &mine, nb, nn);
-		} else {
-			r = fetch_runs(l, reg, f, runs, n, foreground);
-		}
+		r = fetch_runs(l, reg, f, runs, n, foreground);
 		if (foreground && l->stats) {
 			atomic_fetch_sub(&l->stats->foreground, 1);
 			if (r == 0)
 				atomic_fetch_add(&l->stats->reader_ok, 1);
 		}
-		/* (one fetch for the bulk-read rule of lazy.h, whatever it
-		 * brought along: a start that reads many small files is a
-		 * start) */
 		if (foreground && r == 0) {
 			atomic_fetch_add(&l->reader_fetches, 1);
 			atomic_fetch_add(&l->reader_bytes, total);
