@@ -112,10 +112,9 @@ static int plan_commit(struct lazy_layer *l, struct pending *p, size_t n);
 static int stream_chunk(struct stream *s, struct pending *pd, const void *src)
 {
 	struct lazy_file *f = pd->f;
-	int r;
-
 	struct whole_hash *wh = s->wh;
 	struct hasher *feed;
+	int r;
 
 	pthread_mutex_lock(&f->lock);
 	if (f->complete || f->state[pd->k] != CHUNK_FETCHING || f->claim[pd->k] != s->claim) {

@@ -12,7 +12,6 @@
 #include "lazy.h"
 
 struct hasher;
-
 struct strmap;
 
 enum { CHUNK_MISSING, CHUNK_FETCHING, CHUNK_PRESENT };

@@ -333,16 +333,12 @@ static int file_reopen(struct lazy_layer *l, struct lazy_file *f)
 	}
 	if (!f->made)
 		return 0;
-	if (f->mapless) {
-		snprintf(name, sizeof(name), "p.%s", f->object);
-		f->fd = openat(l->dirfd, name, O_RDWR | O_CLOEXEC);
-		return f->fd < 0 ? -EIO : 0;
-	}
 	snprintf(name, sizeof(name), "p.%s", f->object);
 	f->fd = openat(l->dirfd, name, O_RDWR | O_CLOEXEC);
 	snprintf(name, sizeof(name), "p.%s.map", f->object);
-	f->mapfd = openat(l->dirfd, name, O_RDWR | O_CLOEXEC);
-	if (f->fd >= 0 && f->mapfd >= 0)
+	if (!f->mapless)
+		f->mapfd = openat(l->dirfd, name, O_RDWR | O_CLOEXEC);
+	if (f->fd >= 0 && (f->mapfd >= 0 || f->mapless))
 		return 0;
 	/* (removed behind our back: the next reader sees the error) */
 	if (f->fd >= 0)
@@ -524,13 +520,6 @@ static int chunk_write_sink(void *userdata, uint64_t off, const void *buf, size_
 	return 0;
 }
 
-/* Chunk k of f from its compressed bytes src: written and verified (its
- * state keeps every reader away from its bytes until it is present), and
- * with mark, flushed and then marked in the map.  Without, the caller
- * flushes (the completion: one syncfs for the layer, no map, as the file
- * is finished right after).  dst is a buffer the caller keeps (grown here
- * to LAZY_CHUNK_PIECE at most: a chunk of hundreds of MB decompresses
- * through it a piece at a time). */
 /* Whether f is one chunk whose digest is the file's: that chunk, once it
  * matched, is the file checked whole. */
 static bool whole_chunk(const struct lazy_file *f)
@@ -557,7 +546,7 @@ static int file_make(struct lazy_layer *l, struct lazy_file *f, bool mapless)
 	if (fd >= 0 && !mapless)
 		mapfd = openat(l->dirfd, name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0 || (mapfd < 0 && !mapless) || ftruncate(fd, (off_t)f->size) < 0) {
-		r = errno == ENOSPC ? -ENOSPC : -EIO;
+		r = negative_errno();
 		if (fd >= 0)
 			close(fd);
 		if (mapfd >= 0)
@@ -573,6 +562,13 @@ out:
 	return r;
 }
 
+/* Chunk k of f from its compressed bytes src: written and verified (its
+ * state keeps every reader away from its bytes until it is present), and
+ * with mark, flushed and then marked in the map.  Without, the caller
+ * flushes and marks (the completion: one syncfs for every 2 MiB of
+ * chunks).  dst is a buffer the caller keeps (grown here to
+ * LAZY_CHUNK_PIECE at most: a chunk of hundreds of MB decompresses
+ * through it a piece at a time). */
 int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const void *src,
 		     void **dst, bool mark, struct hasher *whole)
 {
