@@ -100,6 +100,15 @@ static void notify_at_stop(struct fs *fs)
  * this often (takeover_retire()). */
 #define RETIRE_EVERY_NS (1000 * INT64_C(1000000))
 
+/* takeover_retire() from the notifier's thread, outside fs.notify_lock
+ * (held, and again on return): it asks the kernel. */
+static void retire_unlocked(struct fs *fs)
+{
+	pthread_mutex_unlock(&fs->notify_lock);
+	takeover_retire(fs);
+	pthread_mutex_lock(&fs->notify_lock);
+}
+
 void ns_notifier_wake(struct fs *fs)
 {
 	pthread_mutex_lock(&fs->notify_lock);
@@ -124,9 +133,7 @@ static void *notifier(void *arg)
 				pthread_cond_wait(&fs->notify_cond, &fs->notify_lock);
 			} else if (pthread_cond_timedwait(&fs->notify_cond, &fs->notify_lock,
 							  &ts) == ETIMEDOUT) {
-				pthread_mutex_unlock(&fs->notify_lock);
-				takeover_retire(fs);
-				pthread_mutex_lock(&fs->notify_lock);
+				retire_unlocked(fs);
 			}
 		}
 		if (fs->notify_stop) {
@@ -166,11 +173,8 @@ static void *notifier(void *arg)
 		fs->notify_sent = batch;
 		pthread_cond_broadcast(&fs->notify_sent_cond);
 		/* a name removed may have been all that held one */
-		if (atomic_load(&fs->takeover.n_retiring) > 0) {
-			pthread_mutex_unlock(&fs->notify_lock);
-			takeover_retire(fs);
-			pthread_mutex_lock(&fs->notify_lock);
-		}
+		if (atomic_load(&fs->takeover.n_retiring) > 0)
+			retire_unlocked(fs);
 	}
 	pthread_mutex_unlock(&fs->notify_lock);
 	return NULL;

@@ -652,7 +652,7 @@ static bool unheld(struct fs *fs, struct image *img)
  * lookup answered just before that was seen has its node made by the
  * kernel after the answer, which a second look a second later, with no
  * lookup handed out between, finds. */
-bool takeover_retire(struct fs *fs)
+void takeover_retire(struct fs *fs)
 {
 	struct retiring **v = NULL, *r;
 	size_t cap = 0, n = 0, i;
@@ -722,7 +722,6 @@ bool takeover_retire(struct fs *fs)
 	if (due)
 		atomic_store(&fs->takeover.retire_due, true);
 	pthread_mutex_unlock(&fs->takeover.retire_lock);
-	return due;
 }
 
 /* The keys of the images some process has its working directory or its

@@ -109,10 +109,10 @@ void takeover_restored_dentry(struct fs *fs, const char *reference, struct image
 /* Retires the restored images whose pin ended, nothing but the kernel's
  * counts holds, and of which the kernel holds no node (seen so twice, a
  * second apart, with no lookup between): their content, descriptors and
- * the disk of removed layers go.  Returns whether another call is wanted
- * in a second (takeover.retire_due).  Blocks on the kernel; from the
+ * the disk of removed layers go; takeover.retire_due says when another
+ * call is wanted a second later.  Blocks on the kernel; from the
  * notifier's thread or a collection. */
-bool takeover_retire(struct fs *fs);
+void takeover_retire(struct fs *fs);
 /* Has the notifier call takeover_retire() soon: a name removed, a root
  * forgotten. */
 void takeover_retire_soon(struct fs *fs);
