@@ -29,9 +29,13 @@
 /* Bytes between two missing chunks that are fetched along rather than
  * asked for apart (tar headers, small entries between files). */
 #define PLAN_GAP_MAX (64u << 10)
-/* What a request wrote is flushed and marked in the maps every this many
- * bytes of chunks: a completion killed on its way loses no more. */
+/* What the requests wrote is flushed and marked in the maps once it is at
+ * least this many bytes of chunks and the last flush at least
+ * PLAN_COMMIT_NS old, and when the requests end: a completion killed on
+ * its way loses no more than the larger of the two (each flush is a
+ * syncfs, which on a fast link would cost more than the transfer). */
 #define PLAN_COMMIT_BYTES (2u << 20)
+#define PLAN_COMMIT_NS (500 * INT64_C(1000000))
 /* The blob's tail after the last missing chunk (its table of contents,
  * fetched at the lookup already) is fetched again for the blob's digest
  * when it is at most this share of the blob, in percent, or at most
@@ -74,6 +78,14 @@ struct chain {
 	bool toc_differs;
 };
 
+/* The chunks written and not yet flushed nor marked: p[from, ...). */
+struct commit {
+	struct pending *p;
+	size_t from;
+	uint64_t bytes;	 /* of chunks written since the last flush */
+	int64_t last_ns; /* clock_mono_ns() of the last flush */
+};
+
 struct stream {
 	struct lazy_layer *l;
 	const atomic_bool *cancel;
@@ -86,9 +98,8 @@ struct stream {
 	uint64_t buf_start;
 	size_t buf_len, cap;
 	void *dst;
-	struct chain *chain;  /* NULL: this request does not continue it */
-	size_t committed;     /* p[0, committed) flushed and marked */
-	uint64_t uncommitted; /* bytes of chunks written since */
+	struct chain *chain; /* NULL: this request does not continue it */
+	struct commit *commit;
 	/* chunks that did not match the table */
 	size_t bad_chunks;
 };
@@ -106,6 +117,23 @@ static int cmp_pending(const void *a, const void *b)
 }
 
 static int plan_commit(struct lazy_layer *l, struct pending *p, size_t n);
+
+/* Flushes and marks what was written of c->p[c->from, end). */
+static int commit_upto(struct lazy_layer *l, struct commit *c, size_t end)
+{
+	int r = plan_commit(l, c->p + c->from, end - c->from);
+
+	c->from = end;
+	c->bytes = 0;
+	c->last_ns = clock_mono_ns();
+	return r;
+}
+
+static bool commit_due(const struct commit *c, uint64_t min_bytes)
+{
+	return c->bytes > 0 && c->bytes >= min_bytes &&
+	       clock_mono_ns() - c->last_ns >= PLAN_COMMIT_NS;
+}
 
 /* The bytes of one claimed chunk are in: written, unless the claim went
  * (the file was finished meanwhile).  Readers waiting for it go on. */
@@ -155,7 +183,7 @@ static int stream_chunk(struct stream *s, struct pending *pd, const void *src)
 	pthread_mutex_unlock(&f->lock);
 	if (r == 0) {
 		pd->written = true;
-		s->uncommitted += pending_chunk(pd)->blob_length;
+		s->commit->bytes += pending_chunk(pd)->blob_length;
 		lazy_changed(s->l);
 	}
 	/* the request goes on: the blob's digest, if it gets that far,
@@ -242,11 +270,9 @@ static int stream_sink(void *userdata, const void *data, size_t len)
 			continue;
 		int r = stream_chunk(s, &s->p[s->next], s->buf + (c->blob_offset - s->buf_start));
 
-		if (r == 0 && s->uncommitted >= PLAN_COMMIT_BYTES) {
-			r = plan_commit(s->l, s->p + s->committed, s->next + 1 - s->committed);
-			s->committed = s->next + 1;
-			s->uncommitted = 0;
-		}
+		if (r == 0 && commit_due(s->commit, PLAN_COMMIT_BYTES))
+			r = commit_upto(s->l, s->commit,
+					(size_t)(s->p - s->commit->p) + s->next + 1);
 		if (r < 0)
 			return r;
 		/* keep only what the next chunk (sorted, maybe overlapping)
@@ -334,7 +360,7 @@ static void plan_release(struct pending *p, size_t n, const struct lazy_claim *c
  * this fetches none of it again. */
 static int plan_commit(struct lazy_layer *l, struct pending *p, size_t n)
 {
-	bool any = false, unnamed = false;
+	bool any = false, unnamed = false, mapless;
 	int r;
 
 	for (size_t i = 0; i < n; i++) {
@@ -356,15 +382,23 @@ static int plan_commit(struct lazy_layer *l, struct pending *p, size_t n)
 			continue;
 		p[i].written = false;
 		atomic_store(&f->named, true);
-		if (lazy_file_hold(l, f) < 0)
-			continue; /* fetched again after a crash, that is all */
-		pthread_mutex_lock(&f->lock);
-		if (!f->complete && f->mapfd >= 0 && pwrite(f->mapfd, "1", 1, (off_t)p[i].k) == 1)
-			atomic_store(&f->unflushed, false);
-		pthread_mutex_unlock(&f->lock);
+		pthread_mutex_lock(&l->lock);
+		mapless = f->mapless;
+		pthread_mutex_unlock(&l->lock);
+		/* a file without a map is an object now, by name */
+		if (!mapless) {
+			if (lazy_file_hold(l, f) < 0)
+				continue; /* fetched again after a crash, that is all */
+			pthread_mutex_lock(&f->lock);
+			if (!f->complete && f->mapfd >= 0 &&
+			    pwrite(f->mapfd, "1", 1, (off_t)p[i].k) == 1)
+				atomic_store(&f->unflushed, false);
+			pthread_mutex_unlock(&f->lock);
+		}
 		lazy_file_publish(l, f, p[i].whole);
 		p[i].whole = false;
-		lazy_file_put(l, f);
+		if (!mapless)
+			lazy_file_put(l, f);
 	}
 	return 0;
 }
@@ -384,6 +418,7 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 	uint64_t size = l->src.tl.blob_size;
 	struct chain chain = { .hasher = ret_proven ? hasher_new() : NULL };
 	struct whole_hash wh = { 0 };
+	struct commit commit = { .p = p, .last_ns = clock_mono_ns() };
 	size_t i = 0, bad = 0;
 	int r = 0;
 
@@ -430,7 +465,8 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 				    .n = claimed ? i - first : 0,
 				    .pos = start,
 				    .buf_start = start,
-				    .chain = chain.hasher ? &chain : NULL };
+				    .chain = chain.hasher ? &chain : NULL,
+				    .commit = &commit };
 		struct error_detail rerr = { 0 };
 
 		r = registry_get_blob_range(reg, l->src.domain, l->src.repo, l->blob_digest, size,
@@ -448,8 +484,8 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 		free(s.dst);
 		if (claimed)
 			plan_release(p + first, i - first, &claim);
-		if (r == 0 && claimed)
-			r = plan_commit(l, p + first, i - first);
+		if (r == 0 && claimed && commit_due(&commit, 0))
+			r = commit_upto(l, &commit, i);
 		if (chain.hasher && (r < 0 || end >= size)) {
 			if (r == 0) {
 				char got[DIGEST_STRING_MAX];
@@ -471,6 +507,13 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 			hasher_free(chain.hasher);
 			chain.hasher = NULL;
 		}
+	}
+	/* what was written is kept, whatever ended the requests */
+	if (commit.from < i) {
+		int cr = commit_upto(l, &commit, i);
+
+		if (r == 0)
+			r = cr;
 	}
 	whole_hash_drop(&wh);
 	hasher_free(chain.hasher);
@@ -565,6 +608,9 @@ static int finish_files(struct lazy_layer *l, struct registry *reg, const atomic
 			continue;
 		if (stop_asked(l, cancel))
 			return -ECANCELED;
+		/* (a complete one is not opened for this) */
+		if (lazy_file_local(l, toc->files[i].object))
+			continue;
 		r = lazy_file_get(l, toc->files[i].object, &f);
 		if (r < 0)
 			return r;

@@ -59,6 +59,8 @@ struct lazy_file {
 	bool mapless;
 	unsigned users;		     /* the layer's lock: holders of fd */
 	struct dlist_node idle_node; /* the layer's lock: on idle */
+	/* lock; becomes true while f is held, or with the layer's lock held
+	 * too: file_reopen() of a parked file reads it under that one */
 	bool complete;
 	/* both files' names are on stable storage */
 	atomic_bool named;
@@ -116,7 +118,7 @@ void lazy_file_put(struct lazy_layer *l, struct lazy_file *f);
  * to match the file's digest: written without a map (its one chunk
  * matched it), or hashed (its chunks fed in order to a hasher that
  * matched it): made an object, as finishing it would, without reading
- * it again.  f held. */
+ * it again, by name (f need not be held). */
 void lazy_file_publish(struct lazy_layer *l, struct lazy_file *f, bool hashed);
 /* Chunk k of f from its compressed bytes src, verified and written;
  * with mark, flushed and marked in the map (see lazy.c).  whole, if not

@@ -565,7 +565,7 @@ out:
 /* Chunk k of f from its compressed bytes src: written and verified (its
  * state keeps every reader away from its bytes until it is present), and
  * with mark, flushed and then marked in the map.  Without, the caller
- * flushes and marks (the completion: one syncfs for every 2 MiB of
+ * flushes and marks (the completion: one syncfs for many
  * chunks).  dst is a buffer the caller keeps (grown here to
  * LAZY_CHUNK_PIECE at most: a chunk of hundreds of MB decompresses
  * through it a piece at a time). */
@@ -728,18 +728,30 @@ void lazy_file_publish(struct lazy_layer *l, struct lazy_file *f, bool hashed)
 	char name[DIGEST_HEX_LEN + 8], done[DIGEST_HEX_LEN + 8];
 	bool all = true;
 
+	bool renamed = false;
+
 	pthread_mutex_lock(&f->lock);
 	for (size_t k = 0; k < f->n && all; k++)
 		all = f->state[k] == CHUNK_PRESENT;
-	if (!f->complete && (f->mapless || hashed) && f->fd >= 0 && all) {
-		fchmod(f->fd, 0444);
+	/* By name: the caller need not hold f (a file of one chunk is
+	 * mostly parked by then, and opening it again for this cost more
+	 * than the rest).  Under the layer's lock, which a parked file is
+	 * opened again under: it finds p.OBJ, or o.OBJ and f complete. */
+	pthread_mutex_lock(&l->lock);
+	if (!f->complete && (f->mapless || hashed) && f->made && all) {
 		snprintf(name, sizeof(name), "p.%s", f->object);
 		snprintf(done, sizeof(done), "o.%s", f->object);
+		fchmodat(l->dirfd, name, 0444, 0);
 		/* (failing, the file is finished as any other) */
 		if (renameat(l->dirfd, name, l->dirfd, done) == 0) {
-			atomic_store(&f->unflushed, false); /* by the commit */
-			file_published(l, f);
+			f->complete = true;
+			renamed = true;
 		}
+	}
+	pthread_mutex_unlock(&l->lock);
+	if (renamed) {
+		atomic_store(&f->unflushed, false); /* by the commit */
+		file_published(l, f);
 	}
 	pthread_mutex_unlock(&f->lock);
 }

@@ -191,8 +191,9 @@ void lazy_stats_metrics(const struct lazy_stats *stats, FILE *f);
  * layer marked complete: verified against its digest (its "lazy" file
  * removed), or against its table of contents only
  * (lazy_layer_toc_verified(): it keeps its "lazy" file, and is shared only
- * under that table).  What a request wrote is flushed and marked in the
- * maps after it: a completion killed on its way fetches none of it again.
+ * under that table).  What the requests wrote is flushed and marked in the
+ * maps every 2 MiB and half a second, and at their end: a completion killed
+ * on its way fetches no more than that again.
  * Stops with -ECANCELED when *cancel becomes true.  Returns 0 or -errno. */
 int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel);
 
