@@ -13,9 +13,15 @@
  * reader waiting for the registry can be interrupted, when the kernel
  * still maps such files (FUSE_DIRECT_IO_ALLOW_MMAP, fuseio.c; a kernel
  * without it reads them through the page cache, where a reader waits
- * killable only).  An open once it is local is cached like a pack's.
- * None is in passthrough: the kernel refuses a passthrough open of an
- * inode that has cached opens or mappings.
+ * killable only).  An open once it is local is in passthrough like any
+ * object's, unless an open of the same node that is not is still open
+ * (fs.lazy_opens counts them): the kernel refuses a passthrough open of
+ * an inode with cached opens or mappings (a direct I/O open may have
+ * been mapped), and any other open of one open in passthrough.  Neither
+ * can happen the other way round: a file once local stays local.  The
+ * nodes of an image whose key a process before handed out (restored at
+ * a takeover) may be open in modes this process never saw: their lazy
+ * files are not in passthrough, and are cached like a pack's once local.
  *
  * The kernel refuses two backing files for one inode, and it attaches an
  * inode to the backing file of its first open until the last one closes;
@@ -90,6 +96,7 @@ struct ofile {
 	int fd;		    /* read through the daemon; -1 in passthrough */
 	const char *object; /* passthrough: the key of its backing */
 	bool lazy;	    /* a file of a lazy layer: image_lazy_read() */
+	char *lazy_node;    /* lazy: its key in fs.lazy_opens */
 	/* in fs.open_files until released; backing_lock.  Those the kernel
 	 * never released (the daemon stopping first) go with the fs. */
 	struct dlist_node node;
@@ -118,6 +125,7 @@ void files_free_all(struct fs *fs)
 		dlist_remove(&fs->open_files, &of->node);
 		if (of->fd >= 0)
 			close(of->fd);
+		free(of->lazy_node);
 		free(of);
 	}
 	pthread_mutex_unlock(&fs->backing_lock);
@@ -197,9 +205,62 @@ static void backing_put(struct fs *fs, const char *object)
 	pthread_mutex_unlock(&fs->backing_lock);
 }
 
+/* The key of a node in fs.lazy_opens: its image (a name of its own, held
+ * by the open) and its tree node. */
+static void lazy_node_key(char *buf, size_t len, const struct image *img, const struct tinode *t)
+{
+	snprintf(buf, len, "%p/%p", (const void *)img, (const void *)t);
+}
+
+/* Whether a file of a lazy layer is opened in passthrough; if not, the
+ * open is counted in fs.lazy_opens (under the same lock as the choice:
+ * two opens racing agree) and of->lazy_node set.  -ENOMEM. */
+static int lazy_open_mode(struct fs *fs, struct ofile *of, struct image *img,
+			  const struct tinode *t, bool *ret_passthrough)
+{
+	char key[64];
+	uintptr_t n;
+	int r = 0;
+
+	lazy_node_key(key, sizeof(key), img, t);
+	pthread_mutex_lock(&fs->backing_lock);
+	n = (uintptr_t)strmap_get(fs->lazy_opens, key);
+	*ret_passthrough = n == 0 && passthrough_usable(fs) && !image_restored(img) &&
+			   image_file_local(img, t);
+	if (!*ret_passthrough) {
+		of->lazy_node = strdup(key);
+		r = of->lazy_node ? strmap_put(fs->lazy_opens, key, (void *)(n + 1)) : -ENOMEM;
+		if (r < 0) {
+			free(of->lazy_node);
+			of->lazy_node = NULL;
+		}
+	}
+	pthread_mutex_unlock(&fs->backing_lock);
+	return r;
+}
+
+/* An open lazy_open_mode() counted is gone. */
+static void lazy_open_end(struct fs *fs, struct ofile *of)
+{
+	uintptr_t n;
+
+	if (!of->lazy_node)
+		return;
+	pthread_mutex_lock(&fs->backing_lock);
+	n = (uintptr_t)strmap_get(fs->lazy_opens, of->lazy_node);
+	if (n > 1)
+		(void)strmap_put(fs->lazy_opens, of->lazy_node, (void *)(n - 1));
+	else
+		strmap_remove(fs->lazy_opens, of->lazy_node);
+	pthread_mutex_unlock(&fs->backing_lock);
+	free(of->lazy_node);
+	of->lazy_node = NULL;
+}
+
 static void open_object(fuse_req_t req, struct fs *fs, struct image *img, const struct tinode *t,
 			struct fuse_file_info *fi)
 {
+	bool passthrough = false;
 	struct ofile *of = malloc(sizeof(*of));
 	int fd = -1, id = 0;
 
@@ -208,13 +269,19 @@ static void open_object(fuse_req_t req, struct fs *fs, struct image *img, const 
 		return;
 	}
 	*of = (struct ofile){ .fd = -1 };
-	if (image_file_lazy(img, t)) {
+	if (image_file_lazy(img, t) &&
+	    (lazy_open_mode(fs, of, img, t, &passthrough) < 0 || !passthrough)) {
+		if (!of->lazy_node) {
+			free(of);
+			reply_err(req, -ENOMEM);
+			return;
+		}
 		/* fetched as it is read.  Until it is all local, with direct
 		 * I/O: each read(2) is a READ the reader waits for, which a
 		 * signal interrupts (FUSE_INTERRUPT, answered at once), where
 		 * a read through the page cache waits, killable only, for the
-		 * kernel's readahead requests.  Once local, cached by the
-		 * kernel like a pack's. */
+		 * kernel's readahead requests.  Once local (and not in
+		 * passthrough), cached by the kernel like a pack's. */
 		of->lazy = true;
 		if (fuseio_direct_io_mmap(fs->io) && !image_file_local(img, t))
 			fi->direct_io = 1;
@@ -263,8 +330,9 @@ reply:
 		image_close(img);
 		if (id > 0)
 			backing_put(fs, t->object);
-		else
+		else if (fd >= 0)
 			close(fd);
+		lazy_open_end(fs, of);
 		free(of);
 		return;
 	}
@@ -513,6 +581,7 @@ void file_release(struct fs *fs, struct image *img, struct fuse_file_info *fi)
 			close(of->fd);
 		else if (of->object)
 			backing_put(fs, of->object);
+		lazy_open_end(fs, of);
 		free(of);
 	}
 	if (img)

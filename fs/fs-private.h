@@ -155,6 +155,9 @@ struct fs {
 	struct strmap *backings;   /* object hex -> struct backing *; backing_lock */
 	struct dlist backing_idle; /* unused ones, oldest first; backing_lock */
 	struct dlist open_files;   /* struct ofile of every open object; backing_lock */
+	/* opens not in passthrough of files of lazy layers, per node
+	 * (files.c: lazy_node_key()) -> their count; backing_lock */
+	struct strmap *lazy_opens;
 	/* handles of processes before seen in use, fh in hex -> struct
 	 * image * (a reference and an open each); backing_lock */
 	struct strmap *foreign;

@@ -56,11 +56,12 @@ int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
 	fs->handoff.sup_fd = fs->handoff.state_fd = fs->handoff.dev_fd = -1;
 	clock_gettime(CLOCK_REALTIME, &fs->started);
 	fs->backings = strmap_new();
+	fs->lazy_opens = strmap_new();
 	fs->foreign = strmap_new();
 	fs->notify_keys = strmap_new();
 	fs->dentries = strmap_new();
 	fs->dentries_pending = strmap_new();
-	if (!fs->backings || !fs->foreign || !fs->notify_keys || !fs->dentries ||
+	if (!fs->backings || !fs->lazy_opens || !fs->foreign || !fs->notify_keys || !fs->dentries ||
 	    !fs->dentries_pending || ns_init(fs) < 0) {
 		fs_free(fs);
 		return -ENOMEM;
@@ -102,6 +103,7 @@ void fs_free(struct fs *fs)
 	if (fs->backings)
 		strmap_foreach(fs->backings, free_backing_entry, NULL);
 	strmap_free(fs->backings);
+	strmap_free(fs->lazy_opens);
 	/* (the images go with the manager) */
 	strmap_free(fs->foreign);
 	ctl_free_all(fs);

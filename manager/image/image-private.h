@@ -52,6 +52,9 @@ struct image {
 	atomic_uint_fast64_t kernel_refs;
 	atomic_uint_fast64_t kernel_lookups; /* ever handed out */
 	atomic_bool retired;		     /* image_retire() */
+	/* its key is one a process before handed out (images_key_take()):
+	 * the kernel may hold its files open from then */
+	atomic_bool restored;
 	atomic_uint open_files;		     /* regular files the filesystem has open */
 	struct images *images;
 	struct image_content *content;

@@ -311,11 +311,13 @@ int images_key_take(struct images *imgs, struct image *img, uint32_t key, struct
 	live = images_get(imgs, key);
 	if (live && !strcmp(image_digest(live), image_digest(img)) && !live->layer) {
 		image_ref(live, 1);
+		atomic_store(&live->restored, true);
 	} else if (live) {
 		r = -ESTALE; /* the key went to another image */
 		live = NULL;
 	} else {
 		img->key = key;
+		atomic_store(&img->restored, true);
 		r = imagekeys_insert(imgs->keys, key, img);
 		if (r < 0)
 			img->key = 0;
@@ -521,6 +523,11 @@ bool image_file_lazy(struct image *img, const struct tinode *file)
 
 	return file->object && file->layer < c->n_layers &&
 	       pack_was_lazy(img->images->o.packs, c->packs[file->layer]);
+}
+
+bool image_restored(const struct image *img)
+{
+	return atomic_load(&img->restored);
 }
 
 bool image_file_local(struct image *img, const struct tinode *file)

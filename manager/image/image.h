@@ -165,13 +165,18 @@ void image_file_fd_put(struct image *img, const struct tinode *file);
  * caller; -errno when it cannot be opened.  May block on openat(). */
 int image_object_open(struct image *img, const struct tinode *file);
 /* Files of lazy layers: whether the file's layer was lazy when this
- * process first looked (never passthrough then), and a read of it that
+ * process first looked (then not opened in passthrough until it is local,
+ * fs/files.c), and a read of it that
  * fetches what is missing (who: the reader's ids, named by the event of
  * a failure).  Returns the bytes read or -errno; blocks. */
 bool image_file_lazy(struct image *img, const struct tinode *file);
 /* Whether every byte of a file of a lazy layer is on this node (a read of
  * it never waits for a registry): complete, or the layer complete. */
 bool image_file_local(struct image *img, const struct tinode *file);
+/* Whether the image has a key a process before this one handed out
+ * (images_key_take()): the kernel may hold its files open from then, in
+ * modes this process does not know. */
+bool image_restored(const struct image *img);
 ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t off, size_t size,
 			void *buf, const struct caller *who);
 /* Open regular files of the image, counted by the filesystem: GC and rm
