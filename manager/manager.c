@@ -505,6 +505,8 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 			.registry = m->registry,
 			.stats = packs_lazy_stats(m->packs),
 			.window_ns = completion_window_ns(opts),
+			/* an explicit delay is kept to */
+			.measure_link = opts->lazy_completion_delay_ms == 0,
 			.cancelled = &m->cancelled,
 			.events = manager_event_sink(m),
 		},

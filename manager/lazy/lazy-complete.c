@@ -710,6 +710,8 @@ void lazy_layer_reads(struct lazy_layer *l, struct lazy_reads *ret)
 {
 	ret->fetches = atomic_load(&l->reader_fetches);
 	ret->bytes = atomic_load(&l->reader_bytes);
+	ret->us = atomic_load(&l->reader_us);
+	ret->size = l->src.tl.blob_size;
 }
 
 void lazy_layer_abandon(struct lazy_layer *l)

@@ -12,6 +12,7 @@
 #include "dlist.h"
 #include "lazy.h"
 #include "lazy-schedule.h"
+#include "macro.h"
 
 struct lazy_completer {
 	struct lazy_completer_options o;
@@ -31,7 +32,11 @@ struct completion {
 	char *digest;
 	struct lazy_schedule sched; /* lc->lock */
 	struct lazy_reads reads;    /* the layer's when the completion began */
-	struct dlist_node node;	    /* on lc->completions; lc->lock */
+	/* the link measured fast enough to end the window (lc->lock); the
+	 * event told */
+	uint64_t fast_rate, fast_rest;
+	bool fast_told;
+	struct dlist_node node; /* on lc->completions; lc->lock */
 };
 
 int lazy_completer_new(const struct lazy_completer_options *o, struct lazy_completer **ret)
@@ -88,6 +93,34 @@ static bool group_bulk_read(struct lazy_completer *lc, const void *group)
 	return sum.bytes >= LAZY_BULK_BYTES || sum.fetches >= LAZY_BULK_FETCHES;
 }
 
+/* Whether the rest of group arrives, at the rate its readers' fetches
+ * got (once they brought LAZY_RATE_MIN_BYTES), within cp's start-up
+ * window; sets cp->fast_rate and fast_rest.  lc->lock held. */
+static bool group_link_fast(struct lazy_completer *lc, struct completion *cp)
+{
+	uint64_t bytes = 0, us = 0, rest = 0, rate;
+	struct lazy_reads now;
+
+	for (struct dlist_node *d = lc->completions.head; d; d = d->next) {
+		struct completion *o = dlist_entry(d, struct completion, node);
+
+		if (o->job.group != cp->job.group)
+			continue;
+		lazy_layer_reads(o->job.layer, &now);
+		bytes += now.bytes;
+		us += now.us;
+		rest += now.size - MIN(now.bytes, now.size);
+	}
+	/* (fetches at once are summed one after the other: the rate is
+	 * never overrated) */
+	rate = bytes >= LAZY_RATE_MIN_BYTES ? bytes * 1000000u / MAX(us, (uint64_t)1) : 0;
+	if (!lazy_schedule_link_fast(&cp->sched, rate, rest))
+		return false;
+	cp->fast_rate = rate;
+	cp->fast_rest = rest;
+	return true;
+}
+
 /* Waits until the schedule says go (unless scheduled is false: a
  * prefetch), then for a slot; false when the daemon stops or the layer is
  * gone first. */
@@ -104,6 +137,10 @@ static bool slot_take(struct completion *cp, bool scheduled)
 		/* readers who read the image in bulk end its window */
 		if (scheduled && cp->sched.phase == LAZY_PHASE_WINDOW &&
 		    group_bulk_read(lc, cp->job.group))
+			lazy_schedule_wake(&cp->sched, true);
+		/* a link on which waiting only delays the image ends it too */
+		if (scheduled && cp->sched.phase == LAZY_PHASE_WINDOW && !cp->sched.now &&
+		    lc->o.measure_link && group_link_fast(lc, cp))
 			lazy_schedule_wake(&cp->sched, true);
 		if ((!scheduled || lazy_schedule_due(&cp->sched, NULL)) &&
 		    lc->running < LAZY_COMPLETIONS_MAX)
@@ -164,6 +201,27 @@ static void prefetch_layer(struct completion *cp)
 			    cp->digest, strerror(-r));
 }
 
+/* Says once that the link ended the window (group_link_fast()). */
+static void tell_fast(struct completion *cp)
+{
+	struct lazy_completer *lc = cp->lc;
+	uint64_t rate, rest;
+
+	pthread_mutex_lock(&lc->lock);
+	rate = cp->fast_told ? 0 : cp->fast_rate;
+	rest = cp->fast_rest;
+	cp->fast_told = true;
+	pthread_mutex_unlock(&lc->lock);
+	if (rate)
+		event_sendf(&lc->o.events, EVENT_NORMAL, "LazyCompletionNow", NULL, cp->digest, 0,
+			    NULL,
+			    "Completing lazy layer %s before the end of its start-up window: "
+			    "its image's readers fetched at %.1f MB/s, at which the %.1f MB "
+			    "left take %.2fs, less than the window's %.1fs",
+			    cp->digest, (double)rate / 1e6, (double)rest / 1e6,
+			    (double)rest / (double)rate, (double)lc->o.window_ns / 1e9);
+}
+
 /* One try after another until the layer is complete (0), cannot be, or
  * the daemon stops. */
 static int complete_layer(struct completion *cp)
@@ -180,6 +238,7 @@ static int complete_layer(struct completion *cp)
 		if (cp->job.gone(cp->job.userdata))
 			return r;
 		if (slot_take(cp, true)) {
+			tell_fast(cp);
 			r = lazy_layer_complete(cp->job.layer, lc->o.registry, lc->o.cancelled);
 			slot_give(lc);
 		}

@@ -23,6 +23,9 @@ struct registry;
 /* Completions running at once: each streams a blob, and the reads someone
  * waits for come first anyway (lazy.h). */
 #define LAZY_COMPLETIONS_MAX 2
+/* The readers' bytes that measure the link (measure_link): fewer, on a
+ * shaped link, may have come in the burst its queue lets through. */
+#define LAZY_RATE_MIN_BYTES (1u << 20)
 
 struct lazy_completer_options {
 	const struct clock *clock;
@@ -32,6 +35,10 @@ struct lazy_completer_options {
 	/* the start-up window of a layer just loaded (lazy-schedule.h); 0:
 	 * none */
 	int64_t window_ns;
+	/* the window ends early when the readers' fetches show a link on
+	 * which the rest of the image arrives within it
+	 * (lazy_schedule_link_fast(); a LazyCompletionNow event says so) */
+	bool measure_link;
 	/* the daemon stops: completions give up (borrowed, set by the
 	 * owner) */
 	const atomic_bool *cancelled;

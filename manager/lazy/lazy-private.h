@@ -90,6 +90,7 @@ struct lazy_layer {
 	/* readers' fetches of this layer, and the compressed bytes they
 	 * brought */
 	atomic_uint_fast64_t reader_fetches, reader_bytes;
+	atomic_uint_fast64_t reader_us; /* lazy_reads.us */
 	/* complete, every file checked against the table's digests, the
 	 * blob never against its own (the "complete" file) */
 	atomic_bool toc_verified;

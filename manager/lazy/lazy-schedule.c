@@ -68,6 +68,16 @@ bool lazy_schedule_due(const struct lazy_schedule *s, int64_t *ret_wait_ns)
 	return at <= now;
 }
 
+bool lazy_schedule_link_fast(const struct lazy_schedule *s, uint64_t rate, uint64_t rest)
+{
+	const uint64_t ns = (uint64_t)CLOCK_NS_PER_SEC;
+
+	if (rate == 0 || s->window_ns <= 0)
+		return false;
+	/* rest / rate <= window, in nanoseconds (the product saturates) */
+	return (rest >= UINT64_MAX / ns ? UINT64_MAX : rest * ns) / rate <= (uint64_t)s->window_ns;
+}
+
 void lazy_schedule_running(struct lazy_schedule *s)
 {
 	s->phase = LAZY_PHASE_RUNNING;

@@ -60,6 +60,12 @@ void lazy_schedule_wake(struct lazy_schedule *s, bool waited);
  * long until it should when not. */
 bool lazy_schedule_due(const struct lazy_schedule *s, int64_t *ret_wait_ns);
 
+/* Whether the rest of an image, rest bytes, arrives at rate bytes a
+ * second (0: not measured) within the start-up window: then waiting for
+ * it only delays the whole image, its readers' fetches gain little, and
+ * the window may end (lazy-completer.c, with the default window). */
+bool lazy_schedule_link_fast(const struct lazy_schedule *s, uint64_t rate, uint64_t rest);
+
 /* The completion starts; then it failed (the back-off grows, returns the
  * seconds until the next try). */
 void lazy_schedule_running(struct lazy_schedule *s);

@@ -627,6 +627,8 @@ static int fetch_run(struct lazy_layer *l, struct registry *reg, struct lazy_fil
 
 	r = fetch_range(reg, &l->src, l->blob_digest, start,
 			last->blob_offset + last->blob_length - start, &b, NULL, 0);
+	if (foreground && r == 0)
+		atomic_fetch_add(&l->reader_us, now_us() - t0);
 	if (l->stats) {
 		atomic_fetch_add(&l->stats->fetches, 1);
 		if (r < 0)
@@ -808,6 +810,8 @@ static int fetch_runs(struct lazy_layer *l, struct registry *reg, struct lazy_fi
 		if (bufs[i].len != rg[i].length)
 			r = -EBADMSG;
 	}
+	if (foreground && r == 0)
+		atomic_fetch_add(&l->reader_us, now_us() - t0);
 	if (l->stats) {
 		atomic_fetch_add(&l->stats->fetches, 1);
 		if (r < 0)

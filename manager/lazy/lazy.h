@@ -145,8 +145,12 @@ int lazy_layer_dup_dir(struct lazy_layer *l);
  * ends the start-up window of its layers. */
 #define LAZY_BULK_BYTES (16u << 20)
 #define LAZY_BULK_FETCHES 64u
+/* us: the time the readers' requests took, one after the other (from the
+ * request to the last byte): bytes / us is what the link gives a reader;
+ * size: the blob's. */
 struct lazy_reads {
 	uint64_t fetches, bytes;
+	uint64_t us, size;
 };
 void lazy_layer_reads(struct lazy_layer *l, struct lazy_reads *ret);
 

@@ -73,6 +73,27 @@ static void test_window(void **state)
 	assert_true(due(f, NULL));
 }
 
+/* The link is fast when the rest arrives within the window at the rate
+ * measured; unmeasured, or without a window, never. */
+static void test_link_fast(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t mb = 1000000;
+
+	lazy_schedule_init(&f->s, &f->clock, S(2), 0);
+	assert_false(lazy_schedule_link_fast(&f->s, 0, 1));
+	/* 800 MB at 500 MB/s: 1.6 s; at 25 MB/s (200 Mbit/s): 32 s */
+	assert_true(lazy_schedule_link_fast(&f->s, 500 * mb, 800 * mb));
+	assert_false(lazy_schedule_link_fast(&f->s, 25 * mb, 800 * mb));
+	/* exactly the window, and a byte more */
+	assert_true(lazy_schedule_link_fast(&f->s, 100 * mb, 200 * mb));
+	assert_false(lazy_schedule_link_fast(&f->s, 100 * mb, 200 * mb + 1));
+	/* a rest too large for nanoseconds in 64 bits saturates: not fast */
+	assert_false(lazy_schedule_link_fast(&f->s, 1000 * mb, UINT64_MAX / 2));
+	lazy_schedule_init(&f->s, &f->clock, 0, 0);
+	assert_false(lazy_schedule_link_fast(&f->s, 500 * mb, 1));
+}
+
 /* Readers' fetches push the start back to a quiet spell after the last
  * one; a sample with no new fetch does not. */
 static void test_readers_push_back(void **state)
@@ -186,6 +207,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_no_window, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_window, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_link_fast, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_readers_push_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_busy_image_cap, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wake_window, setup, teardown),
