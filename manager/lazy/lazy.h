@@ -211,3 +211,10 @@ struct lazy_prefetch {
  * the completion). */
 int lazy_layer_prefetch(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel,
 			struct lazy_prefetch *ret);
+/* The same for the files whose content objects (hex) are the keys of
+ * objects (a start profile's files in this layer): ret->files counts
+ * those the layer has; the missing ones are fetched, as above. */
+struct strmap;
+int lazy_layer_prefetch_objects(struct lazy_layer *l, struct registry *reg,
+				const atomic_bool *cancel, const struct strmap *objects,
+				struct lazy_prefetch *ret);

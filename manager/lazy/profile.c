@@ -505,8 +505,8 @@ int profiles_remove(struct profiles *p, const char *image)
 	return unlinkat(p->dirfd, name, 0) < 0 ? negative_errno() : 0;
 }
 
-int profiles_foreach(struct profiles *p, int (*fn)(void *userdata, const char *image),
-		     void *userdata)
+int profiles_foreach(struct profiles *p,
+		     int (*fn)(void *userdata, const char *image, int64_t stored), void *userdata)
 {
 	DIR *d;
 	struct dirent *de;
@@ -516,11 +516,13 @@ int profiles_foreach(struct profiles *p, int (*fn)(void *userdata, const char *i
 		return 0;
 	while (r == 0 && (de = readdir(d))) {
 		char image[DIGEST_STRING_MAX];
+		struct stat st;
 
-		if (!is_hex64(de->d_name, strlen(de->d_name)))
+		if (!is_hex64(de->d_name, strlen(de->d_name)) ||
+		    fstatat(p->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
 		snprintf(image, sizeof(image), DIGEST_SHA256_PREFIX "%s", de->d_name);
-		r = fn(userdata, image);
+		r = fn(userdata, image, (int64_t)st.st_mtime);
 	}
 	closedir(d);
 	return r;

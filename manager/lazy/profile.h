@@ -130,10 +130,11 @@ int profiles_save(struct profiles *p, const struct profile *prof);
 int profiles_remove(struct profiles *p, const char *image);
 /* How many profiles are stored, and their bytes. */
 void profiles_count(struct profiles *p, uint64_t *ret_n, uint64_t *ret_bytes);
-/* Calls fn with the image digest of each stored profile; stops when fn
- * returns non-zero and returns that. */
-int profiles_foreach(struct profiles *p, int (*fn)(void *userdata, const char *image),
-		     void *userdata);
+/* Calls fn with the image digest of each stored profile and when it was
+ * stored (unix seconds); stops when fn returns non-zero and returns
+ * that. */
+int profiles_foreach(struct profiles *p,
+		     int (*fn)(void *userdata, const char *image, int64_t stored), void *userdata);
 
 /* Hands a new recorder to the writer, which writes its profile once its
  * window is over (unless a profile of the image is stored by then: an
