@@ -185,8 +185,9 @@ struct content_profile *content_profile_start(struct images *imgs, const struct 
 		event_sendf(&imgs->o.events, EVENT_WARNING, "ProfileStale", NULL, c->digest, 0,
 			    NULL,
 			    "The start profile of image %s was dropped: %zu of its %zu files are "
-			    "not in the image's layers (this start records a new one)",
-			    c->digest, prof->n_files - found, prof->n_files);
+			    "not in the image's layers%s",
+			    c->digest, prof->n_files - found, prof->n_files,
+			    profiles_window_ns(ps) > 0 ? " (this start records a new one)" : "");
 		profile_free(prof);
 	}
 	if (profiles_window_ns(ps) > 0) {
