@@ -20,7 +20,8 @@
 
 /* The image manifest digest reference stands for: the one its cached name
  * has, else the digest it names itself (which may be an index's: it is
- * then compared with nothing).  *ret NULL when neither. */
+ * then compared with nothing).  *ret NULL when neither.  -EOPNOTSUPP
+ * without a store of profiles. */
 static int reference_digest(struct manager *m, const char *reference, char **ret_canonical,
 			    char **ret, struct error_detail *err)
 {
@@ -29,6 +30,8 @@ static int reference_digest(struct manager *m, const char *reference, char **ret
 	char *digest = NULL;
 	int r;
 
+	if (!m->profiles)
+		return error_detail_set(err, -EOPNOTSUPP, "start profiles are off");
 	r = manager_canonical(reference, &canonical);
 	if (r < 0)
 		return r == -EINVAL
@@ -59,8 +62,6 @@ int manager_profile_export(struct manager *m, const char *reference, json_t **re
 	size_t len;
 	int r;
 
-	if (!m->profiles)
-		return error_detail_set(err, -EOPNOTSUPP, "start profiles are off");
 	r = reference_digest(m, reference, &canonical, &digest, err);
 	if (r < 0)
 		return r;
@@ -95,8 +96,6 @@ int manager_profile_import(struct manager *m, const char *reference, const char 
 	char why[ERROR_DETAIL_MAX] = "";
 	int r;
 
-	if (!m->profiles)
-		return error_detail_set(err, -EOPNOTSUPP, "start profiles are off");
 	r = reference_digest(m, reference, &canonical, &digest, err);
 	if (r < 0)
 		return r;

@@ -441,7 +441,7 @@ int profiles_load(struct profiles *p, const char *image, struct profile **ret)
 	const char *name = profile_name(image);
 	_cleanup_close_ int fd = -1;
 	_cleanup_free_ char *buf = NULL;
-	struct profile *prof;
+	struct profile *prof = NULL;
 	size_t len;
 	int r;
 
@@ -453,10 +453,10 @@ int profiles_load(struct profiles *p, const char *image, struct profile **ret)
 	r = read_full(fd, PROFILE_TEXT_MAX, &buf, &len);
 	if (r == 0)
 		r = profile_parse(buf, len, &prof, NULL, 0);
-	if (r == 0 && strcmp(prof->image, image) != 0) {
-		profile_free(prof);
+	if (r == 0 && (!prof || strcmp(prof->image, image) != 0))
 		r = -EBADMSG;
-	}
+	if (r < 0)
+		profile_free(TAKE_PTR(prof));
 	if (r == -EBADMSG || r == -E2BIG || r == -EFBIG) {
 		/* torn by a power cut, or put there by hand: no use */
 		(void)unlinkat(p->dirfd, name, 0);
