@@ -354,7 +354,7 @@ int profile_recorder_note(struct profile_recorder *r, unsigned layer, const char
 		res = -ESTALE;
 	} else if (layer >= p->n_layers) {
 		res = -EINVAL;
-	} else if (size == 0 || p->n_files == PROFILE_FILES_MAX ||
+	} else if (size == 0 || size > PROFILE_FILE_MAX || p->n_files == PROFILE_FILES_MAX ||
 		   size > PROFILE_BYTES_MAX - p->bytes || strmap_get(r->seen, key)) {
 		res = 0;
 	} else {

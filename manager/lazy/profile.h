@@ -26,6 +26,10 @@
 #define PROFILE_BYTES_MAX (256ull << 20)
 #define PROFILE_LAYERS_MAX 256u
 #define PROFILE_TEXT_MAX (160u << 10)
+/* A file larger than this is not recorded: a start seldom reads one
+ * whole (model weights, archives), and fetching it whole early would take
+ * the link from what the start reads next. */
+#define PROFILE_FILE_MAX (32ull << 20)
 /* The first line of a profile file. */
 #define PROFILE_MAGIC "pullfs-profile 1"
 
@@ -74,8 +78,8 @@ void profile_recorder_unref(struct profile_recorder *r);
 /* Notes one open of the file with content object in layer (an index into
  * the layers given) of size bytes at now_ns.  Returns 1 when the file is
  * new to the profile, 0 when it is there already or over a limit (a file
- * that would take the profile past PROFILE_BYTES_MAX is left out; the
- * next ones may fit), -ESTALE once the window is over, -EINVAL for a
+ * over PROFILE_FILE_MAX, or that would take the profile past
+ * PROFILE_BYTES_MAX, is left out; the next ones may fit), -ESTALE once the window is over, -EINVAL for a
  * layer out of range. */
 int profile_recorder_note(struct profile_recorder *r, unsigned layer, const char *object,
 			  uint64_t size, int64_t now_ns);

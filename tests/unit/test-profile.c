@@ -157,7 +157,9 @@ static void test_recorder(void **state)
 	assert_int_equal(profile_recorder_note(r, 2, O1, 50, S(103)), -EINVAL);
 	assert_int_equal(profile_recorder_note(r, 0, "abc", 50, S(103)), -EINVAL);
 	assert_int_equal(profile_recorder_note(r, 1, O1, 0, S(103)), 0);
-	/* over the bytes: left out, a smaller one still fits */
+	/* over the bytes, or too large a file: left out, a smaller one
+	 * still fits */
+	assert_int_equal(profile_recorder_note(r, 1, O1, PROFILE_FILE_MAX + 1, S(104)), 0);
 	assert_int_equal(profile_recorder_note(r, 1, O1, PROFILE_BYTES_MAX, S(104)), 0);
 	assert_int_equal(profile_recorder_note(r, 1, O1, 10, S(104)), 1);
 	/* after the window */
