@@ -128,5 +128,10 @@ assert_eq 1 "$(grep -c '"reason":"ProfileUsed"' "$EVENTS")" "ProfileUsed events 
 assert_eq 1 "$(metric pullfs_profiles_stale_total)" "pullfs_profiles_stale_total"
 if ctl profile export "$ref" >/dev/null 2>"$WORK/err"; then fail "a dropped profile was exported"; fi
 grep -q ENOENT "$WORK/err" || fail "export of a dropped profile: $(cat "$WORK/err")"
+# a profile goes with its image
+ctl profile import "$ref" <"$WORK/profile" >/dev/null || fail "import after the stale one"
+[ -e "$CACHE/profiles/${image#sha256:}" ] || fail "no profile after the import"
+ctl rm "$ref" >/dev/null || fail "rm $ref"
+[ ! -e "$CACHE/profiles/${image#sha256:}" ] || fail "the profile outlived its image"
 unmount_pullfs
 log "PASS"
