@@ -602,7 +602,6 @@ void manager_free(struct manager *m)
 	}
 	/* What the kernel still held when the mount went away. */
 	images_free(m->imgs);
-	/* (recordings still open are written now, with what they hold) */
 	profiles_free(m->profiles);
 	lazy_completer_free(m->completer);
 	if (m->users) {

@@ -597,7 +597,7 @@ static void *writer_thread(void *arg)
 		for (struct dlist_node *n = p->watching.head; n; n = n->next) {
 			struct profile_recorder *r = dlist_entry(n, struct profile_recorder, node);
 
-			if (p->stop || profile_recorder_deadline(r) <= now) {
+			if (profile_recorder_deadline(r) <= now) {
 				due = r;
 				break;
 			}

@@ -117,8 +117,10 @@ struct profiles;
  * -errno with a reason in errbuf. */
 int profiles_new(const struct profiles_options *o, struct profiles **ret, char *errbuf,
 		 size_t errlen);
-/* Stops the writer: recordings whose window is not over are written now
- * (what they hold so far), then everything is freed.  Takes NULL. */
+/* Stops the writer and frees everything: recordings whose window is over
+ * are written, the others dropped (a profile cut short would stay: the
+ * next process records the image's next cold start instead).  Takes
+ * NULL. */
 void profiles_free(struct profiles *p);
 struct profile_stats *profiles_stats(struct profiles *p);
 /* The recording window (0: recording is off). */
