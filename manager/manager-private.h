@@ -32,7 +32,8 @@
  * images_options.  tests/check-floors.py checks the direction on the
  * includes.
  * Within the top, calls go down this order: manager.c and status.c,
- * ensure.c, pull.c, gc.c, refs.c, admit.c and users.c, emit.c. */
+ * ensure.c, pull.c, gc.c, profile-ops.c, refs.c, admit.c and users.c,
+ * emit.c. */
 #pragma once
 
 #include <pthread.h>

@@ -120,6 +120,9 @@ int manager_profile_import(struct manager *m, const char *reference, const char 
 		return error_detail_set(err, r, "cannot store the profile: %s", strerror(-r));
 	}
 	atomic_fetch_add(&profiles_stats(m->profiles)->imported, 1);
+	manager_emit(m, EVENT_NORMAL, "ProfileImported", digest ? canonical : NULL, prof->image, 0,
+		     NULL, "Imported a start profile of image %s: %zu files (%" PRIu64 " bytes)",
+		     prof->image, prof->n_files, prof->bytes);
 	*ret_json = json_pack("{s:b, s:s, s:s, s:I, s:I}", "ok", 1, "reference", canonical,
 			      "digest", prof->image, "files", (json_int_t)prof->n_files, "bytes",
 			      (json_int_t)prof->bytes);

@@ -89,6 +89,7 @@ fi
 [ -z "$(ls "$CACHE/profiles")" ] || fail "a refused profile was stored: $(ls "$CACHE/profiles")"
 ctl profile import "$ref" <"$WORK/profile" >"$WORK/out" || fail "import: $(cat "$WORK/out")"
 grep -q "4 files" "$WORK/out" || fail "import said: $(cat "$WORK/out")"
+has_event ProfileImported || fail "no ProfileImported event"
 mark=$(settled_mark)
 ls "$root" >/dev/null || fail "lookup of $ref on cache B"
 wait_for 60 has_event ProfileUsed || fail "no ProfileUsed event: $(grep -i profile "$EVENTS" || true)"
@@ -96,6 +97,10 @@ log "$(grep '"reason":"ProfileUsed"' "$EVENTS" | py -c 'import json,sys; print(j
 grep '"reason":"ProfileUsed"' "$EVENTS" | grep -q '"message":"[^"]*: 4 files' ||
     fail "ProfileUsed does not count 4 files: $(grep '"reason":"ProfileUsed"' "$EVENTS")"
 for p in $profiled; do local_file "$p" || fail "$p, profiled, is not local after the prefetch"; done
+# REF cached as this image: a profile of another image is refused
+sed "s/^image .*/image sha256:$(printf '0%.0s' $(seq 64))/" "$WORK/profile" >"$WORK/other"
+if ctl profile import "$ref" <"$WORK/other" 2>"$WORK/err"; then fail "another image's profile was imported"; fi
+grep -q 'EINVAL.*is image' "$WORK/err" || fail "refusal of another image's profile: $(cat "$WORK/err")"
 for p in $others; do ! local_file "$p" || fail "$p, not profiled, is local (the completion ran?)"; done
 prefetch_gets=$(registry_count GET "/v2/test/profile/blobs/$layer" "$mark")
 [ "$prefetch_gets" -ge 1 ] || fail "the prefetch made no request of the layer blob"
