@@ -25,6 +25,7 @@ struct cache;
 struct registry;
 struct lazy_layer;
 struct lazy_stats;
+struct strmap;
 
 #define LAZY_LATENCY_BUCKETS 12
 /* The upper bounds of the latency buckets, in seconds. */
@@ -214,7 +215,6 @@ int lazy_layer_prefetch(struct lazy_layer *l, struct registry *reg, const atomic
 /* The same for the files whose content objects (hex) are the keys of
  * objects (a start profile's files in this layer): ret->files counts
  * those the layer has; the missing ones are fetched, as above. */
-struct strmap;
 int lazy_layer_prefetch_objects(struct lazy_layer *l, struct registry *reg,
 				const atomic_bool *cancel, const struct strmap *objects,
 				struct lazy_prefetch *ret);
