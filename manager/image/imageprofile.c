@@ -69,14 +69,15 @@ struct match_ctx {
 };
 
 /* Splits prof by the content's layers.  Returns the files of prof that
- * are regular files of the merged tree (by layer and content); the maps
- * are filled only when every one of them is. */
+ * are regular files of the merged tree (by layer and content), SIZE_MAX
+ * without memory to tell; the maps are filled only when every one of
+ * them is. */
 static size_t profile_match(struct content_profile *cp, const struct image_content *c,
 			    const struct manifest *mf, const struct profile *prof)
 {
 	struct strmap *want = strmap_new();
 	size_t *layer_of = calloc(MAX(prof->n_layers, 1), sizeof(*layer_of));
-	size_t found = 0;
+	size_t found = SIZE_MAX;
 	char key[DIGEST_HEX_LEN + 32];
 
 	if (!want || !layer_of)
@@ -98,6 +99,7 @@ static size_t profile_match(struct content_profile *cp, const struct image_conte
 		if (strmap_put(want, key, (void *)f) < 0)
 			goto out;
 	}
+	found = 0;
 	/* each wanted file once: an object may be several names' */
 	for (uint64_t i = 0, n = tree_inode_count(c->tree); i < n; i++) {
 		const struct tinode *t = tree_inode(c->tree, (uint32_t)i);
@@ -168,7 +170,13 @@ struct content_profile *content_profile_start(struct images *imgs, const struct 
 	if (r == 0) {
 		size_t found = profile_match(cp, c, mf, prof);
 
-		if (found == prof->n_files && cp->n_files == prof->n_files) {
+		if (found == SIZE_MAX || (found == prof->n_files && cp->n_files < found)) {
+			/* no memory to tell: neither used nor dropped */
+			profile_free(prof);
+			cprofile_free(cp);
+			return NULL;
+		}
+		if (found == prof->n_files) {
 			profile_free(prof);
 			cp->pending = 1; /* the load's: content_profile_handed() */
 			return cp;
