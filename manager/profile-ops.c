@@ -19,15 +19,16 @@
 #include "manager-private.h"
 
 /* The image manifest digest reference stands for: the one its cached name
- * has, else the digest it names itself (which may be an index's: it is
- * then compared with nothing).  *ret NULL when neither.  -EOPNOTSUPP
- * without a store of profiles. */
+ * has (*ret_cached true), else the digest it names itself (which may be
+ * an index's).  *ret NULL when neither.  -EOPNOTSUPP without a store of
+ * profiles. */
 static int reference_digest(struct manager *m, const char *reference, char **ret_canonical,
-			    char **ret, struct error_detail *err)
+			    char **ret, bool *ret_cached, struct error_detail *err)
 {
 	_cleanup_free_ char *canonical = NULL;
 	struct reference *ref = NULL;
 	char *digest = NULL;
+	bool cached;
 	int r;
 
 	if (!m->profiles)
@@ -42,6 +43,7 @@ static int reference_digest(struct manager *m, const char *reference, char **ret
 	if (rs && !(digest = strdup(rs->digest)))
 		r = -ENOMEM;
 	pthread_mutex_unlock(&m->lock);
+	cached = digest != NULL;
 	if (r == 0 && !digest && reference_parse(reference, REFERENCE_DEFAULT_TAG, &ref) == 0) {
 		if (ref->digest && !(digest = strdup(ref->digest)))
 			r = -ENOMEM;
@@ -51,6 +53,7 @@ static int reference_digest(struct manager *m, const char *reference, char **ret
 		return r;
 	*ret_canonical = TAKE_PTR(canonical);
 	*ret = digest;
+	*ret_cached = cached;
 	return 0;
 }
 
@@ -59,10 +62,11 @@ int manager_profile_export(struct manager *m, const char *reference, json_t **re
 {
 	_cleanup_free_ char *canonical = NULL, *digest = NULL, *text = NULL;
 	struct profile *prof = NULL;
+	bool cached;
 	size_t len;
 	int r;
 
-	r = reference_digest(m, reference, &canonical, &digest, err);
+	r = reference_digest(m, reference, &canonical, &digest, &cached, err);
 	if (r < 0)
 		return r;
 	if (!digest)
@@ -94,9 +98,10 @@ int manager_profile_import(struct manager *m, const char *reference, const char 
 	_cleanup_free_ char *canonical = NULL, *digest = NULL;
 	struct profile *prof = NULL;
 	char why[ERROR_DETAIL_MAX] = "";
+	bool cached;
 	int r;
 
-	r = reference_digest(m, reference, &canonical, &digest, err);
+	r = reference_digest(m, reference, &canonical, &digest, &cached, err);
 	if (r < 0)
 		return r;
 	r = profile_parse(text, len, &prof, why, sizeof(why));
@@ -107,7 +112,7 @@ int manager_profile_import(struct manager *m, const char *reference, const char 
 	/* A cached name must be of the profile's image; a name not cached
 	 * yet is not resolved (an import asks no registry): the profile
 	 * waits under its digest for an image of that digest. */
-	if (digest && strcmp(digest, prof->image) != 0) {
+	if (cached && strcmp(digest, prof->image) != 0) {
 		r = error_detail_set(err, -EINVAL,
 				     "the profile is of image %s, and \"%s\" is image %s",
 				     prof->image, canonical, digest);
@@ -120,7 +125,7 @@ int manager_profile_import(struct manager *m, const char *reference, const char 
 		return error_detail_set(err, r, "cannot store the profile: %s", strerror(-r));
 	}
 	atomic_fetch_add(&profiles_stats(m->profiles)->imported, 1);
-	manager_emit(m, EVENT_NORMAL, "ProfileImported", digest ? canonical : NULL, prof->image, 0,
+	manager_emit(m, EVENT_NORMAL, "ProfileImported", cached ? canonical : NULL, prof->image, 0,
 		     NULL, "Imported a start profile of image %s: %zu files (%" PRIu64 " bytes)",
 		     prof->image, prof->n_files, prof->bytes);
 	*ret_json = json_pack("{s:b, s:s, s:s, s:I, s:I}", "ok", 1, "reference", canonical,
