@@ -348,6 +348,9 @@ void file_open(fuse_req_t req, struct fs *fs, struct image *img, const struct ti
 	fi->fh = fs->fh_epoch << FH_EPOCH_SHIFT | FH_PACK_BIT |
 		 (atomic_fetch_add(&fs->pack_handles, 1) & (FH_PACK_BIT - 1));
 	if (t->object) {
+		/* an open is what every read of a start shows the daemon
+		 * (reads of passthrough and cached files never come here) */
+		image_profile_note(img, t);
 		open_object(req, fs, img, t, fi);
 		return;
 	}

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "blobproof.h"
+#include "profile.h"
 #include "cache.h"
 #include "digest.h"
 #include "fault.h"
@@ -476,6 +477,9 @@ static int sweep_blob(void *userdata, const char *digest)
 		return 0;
 	n = cache_blob_bytes(s->m->cache, digest);
 	if (cache_blob_remove(s->m->cache, digest) == 0) {
+		/* (an image's start profile goes with its manifest) */
+		if (s->m->profiles)
+			(void)profiles_remove(s->m->profiles, digest);
 		s->freed += n;
 		fault_point("gc-blob");
 	}
@@ -524,6 +528,7 @@ static uint64_t sweep(struct manager *m)
 		cache_objects_sweep(m->cache, NULL);
 		/* after the blobs: a proof left by a crash here is harmless */
 		(void)blobproof_prune(m->proofs, still_cached, m, NULL);
+		profiles_prune(m);
 	}
 	strmap_free(k.keep);
 	return s.freed;

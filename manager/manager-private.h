@@ -32,7 +32,8 @@
  * images_options.  tests/check-floors.py checks the direction on the
  * includes.
  * Within the top, calls go down this order: manager.c and status.c,
- * ensure.c, pull.c, gc.c, refs.c, admit.c and users.c, emit.c. */
+ * ensure.c, pull.c, gc.c, profile-ops.c, refs.c, admit.c and users.c,
+ * emit.c. */
 #pragma once
 
 #include <pthread.h>
@@ -160,7 +161,8 @@ struct manager {
 	struct policy *policy;
 	struct policy *lazy_rules; /* values: enum lazy_mode */
 	struct access *access;
-	struct blobproof *proofs; /* blobproof.h */
+	struct blobproof *proofs;  /* blobproof.h */
+	struct profiles *profiles; /* start profiles (profile.h); NULL: off */
 	/* Set once a name pulled with credentials is known: until then no
 	 * access check needs to look at the names. */
 	atomic_bool any_credentials;
@@ -400,3 +402,10 @@ void refs_blobs_free(struct quota_blob *blobs, size_t n);
 int gc_start(struct manager *m);
 void hooks_quiesce_locked(struct manager *m);
 void gc_stop(struct manager *m);
+
+/* profile-ops.c: start profiles in the status ("profiles"), in the
+ * metrics, and the removal of those whose image manifest left the cache
+ * (imported ones after a day: an import may come before its pull). */
+json_t *profiles_status_json(struct manager *m);
+void profiles_metrics(struct manager *m, FILE *f);
+void profiles_prune(struct manager *m);

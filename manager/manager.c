@@ -13,6 +13,7 @@
 
 #include "backoff.h"
 #include "blobproof.h"
+#include "profile.h"
 #include "cache.h"
 #include "hosts.h"
 #include "lazy-completer.h"
@@ -359,6 +360,16 @@ static int64_t completion_window_ns(const struct manager_options *opts)
 	return ms < 0 ? 0 : (int64_t)ms * 1000000;
 }
 
+/* The recording window of start profiles (0: none). */
+static int64_t profile_window_ns(const struct manager_options *opts)
+{
+	long ms = opts->profile_window_ms;
+
+	if (ms == 0)
+		ms = MANAGER_DEFAULT_PROFILE_WINDOW_S * 1000L;
+	return ms < 0 ? 0 : (int64_t)ms * 1000000;
+}
+
 int manager_new(const struct manager_options *opts, struct manager **ret, char *errbuf,
 		size_t errlen)
 {
@@ -513,12 +524,22 @@ int manager_new(const struct manager_options *opts, struct manager **ret, char *
 		&m->completer);
 	if (r < 0)
 		goto fail;
+	r = profiles_new(
+		&(struct profiles_options){
+			.cache_dir = opts->cache_dir,
+			.window_ns = profile_window_ns(opts),
+			.events = manager_event_sink(m),
+		},
+		&m->profiles, errbuf, errlen);
+	if (r < 0)
+		goto fail;
 	r = images_new(
 		&(struct images_options){
 			.cache = m->cache,
 			.packs = m->packs,
 			.registry = m->registry,
 			.completer = m->completer,
+			.profiles = m->profiles,
 			.clock = m->clock,
 			.max_entries = image_max_entries(m),
 			.events = manager_event_sink(m),
@@ -583,6 +604,7 @@ void manager_free(struct manager *m)
 	}
 	/* What the kernel still held when the mount went away. */
 	images_free(m->imgs);
+	profiles_free(m->profiles);
 	lazy_completer_free(m->completer);
 	if (m->users) {
 		strmap_foreach(m->users, free_value, NULL);

@@ -60,6 +60,10 @@ struct manager_options {
 	 * completion waits this long after it became usable (lazy-schedule.h);
 	 * 0: MANAGER_DEFAULT_LAZY_DELAY_MS, negative: no window. */
 	long lazy_completion_delay_ms;
+	/* How long after an image's first lookup its start profile records
+	 * the files opened (profile.h); 0: MANAGER_DEFAULT_PROFILE_WINDOW_S,
+	 * negative: no recording (stored profiles are still used). */
+	long profile_window_ms;
 	unsigned max_parallel_pulls; /* 0: 1, serialised like the kubelet */
 	unsigned max_queued_pulls;   /* waiters for a pull slot or a token; 0: 100 */
 	/* Limits per user other than root (users.c). */
@@ -112,6 +116,8 @@ struct manager_options {
 
 #define MANAGER_DEFAULT_REVALIDATE_S 60
 #define MANAGER_DEFAULT_LAZY_DELAY_S 2
+/* The recording window of start profiles, in seconds. */
+#define MANAGER_DEFAULT_PROFILE_WINDOW_S 10
 #define MANAGER_DEFAULT_NAMES_PER_USER 256
 #define MANAGER_DEFAULT_PULLS_PER_USER 8
 #define MANAGER_DEFAULT_NAME_IDLE_S 300
@@ -329,6 +335,14 @@ int manager_remove(struct manager *m, const char *const *references, size_t n, j
 		   struct error_detail *err);
 /* to_bytes 0: down to the low threshold. */
 int manager_gc(struct manager *m, uint64_t to_bytes, json_t **ret_json, struct error_detail *err);
+/* Start profiles (docs/profiles.md): the stored profile of reference's
+ * image as text ("profile" in the answer), and a profile's text stored
+ * for its image (-EBADMSG with the reason for a malformed one, -EINVAL
+ * when reference is cached as another image). */
+int manager_profile_export(struct manager *m, const char *reference, json_t **ret_json,
+			   struct error_detail *err);
+int manager_profile_import(struct manager *m, const char *reference, const char *text, size_t len,
+			   json_t **ret_json, struct error_detail *err);
 
 /* For a serving process that takes the filesystem over from another
  * (fs/takeover.c): the image reference named at manifest digest, from

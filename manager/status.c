@@ -258,6 +258,7 @@ int manager_status(struct manager *m, const struct caller *who, json_t **ret_jso
 				      "bytes", (json_int_t)os.bytes, "uses", (json_int_t)os.uses,
 				      "shared_bytes", (json_int_t)os.shared_bytes));
 
+	json_object_set_new(o, "profiles", profiles_status_json(m));
 	json_object_set_new(o, "version", json_string(PULLFS_VERSION));
 	json_object_set_new(o, "cache_dir", json_string(m->cache_dir));
 	json_object_set_new(o, "events_log", json_string(m->events_path));
@@ -317,6 +318,7 @@ void manager_metrics(struct manager *m, FILE *f)
 	struct cache_objects_stats os;
 	if (cache_objects_stats_memo(m->cache, &os) < 0)
 		os = (struct cache_objects_stats){ 0 };
+	profiles_metrics(m, f);
 	fprintf(f,
 		"# HELP pullfs_objects Distinct file contents stored as objects.\n"
 		"# TYPE pullfs_objects gauge\n"

@@ -30,7 +30,8 @@
 #include "macro.h"
 #include "manager.h"
 
-#define REQUEST_MAX_KIB 64
+/* (a start profile, imported, is at most 160 KiB of text) */
+#define REQUEST_MAX_KIB 256
 #define REQUEST_MAX (REQUEST_MAX_KIB * 1024u)
 
 enum conn_state {
@@ -122,6 +123,19 @@ static json_t *handle(struct control *c, json_t *req, bool *upgrade_go)
 		free(v);
 		if (r == 0 && c->settle)
 			c->settle(c->userdata);
+	} else if (!strcmp(op, "profile-export")) {
+		const char *ref = json_string_value(json_object_get(req, "reference"));
+		if (!ref)
+			return failure(-EINVAL, "profile-export needs \"reference\"");
+		r = manager_profile_export(c->manager, ref, &ans, &err);
+	} else if (!strcmp(op, "profile-import")) {
+		const char *ref = json_string_value(json_object_get(req, "reference"));
+		json_t *text = json_object_get(req, "profile");
+		if (!ref || !json_is_string(text))
+			return failure(-EINVAL,
+				       "profile-import needs \"reference\" and \"profile\"");
+		r = manager_profile_import(c->manager, ref, json_string_value(text),
+					   json_string_length(text), &ans, &err);
 	} else if (!strcmp(op, "upgrade")) {
 		if (!c->upgrade) {
 			error_detail_set(&err, -EOPNOTSUPP,

@@ -83,6 +83,8 @@ static int set_connect_timeout(struct settings *s, const struct opt *o, const ch
 			       size_t errlen);
 static int set_lazy_completion_delay(struct settings *s, const struct opt *o, const char *v,
 				     char *errbuf, size_t errlen);
+static int set_profile_window(struct settings *s, const struct opt *o, const char *v, char *errbuf,
+			      size_t errlen);
 static int set_low_speed_timeout(struct settings *s, const struct opt *o, const char *v,
 				 char *errbuf, size_t errlen);
 static int set_gc_min_age(struct settings *s, const struct opt *o, const char *v, char *errbuf,
@@ -174,6 +176,11 @@ static const struct opt options[] = {
 	  .help = "a lazily started image's background completion begins this long after "
 		  "the image became usable (later while its readers fetch), leaving the link "
 		  "to them; 0: at once" },
+	{ "profile-window", 0, KIND_DURATION, EVERYWHERE, NO_FIELD, .set = set_profile_window,
+	  .min = 0, .max = 600, .def = STRINGIFY(MANAGER_DEFAULT_PROFILE_WINDOW_S),
+	  .help = "a lazily started image with no start profile records the files opened this "
+		  "long after its first lookup, prefetched at its next cold lookup; 0: no "
+		  "recording (stored profiles are still used)" },
 	{ "max-parallel-pulls", 0, KIND_UINT, EVERYWHERE, AT(mo.max_parallel_pulls), .min = 1,
 	  .max = 64, .def = "1: serialised", .help = "images pulled at once" },
 	{ "pull-slot-share-after", 0, KIND_DURATION, EVERYWHERE, NO_FIELD, .min = 0, .max = 86400,
@@ -453,6 +460,17 @@ static int set_lazy_completion_delay(struct settings *s, const struct opt *o, co
 
 	if (r == 0)
 		s->mo.lazy_completion_delay_ms = n ? (long)n * 1000 : -1;
+	return r;
+}
+
+static int set_profile_window(struct settings *s, const struct opt *o, const char *v, char *errbuf,
+			      size_t errlen)
+{
+	unsigned n = 0;
+	int r = option_uint(o, v, &n, errbuf, errlen);
+
+	if (r == 0)
+		s->mo.profile_window_ms = n ? (long)n * 1000 : -1;
 	return r;
 }
 

@@ -10,6 +10,8 @@
 #include "image.h"
 
 struct layer_view;
+struct lazy_prefetch;
+struct manifest;
 struct strmap;
 
 struct images {
@@ -41,6 +43,8 @@ struct image_content {
 	 * due when they are (images.content_lock) */
 	bool lazy_pending;
 	double loaded_s; /* the clock's seconds when loaded */
+	/* its start profile, used or recorded (imageprofile.c); NULL: none */
+	struct content_profile *profile;
 };
 
 /* One name of an image: images/<reference>/ as the kernel knows it.  A few
@@ -75,3 +79,25 @@ void layer_view_free(struct layer_view *lv);
 /* At the end, when every image is freed regardless of references: the
  * view of img (if it is one) forgets its image without dropping it. */
 void layer_view_detach(struct image *img);
+
+/* imageprofile.c: the start profile of a content (docs/profiles.md).  At
+ * the load of c from mf: the stored profile of its digest, matched to its
+ * layers, or else a recorder of this start; NULL when its layers are all
+ * local, recording is off and there is no profile, or a profile was
+ * dropped as stale and recording is off.  One reference, the content's. */
+struct content_profile;
+struct content_profile *content_profile_start(struct images *imgs, const struct image_content *c,
+					      const struct manifest *mf);
+void content_profile_put(struct content_profile *cp);
+/* The profile's files in layer (their content objects as keys), NULL when
+ * none: one reference more, dropped by content_profile_prefetched(). */
+const struct strmap *content_profile_layer(struct content_profile *cp, size_t layer);
+/* A completion's prefetch of the profile's files is over; the last one
+ * says so in a ProfileUsed event. */
+void content_profile_prefetched(struct content_profile *cp, const struct lazy_prefetch *pf, int r);
+/* The load gave every layer's completion its part (after
+ * content_profile_layer() for each). */
+void content_profile_handed(struct content_profile *cp);
+/* An open of file (a regular file of the content): recorded while the
+ * window is open. */
+void content_profile_note(struct content_profile *cp, const struct tinode *file);

@@ -21,6 +21,7 @@
 #include "manifest.h"
 #include "lazy.h"
 #include "packs.h"
+#include "profile.h"
 #include "strmap.h"
 #include "image-private.h"
 
@@ -30,6 +31,7 @@ static void content_free(struct images *imgs, struct image_content *c)
 {
 	if (!c)
 		return;
+	content_profile_put(c->profile);
 	for (size_t i = 0; i < c->n_layers; i++)
 		packs_put(imgs->o.packs, c->packs[i]);
 	free(c->packs);
@@ -133,7 +135,9 @@ static int content_load(struct images *imgs, const char *digest, struct image_co
 		goto out;
 	c->refs = 1;
 	c->loaded_s = images_now_f(imgs);
+	c->profile = content_profile_start(imgs, c, mf);
 	content_complete_lazy(imgs, c);
+	content_profile_handed(c->profile);
 	*ret = TAKE_PTR(c);
 out:
 	for (size_t i = 0; i < n_idx; i++)
@@ -590,6 +594,7 @@ ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t o
 struct layer_completion {
 	struct images *imgs;
 	struct pack *pack;
+	struct content_profile *profile; /* its prefetch is due; NULL: none */
 };
 
 struct announce_ctx {
@@ -648,6 +653,13 @@ static bool completion_gone(void *userdata)
 	return pack_detached(lc->imgs->o.packs, lc->pack);
 }
 
+static void completion_profiled(void *userdata, const struct lazy_prefetch *pf, int r)
+{
+	struct layer_completion *lc = userdata;
+
+	content_profile_prefetched(TAKE_PTR(lc->profile), pf, r);
+}
+
 static void completion_end(void *userdata, bool complete)
 {
 	struct layer_completion *lc = userdata;
@@ -673,19 +685,30 @@ static void content_complete_lazy(struct images *imgs, struct image_content *c)
 			c->lazy_pending = true;
 		if (!l || !pack_claim_completion(packs, c->packs[i]))
 			continue;
+		const struct strmap *profile = NULL;
+
 		lc = malloc(sizeof(*lc));
-		if (lc)
-			*lc = (struct layer_completion){ .imgs = imgs, .pack = c->packs[i] };
+		if (lc) {
+			profile = content_profile_layer(c->profile, i);
+			*lc = (struct layer_completion){ .imgs = imgs,
+							 .pack = c->packs[i],
+							 .profile = profile ? c->profile : NULL };
+		}
 		/* (-ECANCELED once the daemon stops) */
-		if (!lc || lazy_completer_start(imgs->o.completer,
-						&(struct lazy_completion_job){
-							.digest = pack_digest(c->packs[i]),
-							.layer = l,
-							.group = c,
-							.gone = completion_gone,
-							.end = completion_end,
-							.userdata = lc,
-						}) < 0) {
+		if (!lc ||
+		    lazy_completer_start(imgs->o.completer,
+					 &(struct lazy_completion_job){
+						 .digest = pack_digest(c->packs[i]),
+						 .layer = l,
+						 .group = c,
+						 .gone = completion_gone,
+						 .end = completion_end,
+						 .profile = profile,
+						 .profiled = profile ? completion_profiled : NULL,
+						 .userdata = lc,
+					 }) < 0) {
+			if (lc && lc->profile)
+				completion_profiled(lc, &(struct lazy_prefetch){ 0 }, -ECANCELED);
 			pack_completion_failed(packs, c->packs[i]);
 			packs_put(packs, c->packs[i]);
 			free(lc);
@@ -704,6 +727,11 @@ static bool completion_of(void *match_data, void *userdata)
 		if (c->packs[i] == lc->pack)
 			return true;
 	return false;
+}
+
+void image_profile_note(struct image *img, const struct tinode *file)
+{
+	content_profile_note(img->content->profile, file);
 }
 
 void image_completion_wake(struct image *img, bool waited)

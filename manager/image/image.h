@@ -24,6 +24,7 @@ struct images;
 struct lazy_completer;
 struct manifest;
 struct packs;
+struct profiles;
 struct registry;
 
 /* A loaded image whose last lazy layer just completed. */
@@ -39,6 +40,8 @@ struct images_options {
 	struct packs *packs;
 	struct registry *registry; /* a layer view's blob reads, lazy reads */
 	struct lazy_completer *completer;
+	/* start profiles: recorded and used at cold loads (NULL: none) */
+	struct profiles *profiles;
 	const struct clock *clock;
 	/* entries of one image's layers together; more fail with -EFBIG */
 	unsigned max_entries;
@@ -183,3 +186,7 @@ ssize_t image_lazy_read(struct image *img, const struct tinode *file, uint64_t o
  * leave an image with open files alone. */
 void image_open(struct image *img);
 void image_close(struct image *img);
+/* An open of regular file `file` of img: one of the files its start
+ * profile records while its window is open (docs/profiles.md).  Does not
+ * block beyond a short lock. */
+void image_profile_note(struct image *img, const struct tinode *file);

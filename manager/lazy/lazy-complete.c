@@ -542,10 +542,23 @@ static bool file_before(const struct toc *toc, size_t i, uint64_t limit)
 	return n > 0 && c[0].blob_offset < limit;
 }
 
-/* The chunks still missing of the files before limit, sorted by blob
- * offset, in *ret (n in *ret_n); readers may fetch some of them
- * meanwhile. */
-static int collect_missing(struct lazy_layer *l, uint64_t limit, struct pending **ret,
+/* The files a pass takes: those before a blob offset, or (objects not
+ * NULL) those whose content objects are keys of a map. */
+struct file_pick {
+	uint64_t limit;
+	const struct strmap *objects;
+};
+
+static bool file_picked(const struct toc *toc, size_t i, const struct file_pick *pk)
+{
+	if (pk->objects)
+		return strmap_get(pk->objects, toc->files[i].object) != NULL;
+	return file_before(toc, i, pk->limit);
+}
+
+/* The chunks still missing of the files picked, sorted by blob offset,
+ * in *ret (n in *ret_n); readers may fetch some of them meanwhile. */
+static int collect_missing(struct lazy_layer *l, const struct file_pick *pick, struct pending **ret,
 			   size_t *ret_n)
 {
 	const struct toc *toc = l->toc;
@@ -556,7 +569,7 @@ static int collect_missing(struct lazy_layer *l, uint64_t limit, struct pending 
 	for (size_t i = 0; i < toc->n_files && r == 0; i++) {
 		struct lazy_file *f;
 
-		if (!file_before(toc, i, limit))
+		if (!file_picked(toc, i, pick))
 			continue;
 		r = lazy_file_get(l, toc->files[i].object, &f);
 		if (r < 0)
@@ -591,11 +604,11 @@ static int collect_missing(struct lazy_layer *l, uint64_t limit, struct pending 
 	return 0;
 }
 
-/* Every file before limit: what no request brought (a reader's fetch
- * that failed meanwhile) by range, then checked whole and made an
- * object.  *ret_all: whether each of them is. */
+/* Every file picked: what no request brought (a reader's fetch that
+ * failed meanwhile) by range, then checked whole and made an object.
+ * *ret_all: whether each of them is. */
 static int finish_files(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel,
-			uint64_t limit, bool *ret_all)
+			const struct file_pick *pick, bool *ret_all)
 {
 	const struct toc *toc = l->toc;
 	int r = 0;
@@ -604,7 +617,7 @@ static int finish_files(struct lazy_layer *l, struct registry *reg, const atomic
 	for (size_t i = 0; i < toc->n_files; i++) {
 		struct lazy_file *f;
 
-		if (!file_before(toc, i, limit))
+		if (!file_picked(toc, i, pick))
 			continue;
 		if (stop_asked(l, cancel))
 			return -ECANCELED;
@@ -627,18 +640,19 @@ static int finish_files(struct lazy_layer *l, struct registry *reg, const atomic
 /* lazy_layer_complete(), once it is known to be needed. */
 static int complete_files(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel)
 {
+	const struct file_pick all_files = { .limit = UINT64_MAX };
 	struct pending *p = NULL;
 	size_t n = 0;
 	bool all = true, proven = false;
 	uint64_t bytes;
 	int r;
 
-	r = collect_missing(l, UINT64_MAX, &p, &n);
+	r = collect_missing(l, &all_files, &p, &n);
 	if (r == 0)
 		r = fetch_missing(l, reg, p, n, cancel, &proven, &bytes);
 	free(p);
 	if (r == 0)
-		r = finish_files(l, reg, cancel, UINT64_MAX, &all);
+		r = finish_files(l, reg, cancel, &all_files, &all);
 	if (r < 0 || !all)
 		return r;
 	/* every o.OBJ is there for good before the layer says so */
@@ -662,21 +676,19 @@ static int complete_files(struct lazy_layer *l, struct registry *reg, const atom
 	return 0;
 }
 
-int lazy_layer_prefetch(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel,
-			struct lazy_prefetch *ret)
+/* The files pick takes, fetched now like the completion fetches them
+ * (readers first) and made objects; ret->files counts them. */
+static int prefetch_picked(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel,
+			   const struct file_pick *pick, struct lazy_prefetch *ret)
 {
-	uint64_t limit = l->toc->prefetch_end;
 	struct pending *p = NULL;
 	size_t n = 0;
 	bool all;
 	int r;
 
-	memset(ret, 0, sizeof(*ret));
-	if (limit == 0 || atomic_load(&l->complete))
-		return 0;
 	for (size_t i = 0; i < l->toc->n_files; i++)
-		ret->files += file_before(l->toc, i, limit);
-	r = collect_missing(l, limit, &p, &n);
+		ret->files += file_picked(l->toc, i, pick);
+	r = collect_missing(l, pick, &p, &n);
 	if (r < 0 || n == 0) {
 		free(p);
 		return r;
@@ -688,10 +700,33 @@ int lazy_layer_prefetch(struct lazy_layer *l, struct registry *reg, const atomic
 	r = fetch_missing(l, reg, p, n, cancel, NULL, &ret->bytes);
 	free(p);
 	if (r == 0)
-		r = finish_files(l, reg, cancel, limit, &all);
+		r = finish_files(l, reg, cancel, pick, &all);
 	registry_thread_background(false);
 	ret->fetched = true;
 	return r;
+}
+
+int lazy_layer_prefetch(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel,
+			struct lazy_prefetch *ret)
+{
+	const struct file_pick pick = { .limit = l->toc->prefetch_end };
+
+	memset(ret, 0, sizeof(*ret));
+	if (pick.limit == 0 || atomic_load(&l->complete))
+		return 0;
+	return prefetch_picked(l, reg, cancel, &pick, ret);
+}
+
+int lazy_layer_prefetch_objects(struct lazy_layer *l, struct registry *reg,
+				const atomic_bool *cancel, const struct strmap *objects,
+				struct lazy_prefetch *ret)
+{
+	const struct file_pick pick = { .objects = objects };
+
+	memset(ret, 0, sizeof(*ret));
+	if (!objects || atomic_load(&l->complete))
+		return 0;
+	return prefetch_picked(l, reg, cancel, &pick, ret);
 }
 
 int lazy_layer_complete(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel)

@@ -178,14 +178,22 @@ static void slot_give(struct lazy_completer *lc)
 static void prefetch_layer(struct completion *cp)
 {
 	struct lazy_completer *lc = cp->lc;
-	struct lazy_prefetch pf;
+	struct lazy_prefetch pf, pp = { 0 };
 	int64_t t0 = clock_now_ns(lc->o.clock);
-	int r;
+	int r, rp = -ECANCELED;
 
-	if (cp->job.gone(cp->job.userdata) || !slot_take(cp, false))
+	if (cp->job.gone(cp->job.userdata) || !slot_take(cp, false)) {
+		if (cp->job.profiled)
+			cp->job.profiled(cp->job.userdata, &pp, rp);
 		return;
+	}
 	r = lazy_layer_prefetch(cp->job.layer, lc->o.registry, lc->o.cancelled, &pf);
+	if (cp->job.profile)
+		rp = lazy_layer_prefetch_objects(cp->job.layer, lc->o.registry, lc->o.cancelled,
+						 cp->job.profile, &pp);
 	slot_give(lc);
+	if (cp->job.profiled)
+		cp->job.profiled(cp->job.userdata, &pp, rp);
 	if (r == 0 && pf.fetched)
 		event_sendf(&lc->o.events, EVENT_NORMAL, "LayerPrefetched", NULL, cp->digest, 0,
 			    NULL,

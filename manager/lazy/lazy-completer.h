@@ -17,7 +17,9 @@
 #include "events.h"
 
 struct lazy_layer;
+struct lazy_prefetch;
 struct lazy_stats;
+struct strmap;
 struct registry;
 
 /* Completions running at once: each streams a blob, and the reads someone
@@ -65,6 +67,13 @@ struct lazy_completion_job {
 	 * Called once, without locks, last but for the completer's own
 	 * bookkeeping. */
 	void (*end)(void *userdata, bool complete);
+	/* A start profile's files in this layer (their content objects as
+	 * keys; NULL: none), fetched at once after the prefetch landmark's,
+	 * in the same slot (lazy_layer_prefetch_objects()); borrowed until
+	 * profiled() is called, which it is once, before end(), with what
+	 * the prefetch did and its result (-ECANCELED: not tried). */
+	const struct strmap *profile;
+	void (*profiled)(void *userdata, const struct lazy_prefetch *pf, int r);
 	void *userdata;
 };
 

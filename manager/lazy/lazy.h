@@ -25,6 +25,7 @@ struct cache;
 struct registry;
 struct lazy_layer;
 struct lazy_stats;
+struct strmap;
 
 #define LAZY_LATENCY_BUCKETS 12
 /* The upper bounds of the latency buckets, in seconds. */
@@ -216,3 +217,9 @@ struct lazy_prefetch {
  * the completion). */
 int lazy_layer_prefetch(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel,
 			struct lazy_prefetch *ret);
+/* The same for the files whose content objects (hex) are the keys of
+ * objects (a start profile's files in this layer): ret->files counts
+ * those the layer has; the missing ones are fetched, as above. */
+int lazy_layer_prefetch_objects(struct lazy_layer *l, struct registry *reg,
+				const atomic_bool *cancel, const struct strmap *objects,
+				struct lazy_prefetch *ret);

@@ -6,7 +6,7 @@ Run by tools/bench/lazy, which builds the application image, pushes it as
 gzip, zstd:chunked and eStargz, starts the registry inside a network
 namespace whose loopback is shaped, and sets the environment: PULLFS (the
 daemon), STARGZ_GRPC (stargz-snapshotter's daemon, empty if it could not be
-built), NS (the namespace's name), NS_PATH (/run/netns/NAME), RATE (the
+built), PULLFSCTL, NS (the namespace's name), NS_PATH (/run/netns/NAME), RATE (the
 shaping rate), REGISTRY (host:port inside it), REGISTRY_PID (whose
 /proc/PID/net/dev counts the link's bytes), REGISTRY_LOG (its access log),
 SMALL_FILES and WORK.
@@ -24,7 +24,11 @@ the first lookup (pullfs) or the start of the pull (the others):
          output.
 
 A lazy client (pullfs lazy, stargz-snapshotter) starts every workload from
-an empty cache.  A client that pulls in full (pullfs --lazy off, containerd,
+an empty cache.  The rows "start profile" are pullfs lazy on an empty cache
+into which the start profile of the same workload, recorded by an untimed
+run on another empty cache and exported with pullfsctl, was imported
+before the lookup (start and many only; the target: 30 % faster than the
+same image without it).  A client that pulls in full (pullfs --lazy off, containerd,
 podman) pulls once a run; each workload's time is that pull's plus its
 command's, run with the page cache dropped.  The page cache is dropped
 before every measurement.  Bytes are those sent on the namespace's
@@ -46,6 +50,7 @@ import time
 from benchlib import PROCS, drop_caches, log, stop, wait_until
 
 PULLFS = os.environ["PULLFS"]
+PULLFSCTL = os.environ["PULLFSCTL"]
 STARGZ_GRPC = os.environ.get("STARGZ_GRPC", "")
 NS = os.environ["NS"]
 NS_PATH = os.environ["NS_PATH"]
@@ -57,6 +62,8 @@ SMALL_FILES = int(os.environ["SMALL_FILES"])
 WORK = os.environ["WORK"]
 REPO = "test/app"
 TIMEOUT = 1800  # seconds, for any one pull or workload
+# the recording window of a start profile's recording run, in seconds
+PROFILE_WINDOW_S = 20
 
 WORKLOADS = {
     "start": "start: /start.sh until its output",
@@ -211,14 +218,16 @@ def workload(name, root):
 class Pullfs:
     """pullfs mounted on an empty cache; lazily unless lazy is False."""
 
+    workloads = tuple(WORKLOADS)
+
     def __init__(self, key, label, tag, lazy):
         self.key, self.label, self.tag, self.lazy = key, label, tag, lazy
 
-    def mount(self, base):
+    def mount(self, base, extra=()):
         cache, mnt = os.path.join(base, "cache"), os.path.join(base, "mnt")
         os.makedirs(mnt)
         cmd = [PULLFS, "-f", "--cache", cache, "--events-log", os.path.join(base, "events.log"),
-               "--insecure-registry", REGISTRY, mnt]
+               "--insecure-registry", REGISTRY, *extra, mnt]
         if not self.lazy:
             cmd[1:1] = ["--lazy", "off"]
         # options to try, for every pullfs row (PULLFS_OPTIONS="--opt V")
@@ -235,13 +244,20 @@ class Pullfs:
         return self.measure_lazy(workloads, complete) if self.lazy \
             else self.measure_full(workloads)
 
+    def prepare(self, w, base):
+        """Before the timed run of workload w on the mount at base (whose
+        lookup has not happened yet)."""
+
     def measure_lazy(self, workloads, complete):
         out = {}
         for w in workloads:
+            if w not in self.workloads:
+                continue
             base = fresh_dir(self.key)
             p, cache, root = self.mount(base)
             res = {}
             try:
+                self.prepare(w, base)
                 drop_caches()
                 c = Counter()
                 t0 = time.perf_counter()
@@ -281,6 +297,51 @@ class Pullfs:
             unmount_under(base)
         shutil.rmtree(base)
         return out
+
+
+class ProfiledPullfs(Pullfs):
+    """pullfs lazy on an empty cache into which a start profile of the
+    workload, recorded on another empty cache, was imported before the
+    first lookup (docs/profiles.md): the start of a fleet's second node.
+    The recording run is not timed."""
+
+    workloads = ("start", "many")
+
+    def __init__(self, key, label, tag):
+        super().__init__(key, label, tag, True)
+        self.profiles = {}  # workload -> the profile's text
+
+    def record(self, w):
+        base = fresh_dir(self.key + "-recording")
+        events = os.path.join(base, "events.log")
+        p, _, root = self.mount(base, ["--lazy-completion-delay", "3600",
+                                       "--profile-window", str(PROFILE_WINDOW_S)])
+        try:
+            workload(w, root)
+            wait_until(lambda: os.path.exists(events) and
+                       '"reason":"ProfileRecorded"' in open(events).read(),
+                       PROFILE_WINDOW_S + 60, "the profile to be recorded", step=0.1)
+            r = run([PULLFSCTL, "-m", os.path.join(base, "mnt"), "profile", "export",
+                     f"{REGISTRY}/{REPO}:{self.tag}"], stdout=subprocess.PIPE)
+            self.profiles[w] = r.stdout
+            n = r.stdout.count(b"\nfile ")
+            log(f"  profile of {w}: {n} files")
+        finally:
+            stop(p)
+            unmount_under(base)
+        shutil.rmtree(base)
+
+    def measure_lazy(self, workloads, complete):
+        # recorded once, before any timed run, on a mount of its own
+        for w in workloads:
+            if w in self.workloads and w not in self.profiles:
+                self.record(w)
+        return super().measure_lazy(workloads, complete)
+
+    def prepare(self, w, base):
+        run([PULLFSCTL, "-m", os.path.join(base, "mnt"), "profile", "import",
+             f"{REGISTRY}/{REPO}:{self.tag}"], input=self.profiles[w],
+            stdout=subprocess.DEVNULL)
 
 
 def each_after_pull(workloads, root, pull, counter):
@@ -479,6 +540,9 @@ def chain_id(tag):
 TOOLS = [
     Pullfs("estargz", "pullfs lazy, eStargz", "estargz", True),
     Pullfs("zstd-chunked", "pullfs lazy, zstd:chunked", "zstd-chunked", True),
+    ProfiledPullfs("estargz-profiled", "pullfs lazy, eStargz, start profile", "estargz"),
+    ProfiledPullfs("zstd-chunked-profiled", "pullfs lazy, zstd:chunked, start profile",
+                   "zstd-chunked"),
     Stargz(),
     Pullfs("full", "pullfs --lazy off, gzip (full pull)", "gzip", False),
     Containerd(),
@@ -604,6 +668,14 @@ def print_phase(ph, res, tools, workloads, sizes, runs):
         return a / b if a is not None and b else None
 
     for t in lazy:
+        if isinstance(t, ProfiledPullfs):
+            # the same image without a profile: its row's key without
+            # "-profiled"
+            plain = t.key[:-len("-profiled")]
+            for w in t.workloads:
+                target(f"{t.label}, {w} / without a profile",
+                       ratio(med(t.key, w, "time"), med(plain, w, "time")), 0.70)
+            continue
         if ph == "shaped":
             target(f"{t.label}, start / stargz-snapshotter's",
                    ratio(med(t.key, "start", "time"), med(PEER, "start", "time")), 0.5)

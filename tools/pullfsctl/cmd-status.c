@@ -172,5 +172,14 @@ int cmd_status(int argc, char **argv)
 		}
 		table_print(bt, stdout);
 	}
+
+	const json_t *pr = json_object_get(st, "profiles");
+	if (pr) {
+		format_size(jnum(pr, "bytes_prefetched"), a, sizeof(a));
+		printf("\nStart profiles: %.0f stored; since start %.0f recorded, %.0f imported, "
+		       "%.0f used (%.0f files, %s prefetched), %.0f dropped as stale\n",
+		       jnum(pr, "count"), jnum(pr, "recorded"), jnum(pr, "imported"),
+		       jnum(pr, "used"), jnum(pr, "files_prefetched"), a, jnum(pr, "stale"));
+	}
 	return 0;
 }

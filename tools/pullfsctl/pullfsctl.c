@@ -38,6 +38,8 @@ static const struct command commands[] = {
 	  "pulls in flight, back-off, queues, cache usage" },
 	{ "events", cmd_events, events_usage, "events [-f] [--image REF] [--reason R] [--since T]",
 	  "the events log, like `kubectl get events`" },
+	{ "profile", cmd_profile, profile_usage, "profile export|import REFERENCE",
+	  "export a start profile to stdout, or import one from stdin" },
 	{ "help", cmd_help, usage, "help [COMMAND]", "show this help, or a command's" },
 };
 

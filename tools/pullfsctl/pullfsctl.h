@@ -225,6 +225,8 @@ int cmd_status(int argc, char **argv);
 void status_usage(FILE *f);
 int cmd_events(int argc, char **argv);
 void events_usage(FILE *f);
+int cmd_profile(int argc, char **argv);
+void profile_usage(FILE *f);
 
 /* "removed REF" lines and a total, from the answer of rm or gc. */
 int print_removal(const json_t *a);
