@@ -27,7 +27,13 @@ for i in $(seq 0 9); do
 done
 
 mount_pullfs --gc-min-age 0 --max-parallel-pulls 2 --registry-qps 0
-PYTHONPATH=$INTEGRATION_DIR py - "$MNT/images/$REGISTRY/stress" "$CACHE/control.sock" "$(pullfs_serving_pid)" "$SECONDS_TO_RUN" "$WORK" <<'PY' || fail "stress run"
+# On failure, the warnings of the run (GC's "over the target" aside) say
+# what failed inside: the tail of the events log is GC's by then.
+stress_failed() {
+    grep '"type":"Warning"' "$EVENTS" | grep -v '"reason":"ImageGCFailed"' | head -20 >&2
+    fail "stress run"
+}
+PYTHONPATH=$INTEGRATION_DIR py - "$MNT/images/$REGISTRY/stress" "$CACHE/control.sock" "$(pullfs_serving_pid)" "$SECONDS_TO_RUN" "$WORK" <<'PY' || stress_failed
 import hashlib, json, os, random, sys, threading, time
 import ctlsock
 
