@@ -16,6 +16,10 @@ struct strmap;
 
 enum { CHUNK_MISSING, CHUNK_FETCHING, CHUNK_PRESENT };
 
+/* The layer's index with the tar headers' times, before its rename over
+ * "index" (lazy-complete.c). */
+#define LAZY_INDEX_NEW "index.new"
+
 /* A request of lazy_ensure_chunks() under way: the compressed bytes it
  * brings. */
 struct lazy_claim {
