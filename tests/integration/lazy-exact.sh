@@ -1,0 +1,181 @@
+#!/bin/bash
+# A lazily pulled layer's tree is a full pull's once its blob is verified.
+# A tree whose entries carry sub-second mtimes (pax headers written by GNU
+# tar), owners, modes, a hardlink, a symlink, a fifo, a device and an
+# xattr, as a plain gzip image and as eStargz (ctr-remote, whose table of
+# contents keeps whole seconds):
+# - pulled whole (--lazy off), the two are the same tree, with nanoseconds;
+# - lazily, before completion, every entry is the full pull's but for the
+#   mtime, which is a whole second less than one from the full pull's
+#   (eStargz's writer rounds to the nearest);
+# - completed by `pullfsctl pull` (the blob verified against its digest),
+#   the loaded image still shows the table's mtimes, and after a remount
+#   every entry (stat, link target, xattrs, content) is the full pull's,
+#   nanoseconds included;
+# - completed after a read took chunks out of the blob's order (verified
+#   by the table of contents only), it keeps the table's mtimes.
+# docs/content-store.md, "Files fetched on demand".
+. "$(dirname "$0")/lib.sh"
+. "$INTEGRATION_DIR/images.sh"
+. "$INTEGRATION_DIR/containerd.sh"
+
+need_root
+need_fuse
+need_cmd umoci skopeo ctr-remote setfattr mknod
+start_registry
+
+out=$WORK/layout
+st=$WORK/stage
+mkdir -p "$st/dir/sub" "$st/data" "$st/etc"
+echo exact >"$st/etc/name"
+echo hello >"$st/dir/file"
+: >"$st/dir/empty"
+ln -s file "$st/dir/link"
+ln "$st/dir/file" "$st/dir/hard"
+mkfifo "$st/dir/fifo"
+mknod "$st/dir/null" c 1 3
+head -c 300000 /dev/urandom >"$st/data/big"
+for i in $(seq 1 40); do head -c $((50 + i * 97)) /dev/urandom >"$st/dir/sub/f$i"; done
+chown 1000:1001 "$st/dir/file"
+chmod 4755 "$st/data/big"
+setfattr -n user.note -v exact "$st/dir/file"
+# Every entry a time of its own before 2002 (stage_image keeps those),
+# most with nanoseconds, one on the second; children before their
+# directories.
+py - "$st" <<'PY'
+import os, sys
+root = sys.argv[1]
+paths = []
+for d, dirs, files in os.walk(root, topdown=False):
+    paths += [os.path.join(d, n) for n in sorted(files + dirs)]
+paths.append(root)
+for i, p in enumerate(paths):
+    ns = 0 if i == 3 else (123456789 + i * 387420489) % 1000000000
+    t = (981173106 + i) * 1000000000 + ns
+    os.utime(p, ns=(t, t), follow_symlinks=False)
+PY
+stage_image "$st" "$out" exact
+_skopeo copy --dest-tls-verify=false "oci:$out:1" "docker://$REGISTRY/test/exact:1"
+start_containerd
+ctr_remote images pull --plain-http "$REGISTRY/test/exact:1"
+ctr_remote images convert --oci --estargz --estargz-chunk-size 65536 \
+    "$REGISTRY/test/exact:1" "$REGISTRY/test/exact-esgz:1"
+ctr_remote images push --plain-http "$REGISTRY/test/exact-esgz:1"
+
+# snap ROOT OUT [content]: every entry's type, mode, owners, size, link
+# count, mtime in ns, link target, device, xattrs (and, with content,
+# the sha256 of each file: reading a lazy file fetches it)
+snap() {
+    py - "$@" <<'PY'
+import hashlib, json, os, stat, sys
+root, out = sys.argv[1], sys.argv[2]
+content = len(sys.argv) > 3
+snap = {}
+for d, dirs, files in os.walk(root):
+    for n in [None] + files + dirs:
+        if n is None and d != root:
+            continue
+        p = d if n is None else os.path.join(d, n)
+        s = os.lstat(p)
+        e = {"mode": "%o" % s.st_mode, "uid": s.st_uid, "gid": s.st_gid,
+             "mtime_ns": s.st_mtime_ns,
+             "xattrs": {x: os.getxattr(p, x, follow_symlinks=False).hex()
+                        for x in sorted(os.listxattr(p, follow_symlinks=False))}}
+        if not stat.S_ISDIR(s.st_mode):
+            e["size"] = s.st_size
+            e["nlink"] = s.st_nlink
+        if stat.S_ISLNK(s.st_mode):
+            e["target"] = os.readlink(p)
+        if stat.S_ISCHR(s.st_mode) or stat.S_ISBLK(s.st_mode):
+            e["rdev"] = s.st_rdev
+        if content and stat.S_ISREG(s.st_mode):
+            e["sha256"] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+        snap[os.path.relpath(p, root)] = e
+json.dump(snap, open(out, "w"), indent=1, sort_keys=True)
+PY
+}
+
+# same A B [seconds]: A and B hold the same entries alike (with seconds:
+# B's mtimes whole seconds less than one from A's, as a table of contents
+# gives them; content only where both have it); prints how many mtimes
+# had nanoseconds in A
+same() {
+    py - "$@" <<'PY'
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+seconds = len(sys.argv) > 3
+bad = []
+if sorted(a) != sorted(b):
+    bad.append("paths differ: %s" % sorted(set(a) ^ set(b)))
+for p in sorted(set(a) & set(b)):
+    x, y = dict(a[p]), dict(b[p])
+    if seconds and y["mtime_ns"] % 1000000000 == 0 and abs(x["mtime_ns"] - y["mtime_ns"]) < 1000000000:
+        x["mtime_ns"] = y["mtime_ns"]
+    if "sha256" not in x or "sha256" not in y:
+        x.pop("sha256", None)
+        y.pop("sha256", None)
+    if x != y:
+        bad.append("%s: %s != %s" % (p, x, y))
+if bad:
+    print("\n".join(bad[:20]), file=sys.stderr)
+    sys.exit(1)
+print(sum(1 for e in a.values() if e["mtime_ns"] % 1000000000))
+PY
+}
+
+ref_gz=$REGISTRY/test/exact:1
+ref_esgz=$REGISTRY/test/exact-esgz:1
+
+# The reference: both images pulled whole.
+CACHE=$WORK/cache-full
+mount_pullfs --lazy off
+snap "$MNT/images/$ref_gz" "$WORK/full.json" content
+snap "$MNT/images/$ref_esgz" "$WORK/full-esgz.json" content
+unmount_pullfs
+n=$(same "$WORK/full.json" "$WORK/full-esgz.json") ||
+    fail "the eStargz image pulled whole is not the gzip image"
+log "full pull: $(py -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$WORK/full.json") entries, $n with sub-second mtimes"
+[ "$n" -gt 40 ] || fail "only $n entries of the full pull have sub-second mtimes"
+
+# Lazily, completed in one stream of the blob: verified by its digest.
+CACHE=$WORK/cache-lazy
+mount_pullfs --lazy-completion-delay 3600
+root=$MNT/images/$ref_esgz
+snap "$root" "$WORK/before.json"
+n=$(same "$WORK/full.json" "$WORK/before.json" seconds) ||
+    fail "before completion, the tree differs from the full pull in more than mtimes' nanoseconds"
+! same "$WORK/full.json" "$WORK/before.json" >/dev/null 2>&1 ||
+    fail "before completion, the tree already has the full pull's nanoseconds"
+log "before completion: $n entries with the full pull's second but not its nanoseconds"
+timeout 120 "$PULLFSCTL" -m "$MNT" pull --plain "$ref_esgz" >"$WORK/pull.out" 2>&1 ||
+    fail "pullfsctl pull: $(cat "$WORK/pull.out")"
+assert_eq true "$(pullfs_image_field "$ref_esgz" complete)" "complete after pullfsctl pull"
+assert_eq digest "$(pullfs_image_field "$ref_esgz" verified)" "verified after one stream of the blob"
+# the loaded image keeps its tree until it is loaded again
+snap "$root" "$WORK/loaded.json"
+same "$WORK/before.json" "$WORK/loaded.json" >/dev/null ||
+    fail "the loaded image's tree changed on completion"
+unmount_pullfs
+mount_pullfs --lazy-completion-delay 3600
+snap "$root" "$WORK/after.json" content
+same "$WORK/full.json" "$WORK/after.json" >/dev/null ||
+    fail "after completion and a remount, the tree is not the full pull's"
+unmount_pullfs
+log "completed and remounted: every entry is the full pull's, nanoseconds included"
+
+# A read first: completed out of order, verified by its table only.
+CACHE=$WORK/cache-toc
+mount_pullfs --lazy-completion-delay 3600
+cmp "$st/data/big" "$root/data/big" || fail "data/big read lazily"
+timeout 120 "$PULLFSCTL" -m "$MNT" pull --plain "$ref_esgz" >"$WORK/pull.out" 2>&1 ||
+    fail "pullfsctl pull: $(cat "$WORK/pull.out")"
+assert_eq toc "$(pullfs_image_field "$ref_esgz" verified)" "verified after a read out of order"
+unmount_pullfs
+mount_pullfs --lazy-completion-delay 3600
+snap "$root" "$WORK/toc.json" content
+same "$WORK/full.json" "$WORK/toc.json" seconds >/dev/null ||
+    fail "verified by its table, the tree differs from the full pull in more than mtimes' nanoseconds"
+same "$WORK/before.json" "$WORK/toc.json" >/dev/null ||
+    fail "verified by its table, the tree is not the table's"
+unmount_pullfs
+log "PASS"
