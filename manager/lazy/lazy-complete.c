@@ -202,6 +202,7 @@ static int stream_sink(void *userdata, const void *data, size_t len)
 	if (stop_asked(s->l, s->cancel))
 		return -ECANCELED;
 	atomic_store(&s->claim->heard_ns, clock_mono_ns());
+	lazy_blob_keep(s->l, s->pos, d, len);
 	if (s->chain && s->chain->hasher) {
 		hasher_update(s->chain->hasher, d, len);
 		chain_toc(s, d, len);
@@ -655,6 +656,20 @@ static int complete_files(struct lazy_layer *l, struct registry *reg, const atom
 		r = finish_files(l, reg, cancel, UINT64_MAX, &all);
 	if (r < 0 || !all)
 		return r;
+	if (!proven) {
+		/* the requests did not read the blob in order: what they and
+		 * the readers brought, with what neither did */
+		struct tarhdr *hdrs = NULL;
+
+		r = lazy_blob_prove(l, reg, cancel, &hdrs);
+		if (r == -ECANCELED)
+			return r;
+		proven = r > 0;
+		if (hdrs)
+			(void)index_exact(l, hdrs);
+		tarhdr_free(hdrs);
+	}
+	lazy_blob_drop(l);
 	/* every o.OBJ is there for good before the layer says so */
 	r = flush_dir(l->dirfd);
 	if (r < 0)

@@ -12,8 +12,10 @@
 #   the loaded image still shows the table's mtimes, and after a remount
 #   every entry (stat, link target, xattrs, content) is the full pull's,
 #   nanoseconds included;
-# - completed after a read took chunks out of the blob's order (verified
-#   by the table of contents only), it keeps the table's mtimes.
+# - completed after reads took chunks out of the blob's order, the blob
+#   kept as it came is verified whole, and the tree is the full pull's too;
+# - completed after a read and a restart (nothing kept), it is verified by
+#   its table of contents only and keeps the table's mtimes.
 # docs/content-store.md, "Files fetched on demand".
 . "$(dirname "$0")/lib.sh"
 . "$INTEGRATION_DIR/images.sh"
@@ -125,6 +127,8 @@ PY
 
 ref_gz=$REGISTRY/test/exact:1
 ref_esgz=$REGISTRY/test/exact-esgz:1
+layer_hex=$(registry_manifest "test/exact-esgz:1" |
+    py -c 'import json,sys; print(json.load(sys.stdin)["layers"][-1]["digest"].split(":")[1])')
 
 # The reference: both images pulled whole.
 CACHE=$WORK/cache-full
@@ -163,13 +167,35 @@ same "$WORK/full.json" "$WORK/after.json" >/dev/null ||
 unmount_pullfs
 log "completed and remounted: every entry is the full pull's, nanoseconds included"
 
-# A read first: completed out of order, verified by its table only.
+# A read first: the completion's requests skip what the read brought, and
+# the blob, kept as it came, is read back whole and verified by its digest.
+CACHE=$WORK/cache-read
+mount_pullfs --lazy-completion-delay 3600
+cmp "$st/data/big" "$root/data/big" || fail "data/big read lazily"
+cmp "$st/dir/sub/f7" "$root/dir/sub/f7" || fail "dir/sub/f7 read lazily"
+timeout 120 "$PULLFSCTL" -m "$MNT" pull --plain "$ref_esgz" >"$WORK/pull.out" 2>&1 ||
+    fail "pullfsctl pull: $(cat "$WORK/pull.out")"
+assert_eq digest "$(pullfs_image_field "$ref_esgz" verified)" "verified after a read out of order"
+[ ! -e "$CACHE/layers/$layer_hex/blob.part" ] || fail "the kept blob outlived the completion"
+unmount_pullfs
+mount_pullfs --lazy-completion-delay 3600
+snap "$root" "$WORK/read.json" content
+same "$WORK/full.json" "$WORK/read.json" >/dev/null ||
+    fail "completed after a read, the tree is not the full pull's"
+unmount_pullfs
+log "completed after a read: every entry is the full pull's"
+
+# A read, then a restart (what was kept is gone with the process that
+# kept it): verified by the table of contents, whose mtimes stay.
 CACHE=$WORK/cache-toc
 mount_pullfs --lazy-completion-delay 3600
 cmp "$st/data/big" "$root/data/big" || fail "data/big read lazily"
+unmount_pullfs
+mount_pullfs --lazy-completion-delay 3600
+ls "$root" >/dev/null || fail "lookup after the restart"
 timeout 120 "$PULLFSCTL" -m "$MNT" pull --plain "$ref_esgz" >"$WORK/pull.out" 2>&1 ||
     fail "pullfsctl pull: $(cat "$WORK/pull.out")"
-assert_eq toc "$(pullfs_image_field "$ref_esgz" verified)" "verified after a read out of order"
+assert_eq toc "$(pullfs_image_field "$ref_esgz" verified)" "verified after a restart"
 unmount_pullfs
 mount_pullfs --lazy-completion-delay 3600
 snap "$root" "$WORK/toc.json" content
