@@ -22,9 +22,9 @@
 #include "tarhdr.h"
 
 /* What lazy_blob_prove() fetches, at most: this share of the blob in
- * percent, or LAZY_BLOB_GAP_MAX bytes.  More missing means files the
- * content store gave (a partial pull): fetching them for the proof would
- * spend what sharing saved. */
+ * percent, or LAZY_BLOB_GAP_MAX bytes, and never a file's chunks (a file
+ * the content store gave: fetching it for the proof would spend what
+ * sharing saved). */
 #define LAZY_BLOB_SHARE 5
 #define LAZY_BLOB_GAP_MAX (64u << 10)
 
@@ -150,6 +150,30 @@ static int kept_missing(struct lazy_layer *l, uint64_t size, struct lazy_range *
 	return 0;
 }
 
+/* Whether a missing range holds bytes of a file's chunks: a file that
+ * came from the content store (a partial pull), which the proof would
+ * fetch after all. */
+static bool holds_file(const struct toc *toc, const struct lazy_range *m, size_t n)
+{
+	for (size_t i = 0; i < toc->n_chunks; i++) {
+		const struct toc_chunk *c = &toc->chunks[i];
+		size_t lo = 0, hi = n;
+
+		/* the first range ending after the chunk's start (m sorted) */
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+
+			if (m[mid].b <= c->blob_offset)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		if (lo < n && m[lo].a < c->blob_offset + c->blob_length)
+			return true;
+	}
+	return false;
+}
+
 /* The kept file read in order, hashed and walked for its headers. */
 static int kept_hash(int fd, uint64_t size, struct hasher *h, struct tarhdr *hdrs)
 {
@@ -196,7 +220,8 @@ int lazy_blob_prove(struct lazy_layer *l, struct registry *reg, const atomic_boo
 	pthread_mutex_unlock(&l->keep_lock);
 	if (r != 0 || fd < 0)
 		return r < 0 ? r : 0;
-	if (bytes > LAZY_BLOB_GAP_MAX && bytes * 100 > size * LAZY_BLOB_SHARE)
+	if ((bytes > LAZY_BLOB_GAP_MAX && bytes * 100 > size * LAZY_BLOB_SHARE) ||
+	    holds_file(l->toc, missing, n))
 		return 0;
 	for (size_t i = 0; i < n; i++) {
 		struct keep_sink k = { .l = l, .pos = missing[i].a };
