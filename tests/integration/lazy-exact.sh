@@ -131,6 +131,22 @@ print(sum(1 for e in a.values() if e["mtime_ns"] % 1000000000))
 PY
 }
 
+# complete REF VERIFIED: pullfsctl pull completes REF, verified as said
+complete() {
+    timeout 120 "$PULLFSCTL" -m "$MNT" pull --plain "$1" >"$WORK/pull.out" 2>&1 ||
+        fail "pullfsctl pull: $(cat "$WORK/pull.out")"
+    assert_eq true "$(pullfs_image_field "$1" complete)" "$1 complete after pullfsctl pull"
+    assert_eq "$2" "$(pullfs_image_field "$1" verified)" "how $1 was verified"
+}
+
+# remounted REF OUT: a new mount's snapshot of REF (content too) in OUT
+remounted() {
+    unmount_pullfs
+    mount_pullfs --lazy-completion-delay 3600
+    snap "$MNT/images/$1" "$2" content
+    unmount_pullfs
+}
+
 ref_gz=$REGISTRY/test/exact:1
 ref_esgz=$REGISTRY/test/exact-esgz:1
 layer_hex=$(registry_manifest "test/exact-esgz:1" |
@@ -167,20 +183,14 @@ for v in esgz zc chunked; do
     fi
     [ "$v" != esgz ] || ! same "$WORK/full.json" "$WORK/before-$v.json" >/dev/null 2>&1 ||
         fail "before completion, the eStargz tree already has the full pull's nanoseconds"
-    timeout 120 "$PULLFSCTL" -m "$MNT" pull --plain "$ref" >"$WORK/pull.out" 2>&1 ||
-        fail "pullfsctl pull: $(cat "$WORK/pull.out")"
-    assert_eq true "$(pullfs_image_field "$ref" complete)" "$v: complete after pullfsctl pull"
-    assert_eq digest "$(pullfs_image_field "$ref" verified)" "$v: verified after one stream of the blob"
+    complete "$ref" digest
     # the loaded image keeps its tree until it is loaded again
     snap "$MNT/images/$ref" "$WORK/loaded-$v.json"
     same "$WORK/before-$v.json" "$WORK/loaded-$v.json" >/dev/null ||
         fail "$v: the loaded image's tree changed on completion"
-    unmount_pullfs
-    mount_pullfs --lazy-completion-delay 3600
-    snap "$MNT/images/$ref" "$WORK/after-$v.json" content
+    remounted "$ref" "$WORK/after-$v.json"
     same "$WORK/full.json" "$WORK/after-$v.json" >/dev/null ||
         fail "$v: after completion and a remount, the tree is not the full pull's"
-    unmount_pullfs
     log "$v: completed and remounted: every entry is the full pull's, nanoseconds included"
 done
 root=$MNT/images/$ref_esgz
@@ -192,16 +202,11 @@ CACHE=$WORK/cache-read
 mount_pullfs --lazy-completion-delay 3600
 cmp "$st/data/big" "$root/data/big" || fail "data/big read lazily"
 cmp "$st/dir/sub/f7" "$root/dir/sub/f7" || fail "dir/sub/f7 read lazily"
-timeout 120 "$PULLFSCTL" -m "$MNT" pull --plain "$ref_esgz" >"$WORK/pull.out" 2>&1 ||
-    fail "pullfsctl pull: $(cat "$WORK/pull.out")"
-assert_eq digest "$(pullfs_image_field "$ref_esgz" verified)" "verified after a read out of order"
+complete "$ref_esgz" digest
 [ ! -e "$CACHE/layers/$layer_hex/blob.part" ] || fail "the kept blob outlived the completion"
-unmount_pullfs
-mount_pullfs --lazy-completion-delay 3600
-snap "$root" "$WORK/read.json" content
+remounted "$ref_esgz" "$WORK/read.json"
 same "$WORK/full.json" "$WORK/read.json" >/dev/null ||
     fail "completed after a read, the tree is not the full pull's"
-unmount_pullfs
 log "completed after a read: every entry is the full pull's"
 
 # A read, then a restart (what was kept is gone with the process that
@@ -212,15 +217,10 @@ cmp "$st/data/big" "$root/data/big" || fail "data/big read lazily"
 unmount_pullfs
 mount_pullfs --lazy-completion-delay 3600
 ls "$root" >/dev/null || fail "lookup after the restart"
-timeout 120 "$PULLFSCTL" -m "$MNT" pull --plain "$ref_esgz" >"$WORK/pull.out" 2>&1 ||
-    fail "pullfsctl pull: $(cat "$WORK/pull.out")"
-assert_eq toc "$(pullfs_image_field "$ref_esgz" verified)" "verified after a restart"
-unmount_pullfs
-mount_pullfs --lazy-completion-delay 3600
-snap "$root" "$WORK/toc.json" content
+complete "$ref_esgz" toc
+remounted "$ref_esgz" "$WORK/toc.json"
 same "$WORK/full.json" "$WORK/toc.json" seconds >/dev/null ||
     fail "verified by its table, the tree differs from the full pull in more than mtimes' nanoseconds"
 same "$WORK/before.json" "$WORK/toc.json" >/dev/null ||
     fail "verified by its table, the tree is not the table's"
-unmount_pullfs
 log "PASS"

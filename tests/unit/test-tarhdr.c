@@ -10,31 +10,6 @@
 #include "tarhdr.h"
 #include "tocblob.h"
 
-/* One ustar header (prefix: the ustar prefix field, or NULL). */
-static void put_header(struct blob *b, const char *name, const char *prefix, char flag,
-		       uint64_t size, const unsigned char mtime[12])
-{
-	unsigned char h[512] = { 0 };
-	unsigned sum = 0;
-
-	snprintf((char *)h, 100, "%s", name);
-	memcpy(h + 100, "0000644", 8);
-	memcpy(h + 108, "0000000", 8);
-	memcpy(h + 116, "0000000", 8);
-	snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)(size & 077777777777));
-	memcpy(h + 136, mtime, 12);
-	memset(h + 148, ' ', 8);
-	h[156] = (unsigned char)flag;
-	memcpy(h + 257, "ustar", 6);
-	memcpy(h + 263, "00", 2);
-	if (prefix)
-		snprintf((char *)h + 345, 155, "%s", prefix);
-	for (size_t i = 0; i < sizeof(h); i++)
-		sum += h[i];
-	snprintf((char *)h + 148, 8, "%06o", sum);
-	blob_put(b, h, sizeof(h));
-}
-
 static const unsigned char *octal(int64_t t)
 {
 	static unsigned char m[12];
@@ -48,7 +23,7 @@ static void put_ext(struct blob *b, char flag, const char *text)
 {
 	size_t n = strlen(text);
 
-	put_header(b, "././@PaxHeader", NULL, flag, n, octal(0));
+	put_ustar_header(b, "././@PaxHeader", NULL, flag, n, octal(0));
 	blob_put(b, text, n);
 	blob_zeros(b, (512 - n % 512) % 512);
 }
@@ -71,7 +46,7 @@ static void put_entry(struct blob *b, const char *name, char flag, uint64_t size
 {
 	if (pax_mtime)
 		put_ext(b, 'x', pax("mtime", pax_mtime));
-	put_header(b, name, NULL, flag, size, octal(1234567890));
+	put_ustar_header(b, name, NULL, flag, size, octal(1234567890));
 	for (uint64_t i = 0; i < size; i++)
 		blob_put(b, "x", 1);
 	blob_zeros(b, (512 - size % 512) % 512);
@@ -280,10 +255,10 @@ static void test_header_forms(void **state)
 	longname[sizeof(longname) - 1] = '\0';
 	longname[100] = '/';
 	put_ext(&t, 'L', longname);
-	put_header(&t, "cut", NULL, '0', 0, octal(7));
-	put_header(&t, "name", "some/prefix", '5', 0, octal(8));
+	put_ustar_header(&t, "cut", NULL, '0', 0, octal(7));
+	put_ustar_header(&t, "name", "some/prefix", '5', 0, octal(8));
 	b256[11] = 0x10; /* 16 */
-	put_header(&t, "b256", NULL, '6', 0, b256);
+	put_ustar_header(&t, "b256", NULL, '6', 0, b256);
 	for (size_t i = 0; i < ARRAY_SIZE(times); i++) {
 		char name[16];
 
@@ -291,7 +266,7 @@ static void test_header_forms(void **state)
 		put_entry(&t, name, '0', 0, times[i].pax_mtime);
 	}
 	put_ext(&t, 'x', pax("path", "from/pax"));
-	put_header(&t, "ignored", NULL, '3', 0, octal(9));
+	put_ustar_header(&t, "ignored", NULL, '3', 0, octal(9));
 	blob_zeros(&t, 1024);
 
 	assert_int_equal(tarhdr_new(TOC_ESTARGZ, &w), 0);
