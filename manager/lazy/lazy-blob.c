@@ -82,6 +82,9 @@ void lazy_blob_keep(struct lazy_layer *l, uint64_t off, const void *buf, size_t 
 	if (len == 0 || atomic_load(&l->complete))
 		return;
 	pthread_mutex_lock(&l->keep_lock);
+	/* a layer lazy for good never gets to the proof */
+	if (atomic_load(&l->foreign_toc))
+		keep_stop(l);
 	if (!l->keep_off && l->keepfd < 0) {
 		l->keepfd = openat(l->dirfd, LAZY_BLOB_PART,
 				   O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
