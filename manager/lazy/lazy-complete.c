@@ -434,12 +434,12 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 {
 	uint64_t size = l->src.tl.blob_size;
 	struct chain chain = { .hasher = ret_proven ? hasher_new() : NULL };
-
-	if (chain.hasher && tarhdr_new(l->toc->format, &chain.hdrs) < 0)
-		chain.hdrs = NULL; /* the index keeps the table's times */
 	struct whole_hash wh = { 0 };
 	size_t i = 0, bad = 0;
 	int r = 0;
+
+	if (chain.hasher && tarhdr_new(l->toc->format, &chain.hdrs) < 0)
+		chain.hdrs = NULL; /* the index keeps the table's times */
 
 	if (ret_proven)
 		*ret_proven = false;

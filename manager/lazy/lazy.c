@@ -300,11 +300,10 @@ int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stat
 		atomic_store(&l->complete, true);
 		atomic_store(&l->toc_verified, true);
 	}
-	/* what an earlier process kept: its ranges were in its memory */
-	if (unlinkat(l->dirfd, LAZY_BLOB_PART, 0) < 0 && errno != ENOENT) {
-		r = negative_errno();
-		goto fail;
-	}
+	/* what an earlier process kept: its ranges were in its memory (a
+	 * file that stays is not kept to) */
+	if (unlinkat(l->dirfd, LAZY_BLOB_PART, 0) < 0 && errno != ENOENT)
+		l->keep_off = true;
 	r = lazy_source_parse(text, &l->src);
 	if (r < 0)
 		goto fail;
