@@ -130,7 +130,11 @@ struct fs {
 	pthread_mutex_t notify_lock;
 	pthread_cond_t notify_cond;
 	struct strmap *notify_keys; /* notify_lock */
-	bool notify_stop;	    /* notify_lock */
+	/* manifest digests of images whose trees took exact mtimes: the
+	 * kernel's cached attributes of their nodes are dropped (nsnotify.c);
+	 * notify_lock */
+	struct strmap *notify_times;
+	bool notify_stop; /* notify_lock */
 	/* dentries.c: reference -> struct root_dentry * list; notify_lock */
 	struct strmap *dentries;
 	struct root_dentry *dentries_gone; /* of removed names; notify_lock */

@@ -79,6 +79,73 @@ static int inval_pick(void *userdata, const char *key, void *value)
 	return 0;
 }
 
+/* The manager's times_changed hook: the images of digest have new
+ * mtimes, which the kernel may hold the old ones of for a day (the
+ * attribute timeout of image nodes).  Called without locks.  When memory
+ * is short the note is lost and the kernel shows the old mtimes until
+ * they time out. */
+static void times_changed(void *userdata, const char *digest)
+{
+	struct fs *fs = userdata;
+
+	pthread_mutex_lock(&fs->notify_lock);
+	/* (a value that is not NULL: strmap_get() finds it) */
+	if (!fs->notify_stop && strmap_put(fs->notify_times, digest, fs) == 0) {
+		fs->notify_queued++;
+		pthread_cond_signal(&fs->notify_cond);
+	}
+	pthread_mutex_unlock(&fs->notify_lock);
+}
+
+struct times_batch {
+	const struct strmap *digests;
+	fuse_ino_t *inos;
+	size_t n, cap;
+};
+
+/* The node of every inode of img when its digest is one of the batch's.
+ * With the table of keys locked, so the image and its tree stay. */
+static void times_pick(void *userdata, uint32_t key, void *value)
+{
+	struct times_batch *b = userdata;
+	struct image *img = value;
+	const struct tinode *t;
+
+	(void)key;
+	if (!strmap_get(b->digests, image_digest(img)))
+		return;
+	for (uint32_t i = 0; (t = image_inode(img, i)); i++) {
+		if (b->n == b->cap) {
+			size_t cap = b->cap ? b->cap * 2 : 1024;
+			fuse_ino_t *n = reallocarray(b->inos, cap, sizeof(*n));
+
+			if (!n)
+				return; /* the rest time out */
+			b->inos = n;
+			b->cap = cap;
+		}
+		b->inos[b->n++] = node_ino(img, t);
+	}
+}
+
+/* Drops the kernel's attributes of every node of the images of digests
+ * (the pages it caches stay: contents do not change).  From the
+ * notifier's thread, without its lock. */
+static void times_invalidate(struct fs *fs, const struct strmap *digests)
+{
+	struct times_batch b = { .digests = digests };
+
+	if (strmap_size(digests) == 0)
+		return;
+	manager_images_foreach(fs->manager, times_pick, &b);
+	for (size_t i = 0; i < b.n; i++) {
+		atomic_store(&fs->notify_writing_ns, clock_mono_ns());
+		fuse_lowlevel_notify_inval_inode(fs->session, b.inos[i], -1, 0);
+		atomic_store(&fs->notify_writing_ns, 0);
+	}
+	free(b.inos);
+}
+
 /* PULLFS_FAULT=notify-late: a notification under way when the stop comes
  * (one that drops a dentry in images/, 300 ms after the stop).
  * fs.notify_lock held, and again on return. */
@@ -150,6 +217,11 @@ static void *notifier(void *arg)
 			continue;
 		}
 		fs->notify_keys = fresh;
+		struct strmap *times = NULL, *fresh_times = strmap_new();
+		if (fresh_times) {
+			times = fs->notify_times;
+			fs->notify_times = fresh_times;
+		}
 		struct root_dentry *gone = TAKE_PTR(fs->dentries_gone);
 		pthread_mutex_unlock(&fs->notify_lock);
 
@@ -168,6 +240,9 @@ static void *notifier(void *arg)
 			atomic_store(&fs->notify_writing_ns, 0);
 		}
 		free(b.inos);
+		if (times)
+			times_invalidate(fs, times);
+		strmap_free(times);
 		dentries_invalidate(fs, gone);
 		pthread_mutex_lock(&fs->notify_lock);
 		fs->notify_sent = batch;
@@ -191,6 +266,7 @@ int ns_notifier_start(struct fs *fs)
 				  fs);
 	manager_set_gc_prepare(fs->manager, takeover_settle, fs);
 	manager_set_images_entered(fs->manager, takeover_entered_keys, fs);
+	manager_set_times_changed(fs->manager, times_changed, fs);
 	return 0;
 }
 
@@ -213,6 +289,7 @@ static bool notifier_end(struct fs *fs, const struct timespec *until, void (*lat
 	manager_set_names_changed(fs->manager, NULL, NULL, NULL, NULL);
 	manager_set_gc_prepare(fs->manager, NULL, NULL);
 	manager_set_images_entered(fs->manager, NULL, NULL);
+	manager_set_times_changed(fs->manager, NULL, NULL);
 	if (!fs->notifier_started)
 		return true;
 	if (until && pthread_timedjoin_np(fs->notifier, NULL, until) != 0) {

@@ -59,10 +59,11 @@ int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
 	fs->lazy_opens = strmap_new();
 	fs->foreign = strmap_new();
 	fs->notify_keys = strmap_new();
+	fs->notify_times = strmap_new();
 	fs->dentries = strmap_new();
 	fs->dentries_pending = strmap_new();
-	if (!fs->backings || !fs->lazy_opens || !fs->foreign || !fs->notify_keys || !fs->dentries ||
-	    !fs->dentries_pending || ns_init(fs) < 0) {
+	if (!fs->backings || !fs->lazy_opens || !fs->foreign || !fs->notify_keys ||
+	    !fs->notify_times || !fs->dentries || !fs->dentries_pending || ns_init(fs) < 0) {
 		fs_free(fs);
 		return -ENOMEM;
 	}
@@ -96,6 +97,7 @@ void fs_free(struct fs *fs)
 		strmap_foreach(fs->nsusers, free_backing_entry, NULL);
 	strmap_free(fs->nsusers);
 	strmap_free(fs->notify_keys);
+	strmap_free(fs->notify_times);
 	dentries_free(fs);
 	pthread_mutex_destroy(&fs->ns_lock);
 	/* backing files of files still open at the unmount: the kernel

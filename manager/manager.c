@@ -177,6 +177,18 @@ void manager_set_image_forgotten(struct manager *m, void (*fn)(uint32_t key))
 	images_set_forgotten(m->imgs, fn);
 }
 
+void manager_set_times_changed(struct manager *m, void (*fn)(void *userdata, const char *digest),
+			       void *userdata)
+{
+	images_set_times_changed(m->imgs, fn, userdata);
+}
+
+void manager_images_foreach(struct manager *m, void (*fn)(void *userdata, uint32_t key, void *img),
+			    void *userdata)
+{
+	images_foreach(m->imgs, fn, userdata);
+}
+
 void manager_took_over(struct manager *m)
 {
 	packs_took_over(m->packs);

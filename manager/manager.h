@@ -317,6 +317,18 @@ void manager_set_images_entered(struct manager *m,
  * for the images freed with the manager. */
 void manager_set_image_forgotten(struct manager *m, void (*fn)(uint32_t key));
 
+/* fn (NULL: none) is called, without locks, with the manifest digest of
+ * each loaded image whose tree took exact mtimes (a lazy layer of it
+ * verified against its digest; images_set_times_changed()).  Set NULL
+ * before userdata goes. */
+void manager_set_times_changed(struct manager *m, void (*fn)(void *userdata, const char *digest),
+			       void *userdata);
+/* fn for every live image with a key (struct image *), with the table of
+ * keys locked: it must not call the manager; image_ref() keeps one for
+ * after. */
+void manager_images_foreach(struct manager *m, void (*fn)(void *userdata, uint32_t key, void *img),
+			    void *userdata);
+
 /* A JSON document for MOUNT/.pullfs/status (docs/control.md), without the
  * fields only the filesystem knows, and without the pulls, images and
  * back-off entries of private images who may not see

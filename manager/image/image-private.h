@@ -25,6 +25,9 @@ struct images {
 	struct imagekeys *keys;
 	pthread_mutex_t keys_lock;
 	void (*forgotten)(uint32_t key); /* images_set_forgotten(); keys_lock */
+	/* images_set_times_changed(); content_lock */
+	void (*times_changed)(void *userdata, const char *digest);
+	void *times_userdata;
 	/* wall ms of the last LazyReadFailed event (rate limit) */
 	_Atomic int64_t lazy_warned_ms;
 };

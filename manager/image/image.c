@@ -660,10 +660,102 @@ static void completion_profiled(void *userdata, const struct lazy_prefetch *pf, 
 	content_profile_prefetched(TAKE_PTR(lc->profile), pf, r);
 }
 
+void images_set_times_changed(struct images *imgs, void (*fn)(void *userdata, const char *digest),
+			      void *userdata)
+{
+	pthread_mutex_lock(&imgs->content_lock);
+	imgs->times_changed = fn;
+	imgs->times_userdata = userdata;
+	pthread_mutex_unlock(&imgs->content_lock);
+}
+
+/* The loaded contents built on one pack, each with a reference. */
+struct on_pack {
+	const struct pack *pack;
+	struct image_content **cs;
+	size_t n;
+	bool short_of_memory;
+};
+
+static int content_on_pack(void *userdata, const char *key, void *value)
+{
+	struct on_pack *o = userdata;
+	struct image_content *c = value, **cs;
+
+	(void)key;
+	/* (a single layer's view is built by layerview.c, and keeps its
+	 * tree until it is loaded again) */
+	if (!strncmp(c->digest, LAYER_CONTENT_PREFIX, strlen(LAYER_CONTENT_PREFIX)))
+		return 0;
+	for (size_t i = 0; i < c->n_layers; i++) {
+		if (c->packs[i] != o->pack)
+			continue;
+		cs = realloc(o->cs, (o->n + 1) * sizeof(*cs));
+		if (!cs) {
+			o->short_of_memory = true;
+			return 0;
+		}
+		o->cs = cs;
+		o->cs[o->n++] = c;
+		c->refs++;
+		break;
+	}
+	return 0;
+}
+
+/* c's tree with the mtimes its layers' indexes have now.  Returns how
+ * many inodes changed, or -errno. */
+static int content_take_times(struct images *imgs, struct image_content *c)
+{
+	_cleanup_free_ struct layer_index **idx = calloc(MAX(c->n_layers, 1), sizeof(*idx));
+	struct tree *t = NULL;
+	char err[256];
+	size_t n = 0;
+	int r = idx ? 0 : -ENOMEM;
+
+	for (; r == 0 && n < c->n_layers; n++)
+		r = cache_layer_read_index(imgs->o.cache, pack_digest(c->packs[n]), &idx[n]);
+	if (r == 0)
+		r = tree_build((const struct layer_index *const *)idx, c->n_layers, &t, err,
+			       sizeof(err));
+	if (r == 0)
+		r = tree_update_times(c->tree, t);
+	tree_free(t);
+	for (size_t i = 0; idx && i < n; i++)
+		layer_index_free(idx[i]);
+	return r;
+}
+
+/* A lazy layer just completed: when it was verified against its digest,
+ * its index has the tar headers' mtimes, which the loaded trees built on
+ * it take now (a layer verified by its table of contents changes
+ * nothing: no tree does). */
+static void contents_take_times(struct images *imgs, const struct pack *pack)
+{
+	struct on_pack o = { .pack = pack };
+	void (*fn)(void *userdata, const char *digest);
+	void *userdata;
+
+	pthread_mutex_lock(&imgs->content_lock);
+	strmap_foreach(imgs->contents, content_on_pack, &o);
+	fn = imgs->times_changed;
+	userdata = imgs->times_userdata;
+	pthread_mutex_unlock(&imgs->content_lock);
+	for (size_t i = 0; i < o.n; i++) {
+		if (content_take_times(imgs, o.cs[i]) > 0 && fn)
+			fn(userdata, o.cs[i]->digest);
+		content_put(imgs, o.cs[i]);
+	}
+	free(o.cs);
+}
+
 static void completion_end(void *userdata, bool complete)
 {
 	struct layer_completion *lc = userdata;
+	struct lazy_layer *l = pack_lazy(lc->imgs->o.packs, lc->pack);
 
+	if (complete && (!l || !lazy_layer_toc_verified(l)))
+		contents_take_times(lc->imgs, lc->pack);
 	if (complete)
 		announce_complete(lc->imgs);
 	else

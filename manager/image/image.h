@@ -97,6 +97,14 @@ struct image *images_get(struct images *imgs, uint32_t key);
 /* fn (NULL: none) is called when an image with a key is freed because
  * nothing held it any more (manager_set_image_forgotten()). */
 void images_set_forgotten(struct images *imgs, void (*fn)(uint32_t key));
+
+/* fn(userdata, digest) is called, without locks, for each loaded content
+ * (manifest digest) whose tree took new mtimes: a lazy layer of it was
+ * verified against its digest and its index given the tar headers' exact
+ * times (the filesystem then drops the kernel's cached attributes of its
+ * images).  NULL: none. */
+void images_set_times_changed(struct images *imgs, void (*fn)(void *userdata, const char *digest),
+			      void *userdata);
 /* Calls fn with every live image, under the table's lock: fn may read
  * an image (image_digest(), image_open_count(), ...) but must not drop
  * one, nor load or find one. */

@@ -4,10 +4,13 @@
  * costs a fixed few bytes per name and is safe to share between threads;
  * then lookups, stat and extended attributes on it. */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "macro.h"
 #include "tree.h"
@@ -21,7 +24,14 @@ struct tree {
 	struct tree_xattr *xattrs;
 	char *strings;
 	uint64_t content_bytes;
+	/* mtimes of the inodes being changed by tree_update_times() while
+	 * odd: readers read them again (a sequence lock, so that they stay
+	 * free of locks) */
+	atomic_uint times_seq;
 };
+
+/* tree_update_times() writers, one at a time. */
+static pthread_mutex_t times_writer = PTHREAD_MUTEX_INITIALIZER;
 
 struct child_pair {
 	const char *name;
@@ -308,6 +318,65 @@ const struct tinode *tree_resolve(const struct tree *t, const char *path)
 	return cur;
 }
 
+void tinode_mtime(const struct tinode *ino, struct timespec *ret)
+{
+	const struct tree *t = ino->tree;
+	unsigned seq;
+
+	for (;;) {
+		seq = atomic_load_explicit(&t->times_seq, memory_order_acquire);
+		if (seq & 1)
+			continue;
+		ret->tv_sec = __atomic_load_n(&ino->mtime_sec, __ATOMIC_RELAXED);
+		ret->tv_nsec = __atomic_load_n(&ino->mtime_nsec, __ATOMIC_RELAXED);
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&t->times_seq, memory_order_relaxed) == seq)
+			return;
+	}
+}
+
+/* Whether a and b are the same inode of two builds: everything but the
+ * times. */
+static bool same_but_times(const struct tinode *a, const struct tinode *b)
+{
+	if (a->mode != b->mode || a->uid != b->uid || a->gid != b->gid || a->nlink != b->nlink ||
+	    a->size != b->size || a->n_children != b->n_children || a->n_xattrs != b->n_xattrs ||
+	    tinode_index(a->parent ? a->parent : a) != tinode_index(b->parent ? b->parent : b))
+		return false;
+	for (uint32_t i = 0; i < a->n_children; i++)
+		if (strcmp(a->child_names[i], b->child_names[i]) != 0 ||
+		    tinode_index(a->children[i]) != tinode_index(b->children[i]))
+			return false;
+	return true;
+}
+
+int tree_update_times(struct tree *t, const struct tree *from)
+{
+	int changed = 0;
+
+	if (t->n_inodes != from->n_inodes)
+		return -EINVAL;
+	for (size_t i = 0; i < t->n_inodes; i++)
+		if (!same_but_times(&t->inodes[i], &from->inodes[i]))
+			return -EINVAL;
+	pthread_mutex_lock(&times_writer);
+	atomic_fetch_add_explicit(&t->times_seq, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	for (size_t i = 0; i < t->n_inodes; i++) {
+		struct tinode *a = &t->inodes[i];
+		const struct tinode *b = &from->inodes[i];
+
+		if (a->mtime_sec == b->mtime_sec && a->mtime_nsec == b->mtime_nsec)
+			continue;
+		__atomic_store_n(&a->mtime_sec, b->mtime_sec, __ATOMIC_RELAXED);
+		__atomic_store_n(&a->mtime_nsec, b->mtime_nsec, __ATOMIC_RELAXED);
+		changed++;
+	}
+	atomic_fetch_add_explicit(&t->times_seq, 1, memory_order_release);
+	pthread_mutex_unlock(&times_writer);
+	return changed;
+}
+
 void tinode_fill_stat(const struct tinode *ino, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
@@ -319,8 +388,7 @@ void tinode_fill_stat(const struct tinode *ino, struct stat *st)
 	st->st_rdev = S_ISCHR(ino->mode) || S_ISBLK(ino->mode) ? ino->rdev : 0;
 	st->st_blksize = 4096;
 	st->st_blocks = (st->st_size + 511) / 512;
-	st->st_mtim.tv_sec = ino->mtime_sec;
-	st->st_mtim.tv_nsec = ino->mtime_nsec;
+	tinode_mtime(ino, &st->st_mtim);
 	st->st_atim = st->st_mtim;
 	st->st_ctim = st->st_mtim;
 }

@@ -3,7 +3,7 @@
  * below, later entries replace earlier ones, hardlinks share one inode),
  * then frozen into an immutable tree with sorted children for lookups by
  * binary search.  Built once per image; afterwards read by any number of
- * threads without locks. */
+ * threads without locks (mtimes alone may change: tree_update_times()). */
 #pragma once
 
 #include <stddef.h>
@@ -80,6 +80,17 @@ const struct tinode *tree_resolve(const struct tree *t, const char *path);
 
 /* Fills st from the inode (st_ino, st_dev left 0, st_blocks from size). */
 void tinode_fill_stat(const struct tinode *ino, struct stat *st);
+
+/* The inode's mtime, read whole while tree_update_times() may change it
+ * (the one way to read mtime_sec and mtime_nsec). */
+void tinode_mtime(const struct tinode *ino, struct timespec *ret);
+
+/* The one change a built tree takes: the mtimes of from, a build of the
+ * same layers whose indexes gained exact times (a lazy layer verified
+ * against its digest), copied into t while readers go on without locks.
+ * Returns how many inodes changed, or -EINVAL (nothing changed) when from
+ * differs from t in anything but times. */
+int tree_update_times(struct tree *t, const struct tree *from);
 
 /* Extended attribute `name` of the inode, or NULL. */
 const struct tree_xattr *tinode_getxattr(const struct tinode *ino, const char *name);

@@ -17,10 +17,12 @@
 #include "digest.h"
 #include "errdetail.h"
 #include "fileio.h"
+#include "layer.h"
 #include "lazy-private.h"
 #include "macro.h"
 #include "registry.h"
 #include "strmap.h"
+#include "tarhdr.h"
 
 /* ---- completion: what is missing, by range ------------------------- */
 
@@ -76,6 +78,9 @@ struct chain {
 	uint64_t pos;	       /* bytes of the blob hashed */
 	uint64_t toc_seen;     /* bytes of the table compared */
 	bool toc_differs;
+	/* the tar headers of the bytes hashed (NULL: none kept): once the
+	 * blob matched its digest, the index takes their times */
+	struct tarhdr *hdrs;
 };
 
 /* The chunks written and not yet flushed nor marked: p[from, ...). */
@@ -225,9 +230,12 @@ static int stream_sink(void *userdata, const void *data, size_t len)
 	if (stop_asked(s->l, s->cancel))
 		return -ECANCELED;
 	atomic_store(&s->claim->heard_ns, clock_mono_ns());
+	lazy_blob_keep(s->l, s->pos, d, len);
 	if (s->chain && s->chain->hasher) {
 		hasher_update(s->chain->hasher, d, len);
 		chain_toc(s, d, len);
+		if (s->chain->hdrs)
+			(void)tarhdr_feed(s->chain->hdrs, d, len); /* a failure merges nothing */
 		s->chain->pos += len;
 	}
 	/* A reader is fetching chunks of its own: the request pauses, its
@@ -403,6 +411,49 @@ static int plan_commit(struct lazy_layer *l, struct pending *p, size_t n)
 	return 0;
 }
 
+static void index_freep(struct layer_index **li)
+{
+	layer_index_free(*li);
+}
+
+/* The layer's index with the times of the tar headers hdrs read from its
+ * blob, which matched its digest: a layer verified so is served as a full
+ * pull of the blob serves it.  The new index is on stable storage before
+ * the caller goes on (its "lazy" file goes after).  0 or -errno: the
+ * index that is there stays (the table's times), a stray LAZY_INDEX_NEW
+ * is written over next time. */
+static int index_exact(struct lazy_layer *l, const struct tarhdr *hdrs)
+{
+	_cleanup_(index_freep) struct layer_index *li = NULL;
+	_cleanup_close_ int fd = -1, out = -1;
+	size_t changed = 0;
+	int r;
+
+	fd = openat(l->dirfd, "index", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return negative_errno();
+	r = layer_index_read(fd, &li);
+	if (r < 0)
+		return r;
+	r = tarhdr_merge(hdrs, li, &changed);
+	if (r == -EBADMSG || (r == 0 && changed == 0))
+		return 0; /* headers a full pull would refuse, or nothing new */
+	if (r < 0)
+		return r;
+	out = openat(l->dirfd, LAZY_INDEX_NEW,
+		     O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (out < 0)
+		return negative_errno();
+	r = layer_index_write(li, out);
+	if (r == 0)
+		r = flush_data(out);
+	if (r == 0 && renameat(l->dirfd, LAZY_INDEX_NEW, l->dirfd, "index") < 0)
+		r = negative_errno();
+	if (r == 0)
+		r = flush_dir(l->dirfd);
+	return r;
+}
+
 /* Fetches every chunk of p (sorted by blob offset) that is still missing,
  * request after request, in blob order, with readers' fetches going first
  * and readers of a chunk a request brings waiting for it; *ret_bytes: the
@@ -421,6 +472,9 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 	struct commit commit = { .p = p, .last_ns = clock_mono_ns() };
 	size_t i = 0, bad = 0;
 	int r = 0;
+
+	if (chain.hasher && tarhdr_new(l->toc->format, &chain.hdrs) < 0)
+		chain.hdrs = NULL; /* the index keeps the table's times */
 
 	if (ret_proven)
 		*ret_proven = false;
@@ -446,6 +500,7 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 		    (claimed ? start < chain.pos || start - chain.pos > PLAN_GAP_MAX : !tail_ok)) {
 			hasher_free(chain.hasher);
 			chain.hasher = NULL;
+			tarhdr_free(TAKE_PTR(chain.hdrs));
 		}
 		if (claimed == 0 && !chain.hasher)
 			break;
@@ -502,10 +557,15 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 					r = -EBADMSG;
 				} else {
 					*ret_proven = true;
+					/* (a failure leaves the table's times:
+					 * the layer is verified all the same) */
+					if (chain.hdrs)
+						(void)index_exact(l, chain.hdrs);
 				}
 			}
 			hasher_free(chain.hasher);
 			chain.hasher = NULL;
+			tarhdr_free(TAKE_PTR(chain.hdrs));
 		}
 	}
 	/* what was written is kept, whatever ended the requests */
@@ -517,6 +577,7 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 	}
 	whole_hash_drop(&wh);
 	hasher_free(chain.hasher);
+	tarhdr_free(chain.hdrs);
 	return r;
 }
 
@@ -655,6 +716,20 @@ static int complete_files(struct lazy_layer *l, struct registry *reg, const atom
 		r = finish_files(l, reg, cancel, &all_files, &all);
 	if (r < 0 || !all)
 		return r;
+	if (!proven) {
+		/* the requests did not read the blob in order: what they and
+		 * the readers brought, with what neither did */
+		struct tarhdr *hdrs = NULL;
+
+		r = lazy_blob_prove(l, reg, cancel, &hdrs);
+		if (r == -ECANCELED)
+			return r;
+		proven = r > 0;
+		if (hdrs)
+			(void)index_exact(l, hdrs);
+		tarhdr_free(hdrs);
+	}
+	lazy_blob_drop(l);
 	/* every o.OBJ is there for good before the layer says so */
 	r = flush_dir(l->dirfd);
 	if (r < 0)

@@ -13,8 +13,20 @@
 
 struct hasher;
 struct strmap;
+struct tarhdr;
 
 enum { CHUNK_MISSING, CHUNK_FETCHING, CHUNK_PRESENT };
+
+/* The layer's index with the tar headers' times, before its rename over
+ * "index" (lazy-complete.c). */
+#define LAZY_INDEX_NEW "index.new"
+/* The blob's bytes as they were fetched, at their offsets (lazy-blob.c);
+ * a restart removes it. */
+#define LAZY_BLOB_PART "blob.part"
+
+struct lazy_range {
+	uint64_t a, b; /* [a, b) */
+};
 
 /* A request of lazy_ensure_chunks() under way: the compressed bytes it
  * brings. */
@@ -100,6 +112,14 @@ struct lazy_layer {
 	atomic_uint_fast64_t changes;
 	bool counted;
 	uint64_t counted_changes, counted_local;
+	/* the blob's bytes fetched so far, in LAZY_BLOB_PART (keepfd, -1
+	 * until the first), sorted and apart; keep_off: given up (a write
+	 * failed, or the layer is done with it).  keep_lock */
+	pthread_mutex_t keep_lock;
+	int keepfd;
+	bool keep_off;
+	struct lazy_range *kept;
+	size_t n_kept, cap_kept;
 };
 
 /* Says that a file or chunk of l became present (after its state says
@@ -126,6 +146,20 @@ void lazy_file_publish(struct lazy_layer *l, struct lazy_file *f, bool hashed);
  * NULL, is fed the chunk's bytes (the file's hash, chunk after chunk). */
 int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const void *src,
 		     void **dst, bool mark, struct hasher *whole);
+/* lazy-blob.c: bytes of the blob at off that a request brought, kept for
+ * lazy_blob_prove() (a write that fails gives the keeping up). */
+void lazy_blob_keep(struct lazy_layer *l, uint64_t off, const void *buf, size_t len);
+/* Every file complete, the blob not proven by the completion's requests:
+ * the bytes no request brought, fetched once (when they are at most a
+ * small share of the blob, else nothing is), and the blob read back in
+ * order.  Returns 1 when it matched the layer's digest (with its tar
+ * headers in *ret_hdrs, or NULL; the caller frees them), 0 when it was
+ * not kept whole or did not match, -errno when a fetch failed or stop was
+ * asked.  Blocks. */
+int lazy_blob_prove(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel,
+		    struct tarhdr **ret_hdrs);
+/* Keeps no more and removes the file. */
+void lazy_blob_drop(struct lazy_layer *l);
 /* Makes chunks a..b of f present (f held); foreground: a reader waits. */
 int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_file *f, size_t a,
 		       size_t b, bool foreground);

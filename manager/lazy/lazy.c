@@ -261,8 +261,12 @@ void lazy_layer_free(struct lazy_layer *l)
 	free(l->tocbuf);
 	lazy_source_done(&l->src);
 	free(l->blob_digest);
+	if (l->keepfd >= 0)
+		close(l->keepfd);
+	free(l->kept);
 	if (l->dirfd >= 0)
 		close(l->dirfd);
+	pthread_mutex_destroy(&l->keep_lock);
 	pthread_mutex_destroy(&l->lock);
 	free(l);
 }
@@ -280,6 +284,8 @@ int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stat
 	if (!l)
 		return -ENOMEM;
 	pthread_mutex_init(&l->lock, NULL);
+	pthread_mutex_init(&l->keep_lock, NULL);
+	l->keepfd = -1;
 	l->cache = c;
 	l->stats = stats;
 	l->dirfd = cache_layer_open_dir(c, digest);
@@ -294,6 +300,10 @@ int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stat
 		atomic_store(&l->complete, true);
 		atomic_store(&l->toc_verified, true);
 	}
+	/* what an earlier process kept: its ranges were in its memory (a
+	 * file that stays is not kept to) */
+	if (unlinkat(l->dirfd, LAZY_BLOB_PART, 0) < 0 && errno != ENOENT)
+		l->keep_off = true;
 	r = lazy_source_parse(text, &l->src);
 	if (r < 0)
 		goto fail;
@@ -640,6 +650,8 @@ static int fetch_run(struct lazy_layer *l, struct registry *reg, struct lazy_fil
 		if (foreground)
 			lazy_stats_observe(l->stats, now_us() - t0);
 	}
+	if (r == 0)
+		lazy_blob_keep(l, start, b.data, b.len);
 	for (size_t k = a; k <= e && r == 0; k++)
 		r = lazy_write_chunk(l, f, k, b.data + (f->chunks[k].blob_offset - start), &dst,
 				     true, NULL);
@@ -823,6 +835,8 @@ static int fetch_runs(struct lazy_layer *l, struct registry *reg, struct lazy_fi
 		if (foreground)
 			lazy_stats_observe(l->stats, now_us() - t0);
 	}
+	for (size_t i = 0; i < n && r == 0; i++)
+		lazy_blob_keep(l, rg[i].offset, bufs[i].data, bufs[i].len);
 	for (size_t i = 0; i < n && r == 0; i++)
 		for (size_t k = runs[i].a; k <= runs[i].e && r == 0; k++)
 			r = lazy_write_chunk(

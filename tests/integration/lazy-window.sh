@@ -4,7 +4,9 @@
 # background completion waiting: no request of it in the registry's log,
 # the status says "waiting"; `pullfsctl pull` then completes the image at
 # once, asking only for what the reads did not bring (each byte once), and
-# the status says the layer was verified by its table of contents.  Then, from a clean cache, a registry that answers every Range
+# the status says the layer was verified against its digest (the blob kept
+# as its bytes came, read back whole).  Then, from a clean cache, a
+# registry that answers every Range
 # request with the whole blob: the reads return the right bytes, and the
 # completion ends with every file checked and the exact tree.  Last, a
 # reader that reads more than 16 MiB of an image, or makes 64 fetches of
@@ -97,8 +99,9 @@ assert_eq 0 "$(blob_gets whole)" "whole-blob GETs of the completion"
 asked=$(blob_asked)
 log "bytes of the layer blob asked for: $asked of $blob_size"
 [ "$asked" -le "$blob_size" ] || fail "the layer's bytes were asked for $asked times in a $blob_size-byte blob"
-assert_eq toc "$(status_of verified)" "verified, after reads took chunks out of the blob's order"
-[ -e "$layer_dir/complete" ] && ! ls "$layer_dir"/p.* >/dev/null 2>&1 || fail "layer left partial: $(ls "$layer_dir")"
+assert_eq digest "$(status_of verified)" "verified, after reads took chunks out of the blob's order"
+[ ! -e "$layer_dir/lazy" ] && ! ls "$layer_dir"/p.* "$layer_dir"/blob.part >/dev/null 2>&1 ||
+    fail "layer left partial: $(ls "$layer_dir")"
 assert_tree_eq "$WORK/bundle/rootfs" "$root"
 unmount_pullfs
 
@@ -120,7 +123,8 @@ assert_eq false "$(status_of complete)" "complete before the completion"
 "$PULLFSCTL" -m "$MNT" pull --plain "$ref" >"$WORK/pull.out" 2>"$WORK/pull.err" ||
     fail "pullfsctl pull with Range ignored: $(cat "$WORK/pull.out" "$WORK/pull.err")"
 assert_eq true "$(status_of complete)" "complete with Range ignored"
-[ -e "$layer_dir/complete" ] && ! ls "$layer_dir"/p.* >/dev/null 2>&1 || fail "layer left partial: $(ls "$layer_dir")"
+lazy_complete && ! ls "$layer_dir"/p.* "$layer_dir"/blob.part >/dev/null 2>&1 ||
+    fail "layer left partial: $(ls "$layer_dir")"
 ! grep -q LazyReadFailed "$EVENTS" || fail "reads failed: $(grep LazyReadFailed "$EVENTS")"
 assert_tree_eq "$WORK/bundle/rootfs" "$root"
 # ... and served from what is local with the registry gone

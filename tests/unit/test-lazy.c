@@ -328,6 +328,35 @@ static void *complete_layer(void *arg)
 	return NULL;
 }
 
+/* Whether a range that request i of the log asks for overlaps one that a
+ * request before from asked for (requests without a range: none). */
+static bool asked_again(struct fake_transport *fake, unsigned from, unsigned i)
+{
+	const char *line = fake_request(fake, i), *r;
+	unsigned long long a, b;
+	int n;
+
+	if (!line || !(r = strstr(line, "bytes=")))
+		return false;
+	for (r += 6; sscanf(r, "%llu-%llu%n", &a, &b, &n) == 2; r += n + (r[n] == ',')) {
+		for (unsigned k = 0; k < from; k++) {
+			const char *q = strstr(fake_request(fake, k), "bytes=");
+			unsigned long long x, y;
+			int m;
+
+			if (!strstr(fake_request(fake, k), "/blobs/"))
+				continue;
+			for (q = q ? q + 6 : NULL; q && sscanf(q, "%llu-%llu%n", &x, &y, &m) == 2;
+			     q += m + (q[m] == ','))
+				if (a <= y && x <= b)
+					return true;
+		}
+		if (r[n] != ',')
+			break;
+	}
+	return false;
+}
+
 /* Some chunks of a held request fetched again by smaller reads: the
  * completion asks for none of the others (the held request brings them),
  * waits for it, and then finds the file finished and the layer
@@ -368,8 +397,13 @@ static void test_complete_waits_for_request_under_way(void **state)
 	assert_int_equal(c.r, 0);
 	assert_true(lazy_layer_is_complete(l));
 	assert_true(layer_has(f, "o.", ""));
-	/* nothing asked for twice: no request of the completion's own */
-	assert_int_equal(fake_count(f->fake, "GET /v2/app/blobs/"), before);
+	/* nothing asked for twice: the completion's own requests ask only
+	 * for what no read brought (the bytes around the chunks), and the
+	 * blob, kept as it came, is verified against its digest */
+	for (unsigned i = before; fake_request(f->fake, i); i++)
+		assert_false(asked_again(f->fake, before, i));
+	assert_false(lazy_layer_toc_verified(l));
+	assert_int_equal(lazy_layer_verified(f->cache, f->blob), LAZY_VERIFIED_DIGEST);
 	fake_clear_faults(f->fake);
 	lazy_layer_free(l);
 	free(big);
@@ -781,10 +815,36 @@ static bool layer_lazy(struct fixture *f, const char *digest)
 	return access(path, F_OK) == 0;
 }
 
-/* Every chunk read already: the completion asks for nothing, and the
- * layer is complete, verified by its table of contents only (it keeps its
- * "lazy" file, so that it is shared only under that table). */
+/* Every chunk read already: the completion asks for what no read brought
+ * (the bytes around the chunks), each byte once, and the blob, kept as it
+ * came, is verified against its digest.  After a restart (nothing kept),
+ * it asks for nothing, and the layer is complete, verified by its table
+ * of contents only (it keeps its "lazy" file, so that it is shared only
+ * under that table). */
 static void test_complete_nothing_missing(void **state)
+{
+	struct fixture *f = *state;
+	struct lazy_layer *l;
+	unsigned char buf[CHUNK * NCHUNKS];
+	char path[256];
+	unsigned before;
+
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
+	assert_int_equal(lazy_read(l, f->reg, f->object, 0, sizeof(buf), buf), sizeof(buf));
+	before = fake_count(f->fake, "GET /v2/app/blobs/");
+	assert_int_equal(lazy_layer_complete(l, f->reg, NULL), 0);
+	assert_true(lazy_layer_is_complete(l));
+	assert_true(fake_count(f->fake, "GET /v2/app/blobs/") > before);
+	for (unsigned i = before; fake_request(f->fake, i); i++)
+		assert_false(asked_again(f->fake, before, i));
+	assert_false(lazy_layer_toc_verified(l));
+	assert_false(layer_lazy(f, f->blob));
+	snprintf(path, sizeof(path), "%s/layers/%s/blob.part", f->dir, digest_hex(f->blob));
+	assert_int_equal(access(path, F_OK), -1);
+	lazy_layer_free(l);
+}
+
+static void test_complete_nothing_missing_restarted(void **state)
 {
 	struct fixture *f = *state;
 	struct lazy_layer *l;
@@ -794,6 +854,8 @@ static void test_complete_nothing_missing(void **state)
 
 	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
 	assert_int_equal(lazy_read(l, f->reg, f->object, 0, sizeof(buf), buf), sizeof(buf));
+	lazy_layer_free(l);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
 	snprintf(m, sizeof(m), "GET /v2/app/blobs/%s", f->blob);
 	before = fake_count(f->fake, m);
 	assert_int_equal(lazy_layer_complete(l, f->reg, NULL), 0);
@@ -1030,6 +1092,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_many_files_few_descriptors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bytes_remembered, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_toc_one_request, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_complete_nothing_missing_restarted, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_complete_nothing_missing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_complete_checks_digest, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_complete_foreign_toc, setup, teardown),

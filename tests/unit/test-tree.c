@@ -475,6 +475,56 @@ static void test_empty(void **state)
 	tree_free(NULL);
 }
 
+/* A second build of the same layers with other mtimes gives its times to
+ * the first tree (the lazy layers' exact times); a build that differs in
+ * anything else gives nothing. */
+static void test_update_times(void **state)
+{
+	struct layer_entry l0[] = { DIR_("etc", 0755), REG("etc/a", 10, 0), SYM("etc/l", "a"),
+				    HL("etc/h", "etc/a") };
+	struct layer_entry l1[] = { REG("etc/b", 5, 100) };
+	struct layer_index i0 = LAYER(l0), i1 = LAYER(l1);
+	const struct layer_index *layers[] = { &i0, &i1 };
+	struct tree *t, *exact, *other;
+	struct timespec ts;
+	struct stat st;
+
+	(void)state;
+	t = build(layers, 2);
+	l0[1].mtime_sec = 1234567890;
+	l0[1].mtime_nsec = 123456789;
+	l0[0].mtime_nsec = 5;
+	l1[0].mtime_sec = 7;
+	exact = build(layers, 2);
+	assert_int_equal(tree_update_times(t, exact), 3);
+	tinode_mtime(must(t, "etc/a"), &ts);
+	assert_int_equal(ts.tv_sec, 1234567890);
+	assert_int_equal(ts.tv_nsec, 123456789);
+	tinode_fill_stat(must(t, "etc/h"), &st);
+	assert_int_equal(st.st_mtim.tv_nsec, 123456789);
+	tinode_fill_stat(must(t, "etc"), &st);
+	assert_int_equal(st.st_mtim.tv_nsec, 5);
+	tinode_fill_stat(must(t, "etc/b"), &st);
+	assert_int_equal(st.st_mtim.tv_sec, 7);
+	assert_int_equal(tree_update_times(t, exact), 0);
+	/* a size, a mode, a name: not the same tree */
+	l1[0].size = 6;
+	other = build(layers, 2);
+	assert_int_equal(tree_update_times(t, other), -EINVAL);
+	tree_free(other);
+	l1[0].size = 5;
+	l0[2].link = (char *)"b";
+	l1[0].path = (char *)"etc/c";
+	l1[0].mtime_sec = 8;
+	other = build(layers, 2);
+	assert_int_equal(tree_update_times(t, other), -EINVAL);
+	tinode_fill_stat(must(t, "etc/b"), &st);
+	assert_int_equal(st.st_mtim.tv_sec, 7);
+	tree_free(other);
+	tree_free(exact);
+	tree_free(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -493,6 +543,7 @@ int main(void)
 		cmocka_unit_test(test_metadata_and_xattrs),
 		cmocka_unit_test(test_resolve),
 		cmocka_unit_test(test_empty),
+		cmocka_unit_test(test_update_times),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -84,8 +84,10 @@ static inline void sha256(const void *p, size_t n, char out[DIGEST_STRING_MAX])
 	assert_int_equal(digest_buffer(p, n, out), 0);
 }
 
-/* A ustar header and data for one regular file. */
-static inline void put_tar_file(struct blob *b, const char *name, const void *p, size_t n)
+/* One ustar header: name (and the ustar prefix, or NULL), type flag,
+ * size, and the 12 bytes of the mtime field as they are to be written. */
+static inline void put_ustar_header(struct blob *b, const char *name, const char *prefix, char flag,
+				    uint64_t size, const unsigned char mtime[12])
 {
 	unsigned char h[512] = { 0 };
 	unsigned sum = 0;
@@ -94,16 +96,24 @@ static inline void put_tar_file(struct blob *b, const char *name, const void *p,
 	memcpy(h + 100, "0000644", 8);
 	memcpy(h + 108, "0000000", 8);
 	memcpy(h + 116, "0000000", 8);
-	snprintf((char *)h + 124, 12, "%011o", (unsigned)n);
-	memcpy(h + 136, "00000000000", 12);
+	snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)(size & 077777777777));
+	memcpy(h + 136, mtime, 12);
 	memset(h + 148, ' ', 8);
-	h[156] = '0';
+	h[156] = (unsigned char)flag;
 	memcpy(h + 257, "ustar", 6);
 	memcpy(h + 263, "00", 2);
+	if (prefix)
+		snprintf((char *)h + 345, 155, "%s", prefix);
 	for (size_t i = 0; i < sizeof(h); i++)
 		sum += h[i];
 	snprintf((char *)h + 148, 8, "%06o", sum);
 	blob_put(b, h, sizeof(h));
+}
+
+/* A ustar header and data for one regular file. */
+static inline void put_tar_file(struct blob *b, const char *name, const void *p, size_t n)
+{
+	put_ustar_header(b, name, NULL, '0', n, (const unsigned char *)"00000000000");
 	blob_put(b, p, n);
 	blob_zeros(b, (512 - n % 512) % 512);
 }
