@@ -28,9 +28,11 @@ static int reference_digest(struct manager *m, const char *reference, char **ret
 	_cleanup_free_ char *canonical = NULL;
 	struct reference *ref = NULL;
 	char *digest = NULL;
-	bool cached;
+	bool cached = false;
 	int r;
 
+	*ret_canonical = *ret = NULL;
+	*ret_cached = false;
 	if (!m->profiles)
 		return error_detail_set(err, -EOPNOTSUPP, "start profiles are off");
 	r = manager_canonical(reference, &canonical);
@@ -62,7 +64,7 @@ int manager_profile_export(struct manager *m, const char *reference, json_t **re
 {
 	_cleanup_free_ char *canonical = NULL, *digest = NULL, *text = NULL;
 	struct profile *prof = NULL;
-	bool cached;
+	bool cached = false;
 	size_t len;
 	int r;
 
@@ -98,7 +100,7 @@ int manager_profile_import(struct manager *m, const char *reference, const char 
 	_cleanup_free_ char *canonical = NULL, *digest = NULL;
 	struct profile *prof = NULL;
 	char why[ERROR_DETAIL_MAX] = "";
-	bool cached;
+	bool cached = false;
 	int r;
 
 	r = reference_digest(m, reference, &canonical, &digest, &cached, err);
@@ -112,7 +114,7 @@ int manager_profile_import(struct manager *m, const char *reference, const char 
 	/* A cached name must be of the profile's image; a name not cached
 	 * yet is not resolved (an import asks no registry): the profile
 	 * waits under its digest for an image of that digest. */
-	if (cached && strcmp(digest, prof->image) != 0) {
+	if (cached && digest && strcmp(digest, prof->image) != 0) {
 		r = error_detail_set(err, -EINVAL,
 				     "the profile is of image %s, and \"%s\" is image %s",
 				     prof->image, canonical, digest);
