@@ -43,13 +43,6 @@
  * when it is at most this share of the blob, in percent, or at most
  * PLAN_GAP_MAX bytes. */
 #define PLAN_TAIL_SHARE 5
-/* What readers fetched before the requests got there (a start's few
- * files) is fetched again along, one gap of at most PLAN_REFETCH_MAX
- * bytes and PLAN_REFETCH_SHARE percent of the blob in all, to keep the
- * chain: the blob then proves itself as it streams, where a broken chain
- * costs reading it all back from blob.part at the end. */
-#define PLAN_REFETCH_MAX (4u << 20)
-#define PLAN_REFETCH_SHARE 2
 
 /* A chunk the completion may bring: chunk k of f. */
 struct pending {
@@ -84,7 +77,6 @@ struct chain {
 	struct hasher *hasher; /* NULL once broken */
 	uint64_t pos;	       /* bytes of the blob hashed */
 	uint64_t toc_seen;     /* bytes of the table compared */
-	uint64_t refetched;    /* of gaps readers had fetched (PLAN_REFETCH_MAX) */
 	bool toc_differs;
 	/* the tar headers of the bytes hashed (NULL: none kept): once the
 	 * blob matched its digest, the index takes their times */
@@ -504,13 +496,8 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 		uint64_t tail = size - (claimed ? MAX(end, chain.pos) : chain.pos);
 		bool tail_ok = chain.hasher && (claimed || chain.pos > 0) &&
 			       (tail <= PLAN_GAP_MAX || tail * 100 <= size * PLAN_TAIL_SHARE);
-		uint64_t gap = claimed && start > chain.pos ? start - chain.pos : 0;
-		bool gap_ok = gap <= PLAN_GAP_MAX ||
-			      (gap <= PLAN_REFETCH_MAX &&
-			       (chain.refetched + gap) * 100 <= size * PLAN_REFETCH_SHARE);
-		if (chain.hasher && claimed && gap > PLAN_GAP_MAX && gap_ok)
-			chain.refetched += gap;
-		if (chain.hasher && (claimed ? start < chain.pos || !gap_ok : !tail_ok)) {
+		if (chain.hasher &&
+		    (claimed ? start < chain.pos || start - chain.pos > PLAN_GAP_MAX : !tail_ok)) {
 			hasher_free(chain.hasher);
 			chain.hasher = NULL;
 			tarhdr_free(TAKE_PTR(chain.hdrs));
@@ -738,7 +725,6 @@ static int complete_files(struct lazy_layer *l, struct registry *reg, const atom
 		if (r == -ECANCELED)
 			return r;
 		proven = r > 0;
-		atomic_store(&l->read_back, proven);
 		if (hdrs)
 			(void)index_exact(l, hdrs);
 		tarhdr_free(hdrs);
@@ -851,11 +837,6 @@ bool lazy_layer_is_complete(struct lazy_layer *l)
 bool lazy_layer_toc_verified(struct lazy_layer *l)
 {
 	return atomic_load(&l->toc_verified);
-}
-
-bool lazy_layer_read_back(struct lazy_layer *l)
-{
-	return atomic_load(&l->read_back);
 }
 
 bool lazy_layer_foreign_toc(struct lazy_layer *l)

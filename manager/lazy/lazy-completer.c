@@ -303,10 +303,7 @@ static void *completion_thread(void *arg)
 			    lazy_layer_toc_verified(cp->job.layer)
 				    ? "by its table of contents (every file checked against it; "
 				      "the blob was not read whole for its digest)"
-			    : lazy_layer_read_back(cp->job.layer)
-				    ? "against its digest (the blob's bytes kept as they "
-				      "came, read back whole)"
-				    : "against its digest (as the blob streamed)");
+				    : "against its digest");
 	cp->job.end(cp->job.userdata, r == 0);
 	completion_remove(cp);
 	return NULL;

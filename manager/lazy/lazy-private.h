@@ -106,9 +106,6 @@ struct lazy_layer {
 	/* complete, every file checked against the table's digests, the
 	 * blob never against its own (the "complete" file) */
 	atomic_bool toc_verified;
-	/* verified against its digest from the bytes kept in blob.part, read
-	 * back at the end, not as the requests streamed */
-	atomic_bool read_back;
 	struct dlist idle; /* lock: files with descriptors and no user */
 	/* lazy_changed() calls: lazy_layer_bytes() counts again only when
 	 * this moved since its last count (lock: counted_*) */

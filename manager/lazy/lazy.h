@@ -167,11 +167,6 @@ bool lazy_layer_is_complete(struct lazy_layer *l);
  * table of contents, and its blob never read whole against its digest. */
 bool lazy_layer_toc_verified(struct lazy_layer *l);
 
-/* Whether the layer, complete and verified against its digest, was so
- * from the bytes kept as they came, read back whole at the end (readers
- * had fetched too much of it first), rather than as it streamed. */
-bool lazy_layer_read_back(struct lazy_layer *l);
-
 /* Whether lazy_layer_complete() found the blob to be the layer's and its
  * table of contents another than the one the layer was built from (a
  * manifest that claimed a layer digest for a table of its own), or chunks
