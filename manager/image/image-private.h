@@ -62,7 +62,7 @@ struct image {
 	/* its key is one a process before handed out (images_key_take()):
 	 * the kernel may hold its files open from then */
 	atomic_bool restored;
-	atomic_uint open_files;		     /* regular files the filesystem has open */
+	atomic_uint open_files; /* regular files the filesystem has open */
 	struct images *images;
 	struct image_content *content;
 	char *name;		  /* it was loaded under */
