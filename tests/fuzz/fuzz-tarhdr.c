@@ -9,22 +9,6 @@
 #include "fuzz.h"
 #include "tarhdr.h"
 
-static void check_path(const char *p)
-{
-	FUZZ_CHECK(p);
-	while (*p) {
-		size_t len = strcspn(p, "/");
-
-		FUZZ_CHECK(len > 0 && len <= 255);
-		FUZZ_CHECK(!(p[0] == '.' && (len == 1 || (len == 2 && p[1] == '.'))));
-		p += len;
-		if (*p == '/') {
-			p++;
-			FUZZ_CHECK(*p);
-		}
-	}
-}
-
 static void merge_check(const struct tarhdr *w)
 {
 	const struct tarhdr_entry *e;
@@ -33,7 +17,7 @@ static void merge_check(const struct tarhdr *w)
 
 	e = tarhdr_entries(w, &n);
 	for (size_t i = 0; i < n; i++) {
-		check_path(e[i].path);
+		fuzz_check_path(e[i].path);
 		FUZZ_CHECK(e[i].type <= LAYER_ENTRY_OPAQUE);
 		FUZZ_CHECK(e[i].mtime_nsec < 1000000000);
 	}

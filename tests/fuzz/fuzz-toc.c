@@ -20,22 +20,6 @@
 
 #define DATA_END (UINT64_C(1) << 20)
 
-static void check_path(const char *p)
-{
-	FUZZ_CHECK(p);
-	while (*p) {
-		size_t len = strcspn(p, "/");
-
-		FUZZ_CHECK(len > 0 && len <= 255);
-		FUZZ_CHECK(!(p[0] == '.' && (len == 1 || (len == 2 && p[1] == '.'))));
-		p += len;
-		if (*p == '/') {
-			p++;
-			FUZZ_CHECK(*p);
-		}
-	}
-}
-
 static void check_toc(const struct toc *t, uint64_t data_end)
 {
 	const struct layer_index *li = t->index;
@@ -48,10 +32,10 @@ static void check_toc(const struct toc *t, uint64_t data_end)
 		uint64_t at = 0;
 		size_t n;
 
-		check_path(e->path);
+		fuzz_check_path(e->path);
 		FUZZ_CHECK(e->type <= LAYER_ENTRY_OPAQUE && e->mode <= 07777);
 		if (e->type == LAYER_ENTRY_HARDLINK)
-			check_path(e->link);
+			fuzz_check_path(e->link);
 		if (e->object)
 			FUZZ_CHECK(strlen(e->object) == 64);
 		FUZZ_CHECK(t->first_chunk[i] <= t->first_chunk[i + 1]);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -19,3 +20,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 			abort();                                                                 \
 		}                                                                                \
 	} while (0)
+
+/* A path as the layer rules keep it: relative, no empty, "." or ".."
+ * component, none over 255 bytes (the root itself is "", no component). */
+static inline void fuzz_check_path(const char *p)
+{
+	FUZZ_CHECK(p);
+	while (*p) {
+		size_t len = strcspn(p, "/");
+
+		FUZZ_CHECK(len > 0 && len <= 255);
+		FUZZ_CHECK(!(p[0] == '.' && (len == 1 || (len == 2 && p[1] == '.'))));
+		p += len;
+		if (*p == '/') {
+			p++;
+			FUZZ_CHECK(*p);
+		}
+	}
+}
