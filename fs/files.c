@@ -218,6 +218,11 @@ static void lazy_node_key(char *buf, size_t len, const struct image *img, const 
 static int lazy_open_mode(struct fs *fs, struct ofile *of, struct image *img,
 			  const struct tinode *t, bool *ret_passthrough)
 {
+	bool usable = passthrough_usable(fs) && !image_restored(img);
+	/* A file once local stays local: looked at outside the lock (it may
+	 * read the layer's directory), and again under it only when it was
+	 * not, where an open that saw it local may have gone passthrough. */
+	bool local = usable && image_file_local(img, t);
 	char key[64];
 	uintptr_t n;
 	int r = 0;
@@ -225,8 +230,7 @@ static int lazy_open_mode(struct fs *fs, struct ofile *of, struct image *img,
 	lazy_node_key(key, sizeof(key), img, t);
 	pthread_mutex_lock(&fs->backing_lock);
 	n = (uintptr_t)strmap_get(fs->lazy_opens, key);
-	*ret_passthrough = n == 0 && passthrough_usable(fs) && !image_restored(img) &&
-			   image_file_local(img, t);
+	*ret_passthrough = n == 0 && usable && (local || image_file_local(img, t));
 	if (!*ret_passthrough) {
 		of->lazy_node = strdup(key);
 		r = of->lazy_node ? strmap_put(fs->lazy_opens, key, (void *)(n + 1)) : -ENOMEM;
