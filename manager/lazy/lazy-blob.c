@@ -1,12 +1,15 @@
-/* A lazy layer's blob kept as its bytes pass: every range a reader or the
- * completion fetched is written at its offset into LAZY_BLOB_PART, so
- * that a completion whose requests could not read the blob in order (a
- * reader fetched first) can still check it against its digest: what no
- * request brought (tar headers between files, the table's footer) is
- * fetched then, each byte once, and the blob read back in order is hashed,
- * and its tar headers read (tarhdr.h).  The ranges kept live in memory
- * only: a restart starts the file again (a layer fetched partly before it
- * is verified by its table of contents, as without this file). */
+/* A lazy layer's blob, checked against its digest as it passes: the
+ * completion's chain (lazy-private.h) hashes it in blob order, and every
+ * range a reader fetched (or the completion, once its chain is suspended)
+ * is written at its offset into LAZY_BLOB_PART, so that the chain reads
+ * back what readers brought ahead of it, and a completion whose requests
+ * could not go on in order can still finish the hash: what no request
+ * brought (tar headers between files, the table's footer) is fetched
+ * then, each byte once, and the kept blob read in order from where the
+ * chain stopped.  The tar headers of the bytes hashed are read as they
+ * pass (tarhdr.h).  The ranges kept live in memory only: a restart starts
+ * the file again (a layer fetched partly before it is verified by its
+ * table of contents, as without this file). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -99,6 +102,8 @@ void lazy_blob_keep(struct lazy_layer *l, uint64_t off, const void *buf, size_t 
 	 * meanwhile) */
 	r = pwrite(fd, buf, len, (off_t)off) == (ssize_t)len ? 0 : -EIO;
 	close(fd);
+	if (r == 0 && l->stats)
+		atomic_fetch_add(&l->stats->kept_bytes, len);
 	pthread_mutex_lock(&l->keep_lock);
 	if (!l->keep_off && (r < 0 || kept_add(l, off, off + len) < 0))
 		keep_stop(l); /* a full disk: the layer is verified by its table */
@@ -126,13 +131,13 @@ static int keep_sink(void *userdata, const void *buf, size_t len)
 	return 0;
 }
 
-/* The ranges of [0, size) not kept, in *ret (n in *ret_n), and their
+/* The ranges of [from, size) not kept, in *ret (n in *ret_n), and their
  * bytes.  keep_lock held. */
-static int kept_missing(struct lazy_layer *l, uint64_t size, struct lazy_range **ret, size_t *ret_n,
-			uint64_t *ret_bytes)
+static int kept_missing(struct lazy_layer *l, uint64_t from, uint64_t size, struct lazy_range **ret,
+			size_t *ret_n, uint64_t *ret_bytes)
 {
 	struct lazy_range *m = calloc(l->n_kept + 1, sizeof(*m));
-	uint64_t at = 0, bytes = 0;
+	uint64_t at = from, bytes = 0;
 	size_t n = 0;
 
 	if (!m)
@@ -177,26 +182,170 @@ static bool holds_file(const struct toc *toc, const struct lazy_range *m, size_t
 	return false;
 }
 
-/* The kept file read in order, hashed and walked for its headers. */
-static int kept_hash(int fd, uint64_t size, struct hasher *h, struct tarhdr *hdrs)
+/* The kept file read in order from the chain's position to end, fed to
+ * it. */
+static int kept_feed(struct lazy_layer *l, struct lazy_chain *c, int fd, uint64_t end)
 {
 	_cleanup_free_ unsigned char *buf = malloc(1u << 20);
-	uint64_t at = 0;
 
 	if (!buf)
 		return -ENOMEM;
-	while (at < size) {
-		size_t want = (size_t)MIN((uint64_t)(1u << 20), size - at);
-		ssize_t got = pread(fd, buf, want, (off_t)at);
+	while (c->pos < end) {
+		size_t want = (size_t)MIN((uint64_t)(1u << 20), end - c->pos);
+		ssize_t got = pread(fd, buf, want, (off_t)c->pos);
 
 		if (got <= 0)
 			return got < 0 ? negative_errno() : -EIO;
-		hasher_update(h, buf, (size_t)got);
-		if (hdrs)
-			(void)tarhdr_feed(hdrs, buf, (size_t)got); /* a failure merges nothing */
-		at += (uint64_t)got;
+		lazy_chain_feed(l, c, c->pos, buf, (size_t)got);
 	}
 	return 0;
+}
+
+int lazy_chain_start(struct lazy_layer *l)
+{
+	struct lazy_chain *c = &l->chain;
+
+	lazy_chain_drop(c);
+	c->hasher = hasher_new();
+	if (!c->hasher)
+		return -ENOMEM;
+	if (tarhdr_new(l->src.tl.format, &c->hdrs) < 0)
+		c->hdrs = NULL; /* the index keeps the table's times */
+	return 0;
+}
+
+void lazy_chain_drop(struct lazy_chain *c)
+{
+	hasher_free(c->hasher);
+	tarhdr_free(c->hdrs);
+	*c = (struct lazy_chain){ 0 };
+}
+
+/* The bytes d of the blob at c->pos that fall where the table of contents
+ * is, compared with the table the layer was built from. */
+static void chain_toc(struct lazy_layer *l, struct lazy_chain *c, const unsigned char *d,
+		      size_t len)
+{
+	const struct toc_range *w = &l->src.where;
+	uint64_t a = MAX(c->pos, w->offset), b = MIN(c->pos + len, w->offset + w->length);
+
+	if (a >= b)
+		return;
+	if (l->toclen != w->length ||
+	    memcmp(d + (a - c->pos), l->tocbuf + (a - w->offset), (size_t)(b - a)) != 0)
+		c->toc_differs = true;
+	c->toc_seen += b - a;
+}
+
+bool lazy_chain_feed(struct lazy_layer *l, struct lazy_chain *c, uint64_t off, const void *buf,
+		     size_t len)
+{
+	const unsigned char *d = buf;
+	size_t skip;
+
+	if (off > c->pos || !c->hasher)
+		return false;
+	if (off + len <= c->pos)
+		return true;
+	skip = (size_t)(c->pos - off);
+	d += skip;
+	len -= skip;
+	hasher_update(c->hasher, d, len);
+	chain_toc(l, c, d, len);
+	if (c->hdrs)
+		(void)tarhdr_feed(c->hdrs, d, len); /* a failure merges nothing */
+	c->pos += len;
+	return true;
+}
+
+/* The end of the kept range holding off (off itself when none does), and
+ * a descriptor of the kept file in *ret_fd when it is past off.
+ * keep_lock held. */
+static uint64_t kept_reach(struct lazy_layer *l, uint64_t off, int *ret_fd)
+{
+	*ret_fd = -1;
+	for (size_t i = 0; i < l->n_kept && l->kept[i].a <= off; i++) {
+		if (l->kept[i].b > off && !l->keep_off && l->keepfd >= 0) {
+			*ret_fd = dup(l->keepfd);
+			return *ret_fd < 0 ? off : l->kept[i].b;
+		}
+	}
+	return off;
+}
+
+int lazy_chain_catch_up(struct lazy_layer *l, struct lazy_chain *c)
+{
+	for (;;) {
+		_cleanup_close_ int fd = -1;
+		uint64_t end;
+		int r;
+
+		pthread_mutex_lock(&l->keep_lock);
+		end = kept_reach(l, c->pos, &fd);
+		pthread_mutex_unlock(&l->keep_lock);
+		end = MIN(end, l->src.tl.blob_size);
+		if (end <= c->pos)
+			return 0;
+		r = kept_feed(l, c, fd, end);
+		if (r < 0)
+			return r;
+	}
+}
+
+static int cmp_span(const void *x, const void *y)
+{
+	const struct lazy_range *a = x, *b = y;
+
+	return a->a < b->a ? -1 : a->a > b->a;
+}
+
+bool lazy_blob_holds_chunk(struct lazy_layer *l, uint64_t a, uint64_t b)
+{
+	const struct toc *toc = l->toc;
+	size_t lo = 0, hi;
+
+	if (!l->spans && toc->n_chunks > 0) {
+		l->spans = calloc(toc->n_chunks, sizeof(*l->spans));
+		l->span_reach = calloc(toc->n_chunks, sizeof(*l->span_reach));
+		if (!l->spans || !l->span_reach) {
+			free(l->spans);
+			free(l->span_reach);
+			l->spans = NULL;
+			l->span_reach = NULL;
+			return true;
+		}
+		for (size_t i = 0; i < toc->n_chunks; i++)
+			l->spans[i] = (struct lazy_range){ toc->chunks[i].blob_offset,
+							   toc->chunks[i].blob_offset +
+								   toc->chunks[i].blob_length };
+		qsort(l->spans, toc->n_chunks, sizeof(*l->spans), cmp_span);
+		for (size_t i = 0; i < toc->n_chunks; i++)
+			l->span_reach[i] = MAX(l->spans[i].b, i ? l->span_reach[i - 1] : 0);
+		l->n_spans = toc->n_chunks;
+	}
+	/* the spans beginning before b: one of them reaches past a */
+	hi = l->n_spans;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (l->spans[mid].a < b)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo > 0 && l->span_reach[lo - 1] > a;
+}
+
+uint64_t lazy_blob_next_kept(struct lazy_layer *l, uint64_t off)
+{
+	uint64_t next = UINT64_MAX;
+
+	pthread_mutex_lock(&l->keep_lock);
+	for (size_t i = 0; i < l->n_kept && next == UINT64_MAX; i++)
+		if (l->kept[i].a > off)
+			next = l->kept[i].a;
+	pthread_mutex_unlock(&l->keep_lock);
+	return next;
 }
 
 int lazy_blob_prove(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel,
@@ -205,27 +354,29 @@ int lazy_blob_prove(struct lazy_layer *l, struct registry *reg, const atomic_boo
 	uint64_t size = l->src.tl.blob_size, bytes;
 	_cleanup_free_ struct lazy_range *missing = NULL;
 	_cleanup_close_ int fd = -1;
-	struct hasher *h = NULL;
-	struct tarhdr *hdrs = NULL;
+	struct lazy_chain *c = &l->chain;
 	char got[DIGEST_STRING_MAX];
 	size_t n = 0;
 	int r;
 
 	*ret_hdrs = NULL;
+	if (!c->hasher && lazy_chain_start(l) < 0)
+		return -ENOMEM;
 	/* the table of contents, fetched and checked at the lookup, is not
 	 * asked for again: it must be where the blob has it, or the digest
 	 * does not match */
 	lazy_blob_keep(l, l->src.where.offset, l->tocbuf, l->toclen);
 	pthread_mutex_lock(&l->keep_lock);
-	r = l->keep_off || l->keepfd < 0 ? 1 : kept_missing(l, size, &missing, &n, &bytes);
+	r = l->keep_off || l->keepfd < 0 ? 1 : kept_missing(l, c->pos, size, &missing, &n, &bytes);
 	if (r == 0)
 		fd = dup(l->keepfd);
 	pthread_mutex_unlock(&l->keep_lock);
-	if (r != 0 || fd < 0)
+	if (r != 0 || fd < 0 ||
+	    (bytes > LAZY_BLOB_GAP_MAX && bytes * 100 > size * LAZY_BLOB_SHARE) ||
+	    holds_file(l->toc, missing, n)) {
+		lazy_chain_drop(c);
 		return r < 0 ? r : 0;
-	if ((bytes > LAZY_BLOB_GAP_MAX && bytes * 100 > size * LAZY_BLOB_SHARE) ||
-	    holds_file(l->toc, missing, n))
-		return 0;
+	}
 	for (size_t i = 0; i < n; i++) {
 		struct keep_sink k = { .l = l, .pos = missing[i].a };
 		struct error_detail rerr = { 0 };
@@ -247,22 +398,19 @@ int lazy_blob_prove(struct lazy_layer *l, struct registry *reg, const atomic_boo
 	}
 	free(TAKE_PTR(missing));
 	pthread_mutex_lock(&l->keep_lock);
-	r = l->keep_off || kept_missing(l, size, &missing, &n, &bytes) < 0 || bytes ? 1 : 0;
+	r = l->keep_off || kept_missing(l, c->pos, size, &missing, &n, &bytes) < 0 || bytes ? 1 : 0;
 	pthread_mutex_unlock(&l->keep_lock);
-	if (r != 0)
-		return 0; /* a range lost meanwhile (a full disk) */
-	h = hasher_new();
-	if (!h)
-		return -ENOMEM;
-	if (tarhdr_new(l->src.tl.format, &hdrs) < 0)
-		hdrs = NULL; /* the index keeps the table's times */
-	r = kept_hash(fd, size, h, hdrs);
-	hasher_final(h, got);
-	hasher_free(h);
-	if (r < 0 || strcmp(got, l->blob_digest) != 0) {
-		tarhdr_free(hdrs);
-		return r < 0 ? r : 0;
+	if (r == 0)
+		r = kept_feed(l, c, fd, size);
+	if (r != 0) {
+		/* a range lost meanwhile (a full disk), or unreadable */
+		lazy_chain_drop(c);
+		return 0;
 	}
-	*ret_hdrs = hdrs;
-	return 1;
+	hasher_final(c->hasher, got);
+	r = !strcmp(got, l->blob_digest) && !c->toc_differs;
+	if (r)
+		*ret_hdrs = TAKE_PTR(c->hdrs);
+	lazy_chain_drop(c);
+	return r;
 }

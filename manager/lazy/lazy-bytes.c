@@ -234,6 +234,10 @@ void lazy_stats_metrics(const struct lazy_stats *s, FILE *f)
 	counter(f, "layers_completed_total", "Lazy layers completed.", &s->layers_complete);
 	counter(f, "background_bytes_total", "Compressed bytes the background completion fetched.",
 		&s->background_bytes);
+	counter(f, "kept_bytes_total",
+		"Compressed bytes kept on disk for a lazy layer's blob digest (readers' ranges "
+		"ahead of its completion).",
+		&s->kept_bytes);
 	counter(f, "files_linked_total",
 		"Files of lazy layers found in the content store instead of fetched.",
 		&s->files_linked);

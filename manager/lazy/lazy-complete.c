@@ -70,19 +70,6 @@ static void whole_hash_drop(struct whole_hash *wh)
 	*wh = (struct whole_hash){ 0 };
 }
 
-/* The blob read in order from its first byte, request after request: as
- * long as nothing is skipped it is hashed, and the blob's digest checked
- * at its end (the chain of trust then needs no table of contents). */
-struct chain {
-	struct hasher *hasher; /* NULL once broken */
-	uint64_t pos;	       /* bytes of the blob hashed */
-	uint64_t toc_seen;     /* bytes of the table compared */
-	bool toc_differs;
-	/* the tar headers of the bytes hashed (NULL: none kept): once the
-	 * blob matched its digest, the index takes their times */
-	struct tarhdr *hdrs;
-};
-
 /* The chunks written and not yet flushed nor marked: p[from, ...). */
 struct commit {
 	struct pending *p;
@@ -103,7 +90,7 @@ struct stream {
 	uint64_t buf_start;
 	size_t buf_len, cap;
 	void *dst;
-	struct chain *chain; /* NULL: this request does not continue it */
+	struct lazy_chain *chain; /* NULL: this request does not continue it */
 	struct commit *commit;
 	/* chunks that did not match the table */
 	size_t bad_chunks;
@@ -200,21 +187,6 @@ static int stream_chunk(struct stream *s, struct pending *pd, const void *src)
 	return r;
 }
 
-/* The bytes of the blob at s->pos that fall where the table of contents
- * is, compared with the table the layer was built from. */
-static void chain_toc(struct stream *s, const unsigned char *d, size_t len)
-{
-	const struct toc_range *w = &s->l->src.where;
-	uint64_t a = MAX(s->pos, w->offset), b = MIN(s->pos + len, w->offset + w->length);
-
-	if (a >= b)
-		return;
-	if (s->l->toclen != w->length ||
-	    memcmp(d + (a - s->pos), s->l->tocbuf + (a - w->offset), (size_t)(b - a)) != 0)
-		s->chain->toc_differs = true;
-	s->chain->toc_seen += b - a;
-}
-
 /* Whether the daemon stops or the layer was given up (a completion or a
  * prefetch ends; lazy_layer_abandon()). */
 static bool stop_asked(struct lazy_layer *l, const atomic_bool *cancel)
@@ -230,14 +202,9 @@ static int stream_sink(void *userdata, const void *data, size_t len)
 	if (stop_asked(s->l, s->cancel))
 		return -ECANCELED;
 	atomic_store(&s->claim->heard_ns, clock_mono_ns());
-	lazy_blob_keep(s->l, s->pos, d, len);
-	if (s->chain && s->chain->hasher) {
-		hasher_update(s->chain->hasher, d, len);
-		chain_toc(s, d, len);
-		if (s->chain->hdrs)
-			(void)tarhdr_feed(s->chain->hdrs, d, len); /* a failure merges nothing */
-		s->chain->pos += len;
-	}
+	/* kept only when the chain does not take them as they pass */
+	if (!s->chain || !lazy_chain_feed(s->l, s->chain, s->pos, d, len))
+		lazy_blob_keep(s->l, s->pos, d, len);
 	/* A reader is fetching chunks of its own: the request pauses, its
 	 * socket buffer fills and the sender stops, leaving the link to the
 	 * reader's request. */
@@ -454,32 +421,156 @@ static int index_exact(struct lazy_layer *l, const struct tarhdr *hdrs)
 	return r;
 }
 
+/* The requests of one fetch_missing(), and what they did. */
+struct plan {
+	struct lazy_layer *l;
+	struct registry *reg;
+	const atomic_bool *cancel;
+	struct whole_hash wh;
+	struct commit commit;
+	uint64_t bytes; /* brought */
+	size_t bad;	/* chunks that did not match the table */
+};
+
+/* One request: [start, end) of the blob, bringing the n chunks of p it
+ * claimed (claim), and continuing chain (NULL: none). */
+static int plan_request(struct plan *pl, struct lazy_claim *claim, struct pending *p, size_t n,
+			uint64_t start, uint64_t end, struct lazy_chain *chain)
+{
+	struct lazy_layer *l = pl->l;
+	struct stream s = { .l = l,
+			    .cancel = pl->cancel,
+			    .wh = &pl->wh,
+			    .claim = claim,
+			    .p = p,
+			    .n = n,
+			    .pos = start,
+			    .buf_start = start,
+			    .chain = chain,
+			    .commit = &pl->commit };
+	struct error_detail rerr = { 0 };
+	int r;
+
+	claim->bytes = end - start;
+	r = registry_get_blob_range(pl->reg, l->src.domain, l->src.repo, l->blob_digest,
+				    l->src.tl.blob_size, start, end - start, stream_sink, &s,
+				    &rerr);
+	pl->bytes += s.pos - start;
+	if (l->stats) {
+		atomic_fetch_add(&l->stats->fetches, 1);
+		atomic_fetch_add(&l->stats->bytes, s.pos - start);
+		atomic_fetch_add(&l->stats->background_bytes, s.pos - start);
+		if (r < 0)
+			atomic_fetch_add(&l->stats->failures, 1);
+	}
+	pl->bad += s.bad_chunks;
+	free(s.buf);
+	free(s.dst);
+	return r;
+}
+
+/* The blob offset of the first chunk of p[i, n) a request may still
+ * claim, or the blob's size. */
+static uint64_t next_wanted(struct lazy_layer *l, struct pending *p, size_t n, size_t i)
+{
+	for (; i < n; i++) {
+		struct lazy_file *f = p[i].f;
+		bool missing;
+
+		pthread_mutex_lock(&f->lock);
+		missing = !f->complete && f->state[p[i].k] == CHUNK_MISSING;
+		pthread_mutex_unlock(&f->lock);
+		if (missing)
+			return pending_chunk(&p[i])->blob_offset;
+	}
+	return l->src.tl.blob_size;
+}
+
+/* Takes the live chain c through what readers kept ahead of it, and
+ * through the small gaps between kept ranges before want (where the next
+ * chunk a request brings begins) that hold no chunk (a chunk there is
+ * local, and not fetched twice): a request each, for the chain only. */
+static int chain_advance(struct plan *pl, struct lazy_chain *c, uint64_t want)
+{
+	for (;;) {
+		struct lazy_claim claim = { .streams = true, .heard_ns = clock_mono_ns() };
+		uint64_t next;
+		int r = lazy_chain_catch_up(pl->l, c);
+
+		if (r < 0)
+			return r;
+		next = lazy_blob_next_kept(pl->l, c->pos);
+		if (next >= want || next - c->pos > PLAN_GAP_MAX ||
+		    lazy_blob_holds_chunk(pl->l, c->pos, next))
+			return 0;
+		r = plan_request(pl, &claim, NULL, 0, c->pos, next, c);
+		if (r < 0)
+			return r;
+	}
+}
+
+/* The chain c is at the blob's end: the layer is proven when the blob
+ * matched its digest and held the table the layer was built from. */
+static int chain_end(struct plan *pl, struct lazy_chain *c, bool *ret_proven)
+{
+	struct lazy_layer *l = pl->l;
+	char got[DIGEST_STRING_MAX];
+	int r = 0;
+
+	hasher_final(c->hasher, got);
+	if (strcmp(got, l->blob_digest) != 0) {
+		/* not the digest's: a transfer gone wrong, maybe a reader's
+		 * that was kept (this try fails, what the table verified
+		 * stays; nothing kept is read again) */
+		lazy_blob_drop(l);
+		r = -EBADMSG;
+	} else if (c->toc_differs || c->toc_seen != l->src.where.length || pl->bad > 0) {
+		atomic_store(&l->foreign_toc, true);
+		r = -EBADMSG;
+	} else {
+		*ret_proven = true;
+		/* (a failure leaves the table's times: the layer is verified
+		 * all the same) */
+		if (c->hdrs)
+			(void)index_exact(l, c->hdrs);
+	}
+	lazy_chain_drop(c);
+	return r;
+}
+
 /* Fetches every chunk of p (sorted by blob offset) that is still missing,
  * request after request, in blob order, with readers' fetches going first
  * and readers of a chunk a request brings waiting for it; *ret_bytes: the
- * bytes the requests brought.  With ret_proven, the requests read the blob
- * in order from its first byte while they can, and *ret_proven is set when
- * they read it whole and it matched its digest and held the layer's table
- * of contents (NULL: only the chunks, nothing else of the blob).  -EBADMSG
- * with foreign_toc set when the blob matched its digest but not the table,
- * or chunks of it are not what the table says. */
+ * bytes the requests brought.  With ret_proven, the requests continue the
+ * layer's chain (lazy-private.h) as long as they can, and *ret_proven is
+ * set when it reached the blob's end and the blob matched its digest and
+ * held the layer's table of contents (NULL: only the chunks, nothing else
+ * of the blob).  -EBADMSG with foreign_toc set when the blob matched its
+ * digest but not the table, or chunks of it are not what the table
+ * says. */
 static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pending *p, size_t n,
 			 const atomic_bool *cancel, bool *ret_proven, uint64_t *ret_bytes)
 {
 	uint64_t size = l->src.tl.blob_size;
-	struct chain chain = { .hasher = ret_proven ? hasher_new() : NULL };
-	struct whole_hash wh = { 0 };
-	struct commit commit = { .p = p, .last_ns = clock_mono_ns() };
-	size_t i = 0, bad = 0;
+	struct plan pl = { .l = l,
+			   .reg = reg,
+			   .cancel = cancel,
+			   .commit = { .p = p, .last_ns = clock_mono_ns() } };
+	struct lazy_chain *chain = NULL;
+	size_t i = 0;
 	int r = 0;
 
-	if (chain.hasher && tarhdr_new(l->toc->format, &chain.hdrs) < 0)
-		chain.hdrs = NULL; /* the index keeps the table's times */
-
-	if (ret_proven)
+	if (ret_proven) {
 		*ret_proven = false;
-	*ret_bytes = 0;
-	while (r == 0 && (i < n || (chain.hasher && chain.pos < size))) {
+		/* (the table is fetched again for it: a blob that matches its
+		 * digest and holds another table is told from a transfer
+		 * gone wrong) */
+		if (!l->chain.hasher)
+			(void)lazy_chain_start(l);
+		if (l->chain.hasher && !l->chain.suspended)
+			chain = &l->chain;
+	}
+	while (r == 0 && (i < n || chain)) {
 		struct lazy_claim claim = { .streams = true, .heard_ns = clock_mono_ns() };
 		uint64_t start = size, end = size;
 		size_t first = i, claimed;
@@ -488,96 +579,69 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 			r = -ECANCELED;
 			break;
 		}
-		claimed = plan_claim(p, n, &i, &claim, &start, &end, &first);
-		/* The chain goes on only through bytes asked for in order:
-		 * what lies between holds no chunk a request wants, and is
-		 * fetched along when small; so is the blob's tail (its table
-		 * of contents) when small enough for its digest. */
-		uint64_t tail = size - (claimed ? MAX(end, chain.pos) : chain.pos);
-		bool tail_ok = chain.hasher && (claimed || chain.pos > 0) &&
-			       (tail <= PLAN_GAP_MAX || tail * 100 <= size * PLAN_TAIL_SHARE);
-		if (chain.hasher &&
-		    (claimed ? start < chain.pos || start - chain.pos > PLAN_GAP_MAX : !tail_ok)) {
-			hasher_free(chain.hasher);
-			chain.hasher = NULL;
-			tarhdr_free(TAKE_PTR(chain.hdrs));
-		}
-		if (claimed == 0 && !chain.hasher)
-			break;
-		if (chain.hasher) {
-			start = chain.pos;
-			if (claimed == 0 || (i >= n && tail_ok))
-				end = size;
-		}
-		if (end <= start)
-			break;
-		claim.bytes = end - start;
-		struct stream s = { .l = l,
-				    .cancel = cancel,
-				    .wh = &wh,
-				    .claim = &claim,
-				    .p = p + first,
-				    .n = claimed ? i - first : 0,
-				    .pos = start,
-				    .buf_start = start,
-				    .chain = chain.hasher ? &chain : NULL,
-				    .commit = &commit };
-		struct error_detail rerr = { 0 };
-
-		r = registry_get_blob_range(reg, l->src.domain, l->src.repo, l->blob_digest, size,
-					    start, end - start, stream_sink, &s, &rerr);
-		*ret_bytes += s.pos - start;
-		if (l->stats) {
-			atomic_fetch_add(&l->stats->fetches, 1);
-			atomic_fetch_add(&l->stats->bytes, s.pos - start);
-			atomic_fetch_add(&l->stats->background_bytes, s.pos - start);
+		if (chain) {
+			r = chain_advance(&pl, chain, next_wanted(l, p, n, i));
+			if (r == 0 && chain->pos >= size) {
+				r = chain_end(&pl, chain, ret_proven);
+				chain = NULL;
+				continue;
+			}
 			if (r < 0)
-				atomic_fetch_add(&l->stats->failures, 1);
+				break;
 		}
-		bad += s.bad_chunks;
-		free(s.buf);
-		free(s.dst);
-		if (claimed)
-			plan_release(p + first, i - first, &claim);
-		if (r == 0 && claimed && commit_due(&commit, 0))
-			r = commit_upto(l, &commit, i);
-		if (chain.hasher && (r < 0 || end >= size)) {
-			if (r == 0) {
-				char got[DIGEST_STRING_MAX];
+		claimed = plan_claim(p, n, &i, &claim, &start, &end, &first);
+		if (chain) {
+			/* The chain goes on only through bytes asked for in
+			 * order: what lies between holds no chunk a request
+			 * wants, and is fetched along when small; so is the
+			 * blob's tail when small enough for its digest. */
+			uint64_t tail = size - (claimed ? MAX(end, chain->pos) : chain->pos);
+			bool tail_ok =
+				(claimed || chain->pos > 0) &&
+				(tail <= PLAN_GAP_MAX || tail * 100 <= size * PLAN_TAIL_SHARE);
 
-				hasher_final(chain.hasher, got);
-				if (strcmp(got, l->blob_digest) != 0) {
-					/* read whole and not the digest's: a
-					 * transfer gone wrong (this try fails;
-					 * what the table verified is kept) */
-					r = -EBADMSG;
-				} else if (chain.toc_differs ||
-					   chain.toc_seen != l->src.where.length || bad > 0) {
-					atomic_store(&l->foreign_toc, true);
-					r = -EBADMSG;
-				} else {
-					*ret_proven = true;
-					/* (a failure leaves the table's times:
-					 * the layer is verified all the same) */
-					if (chain.hdrs)
-						(void)index_exact(l, chain.hdrs);
+			if (claimed ? start > chain->pos && start - chain->pos > PLAN_GAP_MAX
+				    : !tail_ok) {
+				/* a gap nobody kept: what comes now is kept,
+				 * and the proof goes on from here */
+				chain->suspended = true;
+				chain = NULL;
+			} else {
+				start = MIN(start, chain->pos);
+				/* the tail, up to what readers kept of it:
+				 * the chain reads that back */
+				if (claimed == 0 || (i >= n && tail_ok)) {
+					uint64_t from = claimed ? MAX(end, chain->pos) : chain->pos;
+
+					end = MAX(from, MIN(size, lazy_blob_next_kept(l, from)));
 				}
 			}
-			hasher_free(chain.hasher);
-			chain.hasher = NULL;
-			tarhdr_free(TAKE_PTR(chain.hdrs));
+		}
+		if (claimed == 0 && !chain)
+			break;
+		if (end <= start)
+			break;
+		r = plan_request(&pl, &claim, p + first, claimed ? i - first : 0, start, end,
+				 chain);
+		if (claimed)
+			plan_release(p + first, i - first, &claim);
+		if (r == 0 && claimed && commit_due(&pl.commit, 0))
+			r = commit_upto(l, &pl.commit, i);
+		if (r == 0 && chain && chain->pos >= size) {
+			r = chain_end(&pl, chain, ret_proven);
+			chain = NULL;
 		}
 	}
-	/* what was written is kept, whatever ended the requests */
-	if (commit.from < i) {
-		int cr = commit_upto(l, &commit, i);
+	/* what was written is kept, whatever ended the requests (a chain
+	 * cut short goes on at the next try) */
+	if (pl.commit.from < i) {
+		int cr = commit_upto(l, &pl.commit, i);
 
 		if (r == 0)
 			r = cr;
 	}
-	whole_hash_drop(&wh);
-	hasher_free(chain.hasher);
-	tarhdr_free(chain.hdrs);
+	whole_hash_drop(&pl.wh);
+	*ret_bytes = pl.bytes;
 	return r;
 }
 
@@ -730,6 +794,7 @@ static int complete_files(struct lazy_layer *l, struct registry *reg, const atom
 		tarhdr_free(hdrs);
 	}
 	lazy_blob_drop(l);
+	lazy_chain_drop(&l->chain);
 	/* every o.OBJ is there for good before the layer says so */
 	r = flush_dir(l->dirfd);
 	if (r < 0)

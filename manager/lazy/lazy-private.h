@@ -28,6 +28,23 @@ struct lazy_range {
 	uint64_t a, b; /* [a, b) */
 };
 
+/* The completion's hash of the blob in blob order: bytes [0, pos) went
+ * through it.  While it is live, the completion's requests continue it
+ * where it is and what they bring is not kept (its bytes are hashed as
+ * they pass); bytes that readers brought ahead of it are read back from
+ * LAZY_BLOB_PART as it reaches them.  Once a gap nobody kept lies ahead,
+ * it is suspended: from then on the completion keeps what it fetches,
+ * and lazy_blob_prove() goes on from pos.  It lives in the layer across
+ * the tries of its completion (one thread at a time: the completion's). */
+struct lazy_chain {
+	struct hasher *hasher; /* NULL: none started */
+	struct tarhdr *hdrs;   /* the tar headers of the bytes hashed; NULL: none */
+	uint64_t pos;
+	uint64_t toc_seen; /* bytes of the table compared */
+	bool toc_differs;
+	bool suspended;
+};
+
 /* A request of lazy_ensure_chunks() under way: the compressed bytes it
  * brings. */
 struct lazy_claim {
@@ -120,6 +137,13 @@ struct lazy_layer {
 	bool keep_off;
 	struct lazy_range *kept;
 	size_t n_kept, cap_kept;
+	struct lazy_chain chain; /* the completion's thread only */
+	/* the blob ranges of the table's chunks by offset, each with the
+	 * farthest end of those up to it: made at the first
+	 * lazy_blob_holds_chunk() (the completion's thread only) */
+	struct lazy_range *spans;
+	uint64_t *span_reach;
+	size_t n_spans;
 };
 
 /* Says that a file or chunk of l became present (after its state says
@@ -147,15 +171,37 @@ void lazy_file_publish(struct lazy_layer *l, struct lazy_file *f, bool hashed);
 int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const void *src,
 		     void **dst, bool mark, struct hasher *whole);
 /* lazy-blob.c: bytes of the blob at off that a request brought, kept for
- * lazy_blob_prove() (a write that fails gives the keeping up). */
+ * the chain and lazy_blob_prove() (a write that fails gives the keeping
+ * up). */
 void lazy_blob_keep(struct lazy_layer *l, uint64_t off, const void *buf, size_t len);
-/* Every file complete, the blob not proven by the completion's requests:
- * the bytes no request brought, fetched once (when they are at most a
- * small share of the blob, else nothing is), and the blob read back in
- * order.  Returns 1 when it matched the layer's digest (with its tar
- * headers in *ret_hdrs, or NULL; the caller frees them), 0 when it was
- * not kept whole or did not match, -errno when a fetch failed or stop was
- * asked.  Blocks. */
+/* Starts l's chain at the blob's first byte (its tar headers walked when
+ * possible).  0 or -ENOMEM. */
+int lazy_chain_start(struct lazy_layer *l);
+/* Ends the chain; it can be started again. */
+void lazy_chain_drop(struct lazy_chain *c);
+/* Feeds the chain the bytes of the blob at [off, off + len) it has not
+ * had.  false, feeding nothing, when they begin past its position. */
+bool lazy_chain_feed(struct lazy_layer *l, struct lazy_chain *c, uint64_t off, const void *buf,
+		     size_t len);
+/* Feeds the chain what is kept from its position on, as far as the kept
+ * bytes reach without a gap.  0, or -errno when the kept file cannot be
+ * read (the chain is as far as it got). */
+int lazy_chain_catch_up(struct lazy_layer *l, struct lazy_chain *c);
+/* The first byte kept after off, or UINT64_MAX. */
+uint64_t lazy_blob_next_kept(struct lazy_layer *l, uint64_t off);
+/* Whether [a, b) of the blob holds bytes of a chunk of the table (the
+ * completion's thread only).  true when that cannot be told (no
+ * memory). */
+bool lazy_blob_holds_chunk(struct lazy_layer *l, uint64_t a, uint64_t b);
+/* Every file complete, the chain not at the blob's end: the bytes from
+ * its position on that no request brought, fetched once (when they are
+ * at most a small share of the blob, else nothing is), and the kept blob
+ * read in order from there (from the first byte when no chain was
+ * started).  Returns 1 when the blob matched the layer's digest and its
+ * table (with its tar headers in *ret_hdrs, or NULL; the caller frees
+ * them), 0 when it was not kept whole or did not match, -errno when a
+ * fetch failed or stop was asked.  The chain is dropped unless a fetch
+ * failed or stop was asked.  Blocks. */
 int lazy_blob_prove(struct lazy_layer *l, struct registry *reg, const atomic_bool *cancel,
 		    struct tarhdr **ret_hdrs);
 /* Keeps no more and removes the file. */

@@ -264,6 +264,9 @@ void lazy_layer_free(struct lazy_layer *l)
 	if (l->keepfd >= 0)
 		close(l->keepfd);
 	free(l->kept);
+	lazy_chain_drop(&l->chain);
+	free(l->spans);
+	free(l->span_reach);
 	if (l->dirfd >= 0)
 		close(l->dirfd);
 	pthread_mutex_destroy(&l->keep_lock);

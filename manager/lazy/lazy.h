@@ -43,6 +43,8 @@ struct lazy_stats {
 	atomic_uint_fast64_t files_complete; /* files that became objects */
 	atomic_uint_fast64_t layers_complete;
 	atomic_uint_fast64_t background_bytes; /* of bytes: the completion's */
+	/* bytes of blobs written to their kept copies (lazy-blob.c) */
+	atomic_uint_fast64_t kept_bytes;
 	/* files found in the content store instead of fetched (partial
 	 * pulls), and the compressed bytes that spared */
 	atomic_uint_fast64_t files_linked;

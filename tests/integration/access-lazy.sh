@@ -58,7 +58,6 @@ priv=$host/secretteam/secretproj:1
 cat "$MNT/images/$priv/large" >"$WORK/private-large" || fail "root reads the private image"
 [ "$(wc -c <"$WORK/private-large")" = 5242880 ] || fail "the private /large has $(wc -c <"$WORK/private-large") bytes"
 wait_event Pulled "$priv"
-metric() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.pullfs/metrics"; }
 
 # ---- a user reads the attacker's image: its table of contents names the
 # private files; they are fetched (blank: refused, EBADMSG), not linked.

@@ -200,6 +200,12 @@ for v in esgz zc chunked; do
     [ "$v" != esgz ] || ! same "$WORK/full.json" "$WORK/before-$v.json" >/dev/null 2>&1 ||
         fail "before completion, the eStargz tree already has the full pull's nanoseconds"
     complete "$ref" digest
+    # hashed as it came: no more of the blob kept than the table (read at
+    # the lookup), a small share of what the completion fetched
+    kept=$(metric pullfs_lazy_kept_bytes_total)
+    bg=$(metric pullfs_lazy_background_bytes_total)
+    [ "$((kept * 4))" -lt "$bg" ] ||
+        fail "$v: the completion kept $kept bytes of the blob on disk for its digest ($bg fetched)"
     # the loaded image takes the exact mtimes, and the kernel forgets the
     # attributes it cached (the notifier does it after the completion)
     # (each path by lstat alone: a listing would bring fresh attributes
@@ -221,7 +227,8 @@ root=$MNT/images/$ref_esgz
 cp "$WORK/before-esgz.json" "$WORK/before.json"
 
 # A read first: the completion's requests skip what the read brought, and
-# the blob, kept as it came, is read back whole and verified by its digest.
+# the blob's hash takes those bytes from where the read kept them; only
+# they are kept (with the table), and the blob is verified by its digest.
 CACHE=$WORK/cache-read
 mount_pullfs --lazy-completion-delay 3600
 cmp "$st/data/big" "$root/data/big" || fail "data/big read lazily"
@@ -229,6 +236,9 @@ cmp "$st/dir/sub/f7" "$root/dir/sub/f7" || fail "dir/sub/f7 read lazily"
 snap "$root" "$WORK/read-before.json"
 complete "$ref_esgz" digest
 [ ! -e "$CACHE/layers/$layer_hex/blob.part" ] || fail "the kept blob outlived the completion"
+kept=$(metric pullfs_lazy_kept_bytes_total)
+fetched=$(metric pullfs_lazy_fetched_bytes_total)
+[ "$kept" -lt "$fetched" ] || fail "completed after a read, $kept bytes kept of $fetched fetched"
 live_read() { mtimes_of "$root" "$WORK/full.json" 2>/dev/null; }
 wait_for 60 live_read || fail "completed after a read, the loaded image did not take the full pull's mtimes"
 remounted "$ref_esgz" "$WORK/read.json"

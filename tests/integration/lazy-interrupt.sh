@@ -68,7 +68,6 @@ with open(sys.argv[1], "rb") as f, open(sys.argv[2], "rb") as want:
 PY
 # What a read of 4 KiB in the middle of data/big fetches (no readahead
 # beyond the chunks that hold it).
-metric() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.pullfs/metrics"; }
 before=$(metric pullfs_lazy_fetched_bytes_total)
 dd if="$root/data/big" of=/dev/null bs=4k count=1 skip=1024 2>/dev/null || fail "a 4 KiB read of data/big"
 log "a 4 KiB read of data/big fetched $(($(metric pullfs_lazy_fetched_bytes_total) - before)) bytes"

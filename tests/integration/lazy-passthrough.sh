@@ -29,7 +29,6 @@ _skopeo copy --dest-tls-verify=false --dest-compress --dest-compress-format zstd
 start_slowproxy --gate "GET /v2/test/pt/blobs/.*background=$WORK/whole"
 mount_pullfs --insecure-registry "$PROXY" --lazy-completion-delay 0
 img=$MNT/images/$PROXY/test/pt:1
-metric() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.pullfs/metrics"; }
 complete() { [ "$(pullfs_image_field "$PROXY/test/pt:1" complete)" = true ]; }
 
 ls "$img" >/dev/null || fail "lookup of test/pt:1"

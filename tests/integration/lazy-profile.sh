@@ -34,7 +34,6 @@ others="data/f1 data/f2 data/f20"
 ctl() { "$PULLFSCTL" -m "$MNT" "$@"; }
 # has_event REASON: the test's events log has one (no log yet: not yet)
 has_event() { grep -q "\"reason\":\"$1\"" "$EVENTS" 2>/dev/null || return 1; }
-metric() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.pullfs/metrics"; }
 # settled_mark: the registry's log line count once every request made so
 # far is in it (a request of its own, logged after them, is waited for)
 settled_mark() {

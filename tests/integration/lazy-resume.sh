@@ -51,7 +51,6 @@ start_slowproxy --gate "GET /v2/test/share-[ab]/blobs/=$WORK/open" \
 img() { echo "$MNT/images/$PROXY/test/$1"; }
 # status_of REF FIELD: FIELD of the image in .pullfs/status
 status_of() { pullfs_image_field "$PROXY/test/$1" "$2"; }
-metric() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.pullfs/metrics"; }
 # One process: the kill -9 below ends the daemon (no supervisor starting
 # another), and the next start is made with the registry gone.
 mount_pullfs --no-supervise --insecure-registry "$PROXY" --lazy-completion-delay 0

@@ -37,7 +37,6 @@ PROXY=127.0.0.1:$PROXY_PORT
 ref=$PROXY/test/window:1
 root=$MNT/images/$ref
 status_of() { pullfs_image_field "$ref" "$1"; }
-metric() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.pullfs/metrics"; }
 # blob_gets ranged|whole|background: GETs of the layer blob with a Range,
 # without one, or of its completion (a User-Agent saying "background")
 blob_gets() {
@@ -76,6 +75,7 @@ layer_dir=$CACHE/layers/${layer#sha256:}
 # The window: the lookup and the start command's reads, and nothing more.
 mount_pullfs --insecure-registry "$PROXY" --lazy-completion-delay 3600
 ls "$root" >/dev/null || fail "lookup of $ref"
+toc_asked=$(blob_asked)
 assert_eq window "$(cat "$root/etc/name")" "etc/name"
 cmp "$WORK/bundle/rootfs/data/s3" "$root/data/s3" || fail "data/s3 read lazily"
 assert_eq waiting "$(status_of completion)" "the completion during the window"
@@ -91,14 +91,16 @@ timeout 120 "$PULLFSCTL" -m "$MNT" pull --plain "$ref" >"$WORK/pull.out" 2>"$WOR
 grep -q "window:1: done" "$WORK/pull.out" || fail "pullfsctl pull output: $(cat "$WORK/pull.out")"
 assert_eq true "$(status_of complete)" "complete after pullfsctl pull"
 assert_eq done "$(status_of completion)" "the completion after pullfsctl pull"
-# only what the reads had not brought, by range: each byte asked for once
-# (the table of contents aside, which the completion does not fetch
-# again once a read broke the blob's order)
+# only what the reads had not brought, by range: each byte asked for once,
+# but the table of contents, which the blob's hash takes from the blob
+# (a blob that matches its digest and holds another table is no transfer
+# gone wrong); what the reads brought, the hash reads back from disk
 assert_eq 0 "$(blob_gets whole)" "whole-blob GETs of the completion"
 [ "$(blob_gets background)" -ge 1 ] || fail "no request of the completion: $(cat "$PROXY_LOG")"
 asked=$(blob_asked)
 log "bytes of the layer blob asked for: $asked of $blob_size"
-[ "$asked" -le "$blob_size" ] || fail "the layer's bytes were asked for $asked times in a $blob_size-byte blob"
+[ "$asked" -le "$((blob_size + toc_asked))" ] ||
+    fail "the layer's bytes were asked for $asked times in a $blob_size-byte blob (its table: $toc_asked)"
 assert_eq digest "$(status_of verified)" "verified, after reads took chunks out of the blob's order"
 [ ! -e "$layer_dir/lazy" ] && ! ls "$layer_dir"/p.* "$layer_dir"/blob.part >/dev/null 2>&1 ||
     fail "layer left partial: $(ls "$layer_dir")"

@@ -73,7 +73,6 @@ mount_pullfs --insecure-registry "$PROXY" --lazy-completion-delay 0
 # Lazy: the lookup fetches no file content; reading one small file
 # fetches a small part of the image.
 image_bytes=$(registry_manifest test/edge-esgz:1 | py -c 'import json,sys; print(sum(l["size"] for l in json.load(sys.stdin)["layers"]))')
-metric() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.pullfs/metrics"; }
 ls "$(img edge-esgz:1)" >/dev/null || fail "lookup of edge-esgz:1"
 assert_eq 0 "$(metric pullfs_lazy_fetched_bytes_total)" "bytes of files fetched by the lookup"
 assert_eq "$(cat "$(img edge:1)/etc/passwd")" "$(cat "$(img edge-esgz:1)/etc/passwd")" "etc/passwd"

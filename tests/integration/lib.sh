@@ -429,6 +429,9 @@ _published_all() {
     [ "$(py -c 'import json,sys; print(json.load(open(sys.argv[1]))["cache"]["publishing"])' "$MNT/.pullfs/status")" = 0 ]
 }
 
+# metric NAME: the value of NAME in the mount's Prometheus metrics
+metric() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.pullfs/metrics"; }
+
 pullfs_image_field() {
     py - "$MNT/.pullfs/status" "$1" "$2" <<'PY'
 import json, sys

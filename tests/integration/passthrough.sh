@@ -39,7 +39,6 @@ PY
 py "$INTEGRATION_DIR/rawpush.py" "$REGISTRY" test/a:1 "$WORK/a.tar" >/dev/null
 py "$INTEGRATION_DIR/rawpush.py" "$REGISTRY" test/b:1 "$WORK/b.tar" >/dev/null
 
-metric() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.pullfs/metrics"; }
 # READ requests so far; reading the metrics makes some too (a fixed number
 # per read of the whole file in one large block).
 reads() {
