@@ -477,6 +477,16 @@ int tarhdr_feed_tar(struct tarhdr *w, const void *buf, size_t len)
 	return 0;
 }
 
+int tarhdr_skip_content(struct tarhdr *w, uint64_t size)
+{
+	bool between = w->format == TOC_ESTARGZ ? !w->in_member : !w->in_frame;
+
+	if (w->failed || !between || w->block_fill > 0 || w->ext_kind || w->skip <= size)
+		return -EAGAIN;
+	w->skip -= size;
+	return 0;
+}
+
 /* ---- the compressed stream -------------------------------------------- */
 
 static int feed_gzip(struct tarhdr *w, const unsigned char *p, size_t len)

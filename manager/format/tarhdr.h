@@ -32,6 +32,17 @@ int tarhdr_feed(struct tarhdr *w, const void *buf, size_t len);
  * decompressed (the unit test's way in). */
 int tarhdr_feed_tar(struct tarhdr *w, const void *buf, size_t len);
 
+/* Passes over a gzip member (zstd frames) that the caller knows to hold
+ * size bytes of the current entry's content and nothing else (the table
+ * of contents says so of a chunk that is not its file's last): the
+ * caller then does not feed its compressed bytes.  Only where a member
+ * (frame) begins, inside an entry's content with more than size bytes of
+ * it (and padding) left.  Returns 0, or -EAGAIN when the walker is not
+ * there (the caller feeds the member as any other).  A member that held
+ * more than the table said leaves the walker out of step with the tar:
+ * it fails at the next header, and nothing is merged. */
+int tarhdr_skip_content(struct tarhdr *w, uint64_t size);
+
 /* What the headers say of one entry, after the rules of
  * layer_normalise() and layer_whiteout(). */
 struct tarhdr_entry {

@@ -201,6 +201,46 @@ static int kept_feed(struct lazy_layer *l, struct lazy_chain *c, int fd, uint64_
 	return 0;
 }
 
+static int cmp_member(const void *x, const void *y)
+{
+	const struct lazy_member *a = x, *b = y;
+
+	return a->offset < b->offset ? -1 : a->offset > b->offset;
+}
+
+/* l->members, once.  0 or -ENOMEM. */
+static int members_make(struct lazy_layer *l)
+{
+	const struct toc *toc = l->toc;
+	size_t n = 0;
+
+	if (l->members)
+		return 0;
+	l->members = calloc(toc->n_chunks + 1, sizeof(*l->members));
+	if (!l->members)
+		return -ENOMEM;
+	for (size_t i = 0; i < toc->n_files; i++) {
+		size_t k;
+		const struct toc_chunk *c = toc_entry_chunks(toc, i, &k);
+
+		for (size_t j = 0; j + 1 < k; j++)
+			if (c[j].inner_offset == 0 && c[j + 1].inner_offset == 0 &&
+			    c[j].blob_length > 0 &&
+			    c[j + 1].blob_offset == c[j].blob_offset + c[j].blob_length)
+				l->members[n++] =
+					(struct lazy_member){ c[j].blob_offset, c[j].blob_length,
+							      c[j].size };
+	}
+	qsort(l->members, n, sizeof(*l->members), cmp_member);
+	/* one per place (a content held twice has its chunks twice) */
+	l->n_members = 0;
+	for (size_t i = 0; i < n; i++)
+		if (l->n_members == 0 ||
+		    l->members[l->n_members - 1].offset != l->members[i].offset)
+			l->members[l->n_members++] = l->members[i];
+	return 0;
+}
+
 int lazy_chain_start(struct lazy_layer *l)
 {
 	struct lazy_chain *c = &l->chain;
@@ -209,7 +249,7 @@ int lazy_chain_start(struct lazy_layer *l)
 	c->hasher = hasher_new();
 	if (!c->hasher)
 		return -ENOMEM;
-	if (tarhdr_new(l->src.tl.format, &c->hdrs) < 0)
+	if (members_make(l) < 0 || tarhdr_new(l->src.tl.format, &c->hdrs) < 0)
 		c->hdrs = NULL; /* the index keeps the table's times */
 	return 0;
 }
@@ -237,6 +277,41 @@ static void chain_toc(struct lazy_layer *l, struct lazy_chain *c, const unsigned
 	c->toc_seen += b - a;
 }
 
+/* The tar header walk of the bytes d at c->pos: members of content only
+ * are passed over. */
+static void chain_walk(struct lazy_layer *l, struct lazy_chain *c, const unsigned char *d,
+		       size_t len)
+{
+	uint64_t at = c->pos;
+
+	while (len > 0) {
+		const struct lazy_member *m;
+		size_t take;
+
+		if (c->walk_past > at) {
+			take = (size_t)MIN((uint64_t)len, c->walk_past - at);
+			goto next;
+		}
+		while (c->member < l->n_members && l->members[c->member].offset < at)
+			c->member++;
+		m = c->member < l->n_members ? &l->members[c->member] : NULL;
+		if (m && m->offset == at) {
+			c->member++;
+			if (tarhdr_skip_content(c->hdrs, m->size) == 0) {
+				c->walk_past = at + m->length;
+				continue;
+			}
+			m = c->member < l->n_members ? &l->members[c->member] : NULL;
+		}
+		take = m ? (size_t)MIN((uint64_t)len, m->offset - at) : len;
+		(void)tarhdr_feed(c->hdrs, d, take); /* a failure merges nothing */
+	next:
+		d += take;
+		len -= take;
+		at += take;
+	}
+}
+
 bool lazy_chain_feed(struct lazy_layer *l, struct lazy_chain *c, uint64_t off, const void *buf,
 		     size_t len)
 {
@@ -253,7 +328,7 @@ bool lazy_chain_feed(struct lazy_layer *l, struct lazy_chain *c, uint64_t off, c
 	hasher_update(c->hasher, d, len);
 	chain_toc(l, c, d, len);
 	if (c->hdrs)
-		(void)tarhdr_feed(c->hdrs, d, len); /* a failure merges nothing */
+		chain_walk(l, c, d, len);
 	c->pos += len;
 	return true;
 }

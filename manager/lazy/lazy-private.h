@@ -43,6 +43,20 @@ struct lazy_chain {
 	uint64_t toc_seen; /* bytes of the table compared */
 	bool toc_differs;
 	bool suspended;
+	/* the header walk passes over the blob up to here (a member of
+	 * content only), and the next of the layer's such members to look
+	 * at */
+	uint64_t walk_past;
+	size_t member;
+};
+
+/* A gzip member (zstd frames) of the blob that the table says holds a
+ * chunk of a file and nothing else: one that is not the file's last, at
+ * the start of its member, with the file's next chunk starting the next
+ * member.  The tar header walk passes over them (tarhdr_skip_content()). */
+struct lazy_member {
+	uint64_t offset, length; /* in the blob */
+	uint64_t size;		 /* of content */
 };
 
 /* A request of lazy_ensure_chunks() under way: the compressed bytes it
@@ -144,6 +158,9 @@ struct lazy_layer {
 	struct lazy_range *spans;
 	uint64_t *span_reach;
 	size_t n_spans;
+	/* by offset, made with the chain (the completion's thread only) */
+	struct lazy_member *members;
+	size_t n_members;
 };
 
 /* Says that a file or chunk of l became present (after its state says

@@ -267,6 +267,7 @@ void lazy_layer_free(struct lazy_layer *l)
 	lazy_chain_drop(&l->chain);
 	free(l->spans);
 	free(l->span_reach);
+	free(l->members);
 	if (l->dirfd >= 0)
 		close(l->dirfd);
 	pthread_mutex_destroy(&l->keep_lock);

@@ -229,6 +229,76 @@ static void test_refused(void **state)
 
 /* Names and times in their other forms: GNU long names, the ustar
  * prefix, base-256 and octal times, pax times as libarchive reads them. */
+/* A file's content in members of its own (chunks that are not its last):
+ * the walker passes over them without their bytes, and the headers are
+ * the same; where it is not between members, or would pass the end of the
+ * content, it refuses; a member that holds more than it was told of puts
+ * it out of step, and nothing is merged. */
+static void test_skip_content(void **state)
+{
+	enum toc_format fs[] = { TOC_ESTARGZ, TOC_ZSTD_CHUNKED };
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_SIZE(fs); i++)
+		for (int lie = 0; lie < 2; lie++) {
+			struct blob t = { 0 }, m[4] = { 0 };
+			struct tarhdr *w;
+			struct layer_index *li;
+			size_t data, cuts[5], changed = 0;
+			static const struct layer_entry e[] = {
+				{ .path = "", .type = LAYER_ENTRY_DIR },
+				{ .path = "big", .type = LAYER_ENTRY_REG, .size = 3000 },
+				{ .path = "after", .type = LAYER_ENTRY_SYMLINK },
+			};
+
+			put_entry(&t, "./", '5', 0, "1234567890.5");
+			put_ext(&t, 'x', pax("mtime", "1234567890.25"));
+			put_ustar_header(&t, "./big", NULL, '0', 3000, octal(1234567890));
+			data = t.len;
+			blob_zeros(&t, 3000 + (512 - 3000 % 512) % 512);
+			put_entry(&t, "./after", '2', 0, "1234567891.75");
+			blob_zeros(&t, 1024);
+			cuts[0] = 0;
+			cuts[1] = data;
+			cuts[2] = data + 1000;
+			cuts[3] = data + 2000;
+			cuts[4] = t.len;
+			for (size_t k = 0; k < 4; k++) {
+				if (fs[i] == TOC_ESTARGZ)
+					put_gzip(&m[k], t.p + cuts[k], cuts[k + 1] - cuts[k]);
+				else
+					put_zstd(&m[k], t.p + cuts[k], cuts[k + 1] - cuts[k]);
+			}
+			assert_int_equal(tarhdr_new(fs[i], &w), 0);
+			/* before the content: not inside it */
+			assert_int_equal(tarhdr_skip_content(w, 1000), -EAGAIN);
+			assert_int_equal(tarhdr_feed(w, m[0].p, m[0].len), 0);
+			/* inside a member: not between two */
+			assert_int_equal(tarhdr_feed(w, m[1].p, 3), 0);
+			assert_int_equal(tarhdr_skip_content(w, 1000), -EAGAIN);
+			assert_int_equal(tarhdr_feed(w, m[1].p + 3, m[1].len - 3), 0);
+			/* the last of the content: not all of what is left */
+			assert_int_equal(tarhdr_skip_content(w, 3000), -EAGAIN);
+			assert_int_equal(tarhdr_skip_content(w, lie ? 900 : 1000), 0);
+			assert_int_equal(tarhdr_feed(w, m[3].p, m[3].len), lie ? -EBADMSG : 0);
+			li = index_of(ARRAY_SIZE(e), e);
+			if (lie) {
+				assert_int_equal(tarhdr_merge(w, li, &changed), -EBADMSG);
+			} else {
+				assert_int_equal(tarhdr_merge(w, li, &changed), 0);
+				assert_int_equal(changed, 3);
+				assert_int_equal(li->entries[1].mtime_nsec, 250000000);
+				assert_int_equal(li->entries[2].mtime_sec, 1234567891);
+				assert_int_equal(li->entries[2].mtime_nsec, 750000000);
+			}
+			layer_index_free(li);
+			tarhdr_free(w);
+			for (size_t k = 0; k < 4; k++)
+				free(m[k].p);
+			free(t.p);
+		}
+}
+
 static void test_header_forms(void **state)
 {
 	static const struct {
@@ -292,10 +362,9 @@ static void test_header_forms(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_merge_formats),
-		cmocka_unit_test(test_hostile_disagreement),
-		cmocka_unit_test(test_refused),
-		cmocka_unit_test(test_header_forms),
+		cmocka_unit_test(test_merge_formats), cmocka_unit_test(test_hostile_disagreement),
+		cmocka_unit_test(test_refused),	      cmocka_unit_test(test_header_forms),
+		cmocka_unit_test(test_skip_content),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
