@@ -141,11 +141,17 @@ unmount_pullfs
 # and when a later process finds that the kernel has no inode for their
 # root any more: what the log lists is what the kernel may still name,
 # not every image ever handed out.
+# (a file closed just before is released by the kernel in the
+# background: while its RELEASE has not come, the rm says EBUSY)
 rm_busybox() {
     PYTHONPATH=$INTEGRATION_DIR py - "$CACHE/control.sock" "$REGISTRY" <<'PY' || fail "rm of busybox ($1)"
-import sys
+import sys, time
 import ctlsock
-r = ctlsock.ask(sys.argv[1], {"op": "rm", "references": [sys.argv[2] + "/test/busybox:1"]})
+for _ in range(200):
+    r = ctlsock.ask(sys.argv[1], {"op": "rm", "references": [sys.argv[2] + "/test/busybox:1"]})
+    if r["ok"] or r.get("errno") != "EBUSY":
+        break
+    time.sleep(0.05)
 assert r["ok"], r
 PY
 }
