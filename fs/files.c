@@ -218,7 +218,7 @@ static void lazy_node_key(char *buf, size_t len, const struct image *img, const 
 static int lazy_open_mode(struct fs *fs, struct ofile *of, struct image *img,
 			  const struct tinode *t, bool *ret_passthrough)
 {
-	bool usable = passthrough_usable(fs) && !image_restored(img);
+	bool usable = passthrough_usable(fs) && !image_restored(img) && !image_file_packed(img, t);
 	/* A file once local stays local: looked at outside the lock (it may
 	 * read the layer's directory), and again under it only when it was
 	 * not, where an open that saw it local may have gone passthrough. */

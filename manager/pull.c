@@ -159,7 +159,9 @@ static void lazy_report_shared(struct pull *p, const char *digest, const struct 
 static int try_lazy(struct pull *p, const struct descriptor *d)
 {
 	struct manager *m = p->m;
-	struct lazy_source src = { .domain = (char *)p->ref->domain, .repo = p->repo };
+	struct lazy_source src = { .domain = (char *)p->ref->domain,
+				   .repo = p->repo,
+				   .packs = true };
 	struct cache_layer_stage stage;
 	_cleanup_free_ char *tocbuf = NULL, *text = NULL;
 	struct toc *toc = NULL;

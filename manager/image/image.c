@@ -529,6 +529,17 @@ bool image_file_lazy(struct image *img, const struct tinode *file)
 	       pack_was_lazy(img->images->o.packs, c->packs[file->layer]);
 }
 
+bool image_file_packed(struct image *img, const struct tinode *file)
+{
+	struct image_content *c = img->content;
+	struct lazy_layer *l;
+
+	if (!file->object || file->layer >= c->n_layers)
+		return false;
+	l = pack_lazy(img->images->o.packs, c->packs[file->layer]);
+	return l && lazy_file_packed(l, file->object);
+}
+
 bool image_restored(const struct image *img)
 {
 	return atomic_load(&img->restored);

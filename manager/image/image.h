@@ -184,6 +184,9 @@ bool image_file_lazy(struct image *img, const struct tinode *file);
 /* Whether every byte of a file of a lazy layer is on this node (a read of
  * it never waits for a registry): complete, or the layer complete. */
 bool image_file_local(struct image *img, const struct tinode *file);
+/* Whether a file of a lazy layer lies in the layer's pack (never in
+ * passthrough: it has no object of its own).  No system call. */
+bool image_file_packed(struct image *img, const struct tinode *file);
 /* Whether the image has a key a process before this one handed out
  * (images_key_take()): the kernel may hold its files open from then, in
  * modes this process does not know. */

@@ -78,6 +78,15 @@ static uint64_t spans_union(struct spans *sp)
 	return sum;
 }
 
+/* Whether the file with content object is packed and written (from the
+ * disk: the caller found it not in use). */
+static bool packed_local(struct lazy_layer *l, const char *object)
+{
+	ssize_t i = l->slot_of ? toc_find_file(l->toc, object) : -1;
+
+	return i >= 0 && l->slot_of[i] != SIZE_MAX && lazy_pack_marked(l, l->slot_of[i]);
+}
+
 /* The present chunks of the file with content object, from its state when
  * it is in use, else from the disk. */
 static void file_local_spans(struct lazy_layer *l, const char *object, const struct toc_chunk *c,
@@ -101,7 +110,7 @@ static void file_local_spans(struct lazy_layer *l, const char *object, const str
 		return;
 	}
 	snprintf(name, sizeof(name), "o.%s", object);
-	if (faccessat(l->dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+	if (packed_local(l, object) || faccessat(l->dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
 		for (size_t k = 0; k < n; k++)
 			spans_add(sp, &c[k]);
 		return;
@@ -140,7 +149,14 @@ bool lazy_file_local(struct lazy_layer *l, const char *object)
 		return local;
 	}
 	snprintf(name, sizeof(name), "o.%s", object);
-	return faccessat(l->dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+	return packed_local(l, object) || faccessat(l->dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+bool lazy_file_packed(struct lazy_layer *l, const char *object)
+{
+	ssize_t i = l->slot_of ? toc_find_file(l->toc, object) : -1;
+
+	return i >= 0 && l->slot_of[i] != SIZE_MAX;
 }
 
 void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_total)

@@ -383,17 +383,18 @@ static void index_freep(struct layer_index **li)
 	layer_index_free(*li);
 }
 
-/* The layer's index with the times of the tar headers hdrs read from its
- * blob, which matched its digest: a layer verified so is served as a full
- * pull of the blob serves it.  The new index is on stable storage before
- * the caller goes on (its "lazy" file goes after).  0 or -errno: the
- * index that is there stays (the table's times), a stray LAZY_INDEX_NEW
- * is written over next time. */
-static int index_exact(struct lazy_layer *l, const struct tarhdr *hdrs)
+/* The layer's last index, once every file is complete: the packed files
+ * at their places in the pack (lazy-pack.c), and with hdrs (NULL: none),
+ * the tar headers read from its blob, which matched its digest, their
+ * times: a layer verified so is served as a full pull of the blob serves
+ * it.  The new index is on stable storage before the caller goes on (its
+ * "lazy" file goes after).  0 or -errno: the index that is there stays, a
+ * stray LAZY_INDEX_NEW is written over next time. */
+static int index_final(struct lazy_layer *l, const struct tarhdr *hdrs)
 {
 	_cleanup_(index_freep) struct layer_index *li = NULL;
 	_cleanup_close_ int fd = -1, out = -1;
-	size_t changed = 0;
+	size_t changed = 0, packed = 0;
 	int r;
 
 	fd = openat(l->dirfd, "index", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -402,11 +403,15 @@ static int index_exact(struct lazy_layer *l, const struct tarhdr *hdrs)
 	r = layer_index_read(fd, &li);
 	if (r < 0)
 		return r;
-	r = tarhdr_merge(hdrs, li, &changed);
-	if (r == -EBADMSG || (r == 0 && changed == 0))
-		return 0; /* headers a full pull would refuse, or nothing new */
+	/* (headers a full pull would refuse give nothing) */
+	r = hdrs ? tarhdr_merge(hdrs, li, &changed) : 0;
+	if (r == -ENOMEM)
+		return r;
+	r = lazy_pack_index(l, li, &packed);
 	if (r < 0)
 		return r;
+	if (changed == 0 && packed == 0)
+		return 0;
 	out = openat(l->dirfd, LAZY_INDEX_NEW,
 		     O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (out < 0)
@@ -528,11 +533,9 @@ static int chain_end(struct plan *pl, struct lazy_chain *c, bool *ret_proven)
 		atomic_store(&l->foreign_toc, true);
 		r = -EBADMSG;
 	} else {
-		*ret_proven = true;
-		/* (a failure leaves the table's times: the layer is verified
-		 * all the same) */
-		if (c->hdrs)
-			(void)index_exact(l, c->hdrs);
+		*ret_proven = l->blob_proven = true;
+		/* for the index, once every file is complete */
+		l->proven_hdrs = TAKE_PTR(c->hdrs);
 	}
 	lazy_chain_drop(c);
 	return r;
@@ -780,19 +783,22 @@ static int complete_files(struct lazy_layer *l, struct registry *reg, const atom
 		r = finish_files(l, reg, cancel, &all_files, &all);
 	if (r < 0 || !all)
 		return r;
+	proven = proven || l->blob_proven;
 	if (!proven) {
 		/* the requests did not read the blob in order: what they and
 		 * the readers brought, with what neither did */
-		struct tarhdr *hdrs = NULL;
-
-		r = lazy_blob_prove(l, reg, cancel, &hdrs);
+		tarhdr_free(TAKE_PTR(l->proven_hdrs));
+		r = lazy_blob_prove(l, reg, cancel, &l->proven_hdrs);
 		if (r == -ECANCELED)
 			return r;
 		proven = r > 0;
-		if (hdrs)
-			(void)index_exact(l, hdrs);
-		tarhdr_free(hdrs);
 	}
+	/* (a failure to take the headers' times leaves the table's: the
+	 * layer is verified all the same; packed files need their places) */
+	r = index_final(l, l->proven_hdrs);
+	tarhdr_free(TAKE_PTR(l->proven_hdrs));
+	if (r < 0 && l->n_packed > 0)
+		return r;
 	lazy_blob_drop(l);
 	lazy_chain_drop(&l->chain);
 	/* every o.OBJ is there for good before the layer says so */

@@ -107,6 +107,11 @@ struct lazy_file {
 	bool complete;
 	/* both files' names are on stable storage */
 	atomic_bool named;
+	/* in the layer's pack, at pack_off, its byte of pack.map at slot
+	 * (fd and mapfd stay -1) */
+	bool packed;
+	size_t slot;
+	uint64_t pack_off;
 	/* chunks the completion wrote and did not flush (nor mark) */
 	atomic_bool unflushed;
 	char object[DIGEST_HEX_LEN + 1];
@@ -161,7 +166,37 @@ struct lazy_layer {
 	/* by offset, made with the chain (the completion's thread only) */
 	struct lazy_member *members;
 	size_t n_members;
+	/* the pack (lazy-pack.c): the slot and place of toc->files[i]
+	 * (SIZE_MAX: not packed; NULL: a layer without a pack), set at
+	 * open; the descriptors of "pack" and "pack.map" (-1 until the
+	 * first packed file is used; lock) */
+	size_t *slot_of;
+	uint64_t *pack_off_of;
+	size_t n_packed;
+	uint64_t pack_size;
+	int pack_fd, pack_mapfd;
+	/* the chain proved the blob (a later step of that completion may
+	 * have failed), and the tar headers it read, for the completion's
+	 * last index (the completion's thread only) */
+	bool blob_proven;
+	struct tarhdr *proven_hdrs;
 };
+
+/* lazy-pack.c: the slots of the layer's small files, at its open.  0 or
+ * -ENOMEM. */
+int lazy_pack_plan(struct lazy_layer *l);
+/* "pack" and "pack.map" open (made when missing, with the directory
+ * flushed); l->lock held.  0 or -errno. */
+int lazy_pack_open_locked(struct lazy_layer *l);
+/* Whether the packed file in slot is written, from pack.map (false when
+ * there is none yet). */
+bool lazy_pack_marked(struct lazy_layer *l, size_t slot);
+/* The slot of toc->files[i], or SIZE_MAX. */
+size_t lazy_pack_slot(const struct lazy_layer *l, size_t i);
+/* The entries of li whose content is packed name their place in the pack
+ * instead of their object, and li's data the pack; *ret_changed: how
+ * many.  0 or -ENOMEM. */
+int lazy_pack_index(struct lazy_layer *l, struct layer_index *li, size_t *ret_changed);
 
 /* Says that a file or chunk of l became present (after its state says
  * so): the counts of what is local are to be made again. */

@@ -24,6 +24,7 @@
 #include "macro.h"
 #include "memtrim.h"
 #include "registry.h"
+#include "tarhdr.h"
 
 /* One Range request fetches at most this many compressed bytes of
  * adjacent missing chunks. */
@@ -140,11 +141,11 @@ int lazy_source_format(const struct lazy_source *s, char **ret)
 {
 	int n = asprintf(ret,
 			 "%d %" PRIu64 " %s %" PRIu64 " %" PRIu64 " %" PRIu64 " %d %" PRIu64
-			 " %" PRIu64 "\n%s\n%s\n",
+			 " %" PRIu64 "\n%s\n%s\n%s",
 			 (int)s->tl.format, s->tl.blob_size, s->tl.digest[0] ? s->tl.digest : "-",
 			 s->tl.zc_offset, s->tl.zc_length, s->tl.zc_uncompressed,
 			 s->tl.stargz_files ? 1 : 0, s->where.offset, s->where.length, s->domain,
-			 s->repo);
+			 s->repo, s->packs ? "packs\n" : "");
 
 	return n < 0 ? -ENOMEM : 0;
 }
@@ -165,6 +166,7 @@ int lazy_source_parse(const char *text, struct lazy_source *ret)
 		return -EBADMSG;
 	s.tl.format = (enum toc_format)format;
 	s.tl.stargz_files = stargz != 0;
+	s.packs = !strcmp(text + used, "\npacks\n");
 	if (strcmp(digest, "-") != 0)
 		snprintf(s.tl.digest, sizeof(s.tl.digest), "%s", digest);
 	s.domain = strdup(domain);
@@ -268,6 +270,13 @@ void lazy_layer_free(struct lazy_layer *l)
 	free(l->spans);
 	free(l->span_reach);
 	free(l->members);
+	tarhdr_free(l->proven_hdrs);
+	free(l->slot_of);
+	free(l->pack_off_of);
+	if (l->pack_fd >= 0)
+		close(l->pack_fd);
+	if (l->pack_mapfd >= 0)
+		close(l->pack_mapfd);
 	if (l->dirfd >= 0)
 		close(l->dirfd);
 	pthread_mutex_destroy(&l->keep_lock);
@@ -289,7 +298,7 @@ int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stat
 		return -ENOMEM;
 	pthread_mutex_init(&l->lock, NULL);
 	pthread_mutex_init(&l->keep_lock, NULL);
-	l->keepfd = -1;
+	l->keepfd = l->pack_fd = l->pack_mapfd = -1;
 	l->cache = c;
 	l->stats = stats;
 	l->dirfd = cache_layer_open_dir(c, digest);
@@ -324,7 +333,7 @@ int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stat
 	l->toclen = toclen;
 	l->blob_digest = strdup(digest);
 	l->file_of = calloc(MAX(l->toc->n_files, 1), sizeof(*l->file_of));
-	if (!l->blob_digest || !l->file_of) {
+	if (!l->blob_digest || !l->file_of || lazy_pack_plan(l) < 0) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -341,6 +350,8 @@ static int file_reopen(struct lazy_layer *l, struct lazy_file *f)
 {
 	char name[DIGEST_HEX_LEN + 8];
 
+	if (f->packed)
+		return 0; /* the layer's descriptors */
 	if (f->complete) {
 		f->fd = cache_object_openat(l->dirfd, f->object);
 		return f->fd < 0 ? f->fd : 0;
@@ -452,6 +463,24 @@ int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **r
 	if (!f->state || !f->claim) {
 		r = -ENOMEM;
 		goto fail;
+	}
+	f->slot = lazy_pack_slot(l, (size_t)i);
+	if (f->slot != SIZE_MAX) {
+		r = lazy_pack_open_locked(l);
+		if (r < 0)
+			goto fail;
+		f->packed = f->made = true;
+		atomic_store(&f->named, true);
+		f->pack_off = l->pack_off_of[i];
+		/* (the lock is the layer's: the map is read with the
+		 * descriptor it keeps) */
+		char c;
+
+		if (pread(l->pack_mapfd, &c, 1, (off_t)f->slot) == 1 && c == '1') {
+			f->complete = true;
+			f->state[0] = CHUNK_PRESENT;
+		}
+		goto put;
 	}
 	f->fd = cache_object_openat(l->dirfd, object);
 	if (f->fd >= 0) {
@@ -598,7 +627,8 @@ int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const 
 	r = file_make(l, f, !mark && whole_chunk(f));
 	if (r < 0)
 		return r;
-	w.fd = f->fd;
+	w.fd = f->packed ? l->pack_fd : f->fd;
+	w.offset += f->packed ? f->pack_off : 0;
 	n = realloc(*dst, piece);
 	if (!n)
 		return -ENOMEM;
@@ -617,7 +647,7 @@ int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const 
 	 * chunk is on stable storage before its bit is written, and the
 	 * names of both files before the first bit (a map that outlived
 	 * its data file would mark holes present). */
-	r = flush_data(f->fd);
+	r = flush_data(w.fd);
 	if (r == 0 && !atomic_load(&f->named)) {
 		r = flush_dir(l->dirfd);
 		if (r == 0)
@@ -625,7 +655,8 @@ int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const 
 	}
 	if (r < 0)
 		return r;
-	if (pwrite(f->mapfd, "1", 1, (off_t)k) != 1)
+	if (f->packed ? pwrite(l->pack_mapfd, "1", 1, (off_t)f->slot) != 1
+		      : pwrite(f->mapfd, "1", 1, (off_t)k) != 1)
 		return errno == ENOSPC ? -ENOSPC : -EIO;
 	return 0;
 }
@@ -685,16 +716,42 @@ static void file_published(struct lazy_layer *l, struct lazy_file *f)
 	lazy_changed(l);
 }
 
+/* A packed file is complete: its one chunk matched the file's digest;
+ * what the completion wrote is flushed before its byte in the map.
+ * f->lock held. */
+static int finish_packed(struct lazy_layer *l, struct lazy_file *f)
+{
+	if (atomic_exchange(&f->unflushed, false)) {
+		int r = flush_data(l->pack_fd);
+
+		if (r == 0 && pwrite(l->pack_mapfd, "1", 1, (off_t)f->slot) != 1)
+			r = errno == ENOSPC ? -ENOSPC : -EIO;
+		if (r < 0) {
+			atomic_store(&f->unflushed, true);
+			return r;
+		}
+	}
+	f->complete = true;
+	if (l->stats)
+		atomic_fetch_add(&l->stats->files_complete, 1);
+	lazy_changed(l);
+	return 0;
+}
+
 /* Every chunk is there: the whole file must hash to its name before it
  * becomes an object.  f->lock held. */
 static int finish_file(struct lazy_layer *l, struct lazy_file *f)
 {
 	char digest[DIGEST_STRING_MAX], name[DIGEST_HEX_LEN + 8], done[DIGEST_HEX_LEN + 8];
-	struct hasher *h = hasher_new();
-	char *buf = malloc(1 << 20);
+	struct hasher *h;
+	char *buf;
 	uint64_t off = 0;
 	int r = 0;
 
+	if (f->packed)
+		return finish_packed(l, f);
+	h = hasher_new();
+	buf = malloc(1 << 20);
 	if (!h || !buf) {
 		r = -ENOMEM;
 		goto out;
@@ -751,6 +808,19 @@ void lazy_file_publish(struct lazy_layer *l, struct lazy_file *f, bool hashed)
 	pthread_mutex_lock(&f->lock);
 	for (size_t k = 0; k < f->n && all; k++)
 		all = f->state[k] == CHUNK_PRESENT;
+	if (f->packed) {
+		/* its bytes flushed by the caller's commit */
+		if (!f->complete && all && f->n > 0 &&
+		    pwrite(l->pack_mapfd, "1", 1, (off_t)f->slot) == 1) {
+			atomic_store(&f->unflushed, false);
+			f->complete = true;
+			if (l->stats)
+				atomic_fetch_add(&l->stats->files_complete, 1);
+			lazy_changed(l);
+		}
+		pthread_mutex_unlock(&f->lock);
+		return;
+	}
 	/* By name: the caller need not hold f (a file of one chunk is
 	 * mostly parked by then, and opening it again for this cost more
 	 * than the rest).  Under the layer's lock, which a parked file is
@@ -1038,7 +1108,8 @@ ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object
 			return r;
 		}
 	}
-	n = pread(f->fd, buf, size, (off_t)off);
+	n = f->packed ? pread(l->pack_fd, buf, size, (off_t)(f->pack_off + off))
+		      : pread(f->fd, buf, size, (off_t)off);
 	if (n < 0)
 		n = negative_errno();
 	lazy_file_put(l, f);

@@ -8,8 +8,12 @@
  *   toc          the verified TOC bytes, parsed again at load
  *   p.OBJ        a file being fetched: sparse, written chunk by chunk
  *   p.OBJ.map    one byte per chunk of it, '1' once the chunk is written
+ *   pack         the small files (lazy-pack.c), each at its place
+ *   pack.map     one byte per small file, '1' once it is written
  * A file whose chunks are all there is checked against its digest and
- * becomes the object o.OBJ, like the files of a full unpack. */
+ * becomes the object o.OBJ, like the files of a full unpack; a small file
+ * (under CACHE_OBJECT_MIN_SIZE, in one chunk) stays in the pack, and once
+ * the layer is complete its index says where, as a full unpack's does. */
 #pragma once
 
 #include <stdatomic.h>
@@ -67,6 +71,9 @@ struct lazy_source {
 	struct toc_range where;
 	char *domain;
 	char *repo;
+	/* small files go into the layer's pack (layers published before
+	 * packs keep an object per file) */
+	bool packs;
 };
 
 /* Fetches and verifies the TOC of blob_digest from src (tl, domain, repo):
@@ -108,6 +115,11 @@ ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object
  * only (one that the content store holds is linked at its first read).
  * Takes the layer's locks. */
 bool lazy_file_local(struct lazy_layer *l, const char *object);
+
+/* Whether the layer's file with content object is kept in its pack
+ * (lazy-pack.c): never an object of its own, so never opened in
+ * passthrough.  No system call. */
+bool lazy_file_packed(struct lazy_layer *l, const char *object);
 
 /* How much of the layer is local: ret_local of its ret_total compressed
  * bytes (the blob's size): the table of contents and the blob ranges of

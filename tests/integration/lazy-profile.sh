@@ -44,7 +44,19 @@ settled_mark() {
 }
 # object_of PATH: the content object (hex SHA-256) of a file of the image
 object_of() { sha256sum "$WORK/bundle/rootfs/$1" | cut -d' ' -f1; }
-local_file() { [ -e "$CACHE/layers/${layer#sha256:}/o.$(object_of "$1")" ]; }
+# local_file PATH: a file of the layer is local: its object is there, or,
+# for a file under 64 KiB (etc/name, the image's only one: checked
+# below), the layer's pack.map marks it
+local_file() {
+    local d=$CACHE/layers/${layer#sha256:}
+    if [ "$(stat -c %s "$WORK/bundle/rootfs/$1")" -ge 65536 ]; then
+        [ -e "$d/o.$(object_of "$1")" ]
+    else
+        [ "$(tr -d '\0' <"$d/pack.map" 2>/dev/null)" = 1 ]
+    fi
+}
+small=$(find "$WORK/bundle/rootfs" -type f -size -64k -size +0 | sed "s|^$WORK/bundle/rootfs/||")
+assert_eq etc/name "$small" "the image's files under 64 KiB"
 
 # ---- cache A: a start records the profile
 mount_pullfs --lazy-completion-delay 3600 --profile-window 8

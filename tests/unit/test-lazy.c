@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <dirent.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -47,6 +48,7 @@ struct fixture {
 	int mode;	     /* of the file in the next make_layer()'s table */
 	struct toc_layer tl; /* the last make_layer()'s */
 	size_t size;	     /* and its blob's */
+	bool packs;	     /* layers published keep small files in a pack */
 };
 
 static void publish_blob(struct fixture *f, struct blob *b, const struct toc_layer *tl,
@@ -112,7 +114,7 @@ static void publish_blob(struct fixture *f, struct blob *b, const struct toc_lay
 static void publish_as(struct fixture *f, const struct toc_layer *tl, const char *blob,
 		       const char *digest)
 {
-	struct lazy_source src = { .domain = "registry.test", .repo = "app" };
+	struct lazy_source src = { .domain = "registry.test", .repo = "app", .packs = f->packs };
 	struct cache_layer_stage st;
 	struct toc *toc = NULL;
 	char err[256], *text = NULL, *tocbuf;
@@ -712,11 +714,30 @@ static unsigned open_fds(void)
 
 #define MANY_FILES 300
 
-/* A layer of many small files: its completion, and reads of every file
- * before and after it, keep a bounded number of descriptors open. */
-static void test_many_files_few_descriptors(void **state)
+/* Names in the directory of layer digest that begin with prefix. */
+static unsigned names_like(struct fixture *f, const char *digest, const char *prefix)
 {
-	struct fixture *f = *state;
+	char path[256];
+	struct dirent *de;
+	unsigned n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "%s/layers/%s", f->dir, digest_hex(digest));
+	d = opendir(path);
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		n += !strncmp(de->d_name, prefix, strlen(prefix));
+	closedir(d);
+	return n;
+}
+
+/* A layer of many small files: its completion, and reads of every file
+ * before and after it, keep a bounded number of descriptors open.  In a
+ * layer that packs them, they make no file each: read before a restart,
+ * they are there after it, and once complete, the index has each at its
+ * place in the pack, in the blob's order, as a full unpack does. */
+static void many_files(struct fixture *f, bool packs)
+{
 	struct blob b = { 0 };
 	struct toc_layer tl;
 	struct lazy_layer *l;
@@ -745,6 +766,7 @@ static void test_many_files_few_descriptors(void **state)
 	blob_zeros(&b, 32);
 	put_zstd_end(&b, json, &tl);
 	free(json);
+	f->packs = packs;
 	publish_blob(f, &b, &tl, blob, true);
 
 	before = open_fds();
@@ -756,6 +778,26 @@ static void test_many_files_few_descriptors(void **state)
 		assert_memory_equal(buf, content, len);
 	}
 	assert_true(open_fds() <= before + 1 + 2 * 64);
+	if (packs) {
+		char m[128];
+		unsigned asked;
+
+		assert_int_equal(names_like(f, blob, "p."), 0);
+		assert_int_equal(names_like(f, blob, "o."), 0);
+		assert_int_equal(names_like(f, blob, "pack"), 2);
+		/* what was read is there after a restart */
+		lazy_layer_free(l);
+		assert_int_equal(lazy_layer_open(f->cache, blob, NULL, &l), 0);
+		snprintf(m, sizeof(m), "GET /v2/app/blobs/%s", blob);
+		asked = fake_count(f->fake, m);
+		for (int i = 0; i < MANY_FILES; i += 3) {
+			len = (size_t)snprintf(content, sizeof(content), "file number %d\n", i);
+			assert_int_equal(lazy_read(l, f->reg, objects[i], 0, sizeof(buf), buf),
+					 len);
+			assert_memory_equal(buf, content, len);
+		}
+		assert_int_equal(fake_count(f->fake, m), asked);
+	}
 	assert_int_equal(lazy_layer_complete(l, f->reg, NULL), 0);
 	assert_true(lazy_layer_is_complete(l));
 	assert_true(open_fds() <= before + 1 + 2 * 64);
@@ -767,6 +809,35 @@ static void test_many_files_few_descriptors(void **state)
 	assert_true(open_fds() <= before + 1 + 2 * 64);
 	lazy_layer_free(l);
 	assert_int_equal(open_fds(), before);
+	if (packs) {
+		struct layer_index *li;
+		uint64_t place = 0;
+
+		assert_int_equal(names_like(f, blob, "p."), 0);
+		assert_int_equal(names_like(f, blob, "o."), 0);
+		assert_int_equal(cache_layer_read_index(f->cache, blob, &li), 0);
+		for (size_t i = 0; i < li->n_entries; i++) {
+			const struct layer_entry *e = &li->entries[i];
+
+			if (e->type != LAYER_ENTRY_REG)
+				continue;
+			assert_null(e->object);
+			assert_int_equal(e->data_off, place);
+			place += e->size;
+		}
+		assert_int_equal(li->data_size, place);
+		layer_index_free(li);
+	}
+}
+
+static void test_many_files_few_descriptors(void **state)
+{
+	many_files(*state, false);
+}
+
+static void test_many_files_packed(void **state)
+{
+	many_files(*state, true);
 }
 
 /* The status's byte count of a lazy layer that no image holds loaded comes
@@ -1101,6 +1172,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_partial_pull_private, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_present_at_publishing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_private_not_at_publishing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_many_files_packed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_files_few_descriptors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bytes_remembered, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_toc_one_request, setup, teardown),
