@@ -24,6 +24,7 @@
 #include "macro.h"
 #include "manager.h"
 #include "options.h"
+#include "snapshotter.h"
 #include "supervisor.h"
 
 /* --auth-file, or docker's default place where a missing file is no
@@ -163,6 +164,7 @@ int main(int argc, char **argv)
 	struct manager *m = NULL;
 	struct fs *fs = NULL;
 	struct control *ctl = NULL;
+	struct snapshotter *snap = NULL;
 	struct credentials *creds = NULL;
 	struct handoff h;
 	unsigned check_version = 0;
@@ -243,6 +245,25 @@ int main(int argc, char **argv)
 		goto done;
 	}
 	s.fo.control = ctl;
+	if (s.snapshotter_socket) {
+		_cleanup_free_ char *dir = NULL;
+
+		if (asprintf(&dir, "%s/snapshotter", s.mo.cache_dir) < 0) {
+			dir = NULL;
+			fprintf(stderr, "pullfs: %s\n", strerror(ENOMEM));
+			goto done;
+		}
+		errbuf[0] = '\0';
+		/* a serving process started again by the supervisor takes
+		 * over the socket of the one before it */
+		r = snapshotter_new(s.snapshotter_socket, mode == 0 && h.generation > 0, dir, &snap,
+				    errbuf, sizeof(errbuf));
+		if (r < 0) {
+			fprintf(stderr, "pullfs: %s\n", errbuf[0] ? errbuf : strerror(-r));
+			goto done;
+		}
+		s.fo.snapshotter = snap;
+	}
 	r = fs_new(m, &s.fo, &fs);
 	if (r < 0) {
 		fprintf(stderr, "pullfs: %s\n", strerror(-r));
@@ -264,6 +285,7 @@ out:
 done:
 	fuse_opt_free_args(&args);
 	control_free(ctl);
+	snapshotter_free(snap);
 	fs_free(fs);
 	manager_free(m);
 	credentials_free(creds);

@@ -1,0 +1,150 @@
+#!/bin/bash
+# The containerd snapshotter: a private containerd 1.6 with pullfs's
+# snapshots socket as a proxy plugin pulls images from the test registry
+# into pullfs's snapshots (overlayfs, under CACHE/snapshotter), runs a
+# container that reads a file of its image, and goes on after a kill -9
+# of pullfs's serving process; the snapshots API is also driven directly
+# with ctr: prepare, mounts, commit, view, usage, rm, ls, and requests it
+# must refuse (unknown keys, a parent that is not committed, a hostile
+# key that must not become a path, labels over containerd's bound).
+. "$(dirname "$0")/lib.sh"
+. "$INTEGRATION_DIR/images.sh"
+. "$INTEGRATION_DIR/containerd.sh"
+
+need_root
+need_cmd containerd ctr runc containerd-shim-runc-v2 protoc
+# Debian's python3 (the one in PATH may be another) with grpcio and protobuf
+/usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null ||
+    skip "needs python3-grpcio and python3-protobuf"
+start_registry
+push_busybox test/busybox:1
+push_edge test/edge:1
+
+SNAP_SOCK=$WORK/snap.sock
+SNAPDIR=$CACHE/snapshotter
+PULLFS_RECOVERY_EXPECTED=1
+mount_pullfs --snapshotter-socket "$SNAP_SOCK"
+wait_for 20 test -S "$SNAP_SOCK" || fail "no snapshotter socket at $SNAP_SOCK"
+CTD_EXTRA_CONFIG="[proxy_plugins.pullfs]
+  type = \"snapshot\"
+  address = \"$SNAP_SOCK\""
+start_containerd
+
+NS=pullfs-test
+c() { timeout 60 ctr -a "$CTD_SOCK" -n "$NS" "$@"; }
+snap() { c snapshots --snapshotter pullfs "$@"; }
+# must_fail WORD CMD...: CMD fails and says WORD (the gRPC error's text).
+must_fail() {
+    local want=$1 out
+    shift
+    if out=$("$@" 2>&1); then fail "'$*' succeeded: $out"; fi
+    assert_contains "$want" "$out" "error of '$*'"
+}
+
+# ---- pull and run
+t0=$(now)
+c images pull --plain-http --snapshotter pullfs "$REGISTRY/test/busybox:1" >/dev/null
+c images pull --plain-http --snapshotter pullfs "$REGISTRY/test/edge:1" >/dev/null
+log "two pulls into the snapshotter: $(seconds_since "$t0") s"
+n_edge=$(registry_manifest test/edge:1 | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["layers"]))')
+n_committed=$(snap ls | grep -c ' Committed *$')
+assert_eq "$((n_edge + 1))" "$n_committed" "committed snapshots (the layers of both images)"
+# containerd's names are not paths: every snapshot is a numbered folder
+for d in "$SNAPDIR"/snapshots/*; do
+    [[ $(basename "$d") =~ ^[1-9][0-9]*$ ]] || fail "snapshot folder $d is not a number"
+done
+
+out=$(c run --rm --snapshotter pullfs "$REGISTRY/test/busybox:1" reader1 cat /etc/passwd 2>&1) ||
+    fail "ctr run failed: $out"
+want=$(cat "$(image_path test/busybox:1)/etc/passwd")
+assert_eq "$want" "$out" "a file read by the container"
+
+# The edge image (whiteouts, opaque directories, hardlinks, devices,
+# xattrs) as containerd mounts it from these snapshots is exactly what
+# containerd's own overlayfs snapshotter gives, and pullfs's own tree but
+# for the link count overlayfs reports for a hardlink group an upper
+# layer split (the lower inode's: tests/README.md).
+root=$WORK/edge-root ref_root=$WORK/edge-overlayfs
+mkdir -p "$root" "$ref_root"
+track_mount "$root"
+track_mount "$ref_root"
+c images mount --snapshotter pullfs "$REGISTRY/test/edge:1" "$root" >/dev/null
+c images pull --plain-http --snapshotter overlayfs "$REGISTRY/test/edge:1" >/dev/null
+c images mount --snapshotter overlayfs "$REGISTRY/test/edge:1" "$ref_root" >/dev/null
+assert_tree_eq "$ref_root" "$root"
+diffs=$(py "$TREECMP" "$(image_path test/edge:1)" "$root" 2>&1 | grep -v ' difference(s) ' || true)
+assert_eq "treecmp: split/a: nlink 2 != 3
+treecmp: split/b: nlink 2 != 3" "$diffs" "differences from the tree of images/"
+c images unmount --rm "$root" >/dev/null
+c images unmount --rm "$ref_root" >/dev/null
+
+# ---- the snapshots API directly
+top=$(snap ls | awk '/ Committed *$/ { print $1; exit }')
+snap prepare k1 "$top" >/dev/null
+m=$(snap mounts /mnt k1)
+assert_contains "mount -t overlay" "$m" "mounts of an active snapshot"
+assert_contains "upperdir=$SNAPDIR/snapshots/" "$m" "upper directory under the cache"
+must_fail "already exists" snap prepare k1 "$top"
+must_fail "not found" snap prepare k2 no-such-parent
+must_fail "not a committed" snap prepare k3 k1
+must_fail "not found" snap mounts /mnt no-such-key
+must_fail "not found" snap rm no-such-key
+must_fail "not found" snap commit c1 no-such-key
+# a hostile key names no path: it is a snapshot like any other
+snap prepare "../../escape" "$top" >/dev/null
+[ ! -e "$CACHE/escape" ] && [ ! -e "$SNAPDIR/escape" ] || fail "a key became a path"
+snap rm "../../escape"
+# what containerd never sends, sent straight to the socket: malformed
+# messages, bad names and labels, a filter that does not parse...
+timeout 60 /usr/bin/python3 "$INTEGRATION_DIR/snapclient.py" "$SNAP_SOCK" hostile ||
+    fail "the snapshots API answered a request wrongly (above)"
+[ -z "$(find "$WORK" -name escape)" ] || fail "a key became a path: $(find "$WORK" -name escape)"
+
+# write into k1's upper directory as a container would, then commit it
+upper=$(sed -n 's/.*upperdir=\([^,]*\).*/\1/p' <<<"$m")
+[ -d "$upper" ] || fail "no upper directory $upper"
+echo hello >"$upper/hello.txt"
+snap commit c1 k1
+must_fail "not found" snap mounts /mnt k1
+size=$(snap usage c1 | awk 'NR == 2 { print $2 }')
+[ -n "$size" ] && [ "$size" != 0.0 ] || fail "usage of c1: $(snap usage c1)"
+must_fail "failed precondition" snap rm "$top"
+snap view v1 c1 >/dev/null
+vm=$(snap mounts /mnt v1)
+assert_contains "lowerdir=$SNAPDIR/snapshots/" "$vm" "mounts of a view"
+assert_not_contains "upperdir" "$vm" "a view has no upper directory"
+
+# ---- kill -9 of the serving process between calls
+_new_serving() {
+    local p
+    p=$(pullfs_serving_pid 2>/dev/null) || return 1
+    [ -n "$p" ] && [ "$p" != "$1" ] && [ -S "$SNAP_SOCK" ]
+}
+pid=$(pullfs_serving_pid)
+kill -KILL "$pid"
+wait_for 20 _new_serving "$pid" || fail "no new serving process after kill -9"
+_listed() { snap ls >"$WORK/ls.out" 2>&1; }
+wait_for 20 _listed || fail "containerd could not list after the restart: $(cat "$WORK/ls.out")"
+assert_contains "c1" "$(cat "$WORK/ls.out")" "c1 after the restart"
+assert_contains "lowerdir=" "$(snap mounts /mnt v1)" "v1's mounts after the restart"
+snap rm v1
+snap rm c1
+# containerd removes from its snapshotters in its garbage collection
+_gone() { [ ! -e "$1" ]; }
+wait_for 20 _gone "$upper" || fail "c1's folder is still there after rm"
+out=$(c run --rm --snapshotter pullfs "$REGISTRY/test/busybox:1" reader2 cat /etc/passwd 2>&1) ||
+    fail "ctr run after the restart failed: $out"
+assert_eq "$want" "$out" "a file read by a container after the restart"
+
+# ---- containerd removes what it no longer needs
+c images rm "$REGISTRY/test/edge:1" "$REGISTRY/test/busybox:1" >/dev/null
+c content ls -q | xargs -r ctr -a "$CTD_SOCK" -n "$NS" content rm >/dev/null 2>&1 || true
+# (containerd's list empties before its collection has called Remove)
+_all_gone() {
+    [ -z "$(snap ls | tail -n +2)" ] &&
+        [ -z "$(find "$SNAPDIR/snapshots" -mindepth 1 -maxdepth 1)" ] &&
+        [ -z "$(/usr/bin/python3 "$INTEGRATION_DIR/snapclient.py" "$SNAP_SOCK" list)" ]
+}
+wait_for 30 _all_gone ||
+    fail "snapshots left after the images were removed: $(snap ls; ls "$SNAPDIR/snapshots")"
+log "whole test: $(seconds_since "$t0") s"
