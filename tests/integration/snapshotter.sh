@@ -137,7 +137,7 @@ out=$(c run --rm --snapshotter pullfs "$REGISTRY/test/busybox:1" reader2 cat /et
 assert_eq "$want" "$out" "a file read by a container after the restart"
 
 # ---- containerd removes what it no longer needs
-c images rm "$REGISTRY/test/edge:1" "$REGISTRY/test/busybox:1" >/dev/null
+c images rm --sync "$REGISTRY/test/edge:1" "$REGISTRY/test/busybox:1" >/dev/null
 c content ls -q | xargs -r ctr -a "$CTD_SOCK" -n "$NS" content rm >/dev/null 2>&1 || true
 # (containerd's list empties before its collection has called Remove)
 _all_gone() {
