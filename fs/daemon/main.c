@@ -256,8 +256,8 @@ int main(int argc, char **argv)
 		errbuf[0] = '\0';
 		/* a serving process started again by the supervisor takes
 		 * over the socket of the one before it */
-		r = snapshotter_new(s.snapshotter_socket, mode == 0 && h.generation > 0, dir, &snap,
-				    errbuf, sizeof(errbuf));
+		r = snapshotter_new(s.snapshotter_socket, mode == 0 && h.generation > 0, dir,
+				    s.mountpoint, &snap, errbuf, sizeof(errbuf));
 		if (r < 0) {
 			fprintf(stderr, "pullfs: %s\n", errbuf[0] ? errbuf : strerror(-r));
 			goto done;

@@ -6,9 +6,13 @@
 #include "snapshotter.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "base64.h"
+#include "digest.h"
 #include "errname.h"
 #include "grpcserver.h"
 #include "macro.h"
@@ -20,6 +24,7 @@
 #define LIST_BATCH 100
 
 struct snapshotter {
+	char *layers_dir; /* MOUNT/layers; NULL: no remote snapshots */
 	struct snapstore *store;
 	struct grpcserver *server;
 };
@@ -128,6 +133,77 @@ struct errbuf {
 	char text[512];
 };
 
+/* The label containerd's unpacking puts on a layer's Prepare: the name of
+ * the committed snapshot it wants. */
+#define TARGET_LABEL "containerd.io/snapshot.ref"
+/* A longer reference is not one: references are short. */
+#define REMOTE_REF_MAX 1024
+
+/* The labels that name the layer: the CRI plugin's, and stargz's family
+ * (ctr-remote rpull). */
+static const struct {
+	const char *ref, *digest;
+} remote_labels[] = {
+	{ "containerd.io/snapshot/cri.image-ref", "containerd.io/snapshot/cri.layer-digest" },
+	{ "containerd.io/snapshot/remote/stargz.reference",
+	  "containerd.io/snapshot/remote/stargz.digest" },
+};
+
+/* A Prepare that names a layer pullfs can give: the layer's directory in
+ * layers/ is looked up, which runs ensure for its image (policy, back-off,
+ * single flight, access rules, events) and blocks until it answers, and
+ * the snapshot containerd wants is recorded as a committed one over that
+ * directory.  Returns -EEXIST (the answer that tells containerd the layer
+ * is there) with the reason in e, or 0 when pullfs does not give the
+ * layer -- no labels naming one, labels that are not a reference and a
+ * digest, an image that cannot be had -- and containerd is to fetch and
+ * unpack it into an ordinary snapshot. */
+static int try_remote(struct snapshotter *s, const char *parent, const json_t *labels,
+		      struct errbuf *e)
+{
+	const char *target = json_string_value(json_object_get(labels, TARGET_LABEL));
+	const char *ref = NULL, *digest = NULL;
+	_cleanup_free_ char *enc = NULL, *path = NULL;
+	struct snap_info known = { 0 };
+	struct stat st;
+	size_t len;
+	int r;
+
+	if (!s->layers_dir || !target)
+		return 0;
+	for (size_t i = 0; i < ARRAY_SIZE(remote_labels) && !ref; i++) {
+		ref = json_string_value(json_object_get(labels, remote_labels[i].ref));
+		digest = json_string_value(json_object_get(labels, remote_labels[i].digest));
+		if (!ref || !digest)
+			ref = NULL;
+	}
+	if (!ref || !ref[0] || (len = strlen(ref)) > REMOTE_REF_MAX || !digest_is_valid(digest) ||
+	    snapstore_check_name("target", target, NULL, 0) < 0)
+		return 0;
+	/* already given (to another namespace, to an unpack tried again) */
+	r = snapstore_stat(s->store, target, &known, NULL, 0);
+	snap_info_done(&known);
+	if (r == 0)
+		return errbuf_fail(-EEXIST, e->text, sizeof(e->text),
+				   "target snapshot \"%s\" exists", target);
+	enc = malloc(BASE64_ENCODED_LEN(len) + 1);
+	if (!enc)
+		return 0;
+	base64_encode((const unsigned char *)ref, len, enc);
+	if (asprintf(&path, "%s/%s/%s/diff", s->layers_dir, enc, digest) < 0) {
+		path = NULL;
+		return 0;
+	}
+	if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+		return 0;
+	r = snapstore_add_remote(s->store, target, parent, labels, path, NULL, 0);
+	if (r < 0 && r != -EEXIST)
+		return 0;
+	return errbuf_fail(-EEXIST, e->text, sizeof(e->text),
+			   "target snapshot \"%s\": layer %s of %s is pullfs's", target, digest,
+			   ref);
+}
+
 static int create(struct snapshotter *s, enum snap_kind kind,
 		  const Containerd__Services__Snapshots__V1__PrepareSnapshotRequest *req,
 		  const ProtobufCMessageDescriptor *resp_d, struct grpc_reply *reply,
@@ -142,6 +218,8 @@ static int create(struct snapshotter *s, enum snap_kind kind,
 		r = snapstore_check_name("parent", req->parent, e->text, sizeof(e->text));
 	if (r == 0)
 		r = labels_of(req->labels, req->n_labels, &labels, e->text, sizeof(e->text));
+	if (r == 0 && kind == SNAP_ACTIVE)
+		r = try_remote(s, req->parent, labels, e);
 	if (r == 0)
 		r = snapstore_prepare(s->store, kind, req->key, req->parent, labels, &m, e->text,
 				      sizeof(e->text));
@@ -487,13 +565,17 @@ static const struct grpc_method methods[] = {
 };
 
 int snapshotter_new(const char *socket_path, bool predecessors, const char *dir,
-		    struct snapshotter **ret, char *errbuf, size_t errlen)
+		    const char *mountpoint, struct snapshotter **ret, char *errbuf, size_t errlen)
 {
 	struct snapshotter *s = calloc(1, sizeof(*s));
 	int r;
 
 	if (!s)
 		return -ENOMEM;
+	if (mountpoint && asprintf(&s->layers_dir, "%s/layers", mountpoint) < 0) {
+		free(s);
+		return -ENOMEM;
+	}
 	r = snapstore_open(dir, &s->store, errbuf, errlen);
 	if (r == 0)
 		r = grpcserver_new(socket_path, predecessors, methods, ARRAY_SIZE(methods), s,
@@ -523,5 +605,6 @@ void snapshotter_free(struct snapshotter *s)
 		return;
 	grpcserver_free(s->server);
 	snapstore_free(s->store);
+	free(s->layers_dir);
 	free(s);
 }

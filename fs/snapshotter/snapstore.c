@@ -36,7 +36,18 @@ struct snap {
 	uint64_t id;
 	int64_t size; /* committed: usage measured at the commit */
 	int64_t inodes;
+	/* a remote snapshot's files, a directory elsewhere (a layer of
+	 * pullfs's layers/), which its fs is a symbolic link to; NULL: fs
+	 * is a folder */
+	char *remote;
 };
+
+static void snap_done(struct snap *sn)
+{
+	snap_info_done(&sn->info);
+	free(sn->remote);
+	sn->remote = NULL;
+}
 
 struct snapstore {
 	pthread_mutex_t lock;
@@ -200,11 +211,12 @@ int snapstore_check_labels(const json_t *labels, char *errbuf, size_t errlen)
 
 static json_t *snap_to_json(const struct snap *sn)
 {
-	return json_pack("{s:I, s:s, s:s, s:s, s:I, s:I, s:O, s:I, s:I}", "id", (json_int_t)sn->id,
-			 "name", sn->info.name, "parent", sn->info.parent, "kind",
-			 kind_name(sn->info.kind), "created", (json_int_t)sn->info.created_ns,
-			 "updated", (json_int_t)sn->info.updated_ns, "labels", sn->info.labels,
-			 "size", (json_int_t)sn->size, "inodes", (json_int_t)sn->inodes);
+	return json_pack(
+		"{s:I, s:s, s:s, s:s, s:I, s:I, s:O, s:I, s:I, s:s*}", "id", (json_int_t)sn->id,
+		"name", sn->info.name, "parent", sn->info.parent, "kind", kind_name(sn->info.kind),
+		"created", (json_int_t)sn->info.created_ns, "updated",
+		(json_int_t)sn->info.updated_ns, "labels", sn->info.labels, "size",
+		(json_int_t)sn->size, "inodes", (json_int_t)sn->inodes, "remote", sn->remote);
 }
 
 /* Writes the whole metadata: temporary file, flushed, renamed over the
@@ -269,15 +281,17 @@ static struct snap *find(struct snapstore *s, const char *name)
 static int load_one(struct snapstore *s, json_t *o, char *errbuf, size_t errlen)
 {
 	json_int_t id, created, updated, size, inodes;
-	const char *name, *parent, *kind;
+	const char *name, *parent, *kind, *remote = NULL;
 	json_t *labels;
 	struct snap sn = { 0 };
 	int r;
 
-	if (json_unpack(o, "{s:I, s:s, s:s, s:s, s:I, s:I, s:o, s:I, s:I !}", "id", &id, "name",
-			&name, "parent", &parent, "kind", &kind, "created", &created, "updated",
-			&updated, "labels", &labels, "size", &size, "inodes", &inodes) < 0 ||
+	if (json_unpack(o, "{s:I, s:s, s:s, s:s, s:I, s:I, s:o, s:I, s:I, s?s !}", "id", &id,
+			"name", &name, "parent", &parent, "kind", &kind, "created", &created,
+			"updated", &updated, "labels", &labels, "size", &size, "inodes", &inodes,
+			"remote", &remote) < 0 ||
 	    id <= 0 || kind_of_name(kind, &sn.info.kind) < 0 ||
+	    (remote && (remote[0] != '/' || sn.info.kind != SNAP_COMMITTED)) ||
 	    snapstore_check_name("name", name, NULL, 0) < 0 ||
 	    (parent[0] && snapstore_check_name("parent", parent, NULL, 0) < 0) ||
 	    snapstore_check_labels(labels, NULL, 0) < 0)
@@ -309,8 +323,9 @@ static int load_one(struct snapstore *s, json_t *o, char *errbuf, size_t errlen)
 	sn.info.name = strdup(name);
 	sn.info.parent = strdup(parent);
 	sn.info.labels = json_deep_copy(labels);
-	if (!sn.info.name || !sn.info.parent || !sn.info.labels) {
-		snap_info_done(&sn.info);
+	sn.remote = remote ? strdup(remote) : NULL;
+	if (!sn.info.name || !sn.info.parent || !sn.info.labels || (remote && !sn.remote)) {
+		snap_done(&sn);
 		return -ENOMEM;
 	}
 	if (sn.id >= s->next_id)
@@ -500,7 +515,7 @@ void snapstore_free(struct snapstore *s)
 	if (!s)
 		return;
 	for (size_t i = 0; i < s->n; i++)
-		snap_info_done(&s->v[i].info);
+		snap_done(&s->v[i]);
 	free(s->v);
 	if (s->dfd >= 0)
 		close(s->dfd);
@@ -546,10 +561,8 @@ static int make_mount(struct snapstore *s, const struct snap *sn, struct snap_mo
 	for (p = sn; p->info.parent[0]; p = find(s, p->info.parent))
 		n_parents++;
 	if (n_parents == 0 || (sn->info.kind == SNAP_VIEW && n_parents == 1)) {
-		uint64_t id = n_parents ? find(s, sn->info.parent)->id : sn->id;
-
 		m.type = strdup("bind");
-		m.source = fs_path(s, id);
+		m.source = fs_path(s, n_parents ? find(s, sn->info.parent)->id : sn->id);
 		if (!m.type || !m.source ||
 		    mount_option(&m, "", sn->info.kind == SNAP_ACTIVE ? "rw" : "ro") < 0 ||
 		    mount_option(&m, "", "rbind") < 0)
@@ -619,17 +632,14 @@ static struct snap *find_or_fail(struct snapstore *s, const char *key, int *r, c
 	return sn;
 }
 
-/* Makes DIR/snapshots/<id>/fs (owned as the parent's is) and, for an
- * active snapshot, .../work. */
-static int make_dirs(struct snapstore *s, uint64_t id, enum snap_kind kind,
-		     const struct snap *parent)
+/* A new, empty DIR/snapshots/<id>, open in *ret_fd; a folder of this id
+ * left by a change cut short is stale and goes first. */
+static int new_folder(struct snapstore *s, uint64_t id, int *ret_fd)
 {
 	char name[32];
-	_cleanup_close_ int fd = -1;
-	int r;
+	int fd, r;
 
 	snprintf(name, sizeof(name), "%" PRIu64, id);
-	/* a directory of this id left by a cut-short change is stale */
 	r = remove_tree(s->snaps_fd, name);
 	if (r < 0)
 		return r;
@@ -638,6 +648,29 @@ static int make_dirs(struct snapstore *s, uint64_t id, enum snap_kind kind,
 	fd = openat(s->snaps_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return negative_errno();
+	*ret_fd = fd;
+	return 0;
+}
+
+/* The new folder fd and its entry in DIR/snapshots, flushed. */
+static int flush_folder(struct snapstore *s, int fd)
+{
+	int r = flush_dir(fd);
+
+	return r < 0 ? r : flush_dir(s->snaps_fd);
+}
+
+/* Makes DIR/snapshots/<id>/fs (owned as the parent's is) and, for an
+ * active snapshot, .../work. */
+static int make_dirs(struct snapstore *s, uint64_t id, enum snap_kind kind,
+		     const struct snap *parent)
+{
+	_cleanup_close_ int fd = -1;
+	int r;
+
+	r = new_folder(s, id, &fd);
+	if (r < 0)
+		return r;
 	if (mkdirat(fd, "fs", 0755) < 0)
 		return negative_errno();
 	if (parent) {
@@ -651,9 +684,99 @@ static int make_dirs(struct snapstore *s, uint64_t id, enum snap_kind kind,
 	}
 	if (kind == SNAP_ACTIVE && mkdirat(fd, "work", 0711) < 0)
 		return negative_errno();
-	r = flush_dir(fd);
+	return flush_folder(s, fd);
+}
+
+/* Makes DIR/snapshots/<id>/fs a symbolic link to path: the lower
+ * directory of a remote snapshot, named in mounts through the link, so
+ * that what overlayfs's options cannot hold (the ':' of a digest) is
+ * never in them. */
+static int make_link(struct snapstore *s, uint64_t id, const char *path)
+{
+	_cleanup_close_ int fd = -1;
+	int r;
+
+	r = new_folder(s, id, &fd);
+	if (r < 0)
+		return r;
+	if (symlinkat(path, fd, "fs") < 0)
+		return negative_errno();
+	return flush_folder(s, fd);
+}
+
+/* A new snapshot key over parent in *sn (id, names, labels, times; the
+ * kind is the caller's), with room for it in the array (which may move).
+ * With the lock held.  -EEXIST, -ENOENT (no parent), -EINVAL (the parent
+ * is not committed). */
+static int new_snap(struct snapstore *s, const char *key, const char *parent, const json_t *labels,
+		    struct snap *sn, char *errbuf, size_t errlen)
+{
+	struct snap *p;
+	int r;
+
+	if (find(s, key))
+		return errbuf_fail(-EEXIST, errbuf, errlen, "snapshot \"%s\" already exists", key);
+	if (parent[0]) {
+		p = find(s, parent);
+		if (!p)
+			return errbuf_fail(-ENOENT, errbuf, errlen,
+					   "parent snapshot \"%s\" does not exist", parent);
+		if (p->info.kind != SNAP_COMMITTED)
+			return errbuf_fail(-EINVAL, errbuf, errlen,
+					   "parent \"%s\" is not a committed snapshot", parent);
+	}
+	r = grow(s);
+	if (r < 0)
+		return r;
+	sn->id = s->next_id++;
+	sn->info.created_ns = sn->info.updated_ns = now_ns();
+	sn->info.name = strdup(key);
+	sn->info.parent = strdup(parent);
+	sn->info.labels = json_deep_copy(labels);
+	if (!sn->info.name || !sn->info.parent || !sn->info.labels) {
+		snap_done(sn);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+int snapstore_add_remote(struct snapstore *s, const char *name, const char *parent,
+			 const json_t *labels, const char *path, char *errbuf, size_t errlen)
+{
+	struct snap sn = { .info.kind = SNAP_COMMITTED };
+	char dir[32];
+	int r;
+
+	if (path[0] != '/')
+		return -EINVAL;
+	pthread_mutex_lock(&s->lock);
+	r = new_snap(s, name, parent, labels, &sn, errbuf, errlen);
+	if (r < 0)
+		goto out;
+	sn.remote = strdup(path);
+	if (!sn.remote) {
+		snap_done(&sn);
+		r = -ENOMEM;
+		goto out;
+	}
+	r = make_link(s, sn.id, path);
+	if (r < 0) {
+		errbuf_fail(r, errbuf, errlen, "cannot make the folder of snapshot \"%s\": %s",
+			    name, strerror(-r));
+		goto fail;
+	}
+	s->v[s->n++] = sn;
+	r = save(s);
 	if (r == 0)
-		r = flush_dir(s->snaps_fd);
+		goto out;
+	s->n--;
+	errbuf_fail(r, errbuf, errlen, "cannot write the snapshots' metadata: %s", strerror(-r));
+fail:
+	snprintf(dir, sizeof(dir), "%" PRIu64, sn.id);
+	remove_tree(s->snaps_fd, dir);
+	snap_done(&sn);
+out:
+	pthread_mutex_unlock(&s->lock);
 	return r;
 }
 
@@ -669,37 +792,10 @@ int snapstore_prepare(struct snapstore *s, enum snap_kind kind, const char *key,
 	if (kind != SNAP_ACTIVE && kind != SNAP_VIEW)
 		return -EINVAL;
 	pthread_mutex_lock(&s->lock);
-	if (find(s, key)) {
-		r = errbuf_fail(-EEXIST, errbuf, errlen, "snapshot \"%s\" already exists", key);
-		goto out;
-	}
-	if (parent[0]) {
-		p = find(s, parent);
-		if (!p) {
-			r = errbuf_fail(-ENOENT, errbuf, errlen,
-					"parent snapshot \"%s\" does not exist", parent);
-			goto out;
-		}
-		if (p->info.kind != SNAP_COMMITTED) {
-			r = errbuf_fail(-EINVAL, errbuf, errlen,
-					"parent \"%s\" is not a committed snapshot", parent);
-			goto out;
-		}
-	}
-	r = grow(s);
+	r = new_snap(s, key, parent, labels, &sn, errbuf, errlen);
 	if (r < 0)
 		goto out;
-	/* grow may move the array: p found again below */
 	p = parent[0] ? find(s, parent) : NULL;
-	sn.id = s->next_id++;
-	sn.info.created_ns = sn.info.updated_ns = now_ns();
-	sn.info.name = strdup(key);
-	sn.info.parent = strdup(parent);
-	sn.info.labels = json_deep_copy(labels);
-	if (!sn.info.name || !sn.info.parent || !sn.info.labels) {
-		r = -ENOMEM;
-		goto fail;
-	}
 	r = make_dirs(s, sn.id, kind, p);
 	if (r < 0) {
 		errbuf_fail(r, errbuf, errlen, "cannot make the directories of snapshot \"%s\": %s",
@@ -720,7 +816,7 @@ int snapstore_prepare(struct snapstore *s, enum snap_kind kind, const char *key,
 fail:
 	snprintf(name, sizeof(name), "%" PRIu64, sn.id);
 	remove_tree(s->snaps_fd, name);
-	snap_info_done(&sn.info);
+	snap_done(&sn);
 out:
 	pthread_mutex_unlock(&s->lock);
 	return r;
@@ -921,7 +1017,7 @@ int snapstore_remove(struct snapstore *s, const char *key, char *errbuf, size_t 
 	snprintf(name, sizeof(name), "%" PRIu64, removed.id);
 	/* left for the next cleanup if it fails: nothing names it now */
 	remove_tree(s->snaps_fd, name);
-	snap_info_done(&removed.info);
+	snap_done(&removed);
 out:
 	pthread_mutex_unlock(&s->lock);
 	return r;

@@ -6,8 +6,8 @@
  * Layout of its folder DIR: DIR/metadata.json (every snapshot, rewritten
  * whole through a temporary file, flushed and renamed on each change) and
  * DIR/snapshots/<id>/fs (the upper directory, or a lower one once
- * committed) and .../work (overlayfs's work directory, active snapshots
- * only).  A snapshot's name is never part of a path: containerd's names
+ * committed; for a remote snapshot a symbolic link to its directory) and
+ * .../work (overlayfs's work directory, active snapshots only).  A snapshot's name is never part of a path: containerd's names
  * hold '/' and anything else.  A directory the metadata does not name is
  * a leftover of a change cut short and is removed at open and by
  * snapstore_cleanup.
@@ -78,6 +78,15 @@ int snapstore_check_labels(const json_t *labels, char *errbuf, size_t errlen);
 int snapstore_prepare(struct snapstore *s, enum snap_kind kind, const char *key, const char *parent,
 		      const json_t *labels, struct snap_mount *ret_mount, char *errbuf,
 		      size_t errlen);
+/* Records a committed snapshot named name over the committed snapshot
+ * parent ("" for none), labels borrowed, whose files are the directory
+ * path (absolute, not checked here: a layer of pullfs's layers/, which
+ * they stay in): a remote snapshot, whose fs in the store is a symbolic
+ * link to path, usage 0.  The link and the metadata are on disk when it
+ * returns.  Returns 0, or -EEXIST,
+ * -ENOENT, -EINVAL as snapstore_prepare. */
+int snapstore_add_remote(struct snapstore *s, const char *name, const char *parent,
+			 const json_t *labels, const char *path, char *errbuf, size_t errlen);
 /* The mounts of an active or view snapshot.  -ENOENT when there is no such
  * snapshot; -EINVAL for a committed one. */
 int snapstore_mounts(struct snapstore *s, const char *key, struct snap_mount *ret_mount,

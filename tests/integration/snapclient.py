@@ -7,6 +7,12 @@ the labels of remote snapshots.
 
     snapclient.py SOCKET hostile     every refusal has its gRPC code and
                                      the server still answers after them
+    snapclient.py SOCKET cri REF DIGEST  a Prepare with the CRI plugin's
+                                     labels naming layer DIGEST of image REF
+                                     is answered AlreadyExists and leaves a
+                                     committed snapshot; labels naming no
+                                     layer pullfs can give are an ordinary
+                                     Prepare
     snapclient.py SOCKET list FILTER...   prints the names List gives
 Exits 1 with a message on the first check that fails."""
 import importlib.util
@@ -144,6 +150,52 @@ def hostile(cl, pb):
         sys.exit(f"snapclient: snapshots were {before}, are {after}")
 
 
+REF_LABEL = "containerd.io/snapshot.ref"
+CRI_REF = "containerd.io/snapshot/cri.image-ref"
+CRI_DIGEST = "containerd.io/snapshot/cri.layer-digest"
+SGZ_REF = "containerd.io/snapshot/remote/stargz.reference"
+SGZ_DIGEST = "containerd.io/snapshot/remote/stargz.digest"
+
+
+def cri(cl, pb, ref, digest):
+    S = grpc.StatusCode
+    before = cl.list([])
+    labels = {REF_LABEL: "cri-target", CRI_REF: ref, CRI_DIGEST: digest,
+              "containerd.io/snapshot/cri.manifest-digest": "sha256:" + "1" * 64}
+    expect("a Prepare naming a layer pullfs has",
+           cl.call("Prepare", pb.PrepareSnapshotRequest(key="cri-extract", labels=labels)),
+           S.ALREADY_EXISTS, "cri-target")
+    f = cl.ch.unary_unary(SERVICE + "Stat", request_serializer=lambda m: m.SerializeToString(),
+                          response_deserializer=pb.StatSnapshotResponse.FromString)
+    info = f(pb.StatSnapshotRequest(key="cri-target"), timeout=20).info
+    if info.kind != pb.COMMITTED or info.labels.get(CRI_REF) != ref:
+        sys.exit(f"snapclient: the remote snapshot is {info}")
+    expect("the extraction key is not kept",
+           cl.call("Stat", pb.StatSnapshotRequest(key="cri-extract")), S.NOT_FOUND)
+    # what containerd asks next: the target by its label and parent
+    got = cl.list([f'labels."{REF_LABEL}"==cri-target,parent==""'])
+    if got != ["cri-target"]:
+        sys.exit(f"snapclient: containerd's filter for the target gave {got}")
+    # labels that name no layer pullfs can give: an ordinary Prepare each
+    zero = "sha256:" + "0" * 64
+    for i, (r, d) in enumerate([("127.0.0.1:1/none:1", zero),   # nothing listens there
+                                ("../../../etc", zero),
+                                (ref, "sha256:../../../../etc/passwd"),
+                                (ref, zero),                     # not a layer of ref
+                                ("", zero)]):
+        key, target = f"fallback-{i}", f"fallback-target-{i}"
+        lab = {REF_LABEL: target, SGZ_REF: r, SGZ_DIGEST: d}
+        expect(f"fallback for {r!r} {d!r}",
+               cl.call("Prepare", pb.PrepareSnapshotRequest(key=key, labels=lab)), S.OK)
+        expect(f"no target for {r!r} {d!r}",
+               cl.call("Stat", pb.StatSnapshotRequest(key=target)), S.NOT_FOUND)
+        expect("remove", cl.call("Remove", pb.RemoveSnapshotRequest(key=key)), S.OK)
+    expect("remove", cl.call("Remove", pb.RemoveSnapshotRequest(key="cri-target")), S.OK)
+    after = cl.list([])
+    if after != before:
+        sys.exit(f"snapclient: snapshots were {before}, are {after}")
+
+
 def main():
     sock, cmd = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
@@ -151,6 +203,8 @@ def main():
         cl = Client(sock, pb)
         if cmd == "hostile":
             hostile(cl, pb)
+        elif cmd == "cri":
+            cri(cl, pb, sys.argv[3], sys.argv[4])
         elif cmd == "list":
             for n in cl.list(sys.argv[3:]):
                 print(n)

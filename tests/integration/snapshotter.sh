@@ -12,7 +12,7 @@
 . "$INTEGRATION_DIR/containerd.sh"
 
 need_root
-need_cmd containerd ctr runc containerd-shim-runc-v2 protoc
+need_cmd containerd ctr ctr-remote runc containerd-shim-runc-v2 protoc
 # Debian's python3 (the one in PATH may be another) with grpcio and protobuf
 /usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null ||
     skip "needs python3-grpcio and python3-protobuf"
@@ -99,6 +99,11 @@ snap rm "../../escape"
 timeout 60 /usr/bin/python3 "$INTEGRATION_DIR/snapclient.py" "$SNAP_SOCK" hostile ||
     fail "the snapshots API answered a request wrongly (above)"
 [ -z "$(find "$WORK" -name escape)" ] || fail "a key became a path: $(find "$WORK" -name escape)"
+# the CRI plugin's labels, which no kubelet sends here, and labels naming
+# no layer pullfs can give (a dead registry, hostile names)
+timeout 60 /usr/bin/python3 "$INTEGRATION_DIR/snapclient.py" "$SNAP_SOCK" cri \
+    "$REGISTRY/test/busybox:1" "$(image_blobs test/busybox:1 | sed -n 2p)" ||
+    fail "remote snapshots through the CRI plugin's labels (above)"
 
 # write into k1's upper directory as a container would, then commit it
 upper=$(sed -n 's/.*upperdir=\([^,]*\).*/\1/p' <<<"$m")
@@ -147,4 +152,45 @@ _all_gone() {
 }
 wait_for 30 _all_gone ||
     fail "snapshots left after the images were removed: $(snap ls; ls "$SNAPDIR/snapshots")"
+
+# ---- remote snapshots: the layers pullfs has, given as they are
+# ctr-remote rpull labels each layer's Prepare with the image and the
+# layer's digest (stargz's labels): pullfs answers AlreadyExists with a
+# committed snapshot over its own layers/ directory, and containerd
+# fetches no layer.
+mark=$(registry_mark)
+t1=$(now)
+timeout 120 ctr-remote -a "$CTD_SOCK" -n "$NS" images rpull --plain-http --snapshotter pullfs \
+    "$REGISTRY/test/edge:1" >"$WORK/rpull.log" 2>&1 || fail "rpull failed: $(tail -n 5 "$WORK/rpull.log")"
+log "rpull of the edge image: $(seconds_since "$t1") s"
+for d in $(image_blobs test/edge:1 | tail -n +2); do
+    n=$(tail -n +"$((mark + 1))" "$REGISTRY_LOG" | grep -F "GET /v2/test/edge/blobs/$d" | grep -c containerd || true)
+    assert_eq 0 "$n" "containerd's GETs of layer $d"
+done
+# each layer's fs is a link to its directory in layers/ (a ':' in a
+# lowerdir option would split it)
+n_links=0
+for d in "$SNAPDIR"/snapshots/*; do
+    [ -L "$d/fs" ] || fail "$d/fs of a remote snapshot is not a link"
+    case $(readlink "$d/fs") in "$MNT/layers/"*/sha256:*/diff) n_links=$((n_links + 1)) ;; esac
+done
+assert_eq "$n_edge" "$n_links" "remote snapshots over layers/"
+# a view of the image's top snapshot, mounted as containerd mounts it,
+# is the image (but for overlayfs's link counts, as above)
+edge_top=$(snap ls | awk '/ Committed *$/ { print $1 }' | while read -r k; do
+    [ -n "$(snap ls | awk -v p="$k" '$2 == p')" ] || echo "$k"; done)
+snap view rv "$edge_top" >/dev/null
+mnt_cmd=$(snap mounts "$root" rv)
+case $mnt_cmd in "mount -t overlay overlay $root -o "*) ;; *) fail "mounts of rv: $mnt_cmd" ;; esac
+mount -t overlay overlay "$root" -o "${mnt_cmd##* -o }"
+diffs=$(py "$TREECMP" "$(image_path test/edge:1)" "$root" 2>&1 | grep -v ' difference(s) ' || true)
+umount "$root"
+assert_eq "treecmp: split/a: nlink 2 != 3
+treecmp: split/b: nlink 2 != 3" "$diffs" "differences of the remote snapshots from images/"
+snap rm rv
+timeout 120 ctr-remote -a "$CTD_SOCK" -n "$NS" images rpull --plain-http --snapshotter pullfs \
+    "$REGISTRY/test/busybox:1" >"$WORK/rpull.log" 2>&1 || fail "rpull failed: $(tail -n 5 "$WORK/rpull.log")"
+out=$(c run --rm --snapshotter pullfs "$REGISTRY/test/busybox:1" reader3 cat /etc/passwd 2>&1) ||
+    fail "ctr run on a remote snapshot failed: $out"
+assert_eq "$want" "$out" "a file read by a container over a remote snapshot"
 log "whole test: $(seconds_since "$t0") s"

@@ -1,6 +1,7 @@
 /* snapstore: the snapshot store of the containerd snapshotter.  The
  * operations and their errors as containerd's overlay snapshotter has
- * them, the mounts, names that are never paths, the metadata read back
+ * them, the mounts, names that are never paths, remote snapshots (a
+ * link to a directory elsewhere), the metadata read back
  * after a reopen, a malformed metadata file refused, and a kill -9 at
  * each step of a change (the test binary run again with PULLFS_FAULT):
  * the store reopens in the old state or the new one, with no directory
@@ -329,6 +330,63 @@ static void test_update(void **state)
 	snapstore_free(s);
 }
 
+/* A remote snapshot: its fs is a link to a directory elsewhere, which
+ * the mounts of its children name through the link (a ':' in the
+ * directory's path stays out of overlayfs's options); it survives a
+ * reopen, counts no usage, and its removal leaves the directory alone. */
+static void test_remote(void **state)
+{
+	struct snapstore *s = open_store();
+	struct snap_mount m = { 0 };
+	struct snap_info i = { 0 };
+	char layer[128], link[128], target[128], path[512];
+	int64_t size, inodes;
+	json_t *l = json_pack("{s:s}", "containerd.io/snapshot.ref", "sha256:cc");
+	ssize_t n;
+
+	snprintf(layer, sizeof(layer), "%s/layers/sha256:aa/diff", dir);
+	snprintf(path, sizeof(path), "mkdir -p '%s' && touch '%s/file'", layer, layer);
+	assert_int_equal(system(path), 0);
+	assert_int_equal(snapstore_add_remote(s, "sha256:cc", "", l, layer, errbuf, sizeof(errbuf)),
+			 0);
+	assert_int_equal(snapstore_add_remote(s, "sha256:cc", "", l, layer, errbuf, sizeof(errbuf)),
+			 -EEXIST);
+	assert_int_equal(snapstore_add_remote(s, "x", "nope", l, layer, errbuf, sizeof(errbuf)),
+			 -ENOENT);
+	assert_int_equal(snapstore_add_remote(s, "x", "", l, "relative", errbuf, sizeof(errbuf)),
+			 -EINVAL);
+	json_decref(l);
+	snprintf(link, sizeof(link), "%s/snapshots/1/fs", store_dir);
+	n = readlink(link, target, sizeof(target) - 1);
+	assert_true(n > 0);
+	target[n] = '\0';
+	assert_string_equal(target, layer);
+	assert_int_equal(snapstore_stat(s, "sha256:cc", &i, errbuf, sizeof(errbuf)), 0);
+	assert_int_equal(i.kind, SNAP_COMMITTED);
+	snap_info_done(&i);
+
+	snapstore_free(s);
+	s = open_store();
+	assert_int_equal(prepare(s, SNAP_ACTIVE, "l2", "sha256:cc"), 0);
+	assert_int_equal(commit(s, "c2", "l2"), 0);
+	assert_int_equal(prepare(s, SNAP_ACTIVE, "ctr", "c2"), 0);
+	assert_int_equal(snapstore_mounts(s, "ctr", &m, errbuf, sizeof(errbuf)), 0);
+	snprintf(path, sizeof(path), "lowerdir=%s/snapshots/2/fs:%s", store_dir, link);
+	assert_string_equal(m.options[m.n_options - 1], path);
+	snap_mount_done(&m);
+	assert_int_equal(snapstore_usage(s, "sha256:cc", &size, &inodes, errbuf, sizeof(errbuf)),
+			 0);
+	assert_int_equal(size, 0);
+	assert_int_equal(inodes, 0);
+	assert_int_equal(snapstore_remove(s, "ctr", errbuf, sizeof(errbuf)), 0);
+	assert_int_equal(snapstore_remove(s, "c2", errbuf, sizeof(errbuf)), 0);
+	assert_int_equal(snapstore_remove(s, "sha256:cc", errbuf, sizeof(errbuf)), 0);
+	assert_int_equal(n_dirs(), 0);
+	snprintf(path, sizeof(path), "%s/file", layer);
+	assert_int_equal(access(path, F_OK), 0);
+	snapstore_free(s);
+}
+
 static void write_metadata(const char *text)
 {
 	char path[160];
@@ -487,6 +545,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(test_names_are_not_paths, setup, teardown),
 		cmocka_unit_test(test_checks),
 		cmocka_unit_test_setup_teardown(test_update, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_remote, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_metadata, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash, setup, teardown),
 	};
