@@ -194,3 +194,6 @@ out=$(c run --rm --snapshotter pullfs "$REGISTRY/test/busybox:1" reader3 cat /et
     fail "ctr run on a remote snapshot failed: $out"
 assert_eq "$want" "$out" "a file read by a container over a remote snapshot"
 log "whole test: $(seconds_since "$t0") s"
+# a clean stop with containerd still connected (and, under the
+# sanitizers, no leak)
+unmount_pullfs
