@@ -12,6 +12,12 @@
 /* Bounds that keep one request's filter small. */
 #define FILTER_TEXT_MAX 16384
 #define SELECTORS_MAX 64
+/* glibc's regcomp() copies the tree under a repetition for each one
+ * around it: "a++++..." takes exponential time and memory.  Patterns are
+ * short and their repetitions few; beyond these bounds they are
+ * refused. */
+#define REGEX_LEN_MAX 256
+#define REGEX_REPEATS_MAX 8
 
 enum field { F_NAME, F_PARENT, F_KIND, F_LABEL };
 enum op { OP_PRESENT, OP_EQ, OP_NE, OP_MATCH };
@@ -126,6 +132,18 @@ static int field_part(const char **p, char **ret, char *errbuf, size_t errlen)
 	return 0;
 }
 
+static bool regex_bounded(const char *re)
+{
+	size_t n = 0;
+
+	if (strlen(re) > REGEX_LEN_MAX)
+		return false;
+	for (; *re; re++)
+		if (strchr("*+?{", *re))
+			n++;
+	return n <= REGEX_REPEATS_MAX;
+}
+
 static int selector_parse(const char **p, struct selector *sel, char *errbuf, size_t errlen)
 {
 	_cleanup_free_ char *first = NULL;
@@ -180,6 +198,12 @@ static int selector_parse(const char **p, struct selector *sel, char *errbuf, si
 		return errbuf_fail(-EINVAL, errbuf, errlen,
 				   "filter: ',' or the end is expected after a value");
 	*p = s;
+	if (sel->op == OP_MATCH && !regex_bounded(sel->value)) {
+		sel->op = OP_EQ; /* nothing compiled to free */
+		return errbuf_fail(-EINVAL, errbuf, errlen,
+				   "filter: regular expression over %d bytes or %d repetitions",
+				   REGEX_LEN_MAX, REGEX_REPEATS_MAX);
+	}
 	if (sel->op == OP_MATCH && regcomp(&sel->re, sel->value, REG_EXTENDED | REG_NOSUB) != 0) {
 		sel->op = OP_EQ; /* nothing compiled to free */
 		return errbuf_fail(-EINVAL, errbuf, errlen,

@@ -5,8 +5,8 @@
  * selector is a field path -- name, parent, kind, labels.KEY, a part
  * quoted with "" when it holds other characters than letters, digits and
  * '_' -- alone (the field is present and not empty) or followed by ==,
- * != or ~= (a POSIX extended regular expression) and a value, bare or
- * quoted with "" or //. */
+ * != or ~= (a POSIX extended regular expression of at most 256 bytes and
+ * 8 repetition operators) and a value, bare or quoted with "" or //. */
 #pragma once
 
 #include <stdbool.h>

@@ -104,8 +104,21 @@ static void test_match(void **state)
 static void test_refused(void **state)
 {
 	static const char *const bad[] = {
-		"bogus==1", "labels",	"labels.",	"name=ctr",	 "name==\"open",  "name~=(",
-		"name==a,", ",name==a", "name==\"a\"b", "labels.\"k==v", "name==\"\\q\"", "kind<>x",
+		"bogus==1",
+		"labels",
+		"labels.",
+		"name=ctr",
+		"name==\"open",
+		"name~=(",
+		"name==a,",
+		",name==a",
+		"name==\"a\"b",
+		"labels.\"k==v",
+		"name==\"\\q\"",
+		"kind<>x",
+		/* exponential in glibc's regcomp */
+		"name~=a+++++++++++++++++++++++++++++++",
+		"name~=(((((((((a*)*)*)*)*)*)*)*)*)*",
 	};
 	struct snapfilter *f = NULL;
 	char eb[256];
