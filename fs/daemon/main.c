@@ -206,8 +206,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, "pullfs: %s\n", strerror(ENOMEM));
 			goto done;
 		}
-		status = supervisor_run(&args, s.mountpoint, s.mo.cache_dir, s.foreground, argv,
-					check_mountpoint);
+		status = supervisor_run(&args, s.mountpoint, s.mo.cache_dir, s.snapshotter_socket,
+					s.foreground, argv, check_mountpoint);
 		goto done;
 	}
 	raise_fd_limit();
@@ -254,10 +254,12 @@ int main(int argc, char **argv)
 			goto done;
 		}
 		errbuf[0] = '\0';
-		/* a serving process started again by the supervisor takes
-		 * over the socket of the one before it */
-		r = snapshotter_new(s.snapshotter_socket, mode == 0 && h.generation > 0, dir,
-				    s.mountpoint, &snap, errbuf, sizeof(errbuf));
+		/* under the supervisor, the socket it holds; else bound
+		 * here (a serving process of a supervisor that holds none,
+		 * started again, takes over the socket of the one before) */
+		r = snapshotter_new(s.snapshotter_socket, mode == 0 ? h.snap_fd : -1,
+				    mode == 0 && h.generation > 0, dir, s.mountpoint, &snap, errbuf,
+				    sizeof(errbuf));
 		if (r < 0) {
 			fprintf(stderr, "pullfs: %s\n", errbuf[0] ? errbuf : strerror(-r));
 			goto done;

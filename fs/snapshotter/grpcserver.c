@@ -455,9 +455,9 @@ static void *acceptor_thread(void *arg)
 
 /* --------------------------------------------------------------- life */
 
-int grpcserver_new(const char *path, bool predecessors, const struct grpc_method *methods,
-		   size_t n_methods, void *userdata, struct grpcserver **ret, char *errbuf,
-		   size_t errlen)
+int grpcserver_new(const char *path, int listen_fd, bool predecessors,
+		   const struct grpc_method *methods, size_t n_methods, void *userdata,
+		   struct grpcserver **ret, char *errbuf, size_t errlen)
 {
 	struct grpcserver *g;
 	int r;
@@ -477,11 +477,15 @@ int grpcserver_new(const char *path, bool predecessors, const struct grpc_method
 		r = g->path ? negative_errno() : -ENOMEM;
 		goto fail;
 	}
-	r = unixsock_listen(path, "snapshotter socket", predecessors, GRPC_CONNECTIONS_MAX, &g->fd,
-			    errbuf, errlen);
-	if (r < 0)
-		goto fail;
-	g->bound = true;
+	if (listen_fd >= 0) {
+		g->fd = listen_fd;
+	} else {
+		r = unixsock_listen(path, "snapshotter socket", predecessors, GRPC_CONNECTIONS_MAX,
+				    &g->fd, errbuf, errlen);
+		if (r < 0)
+			goto fail;
+		g->bound = true;
+	}
 	*ret = g;
 	return 0;
 fail:

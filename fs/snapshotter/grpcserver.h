@@ -59,15 +59,18 @@ struct grpc_method {
 
 struct grpcserver;
 
-/* Binds path (mode 0600) and listens.  A socket already at path is
- * replaced when nothing answers on it, or always when predecessors (a
- * previous serving process of this daemon may still hold it); any other
- * file there is an error.  methods is borrowed until grpcserver_free.
- * Returns 0 and a server owned by the caller, or -errno with a one-line
- * reason in errbuf. */
-int grpcserver_new(const char *path, bool predecessors, const struct grpc_method *methods,
-		   size_t n_methods, void *userdata, struct grpcserver **ret, char *errbuf,
-		   size_t errlen);
+/* Serves listen_fd, a listening socket bound to path by someone else (the
+ * supervisor), which the server closes but never unlinks; or, when
+ * listen_fd is -1, binds path (mode 0600) and listens, and removes it at
+ * grpcserver_free.  A socket already at path is then replaced when
+ * nothing answers on it, or always when predecessors (a previous serving
+ * process of this daemon may still hold it); any other file there is an
+ * error.  methods is borrowed until grpcserver_free.  Returns 0 and a
+ * server owned by the caller, or -errno with a one-line reason in
+ * errbuf. */
+int grpcserver_new(const char *path, int listen_fd, bool predecessors,
+		   const struct grpc_method *methods, size_t n_methods, void *userdata,
+		   struct grpcserver **ret, char *errbuf, size_t errlen);
 /* Serves from threads of its own (after any fork).  Returns 0 or -errno. */
 int grpcserver_start(struct grpcserver *g);
 /* Stops serving: closes every connection and joins every thread, waiting

@@ -564,7 +564,7 @@ static const struct grpc_method methods[] = {
 	METHOD("Cleanup", cleanup_request, do_cleanup, true),
 };
 
-int snapshotter_new(const char *socket_path, bool predecessors, const char *dir,
+int snapshotter_new(const char *socket_path, int listen_fd, bool predecessors, const char *dir,
 		    const char *mountpoint, struct snapshotter **ret, char *errbuf, size_t errlen)
 {
 	struct snapshotter *s = calloc(1, sizeof(*s));
@@ -578,8 +578,8 @@ int snapshotter_new(const char *socket_path, bool predecessors, const char *dir,
 	}
 	r = snapstore_open(dir, &s->store, errbuf, errlen);
 	if (r == 0)
-		r = grpcserver_new(socket_path, predecessors, methods, ARRAY_SIZE(methods), s,
-				   &s->server, errbuf, errlen);
+		r = grpcserver_new(socket_path, listen_fd, predecessors, methods,
+				   ARRAY_SIZE(methods), s, &s->server, errbuf, errlen);
 	if (r < 0) {
 		snapshotter_free(s);
 		return r;

@@ -9,14 +9,15 @@
 
 struct snapshotter;
 
-/* Opens the store in dir (absolute; made when missing) and binds
- * socket_path (see grpcserver_new for predecessors).  mountpoint (may be
+/* Opens the store in dir (absolute; made when missing) and serves
+ * listen_fd, bound to socket_path by the supervisor, or binds socket_path
+ * when listen_fd is -1 (see grpcserver_new for predecessors).  mountpoint (may be
  * NULL) is pullfs's mount, whose layers/ gives the layers a Prepare names
  * in its labels as remote snapshots; it is looked up only once served.  Nothing is served
  * before snapshotter_start, so this may run before the daemon forks.
  * Returns 0 and a snapshotter owned by the caller, or -errno with a
  * one-line reason in errbuf. */
-int snapshotter_new(const char *socket_path, bool predecessors, const char *dir,
+int snapshotter_new(const char *socket_path, int listen_fd, bool predecessors, const char *dir,
 		    const char *mountpoint, struct snapshotter **ret, char *errbuf, size_t errlen);
 /* Serves from threads of its own.  Returns 0 or -errno. */
 int snapshotter_start(struct snapshotter *s);
