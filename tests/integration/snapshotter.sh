@@ -13,6 +13,7 @@
 
 need_root
 need_cmd containerd ctr ctr-remote runc containerd-shim-runc-v2 protoc
+[ -x "${PULLFSCTL:-}" ] || fail "PULLFSCTL is not set (path of pullfsctl)"
 # Debian's python3 (the one in PATH may be another) with grpcio and protobuf
 /usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null ||
     skip "needs python3-grpcio and python3-protobuf"
@@ -135,6 +136,15 @@ if ! vm2=$(snap mounts /mnt v1 2>&1); then
 fi
 log "a call after kill -9 answered $(seconds_since "$t1") s after the kill"
 assert_eq "$vm" "$vm2" "v1's mounts after the restart"
+# the same across an upgrade (the binary replaced by itself)
+pid=$(pullfs_serving_pid)
+out=$("$PULLFSCTL" -m "$MNT" upgrade 2>&1) || fail "pullfsctl upgrade: $out"
+[ "$(pullfs_serving_pid)" != "$pid" ] || fail "the upgrade left the old serving process"
+if ! vm3=$(snap mounts /mnt v1 2>&1); then
+    assert_contains "transport is closing" "$vm3" "containerd's first call after the upgrade"
+    vm3=$(snap mounts /mnt v1 2>&1) || fail "containerd's second call after the upgrade failed: $vm3"
+fi
+assert_eq "$vm" "$vm3" "v1's mounts after the upgrade"
 snap ls >"$WORK/ls.out" 2>&1 || fail "containerd could not list after the restart: $(cat "$WORK/ls.out")"
 assert_contains "c1" "$(cat "$WORK/ls.out")" "c1 after the restart"
 [ "$(pullfs_serving_pid)" != "$pid" ] || fail "the killed serving process still serves"
