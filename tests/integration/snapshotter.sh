@@ -20,11 +20,19 @@ need_cmd containerd ctr ctr-remote runc containerd-shim-runc-v2 protoc
 start_registry
 push_busybox test/busybox:1
 push_edge test/edge:1
+# busybox and one layer of its own, in a repository pullfs may not pull
+never=$WORK/never
+cp -a "$(layout_of busybox)" "$never"
+mkdir -p "$WORK/never-stage"
+echo "fetched by containerd" >"$WORK/never-stage/never.txt"
+tar --create --file "$WORK/never.tar" --directory "$WORK/never-stage" never.txt
+umoci raw add-layer --image "$never:1" "$WORK/never.tar"
+_skopeo copy --dest-tls-verify=false "oci:$never:1" "docker://$REGISTRY/test/never:1"
 
 SNAP_SOCK=$WORK/snap.sock
 SNAPDIR=$CACHE/snapshotter
 PULLFS_RECOVERY_EXPECTED=1
-mount_pullfs --snapshotter-socket "$SNAP_SOCK"
+mount_pullfs --snapshotter-socket "$SNAP_SOCK" --pull-policy-rule "$REGISTRY/test/never:*=never"
 wait_for 20 test -S "$SNAP_SOCK" || fail "no snapshotter socket at $SNAP_SOCK"
 CTD_EXTRA_CONFIG="[proxy_plugins.pullfs]
   type = \"snapshot\"
@@ -209,6 +217,22 @@ timeout 120 ctr-remote -a "$CTD_SOCK" -n "$NS" images rpull --plain-http --snaps
 out=$(c run --rm --snapshotter pullfs "$REGISTRY/test/busybox:1" reader3 cat /etc/passwd 2>&1) ||
     fail "ctr run on a remote snapshot failed: $out"
 assert_eq "$want" "$out" "a file read by a container over a remote snapshot"
+
+# ---- a layer pullfs does not give: containerd fetches and unpacks it
+# test/never's policy is Never: its own layer is an ordinary snapshot that
+# containerd fills, its busybox layer the remote snapshot already there.
+never_layer=$(image_blobs test/never:1 | tail -n 1)
+mark=$(registry_mark)
+timeout 120 ctr-remote -a "$CTD_SOCK" -n "$NS" images rpull --plain-http --snapshotter pullfs \
+    "$REGISTRY/test/never:1" >"$WORK/rpull.log" 2>&1 || fail "rpull failed: $(tail -n 5 "$WORK/rpull.log")"
+n=$(tail -n +"$((mark + 1))" "$REGISTRY_LOG" | grep -F "GET /v2/test/never/blobs/$never_layer" |
+    grep -c containerd || true)
+assert_eq 1 "$n" "containerd's GETs of the layer pullfs does not give"
+wait_event ErrImageNeverPull "$REGISTRY/test/never:1"
+out=$(c run --rm --snapshotter pullfs "$REGISTRY/test/never:1" reader4 cat /never.txt /etc/passwd 2>&1) ||
+    fail "ctr run over a fallen-back layer failed: $out"
+assert_eq "fetched by containerd
+$want" "$out" "files read over a local and a remote snapshot"
 log "whole test: $(seconds_since "$t0") s"
 # a clean stop with containerd still connected (and, under the
 # sanitizers, no leak)
