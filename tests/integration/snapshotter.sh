@@ -32,12 +32,18 @@ _skopeo copy --dest-tls-verify=false "oci:$never:1" "docker://$REGISTRY/test/nev
 SNAP_SOCK=$WORK/snap.sock
 SNAPDIR=$CACHE/snapshotter
 PULLFS_RECOVERY_EXPECTED=1
-mount_pullfs --snapshotter-socket "$SNAP_SOCK" --pull-policy-rule "$REGISTRY/test/never:*=never"
+# (lazy layers completed in the background only an hour after their start)
+mount_pullfs --snapshotter-socket "$SNAP_SOCK" --pull-policy-rule "$REGISTRY/test/never:*=never" \
+    --lazy-completion-delay 3600
 wait_for 20 test -S "$SNAP_SOCK" || fail "no snapshotter socket at $SNAP_SOCK"
 CTD_EXTRA_CONFIG="[proxy_plugins.pullfs]
   type = \"snapshot\"
   address = \"$SNAP_SOCK\""
 start_containerd
+# busybox as eStargz, by ctr-remote (in a namespace of its own)
+ctr_remote images pull --plain-http "$REGISTRY/test/busybox:1"
+ctr_remote images convert --oci --estargz "$REGISTRY/test/busybox:1" "$REGISTRY/test/busybox-esgz:1"
+ctr_remote images push --plain-http "$REGISTRY/test/busybox-esgz:1"
 
 NS=pullfs-test
 c() { timeout 60 ctr -a "$CTD_SOCK" -n "$NS" "$@"; }
@@ -217,6 +223,25 @@ timeout 120 ctr-remote -a "$CTD_SOCK" -n "$NS" images rpull --plain-http --snaps
 out=$(c run --rm --snapshotter pullfs "$REGISTRY/test/busybox:1" reader3 cat /etc/passwd 2>&1) ||
     fail "ctr run on a remote snapshot failed: $out"
 assert_eq "$want" "$out" "a file read by a container over a remote snapshot"
+
+# ---- a lazy layer stays lazy: the eStargz image's layer is fetched by
+# pullfs in ranges (its table of contents, the chunks read), never whole,
+# and not at all by containerd
+esgz_layer=$(image_blobs test/busybox-esgz:1 | tail -n 1)
+mark=$(registry_mark)
+timeout 120 ctr-remote -a "$CTD_SOCK" -n "$NS" images rpull --plain-http --snapshotter pullfs \
+    "$REGISTRY/test/busybox-esgz:1" >"$WORK/rpull.log" 2>&1 ||
+    fail "rpull failed: $(tail -n 5 "$WORK/rpull.log")"
+out=$(c run --rm --snapshotter pullfs "$REGISTRY/test/busybox-esgz:1" reader5 cat /etc/passwd 2>&1) ||
+    fail "ctr run over a lazy remote snapshot failed: $out"
+assert_eq "$want" "$out" "a file read by a container over a lazy layer"
+blob_gets=$(tail -n +"$((mark + 1))" "$REGISTRY_LOG" | grep -F "GET /v2/test/busybox-esgz/blobs/$esgz_layer")
+[ -n "$blob_gets" ] || fail "pullfs did not read the lazy layer's blob at all"
+assert_eq 0 "$(grep -c containerd <<<"$blob_gets" || true)" "containerd's GETs of the lazy layer"
+assert_eq 0 "$(grep -vc '" 206 ' <<<"$blob_gets" || true)" "GETs of the lazy layer that were not ranges"
+assert_eq false "$(pullfs_image_field "$REGISTRY/test/busybox-esgz:1" complete)" \
+    "the lazy image is complete"
+log "lazy layer: $(wc -l <<<"$blob_gets") range requests"
 
 # ---- a layer pullfs does not give: containerd fetches and unpacks it
 # test/never's policy is Never: its own layer is an ordinary snapshot that
