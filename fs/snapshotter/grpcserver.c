@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -45,9 +46,15 @@ struct stream {
 
 enum conn_state { CONN_FREE, CONN_RUNNING, CONN_DONE };
 
+struct job;
+
 struct conn {
 	struct grpcserver *g;
 	int fd;
+	int wake_fd; /* an eventfd a finished job writes to */
+	pthread_mutex_t jobs_lock;
+	struct dlist done; /* finished jobs to answer; jobs_lock */
+	unsigned running;  /* jobs started and not answered; the conn's thread */
 	/* streams begun and not closed: nghttp2_session_del frees its
 	 * streams without telling, their user data is freed from here */
 	struct dlist streams;
@@ -178,12 +185,107 @@ static const struct grpc_method *method_of(const struct grpcserver *g, const cha
 	return NULL;
 }
 
-/* The request is whole: run its handler and submit the answer. */
-static int answer(nghttp2_session *session, struct grpcserver *g, int32_t id, struct stream *st)
+/* Submits the answer in st->reply (its status fields set here). */
+static int submit_reply(nghttp2_session *session, int32_t id, struct stream *st)
 {
-	const struct grpc_method *m = st->path_too_long ? NULL : method_of(g, st->path);
+	status_fields(st);
+	if (st->reply.len == 0) {
+		/* trailers only */
+		nghttp2_nv hdrs[] = { NV(":status", "200"), NV("content-type", "application/grpc"),
+				      NV("grpc-status", st->status_text),
+				      NV("grpc-message", st->message_enc) };
+
+		return nghttp2_submit_response(session, id, hdrs, st->message_enc[0] ? 4 : 3, NULL);
+	}
+	nghttp2_nv hdrs[] = { NV(":status", "200"), NV("content-type", "application/grpc") };
+	nghttp2_data_provider prd = { .source.ptr = st, .read_callback = read_reply };
+
+	return nghttp2_submit_response(session, id, hdrs, 2, &prd);
+}
+
+/* A request's handler, run on a thread of its own so that a slow one (a
+ * lookup that pulls an image) holds up no other call of the connection.
+ * Owned by that thread until it is on the connection's done list, then
+ * by the connection's thread. */
+struct job {
+	struct conn *cn;
+	const struct grpc_method *m;
+	int32_t stream_id;
+	uint8_t *body; /* the request, its prefix first */
+	uint32_t len;  /* of its message */
+	struct grpc_reply reply;
+	struct dlist_node node;
+};
+
+static void job_free(struct job *j)
+{
+	free(j->body);
+	free(j->reply.buf);
+	free(j);
+}
+
+static void *job_thread(void *arg)
+{
+	struct job *j = arg;
+	struct conn *cn = j->cn;
+	uint64_t one = 1;
+
+	j->m->handle(cn->g->userdata, j->m->data, j->body + PREFIX, j->len, &j->reply);
+	pthread_mutex_lock(&cn->jobs_lock);
+	dlist_push(&cn->done, &j->node);
+	pthread_mutex_unlock(&cn->jobs_lock);
+	if (write(cn->wake_fd, &one, sizeof(one)) < 0) {
+		/* an eventfd's counter does not fill up */
+	}
+	return NULL;
+}
+
+/* Answers the finished jobs whose streams are still open. */
+static int collect_jobs(nghttp2_session *session, struct conn *cn)
+{
+	uint64_t n;
+	int r = 0;
+
+	if (read(cn->wake_fd, &n, sizeof(n)) < 0) {
+		/* nothing new: the list says so too */
+	}
+	for (;;) {
+		struct dlist_node *node;
+		struct stream *st;
+		struct job *j;
+
+		pthread_mutex_lock(&cn->jobs_lock);
+		node = cn->done.head;
+		if (node)
+			dlist_remove(&cn->done, node);
+		pthread_mutex_unlock(&cn->jobs_lock);
+		if (!node)
+			return r;
+		j = dlist_entry(node, struct job, node);
+		cn->running--;
+		/* a stream reset meanwhile is gone; ids are never reused */
+		st = session ? nghttp2_session_get_stream_user_data(session, j->stream_id) : NULL;
+		if (st) {
+			free(st->reply.buf);
+			st->reply = j->reply;
+			j->reply.buf = NULL;
+			if (submit_reply(session, j->stream_id, st) != 0)
+				r = -EIO;
+		}
+		job_free(j);
+	}
+}
+
+/* The request is whole: check its framing, then run its handler on a
+ * thread of its own (or here, when no thread can be had), or answer at
+ * once with the error. */
+static int answer(nghttp2_session *session, struct conn *cn, int32_t id, struct stream *st)
+{
+	const struct grpc_method *m = st->path_too_long ? NULL : method_of(cn->g, st->path);
 	struct grpc_reply *r = &st->reply;
-	uint32_t len;
+	uint32_t len = 0;
+	struct job *j;
+	pthread_t t;
 
 	st->answered = true;
 	if (!m)
@@ -200,21 +302,25 @@ static int answer(nghttp2_session *session, struct grpcserver *g, int32_t id, st
 		grpc_reply_fail(r, GRPC_INTERNAL,
 				"request of one message of %u bytes holds %zu bytes", len,
 				st->len - PREFIX);
-	else
-		m->handle(g->userdata, m->data, st->body + PREFIX, len, r);
-	status_fields(st);
-	if (r->len == 0) {
-		/* trailers only */
-		nghttp2_nv hdrs[] = { NV(":status", "200"), NV("content-type", "application/grpc"),
-				      NV("grpc-status", st->status_text),
-				      NV("grpc-message", st->message_enc) };
-
-		return nghttp2_submit_response(session, id, hdrs, st->message_enc[0] ? 4 : 3, NULL);
+	else if ((j = calloc(1, sizeof(*j)))) {
+		*j = (struct job){
+			.cn = cn, .m = m, .stream_id = id, .body = st->body, .len = len
+		};
+		st->body = NULL;
+		st->len = 0;
+		if (pthread_create(&t, NULL, job_thread, j) == 0) {
+			pthread_detach(t);
+			cn->running++;
+			return 0;
+		}
+		st->body = TAKE_PTR(j->body);
+		st->len = len + PREFIX;
+		job_free(j);
+		m->handle(cn->g->userdata, m->data, st->body + PREFIX, len, r);
+	} else {
+		grpc_reply_fail(r, GRPC_RESOURCE_EXHAUSTED, "out of memory");
 	}
-	nghttp2_nv hdrs[] = { NV(":status", "200"), NV("content-type", "application/grpc") };
-	nghttp2_data_provider prd = { .source.ptr = st, .read_callback = read_reply };
-
-	return nghttp2_submit_response(session, id, hdrs, 2, &prd);
+	return submit_reply(session, id, st);
 }
 
 static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
@@ -319,14 +425,6 @@ static ssize_t send_bytes(nghttp2_session *session, const uint8_t *data, size_t 
 	return NGHTTP2_ERR_CALLBACK_FAILURE;
 }
 
-/* The user data of the stream callbacks is the server, of send the
- * connection: nghttp2 has one user data per session, so the session's is
- * the connection and the callbacks that need the server find it there. */
-static int on_frame_conn(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
-{
-	return on_frame(session, frame, ((struct conn *)user_data)->g);
-}
-
 DEFINE_TRIVIAL_CLEANUP_FUNC(nghttp2_session *, nghttp2_session_del)
 DEFINE_TRIVIAL_CLEANUP_FUNC(nghttp2_session_callbacks *, nghttp2_session_callbacks_del)
 
@@ -345,29 +443,36 @@ static void serve_conn(struct conn *cn)
 	nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
 	nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
 	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
-	nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_conn);
+	nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame);
 	nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_close);
 	if (nghttp2_session_server_new(&session, cbs, cn) != 0 ||
 	    nghttp2_submit_settings(session, NGHTTP2_FLAG_NONE, iv, ARRAY_SIZE(iv)) != 0)
 		return;
 	for (;;) {
-		struct pollfd p[2] = { { .fd = cn->fd, .events = POLLIN },
-				       { .fd = cn->g->stop_pipe[0], .events = POLLIN } };
+		struct pollfd p[3] = { { .fd = cn->fd, .events = POLLIN },
+				       { .fd = cn->g->stop_pipe[0], .events = POLLIN },
+				       { .fd = cn->wake_fd, .events = POLLIN } };
 		ssize_t n;
 
 		if (nghttp2_session_send(session) != 0)
 			return;
-		if (!nghttp2_session_want_read(session) && !nghttp2_session_want_write(session))
+		if (!nghttp2_session_want_read(session) && !nghttp2_session_want_write(session) &&
+		    !cn->running)
 			return;
 		if (nghttp2_session_want_write(session))
 			p[0].events |= POLLOUT;
-		if (poll(p, 2, -1) < 0) {
+		if (poll(p, 3, -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			return;
 		}
 		if (p[1].revents)
 			return;
+		if (p[2].revents) {
+			if (collect_jobs(session, cn) < 0)
+				return;
+			continue;
+		}
 		if (p[0].revents & (POLLERR | POLLNVAL))
 			return;
 		if (!(p[0].revents & (POLLIN | POLLHUP)))
@@ -386,7 +491,19 @@ static void *conn_thread(void *arg)
 {
 	struct conn *cn = arg;
 
-	serve_conn(cn);
+	cn->wake_fd = eventfd(0, EFD_CLOEXEC);
+	if (cn->wake_fd >= 0)
+		serve_conn(cn);
+	/* the jobs still running write to the connection: waited for */
+	while (cn->running) {
+		struct pollfd p = { .fd = cn->wake_fd, .events = POLLIN };
+
+		if (poll(&p, 1, -1) > 0)
+			collect_jobs(NULL, cn);
+	}
+	if (cn->wake_fd >= 0)
+		close(cn->wake_fd);
+	cn->wake_fd = -1;
 	while (cn->streams.head) {
 		struct stream *st = dlist_entry(cn->streams.head, struct stream, node);
 
@@ -470,8 +587,10 @@ int grpcserver_new(const char *path, int listen_fd, bool predecessors,
 	g->n_methods = n_methods;
 	g->userdata = userdata;
 	pthread_mutex_init(&g->lock, NULL);
-	for (size_t i = 0; i < GRPC_CONNECTIONS_MAX; i++)
-		g->conns[i] = (struct conn){ .g = g, .fd = -1 };
+	for (size_t i = 0; i < GRPC_CONNECTIONS_MAX; i++) {
+		g->conns[i] = (struct conn){ .g = g, .fd = -1, .wake_fd = -1 };
+		pthread_mutex_init(&g->conns[i].jobs_lock, NULL);
+	}
 	g->path = strdup(path);
 	if (!g->path || pipe2(g->stop_pipe, O_CLOEXEC) < 0) {
 		r = g->path ? negative_errno() : -ENOMEM;
@@ -534,9 +653,11 @@ void grpcserver_free(struct grpcserver *g)
 		close(g->stop_pipe[0]);
 		close(g->stop_pipe[1]);
 	}
-	if (g->bound)
+	if (g->bound && g->path)
 		unlink(g->path);
 	pthread_mutex_destroy(&g->lock);
+	for (size_t i = 0; i < GRPC_CONNECTIONS_MAX; i++)
+		pthread_mutex_destroy(&g->conns[i].jobs_lock);
 	free(g->path);
 	free(g);
 }

@@ -3,8 +3,10 @@
  * answered from one table of handlers.  The messages themselves are the
  * handlers' business (protobuf-c in the snapshotter).
  *
- * Each connection has a thread; its requests are answered one after the
- * other, in the order their streams end. */
+ * Each connection has a thread that speaks HTTP/2, and each request's
+ * handler a thread of its own: a slow call (a lookup that pulls an image)
+ * holds up no other call of the connection.  Handlers are called
+ * concurrently. */
 #pragma once
 
 #include <stdbool.h>
@@ -47,7 +49,8 @@ void grpc_reply_fail(struct grpc_reply *r, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 /* A method: its path ("/package.Service/Method") and its handler, called
- * on a connection's thread with the server's userdata, the method's data,
+ * on a thread of the request's own with the server's userdata, the
+ * method's data,
  * the request's message (len bytes, owned by the server) and a reply
  * whose status is GRPC_OK. */
 struct grpc_method {

@@ -13,6 +13,9 @@ the labels of remote snapshots.
                                      committed snapshot; labels naming no
                                      layer pullfs can give are an ordinary
                                      Prepare
+    snapclient.py SOCKET slow        a Prepare that waits on a registry
+                                     that never answers holds up no other
+                                     call of the connection
     snapclient.py SOCKET list FILTER...   prints the names List gives
 Exits 1 with a message on the first check that fails."""
 import importlib.util
@@ -200,6 +203,54 @@ def cri(cl, pb, ref, digest):
     left(before, cl.list([]))
 
 
+def slow(cl, pb):
+    import socket
+    import threading
+    import time
+    S = grpc.StatusCode
+    before = cl.list([])
+    # a registry that takes connections and never answers
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(8)
+    ref = f"127.0.0.1:{hole.getsockname()[1]}/slow/image:1"
+    labels = {REF_LABEL: "slow-target", SGZ_REF: ref, SGZ_DIGEST: "sha256:" + "2" * 64}
+    result = []
+    t = threading.Thread(target=lambda: result.append(cl.call(
+        "Prepare", pb.PrepareSnapshotRequest(key="slow", labels=labels))))
+    t.start()
+    # the Prepare is waiting on the registry: give pullfs a moment to get
+    # there, then other calls on the same connection must not wait for it
+    deadline = time.monotonic() + 10
+    while not hole_has_client(hole) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not hole_has_client(hole):
+        sys.exit("snapclient: pullfs never connected to the silent registry")
+    t0 = time.monotonic()
+    got = cl.list([])
+    took = time.monotonic() - t0
+    if not t.is_alive():
+        sys.exit(f"snapclient: the Prepare ended before the check: {result}")
+    if took > 2:
+        sys.exit(f"snapclient: List took {took:.1f} s behind a slow Prepare")
+    if set(got) != set(before):
+        sys.exit(f"snapclient: List gave {got}")
+    print(f"List answered in {took * 1000:.0f} ms while a Prepare waited", file=sys.stderr)
+    hole.close()  # its waiting connection is reset: the lookup fails
+    t.join(60)
+    if t.is_alive():
+        sys.exit("snapclient: the Prepare did not end once the registry went")
+    expect("the Prepare once its registry failed", result[0], S.OK)
+    expect("remove", cl.call("Remove", pb.RemoveSnapshotRequest(key="slow")), S.OK)
+    left(before, cl.list([]))
+
+
+def hole_has_client(hole):
+    """Whether a connection waits in the listening socket's backlog."""
+    import select
+    return bool(select.select([hole], [], [], 0)[0])
+
+
 def main():
     sock, cmd = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
@@ -207,6 +258,8 @@ def main():
         cl = Client(sock, pb)
         if cmd == "hostile":
             hostile(cl, pb)
+        elif cmd == "slow":
+            slow(cl, pb)
         elif cmd == "cri":
             cri(cl, pb, sys.argv[3], sys.argv[4])
         elif cmd == "list":

@@ -119,6 +119,8 @@ timeout 60 /usr/bin/python3 "$INTEGRATION_DIR/snapclient.py" "$SNAP_SOCK" hostil
 timeout 60 /usr/bin/python3 "$INTEGRATION_DIR/snapclient.py" "$SNAP_SOCK" cri \
     "$REGISTRY/test/busybox:1" "$(image_blobs test/busybox:1 | sed -n 2p)" ||
     fail "remote snapshots through the CRI plugin's labels (above)"
+timeout 90 /usr/bin/python3 "$INTEGRATION_DIR/snapclient.py" "$SNAP_SOCK" slow ||
+    fail "a slow call held up the others (above)"
 
 # write into k1's upper directory as a container would, then commit it
 upper=$(sed -n 's/.*upperdir=\([^,]*\).*/\1/p' <<<"$m")
