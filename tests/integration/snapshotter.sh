@@ -32,7 +32,11 @@ _skopeo copy --dest-tls-verify=false "oci:$never:1" "docker://$REGISTRY/test/nev
 SNAP_SOCK=$WORK/snap.sock
 SNAPDIR=$CACHE/snapshotter
 PULLFS_RECOVERY_EXPECTED=1
-# (lazy layers completed in the background only an hour after their start)
+# The first serving process kills itself (common/fault.h) in its first
+# change of the snapshots' metadata, with the new file written and not
+# yet renamed; the next one starts from the old state.  (Lazy layers are
+# completed in the background only an hour after their start.)
+PULLFS_ENV=(PULLFS_FAULT=snap-metadata)
 mount_pullfs --snapshotter-socket "$SNAP_SOCK" --pull-policy-rule "$REGISTRY/test/never:*=never" \
     --lazy-completion-delay 3600
 wait_for 20 test -S "$SNAP_SOCK" || fail "no snapshotter socket at $SNAP_SOCK"
@@ -57,6 +61,16 @@ must_fail() {
 }
 
 # ---- pull and run
+# the first pull dies with the serving process; the next one goes through
+pid=$(pullfs_serving_pid)
+if out=$(c images pull --plain-http --snapshotter pullfs "$REGISTRY/test/busybox:1" 2>&1); then
+    fail "the pull went through a serving process killed in its first Prepare: $out"
+fi
+wait_for 20 _pid_gone "$pid" || fail "the serving process did not die at the fault point"
+_serving_again() { [ "$(pullfs_serving_pid 2>/dev/null)" != "$pid" ]; }
+wait_for 20 _serving_again || fail "no serving process after the fault"
+[ ! -e "$SNAPDIR/metadata.json.tmp" ] && [ -z "$(ls "$SNAPDIR/snapshots")" ] ||
+    fail "the cut-short Prepare left: $(ls "$SNAPDIR" "$SNAPDIR/snapshots")"
 t0=$(now)
 c images pull --plain-http --snapshotter pullfs "$REGISTRY/test/busybox:1" >/dev/null
 c images pull --plain-http --snapshotter pullfs "$REGISTRY/test/edge:1" >/dev/null
