@@ -845,27 +845,46 @@ int snapstore_mounts(struct snapstore *s, const char *key, struct snap_mount *re
  * links counted once. */
 struct usage {
 	int64_t size, inodes;
-	ino_t *seen;
-	size_t n_seen, cap_seen;
+	/* inode numbers of files of several links met so far: an open
+	 * addressing set (0 is no inode number on Linux filesystems) */
+	uint64_t *seen;
+	size_t n_seen, cap_seen; /* cap: a power of two */
 };
 
-static bool seen_before(struct usage *u, ino_t ino)
+static size_t ino_slot(uint64_t ino, size_t cap)
 {
-	ino_t *v;
+	return (size_t)((ino * 0x9e3779b97f4a7c15ull) >> 32) & (cap - 1);
+}
 
-	for (size_t i = 0; i < u->n_seen; i++)
-		if (u->seen[i] == ino)
-			return true;
-	if (u->n_seen == u->cap_seen) {
-		size_t cap = u->cap_seen ? u->cap_seen * 2 : 16;
+/* Whether ino was met before; notes it if not.  Out of memory, it says
+ * no: a file counted twice is better than a walk given up. */
+static bool seen_before(struct usage *u, uint64_t ino)
+{
+	size_t i;
 
-		v = reallocarray(u->seen, cap, sizeof(*v));
+	if (!ino)
+		return false;
+	if (2 * (u->n_seen + 1) > u->cap_seen) {
+		size_t cap = u->cap_seen ? u->cap_seen * 2 : 64;
+		uint64_t *v = calloc(cap, sizeof(*v));
+
 		if (!v)
 			return false;
+		for (size_t k = 0; k < u->cap_seen; k++)
+			if (u->seen[k]) {
+				for (i = ino_slot(u->seen[k], cap); v[i]; i = (i + 1) & (cap - 1))
+					;
+				v[i] = u->seen[k];
+			}
+		free(u->seen);
 		u->seen = v;
 		u->cap_seen = cap;
 	}
-	u->seen[u->n_seen++] = ino;
+	for (i = ino_slot(ino, u->cap_seen); u->seen[i]; i = (i + 1) & (u->cap_seen - 1))
+		if (u->seen[i] == ino)
+			return true;
+	u->seen[i] = ino;
+	u->n_seen++;
 	return false;
 }
 
@@ -883,7 +902,7 @@ static void measure(int dfd, struct usage *u, unsigned depth)
 			continue;
 		if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
-		if (st.st_nlink > 1 && !S_ISDIR(st.st_mode) && seen_before(u, st.st_ino))
+		if (st.st_nlink > 1 && !S_ISDIR(st.st_mode) && seen_before(u, (uint64_t)st.st_ino))
 			continue;
 		u->size += (int64_t)st.st_blocks * 512;
 		u->inodes++;
@@ -900,6 +919,9 @@ static void measure(int dfd, struct usage *u, unsigned depth)
 	closedir(d);
 }
 
+/* Walks DIR/snapshots/<id>/fs; needs no lock (snaps_fd does not change),
+ * and is called without the store's: a large upper directory takes a
+ * while. */
 static void measure_snapshot(struct snapstore *s, uint64_t id, int64_t *size, int64_t *inodes)
 {
 	struct usage u = { 0 };
@@ -917,26 +939,51 @@ static void measure_snapshot(struct snapstore *s, uint64_t id, int64_t *size, in
 	*inodes = u.inodes;
 }
 
+/* The active snapshot key that name may be committed from, or NULL with
+ * the error in *r.  With the lock held. */
+static struct snap *committable(struct snapstore *s, const char *name, const char *key, int *r,
+				char *errbuf, size_t errlen)
+{
+	struct snap *sn = find_or_fail(s, key, r, errbuf, errlen);
+
+	if (sn && sn->info.kind != SNAP_ACTIVE) {
+		*r = errbuf_fail(-EBUSY, errbuf, errlen, "snapshot \"%s\" is not active", key);
+		return NULL;
+	}
+	if (sn && find(s, name)) {
+		*r = errbuf_fail(-EEXIST, errbuf, errlen, "snapshot \"%s\" already exists", name);
+		return NULL;
+	}
+	return sn;
+}
+
 int snapstore_commit(struct snapstore *s, const char *name, const char *key, const json_t *labels,
 		     char *errbuf, size_t errlen)
 {
 	struct snap *sn;
 	struct snap_info old;
 	int64_t size, inodes, old_size, old_inodes;
+	uint64_t id;
 	char *nn;
 	json_t *nl;
 	int r;
 
+	/* checked, measured without the lock, checked again: the same
+	 * snapshot, still active, its name still free */
 	pthread_mutex_lock(&s->lock);
-	sn = find_or_fail(s, key, &r, errbuf, errlen);
+	sn = committable(s, name, key, &r, errbuf, errlen);
+	id = sn ? sn->id : 0;
+	pthread_mutex_unlock(&s->lock);
+	if (!sn)
+		return r;
+	measure_snapshot(s, id, &size, &inodes);
+	pthread_mutex_lock(&s->lock);
+	sn = committable(s, name, key, &r, errbuf, errlen);
 	if (!sn)
 		goto out;
-	if (sn->info.kind != SNAP_ACTIVE) {
-		r = errbuf_fail(-EBUSY, errbuf, errlen, "snapshot \"%s\" is not active", key);
-		goto out;
-	}
-	if (find(s, name)) {
-		r = errbuf_fail(-EEXIST, errbuf, errlen, "snapshot \"%s\" already exists", name);
+	if (sn->id != id) {
+		r = errbuf_fail(-EBUSY, errbuf, errlen, "snapshot \"%s\" changed during its commit",
+				key);
 		goto out;
 	}
 	nn = strdup(name);
@@ -947,7 +994,6 @@ int snapstore_commit(struct snapstore *s, const char *name, const char *key, con
 		r = -ENOMEM;
 		goto out;
 	}
-	measure_snapshot(s, sn->id, &size, &inodes);
 	old = sn->info;
 	old_size = sn->size;
 	old_inodes = sn->inodes;
@@ -1132,6 +1178,7 @@ int snapstore_usage(struct snapstore *s, const char *key, int64_t *ret_size, int
 {
 	struct snap *sn;
 	int64_t size = 0, inodes = 0;
+	uint64_t active = 0;
 	int r = 0;
 
 	pthread_mutex_lock(&s->lock);
@@ -1139,10 +1186,13 @@ int snapstore_usage(struct snapstore *s, const char *key, int64_t *ret_size, int
 	if (!sn)
 		r = not_found(key, errbuf, errlen);
 	else if (sn->info.kind == SNAP_ACTIVE)
-		measure_snapshot(s, sn->id, &size, &inodes);
+		active = sn->id;
 	else if (sn->info.kind == SNAP_COMMITTED)
 		size = sn->size, inodes = sn->inodes;
 	pthread_mutex_unlock(&s->lock);
+	/* measured without the lock */
+	if (active)
+		measure_snapshot(s, active, &size, &inodes);
 	if (r == 0) {
 		*ret_size = size;
 		*ret_inodes = inodes;

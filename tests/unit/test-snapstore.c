@@ -209,6 +209,36 @@ static void test_lifecycle(void **state)
 	snapstore_free(s);
 }
 
+/* Usage counts an inode of several links once, and a directory as one. */
+static void test_usage_links(void **state)
+{
+	struct snapstore *s = open_store();
+	int64_t size, inodes;
+	char path[256], other[256];
+	FILE *f;
+
+	assert_int_equal(prepare(s, SNAP_ACTIVE, "a", ""), 0);
+	snprintf(path, sizeof(path), "%s/snapshots/1/fs/file", store_dir);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	for (int i = 0; i < 10000; i++)
+		fputs("0123456789", f);
+	fclose(f);
+	for (int i = 0; i < 100; i++) {
+		snprintf(other, sizeof(other), "%s/snapshots/1/fs/link%d", store_dir, i);
+		assert_int_equal(link(path, other), 0);
+	}
+	snprintf(path, sizeof(path), "%s/snapshots/1/fs/dir", store_dir);
+	assert_int_equal(mkdir(path, 0755), 0);
+	assert_int_equal(snapstore_usage(s, "a", &size, &inodes, errbuf, sizeof(errbuf)), 0);
+	assert_int_equal(inodes, 2);
+	assert_true(size >= 100000 && size < 200000);
+	assert_int_equal(commit(s, "c", "a"), 0);
+	assert_int_equal(snapstore_usage(s, "c", &size, &inodes, errbuf, sizeof(errbuf)), 0);
+	assert_int_equal(inodes, 2);
+	snapstore_free(s);
+}
+
 static void test_errors(void **state)
 {
 	struct snapstore *s = open_store();
@@ -542,6 +572,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_lifecycle, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_usage_links, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names_are_not_paths, setup, teardown),
 		cmocka_unit_test(test_checks),
 		cmocka_unit_test_setup_teardown(test_update, setup, teardown),
