@@ -240,6 +240,29 @@ out=$(c run --rm --snapshotter pullfs "$REGISTRY/test/busybox:1" reader3 cat /et
     fail "ctr run on a remote snapshot failed: $out"
 assert_eq "$want" "$out" "a file read by a container over a remote snapshot"
 
+# ---- a container running over pullfs's layers through a kill -9: it
+# reads its image's files in a loop and writes how many times to a file
+# of its own upper directory, which the test reads from the host
+c run -d --snapshotter pullfs "$REGISTRY/test/busybox:1" looper /bin/sh -c \
+    'i=0; while cat /etc/passwd /bin/busybox >/dev/null; do i=$((i + 1)); echo $i >/n.tmp;
+     mv /n.tmp /n; /bin/busybox usleep 20000; done; echo failed >/n' >/dev/null
+looper_n=$(snap mounts /mnt looper | sed -n 's/.*upperdir=\([^,]*\).*/\1/p')/n
+_count_over() { [ "$(cat "$looper_n" 2>/dev/null || echo 0)" -gt "$1" ] 2>/dev/null; }
+wait_for 20 _count_over 5 || fail "the container does not loop: $(cat "$looper_n" 2>&1)"
+pid=$(pullfs_serving_pid)
+kill -KILL "$pid"
+wait_for 20 _pid_gone "$pid" || fail "the serving process outlived kill -9"
+before=$(cat "$looper_n")
+wait_for 20 _count_over "$((before + 20))" ||
+    fail "the container stopped reading after the kill: $(cat "$looper_n")"
+assert_eq RUNNING "$(c task ls | awk '$1 == "looper" { print $3 }')" "the container after the kill"
+c task kill -s KILL looper >/dev/null
+_task_stopped() { [ "$(c task ls | awk '$1 == "looper" { print $3 }')" = STOPPED ]; }
+wait_for 20 _task_stopped || fail "the container did not stop"
+c task delete looper >/dev/null
+c containers delete looper >/dev/null
+log "container over remote snapshots read through a kill -9: $(cat "$looper_n") rounds"
+
 # ---- a lazy layer stays lazy: the eStargz image's layer is fetched by
 # pullfs in ranges (its table of contents, the chunks read), never whole,
 # and not at all by containerd
