@@ -1,5 +1,27 @@
-/* Base64 decoding; see base64.h. */
+/* Base64; see base64.h. */
 #include "base64.h"
+
+static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+size_t base64_encode(const unsigned char *in, size_t len, char *out)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < len; i += 3) {
+		unsigned v = (unsigned)in[i] << 16;
+
+		if (i + 1 < len)
+			v |= (unsigned)in[i + 1] << 8;
+		if (i + 2 < len)
+			v |= in[i + 2];
+		out[o++] = alphabet[v >> 18 & 63];
+		out[o++] = alphabet[v >> 12 & 63];
+		out[o++] = i + 1 < len ? alphabet[v >> 6 & 63] : '=';
+		out[o++] = i + 2 < len ? alphabet[v & 63] : '=';
+	}
+	out[o] = '\0';
+	return o;
+}
 
 static int base64_value(unsigned char c)
 {

@@ -13,6 +13,12 @@
  *   publish       after every layer is committed, before the reference file
  *   gc-layer      GC (or rm) moved the first unneeded layer away
  *   gc-blob       GC (or rm) deleted the first unneeded blob
+ *   snap-dirs     the snapshotter made a new snapshot's directories, before
+ *                 the metadata naming them
+ *   snap-metadata the snapshotter's new metadata is written and flushed
+ *                 under its temporary name, before the rename
+ *   snap-removed  the snapshotter's metadata no longer names a removed
+ *                 snapshot, whose directories are still there
  *
  * Not a kill: "staged" holds the background publishing of layers (and the
  * reference files waiting for it) until the process stops, so that a test

@@ -144,3 +144,28 @@ int proc_stat(pid_t pid, char *comm, size_t len)
 	}
 	return (unsigned char)close_paren[2];
 }
+
+void empty_dir(int dfd)
+{
+	DIR *d;
+	struct dirent *de;
+
+	if (dir_stream(dfd, &d) < 0)
+		return;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (unlinkat(dfd, de->d_name, 0) == 0)
+			continue;
+		if (errno == EISDIR || errno == EPERM) {
+			int sub = openat(dfd, de->d_name,
+					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0) {
+				empty_dir(sub);
+				close(sub);
+			}
+			unlinkat(dfd, de->d_name, AT_REMOVEDIR);
+		}
+	}
+	closedir(d);
+}

@@ -26,6 +26,11 @@ int write_full(int fd, const void *buf, size_t len);
  * closes the stream; dirfd stays open).  Returns 0 or -errno. */
 int dir_stream(int dirfd, DIR **ret);
 
+/* Removes every entry of the directory dfd, subdirectories with what
+ * they hold, never following a symbolic link; best effort (what cannot
+ * be removed stays).  dfd stays open. */
+void empty_dir(int dfd);
+
 /* fdatasync(2) of fd: its data and what is needed to read it back (size,
  * blocks) are on stable storage when this returns 0.  Blocks.  Returns 0
  * or -errno (-EIO when write-back failed). */

@@ -18,8 +18,11 @@ struct fs_options {
 	double namespace_timeout; /* entry/attr timeout of the namespace; 0: 1 s */
 	unsigned max_threads;	  /* FUSE worker threads; 0: 32 */
 	struct control *control;  /* bound, served while mounted; NULL: none */
-	bool debug;		  /* -d: FUSE messages on stderr */
-	bool no_passthrough;	  /* read objects through the daemon too */
+	/* containerd's snapshots service, bound, served while mounted;
+	 * NULL: none */
+	struct snapshotter *snapshotter;
+	bool debug;	     /* -d: FUSE messages on stderr */
+	bool no_passthrough; /* read objects through the daemon too */
 	/* namespace nodes a user other than root may have made and the
 	 * kernel still holds (namespace.c); 0: the default */
 	unsigned max_ns_nodes_per_user;

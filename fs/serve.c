@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "control.h"
+#include "snapshotter.h"
 #include "errdetail.h"
 #include "fault.h"
 #include "fuseio.h"
@@ -524,6 +525,14 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 			goto out_unmount;
 		}
 	}
+	if (fs->opts.snapshotter) {
+		r = snapshotter_start(fs->opts.snapshotter);
+		if (r < 0) {
+			fprintf(stderr, "pullfs: cannot serve the snapshotter socket: %s\n",
+				strerror(-r));
+			goto out_unmount;
+		}
+	}
 	cfg = fuse_loop_cfg_create();
 	if (!cfg) {
 		r = -ENOMEM;
@@ -552,6 +561,7 @@ static int serve(struct fs *fs, struct fuse_args *args, const char *mountpoint, 
 	 * they end before the session does. */
 	manager_drain(fs->manager);
 	control_stop(fs->opts.control);
+	snapshotter_stop(fs->opts.snapshotter);
 	if (stopper_started) {
 		if (write(stop_pipe[1], "x", 1) < 0) {
 			/* the thread was woken by a signal already */

@@ -3,7 +3,8 @@
 
 The floors, from the bottom: common/, registry/, the folders of manager/
 (rules/, format/, store/, lazy/, image/, then manager/ itself, the top),
-the rooms of fs/ (restart/, control/, then fs/ itself, then daemon/),
+the rooms of fs/ (restart/, control/, snapshotter/, then fs/ itself, then
+daemon/),
 tools/.  A file may include headers of its own floor and of the
 floors below; manager/manager-private.h and fs/meson.build say what each floor holds.
 Header names are unique across the tree, so a quoted include names one
@@ -24,6 +25,7 @@ FLOORS = [
     'manager',
     'fs/restart',
     'fs/control',
+    'fs/snapshotter',
     'fs',
     'fs/daemon',
     'tools',

@@ -28,6 +28,7 @@
 #include "clock.h"
 #include "errname.h"
 #include "macro.h"
+#include "unixsock.h"
 #include "manager.h"
 
 /* (a start profile, imported, is at most 160 KiB of text) */
@@ -427,17 +428,9 @@ static void *acceptor_thread(void *arg)
 int control_new(const char *path, bool predecessors, struct manager *m, struct control **ret,
 		char *errbuf, size_t errlen)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	_cleanup_(control_freep) struct control *c = NULL;
-	_cleanup_close_ int probe = -1;
-	struct stat st;
 	int r;
 
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return errbuf_fail(-ENAMETOOLONG, errbuf, errlen,
-				   "control socket path \"%s\" is longer than %zu bytes", path,
-				   sizeof(sa.sun_path) - 1);
-	strcpy(sa.sun_path, path);
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -450,38 +443,13 @@ int control_new(const char *path, bool predecessors, struct manager *m, struct c
 	c->path = strdup(path);
 	if (!c->path)
 		return -ENOMEM;
-	/* Non-blocking: a connection that goes away between poll(2) and
-	 * accept(2) must not leave the acceptor deaf to control_stop. */
-	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (c->fd < 0 || pipe2(c->stop_pipe, O_CLOEXEC) < 0)
+	if (pipe2(c->stop_pipe, O_CLOEXEC) < 0)
 		return negative_errno();
-
-	/* What is there already: a dead daemon's socket goes, anything else
-	 * is not ours to remove. */
-	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode))
-			return errbuf_fail(-EEXIST, errbuf, errlen,
-					   "control socket \"%s\" exists and is not a socket",
-					   path);
-		/* Non-blocking: a full backlog (EAGAIN) is someone's too. */
-		probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-		if (!predecessors && probe >= 0 &&
-		    (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EAGAIN))
-			return errbuf_fail(-EADDRINUSE, errbuf, errlen,
-					   "control socket \"%s\" is served by another process",
-					   path);
-		unlink(path);
-	}
-	mode_t old = umask(0177);
-	r = bind(c->fd, (struct sockaddr *)&sa, sizeof(sa));
-	umask(old);
+	r = unixsock_listen(path, "control socket", predecessors, CONTROL_CONNECTIONS_MAX, &c->fd,
+			    errbuf, errlen);
 	if (r < 0)
-		return errbuf_fail(negative_errno(), errbuf, errlen,
-				   "cannot bind the control socket \"%s\": %s", path,
-				   strerror(errno));
+		return r;
 	c->bound = true;
-	if (listen(c->fd, CONTROL_CONNECTIONS_MAX) < 0)
-		return negative_errno();
 	*ret = TAKE_PTR(c);
 	return 0;
 }

@@ -24,6 +24,7 @@
 #include "macro.h"
 #include "manager.h"
 #include "options.h"
+#include "snapshotter.h"
 #include "supervisor.h"
 
 /* --auth-file, or docker's default place where a missing file is no
@@ -163,6 +164,7 @@ int main(int argc, char **argv)
 	struct manager *m = NULL;
 	struct fs *fs = NULL;
 	struct control *ctl = NULL;
+	struct snapshotter *snap = NULL;
 	struct credentials *creds = NULL;
 	struct handoff h;
 	unsigned check_version = 0;
@@ -204,8 +206,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, "pullfs: %s\n", strerror(ENOMEM));
 			goto done;
 		}
-		status = supervisor_run(&args, s.mountpoint, s.mo.cache_dir, s.foreground, argv,
-					check_mountpoint);
+		status = supervisor_run(&args, s.mountpoint, s.mo.cache_dir, s.snapshotter_socket,
+					s.foreground, argv, check_mountpoint);
 		goto done;
 	}
 	raise_fd_limit();
@@ -243,6 +245,27 @@ int main(int argc, char **argv)
 		goto done;
 	}
 	s.fo.control = ctl;
+	if (s.snapshotter_socket) {
+		_cleanup_free_ char *dir = NULL;
+
+		if (asprintf(&dir, "%s/snapshotter", s.mo.cache_dir) < 0) {
+			dir = NULL;
+			fprintf(stderr, "pullfs: %s\n", strerror(ENOMEM));
+			goto done;
+		}
+		errbuf[0] = '\0';
+		/* under the supervisor, the socket it holds; else bound
+		 * here (a serving process of a supervisor that holds none,
+		 * started again, takes over the socket of the one before) */
+		r = snapshotter_new(s.snapshotter_socket, mode == 0 ? h.snap_fd : -1,
+				    mode == 0 && h.generation > 0, dir, s.mountpoint, &snap, errbuf,
+				    sizeof(errbuf));
+		if (r < 0) {
+			fprintf(stderr, "pullfs: %s\n", errbuf[0] ? errbuf : strerror(-r));
+			goto done;
+		}
+		s.fo.snapshotter = snap;
+	}
 	r = fs_new(m, &s.fo, &fs);
 	if (r < 0) {
 		fprintf(stderr, "pullfs: %s\n", strerror(-r));
@@ -264,6 +287,7 @@ out:
 done:
 	fuse_opt_free_args(&args);
 	control_free(ctl);
+	snapshotter_free(snap);
 	fs_free(fs);
 	manager_free(m);
 	credentials_free(creds);

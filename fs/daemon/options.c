@@ -246,6 +246,9 @@ static const struct opt options[] = {
 	  .help = "never collect references matching the glob" },
 	{ "control-socket", 0, KIND_PATH, EVERYWHERE, AT(control_socket), .arg = "PATH",
 	  .def = "CACHE/control.sock", .help = "control socket" },
+	{ "snapshotter-socket", 0, KIND_PATH, EVERYWHERE, AT(snapshotter_socket), .arg = "PATH",
+	  .help = "serve containerd's snapshots service on this socket, for a proxy plugin "
+		  "(docs/containerd.md); its snapshots are kept in CACHE/snapshotter" },
 	{ "o", 'o', KIND_STRING, NO_LONG, NO_FIELD, .set = set_mount_options, .arg = "OPTIONS",
 	  .help = "FUSE mount options (e.g. allow_other); pullfs's own options too, as key=value "
 		  "(cache=DIR, ...)" },

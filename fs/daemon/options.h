@@ -20,6 +20,7 @@ struct settings {
 	bool supervise;		      /* supervisor.h; the default */
 	bool no_supervise;	      /* ... unless this */
 	char *auth_file;	      /* NULL: docker's default place */
+	char *snapshotter_socket;     /* NULL: no snapshotter */
 	char *control_socket;	      /* set by settings_parse() */
 	char *fuse_opts;	      /* comma-joined -o values that are FUSE's */
 	char *mountpoint;	      /* absolute */

@@ -42,7 +42,11 @@
 #include "fileio.h"
 #include "handover.h"
 #include "macro.h"
+#include "unixsock.h"
 
+/* Clients of the snapshotter's socket that may wait for a serving
+ * process */
+#define SUPERVISOR_SNAP_BACKLOG 64
 #define BACKOFF_FIRST_MS 100
 #define BACKOFF_MAX_MS 10000
 #define CHECK_TIMEOUT_MS 30000
@@ -59,8 +63,9 @@ struct sup {
 	 * CACHE_LOCK_ENV), or -1 */
 	int lock_fd;
 	int dev_fd, state_fd, sig_fd;
-	int sock;  /* our end of the serving process's socket; -1: none */
-	pid_t pid; /* the serving process; 0: none */
+	int snap_fd; /* the snapshotter's listening socket; -1: none */
+	int sock;    /* our end of the serving process's socket; -1: none */
+	pid_t pid;   /* the serving process; 0: none */
 	bool ready, ever_ready, stopping, upgrading;
 	unsigned generation, upgrades, recoveries, fast_deaths;
 	unsigned log_swaps;  /* parity: the systemd store's name of the log */
@@ -187,7 +192,7 @@ static int spawn(struct sup *s)
 		return r;
 	}
 	if (pid == 0) {
-		char env[256];
+		char env[256], snap[32] = "";
 		sigset_t none;
 
 		sigemptyset(&none);
@@ -197,10 +202,14 @@ static int spawn(struct sup *s)
 				s->start_dir, strerror(errno));
 			_exit(127);
 		}
-		/* only these three cross the exec */
+		/* only these cross the exec */
 		fcntl(s->dev_fd, F_SETFD, 0);
 		fcntl(s->state_fd, F_SETFD, 0);
 		fcntl(sv[1], F_SETFD, 0);
+		if (s->snap_fd >= 0) {
+			fcntl(s->snap_fd, F_SETFD, 0);
+			snprintf(snap, sizeof(snap), ",snap=%d", s->snap_fd);
+		}
 		if (s->lock_fd >= 0) {
 			char num[16];
 
@@ -212,9 +221,9 @@ static int spawn(struct sup *s)
 		}
 		snprintf(env, sizeof(env),
 			 "gen=%u,dev=%d,state=%d,sup=%d,ppid=%ld,down=%" PRId64
-			 ",upgrade=%d,upgrades=%u,recoveries=%u,fdstore=%d,drained=%u",
+			 ",upgrade=%d,upgrades=%u,recoveries=%u,fdstore=%d,drained=%u%s",
 			 s->generation, s->dev_fd, s->state_fd, sv[1], (long)getppid(), s->down_ns,
-			 s->upgrading, s->upgrades, s->recoveries, s->fdstore, s->drained);
+			 s->upgrading, s->upgrades, s->recoveries, s->fdstore, s->drained, snap);
 		setenv(SUPERVISOR_ENV, env, 1);
 		execv(s->exe, s->argv);
 		fprintf(stderr, "pullfs: cannot start \"%s\": %s\n", s->exe, strerror(errno));
@@ -674,8 +683,22 @@ static int take_lock(struct sup *s, const char *cache_dir)
 	return fd;
 }
 
+/* Binds the snapshotter's socket for every serving process to come.  0,
+ * or -errno with the message printed. */
+static int bind_snapshotter(struct sup *s, const char *path)
+{
+	char errbuf[512] = "";
+	int r = unixsock_listen(path, "snapshotter socket", false, SUPERVISOR_SNAP_BACKLOG,
+				&s->snap_fd, errbuf, sizeof(errbuf));
+
+	if (r < 0)
+		fprintf(stderr, "pullfs: %s\n", errbuf[0] ? errbuf : strerror(-r));
+	return r;
+}
+
 int supervisor_run(struct fuse_args *args, const char *mountpoint, const char *cache_dir,
-		   bool foreground, char **argv, int (*check_mountpoint)(const char *mp))
+		   const char *snap_socket, bool foreground, char **argv,
+		   int (*check_mountpoint)(const char *mp))
 {
 	static const struct fuse_lowlevel_ops none = { 0 };
 	struct sup s = { .argv = argv,
@@ -683,6 +706,7 @@ int supervisor_run(struct fuse_args *args, const char *mountpoint, const char *c
 			 .dev_fd = -1,
 			 .state_fd = -1,
 			 .sig_fd = -1,
+			 .snap_fd = -1,
 			 .sock = -1,
 			 .notify_fd = -1,
 			 .status = 1 };
@@ -703,7 +727,8 @@ int supervisor_run(struct fuse_args *args, const char *mountpoint, const char *c
 	 * its way out unmounts before it lets go of the lock, and its mount
 	 * answers nothing meanwhile */
 	if (take_lock(&s, cache_dir) < 0 ||
-	    (!supervisor_fds_passed() && check_mountpoint(mountpoint) < 0)) {
+	    (!supervisor_fds_passed() && check_mountpoint(mountpoint) < 0) ||
+	    (snap_socket && bind_snapshotter(&s, snap_socket) < 0)) {
 		if (s.lock_fd >= 0)
 			close(s.lock_fd);
 		free(s.start_dir);
@@ -801,6 +826,10 @@ out:
 		close(s.dev_fd);
 	if (s.sock >= 0)
 		close(s.sock);
+	if (s.snap_fd >= 0) {
+		close(s.snap_fd);
+		unlink(snap_socket);
+	}
 	if (s.lock_fd >= 0)
 		close(s.lock_fd);
 	free(s.start_dir);
@@ -823,7 +852,7 @@ int supervisor_child_env(struct handoff *h, unsigned *check_version)
 	unsetenv(SUPERVISOR_ENV);
 	if (!copy)
 		return -ENOMEM;
-	*h = (struct handoff){ .dev_fd = -1, .state_fd = -1, .sup_fd = -1 };
+	*h = (struct handoff){ .dev_fd = -1, .state_fd = -1, .sup_fd = -1, .snap_fd = -1 };
 	for (char *f = strtok_r(copy, ",", &save); f; f = strtok_r(NULL, ",", &save)) {
 		char *eq = strchr(f, '='), *end;
 		long long v;
@@ -861,6 +890,8 @@ int supervisor_child_env(struct handoff *h, unsigned *check_version)
 			h->fdstore = v != 0;
 		else if (!strcmp(f, "drained"))
 			h->drained = (unsigned)v;
+		else if (!strcmp(f, "snap"))
+			h->snap_fd = v > INT_MAX ? -1 : (int)v;
 	}
 	if (seen != 7)
 		return -EINVAL;
@@ -868,5 +899,7 @@ int supervisor_child_env(struct handoff *h, unsigned *check_version)
 	fcntl(h->dev_fd, F_SETFD, FD_CLOEXEC);
 	fcntl(h->state_fd, F_SETFD, FD_CLOEXEC);
 	fcntl(h->sup_fd, F_SETFD, FD_CLOEXEC);
+	if (h->snap_fd >= 0)
+		fcntl(h->snap_fd, F_SETFD, FD_CLOEXEC);
 	return 0;
 }

@@ -33,6 +33,9 @@ struct handoff {
 	bool upgrade;	  /* the previous one was replaced, not crashed */
 	bool fdstore;	  /* systemd keeps the descriptors: the mount outlives us all */
 	unsigned drained; /* replies the previous one sent while it drained */
+	/* the snapshotter's listening socket, bound and held by the
+	 * supervisor; -1: none */
+	int snap_fd;
 };
 
 /* The environment variable a serving process is started with. */
@@ -44,9 +47,14 @@ struct handoff {
  * after SIGTERM/SIGINT or an unmount, 1 when the first serving process
  * failed to start (its message is on stderr).  check_mountpoint (0 or
  * -errno, its message printed) is called once the cache's lock is held,
- * unless systemd passed the descriptors of a supervisor before. */
+ * unless systemd passed the descriptors of a supervisor before.
+ * snap_socket (may be NULL): the snapshotter's socket, bound here with
+ * the lock held and kept listening for as long as the mount, so that a
+ * client connecting while no serving process runs waits in its backlog
+ * for the next one instead of being refused. */
 int supervisor_run(struct fuse_args *args, const char *mountpoint, const char *cache_dir,
-		   bool foreground, char **argv, int (*check_mountpoint)(const char *mp));
+		   const char *snap_socket, bool foreground, char **argv,
+		   int (*check_mountpoint)(const char *mp));
 
 /* Whether systemd passed the descriptors of a supervisor before this one
  * (then the mount point is in use and must not be checked: nobody answers

@@ -60,8 +60,6 @@ int layer_openat(struct cache *c, const char *hex, const char *file, int flags);
 int cache_memo_new(struct cache *c);
 void cache_memo_free(struct cache *c);
 
-/* Removes every file of a directory (one level of subdirectories too). */
-void empty_dir(int dfd);
 /* Allocated bytes of a file; 0 when absent. */
 uint64_t file_bytes(int dirfd, const char *name);
 

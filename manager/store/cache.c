@@ -54,33 +54,6 @@ static int mkdir_parents(const char *path)
 
 /* A DIR stream over a directory fd we keep: readdir(3) needs one of its
  * own, positioned at the start. */
-/* Removes every entry of directory fd `dfd` (recursing one level is all
- * tmp/ ever needs, but deeper trees are handled too). */
-void empty_dir(int dfd)
-{
-	DIR *d;
-	struct dirent *de;
-
-	if (dir_stream(dfd, &d) < 0)
-		return;
-	while ((de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		if (unlinkat(dfd, de->d_name, 0) == 0)
-			continue;
-		if (errno == EISDIR || errno == EPERM) {
-			int sub = openat(dfd, de->d_name,
-					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (sub >= 0) {
-				empty_dir(sub);
-				close(sub);
-			}
-			unlinkat(dfd, de->d_name, AT_REMOVEDIR);
-		}
-	}
-	closedir(d);
-}
-
 /* How long a start waits for a pullfs of the same cache on its way out
  * (lock_or_wait). */
 #define LOCK_WAIT_MS 5000

@@ -2,7 +2,8 @@
 # for the tests of lazy images; sourced after lib.sh.
 
 # start_containerd: a private containerd (no CRI) with its own root, state
-# and socket under $WORK; sets CTD_SOCK.
+# and socket under $WORK; sets CTD_SOCK and CTD_PID.  CTD_EXTRA_CONFIG:
+# more TOML for its config file (a proxy plugin).
 start_containerd() {
     local dir=$WORK/ctd _
     mkdir -p "$dir"
@@ -20,9 +21,11 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
   address = "$CTD_SOCK.debug"
 [metrics]
   address = ""
+${CTD_EXTRA_CONFIG:-}
 EOF
     containerd --config "$dir/config.toml" >"$dir/containerd.log" 2>&1 &
-    track_pid $!
+    CTD_PID=$!
+    track_pid "$CTD_PID"
     wait_for 30 ctr -a "$CTD_SOCK" version >/dev/null 2>&1 ||
         { tail -n 20 "$dir/containerd.log" >&2; fail "the private containerd did not come up"; }
 }

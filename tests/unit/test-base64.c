@@ -57,10 +57,39 @@ static void test_rows(void **state)
 	}
 }
 
+/* Encoding: each length modulo 3, bytes over 0x7f, and back. */
+static void test_encode(void **state)
+{
+	static const struct {
+		const char *in, *out;
+	} enc[] = {
+		{ "", "" },
+		{ "a", "YQ==" },
+		{ "ab", "YWI=" },
+		{ "abc", "YWJj" },
+		{ "127.0.0.1:5000/test/app:1", "MTI3LjAuMC4xOjUwMDAvdGVzdC9hcHA6MQ==" },
+		{ "\xff\xfe\xfd", "//79" },
+		{ "\xfb\xff", "+/8=" },
+	};
+	(void)state;
+	for (size_t i = 0; i < ARRAY_SIZE(enc); i++) {
+		char out[64];
+		unsigned char back[64];
+		size_t len = strlen(enc[i].in);
+
+		assert_int_equal(base64_encode((const unsigned char *)enc[i].in, len, out),
+				 BASE64_ENCODED_LEN(len));
+		assert_string_equal(out, enc[i].out);
+		assert_int_equal(base64_decode(out, strlen(out), true, back), len);
+		assert_memory_equal(back, enc[i].in, len);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rows),
+		cmocka_unit_test(test_encode),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

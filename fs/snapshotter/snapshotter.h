@@ -1,0 +1,28 @@
+/* containerd's snapshots service (containerd.services.snapshots.v1
+ * .Snapshots) served on a Unix socket, for containerd's proxy plugins
+ * (docs/containerd.md): an overlayfs snapshotter whose snapshots live in
+ * the store of snapstore.h.  Knows no FUSE. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct snapshotter;
+
+/* Opens the store in dir (absolute; made when missing) and serves
+ * listen_fd, bound to socket_path by the supervisor, or binds socket_path
+ * when listen_fd is -1 (see grpcserver_new for predecessors).  mountpoint (may be
+ * NULL) is pullfs's mount, whose layers/ gives the layers a Prepare names
+ * in its labels as remote snapshots; it is looked up only once served.  Nothing is served
+ * before snapshotter_start, so this may run before the daemon forks.
+ * Returns 0 and a snapshotter owned by the caller, or -errno with a
+ * one-line reason in errbuf. */
+int snapshotter_new(const char *socket_path, int listen_fd, bool predecessors, const char *dir,
+		    const char *mountpoint, struct snapshotter **ret, char *errbuf, size_t errlen);
+/* Serves from threads of its own.  Returns 0 or -errno. */
+int snapshotter_start(struct snapshotter *s);
+/* Stops serving, waiting for calls that run.  Accepts NULL. */
+void snapshotter_stop(struct snapshotter *s);
+/* Stops, removes the socket and frees; the store stays on disk.  Accepts
+ * NULL. */
+void snapshotter_free(struct snapshotter *s);
