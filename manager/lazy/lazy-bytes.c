@@ -83,8 +83,12 @@ static uint64_t spans_union(struct spans *sp)
 static bool packed_local(struct lazy_layer *l, const char *object)
 {
 	ssize_t i = l->slot_of ? toc_find_file(l->toc, object) : -1;
+	size_t n;
 
-	return i >= 0 && l->slot_of[i] != SIZE_MAX && lazy_pack_marked(l, l->slot_of[i]);
+	if (i < 0 || l->slot_of[i] == SIZE_MAX)
+		return false;
+	(void)toc_entry_chunks(l->toc, (size_t)i, &n);
+	return lazy_pack_marked(l, l->slot_of[i], n, NULL) == n;
 }
 
 /* The present chunks of the file with content object, from its state when

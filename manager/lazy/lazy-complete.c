@@ -144,7 +144,8 @@ static int stream_chunk(struct stream *s, struct pending *pd, const void *src)
 		return 0;
 	}
 	pthread_mutex_unlock(&f->lock);
-	if (pd->k == 0 && f->n > 1) {
+	/* (a packed file is never an object: no hash of it whole) */
+	if (pd->k == 0 && f->n > 1 && !f->packed) {
 		whole_hash_drop(wh);
 		wh->h = hasher_new();
 		wh->f = wh->h ? f : NULL;
@@ -365,8 +366,10 @@ static int plan_commit(struct lazy_layer *l, struct pending *p, size_t n)
 			if (lazy_file_hold(l, f) < 0)
 				continue; /* fetched again after a crash, that is all */
 			pthread_mutex_lock(&f->lock);
-			if (!f->complete && f->mapfd >= 0 &&
-			    pwrite(f->mapfd, "1", 1, (off_t)p[i].k) == 1)
+			if (!f->complete && f->packed)
+				(void)lazy_pack_mark(l, f->slot + p[i].k, 1);
+			else if (!f->complete && f->mapfd >= 0 &&
+				 pwrite(f->mapfd, "1", 1, (off_t)p[i].k) == 1)
 				atomic_store(&f->unflushed, false);
 			pthread_mutex_unlock(&f->lock);
 		}

@@ -1,11 +1,12 @@
 /* The pack of a lazy layer.  A full unpack appends the contents of the
  * small files to one pack (layer.h) rather than making a file of each;
  * a lazy layer does the same with the files of its table that are under
- * CACHE_OBJECT_MIN_SIZE bytes and come in one chunk whose digest is the
- * file's (the chunk checked is the file checked).  Each has a slot, in the
- * blob's order, and a place in "pack" after the ones before it; "pack.map"
- * has a byte per slot, '1' once the file's bytes are on stable storage
- * (written after them, as a chunk map is).  Making a file, its map, its
+ * CACHE_OBJECT_MIN_SIZE bytes and whose chunks each have a digest (each
+ * chunk is checked as it comes; the file's own digest names an object,
+ * which a packed file never becomes).  Each has, in the blob's order, a
+ * place in "pack" after the ones before it, and a slot per chunk in
+ * "pack.map", whose byte is '1' once the chunk's bytes are on stable
+ * storage (written after them, as a chunk map is).  Making a file, its map, its
  * rename and its entry in the content store cost more than its bytes: on
  * a layer of many small files, most of its completion.  Once the layer is
  * complete, its index names their places in the pack instead of their
@@ -36,9 +37,12 @@ static bool packable(const struct toc *toc, size_t i)
 	size_t n;
 	const struct toc_chunk *c = toc_entry_chunks(toc, i, &n);
 
-	return f->size > 0 && f->size < CACHE_OBJECT_MIN_SIZE && n == 1 && c[0].offset == 0 &&
-	       c[0].size == f->size && !strncmp(c[0].digest, "sha256:", 7) &&
-	       !strcmp(c[0].digest + 7, f->object);
+	if (f->size == 0 || f->size >= CACHE_OBJECT_MIN_SIZE || n == 0)
+		return false;
+	for (size_t k = 0; k < n; k++)
+		if (strncmp(c[k].digest, "sha256:", 7) != 0)
+			return false;
+	return true;
 }
 
 struct by_blob {
@@ -88,6 +92,7 @@ int lazy_pack_plan(struct lazy_layer *l)
 	struct strmap *held = NULL;
 	size_t n = 0;
 	uint64_t at = 0;
+	size_t slot = 0;
 
 	if (!l->src.packs || toc->n_files == 0)
 		return 0;
@@ -112,9 +117,13 @@ int lazy_pack_plan(struct lazy_layer *l)
 	/* in the blob's order, as a full unpack lays them out */
 	qsort(order, n, sizeof(*order), cmp_by_blob);
 	for (size_t j = 0; j < n; j++) {
-		l->slot_of[order[j].i] = j;
+		size_t k;
+
+		(void)toc_entry_chunks(toc, order[j].i, &k);
+		l->slot_of[order[j].i] = slot;
 		l->pack_off_of[order[j].i] = at;
 		at += toc->files[order[j].i].size;
+		slot += k;
 	}
 	l->n_packed = n;
 	l->pack_size = at;
@@ -156,11 +165,12 @@ int lazy_pack_open_locked(struct lazy_layer *l)
 	return 0;
 }
 
-bool lazy_pack_marked(struct lazy_layer *l, size_t slot)
+size_t lazy_pack_marked(struct lazy_layer *l, size_t slot, size_t n, uint8_t *state)
 {
 	_cleanup_close_ int own = -1;
+	char map[256];
+	size_t marked = 0;
 	int fd;
-	char c;
 
 	pthread_mutex_lock(&l->lock);
 	fd = l->pack_mapfd;
@@ -168,7 +178,35 @@ bool lazy_pack_marked(struct lazy_layer *l, size_t slot)
 	/* (the descriptor stays until the layer is freed) */
 	if (fd < 0)
 		fd = own = openat(l->dirfd, "pack.map", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	return fd >= 0 && pread(fd, &c, 1, (off_t)slot) == 1 && c == '1';
+	for (size_t k = 0; fd >= 0 && k < n;) {
+		ssize_t got = pread(fd, map, MIN(sizeof(map), n - k), (off_t)(slot + k));
+
+		if (got <= 0)
+			break;
+		for (ssize_t j = 0; j < got; j++, k++) {
+			if (map[j] != '1')
+				continue;
+			marked++;
+			if (state)
+				state[k] = CHUNK_PRESENT;
+		}
+	}
+	return marked;
+}
+
+int lazy_pack_mark(struct lazy_layer *l, size_t slot, size_t n)
+{
+	char ones[256];
+
+	memset(ones, '1', sizeof(ones));
+	for (size_t k = 0; k < n;) {
+		size_t len = MIN(sizeof(ones), n - k);
+
+		if (pwrite(l->pack_mapfd, ones, len, (off_t)(slot + k)) != (ssize_t)len)
+			return errno == ENOSPC ? -ENOSPC : -EIO;
+		k += len;
+	}
+	return 0;
 }
 
 int lazy_pack_index(struct lazy_layer *l, struct layer_index *li, size_t *ret_changed)

@@ -107,8 +107,8 @@ struct lazy_file {
 	bool complete;
 	/* both files' names are on stable storage */
 	atomic_bool named;
-	/* in the layer's pack, at pack_off, its byte of pack.map at slot
-	 * (fd and mapfd stay -1) */
+	/* in the layer's pack, at pack_off, the bytes of its chunks in
+	 * pack.map from slot on (fd and mapfd stay -1) */
 	bool packed;
 	size_t slot;
 	uint64_t pack_off;
@@ -166,7 +166,7 @@ struct lazy_layer {
 	/* by offset, made with the chain (the completion's thread only) */
 	struct lazy_member *members;
 	size_t n_members;
-	/* the pack (lazy-pack.c): the slot and place of toc->files[i]
+	/* the pack (lazy-pack.c): the first slot and place of toc->files[i]
 	 * (SIZE_MAX: not packed; NULL: a layer without a pack), set at
 	 * open; the descriptors of "pack" and "pack.map" (-1 until the
 	 * first packed file is used; lock) */
@@ -188,9 +188,13 @@ int lazy_pack_plan(struct lazy_layer *l);
 /* "pack" and "pack.map" open (made when missing, with the directory
  * flushed); l->lock held.  0 or -errno. */
 int lazy_pack_open_locked(struct lazy_layer *l);
-/* Whether the packed file in slot is written, from pack.map (false when
- * there is none yet). */
-bool lazy_pack_marked(struct lazy_layer *l, size_t slot);
+/* How many of the n chunks of a packed file, from slot on, are written,
+ * from pack.map (none when there is none yet); state (may be NULL) takes
+ * CHUNK_PRESENT for each of them. */
+size_t lazy_pack_marked(struct lazy_layer *l, size_t slot, size_t n, uint8_t *state);
+/* Marks n chunks from slot on as written (their bytes flushed before);
+ * the map open.  0 or -errno. */
+int lazy_pack_mark(struct lazy_layer *l, size_t slot, size_t n);
 /* The slot of toc->files[i], or SIZE_MAX. */
 size_t lazy_pack_slot(const struct lazy_layer *l, size_t i);
 /* The entries of li whose content is packed name their place in the pack

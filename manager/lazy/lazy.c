@@ -472,14 +472,17 @@ int lazy_file_get(struct lazy_layer *l, const char *object, struct lazy_file **r
 		f->packed = f->made = true;
 		atomic_store(&f->named, true);
 		f->pack_off = l->pack_off_of[i];
-		/* (the lock is the layer's: the map is read with the
-		 * descriptor it keeps) */
-		char c;
+		/* (under the layer's lock, which the map's reader takes:
+		 * its descriptor is open, read directly) */
+		for (size_t k = 0; k < f->n; k++) {
+			char c;
 
-		if (pread(l->pack_mapfd, &c, 1, (off_t)f->slot) == 1 && c == '1') {
-			f->complete = true;
-			f->state[0] = CHUNK_PRESENT;
+			if (pread(l->pack_mapfd, &c, 1, (off_t)(f->slot + k)) == 1 && c == '1')
+				f->state[k] = CHUNK_PRESENT;
 		}
+		f->complete = true;
+		for (size_t k = 0; k < f->n; k++)
+			f->complete = f->complete && f->state[k] == CHUNK_PRESENT;
 		goto put;
 	}
 	f->fd = cache_object_openat(l->dirfd, object);
@@ -655,7 +658,7 @@ int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const 
 	}
 	if (r < 0)
 		return r;
-	if (f->packed ? pwrite(l->pack_mapfd, "1", 1, (off_t)f->slot) != 1
+	if (f->packed ? pwrite(l->pack_mapfd, "1", 1, (off_t)(f->slot + k)) != 1
 		      : pwrite(f->mapfd, "1", 1, (off_t)k) != 1)
 		return errno == ENOSPC ? -ENOSPC : -EIO;
 	return 0;
@@ -716,16 +719,16 @@ static void file_published(struct lazy_layer *l, struct lazy_file *f)
 	lazy_changed(l);
 }
 
-/* A packed file is complete: its one chunk matched the file's digest;
- * what the completion wrote is flushed before its byte in the map.
+/* A packed file is complete: each chunk matched its digest as it came;
+ * what the completion wrote is flushed before its bytes in the map.
  * f->lock held. */
 static int finish_packed(struct lazy_layer *l, struct lazy_file *f)
 {
 	if (atomic_exchange(&f->unflushed, false)) {
 		int r = flush_data(l->pack_fd);
 
-		if (r == 0 && pwrite(l->pack_mapfd, "1", 1, (off_t)f->slot) != 1)
-			r = errno == ENOSPC ? -ENOSPC : -EIO;
+		if (r == 0)
+			r = lazy_pack_mark(l, f->slot, f->n);
 		if (r < 0) {
 			atomic_store(&f->unflushed, true);
 			return r;
@@ -810,8 +813,7 @@ void lazy_file_publish(struct lazy_layer *l, struct lazy_file *f, bool hashed)
 		all = f->state[k] == CHUNK_PRESENT;
 	if (f->packed) {
 		/* its bytes flushed by the caller's commit */
-		if (!f->complete && all && f->n > 0 &&
-		    pwrite(l->pack_mapfd, "1", 1, (off_t)f->slot) == 1) {
+		if (!f->complete && all && f->n > 0 && lazy_pack_mark(l, f->slot, f->n) == 0) {
 			atomic_store(&f->unflushed, false);
 			f->complete = true;
 			if (l->stats)

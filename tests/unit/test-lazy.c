@@ -840,6 +840,55 @@ static void test_many_files_packed(void **state)
 	many_files(*state, true);
 }
 
+/* A file of five chunks under 64 KiB, in a layer that packs: a chunk read
+ * is there after a restart; completed, the file is in the pack at its
+ * place, checked chunk by chunk, and no file of its own was made. */
+static void test_packed_restart_and_complete(void **state)
+{
+	struct fixture *f = *state;
+	static unsigned char buf[CHUNK * NCHUNKS];
+	struct layer_index *li;
+	struct lazy_layer *l;
+	unsigned before;
+	char path[256];
+	int fd;
+
+	f->packs = true;
+	make_layer(f, 96, f->blob2, true);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob2, NULL, &l), 0);
+	assert_int_equal(lazy_read(l, f->reg, f->object, CHUNK + 5, 10, buf), 10);
+	assert_memory_equal(buf, f->content + CHUNK + 5, 10);
+	lazy_layer_free(l);
+	before = fake_count(f->fake, "GET /v2/app/blobs/");
+	assert_int_equal(lazy_layer_open(f->cache, f->blob2, NULL, &l), 0);
+	assert_int_equal(lazy_read(l, f->reg, f->object, CHUNK + 100, 100, buf), 100);
+	assert_memory_equal(buf, f->content + CHUNK + 100, 100);
+	assert_int_equal(fake_count(f->fake, "GET /v2/app/blobs/"), before);
+	assert_int_equal(lazy_layer_complete(l, f->reg, NULL), 0);
+	assert_false(lazy_layer_toc_verified(l));
+	assert_int_equal(lazy_read(l, f->reg, f->object, 0, sizeof(buf), buf), sizeof(buf));
+	assert_memory_equal(buf, f->content, sizeof(buf));
+	lazy_layer_free(l);
+	assert_int_equal(names_like(f, f->blob2, "p."), 0);
+	assert_int_equal(names_like(f, f->blob2, "o."), 0);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob2, NULL, &l), -ENOENT);
+	assert_int_equal(cache_layer_read_index(f->cache, f->blob2, &li), 0);
+	for (size_t i = 0; i < li->n_entries; i++)
+		if (li->entries[i].type == LAYER_ENTRY_REG) {
+			assert_null(li->entries[i].object);
+			assert_int_equal(li->entries[i].data_off, 0);
+		}
+	assert_int_equal(li->data_size, sizeof(buf));
+	layer_index_free(li);
+	snprintf(path, sizeof(path), "%s/layers/%s/pack", f->dir, digest_hex(f->blob2));
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	memset(buf, 0, sizeof(buf));
+	assert_int_equal(pread(fd, buf, sizeof(buf), 0), sizeof(buf));
+	assert_memory_equal(buf, f->content, sizeof(buf));
+	close(fd);
+}
+
 /* The status's byte count of a lazy layer that no image holds loaded comes
  * from memory, not from parsing its TOC again: with the TOC gone from the
  * disk it is still right; a reader's fetch (a load) makes it fresh. */
@@ -1173,6 +1222,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_present_at_publishing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_private_not_at_publishing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_files_packed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_packed_restart_and_complete, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_files_few_descriptors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bytes_remembered, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_toc_one_request, setup, teardown),
