@@ -182,7 +182,7 @@ snap rm v1
 snap rm c1
 # containerd removes from its snapshotters in its garbage collection
 _gone() { [ ! -e "$1" ]; }
-wait_for 20 _gone "$upper" || fail "c1's folder is still there after rm"
+wait_for 60 _gone "$upper" || fail "c1's folder is still there after rm"
 out=$(c run --rm --snapshotter pullfs "$REGISTRY/test/busybox:1" reader2 cat /etc/passwd 2>&1) ||
     fail "ctr run after the restart failed: $out"
 assert_eq "$want" "$out" "a file read by a container after the restart"
@@ -239,6 +239,13 @@ timeout 120 ctr-remote -a "$CTD_SOCK" -n "$NS" images rpull --plain-http --snaps
 out=$(c run --rm --snapshotter pullfs "$REGISTRY/test/busybox:1" reader3 cat /etc/passwd 2>&1) ||
     fail "ctr run on a remote snapshot failed: $out"
 assert_eq "$want" "$out" "a file read by a container over a remote snapshot"
+# the image remote snapshots stand on is in use: rm refuses it (and GC
+# keeps it, by the same mark)
+if "$PULLFSCTL" -m "$MNT" rm "$REGISTRY/test/busybox:1" >"$WORK/rm.out" 2>&1; then
+    fail "rm of an image remote snapshots stand on: $(cat "$WORK/rm.out")"
+fi
+grep -q "in use by containerd's snapshots" "$WORK/rm.out" || fail "rm said: $(cat "$WORK/rm.out")"
+ls "$MNT/images/$REGISTRY/test/busybox:1/etc" >/dev/null || fail "busybox after the refused rm"
 
 # ---- a container running over pullfs's layers through a kill -9: it
 # reads its image's files in a loop and writes how many times to a file
