@@ -42,11 +42,12 @@ struct candidate {
 	bool in_flight;	 /* being pulled */
 	bool completing; /* lazy layers being completed in the background */
 	bool pinned;
-	bool removed;	/* by this run */
-	uint64_t freed; /* bytes its removal freed */
-	uid_t owner;	/* the user its name is charged to; 0: root */
-	uint32_t key;	/* of its loaded image; 0: none loaded */
-	bool stored;	/* a user's name with a file in the cache */
+	bool used_outside; /* manager_set_in_use() */
+	bool removed;	   /* by this run */
+	uint64_t freed;	   /* bytes its removal freed */
+	uid_t owner;	   /* the user its name is charged to; 0: root */
+	uint32_t key;	   /* of its loaded image; 0: none loaded */
+	bool stored;	   /* a user's name with a file in the cache */
 	struct quota_blob *blobs;
 	size_t n_blobs;
 };
@@ -101,6 +102,7 @@ static int collect_one(void *userdata, const char *key, void *value)
 	c->in_flight = strmap_get(ctx->m->flights, rs->reference) != NULL;
 	c->completing = img && image_completing(img);
 	c->pinned = pinned(ctx->m, rs->reference);
+	c->used_outside = ctx->m->in_use && ctx->m->in_use(ctx->m->in_use_userdata, rs->reference);
 	c->owner = rs->ephemeral ? rs->uid : 0;
 	c->key = img ? image_key(img) : 0;
 	c->stored = rs->user_stored;
@@ -157,7 +159,8 @@ static struct quota_image *quota_view(const struct candidate *c, size_t n)
 			.last_used_ms = c[i].last_used_ms,
 			.blobs = c[i].blobs,
 			.n_blobs = c[i].n_blobs,
-			.keep = c[i].pinned || c[i].in_flight || c[i].completing || c[i].open_files,
+			.keep = c[i].pinned || c[i].used_outside || c[i].in_flight ||
+				c[i].completing || c[i].open_files,
 			.index = i,
 		};
 	strmap_free(root);
@@ -562,6 +565,15 @@ static json_t *answer(json_t *removed, uint64_t freed, const struct budget *b)
 			 (json_int_t)b->budget);
 }
 
+void manager_set_in_use(struct manager *m, bool (*in_use)(void *userdata, const char *reference),
+			void *userdata)
+{
+	pthread_mutex_lock(&m->lock);
+	m->in_use = in_use;
+	m->in_use_userdata = userdata;
+	pthread_mutex_unlock(&m->lock);
+}
+
 void manager_set_gc_prepare(struct manager *m, void (*fn)(void *userdata), void *userdata)
 {
 	pthread_mutex_lock(&m->lock);
@@ -783,8 +795,8 @@ static int run_gc(struct manager *m, uint64_t to_bytes, bool manual, json_t **re
 		uint64_t before = b.usage, got;
 
 		/* (a lazy image still completing is still being pulled) */
-		if (c[i].pinned || c[i].in_flight || c[i].completing || c[i].open_files ||
-		    now - c[i].pulled_at < (int64_t)min_age)
+		if (c[i].pinned || c[i].used_outside || c[i].in_flight || c[i].completing ||
+		    c[i].open_files || now - c[i].pulled_at < (int64_t)min_age)
 			continue;
 		if (remove_reference(m, c[i].reference) < 0)
 			continue;
@@ -893,6 +905,10 @@ int manager_remove(struct manager *m, const char *const *references, size_t n, j
 					     canon[i], c[j].open_files);
 		} else if (c[j].in_flight) {
 			r = error_detail_set(err, -EBUSY, "image \"%s\" is being pulled", canon[i]);
+		} else if (c[j].used_outside) {
+			r = error_detail_set(err, -EBUSY,
+					     "image \"%s\" is in use by containerd's snapshots",
+					     canon[i]);
 		}
 	}
 	if (r < 0)

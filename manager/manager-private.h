@@ -215,6 +215,9 @@ struct manager {
 	/* manager_set_gc_prepare(); lock */
 	void (*gc_prepare)(void *userdata);
 	void *gc_prepare_userdata;
+	/* manager_set_in_use(); lock */
+	bool (*in_use)(void *userdata, const char *reference);
+	void *in_use_userdata;
 	/* manager_set_images_entered(); lock */
 	int (*images_entered)(void *userdata, uint32_t **ret_keys, size_t *ret_n);
 	void *images_entered_userdata;

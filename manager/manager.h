@@ -300,6 +300,13 @@ void manager_set_names_changed(struct manager *m, manager_names_changed_fn *fn,
  * images it counts as in use only because it cannot tell (fs/takeover.c).
  * It may block (it asks the kernel).  Set NULL before userdata goes. */
 void manager_set_gc_prepare(struct manager *m, void (*fn)(void *userdata), void *userdata);
+/* in_use (NULL: none) says whether a cached reference (canonical) is in
+ * use outside the filesystem (containerd's snapshots stand on its layers):
+ * GC keeps such an image and rm refuses it (EBUSY).  Called with the
+ * manager's lock held: it must take no lock a caller of the manager may
+ * hold.  Set NULL before userdata goes. */
+void manager_set_in_use(struct manager *m, bool (*in_use)(void *userdata, const char *reference),
+			void *userdata);
 /* fn (NULL: none) gives the keys of the images some process has its
  * working directory or its root in (an array for the caller to free, and
  * its length; 0 or -errno): GC keeps what such an image is made from even

@@ -265,6 +265,9 @@ int main(int argc, char **argv)
 			goto done;
 		}
 		s.fo.snapshotter = snap;
+		/* GC keeps, and rm refuses, the images remote snapshots
+		 * stand on */
+		manager_set_in_use(m, snapshotter_in_use, snap);
 	}
 	r = fs_new(m, &s.fo, &fs);
 	if (r < 0) {
@@ -287,6 +290,8 @@ out:
 done:
 	fuse_opt_free_args(&args);
 	control_free(ctl);
+	if (m)
+		manager_set_in_use(m, NULL, NULL);
 	snapshotter_free(snap);
 	fs_free(fs);
 	manager_free(m);

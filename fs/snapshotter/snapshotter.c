@@ -6,6 +6,7 @@
 #include "snapshotter.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +17,11 @@
 #include "errname.h"
 #include "grpcserver.h"
 #include "macro.h"
+#include "reference.h"
 #include "snapfilter.h"
 #include "snapshots.pb-c.h"
 #include "snapstore.h"
+#include "strmap.h"
 
 /* Snapshots per message of List's stream. */
 #define LIST_BATCH 100
@@ -27,7 +30,74 @@ struct snapshotter {
 	char *layers_dir; /* MOUNT/layers; NULL: no remote snapshots */
 	struct snapstore *store;
 	struct grpcserver *server;
+	/* the images remote snapshots stand on, canonical references as
+	 * keys (snapshotter_in_use); refs_lock, which nothing holds while
+	 * it takes another */
+	pthread_mutex_t refs_lock;
+	struct strmap *refs;
 };
+
+/* A remote snapshot's directory, layers_dir/<base64 of the reference>/
+ * <digest>/diff: the image's canonical reference goes into the map. */
+static int note_ref(void *userdata, const char *path)
+{
+	void **ctx = userdata;
+	const struct snapshotter *s = ctx[0];
+	struct strmap *m = ctx[1];
+	size_t n = strlen(s->layers_dir), len;
+	const char *b64 = path + n + 1, *end;
+	_cleanup_free_ unsigned char *text = NULL;
+	_cleanup_free_ char *canon = NULL;
+	struct reference *ref = NULL;
+	ssize_t got;
+
+	if (strncmp(path, s->layers_dir, n) != 0 || path[n] != '/' || !(end = strchr(b64, '/')))
+		return 0;
+	len = (size_t)(end - b64);
+	text = malloc(BASE64_DECODED_MAX(len) + 1);
+	if (!text)
+		return -ENOMEM;
+	got = base64_decode(b64, len, true, text);
+	if (got <= 0)
+		return 0;
+	text[got] = '\0';
+	if (reference_parse((const char *)text, REFERENCE_DEFAULT_TAG, &ref) < 0)
+		return 0;
+	canon = reference_to_string(ref);
+	reference_free(ref);
+	return canon ? strmap_put(m, canon, (void *)1) : -ENOMEM;
+}
+
+/* The map of the images remote snapshots stand on, made again from the
+ * store (a failure keeps the one there: GC then keeps as before). */
+static void refs_refresh(struct snapshotter *s)
+{
+	struct strmap *m = s->layers_dir ? strmap_new() : NULL;
+	void *ctx[2] = { s, m };
+
+	if (!m || snapstore_walk_remote(s->store, note_ref, ctx) < 0) {
+		strmap_free(m);
+		return;
+	}
+	struct strmap *old;
+
+	pthread_mutex_lock(&s->refs_lock);
+	old = s->refs;
+	s->refs = m;
+	pthread_mutex_unlock(&s->refs_lock);
+	strmap_free(old);
+}
+
+bool snapshotter_in_use(void *userdata, const char *reference)
+{
+	struct snapshotter *s = userdata;
+	bool used;
+
+	pthread_mutex_lock(&s->refs_lock);
+	used = s->refs && strmap_get(s->refs, reference);
+	pthread_mutex_unlock(&s->refs_lock);
+	return used;
+}
 
 static int code_of(int r)
 {
@@ -199,6 +269,7 @@ static int try_remote(struct snapshotter *s, const char *parent, const json_t *l
 	r = snapstore_add_remote(s->store, target, parent, labels, path, NULL, 0);
 	if (r < 0 && r != -EEXIST)
 		return 0;
+	refs_refresh(s);
 	return errbuf_fail(-EEXIST, e->text, sizeof(e->text),
 			   "target snapshot \"%s\": layer %s of %s is pullfs's", target, digest,
 			   ref);
@@ -290,7 +361,11 @@ static int do_remove(struct snapshotter *s, const void *msg, struct grpc_reply *
 	const Containerd__Services__Snapshots__V1__RemoveSnapshotRequest *req = msg;
 	int r = snapstore_check_name("key", req->key, e->text, sizeof(e->text));
 
-	return r < 0 ? r : snapstore_remove(s->store, req->key, e->text, sizeof(e->text));
+	if (r == 0)
+		r = snapstore_remove(s->store, req->key, e->text, sizeof(e->text));
+	if (r == 0)
+		refs_refresh(s);
+	return r;
 }
 
 /* An Info message of info; strings and labels point into info, the
@@ -572,11 +647,15 @@ int snapshotter_new(const char *socket_path, int listen_fd, bool predecessors, c
 
 	if (!s)
 		return -ENOMEM;
+	pthread_mutex_init(&s->refs_lock, NULL);
 	if (mountpoint && asprintf(&s->layers_dir, "%s/layers", mountpoint) < 0) {
+		pthread_mutex_destroy(&s->refs_lock);
 		free(s);
 		return -ENOMEM;
 	}
 	r = snapstore_open(dir, &s->store, errbuf, errlen);
+	if (r == 0)
+		refs_refresh(s);
 	if (r == 0)
 		r = grpcserver_new(socket_path, listen_fd, predecessors, methods,
 				   ARRAY_SIZE(methods), s, &s->server, errbuf, errlen);
@@ -605,6 +684,8 @@ void snapshotter_free(struct snapshotter *s)
 		return;
 	grpcserver_free(s->server);
 	snapstore_free(s->store);
+	strmap_free(s->refs);
+	pthread_mutex_destroy(&s->refs_lock);
 	free(s->layers_dir);
 	free(s);
 }

@@ -23,6 +23,9 @@ int snapshotter_new(const char *socket_path, int listen_fd, bool predecessors, c
 int snapshotter_start(struct snapshotter *s);
 /* Stops serving, waiting for calls that run.  Accepts NULL. */
 void snapshotter_stop(struct snapshotter *s);
+/* Whether the image reference (canonical) is one that remote snapshots
+ * stand on: for manager_set_in_use(), userdata the snapshotter. */
+bool snapshotter_in_use(void *userdata, const char *reference);
 /* Stops, removes the socket and frees; the store stays on disk.  Accepts
  * NULL. */
 void snapshotter_free(struct snapshotter *s);

@@ -1173,6 +1173,19 @@ int snapstore_walk(struct snapstore *s, int (*fn)(void *userdata, const struct s
 	return r;
 }
 
+int snapstore_walk_remote(struct snapstore *s, int (*fn)(void *userdata, const char *path),
+			  void *userdata)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < s->n && r == 0; i++)
+		if (s->v[i].remote)
+			r = fn(userdata, s->v[i].remote);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
 int snapstore_usage(struct snapstore *s, const char *key, int64_t *ret_size, int64_t *ret_inodes,
 		    char *errbuf, size_t errlen)
 {

@@ -116,6 +116,11 @@ int snapstore_update(struct snapstore *s, const struct snap_info *info, char *co
  * value. */
 int snapstore_walk(struct snapstore *s, int (*fn)(void *userdata, const struct snap_info *info),
 		   void *userdata);
+/* Calls fn with the directory of every remote snapshot (the path
+ * snapstore_add_remote recorded), with the lock held (fn must not call
+ * the store); stops at and returns fn's first nonzero value. */
+int snapstore_walk_remote(struct snapstore *s, int (*fn)(void *userdata, const char *path),
+			  void *userdata);
 /* Bytes and inodes a snapshot uses on local disk: measured now for an
  * active one, as at its commit for a committed one, 0 for a view.
  * -ENOENT. */
