@@ -740,11 +740,32 @@ static int new_snap(struct snapstore *s, const char *key, const char *parent, co
 	return 0;
 }
 
+/* A new snapshot whose directories were made (r 0; else r, the reason in
+ * errbuf already) goes into the store and its metadata on disk; when
+ * either fails, its directories go and it is freed.  Lock held. */
+static int record(struct snapstore *s, struct snap *sn, int r, char *errbuf, size_t errlen)
+{
+	char dir[32];
+
+	if (r == 0) {
+		s->v[s->n++] = *sn;
+		r = save(s);
+		if (r == 0)
+			return 0;
+		s->n--;
+		errbuf_fail(r, errbuf, errlen, "cannot write the snapshots' metadata: %s",
+			    strerror(-r));
+	}
+	snprintf(dir, sizeof(dir), "%" PRIu64, sn->id);
+	remove_tree(s->snaps_fd, dir);
+	snap_done(sn);
+	return r;
+}
+
 int snapstore_add_remote(struct snapstore *s, const char *name, const char *parent,
 			 const json_t *labels, const char *path, char *errbuf, size_t errlen)
 {
 	struct snap sn = { .info.kind = SNAP_COMMITTED };
-	char dir[32];
 	int r;
 
 	if (path[0] != '/')
@@ -760,21 +781,10 @@ int snapstore_add_remote(struct snapstore *s, const char *name, const char *pare
 		goto out;
 	}
 	r = make_link(s, sn.id, path);
-	if (r < 0) {
+	if (r < 0)
 		errbuf_fail(r, errbuf, errlen, "cannot make the folder of snapshot \"%s\": %s",
 			    name, strerror(-r));
-		goto fail;
-	}
-	s->v[s->n++] = sn;
-	r = save(s);
-	if (r == 0)
-		goto out;
-	s->n--;
-	errbuf_fail(r, errbuf, errlen, "cannot write the snapshots' metadata: %s", strerror(-r));
-fail:
-	snprintf(dir, sizeof(dir), "%" PRIu64, sn.id);
-	remove_tree(s->snaps_fd, dir);
-	snap_done(&sn);
+	r = record(s, &sn, r, errbuf, errlen);
 out:
 	pthread_mutex_unlock(&s->lock);
 	return r;
@@ -786,7 +796,6 @@ int snapstore_prepare(struct snapstore *s, enum snap_kind kind, const char *key,
 {
 	struct snap sn = { .info.kind = kind };
 	struct snap *p = NULL;
-	char name[32];
 	int r;
 
 	if (kind != SNAP_ACTIVE && kind != SNAP_VIEW)
@@ -797,26 +806,14 @@ int snapstore_prepare(struct snapstore *s, enum snap_kind kind, const char *key,
 		goto out;
 	p = parent[0] ? find(s, parent) : NULL;
 	r = make_dirs(s, sn.id, kind, p);
-	if (r < 0) {
+	if (r < 0)
 		errbuf_fail(r, errbuf, errlen, "cannot make the directories of snapshot \"%s\": %s",
 			    key, strerror(-r));
-		goto fail;
-	}
-	fault_point("snap-dirs");
-	s->v[s->n++] = sn;
-	r = save(s);
-	if (r < 0) {
-		s->n--;
-		errbuf_fail(r, errbuf, errlen, "cannot write the snapshots' metadata: %s",
-			    strerror(-r));
-		goto fail;
-	}
-	r = make_mount(s, &s->v[s->n - 1], ret_mount);
-	goto out;
-fail:
-	snprintf(name, sizeof(name), "%" PRIu64, sn.id);
-	remove_tree(s->snaps_fd, name);
-	snap_done(&sn);
+	else
+		fault_point("snap-dirs");
+	r = record(s, &sn, r, errbuf, errlen);
+	if (r == 0)
+		r = make_mount(s, &s->v[s->n - 1], ret_mount);
 out:
 	pthread_mutex_unlock(&s->lock);
 	return r;
