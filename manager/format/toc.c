@@ -19,10 +19,14 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "config.h"
 #include "errname.h"
 #include "macro.h"
 #include "toc-private.h"
 #include "units.h"
+#if HAVE_ISAL
+#include <isa-l/igzip_lib.h>
+#endif
 
 #define ESTARGZ_FOOTER 51u
 #define ESTARGZ_FOOTER_LEGACY 47u
@@ -567,6 +571,58 @@ static int chunk_out_took(struct chunk_out *o, size_t n)
 	return r;
 }
 
+#if HAVE_ISAL
+/* ISA-L counts in uint32_t: feed a large buffer in steps. */
+static void isal_feed(struct inflate_state *st, const unsigned char **in, size_t *left)
+{
+	if (st->avail_in == 0 && *left > 0) {
+		uint32_t n = (uint32_t)MIN(*left, (size_t)UINT32_MAX);
+
+		st->next_in = (uint8_t *)*in;
+		st->avail_in = n;
+		*in += n;
+		*left -= n;
+	}
+}
+
+/* A chunk is most of a lazy layer's CPU: igzip inflates it about four
+ * times faster than zlib.  The trailer is never reached when the member
+ * goes on past the chunk; the chunk's digest is what vouches for it. */
+static int gzip_chunk(const struct toc_chunk *c, const unsigned char *src, size_t src_len,
+		      struct chunk_out *o, char *errbuf, size_t errlen)
+{
+	_cleanup_free_ struct inflate_state *st = malloc(sizeof(*st));
+	unsigned char scratch[16 << 10];
+	int r, ir = ISAL_DECOMP_OK;
+
+	if (!st)
+		return -ENOMEM;
+	isal_inflate_init(st);
+	st->crc_flag = ISAL_GZIP;
+	while (o->skip > 0 || o->want > 0) {
+		uint32_t out_before, in_before;
+		size_t len;
+
+		st->next_out = chunk_out_buf(o, scratch, sizeof(scratch), &len);
+		st->avail_out = (uint32_t)MIN(len, (size_t)UINT32_MAX);
+		isal_feed(st, &src, &src_len);
+		out_before = st->avail_out;
+		in_before = st->avail_in;
+		ir = isal_inflate(st);
+		r = chunk_out_took(o, out_before - st->avail_out);
+		if (r < 0)
+			return r;
+		if (ir < 0 || st->block_state == ISAL_BLOCK_FINISH)
+			break;
+		if (out_before == st->avail_out && in_before == st->avail_in && src_len == 0)
+			break; /* the input ran out */
+	}
+	if (o->skip > 0 || o->want > 0)
+		return layer_fail(errbuf, errlen, "toc: gzip chunk at %" PRIu64 " %s",
+				  c->blob_offset, ir >= 0 ? "ends early" : "is corrupt");
+	return 0;
+}
+#else
 static int gzip_chunk(const struct toc_chunk *c, const unsigned char *src, size_t src_len,
 		      struct chunk_out *o, char *errbuf, size_t errlen)
 {
@@ -603,6 +659,7 @@ static int gzip_chunk(const struct toc_chunk *c, const unsigned char *src, size_
 									      : "is corrupt");
 	return 0;
 }
+#endif
 
 static void zstd_dctx_freep(ZSTD_DCtx **d)
 {
