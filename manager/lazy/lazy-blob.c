@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bytepipe.h"
 #include "digest.h"
 #include "errdetail.h"
 #include "fileio.h"
@@ -241,6 +242,12 @@ static int members_make(struct lazy_layer *l)
 	return 0;
 }
 
+/* Bytes of the blob between pieces of a pipe: enough to ride out a
+ * request's bursts while the worker hashes. */
+#define CHAIN_PIPE_BYTES ((size_t)4 << 20)
+
+static void chain_work(void *userdata, const void *buf, size_t len);
+
 int lazy_chain_start(struct lazy_layer *l)
 {
 	struct lazy_chain *c = &l->chain;
@@ -251,38 +258,47 @@ int lazy_chain_start(struct lazy_layer *l)
 		return -ENOMEM;
 	if (members_make(l) < 0 || tarhdr_new(l->src.tl.format, &c->hdrs) < 0)
 		c->hdrs = NULL; /* the index keeps the table's times */
+	if (bytepipe_new(CHAIN_PIPE_BYTES, chain_work, l, &c->pipe) < 0)
+		c->pipe = NULL; /* the feeding thread does the work */
 	return 0;
+}
+
+void lazy_chain_settle(struct lazy_chain *c)
+{
+	if (c->pipe)
+		bytepipe_settle(c->pipe);
 }
 
 void lazy_chain_drop(struct lazy_chain *c)
 {
+	bytepipe_free(c->pipe);
 	hasher_free(c->hasher);
 	tarhdr_free(c->hdrs);
 	*c = (struct lazy_chain){ 0 };
 }
 
-/* The bytes d of the blob at c->pos that fall where the table of contents
- * is, compared with the table the layer was built from. */
+/* The bytes d of the blob at c->worked that fall where the table of
+ * contents is, compared with the table the layer was built from. */
 static void chain_toc(struct lazy_layer *l, struct lazy_chain *c, const unsigned char *d,
 		      size_t len)
 {
 	const struct toc_range *w = &l->src.where;
-	uint64_t a = MAX(c->pos, w->offset), b = MIN(c->pos + len, w->offset + w->length);
+	uint64_t a = MAX(c->worked, w->offset), b = MIN(c->worked + len, w->offset + w->length);
 
 	if (a >= b)
 		return;
 	if (l->toclen != w->length ||
-	    memcmp(d + (a - c->pos), l->tocbuf + (a - w->offset), (size_t)(b - a)) != 0)
+	    memcmp(d + (a - c->worked), l->tocbuf + (a - w->offset), (size_t)(b - a)) != 0)
 		c->toc_differs = true;
 	c->toc_seen += b - a;
 }
 
-/* The tar header walk of the bytes d at c->pos: members of content only
- * are passed over. */
+/* The tar header walk of the bytes d at c->worked: members of content
+ * only are passed over. */
 static void chain_walk(struct lazy_layer *l, struct lazy_chain *c, const unsigned char *d,
 		       size_t len)
 {
-	uint64_t at = c->pos;
+	uint64_t at = c->worked;
 
 	while (len > 0) {
 		const struct lazy_member *m;
@@ -312,6 +328,20 @@ static void chain_walk(struct lazy_layer *l, struct lazy_chain *c, const unsigne
 	}
 }
 
+/* The next len bytes of the blob, at c->worked, through the hash, the
+ * table's comparison and the header walk. */
+static void chain_work(void *userdata, const void *buf, size_t len)
+{
+	struct lazy_layer *l = userdata;
+	struct lazy_chain *c = &l->chain;
+
+	hasher_update(c->hasher, buf, len);
+	chain_toc(l, c, buf, len);
+	if (c->hdrs)
+		chain_walk(l, c, buf, len);
+	c->worked += len;
+}
+
 bool lazy_chain_feed(struct lazy_layer *l, struct lazy_chain *c, uint64_t off, const void *buf,
 		     size_t len)
 {
@@ -325,10 +355,10 @@ bool lazy_chain_feed(struct lazy_layer *l, struct lazy_chain *c, uint64_t off, c
 	skip = (size_t)(c->pos - off);
 	d += skip;
 	len -= skip;
-	hasher_update(c->hasher, d, len);
-	chain_toc(l, c, d, len);
-	if (c->hdrs)
-		chain_walk(l, c, d, len);
+	if (c->pipe)
+		bytepipe_put(c->pipe, d, len);
+	else
+		chain_work(l, d, len);
 	c->pos += len;
 	return true;
 }
@@ -482,6 +512,7 @@ int lazy_blob_prove(struct lazy_layer *l, struct registry *reg, const atomic_boo
 		lazy_chain_drop(c);
 		return 0;
 	}
+	lazy_chain_settle(c);
 	hasher_final(c->hasher, got);
 	r = !strcmp(got, l->blob_digest) && !c->toc_differs;
 	if (r)

@@ -525,6 +525,7 @@ static int chain_end(struct plan *pl, struct lazy_chain *c, bool *ret_proven)
 	char got[DIGEST_STRING_MAX];
 	int r = 0;
 
+	lazy_chain_settle(c);
 	hasher_final(c->hasher, got);
 	if (strcmp(got, l->blob_digest) != 0) {
 		/* not the digest's: a transfer gone wrong, maybe a reader's

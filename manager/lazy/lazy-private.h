@@ -48,6 +48,14 @@ struct lazy_chain {
 	 * at */
 	uint64_t walk_past;
 	size_t member;
+	/* The hash, the table's comparison and the header walk take the
+	 * bytes on a thread of their own when one could be started (NULL:
+	 * on the feeding thread): the fields above but pos, suspended and
+	 * hasher (set before it starts) are that thread's until
+	 * lazy_chain_settle().  worked: the offset in the blob of the next
+	 * byte it takes, behind pos while the pipe holds bytes. */
+	struct bytepipe *pipe;
+	uint64_t worked;
 };
 
 /* A gzip member (zstd frames) of the blob that the table says holds a
@@ -235,6 +243,9 @@ void lazy_blob_keep(struct lazy_layer *l, uint64_t off, const void *buf, size_t 
 int lazy_chain_start(struct lazy_layer *l);
 /* Ends the chain; it can be started again. */
 void lazy_chain_drop(struct lazy_chain *c);
+/* Returns once the chain's worker took every byte fed: its hash, table
+ * comparison and headers are then the caller's to read. */
+void lazy_chain_settle(struct lazy_chain *c);
 /* Feeds the chain the bytes of the blob at [off, off + len) it has not
  * had.  false, feeding nothing, when they begin past its position. */
 bool lazy_chain_feed(struct lazy_layer *l, struct lazy_chain *c, uint64_t off, const void *buf,
