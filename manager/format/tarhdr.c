@@ -11,10 +11,14 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "config.h"
 #include "layer-private.h"
 #include "macro.h"
 #include "strmap.h"
 #include "tarhdr.h"
+#if HAVE_ISAL
+#include <isa-l/igzip_lib.h>
+#endif
 
 #define BLOCK 512
 /* A pax extended header or GNU long name: more than this and the entry
@@ -23,7 +27,11 @@
 
 struct tarhdr {
 	enum toc_format format;
+#if HAVE_ISAL
+	struct inflate_state *st;
+#else
 	z_stream *z;
+#endif
 	bool in_member; /* gzip: inside a member */
 	ZSTD_DCtx *zd;
 	bool in_frame; /* zstd: inside a frame */
@@ -58,6 +66,11 @@ int tarhdr_new(enum toc_format f, struct tarhdr **ret)
 	w->format = f;
 	switch (f) {
 	case TOC_ESTARGZ:
+#if HAVE_ISAL
+		w->st = malloc(sizeof(*w->st));
+		if (!w->st)
+			return -ENOMEM;
+#else
 		w->z = calloc(1, sizeof(*w->z));
 		if (!w->z)
 			return -ENOMEM;
@@ -65,6 +78,7 @@ int tarhdr_new(enum toc_format f, struct tarhdr **ret)
 			free(w->z);
 			return -ENOMEM;
 		}
+#endif
 		break;
 	case TOC_ZSTD_CHUNKED:
 		w->zd = ZSTD_createDCtx();
@@ -91,10 +105,14 @@ void tarhdr_free(struct tarhdr *w)
 {
 	if (!w)
 		return;
+#if HAVE_ISAL
+	free(w->st);
+#else
 	if (w->z) {
 		inflateEnd(w->z);
 		free(w->z);
 	}
+#endif
 	ZSTD_freeDCtx(w->zd);
 	free(w->ext);
 	ext_reset(w);
@@ -489,6 +507,46 @@ int tarhdr_skip_content(struct tarhdr *w, uint64_t size)
 
 /* ---- the compressed stream -------------------------------------------- */
 
+#if HAVE_ISAL
+/* Each member's header, CRC and length are checked (igzip, as the full
+ * pull inflates). */
+static int feed_gzip(struct tarhdr *w, const unsigned char *p, size_t len)
+{
+	struct inflate_state *st = w->st;
+	unsigned char out[32 << 10];
+	bool more = false; /* output may be waiting in the inflater */
+	int r;
+
+	while (len > 0 || more) {
+		size_t got, took;
+
+		if (!w->in_member) {
+			isal_inflate_reset(st);
+			st->crc_flag = ISAL_GZIP;
+			w->in_member = true;
+		}
+		st->next_in = (uint8_t *)p;
+		st->avail_in = (uint32_t)MIN(len, (size_t)UINT32_MAX);
+		st->next_out = out;
+		st->avail_out = sizeof(out);
+		if (isal_inflate(st) < 0)
+			return fail(w);
+		took = (size_t)(st->next_in - p);
+		len -= took;
+		p = st->next_in;
+		got = sizeof(out) - st->avail_out;
+		if (st->block_state == ISAL_BLOCK_FINISH)
+			w->in_member = false;
+		more = w->in_member && got == sizeof(out);
+		r = tarhdr_feed_tar(w, out, got);
+		if (r < 0)
+			return r;
+		if (got == 0 && took == 0 && w->in_member)
+			return len > 0 ? fail(w) : 0; /* (no progress: never with input) */
+	}
+	return 0;
+}
+#else
 static int feed_gzip(struct tarhdr *w, const unsigned char *p, size_t len)
 {
 	unsigned char out[32 << 10];
@@ -525,6 +583,7 @@ static int feed_gzip(struct tarhdr *w, const unsigned char *p, size_t len)
 	}
 	return 0;
 }
+#endif
 
 static int feed_zstd(struct tarhdr *w, const unsigned char *p, size_t len)
 {
