@@ -495,9 +495,10 @@ static uint64_t next_wanted(struct lazy_layer *l, struct pending *p, size_t n, s
 }
 
 /* Takes the live chain c through what readers kept ahead of it, and
- * through the small gaps between kept ranges before want (where the next
- * chunk a request brings begins) that hold no chunk (a chunk there is
- * local, and not fetched twice): a request each, for the chain only. */
+ * through the gaps between kept ranges before want (where the next chunk
+ * a request brings begins) that hold no chunk (tar headers, entries
+ * without content: bytes nothing else asks for; a chunk there is local,
+ * and not fetched twice): a request each, for the chain only. */
 static int chain_advance(struct plan *pl, struct lazy_chain *c, uint64_t want)
 {
 	for (;;) {
@@ -508,13 +509,27 @@ static int chain_advance(struct plan *pl, struct lazy_chain *c, uint64_t want)
 		if (r < 0)
 			return r;
 		next = lazy_blob_next_kept(pl->l, c->pos);
-		if (next >= want || next - c->pos > PLAN_GAP_MAX ||
-		    lazy_blob_holds_chunk(pl->l, c->pos, next))
+		if (next >= want || lazy_blob_holds_chunk(pl->l, c->pos, next))
 			return 0;
 		r = plan_request(pl, &claim, NULL, 0, c->pos, next, c);
 		if (r < 0)
 			return r;
 	}
+}
+
+/* Waits while readers fetch chunks (whose bytes they keep once they
+ * land): true when there were some. */
+static bool readers_landed(struct plan *pl)
+{
+	struct lazy_layer *l = pl->l;
+	bool waited = false;
+
+	while (l->stats && atomic_load(&l->stats->foreground) > 0 &&
+	       !stop_asked(l, pl->cancel)) {
+		waited = true;
+		usleep(2000);
+	}
+	return waited;
 }
 
 /* The chain c is at the blob's end: the layer is proven when the blob
@@ -597,17 +612,30 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 				break;
 		}
 		claimed = plan_claim(p, n, &i, &claim, &start, &end, &first);
+		/* chunks between the chain and the request, which readers
+		 * may be fetching: their bytes, kept once they land, take
+		 * the chain on */
+		if (chain && claimed && start > chain->pos && start - chain->pos > PLAN_GAP_MAX &&
+		    lazy_blob_holds_chunk(l, chain->pos, start) && readers_landed(&pl)) {
+			r = chain_advance(&pl, chain, start);
+			if (r < 0) {
+				plan_release(p + first, i - first, &claim);
+				break;
+			}
+		}
 		if (chain) {
 			/* The chain goes on only through bytes asked for in
 			 * order: what lies between holds no chunk a request
-			 * wants, and is fetched along when small; so is the
-			 * blob's tail when small enough for its digest. */
+			 * wants, and is fetched along when small or when it
+			 * holds no chunk at all; so is the blob's tail when
+			 * small enough for its digest. */
 			uint64_t tail = size - (claimed ? MAX(end, chain->pos) : chain->pos);
 			bool tail_ok =
 				(claimed || chain->pos > 0) &&
 				(tail <= PLAN_GAP_MAX || tail * 100 <= size * PLAN_TAIL_SHARE);
 
-			if (claimed ? start > chain->pos && start - chain->pos > PLAN_GAP_MAX
+			if (claimed ? start > chain->pos && start - chain->pos > PLAN_GAP_MAX &&
+					      lazy_blob_holds_chunk(l, chain->pos, start)
 				    : !tail_ok) {
 				/* a gap nobody kept: what comes now is kept,
 				 * and the proof goes on from here */

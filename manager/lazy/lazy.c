@@ -1008,9 +1008,11 @@ int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_f
 		}
 		mine.bytes = total;
 		f->fetches++;
-		pthread_mutex_unlock(&f->lock);
+		/* (counted before the claims show: the completion, seeing a
+		 * chunk claimed, sees a reader fetching) */
 		if (foreground && l->stats)
 			atomic_fetch_add(&l->stats->foreground, 1);
+		pthread_mutex_unlock(&f->lock);
 		r = fetch_runs(l, reg, f, runs, n, foreground);
 		if (foreground && l->stats) {
 			atomic_fetch_sub(&l->stats->foreground, 1);
@@ -1039,8 +1041,12 @@ int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_f
 			break;
 	}
 	/* (a request still under way may still write: the file is checked
-	 * and renamed by the last one) */
-	if (r == 0 && !f->complete && f->fetches == 0) {
+	 * and renamed by the last one; chunks the completion wrote and has
+	 * yet to commit, by its commit, which for a file it brought in order
+	 * hashed it whole on the way: a reader has its bytes, and checking
+	 * the file again would read it all back) */
+	if (r == 0 && !f->complete && f->fetches == 0 &&
+	    !(foreground && atomic_load(&f->unflushed))) {
 		bool all = true;
 
 		for (size_t k = 0; k < f->n && all; k++)

@@ -319,6 +319,7 @@ static void test_small_read_not_behind_large(void **state)
 struct completer {
 	struct fixture *f;
 	struct lazy_layer *l;
+	struct registry *reg; /* NULL: the fixture's */
 	int r;
 };
 
@@ -326,7 +327,7 @@ static void *complete_layer(void *arg)
 {
 	struct completer *c = arg;
 
-	c->r = lazy_layer_complete(c->l, c->f->reg, NULL);
+	c->r = lazy_layer_complete(c->l, c->reg ? c->reg : c->f->reg, NULL);
 	return NULL;
 }
 
@@ -421,6 +422,209 @@ static void test_complete_waits_for_request_under_way(void **state)
 	lazy_layer_free(l);
 	free(big);
 	free(small);
+}
+
+/* A layer whose first chunk lies more than a request would fetch along
+ * past the blob's start, with nothing but padding before it: the
+ * completion fetches the padding for the blob's digest rather than keep
+ * everything after it for a proof at the end. */
+static void test_complete_fetches_chunkless_gap(void **state)
+{
+	struct fixture *f = *state;
+	struct lazy_stats st = { 0 };
+	struct lazy_layer *l;
+
+	make_layer(f, 100 << 10, f->blob, true);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, &st, &l), 0);
+	assert_int_equal(lazy_layer_complete(l, f->reg, NULL), 0);
+	assert_true(lazy_layer_is_complete(l));
+	assert_int_equal(lazy_layer_verified(f->cache, f->blob), LAZY_VERIFIED_DIGEST);
+	assert_int_equal(atomic_load(&st.kept_bytes), 0);
+	lazy_layer_free(l);
+}
+
+#define BIG_CHUNK (80u << 10)
+#define BIG_CHUNKS 4
+
+/* A file of a layer make_files() builds: pad bytes of zeros before it,
+ * then chunks zstd frames of chunk bytes that do not compress. */
+struct file_spec {
+	const char *name;
+	size_t pad, chunk, chunks;
+	unsigned char *content; /* set: malloc()ed, the caller frees */
+	size_t at[8];		/* set: the blob offsets of its frames */
+	char object[DIGEST_HEX_LEN + 1];
+};
+
+/* A zstd:chunked layer of the files fs, published lazily; f->object is
+ * the first file's. */
+static void make_files(struct fixture *f, struct file_spec *fs, size_t n_files)
+{
+	struct blob b = { 0 };
+	struct toc_layer tl;
+	char d[DIGEST_STRING_MAX], cd[DIGEST_STRING_MAX], json[8192];
+	uint32_t x = 2463534242u;
+	size_t n;
+
+	n = (size_t)snprintf(json, sizeof(json), "{\"version\":1,\"entries\":["
+						 "{\"type\":\"dir\",\"name\":\"./\",\"mode\":493}");
+	for (size_t i = 0; i < n_files; i++) {
+		struct file_spec *s = &fs[i];
+		size_t size = s->chunk * s->chunks, end;
+
+		assert_true(s->chunks <= ARRAY_SIZE(s->at));
+		s->content = malloc(size);
+		assert_non_null(s->content);
+		for (size_t j = 0; j < size; j++) {
+			x ^= x << 13;
+			x ^= x >> 17;
+			x ^= x << 5;
+			s->content[j] = (unsigned char)x;
+		}
+		blob_zeros(&b, s->pad);
+		for (size_t k = 0; k < s->chunks; k++)
+			s->at[k] = put_zstd(&b, s->content + k * s->chunk, s->chunk);
+		end = b.len;
+		sha256(s->content, size, d);
+		snprintf(s->object, sizeof(s->object), "%s", digest_hex(d));
+		n += (size_t)snprintf(json + n, sizeof(json) - n,
+				      ",{\"type\":\"reg\",\"name\":\"./%s\",\"mode\":420,\"size\":%zu,"
+				      "\"digest\":\"%s\",\"offset\":%zu,\"endOffset\":%zu",
+				      s->name, size, d, s->at[0], end);
+		for (size_t k = 0; k < s->chunks; k++) {
+			sha256(s->content + k * s->chunk, s->chunk, cd);
+			if (k > 0)
+				n += (size_t)snprintf(json + n, sizeof(json) - n,
+						      ",{\"type\":\"chunk\",\"name\":\"./%s\","
+						      "\"offset\":%zu",
+						      s->name, s->at[k]);
+			n += (size_t)snprintf(json + n, sizeof(json) - n,
+					      ",\"chunkOffset\":%zu,\"chunkSize\":%zu,"
+					      "\"chunkDigest\":\"%s\"}",
+					      k * s->chunk, s->chunk, cd);
+		}
+		assert_true(n < sizeof(json));
+	}
+	snprintf(json + n, sizeof(json) - n, "]}");
+	blob_zeros(&b, 32);
+	put_zstd_end(&b, json, &tl);
+	f->tl = tl;
+	f->size = b.len;
+	snprintf(f->object, sizeof(f->object), "%s", fs[0].object);
+	publish_blob(f, &b, &tl, f->blob, true);
+}
+
+struct big_reader {
+	struct fixture *f;
+	struct lazy_layer *l;
+	uint64_t off;
+	ssize_t r;
+	unsigned char buf[64];
+};
+
+static void *read_big(void *arg)
+{
+	struct big_reader *rd = arg;
+
+	rd->r = lazy_read(rd->l, rd->f->reg, rd->f->object, rd->off, sizeof(rd->buf), rd->buf);
+	return NULL;
+}
+
+/* A reader read the first chunk; another fetches the second (held: a
+ * slow registry) when the completion, with connections of its own,
+ * starts.  The completion waits for those bytes, which the reader keeps,
+ * and takes the blob's digest through both readers' bytes and its own as
+ * they pass: it keeps nothing of its own for a proof at the end. */
+static void test_complete_waits_for_readers_chunk(void **state)
+{
+	struct fixture *f = *state;
+	struct lazy_stats st = { 0 };
+	struct big_reader rd = { .f = f };
+	struct completer c = { .f = f };
+	struct registry_options ro = { .max_retries = 0 };
+	/* (from the blob's first byte: the chain needs no request of its
+	 * own before the first chunk) */
+	struct file_spec fs = { .name = "f", .chunk = BIG_CHUNK, .chunks = BIG_CHUNKS };
+	const size_t *at = fs.at;
+	char m[64];
+	pthread_t tr, tc;
+
+	ro.transport = fake_transport_get(f->fake);
+	assert_int_equal(registry_new(&ro, &c.reg), 0);
+	make_files(f, &fs, 1);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, &st, &rd.l), 0);
+	c.l = rd.l;
+	rd.off = 100;
+	read_big(&rd);
+	assert_int_equal(rd.r, sizeof(rd.buf));
+	rd.off = BIG_CHUNK + 100;
+	snprintf(m, sizeof(m), "bytes=%zu-", at[1]);
+	fake_fault(f->fake, m, FAKE_HOLD, 0, 1);
+	assert_int_equal(pthread_create(&tr, NULL, read_big, &rd), 0);
+	fake_wait_held(f->fake, 1);
+	assert_int_equal(pthread_create(&tc, NULL, complete_layer, &c), 0);
+	/* (time for the completion to bring the first chunk and reach the
+	 * one the reader fetches; the test holds either way) */
+	usleep(200 * 1000);
+	fake_release(f->fake);
+	pthread_join(tr, NULL);
+	pthread_join(tc, NULL);
+	assert_int_equal(rd.r, sizeof(rd.buf));
+	assert_memory_equal(rd.buf, fs.content + rd.off, sizeof(rd.buf));
+	assert_int_equal(c.r, 0);
+	assert_true(lazy_layer_is_complete(rd.l));
+	assert_int_equal(lazy_layer_verified(f->cache, f->blob), LAZY_VERIFIED_DIGEST);
+	/* the readers' chunks, and nothing of the completion's */
+	assert_int_equal(atomic_load(&st.kept_bytes), at[2] - at[0]);
+	fake_clear_faults(f->fake);
+	lazy_layer_free(rd.l);
+	registry_free(c.reg);
+	free(fs.content);
+}
+
+/* A file the completion brought whole, its next request held before it
+ * commits: a reader has its bytes, and leaves the file to the commit,
+ * which publishes it hashed whole on the way (the reader reads none of it
+ * back to check it). */
+static void test_reader_leaves_file_to_commit(void **state)
+{
+	struct fixture *f = *state;
+	struct file_spec fs[2] = {
+		{ .name = "a", .chunk = CHUNK, .chunks = 4 },
+		{ .name = "b", .pad = 100 << 10, .chunk = CHUNK, .chunks = 1 },
+	};
+	struct completer c = { .f = f };
+	unsigned char buf[64];
+	bool partial, object;
+	char m[64];
+	pthread_t tc;
+	ssize_t n;
+
+	make_files(f, fs, 2);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &c.l), 0);
+	/* the second request: the padding before b, fetched for the blob's
+	 * digest, and b */
+	snprintf(m, sizeof(m), "bytes=%zu-", fs[1].at[0] - fs[1].pad);
+	fake_fault(f->fake, m, FAKE_HOLD, 0, 1);
+	assert_int_equal(pthread_create(&tc, NULL, complete_layer, &c), 0);
+	fake_wait_held(f->fake, 1);
+	n = lazy_read(c.l, f->reg, fs[0].object, CHUNK, sizeof(buf), buf);
+	partial = layer_has(f, "p.", "");
+	object = layer_has(f, "o.", "");
+	fake_release(f->fake);
+	pthread_join(tc, NULL);
+	assert_int_equal(n, sizeof(buf));
+	assert_memory_equal(buf, fs[0].content + CHUNK, sizeof(buf));
+	assert_true(partial);
+	assert_false(object);
+	assert_int_equal(c.r, 0);
+	assert_true(lazy_layer_is_complete(c.l));
+	assert_true(layer_has(f, "o.", ""));
+	assert_int_equal(lazy_layer_verified(f->cache, f->blob), LAZY_VERIFIED_DIGEST);
+	fake_clear_faults(f->fake);
+	lazy_layer_free(c.l);
+	free(fs[0].content);
+	free(fs[1].content);
 }
 
 static void test_wrong_chunk_never_served(void **state)
@@ -1212,6 +1416,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_small_read_not_behind_large, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_complete_waits_for_request_under_way, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_complete_fetches_chunkless_gap, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_complete_waits_for_readers_chunk, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_reader_leaves_file_to_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wrong_chunk_never_served, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_and_complete, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bytes_and_metrics, setup, teardown),
