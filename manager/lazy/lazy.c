@@ -643,6 +643,9 @@ int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const 
 	if (r < 0)
 		return r;
 	if (!mark) {
+		/* its writeback starts now: the commit's flush then waits
+		 * for little more than the last chunks */
+		(void)sync_file_range(w.fd, (off_t)w.offset, (off_t)c->size, SYNC_FILE_RANGE_WRITE);
 		atomic_store(&f->unflushed, true);
 		return 0;
 	}
