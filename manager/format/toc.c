@@ -14,6 +14,8 @@
 #include <archive_entry.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -661,9 +663,46 @@ static int gzip_chunk(const struct toc_chunk *c, const unsigned char *src, size_
 }
 #endif
 
-static void zstd_dctx_freep(ZSTD_DCtx **d)
+/* A decompression context per thread, made at its first chunk: a
+ * zstd:chunked layer has tens of thousands of chunks, and making a context
+ * costs more than decompressing a small one. */
+static pthread_key_t dctx_key;
+static pthread_once_t dctx_once = PTHREAD_ONCE_INIT;
+static bool dctx_keyed;
+
+static void dctx_free(void *d)
 {
-	ZSTD_freeDCtx(*d);
+	ZSTD_freeDCtx(d);
+}
+
+static void dctx_make_key(void)
+{
+	dctx_keyed = pthread_key_create(&dctx_key, dctx_free) == 0;
+}
+
+/* This thread's context, ready for a new frame (*owned: a context of the
+ * caller's own, to free); NULL: no memory. */
+static ZSTD_DCtx *dctx_get(bool *owned)
+{
+	ZSTD_DCtx *d;
+
+	pthread_once(&dctx_once, dctx_make_key);
+	*owned = !dctx_keyed;
+	d = dctx_keyed ? pthread_getspecific(dctx_key) : NULL;
+	if (d) {
+		ZSTD_DCtx_reset(d, ZSTD_reset_session_only);
+		return d;
+	}
+	d = ZSTD_createDCtx();
+	if (d && !*owned && pthread_setspecific(dctx_key, d) != 0)
+		*owned = true;
+	return d;
+}
+
+static void dctx_put(ZSTD_DCtx *d, bool owned)
+{
+	if (owned)
+		ZSTD_freeDCtx(d);
 }
 
 /* Like gzip_chunk: the frames may go on past the chunk (stargz's own zstd
@@ -671,7 +710,8 @@ static void zstd_dctx_freep(ZSTD_DCtx **d)
 static int zstd_chunk(const struct toc_chunk *c, const unsigned char *src, size_t src_len,
 		      struct chunk_out *o, char *errbuf, size_t errlen)
 {
-	_cleanup_(zstd_dctx_freep) ZSTD_DCtx *d = ZSTD_createDCtx();
+	bool owned;
+	ZSTD_DCtx *d = dctx_get(&owned);
 	unsigned char scratch[16 << 10];
 	ZSTD_inBuffer in = { src, src_len, 0 };
 	size_t zr = 0;
@@ -679,6 +719,7 @@ static int zstd_chunk(const struct toc_chunk *c, const unsigned char *src, size_
 
 	if (!d)
 		return -ENOMEM;
+	r = 0;
 	while (o->skip > 0 || o->want > 0) {
 		ZSTD_outBuffer out = { 0 };
 
@@ -688,10 +729,13 @@ static int zstd_chunk(const struct toc_chunk *c, const unsigned char *src, size_
 			break;
 		r = chunk_out_took(o, out.pos);
 		if (r < 0)
-			return r;
+			break;
 		if (out.pos == 0 && in.pos == in.size)
 			break;
 	}
+	dctx_put(d, owned);
+	if (r < 0)
+		return r;
 	if (o->skip > 0 || o->want > 0)
 		return layer_fail(errbuf, errlen, "toc: zstd chunk at %" PRIu64 " %s%s",
 				  c->blob_offset, ZSTD_isError(zr) ? "is corrupt: " : "ends early",
