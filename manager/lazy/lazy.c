@@ -608,6 +608,22 @@ out:
 	return r;
 }
 
+/* The writeback of what the completion writes starts as it goes (the
+ * commit's flush then waits for little more than the last of it), a
+ * block of this many bytes at a time: it writes each file, and the pack,
+ * in order. */
+#define WRITEBACK_BLOCK (UINT64_C(4) << 20)
+
+/* len bytes were written at off of fd: the blocks they complete go. */
+static void writeback_start(int fd, uint64_t off, uint64_t len)
+{
+	uint64_t from = off / WRITEBACK_BLOCK * WRITEBACK_BLOCK,
+		 to = (off + len) / WRITEBACK_BLOCK * WRITEBACK_BLOCK;
+
+	if (to > from)
+		(void)sync_file_range(fd, (off_t)from, (off_t)(to - from), SYNC_FILE_RANGE_WRITE);
+}
+
 /* Chunk k of f from its compressed bytes src: written and verified (its
  * state keeps every reader away from its bytes until it is present), and
  * with mark, flushed and then marked in the map.  Without, the caller
@@ -643,9 +659,7 @@ int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const 
 	if (r < 0)
 		return r;
 	if (!mark) {
-		/* its writeback starts now: the commit's flush then waits
-		 * for little more than the last chunks */
-		(void)sync_file_range(w.fd, (off_t)w.offset, (off_t)c->size, SYNC_FILE_RANGE_WRITE);
+		writeback_start(w.fd, w.offset, c->size);
 		atomic_store(&f->unflushed, true);
 		return 0;
 	}
