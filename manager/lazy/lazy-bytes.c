@@ -214,23 +214,25 @@ void lazy_layer_bytes(struct lazy_layer *l, uint64_t *ret_local, uint64_t *ret_t
 uint64_t lazy_toc_present_bytes(int dirfd, const struct toc *toc)
 {
 	const struct layer_index *li = toc->index;
-	struct strmap *seen = strmap_new();
-	char name[DIGEST_HEX_LEN + 8];
+	struct strmap *seen = strmap_new(), *held = NULL;
 	uint64_t sum = 0;
 
-	for (size_t i = 0; seen && i < li->n_entries; i++) {
+	/* (one pass over the directory: a layer just published holds a few
+	 * of its objects, if any, and the table may name many thousands) */
+	if (seen && lazy_objects_held(dirfd, &held) < 0)
+		held = NULL;
+	for (size_t i = 0; seen && held && i < li->n_entries; i++) {
 		const char *o = li->entries[i].object;
 		const struct toc_chunk *c;
 		size_t n;
 
-		if (!o || strmap_get(seen, o) || strmap_put(seen, o, (void *)1) < 0)
-			continue;
-		snprintf(name, sizeof(name), "o.%s", o);
-		if (faccessat(dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) != 0)
+		if (!o || !strmap_get(held, o) || strmap_get(seen, o) ||
+		    strmap_put(seen, o, (void *)1) < 0)
 			continue;
 		c = toc_entry_chunks(toc, i, &n);
 		sum += lazy_chunks_bytes(c, n);
 	}
+	strmap_free(held);
 	strmap_free(seen);
 	return sum;
 }

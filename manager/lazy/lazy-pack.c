@@ -59,8 +59,7 @@ static int cmp_by_blob(const void *x, const void *y)
 	return a->i < b->i ? -1 : a->i > b->i;
 }
 
-/* The objects the layer's directory holds, as keys of *ret. */
-static int objects_held(struct lazy_layer *l, struct strmap **ret)
+int lazy_objects_held(int dirfd, struct strmap **ret)
 {
 	struct strmap *m = strmap_new();
 	struct dirent *de;
@@ -69,7 +68,7 @@ static int objects_held(struct lazy_layer *l, struct strmap **ret)
 
 	if (!m)
 		return -ENOMEM;
-	if (dir_stream(l->dirfd, &d) < 0) {
+	if (dir_stream(dirfd, &d) < 0) {
 		strmap_free(m);
 		return -ENOMEM;
 	}
@@ -96,7 +95,7 @@ int lazy_pack_plan(struct lazy_layer *l)
 
 	if (!l->src.packs || toc->n_files == 0)
 		return 0;
-	if (objects_held(l, &held) < 0)
+	if (lazy_objects_held(l->dirfd, &held) < 0)
 		return -ENOMEM;
 	l->slot_of = malloc(toc->n_files * sizeof(*l->slot_of));
 	l->pack_off_of = calloc(toc->n_files, sizeof(*l->pack_off_of));

@@ -246,6 +246,9 @@ void lazy_chain_drop(struct lazy_chain *c);
 /* Returns once the chain's worker took every byte fed: its hash, table
  * comparison and headers are then the caller's to read. */
 void lazy_chain_settle(struct lazy_chain *c);
+/* lazy-pack.c: the objects (o.OBJ) the layer directory dirfd holds, as
+ * keys of *ret: one pass over the directory.  0 or -ENOMEM. */
+int lazy_objects_held(int dirfd, struct strmap **ret);
 /* Feeds the chain the bytes of the blob at [off, off + len) it has not
  * had.  false, feeding nothing, when they begin past its position. */
 bool lazy_chain_feed(struct lazy_layer *l, struct lazy_chain *c, uint64_t off, const void *buf,
