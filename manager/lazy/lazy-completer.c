@@ -66,11 +66,13 @@ static bool cancelled(const struct lazy_completer *lc)
 	return atomic_load(lc->o.cancelled);
 }
 
-/* Waits on cond for at most 200 ms (the owner's cancel does not signal
- * it: the caller looks at the flag again soon).  lc->lock held. */
-static void completer_nap(struct lazy_completer *lc)
+/* Waits on cond for at most 200 ms, and at most wait_ns (the owner's
+ * cancel does not signal it: the caller looks at the flag again soon).
+ * lc->lock held. */
+static void completer_nap(struct lazy_completer *lc, int64_t wait_ns)
 {
-	struct timespec ts = clock_real_deadline(200 * INT64_C(1000000));
+	struct timespec ts =
+		clock_real_deadline(MAX(MIN(wait_ns, 200 * INT64_C(1000000)), INT64_C(1000000)));
 
 	pthread_cond_timedwait(&lc->cond, &lc->lock, &ts);
 }
@@ -131,9 +133,12 @@ static bool slot_take(struct completion *cp, bool scheduled)
 
 	pthread_mutex_lock(&lc->lock);
 	for (;;) {
+		int64_t wait_ns = 0;
+
 		if (cancelled(lc))
 			break;
-		lazy_schedule_readers(&cp->sched, atomic_load(&lc->o.stats->reader_ok));
+		lazy_schedule_readers(&cp->sched, atomic_load(&lc->o.stats->reader_ok),
+				      atomic_load(&lc->o.stats->foreground) > 0);
 		/* readers who read the image in bulk end its window */
 		if (scheduled && cp->sched.phase == LAZY_PHASE_WINDOW &&
 		    group_bulk_read(lc, cp->job.group))
@@ -142,10 +147,11 @@ static bool slot_take(struct completion *cp, bool scheduled)
 		if (scheduled && cp->sched.phase == LAZY_PHASE_WINDOW && !cp->sched.now &&
 		    lc->o.measure_link && group_link_fast(lc, cp))
 			lazy_schedule_wake(&cp->sched, true);
-		if ((!scheduled || lazy_schedule_due(&cp->sched, NULL)) &&
+		if ((!scheduled || lazy_schedule_due(&cp->sched, &wait_ns)) &&
 		    lc->running < LAZY_COMPLETIONS_MAX)
 			break;
-		completer_nap(lc);
+		/* (a slot given back signals) */
+		completer_nap(lc, scheduled && wait_ns > 0 ? wait_ns : INT64_MAX);
 		/* (outside the lock: the owner's hook takes its own) */
 		pthread_mutex_unlock(&lc->lock);
 		gone = cp->job.gone(cp->job.userdata);

@@ -15,13 +15,15 @@ void lazy_schedule_init(struct lazy_schedule *s, const struct clock *clock, int6
 				     .phase = LAZY_PHASE_WINDOW };
 }
 
-void lazy_schedule_readers(struct lazy_schedule *s, uint64_t reader_count)
+void lazy_schedule_readers(struct lazy_schedule *s, uint64_t reader_count, bool fetching)
 {
-	if (reader_count == s->reader_seen)
+	bool more = reader_count != s->reader_seen;
+
+	if (!more && !fetching)
 		return;
 	s->reader_seen = reader_count;
 	s->last_reader_ns = clock_now_ns(s->clock);
-	if (s->phase == LAZY_PHASE_RETRYING)
+	if (more && s->phase == LAZY_PHASE_RETRYING)
 		s->now = true;
 }
 
@@ -40,8 +42,10 @@ unsigned lazy_schedule_retry_s(unsigned n)
 	return MIN(s, LAZY_RETRY_MAX_S);
 }
 
-/* When the start-up window ends: window after the start, pushed back to a
- * quiet spell after the last reader fetch, but never beyond the cap. */
+/* When the start-up window ends: window after the start; once readers
+ * fetched, a quiet spell after their last fetch (their start is over,
+ * however early), but never before a part of the window, nor beyond the
+ * cap. */
 static int64_t window_end(const struct lazy_schedule *s)
 {
 	int64_t end = s->usable_ns + s->window_ns;
@@ -49,7 +53,8 @@ static int64_t window_end(const struct lazy_schedule *s)
 	if (s->window_ns == 0)
 		return s->usable_ns;
 	if (s->last_reader_ns)
-		end = MAX(end, s->last_reader_ns + s->window_ns / LAZY_WINDOW_QUIET_DIV);
+		end = MAX(s->usable_ns + s->window_ns / LAZY_WINDOW_MIN_DIV,
+			  s->last_reader_ns + s->window_ns / LAZY_WINDOW_QUIET_DIV);
 	return MIN(end, s->usable_ns + LAZY_WINDOW_CAP * s->window_ns);
 }
 

@@ -15,9 +15,12 @@
 #define LAZY_RETRY_FIRST_S 10
 #define LAZY_RETRY_MAX_S 300
 /* The start-up window is pushed back while readers fetch, by this
- * fraction of it after the last fetch, up to this many windows. */
+ * fraction of it after the last fetch, up to this many windows; once
+ * readers fetched and went quiet for that long, it ends early, but not
+ * before this fraction of it. */
 #define LAZY_WINDOW_QUIET_DIV 4
 #define LAZY_WINDOW_CAP 3
+#define LAZY_WINDOW_MIN_DIV 2
 /* Failures after which the status stops calling the layer "completing"
  * (pullfsctl pull gives up waiting); the retries go on. */
 #define LAZY_FAILURES_REPORTED 5
@@ -45,10 +48,11 @@ struct lazy_schedule {
 void lazy_schedule_init(struct lazy_schedule *s, const struct clock *clock, int64_t window_ns,
 			uint64_t reader_count);
 
-/* Samples the readers' fetch count: a new fetch pushes the start-up window
- * back, and after a failure makes the next try come at once (a reader
+/* Samples the readers' fetch count, and whether a reader's fetch is under
+ * way: a new fetch pushes the start-up window back (one under way counts
+ * as new), and after a failure makes the next try come at once (a reader
  * reached the registry). */
-void lazy_schedule_readers(struct lazy_schedule *s, uint64_t reader_count);
+void lazy_schedule_readers(struct lazy_schedule *s, uint64_t reader_count, bool fetching);
 
 /* A new lookup of the image came (waited false: a failed completion tries
  * again now, the start-up window stays, since the lookup is likely its

@@ -103,15 +103,43 @@ static void test_readers_push_back(void **state)
 
 	lazy_schedule_init(&f->s, &f->clock, S(4), 10);
 	f->now += S(3) + MS(900);
-	lazy_schedule_readers(&f->s, 11);
+	lazy_schedule_readers(&f->s, 11, false);
 	assert_false(due(f, &wait));
 	assert_int_equal(wait, S(1)); /* 4 s / LAZY_WINDOW_QUIET_DIV after it */
 	f->now += MS(500);
-	lazy_schedule_readers(&f->s, 11); /* nothing new */
+	lazy_schedule_readers(&f->s, 11, false); /* nothing new */
 	assert_false(due(f, &wait));
 	assert_int_equal(wait, MS(500));
 	f->now += MS(500);
 	assert_true(due(f, NULL));
+}
+
+/* Readers that fetched early and went quiet end the window before its
+ * end (their start is over), but not before half of it; a fetch under way
+ * counts as a fetch. */
+static void test_readers_quiet(void **state)
+{
+	struct fixture *f = *state;
+	int64_t wait;
+
+	lazy_schedule_init(&f->s, &f->clock, S(2), 0);
+	f->now += MS(100);
+	lazy_schedule_readers(&f->s, 3, false);
+	assert_false(due(f, &wait));
+	assert_int_equal(wait, MS(900)); /* half the window, not 2 s */
+	f->now += MS(600);
+	lazy_schedule_readers(&f->s, 3, true); /* a fetch under way at 0.7 s */
+	assert_false(due(f, &wait));
+	assert_int_equal(wait, MS(500)); /* a quarter of the window after it */
+	f->now += MS(500);
+	lazy_schedule_readers(&f->s, 3, false);
+	assert_true(due(f, NULL));
+	/* no reader at all: the whole window */
+	lazy_schedule_init(&f->s, &f->clock, S(2), 3);
+	f->now += S(1);
+	lazy_schedule_readers(&f->s, 3, false);
+	assert_false(due(f, &wait));
+	assert_int_equal(wait, S(1));
 }
 
 /* Readers that never stop cannot hold the completion back beyond the cap. */
@@ -122,7 +150,7 @@ static void test_busy_image_cap(void **state)
 
 	lazy_schedule_init(&f->s, &f->clock, S(2), count);
 	for (int i = 0; i < 1000; i++) {
-		lazy_schedule_readers(&f->s, ++count);
+		lazy_schedule_readers(&f->s, ++count, false);
 		if (due(f, NULL))
 			break;
 		f->now += MS(100);
@@ -185,9 +213,9 @@ static void test_retry_woken(void **state)
 		lazy_schedule_failed(&f->s);
 	}
 	assert_false(due(f, NULL));
-	lazy_schedule_readers(&f->s, 5); /* no new fetch */
+	lazy_schedule_readers(&f->s, 5, false); /* no new fetch */
 	assert_false(due(f, NULL));
-	lazy_schedule_readers(&f->s, 6);
+	lazy_schedule_readers(&f->s, 6, false);
 	assert_true(due(f, NULL));
 	lazy_schedule_running(&f->s);
 	lazy_schedule_failed(&f->s);
@@ -209,6 +237,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_window, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_link_fast, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_readers_push_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_readers_quiet, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_busy_image_cap, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wake_window, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_retry_forever, setup, teardown),
