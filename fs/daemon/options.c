@@ -174,8 +174,8 @@ static const struct opt options[] = {
 	  .set = set_lazy_completion_delay, .min = 0, .max = 3600,
 	  .def = STRINGIFY(MANAGER_DEFAULT_LAZY_DELAY_S),
 	  .help = "a lazily started image's background completion begins this long after "
-		  "the image became usable (later while its readers fetch), leaving the link "
-		  "to them; 0: at once" },
+		  "the image became usable (later while its readers fetch, sooner once they "
+		  "went quiet), leaving the link to them; 0: at once" },
 	{ "profile-window", 0, KIND_DURATION, EVERYWHERE, NO_FIELD, .set = set_profile_window,
 	  .min = 0, .max = 600, .def = STRINGIFY(MANAGER_DEFAULT_PROFILE_WINDOW_S),
 	  .help = "a lazily started image with no start profile records the files opened this "
