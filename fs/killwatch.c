@@ -63,20 +63,11 @@ static uint64_t status_field(const char *status, const char *key, int base)
 	(~(SIGBIT(SIGCHLD) | SIGBIT(SIGURG) | SIGBIT(SIGWINCH) | SIGBIT(SIGCONT) | \
 	   SIGBIT(SIGSTOP) | SIGBIT(SIGTSTP) | SIGBIT(SIGTTIN) | SIGBIT(SIGTTOU)))
 
-bool killwatch_dying(pid_t tid)
+bool killwatch_status_dying(const char *status)
 {
-	_cleanup_free_ char *buf = NULL;
-	_cleanup_close_ int fd = -1;
-	uint64_t pending;
-	char path[64];
+	uint64_t pending =
+		status_field(status, "SigPnd:", 16) | status_field(status, "ShdPnd:", 16);
 
-	if (tid <= 0)
-		return false;
-	snprintf(path, sizeof(path), "/proc/%ld/status", (long)tid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || read_full(fd, 1 << 20, &buf, NULL) < 0)
-		return false;
-	pending = status_field(buf, "SigPnd:", 16) | status_field(buf, "ShdPnd:", 16);
 	if (pending & SIGBIT(SIGKILL))
 		return true;
 	/* A fatal signal that is not SIGKILL is left pending alone when the
@@ -86,11 +77,26 @@ bool killwatch_dying(pid_t tid)
 	 * returns, unless it blocks it, handles or ignores it, is traced (a
 	 * debugger may cancel the signal) or is the init of its pid
 	 * namespace (which ignores such signals). */
-	if (status_field(buf, "TracerPid:", 10) != 0 || status_field(buf, "NSpid:", 10) == 1)
+	if (status_field(status, "TracerPid:", 10) != 0 || status_field(status, "NSpid:", 10) == 1)
 		return false;
-	pending &= ~(status_field(buf, "SigBlk:", 16) | status_field(buf, "SigIgn:", 16) |
-		     status_field(buf, "SigCgt:", 16));
+	pending &= ~(status_field(status, "SigBlk:", 16) | status_field(status, "SigIgn:", 16) |
+		     status_field(status, "SigCgt:", 16));
 	return (pending & DEFAULT_FATAL) != 0;
+}
+
+bool killwatch_dying(pid_t tid)
+{
+	_cleanup_free_ char *buf = NULL;
+	_cleanup_close_ int fd = -1;
+	char path[64];
+
+	if (tid <= 0)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%ld/status", (long)tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || read_full(fd, 1 << 20, &buf, NULL) < 0)
+		return false;
+	return killwatch_status_dying(buf);
 }
 
 struct killwatch *killwatch_new(void)

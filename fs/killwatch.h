@@ -57,6 +57,9 @@ void killwatch_free(struct killwatch *kw);
  * Reads /proc; does not block otherwise. */
 bool killwatch_dying(pid_t tid);
 
+/* The same judgement on the text of a /proc/TID/status (NUL-terminated). */
+bool killwatch_status_dying(const char *status);
+
 /* Watches e until killwatch_remove() or its dying function.  Any locks;
  * takes killwatch's own (a dying function must not be waiting for a lock
  * its caller holds).  -ENOMEM or -EAGAIN when the watcher's thread could
