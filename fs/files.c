@@ -364,17 +364,39 @@ void file_open(fuse_req_t req, struct fs *fs, struct image *img, const struct ti
 }
 
 /* A read of a lazy file waiting for its chunks.  An interrupt answers
- * EINTR at once; the fetch goes on in the worker and serves the next
- * reader.  Which answer goes out is decided under lock; libfuse holds the
- * request's own lock around the interrupt callback, and unregistering it
- * takes that lock, so once the worker has unregistered it no callback runs
- * (and one that lost the race has not touched the request). */
+ * EINTR when the reader is dying (killwatch.h), and leaves a reader that
+ * a handled signal interrupted waiting, its read served as on a local
+ * disk; such a reader is watched until the answer, which is EINTR if it
+ * is found dying first.  The fetch goes on in the worker either way and
+ * serves the next reader.  Which answer goes out is decided under lock;
+ * libfuse holds the request's own lock around the interrupt callback,
+ * and unregistering it takes that lock, so once the worker has
+ * unregistered it no callback runs (and one that lost the race has not
+ * touched the request); the watch is ended before the call goes. */
 struct lazy_call {
 	pthread_mutex_t lock;
+	fuse_req_t req;
+	struct fs *fs;
+	struct killwatch_entry watch;
 	bool registered;  /* lock: the callback may answer */
 	bool interrupted; /* lock: before it was registered */
 	bool answered;	  /* lock */
+	bool watched;	  /* lock: watch was added */
 };
+
+/* Called with lc->lock held, the request interrupted and not answered:
+ * true when the answer is EINTR, now; otherwise the reader is watched. */
+static bool lazy_interrupted_locked(struct lazy_call *lc)
+{
+	if (killwatch_dying(lc->watch.tid))
+		return lc->answered = true;
+	/* (a watcher that cannot start: EINTR, as the reader cannot be
+	 * seen dying later) */
+	if (!lc->watched && killwatch_add(lc->fs->killwatch, &lc->watch) < 0)
+		return lc->answered = true;
+	lc->watched = true;
+	return false;
+}
 
 static void lazy_interrupt(fuse_req_t req, void *data)
 {
@@ -387,29 +409,47 @@ static void lazy_interrupt(fuse_req_t req, void *data)
 	if (!lc->registered)
 		lc->interrupted = true;
 	else if (!lc->answered)
-		mine = lc->answered = true;
+		mine = lazy_interrupted_locked(lc);
 	pthread_mutex_unlock(&lc->lock);
 	if (mine)
 		reply_err(req, -EINTR);
 }
 
+/* The watcher found the reader dying. */
+static void lazy_dying(struct killwatch_entry *e)
+{
+	struct lazy_call *lc = e->data;
+	bool mine;
+
+	pthread_mutex_lock(&lc->lock);
+	mine = !lc->answered;
+	lc->answered = true;
+	pthread_mutex_unlock(&lc->lock);
+	if (mine)
+		reply_err(lc->req, -EINTR);
+}
+
 static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t, size_t size,
 		      off_t off)
 {
-	struct lazy_call lc = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct lazy_call lc = { .lock = PTHREAD_MUTEX_INITIALIZER, .req = req, .fs = fs_of(req) };
 	struct caller who;
 	char *buf = malloc(size ? size : 1);
 	ssize_t n;
-	bool mine;
+	bool mine, watched;
 
 	if (!buf) {
 		reply_err(req, -ENOMEM);
 		return;
 	}
+	caller_ids(req, &who);
+	lc.watch.tid = (pid_t)who.pid;
+	lc.watch.dying = lazy_dying;
+	lc.watch.data = &lc;
 	fuse_req_interrupt_func(req, lazy_interrupt, &lc);
 	pthread_mutex_lock(&lc.lock);
 	lc.registered = true;
-	mine = lc.interrupted;
+	mine = lc.interrupted && lazy_interrupted_locked(&lc);
 	pthread_mutex_unlock(&lc.lock);
 	if (mine) {
 		fuse_req_interrupt_func(req, NULL, NULL);
@@ -417,17 +457,20 @@ static void read_lazy(fuse_req_t req, struct image *img, const struct tinode *t,
 		free(buf);
 		return;
 	}
-	caller_ids(req, &who);
 	/* an upgrade's drain leaves this read to the next process (io taken
 	 * now: an interrupt may answer, and free, req meanwhile) */
-	struct fuseio *io = fs_of(req)->io;
+	struct fuseio *io = lc.fs->io;
 	fuseio_wait_begin(io);
 	n = image_lazy_read(img, t, (uint64_t)off, size, buf, &who);
 	fuseio_wait_end(io);
 	pthread_mutex_lock(&lc.lock);
 	mine = !lc.answered;
 	lc.answered = true;
+	watched = lc.watched;
 	pthread_mutex_unlock(&lc.lock);
+	/* (no callback adds a watch once answered) */
+	if (watched)
+		killwatch_remove(lc.fs->killwatch, &lc.watch);
 	if (mine) {
 		fuse_req_interrupt_func(req, NULL, NULL);
 		if (n < 0)

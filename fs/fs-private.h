@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "dlist.h"
 #include "fs.h"
+#include "killwatch.h"
 #include "manager.h"
 #include "suplink.h"
 #include "supervisor.h"
@@ -110,6 +111,8 @@ struct fs {
 	struct fuseio *io;
 	struct manager *manager;
 	struct fs_options opts;
+	/* requests a handled signal interrupted, until they are answered */
+	struct killwatch *killwatch;
 	struct nsnode images;  /* images/ */
 	struct nsnode *layers; /* layers/, permanent */
 	struct timespec started;

@@ -504,11 +504,15 @@ void ns_reply_node(fuse_req_t req, struct fs *fs, struct nsnode *n)
 
 /* A lookup of images/<ref> waiting for ensure.  No worker thread waits
  * with it: the flight's end answers it from the flight's thread, or an
- * interrupt answers EINTR at once, and a lookup never waits for another
- * reference's pull.  Which of the two answers is decided under lc.lock;
- * the request's own lock, which libfuse holds around every interrupt
- * callback and fuse_req_interrupt_func() takes, keeps the callback from
- * running once the flight's end has unregistered it. */
+ * interrupt answers EINTR when the caller is dying (killwatch.h), and a
+ * lookup never waits for another reference's pull.  A caller that a
+ * handled signal interrupted keeps waiting for its image, watched until
+ * the answer, which is EINTR if it is found dying first.  Which answer
+ * goes out is decided under lc.lock; the request's own lock, which
+ * libfuse holds around every interrupt callback and
+ * fuse_req_interrupt_func() takes, keeps the callback from running once
+ * the flight's end has unregistered it, and the flight's end ends the
+ * watch before it lets the call go. */
 struct lookup_call {
 	pthread_mutex_t lock;
 	atomic_int refs; /* the handler's and the pending ensure's */
@@ -517,6 +521,8 @@ struct lookup_call {
 	struct ensure_call *call; /* lock */
 	bool interrupted;	  /* lock */
 	bool finished;		  /* lock: the answer is decided */
+	bool watched;		  /* lock: watch was added */
+	struct killwatch_entry watch;
 	uint64_t parent;
 	int64_t start_ns;
 	ns_then_fn *then; /* NULL: the image root is the answer */
@@ -564,15 +570,37 @@ static void lookup_reply(struct lookup_call *lc, int r, struct image *img)
 static void lookup_done(void *userdata, int r, struct image *img)
 {
 	struct lookup_call *lc = userdata;
+	bool watched;
 
 	/* The handler may still be between starting ensure and recording
 	 * the call: wait for it. */
 	pthread_mutex_lock(&lc->lock);
 	lc->finished = true;
+	watched = lc->watched;
 	pthread_mutex_unlock(&lc->lock);
+	if (watched)
+		killwatch_remove(lc->fs->killwatch, &lc->watch);
 	fuse_req_interrupt_func(lc->req, NULL, NULL);
 	lookup_reply(lc, r, img);
 	lookup_call_put(lc);
+}
+
+/* Called with lc->lock held, the call interrupted and recorded and its
+ * answer not decided: true when the answer is EINTR, now (the ensure
+ * cancelled: the caller answers and puts the ensure's reference);
+ * otherwise the caller is watched. */
+static bool lookup_interrupted_locked(struct lookup_call *lc)
+{
+	if (killwatch_dying(lc->watch.tid) ||
+	    /* (a watcher that cannot start: EINTR, as the caller cannot
+	     * be seen dying later) */
+	    (!lc->watched && killwatch_add(lc->fs->killwatch, &lc->watch) < 0)) {
+		if (ensure_call_cancel(lc->call))
+			return lc->finished = true;
+		return false;
+	}
+	lc->watched = true;
+	return false;
 }
 
 /* Called with the request's lock held. */
@@ -583,7 +611,23 @@ static void lookup_interrupt(fuse_req_t req, void *data)
 
 	pthread_mutex_lock(&lc->lock);
 	lc->interrupted = true;
-	if (lc->call && !lc->finished && ensure_call_cancel(lc->call))
+	if (lc->call && !lc->finished)
+		claimed = lookup_interrupted_locked(lc);
+	pthread_mutex_unlock(&lc->lock);
+	if (claimed) {
+		lookup_reply(lc, -EINTR, NULL);
+		lookup_call_put(lc);
+	}
+}
+
+/* The watcher found the caller dying. */
+static void lookup_dying(struct killwatch_entry *e)
+{
+	struct lookup_call *lc = e->data;
+	bool claimed = false;
+
+	pthread_mutex_lock(&lc->lock);
+	if (!lc->finished && ensure_call_cancel(lc->call))
 		claimed = lc->finished = true;
 	pthread_mutex_unlock(&lc->lock);
 	if (claimed) {
@@ -632,6 +676,9 @@ static bool ensure_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, 
 		return false;
 	}
 	caller_of(req, &who);
+	lc->watch.tid = who.pid;
+	lc->watch.dying = lookup_dying;
+	lc->watch.data = lc;
 	/* Registered first: an interrupt that came already is noted now. */
 	fuse_req_interrupt_func(req, lookup_interrupt, lc);
 	pthread_mutex_lock(&lc->lock);
@@ -645,8 +692,8 @@ static bool ensure_lookup(fuse_req_t req, struct fs *fs, struct nsnode *parent, 
 		lc->finished = true;
 	} else {
 		lc->call = call;
-		if (lc->interrupted && ensure_call_cancel(call))
-			claimed = lc->finished = true;
+		if (lc->interrupted)
+			claimed = lookup_interrupted_locked(lc);
 	}
 	pthread_mutex_unlock(&lc->lock);
 	if (r == 0 && !claimed) {

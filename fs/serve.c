@@ -63,8 +63,10 @@ int fs_new(struct manager *m, const struct fs_options *opts, struct fs **ret)
 	fs->notify_times = strmap_new();
 	fs->dentries = strmap_new();
 	fs->dentries_pending = strmap_new();
-	if (!fs->backings || !fs->lazy_opens || !fs->foreign || !fs->notify_keys ||
-	    !fs->notify_times || !fs->dentries || !fs->dentries_pending || ns_init(fs) < 0) {
+	fs->killwatch = killwatch_new();
+	if (!fs->killwatch || !fs->backings || !fs->lazy_opens || !fs->foreign ||
+	    !fs->notify_keys || !fs->notify_times || !fs->dentries || !fs->dentries_pending ||
+	    ns_init(fs) < 0) {
 		fs_free(fs);
 		return -ENOMEM;
 	}
@@ -113,6 +115,8 @@ void fs_free(struct fs *fs)
 	files_free_all(fs);
 	takeover_free(fs);
 	fuseio_detach(fs->io);
+	/* (after the session: no request is waiting any more) */
+	killwatch_free(fs->killwatch);
 	pthread_mutex_destroy(&fs->backing_lock);
 	pthread_mutex_destroy(&fs->notify_lock);
 	pthread_mutex_destroy(&fs->ctl_lock);
