@@ -414,7 +414,9 @@ def ctr_run(sock, ref, snapshotter, counter, res, t0):
     sock, from the snapshotter's snapshots of the image; the time since t0
     of the output's last line, and the bytes and requests by then, go into
     res (counter.record's "time").  The container is removed when its
-    command has exited."""
+    command has exited.  A container that fails is a result, not an end of
+    the benchmark: the reason goes into res["failed"], and res has no
+    time."""
     cmd = ns(["ctr", "-a", sock, "-n", "bench", "run", "--rm", "--snapshotter", snapshotter,
               ref, "bench-run", "/bin/sh", "/start.sh"])
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -432,9 +434,11 @@ def ctr_run(sock, ref, snapshotter, counter, res, t0):
         stop(p)
     text = b"".join(out).decode(errors="replace")
     if p.returncode != 0 or "time" not in res:
-        raise RuntimeError(f"ctr run exited {p.returncode}: {text!r} "
-                           f"{err.decode(errors='replace')[-2000:]}")
-    return text
+        for k in ("time", "bytes_time", "requests_time"):
+            res.pop(k, None)
+        res["failed"] = (f"ctr run exited {p.returncode}: {text!r} "
+                         f"{err.decode(errors='replace').strip()[-500:]}")
+        log(f"  FAILED: {res['failed']}")
 
 
 def stop_shims(sock):
@@ -792,9 +796,14 @@ def print_phase(ph, res, tools, workloads, sizes, runs):
             rs = res[t.key][w]
             if not rs:
                 continue
-            vals = [r["time"] for r in rs]
+            vals = [r["time"] for r in rs if "time" in r]
+            failed = len(rs) - len(vals)
+            label = t.label + (f" ({failed} of {len(rs)} runs failed)" if failed else "")
+            if not vals:
+                print(f"| {w} | {label} |" + " |" * 8)
+                continue
             m = statistics.median(vals)
-            row = [w, t.label, f"{fmt_t(min(vals))} / {fmt_t(m)}" if runs > 1 else fmt_t(m)]
+            row = [w, label, f"{fmt_t(min(vals))} / {fmt_t(m)}" if runs > 1 else fmt_t(m)]
             for ref in (baseline(w), PEER):
                 b = med(ref, w, "time")
                 row.append(f"{m / b:.3f}x" if b and ref != t.key else "")
@@ -819,6 +828,11 @@ def print_phase(ph, res, tools, workloads, sizes, runs):
 
     for t in lazy:
         if isinstance(t, PullfsSnapshotter):
+            rs = res[t.key].get("ctr-run", [])
+            failed = sum("failed" in r for r in rs)
+            if failed:
+                targets.append(f"  {t.label}, ctr-run: {failed} of {len(rs)} runs failed "
+                               "(target: none: MISSED)")
             # the targets are for the slow link; on loopback, no slower
             # than either
             limit = 0.05 if ph == "shaped" else 1.0
