@@ -12,7 +12,7 @@ shaping rate), REGISTRY (host:port inside it), REGISTRY_PID (whose
 SMALL_FILES and WORK.
 
 Every client that talks to the registry runs in the namespace (nsenter
---net only, so mounts stay visible here).  Three workloads, each timed from
+--net only, so mounts stay visible here).  Four workloads, each timed from
 the first lookup (pullfs) or the start of the pull (the others):
 
   start  /start.sh (a configuration, three small files, the first MiB of
@@ -21,7 +21,12 @@ the first lookup (pullfs) or the start of the pull (the others):
   read   /start.sh, then every regular file of the image read whole, in
          directory order, until the last byte;
   many   a shell reading every tenth small file (a few hundred) until its
-         output.
+         output;
+  ctr-run  containerd: the image pulled into a snapshotter and /start.sh
+         run in a container (`ctr run`, runc) until its output, pull and
+         run timed as one, the page cache dropped once before the pull:
+         containerd's own overlayfs (the full pull), stargz-snapshotter
+         and pullfs's snapshots socket.
 
 A lazy client (pullfs lazy, stargz-snapshotter) starts every workload from
 an empty cache.  The rows "start profile" are pullfs lazy on an empty cache
@@ -29,8 +34,12 @@ into which the start profile of the same workload, recorded by an untimed
 run on another empty cache and exported with pullfsctl, was imported
 before the lookup (start and many only; the target: 30 % faster than the
 same image without it).  A client that pulls in full (pullfs --lazy off, containerd,
-podman) pulls once a run; each workload's time is that pull's plus its
-command's, run with the page cache dropped.  The page cache is dropped
+podman) pulls once a run; each chroot workload's time is that pull's plus its
+command's, run with the page cache dropped.  The rows "containerd + pullfs
+snapshotter" are containerd with pullfs's snapshots socket as its proxy
+snapshotter, pulling with `ctr-remote images rpull` (ctr-run only; the
+targets: at most 0.05x containerd's full pull, and no slower than
+stargz-snapshotter).  The page cache is dropped
 before every measurement.  Bytes are those sent on the namespace's
 loopback; requests are the registry's access log lines for /v2/.
 """
@@ -69,7 +78,10 @@ WORKLOADS = {
     "start": "start: /start.sh until its output",
     "read": "read: /start.sh, then every file of the image read",
     "many": "many: a start reading every tenth small file",
+    "ctr-run": "ctr-run: the pull, then `ctr run` of /start.sh until its output",
 }
+# the workloads run as `chroot ROOT ...` in a client's tree
+CHROOT = ("start", "read", "many")
 PHASES = ("shaped", "loopback")
 
 
@@ -129,6 +141,8 @@ class Counter:
         return len(REQUEST.findall(text))
 
     def record(self, res, name, t0):
+        """The time since t0, and the bytes and requests so far, as
+        name, bytes_name and requests_name."""
         res[name] = time.perf_counter() - t0
         res[f"bytes_{name}"] = self.bytes()
         res[f"requests_{name}"] = self.requests()
@@ -218,7 +232,7 @@ def workload(name, root):
 class Pullfs:
     """pullfs mounted on an empty cache; lazily unless lazy is False."""
 
-    workloads = tuple(WORKLOADS)
+    workloads = CHROOT
 
     def __init__(self, key, label, tag, lazy):
         self.key, self.label, self.tag, self.lazy = key, label, tag, lazy
@@ -395,8 +409,67 @@ def start_containerd(base, extra=""):
     return p, sock
 
 
+def ctr_run(sock, ref, snapshotter, counter, res, t0):
+    """`ctr run` of the image's /start.sh in a container of containerd at
+    sock, from the snapshotter's snapshots of the image; the time since t0
+    of the output's last line, and the bytes and requests by then, go into
+    res (counter.record's "time").  The container is removed when its
+    command has exited.  A container that fails is a result, not an end of
+    the benchmark: the reason goes into res["failed"], and res has no
+    time."""
+    cmd = ns(["ctr", "-a", sock, "-n", "bench", "run", "--rm", "--snapshotter", snapshotter,
+              ref, "bench-run", "/bin/sh", "/start.sh"])
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    PROCS.append(p)
+    out = []
+    try:
+        for line in p.stdout:
+            out.append(line)
+            if line.strip() == b"started":
+                counter.record(res, "time", t0)
+                break
+        _, err = p.communicate(timeout=TIMEOUT)
+    finally:
+        stop(p)
+    text = b"".join(out).decode(errors="replace")
+    if p.returncode != 0 or "time" not in res:
+        for k in ("time", "bytes_time", "requests_time"):
+            res.pop(k, None)
+        res["failed"] = (f"ctr run exited {p.returncode}: {text!r} "
+                         f"{err.decode(errors='replace').strip()[-500:]}")
+        log(f"  FAILED: {res['failed']}")
+
+
+def stop_shims(sock):
+    """The runtime shims containerd at sock started, if any outlived
+    their containers (a failed run): stopped by PID."""
+    for d in glob.glob("/proc/[0-9]*"):
+        try:
+            with open(os.path.join(d, "cmdline"), "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"containerd-shim-runc-v2") and sock.encode() in argv:
+            try:
+                os.kill(int(os.path.basename(d)), 15)
+            except ProcessLookupError:
+                pass
+
+
+def stop_containerd(p, sock):
+    stop(p)
+    stop_shims(sock)
+
+
 class Containerd:
+    """containerd's own pull (`ctr images pull`, the overlayfs
+    snapshotter), once a run.  The chroot workloads run in the image
+    mounted with `ctr images mount` (its time is the pull's); ctr-run is
+    `ctr run` straight after the pull, timed with it."""
+
     key, label, tag = "containerd", "containerd: ctr images pull, gzip", "gzip"
+    workloads = tuple(WORKLOADS)
 
     def measure(self, workloads, complete):
         base = fresh_dir(self.key)
@@ -405,20 +478,29 @@ class Containerd:
         target = os.path.join(base, "rootfs")
         os.makedirs(target)
         ref = f"{REGISTRY}/{REPO}:{self.tag}"
+        out = {}
         try:
             drop_caches()
             c = Counter()
             t0 = time.perf_counter()
             # ctr 1.6 fetches in the client: it must be in the namespace too
             run(ns(ctr + ["images", "pull", "--plain-http", ref]))
-            run(ctr + ["images", "mount", ref, target])
             pull = {}
             c.record(pull, "time", t0)
-            out = each_after_pull(workloads, target, pull, c)
+            if "ctr-run" in workloads:
+                res = {"pull": pull["time"]}
+                ctr_run(sock, ref, "overlayfs", c, res, t0)
+                out["ctr-run"] = res
+            chroot = [w for w in workloads if w in CHROOT]
+            if chroot:
+                t1 = time.perf_counter()
+                run(ctr + ["images", "mount", ref, target])
+                pull["time"] += time.perf_counter() - t1
+                out.update(each_after_pull(chroot, target, pull, c))
         finally:
             if mounts_under(target):
                 run(ctr + ["images", "unmount", "--rm", target], check=False)
-            stop(p)
+            stop_containerd(p, sock)
             unmount_under(base)
         shutil.rmtree(base)
         return out
@@ -426,6 +508,7 @@ class Containerd:
 
 class Podman:
     key, label, tag = "podman", "podman pull, zstd:chunked (partial)", "zstd-chunked"
+    workloads = CHROOT
 
     def measure(self, workloads, complete):
         base = fresh_dir(self.key)
@@ -469,11 +552,13 @@ class Stargz:
     a read-only view of its top snapshot made with `ctr snapshots
     --snapshotter stargz view --mounts` and mounted as the overlay it
     returns, and the command run in it, as in the containerd row (ctr 1.6's
-    `images mount` ignores its --snapshotter).  The snapshotter's defaults:
+    `images mount` ignores its --snapshotter); for ctr-run, `ctr run
+    --snapshotter stargz` after the pull.  The snapshotter's defaults:
     prefetch of the files before the landmark, background fetch of the
     rest."""
 
     key, label, tag = "stargz", "stargz-snapshotter 0.12, eStargz", "estargz"
+    workloads = tuple(WORKLOADS)
 
     def measure(self, workloads, complete):
         chain = chain_id(self.tag)
@@ -507,18 +592,75 @@ class Stargz:
                 t0 = time.perf_counter()
                 run(ns(["ctr-remote", *ctr, "images", "rpull", "--plain-http",
                         "--snapshotter", "stargz", ref]))
-                r = run(["ctr", *ctr, "snapshots", "--snapshotter", "stargz", "view",
-                         "--mounts", "bench-view", chain], stdout=subprocess.PIPE)
-                for m in json.loads(r.stdout):
-                    run(["mount", "-t", m["Type"], "-o", ",".join(m["Options"]),
-                         m["Source"], target])
-                workload(w, target)
-                c.record(res, "time", t0)
+                res["pull"] = time.perf_counter() - t0
+                if w == "ctr-run":
+                    ctr_run(sock, ref, "stargz", c, res, t0)
+                else:
+                    r = run(["ctr", *ctr, "snapshots", "--snapshotter", "stargz", "view",
+                             "--mounts", "bench-view", chain], stdout=subprocess.PIPE)
+                    for m in json.loads(r.stdout):
+                        run(["mount", "-t", m["Type"], "-o", ",".join(m["Options"]),
+                             m["Source"], target])
+                    workload(w, target)
+                    c.record(res, "time", t0)
             finally:
                 unmount_under(target)
                 if p is not None:
-                    stop(p)
+                    stop_containerd(p, sock)
                 stop(sp)
+                unmount_under(base)
+            shutil.rmtree(base)
+            out[w] = res
+        return out
+
+
+class PullfsSnapshotter(Pullfs):
+    """containerd with pullfs's snapshots socket as its proxy snapshotter
+    (docs/containerd.md), pullfs lazy on an empty cache: `ctr-remote images
+    rpull --snapshotter pullfs` (whose labels name each layer's image and
+    digest: pullfs gives the layer from its layers/ view, and containerd
+    fetches none), then `ctr run --snapshotter pullfs`.  ctr-run only."""
+
+    workloads = ("ctr-run",)
+
+    def __init__(self, key, label, tag):
+        super().__init__(key, label, tag, True)
+
+    def measure(self, workloads, complete):
+        out = {}
+        for w in workloads:
+            base = fresh_dir(self.key)
+            ssock = os.path.join(base, "snap.sock")
+            p, cache, _ = self.mount(base, ["--snapshotter-socket", ssock])
+            cp = sock = None
+            ref = f"{REGISTRY}/{REPO}:{self.tag}"
+            res = {}
+            try:
+                wait_until(lambda: p.poll() is not None or os.path.exists(ssock), 30,
+                           "pullfs's snapshots socket")
+                if p.poll() is not None:
+                    raise RuntimeError(f"pullfs exited with {p.returncode}")
+                cp, sock = start_containerd(base, f'''[proxy_plugins]
+  [proxy_plugins.pullfs]
+    type = "snapshot"
+    address = "{ssock}"
+''')
+                drop_caches()
+                c = Counter()
+                t0 = time.perf_counter()
+                run(ns(["ctr-remote", "-a", sock, "-n", "bench", "images", "rpull",
+                        "--plain-http", "--snapshotter", "pullfs", ref]))
+                res["pull"] = time.perf_counter() - t0
+                ctr_run(sock, ref, "pullfs", c, res, t0)
+                # the layers pullfs gave: remote snapshots, whose fs is a
+                # link to layers/ (containerd unpacked the others itself)
+                res["remote_layers"] = sum(
+                    os.path.islink(f) for f in
+                    glob.glob(os.path.join(cache, "snapshotter", "snapshots", "*", "fs")))
+            finally:
+                if cp is not None:
+                    stop_containerd(cp, sock)
+                stop(p)
                 unmount_under(base)
             shutil.rmtree(base)
             out[w] = res
@@ -544,12 +686,21 @@ TOOLS = [
     ProfiledPullfs("zstd-chunked-profiled", "pullfs lazy, zstd:chunked, start profile",
                    "zstd-chunked"),
     Stargz(),
+    PullfsSnapshotter("ctr-estargz", "containerd + pullfs snapshotter, eStargz", "estargz"),
+    PullfsSnapshotter("ctr-zstd-chunked", "containerd + pullfs snapshotter, zstd:chunked",
+                      "zstd-chunked"),
     Pullfs("full", "pullfs --lazy off, gzip (full pull)", "gzip", False),
     Containerd(),
     Podman(),
 ]
 BASELINE = "full"
+# ctr-run's full pull: containerd's own
+CTR_BASELINE = "containerd"
 PEER = "stargz"
+
+
+def baseline(w):
+    return CTR_BASELINE if w == "ctr-run" else BASELINE
 
 
 def fmt_t(v):
@@ -601,8 +752,11 @@ def main():
             set_phase(ph)
             for i in range(args.runs):
                 for t in tools:
+                    ws = [w for w in workloads if w in t.workloads]
+                    if not ws:
+                        continue
                     log(f"{ph}, run {i + 1}/{args.runs}: {t.label}")
-                    out = t.measure(workloads, not args.no_complete)
+                    out = t.measure(ws, not args.no_complete)
                     for w, r in out.items():
                         log(f"  {w}: " + ", ".join(
                             f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
@@ -616,7 +770,8 @@ def main():
     print()
     print(f"Application image {REPO}: gzip {fmt_mib(sizes['gzip'])}, zstd:chunked "
           f"{fmt_mib(sizes['zstd-chunked'])}, eStargz {fmt_mib(sizes['estargz'])}; "
-          f"{args.runs} run(s), min / median; ratios on the medians; bytes on the link and "
+          f"{args.runs} run(s), min / median; ratios on the medians (the full pull: pullfs "
+          "--lazy off's, containerd's for ctr-run); bytes on the link and "
           "their ratio to the blobs of that client's image; requests to the registry")
     for ph in phases:
         print_phase(ph, results[ph], tools, workloads, sizes, args.runs)
@@ -641,10 +796,15 @@ def print_phase(ph, res, tools, workloads, sizes, runs):
             rs = res[t.key][w]
             if not rs:
                 continue
-            vals = [r["time"] for r in rs]
+            vals = [r["time"] for r in rs if "time" in r]
+            failed = len(rs) - len(vals)
+            label = t.label + (f" ({failed} of {len(rs)} runs failed)" if failed else "")
+            if not vals:
+                print(f"| {w} | {label} |" + " |" * 8)
+                continue
             m = statistics.median(vals)
-            row = [w, t.label, f"{fmt_t(min(vals))} / {fmt_t(m)}" if runs > 1 else fmt_t(m)]
-            for ref in (BASELINE, PEER):
+            row = [w, label, f"{fmt_t(min(vals))} / {fmt_t(m)}" if runs > 1 else fmt_t(m)]
+            for ref in (baseline(w), PEER):
                 b = med(ref, w, "time")
                 row.append(f"{m / b:.3f}x" if b and ref != t.key else "")
             row.append(f"{med(t.key, w, 'requests_time'):.0f}")
@@ -655,19 +815,33 @@ def print_phase(ph, res, tools, workloads, sizes, runs):
             print("| " + " | ".join(row) + " |")
 
     lazy = [t for t in tools if isinstance(t, Pullfs) and t.lazy]
-    if lazy:
-        print()
-        print("Targets:")
+    targets = []  # the lines, printed under a heading when there are any
 
     def target(what, v, limit):
         if v is None:
             return
-        print(f"  {what}: {v:.3f}x (target <= {limit}x: {'met' if v <= limit else 'MISSED'})")
+        targets.append(f"  {what}: {v:.3f}x "
+                       f"(target <= {limit}x: {'met' if v <= limit else 'MISSED'})")
 
     def ratio(a, b):
         return a / b if a is not None and b else None
 
     for t in lazy:
+        if isinstance(t, PullfsSnapshotter):
+            rs = res[t.key].get("ctr-run", [])
+            failed = sum("failed" in r for r in rs)
+            if failed:
+                targets.append(f"  {t.label}, ctr-run: {failed} of {len(rs)} runs failed "
+                               "(target: none: MISSED)")
+            # the targets are for the slow link; on loopback, no slower
+            # than either
+            limit = 0.05 if ph == "shaped" else 1.0
+            target(f"{t.label}, ctr-run / containerd's full pull",
+                   ratio(med(t.key, "ctr-run", "time"), med(CTR_BASELINE, "ctr-run", "time")),
+                   limit)
+            target(f"{t.label}, ctr-run / stargz-snapshotter's",
+                   ratio(med(t.key, "ctr-run", "time"), med(PEER, "ctr-run", "time")), 1.0)
+            continue
         if isinstance(t, ProfiledPullfs):
             # the same image without a profile: its row's key without
             # "-profiled"
@@ -690,6 +864,10 @@ def print_phase(ph, res, tools, workloads, sizes, runs):
             for w in ("start", "read"):
                 target(f"{t.label}, {w} / the full pull's",
                        ratio(med(t.key, w, "time"), med(BASELINE, w, "time")), 1.0)
+    if targets:
+        print()
+        print("Targets:")
+        print("\n".join(targets))
 
 
 if __name__ == "__main__":
