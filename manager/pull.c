@@ -221,6 +221,10 @@ static int try_lazy(struct pull *p, const struct descriptor *d)
 	if (r == 0)
 		lazy_report_shared(p, d->digest, toc);
 	n = toc->index->n_entries;
+	/* the layer's first load takes the table as it is (a failure only
+	 * costs a parse) */
+	if (r == 0 && toc_keep_files(toc) == 0)
+		packs_offer_toc(m->packs, d->digest, TAKE_PTR(toc));
 	toc_free(toc);
 	mem_trim_after(n);
 	if (r < 0) {

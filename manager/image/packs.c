@@ -56,6 +56,10 @@ struct packs {
 	 * holds loaded: only a loaded layer fetches, so the count holds until
 	 * the next load (packs_layer_bytes() need not parse its TOC); lock */
 	struct strmap *lazy_local;
+	/* digest -> (struct toc *) the table of a lazy layer a pull just
+	 * published, as it parsed it (packs_offer_toc()), until the layer
+	 * is loaded; lock */
+	struct strmap *offered;
 };
 
 int packs_new(struct cache *cache, unsigned max_open, struct packs **ret)
@@ -66,9 +70,11 @@ int packs_new(struct cache *cache, unsigned max_open, struct packs **ret)
 		return -ENOMEM;
 	p->by_digest = strmap_new();
 	p->lazy_local = strmap_new();
-	if (!p->by_digest || !p->lazy_local) {
+	p->offered = strmap_new();
+	if (!p->by_digest || !p->lazy_local || !p->offered) {
 		strmap_free(p->by_digest);
 		strmap_free(p->lazy_local);
+		strmap_free(p->offered);
 		free(p);
 		return -ENOMEM;
 	}
@@ -82,6 +88,12 @@ int packs_new(struct cache *cache, unsigned max_open, struct packs **ret)
 static int free_value(void *userdata, const char *key, void *value)
 {
 	free(value);
+	return 0;
+}
+
+static int free_toc(void *userdata, const char *key, void *value)
+{
+	toc_free(value);
 	return 0;
 }
 
@@ -114,6 +126,8 @@ void packs_free(struct packs *p)
 	strmap_free(p->by_digest);
 	strmap_foreach(p->lazy_local, free_value, NULL);
 	strmap_free(p->lazy_local);
+	strmap_foreach(p->offered, free_toc, NULL);
+	strmap_free(p->offered);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }
@@ -280,15 +294,40 @@ void pack_fd_put(struct packs *p, struct pack *pk)
 	pthread_mutex_unlock(&p->lock);
 }
 
+void packs_offer_toc(struct packs *p, const char *digest, struct toc *files)
+{
+	struct toc *old;
+
+	pthread_mutex_lock(&p->lock);
+	/* (a few at most: the tables of layers no image loaded soon after
+	 * their pull are parsed again if ever loaded) */
+	if (strmap_size(p->offered) >= PACKS_OFFERED_MAX) {
+		strmap_foreach(p->offered, free_toc, NULL);
+		strmap_free(p->offered);
+		p->offered = strmap_new();
+	}
+	old = p->offered ? strmap_remove(p->offered, digest) : NULL;
+	if (!p->offered || strmap_put(p->offered, digest, files) < 0) {
+		toc_free(files);
+		if (!p->offered)
+			p->offered = strmap_new();
+	}
+	pthread_mutex_unlock(&p->lock);
+	toc_free(old);
+}
+
 struct lazy_layer *pack_lazy(struct packs *p, struct pack *pk)
 {
 	struct lazy_layer *l;
 
 	pthread_mutex_lock(&p->lock);
 	if (!pk->lazy_checked && !pk->detached) {
+		struct toc *files = p->offered ? strmap_remove(p->offered, pk->digest) : NULL;
+
 		pk->lazy_checked = true;
 		lazy_local_set_locked(p, pk->digest, NULL);
-		if (lazy_layer_open(p->cache, pk->digest, &p->lazy_stats, &pk->lazy) < 0)
+		if (lazy_layer_open_with(p->cache, pk->digest, &p->lazy_stats, files, &pk->lazy) <
+		    0)
 			pk->lazy = NULL;
 	}
 	l = pk->lazy;

@@ -53,6 +53,12 @@ int pack_object_open(struct packs *p, struct pack *pk, const char *object);
  * for a layer that was complete when first asked.  Lives as long as the
  * pack. */
 struct lazy_layer *pack_lazy(struct packs *p, struct pack *pk);
+/* The table of lazy layer digest as the pull that just published it
+ * parsed it, after toc_keep_files() (taken): the layer's first load uses
+ * it rather than parse the table again.  At most PACKS_OFFERED_MAX are
+ * held. */
+#define PACKS_OFFERED_MAX 16
+void packs_offer_toc(struct packs *p, const char *digest, struct toc *files);
 /* The layer digest of a pack (lives as long as the pack). */
 const char *pack_digest(const struct pack *pk);
 /* The counters of lazy fetching, shared by every pack. */

@@ -287,6 +287,12 @@ void lazy_layer_free(struct lazy_layer *l)
 int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stats,
 		    struct lazy_layer **ret)
 {
+	return lazy_layer_open_with(c, digest, stats, NULL, ret);
+}
+
+int lazy_layer_open_with(struct cache *c, const char *digest, struct lazy_stats *stats,
+			 struct toc *files, struct lazy_layer **ret)
+{
 	_cleanup_free_ char *text = NULL, *tocbuf = NULL;
 	size_t len, toclen;
 	struct lazy_layer *l;
@@ -294,8 +300,11 @@ int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stat
 	int r;
 
 	l = calloc(1, sizeof(*l));
-	if (!l)
+	if (!l) {
+		toc_free(files);
 		return -ENOMEM;
+	}
+	l->toc = files; /* (freed with l from here on) */
 	pthread_mutex_init(&l->lock, NULL);
 	pthread_mutex_init(&l->keep_lock, NULL);
 	l->keepfd = l->pack_fd = l->pack_mapfd = -1;
@@ -325,7 +334,9 @@ int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stat
 		goto fail;
 	/* the tree of the image is built from the layer's index: this only
 	 * fetches files, and a table holds many entries that are not */
-	r = toc_parse_files(&l->src.tl, &l->src.where, tocbuf, toclen, &l->toc, err, sizeof(err));
+	if (!l->toc)
+		r = toc_parse_files(&l->src.tl, &l->src.where, tocbuf, toclen, &l->toc, err,
+				    sizeof(err));
 	if (r < 0)
 		goto fail;
 	mem_trim_after(l->toc->n_files);

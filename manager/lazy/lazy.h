@@ -95,7 +95,12 @@ int lazy_source_parse(const char *text, struct lazy_source *ret);
 void lazy_source_done(struct lazy_source *src);
 
 /* Opens the lazy state of layer digest: -ENOENT when the layer is not
- * lazy (complete, or absent), -EBADMSG when its files are damaged. */
+ * lazy (complete, or absent), -EBADMSG when its files are damaged.  files
+ * (taken, freed on failure; NULL: the table is read from the layer) is
+ * the layer's table after toc_keep_files(), as the pull that just
+ * published it parsed it: the table is then not parsed again. */
+int lazy_layer_open_with(struct cache *c, const char *digest, struct lazy_stats *stats,
+			 struct toc *files, struct lazy_layer **ret);
 int lazy_layer_open(struct cache *c, const char *digest, struct lazy_stats *stats,
 		    struct lazy_layer **ret);
 void lazy_layer_free(struct lazy_layer *l);

@@ -627,6 +627,47 @@ static void test_reader_leaves_file_to_commit(void **state)
 	free(fs[1].content);
 }
 
+/* The table a pull parsed, offered to the packs, is what the layer's
+ * first load uses: the layer opens from it, not from its file (damaged
+ * here), and serves reads.  The next load parses the file. */
+static void test_first_load_takes_offered_table(void **state)
+{
+	struct fixture *f = *state;
+	struct lazy_source src = { .domain = "registry.test", .repo = "app" };
+	struct packs *packs;
+	struct pack *pk;
+	struct toc *toc = NULL;
+	struct lazy_layer *l;
+	unsigned char buf[64];
+	char err[256], path[256], *tocbuf = NULL;
+	size_t toclen;
+	int fd;
+
+	src.tl = f->tl;
+	assert_int_equal(lazy_fetch_toc(f->reg, &src, f->blob, NULL, &toc, &tocbuf, &toclen, err,
+					sizeof(err)),
+			 0);
+	free(tocbuf);
+	assert_int_equal(toc_keep_files(toc), 0);
+	snprintf(path, sizeof(path), "%s/layers/%s/toc", f->dir, digest_hex(f->blob));
+	fd = open(path, O_WRONLY | O_TRUNC);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "{", 1), 1);
+	close(fd);
+	assert_int_equal(packs_new(f->cache, 0, &packs), 0);
+	packs_offer_toc(packs, f->blob, toc);
+	assert_int_equal(packs_get(packs, f->blob, &pk), 0);
+	l = pack_lazy(packs, pk);
+	assert_non_null(l);
+	assert_int_equal(lazy_read(l, f->reg, f->object, CHUNK + 10, sizeof(buf), buf),
+			 sizeof(buf));
+	assert_memory_equal(buf, f->content + CHUNK + 10, sizeof(buf));
+	packs_put(packs, pk);
+	/* taken: a load after this one reads the (damaged) file */
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), -EBADMSG);
+	packs_free(packs);
+}
+
 static void test_wrong_chunk_never_served(void **state)
 {
 	struct fixture *f = *state;
@@ -1421,6 +1462,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_complete_waits_for_readers_chunk, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_reader_leaves_file_to_commit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_first_load_takes_offered_table, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wrong_chunk_never_served, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_and_complete, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bytes_and_metrics, setup, teardown),
