@@ -524,8 +524,7 @@ static bool readers_landed(struct plan *pl)
 	struct lazy_layer *l = pl->l;
 	bool waited = false;
 
-	while (l->stats && atomic_load(&l->stats->foreground) > 0 &&
-	       !stop_asked(l, pl->cancel)) {
+	while (l->stats && atomic_load(&l->stats->foreground) > 0 && !stop_asked(l, pl->cancel)) {
 		waited = true;
 		usleep(2000);
 	}

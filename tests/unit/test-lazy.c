@@ -466,8 +466,9 @@ static void make_files(struct fixture *f, struct file_spec *fs, size_t n_files)
 	uint32_t x = 2463534242u;
 	size_t n;
 
-	n = (size_t)snprintf(json, sizeof(json), "{\"version\":1,\"entries\":["
-						 "{\"type\":\"dir\",\"name\":\"./\",\"mode\":493}");
+	n = (size_t)snprintf(json, sizeof(json),
+			     "{\"version\":1,\"entries\":["
+			     "{\"type\":\"dir\",\"name\":\"./\",\"mode\":493}");
 	for (size_t i = 0; i < n_files; i++) {
 		struct file_spec *s = &fs[i];
 		size_t size = s->chunk * s->chunks, end;
@@ -487,10 +488,11 @@ static void make_files(struct fixture *f, struct file_spec *fs, size_t n_files)
 		end = b.len;
 		sha256(s->content, size, d);
 		snprintf(s->object, sizeof(s->object), "%s", digest_hex(d));
-		n += (size_t)snprintf(json + n, sizeof(json) - n,
-				      ",{\"type\":\"reg\",\"name\":\"./%s\",\"mode\":420,\"size\":%zu,"
-				      "\"digest\":\"%s\",\"offset\":%zu,\"endOffset\":%zu",
-				      s->name, size, d, s->at[0], end);
+		n += (size_t)snprintf(
+			json + n, sizeof(json) - n,
+			",{\"type\":\"reg\",\"name\":\"./%s\",\"mode\":420,\"size\":%zu,"
+			"\"digest\":\"%s\",\"offset\":%zu,\"endOffset\":%zu",
+			s->name, size, d, s->at[0], end);
 		for (size_t k = 0; k < s->chunks; k++) {
 			sha256(s->content + k * s->chunk, s->chunk, cd);
 			if (k > 0)
@@ -1462,7 +1464,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_complete_waits_for_readers_chunk, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_reader_leaves_file_to_commit, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_first_load_takes_offered_table, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_first_load_takes_offered_table, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_wrong_chunk_never_served, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_and_complete, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bytes_and_metrics, setup, teardown),
