@@ -195,6 +195,27 @@ static bool stop_asked(struct lazy_layer *l, const atomic_bool *cancel)
 	return (cancel && atomic_load(cancel)) || atomic_load(&l->abandoned);
 }
 
+/* Waits while readers fetch chunks (whose bytes they keep once they
+ * land), or until the completion stops: true when there were some. */
+static bool readers_landed(struct lazy_layer *l, const atomic_bool *cancel)
+{
+	bool waited = false;
+
+	while (l->stats && atomic_load(&l->stats->foreground) > 0 && !stop_asked(l, cancel)) {
+		waited = true;
+		usleep(2000);
+	}
+	return waited;
+}
+
+/* Whether the bytes between the chain and start, a request's first, are
+ * more than are fetched along and hold a chunk. */
+static bool chunk_gap(struct lazy_layer *l, const struct lazy_chain *c, uint64_t start)
+{
+	return start > c->pos && start - c->pos > PLAN_GAP_MAX &&
+	       lazy_blob_holds_chunk(l, c->pos, start);
+}
+
 static int stream_sink(void *userdata, const void *data, size_t len)
 {
 	struct stream *s = userdata;
@@ -209,9 +230,7 @@ static int stream_sink(void *userdata, const void *data, size_t len)
 	/* A reader is fetching chunks of its own: the request pauses, its
 	 * socket buffer fills and the sender stops, leaving the link to the
 	 * reader's request. */
-	while (s->l->stats && atomic_load(&s->l->stats->foreground) > 0 &&
-	       !stop_asked(s->l, s->cancel))
-		usleep(2000);
+	(void)readers_landed(s->l, s->cancel);
 	while (len > 0 && s->next < s->n) {
 		const struct toc_chunk *c = pending_chunk(&s->p[s->next]);
 		uint64_t end = c->blob_offset + c->blob_length, have;
@@ -517,20 +536,6 @@ static int chain_advance(struct plan *pl, struct lazy_chain *c, uint64_t want)
 	}
 }
 
-/* Waits while readers fetch chunks (whose bytes they keep once they
- * land): true when there were some. */
-static bool readers_landed(struct plan *pl)
-{
-	struct lazy_layer *l = pl->l;
-	bool waited = false;
-
-	while (l->stats && atomic_load(&l->stats->foreground) > 0 && !stop_asked(l, pl->cancel)) {
-		waited = true;
-		usleep(2000);
-	}
-	return waited;
-}
-
 /* The chain c is at the blob's end: the layer is proven when the blob
  * matched its digest and held the table the layer was built from. */
 static int chain_end(struct plan *pl, struct lazy_chain *c, bool *ret_proven)
@@ -614,8 +619,7 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 		/* chunks between the chain and the request, which readers
 		 * may be fetching: their bytes, kept once they land, take
 		 * the chain on */
-		if (chain && claimed && start > chain->pos && start - chain->pos > PLAN_GAP_MAX &&
-		    lazy_blob_holds_chunk(l, chain->pos, start) && readers_landed(&pl)) {
+		if (chain && claimed && chunk_gap(l, chain, start) && readers_landed(l, cancel)) {
 			r = chain_advance(&pl, chain, start);
 			if (r < 0) {
 				plan_release(p + first, i - first, &claim);
@@ -633,9 +637,7 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 				(claimed || chain->pos > 0) &&
 				(tail <= PLAN_GAP_MAX || tail * 100 <= size * PLAN_TAIL_SHARE);
 
-			if (claimed ? start > chain->pos && start - chain->pos > PLAN_GAP_MAX &&
-					      lazy_blob_holds_chunk(l, chain->pos, start)
-				    : !tail_ok) {
+			if (claimed ? chunk_gap(l, chain, start) : !tail_ok) {
 				/* a gap nobody kept: what comes now is kept,
 				 * and the proof goes on from here */
 				chain->suspended = true;
