@@ -347,10 +347,13 @@ static void *publisher_thread(void *arg)
 		if (r == 0 && (renamed || same_layer_published(c, s->shown.hex))) {
 			/* (not renamed: a copy that another pull unpacked from
 			 * the same verified blob won; its files are the same
-			 * files, and opens go there from now on) */
-			if (!renamed)
-				cache_stage_discard(c, s->name);
+			 * files, and opens go there from now on: hidden
+			 * before its files go) */
+			_cleanup_free_ char *lost = renamed ? NULL : TAKE_PTR(s->name);
+
 			staged_free(c, s);
+			if (lost)
+				cache_stage_discard(c, lost);
 			atomic_fetch_sub(&p->n_staged, 1);
 			cache_touch(c);
 		} else {

@@ -88,11 +88,13 @@ int __wrap_fsync(int fd);
 int __wrap_syncfs(int fd);
 int __wrap_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
 int __wrap_linkat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags);
+int __wrap_unlinkat(int dirfd, const char *path, int flags);
 int __real_fdatasync(int fd);
 int __real_fsync(int fd);
 int __real_syncfs(int fd);
 int __real_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
 int __real_linkat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags);
+int __real_unlinkat(int dirfd, const char *path, int flags);
 
 int __wrap_fdatasync(int fd)
 {
@@ -141,6 +143,30 @@ int __wrap_linkat(int olddirfd, const char *oldpath, int newdirfd, const char *n
 	return __real_linkat(olddirfd, oldpath, newdirfd, newpath, flags);
 }
 
+/* Set by a test: once a stage's index is unlinked, the layer's index is
+ * read by its digest as a reader would at that moment, and the result
+ * kept. */
+static const char *read_at_unlink;
+static int read_at_unlink_result = 1;
+static struct cache *cache;
+
+int __wrap_unlinkat(int dirfd, const char *path, int flags)
+{
+	char p[PATH_MAX];
+	int r = __real_unlinkat(dirfd, path, flags);
+
+	fd_path(dirfd, p, sizeof(p));
+	if (r == 0 && read_at_unlink && strcmp(path, "index") == 0 &&
+	    strncmp(p, "tmp/layer-", strlen("tmp/layer-")) == 0) {
+		struct layer_index *li = NULL;
+
+		read_at_unlink_result = cache_layer_read_index(cache, read_at_unlink, &li);
+		layer_index_free(li);
+		read_at_unlink = NULL;
+	}
+	return r;
+}
+
 /* The index of the first logged call from `from` on that starts with
  * prefix, or -1. */
 static int find_call(size_t from, const char *prefix)
@@ -173,8 +199,6 @@ static void assert_order(const char *const *prefixes, size_t n)
 		at = j + 1;
 	}
 }
-
-static struct cache *cache;
 
 static int setup(void **state)
 {
@@ -558,6 +582,33 @@ static void test_layer_twice(void **state)
 	assert_int_equal(entries_in("tmp"), 0);
 }
 
+/* A copy that lost to one published earlier goes, and a reader between
+ * the start of its removal and its end already reads the published one:
+ * the stage is no longer shown once its files start to go. */
+static void test_layer_lost_hidden_before_removal(void **state)
+{
+	static const char *digest =
+		"sha256:00000000000000000000000000000000000000000000000000000000000000fe";
+	struct cache_layer_stage a, b;
+	struct layer_index la, lb;
+	struct layer_entry ea, eb;
+	char object[65];
+
+	(void)state;
+	stage_layer(&a, digest, object, &la, &ea);
+	assert_int_equal(cache_layer_commit(cache, &a, digest, &la), 0);
+	cache_publish_wait(cache);
+	assert_int_equal(entries_in("layers"), 1);
+	stage_layer(&b, digest, object, &lb, &eb);
+	read_at_unlink = digest;
+	read_at_unlink_result = 1;
+	assert_int_equal(cache_layer_commit(cache, &b, digest, &lb), 0);
+	cache_publish_wait(cache);
+	assert_null(read_at_unlink);
+	assert_int_equal(read_at_unlink_result, 0);
+	assert_int_equal(entries_in("tmp"), 0);
+}
+
 /* A kill in that window: the next process of the same boot publishes the
  * verified stage and the reference that waited for it; a stage marked in
  * another boot is discarded. */
@@ -716,6 +767,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_layer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_memo_follows_changes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_layer_flush_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_layer_lost_hidden_before_removal, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_staged_layer_discarded_at_open, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_layer_served_before_publish, setup, teardown),
