@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "macro.h"
+
 #define DIGEST_SHA256_PREFIX "sha256:"
 #define DIGEST_HEX_LEN 64
 #define DIGEST_STRING_MAX (sizeof(DIGEST_SHA256_PREFIX) - 1 + DIGEST_HEX_LEN + 1)
@@ -25,6 +27,7 @@ struct hasher;
 /* Returns a new SHA-256 hasher, NULL on allocation failure. */
 struct hasher *hasher_new(void);
 void hasher_free(struct hasher *h);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct hasher *, hasher_free)
 void hasher_update(struct hasher *h, const void *buf, size_t len);
 /* Writes "sha256:<hex>" into out (DIGEST_STRING_MAX bytes).  The hasher
  * is reset and can be used again. */

@@ -48,7 +48,6 @@ struct registry {
 	struct auth_source auth;
 };
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(struct hasher *, hasher_free)
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct registry_manifest *, registry_manifest_free)
 
 static size_t host_part_len(const char *domain)

@@ -527,8 +527,6 @@ int toc_parse_files(const struct toc_layer *tl, const struct toc_range *where, c
 
 /* ---- chunks ----------------------------------------------------------- */
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(struct hasher *, hasher_free)
-
 /* Where the decompressed bytes of a chunk go: skip of them first are not
  * the chunk's (inner_offset), then want bytes through piece to sink,
  * hashed on the way. */
@@ -745,7 +743,7 @@ static int zstd_chunk(const struct toc_chunk *c, const unsigned char *src, size_
 
 int toc_chunk_stream(enum toc_format f, const struct toc_chunk *c, const void *src, size_t src_len,
 		     void *piece, size_t piece_len, toc_chunk_sink_fn sink, void *userdata,
-		     char *errbuf, size_t errlen)
+		     bool check, char *errbuf, size_t errlen)
 {
 	_cleanup_(hasher_freep) struct hasher *h = NULL;
 	struct chunk_out o = { .skip = c->inner_offset,
@@ -764,7 +762,7 @@ int toc_chunk_stream(enum toc_format f, const struct toc_chunk *c, const void *s
 				  src_len, c->blob_length);
 	if (piece_len == 0)
 		return -EINVAL;
-	if (c->digest[0] && !(o.hasher = h = hasher_new()))
+	if (check && c->digest[0] && !(o.hasher = h = hasher_new()))
 		return -ENOMEM;
 	switch (f) {
 	case TOC_ESTARGZ:
@@ -798,6 +796,6 @@ int toc_chunk_decompress(enum toc_format f, const struct toc_chunk *c, const voi
 
 	if (c->size > SIZE_MAX)
 		return -ENOMEM;
-	return toc_chunk_stream(f, c, src, src_len, piece, sizeof(piece), copy_sink, dst, errbuf,
-				errlen);
+	return toc_chunk_stream(f, c, src, src_len, piece, sizeof(piece), copy_sink, dst, true,
+				errbuf, errlen);
 }

@@ -164,10 +164,12 @@ typedef int (*toc_chunk_sink_fn)(void *userdata, uint64_t off, const void *buf, 
  * (piece_len bytes, the caller's) to sink, a piece at a time: memory does
  * not grow with the chunk's size.  The sink sees bytes before the chunk's
  * digest is checked: they are the chunk's only once this returned 0.
- * Errors as toc_chunk_decompress, and the sink's. */
+ * Without check, the digest is not computed: the caller checks the bytes
+ * by other means (the file's digest over all of its chunks).  Errors as
+ * toc_chunk_decompress, and the sink's. */
 int toc_chunk_stream(enum toc_format f, const struct toc_chunk *c, const void *src, size_t src_len,
 		     void *piece, size_t piece_len, toc_chunk_sink_fn sink, void *userdata,
-		     char *errbuf, size_t errlen);
+		     bool check, char *errbuf, size_t errlen);
 
 /* Decompresses one chunk: src holds the c->blob_length bytes of the blob
  * at c->blob_offset; c->size bytes go to dst.  The chunk's digest, when

@@ -57,17 +57,42 @@ struct pending {
 
 /* The file whose chunks the requests write one after the other from its
  * first, and their hash so far: a file in several chunks is then checked
- * whole without being read back. */
+ * whole without being read back, and its chunks are not hashed each
+ * (CHUNK_WRITTEN until the file's hash matched). */
 struct whole_hash {
 	struct lazy_file *f;
 	struct hasher *h; /* NULL: none */
 	size_t next;	  /* the chunk it wants next */
 };
 
-static void whole_hash_drop(struct whole_hash *wh)
+/* Ends the hash of wh's file before its last chunk: what it wrote
+ * unchecked is checked chunk by chunk now, or with check false (the
+ * completion stops), fetched again when next wanted.  Returns how many
+ * chunks did not match their digests. */
+static size_t whole_hash_drop(struct lazy_layer *l, struct whole_hash *wh, bool check)
 {
+	struct lazy_file *f = wh->f;
+	size_t bad = 0;
+	bool held;
+
 	hasher_free(wh->h);
 	*wh = (struct whole_hash){ 0 };
+	if (!f)
+		return 0;
+	held = check && lazy_file_hold(l, f) == 0;
+	pthread_mutex_lock(&f->lock);
+	if (held) {
+		bad = lazy_written_settle(l, f, false);
+	} else {
+		for (size_t k = 0; k < f->n; k++)
+			if (f->state[k] == CHUNK_WRITTEN)
+				f->state[k] = CHUNK_MISSING;
+		pthread_cond_broadcast(&f->cond);
+	}
+	pthread_mutex_unlock(&f->lock);
+	if (held)
+		lazy_file_put(l, f);
+	return bad;
 }
 
 /* The chunks written and not yet flushed nor marked: p[from, ...). */
@@ -134,46 +159,61 @@ static int stream_chunk(struct stream *s, struct pending *pd, const void *src)
 	struct lazy_file *f = pd->f;
 	struct whole_hash *wh = s->wh;
 	struct hasher *feed;
+	bool held, last = false, matched = false;
 	int r;
 
 	pthread_mutex_lock(&f->lock);
 	if (f->complete || f->state[pd->k] != CHUNK_FETCHING || f->claim[pd->k] != s->claim) {
 		pthread_mutex_unlock(&f->lock);
 		if (wh->f == f)
-			whole_hash_drop(wh); /* a chunk it does not see */
+			s->bad_chunks +=
+				whole_hash_drop(s->l, wh, true); /* a chunk it does not see */
 		return 0;
 	}
 	pthread_mutex_unlock(&f->lock);
 	/* (a packed file is never an object: no hash of it whole) */
 	if (pd->k == 0 && f->n > 1 && !f->packed) {
-		whole_hash_drop(wh);
+		s->bad_chunks += whole_hash_drop(s->l, wh, true);
 		wh->h = hasher_new();
 		wh->f = wh->h ? f : NULL;
 	}
 	feed = wh->f == f && wh->next == pd->k ? wh->h : NULL;
 	if (!feed && wh->f == f)
-		whole_hash_drop(wh);
+		s->bad_chunks += whole_hash_drop(s->l, wh, true);
 	r = lazy_file_hold(s->l, f);
-	if (r == 0) {
+	held = r == 0;
+	if (held)
 		r = lazy_write_chunk(s->l, f, pd->k, src, &s->dst, false, feed);
-		lazy_file_put(s->l, f);
-	}
-	if (feed && r < 0)
-		whole_hash_drop(wh);
 	if (feed && r == 0 && ++wh->next == f->n) {
 		char got[DIGEST_STRING_MAX];
 
 		hasher_final(wh->h, got);
-		pd->whole = !strcmp(digest_hex(got), f->object);
-		whole_hash_drop(wh);
+		matched = pd->whole = !strcmp(digest_hex(got), f->object);
+		last = true;
 	}
 	pthread_mutex_lock(&f->lock);
 	if (f->claim[pd->k] == s->claim) {
 		f->claim[pd->k] = NULL;
-		f->state[pd->k] = r == 0 ? CHUNK_PRESENT : CHUNK_MISSING;
+		if (r < 0)
+			f->state[pd->k] = CHUNK_MISSING;
+		else if (feed && pending_chunk(pd)->digest[0])
+			f->state[pd->k] = CHUNK_WRITTEN;
+		else
+			f->state[pd->k] = CHUNK_PRESENT;
 	}
+	/* (held: the settle may read chunks back) */
+	if (last)
+		s->bad_chunks += lazy_written_settle(s->l, f, matched);
 	pthread_cond_broadcast(&f->cond);
 	pthread_mutex_unlock(&f->lock);
+	if (held)
+		lazy_file_put(s->l, f);
+	if (last) {
+		hasher_free(wh->h); /* spent, nothing left to settle */
+		*wh = (struct whole_hash){ 0 };
+	} else if (feed && r < 0) {
+		s->bad_chunks += whole_hash_drop(s->l, wh, true);
+	}
 	if (r == 0) {
 		pd->written = true;
 		s->commit->bytes += pending_chunk(pd)->blob_length;
@@ -385,10 +425,13 @@ static int plan_commit(struct lazy_layer *l, struct pending *p, size_t n)
 			if (lazy_file_hold(l, f) < 0)
 				continue; /* fetched again after a crash, that is all */
 			pthread_mutex_lock(&f->lock);
-			if (!f->complete && f->packed)
+			/* (a chunk its file's hash has yet to check is not
+			 * marked: fetched again after a crash) */
+			if (f->complete || f->state[p[i].k] != CHUNK_PRESENT)
+				;
+			else if (f->packed)
 				(void)lazy_pack_mark(l, f->slot + p[i].k, 1);
-			else if (!f->complete && f->mapfd >= 0 &&
-				 pwrite(f->mapfd, "1", 1, (off_t)p[i].k) == 1)
+			else if (f->mapfd >= 0 && pwrite(f->mapfd, "1", 1, (off_t)p[i].k) == 1)
 				atomic_store(&f->unflushed, false);
 			pthread_mutex_unlock(&f->lock);
 		}
@@ -676,7 +719,7 @@ static int fetch_missing(struct lazy_layer *l, struct registry *reg, struct pend
 		if (r == 0)
 			r = cr;
 	}
-	whole_hash_drop(&pl.wh);
+	pl.bad += whole_hash_drop(l, &pl.wh, !stop_asked(l, cancel));
 	*ret_bytes = pl.bytes;
 	return r;
 }

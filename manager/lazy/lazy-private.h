@@ -15,7 +15,12 @@ struct hasher;
 struct strmap;
 struct tarhdr;
 
-enum { CHUNK_MISSING, CHUNK_FETCHING, CHUNK_PRESENT };
+/* A chunk's state.  CHUNK_WRITTEN: its bytes are in the file, written by
+ * the completion without a check of their own, since the file's hash
+ * over every chunk in order checks them at once (lazy-complete.c); no
+ * reader sees them before that hash matched or the chunk was checked
+ * alone (lazy_written_settle). */
+enum { CHUNK_MISSING, CHUNK_FETCHING, CHUNK_PRESENT, CHUNK_WRITTEN };
 
 /* The layer's index with the tar headers' times, before its rename over
  * "index" (lazy-complete.c). */
@@ -231,9 +236,16 @@ void lazy_file_put(struct lazy_layer *l, struct lazy_file *f);
 void lazy_file_publish(struct lazy_layer *l, struct lazy_file *f, bool hashed);
 /* Chunk k of f from its compressed bytes src, verified and written;
  * with mark, flushed and marked in the map (see lazy.c).  whole, if not
- * NULL, is fed the chunk's bytes (the file's hash, chunk after chunk). */
+ * NULL, is fed the chunk's bytes (the file's hash, chunk after chunk),
+ * and then the chunk's own digest is not computed: the caller makes its
+ * state CHUNK_WRITTEN, not CHUNK_PRESENT. */
 int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const void *src,
 		     void **dst, bool mark, struct hasher *whole);
+/* The chunks of f in CHUNK_WRITTEN once the file's hash said: all
+ * present when it matched, else each read back and checked alone
+ * (present or missing).  f held, f->lock held; readers are woken.
+ * Returns how many did not match their own digests. */
+size_t lazy_written_settle(struct lazy_layer *l, struct lazy_file *f, bool matched);
 /* lazy-blob.c: bytes of the blob at off that a request brought, kept for
  * the chain and lazy_blob_prove() (a write that fails gives the keeping
  * up). */

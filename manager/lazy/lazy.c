@@ -664,7 +664,7 @@ int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const 
 		return -ENOMEM;
 	*dst = n;
 	r = toc_chunk_stream(l->src.tl.format, c, src, c->blob_length, n, piece, chunk_write_sink,
-			     &w, err, sizeof(err));
+			     &w, !whole, err, sizeof(err));
 	if (r == -EBADMSG || r == -EINVAL)
 		return -EBADMSG; /* the registry sent what the TOC does not say */
 	if (r < 0)
@@ -690,6 +690,51 @@ int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const 
 		      : pwrite(f->mapfd, "1", 1, (off_t)k) != 1)
 		return errno == ENOSPC ? -ENOSPC : -EIO;
 	return 0;
+}
+
+/* Chunk k of f, read back from its file and checked against its own
+ * digest: 0, -EBADMSG, or -errno.  f held, f->lock held. */
+static int chunk_check(struct lazy_file *f, size_t k)
+{
+	const struct toc_chunk *c = &f->chunks[k];
+	_cleanup_(hasher_freep) struct hasher *h = NULL;
+	char got[DIGEST_STRING_MAX];
+	_cleanup_free_ char *buf = NULL;
+	size_t piece = (size_t)MAX(MIN(c->size, (uint64_t)LAZY_CHUNK_PIECE), (uint64_t)1);
+
+	if (!c->digest[0] || f->packed || f->fd < 0)
+		return -EBADMSG;
+	h = hasher_new();
+	buf = malloc(piece);
+	if (!h || !buf)
+		return -ENOMEM;
+	for (uint64_t off = 0; off < c->size;) {
+		ssize_t n = pread(f->fd, buf, (size_t)MIN(c->size - off, (uint64_t)piece),
+				  (off_t)(c->offset + off));
+
+		if (n <= 0)
+			return n < 0 ? negative_errno() : -EIO;
+		hasher_update(h, buf, (size_t)n);
+		off += (uint64_t)n;
+	}
+	hasher_final(h, got);
+	return strcmp(got, c->digest) == 0 ? 0 : -EBADMSG;
+}
+
+size_t lazy_written_settle(struct lazy_layer *l, struct lazy_file *f, bool matched)
+{
+	size_t bad = 0;
+
+	for (size_t k = 0; k < f->n; k++) {
+		if (f->state[k] != CHUNK_WRITTEN)
+			continue;
+		f->state[k] = matched || chunk_check(f, k) == 0 ? CHUNK_PRESENT : CHUNK_MISSING;
+		bad += f->state[k] == CHUNK_MISSING;
+	}
+	if (bad < f->n)
+		lazy_changed(l);
+	pthread_cond_broadcast(&f->cond);
+	return bad;
 }
 
 static int fetch_run(struct lazy_layer *l, struct registry *reg, struct lazy_file *f, size_t a,
@@ -995,6 +1040,11 @@ int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_f
 		for (size_t k = a; k <= b; k++) {
 			const struct toc_chunk *c = &f->chunks[k];
 
+			/* written by the completion, whose hash of the whole
+			 * file has yet to check it: checked here, alone */
+			if (f->state[k] == CHUNK_WRITTEN)
+				f->state[k] =
+					chunk_check(f, k) == 0 ? CHUNK_PRESENT : CHUNK_MISSING;
 			if (f->state[k] == CHUNK_PRESENT)
 				continue;
 			if (f->state[k] == CHUNK_FETCHING &&

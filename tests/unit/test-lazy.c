@@ -8,9 +8,11 @@
  * and events. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,6 +37,19 @@
 
 #define CHUNK 4096
 #define NCHUNKS 5
+
+/* Bytes hashed since the test set it to 0 (hasher_update wrapped at link
+ * time). */
+static atomic_uint_fast64_t hashed_bytes;
+
+void __wrap_hasher_update(struct hasher *h, const void *buf, size_t len);
+void __real_hasher_update(struct hasher *h, const void *buf, size_t len);
+
+void __wrap_hasher_update(struct hasher *h, const void *buf, size_t len)
+{
+	atomic_fetch_add(&hashed_bytes, len);
+	__real_hasher_update(h, buf, len);
+}
 
 struct fixture {
 	char dir[64];
@@ -627,6 +642,86 @@ static void test_reader_leaves_file_to_commit(void **state)
 	lazy_layer_free(c.l);
 	free(fs[0].content);
 	free(fs[1].content);
+}
+
+/* The completion brings a file of several chunks in order: the file's
+ * hash over all of them checks each chunk, which is not hashed alone as
+ * well.  What is hashed: the blob (its digest) and the file, once. */
+static void test_complete_hashes_chunks_once(void **state)
+{
+	struct fixture *f = *state;
+	struct file_spec fs = { .name = "f", .chunk = BIG_CHUNK, .chunks = BIG_CHUNKS };
+	struct lazy_layer *l;
+	uint64_t hashed;
+
+	make_files(f, &fs, 1);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
+	atomic_store(&hashed_bytes, 0);
+	assert_int_equal(lazy_layer_complete(l, f->reg, NULL), 0);
+	hashed = atomic_load(&hashed_bytes);
+	assert_true(lazy_layer_is_complete(l));
+	assert_int_equal(lazy_layer_verified(f->cache, f->blob), LAZY_VERIFIED_DIGEST);
+	assert_true(layer_has(f, "o.", ""));
+	if (hashed > f->size + BIG_CHUNK * BIG_CHUNKS)
+		fail_msg("%" PRIu64 " bytes hashed for a blob of %zu bytes and a file of %u",
+			 hashed, f->size, BIG_CHUNK * BIG_CHUNKS);
+	lazy_layer_free(l);
+	free(fs.content);
+}
+
+#define HUGE_CHUNK (6u << 20)
+
+/* A chunk the completion wrote is not checked until its file's hash is
+ * done; a reader who wants it before checks it alone.  Here the file's
+ * first request wrote two of its three chunks and its last request is
+ * held; the first chunk's bytes in the file are then damaged: the reader
+ * gets the right bytes (fetched again), not those. */
+static void test_reader_checks_unchecked_chunk(void **state)
+{
+	struct fixture *f = *state;
+	struct file_spec fs = { .name = "f", .chunk = HUGE_CHUNK, .chunks = 3 };
+	struct completer c = { .f = f };
+	unsigned char buf1[64], buf2[64], junk[64];
+	char m[64], path[256];
+	unsigned before, after1, after2;
+	pthread_t tc;
+	ssize_t n1, n2;
+	int fd;
+
+	make_files(f, &fs, 1);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &c.l), 0);
+	snprintf(m, sizeof(m), "bytes=%zu-", fs.at[2]);
+	fake_fault(f->fake, m, FAKE_HOLD, 0, 1);
+	assert_int_equal(pthread_create(&tc, NULL, complete_layer, &c), 0);
+	fake_wait_held(f->fake, 1);
+	snprintf(path, sizeof(path), "%s/layers/%s/p.%s", f->dir, digest_hex(f->blob), f->object);
+	fd = open(path, O_WRONLY);
+	assert_true(fd >= 0);
+	memset(junk, 'x', sizeof(junk));
+	assert_int_equal(pwrite(fd, junk, sizeof(junk), 0), sizeof(junk));
+	close(fd);
+	/* (the request let go before any check: a failed one ends the test
+	 * without the completion left waiting) */
+	before = ranges(f);
+	n1 = lazy_read(c.l, f->reg, f->object, 0, sizeof(buf1), buf1);
+	after1 = ranges(f);
+	/* the second chunk is right: read without a request */
+	n2 = lazy_read(c.l, f->reg, f->object, HUGE_CHUNK + 10, sizeof(buf2), buf2);
+	after2 = ranges(f);
+	fake_release(f->fake);
+	pthread_join(tc, NULL);
+	assert_int_equal(n1, sizeof(buf1));
+	assert_memory_equal(buf1, fs.content, sizeof(buf1));
+	assert_int_equal(after1, before + 1);
+	assert_int_equal(n2, sizeof(buf2));
+	assert_memory_equal(buf2, fs.content + HUGE_CHUNK + 10, sizeof(buf2));
+	assert_int_equal(after2, after1);
+	assert_int_equal(c.r, 0);
+	assert_true(lazy_layer_is_complete(c.l));
+	assert_true(layer_has(f, "o.", ""));
+	fake_clear_faults(f->fake);
+	lazy_layer_free(c.l);
+	free(fs.content);
 }
 
 /* The table a pull parsed, offered to the packs, is what the layer's
@@ -1464,6 +1559,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_complete_waits_for_readers_chunk, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_reader_leaves_file_to_commit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_complete_hashes_chunks_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reader_checks_unchecked_chunk, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_first_load_takes_offered_table, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_wrong_chunk_never_served, setup, teardown),
