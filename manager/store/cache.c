@@ -606,6 +606,21 @@ static int layer_replace(struct cache *c, const char *stage_name, const char *he
 	return 0;
 }
 
+/* The files a lazy layer's stage writes (cache_layer_commit_lazy); the
+ * rest of it are links to stored objects, and its empty pack. */
+static int flush_lazy_stage(int stage_fd)
+{
+	static const char *const written[] = { "index", "toc", "lazy" };
+	int r = 0;
+
+	for (size_t i = 0; i < ARRAY_SIZE(written) && r == 0; i++) {
+		_cleanup_close_ int fd = openat(stage_fd, written[i], O_RDONLY | O_CLOEXEC);
+
+		r = fd < 0 ? negative_errno() : flush_data(fd);
+	}
+	return r;
+}
+
 int layer_publish(struct cache *c, int stage_fd, const char *stage_name, const char *hex,
 		  const struct layer_index *li, bool lazy, bool *ret_renamed)
 {
@@ -614,10 +629,12 @@ int layer_publish(struct cache *c, int stage_fd, const char *stage_name, const c
 
 	/* Everything the layer holds is on stable storage before any of it
 	 * is published: one syncfs for the whole stage costs less than a
-	 * flush per file.  Then the objects' index links and the stage's
-	 * own links to stored objects, then the layer itself (see
-	 * "Durability" in docs/content-store.md). */
-	r = flush_fs(stage_fd);
+	 * flush per file.  A lazy layer's stage holds three small files:
+	 * each is flushed, and the lookup waiting for it does not wait for
+	 * whatever else the file system has to write.  Then the objects'
+	 * index links and the stage's own links to stored objects, then
+	 * the layer itself (see "Durability" in docs/content-store.md). */
+	r = lazy ? flush_lazy_stage(stage_fd) : flush_fs(stage_fd);
 	if (r == 0)
 		r = objects_enter(c, stage_fd, li, lazy);
 	if (r == 0)

@@ -723,8 +723,16 @@ static void test_lazy_layer_replaced(void **state)
 
 	(void)state;
 	stage_layer(&a, digest, object, &la, &ea);
+	n_calls = 0;
 	assert_int_equal(cache_layer_commit_lazy(cache, &a, digest, &la, "lazy\n", "toc", 3), 0);
 	cache_publish_wait(cache);
+	/* its own files flushed, not the whole file system */
+	const char *order[] = { "fdatasync tmp/layer-", "fdatasync tmp/layer-",
+				"fdatasync tmp/layer-", "fsync objects",
+				"fsync tmp/layer-",	"rename tmp/layer-",
+				"fsync layers" };
+	assert_order(order, ARRAY_SIZE(order));
+	assert_int_equal(find_call(0, "syncfs"), -1);
 	old = cache_layer_open_dir(cache, digest);
 	assert_true(old >= 0);
 	assert_int_equal(faccessat(old, "lazy", F_OK, 0), 0);
