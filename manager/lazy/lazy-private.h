@@ -127,6 +127,10 @@ struct lazy_file {
 	uint64_t pack_off;
 	/* chunks the completion wrote and did not flush (nor mark) */
 	atomic_bool unflushed;
+	/* brought along by a reader's request for another file, and not
+	 * read since: its first read counts as the fetch it saved (the
+	 * readers' fetches say how they read the image, lazy.h) */
+	atomic_bool near_unread;
 	char object[DIGEST_HEX_LEN + 1];
 };
 
@@ -170,6 +174,11 @@ struct lazy_layer {
 	struct lazy_range *kept;
 	size_t n_kept, cap_kept;
 	struct lazy_chain chain; /* the completion's thread only */
+	/* the table's files that have chunks, by the blob offset of their
+	 * first: made at the first request that brings a small file's
+	 * neighbours along (lock) */
+	size_t *by_offset;
+	size_t n_by_offset;
 	/* the blob ranges of the table's chunks by offset, each with the
 	 * farthest end of those up to it: made at the first
 	 * lazy_blob_holds_chunk() (the completion's thread only) */

@@ -33,6 +33,15 @@
 #define LAZY_RANGES_MAX 16
 /* A chunk is decompressed and written in pieces of at most this. */
 #define LAZY_CHUNK_PIECE (1u << 20)
+/* A reader's request for a small file (at most LAZY_NEAR_FILE bytes)
+ * brings the small files after it in the blob along, up to
+ * LAZY_NEAR_BYTES of compressed bytes past its own and LAZY_NEAR_MAX
+ * files: files next to each other in a layer are often read together (a
+ * directory's modules, a locale's parts), and one request costs less than
+ * one each. */
+#define LAZY_NEAR_FILE (64u << 10)
+#define LAZY_NEAR_BYTES (64u << 10)
+#define LAZY_NEAR_MAX 16
 /* Files of one layer whose descriptors stay open while nobody uses them:
  * a layer of a hundred thousand files must not hold two descriptors for
  * each while its completion runs. */
@@ -267,6 +276,7 @@ void lazy_layer_free(struct lazy_layer *l)
 		close(l->keepfd);
 	free(l->kept);
 	lazy_chain_drop(&l->chain);
+	free(l->by_offset);
 	free(l->spans);
 	free(l->span_reach);
 	free(l->members);
@@ -737,17 +747,176 @@ size_t lazy_written_settle(struct lazy_layer *l, struct lazy_file *f, bool match
 	return bad;
 }
 
+/* ---- neighbours ------------------------------------------------------- */
+
+/* Small files after a reader's file that its request brings along. */
+struct near {
+	struct lazy_file *files[LAZY_NEAR_MAX]; /* held */
+	size_t n;
+	uint64_t end; /* in the blob, of the last one's chunks */
+};
+
+static uint64_t first_offset(const struct lazy_layer *l, size_t i)
+{
+	size_t n;
+	const struct toc_chunk *c = toc_entry_chunks(l->toc, i, &n);
+
+	return n > 0 ? c[0].blob_offset : UINT64_MAX;
+}
+
+static int cmp_first_offset(const void *a, const void *b, void *arg)
+{
+	uint64_t x = first_offset(arg, *(const size_t *)a),
+		 y = first_offset(arg, *(const size_t *)b);
+
+	return x < y ? -1 : x > y;
+}
+
+/* l->by_offset, made once; l->lock held. */
+static int by_offset_locked(struct lazy_layer *l)
+{
+	size_t *v, n = 0;
+
+	if (l->by_offset)
+		return 0;
+	v = malloc(MAX(l->toc->n_files, 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < l->toc->n_files; i++)
+		if (first_offset(l, i) != UINT64_MAX)
+			v[n++] = i;
+	qsort_r(v, n, sizeof(*v), cmp_first_offset, l);
+	l->by_offset = v;
+	l->n_by_offset = n;
+	return 0;
+}
+
+/* The table's files after blob offset from whose chunks all end before
+ * limit, in blob order, at most LAZY_NEAR_MAX (their indexes in ret). */
+static size_t near_candidates(struct lazy_layer *l, uint64_t from, uint64_t limit,
+			      size_t ret[LAZY_NEAR_MAX])
+{
+	size_t lo = 0, hi, n = 0;
+
+	pthread_mutex_lock(&l->lock);
+	if (by_offset_locked(l) < 0) {
+		pthread_mutex_unlock(&l->lock);
+		return 0;
+	}
+	hi = l->n_by_offset;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (first_offset(l, l->by_offset[mid]) < from)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t j = lo; j < l->n_by_offset && n < LAZY_NEAR_MAX; j++) {
+		size_t nc, i = l->by_offset[j];
+		const struct toc_chunk *c = toc_entry_chunks(l->toc, i, &nc);
+
+		if (c[nc - 1].blob_offset + c[nc - 1].blob_length > limit)
+			break;
+		ret[n++] = i;
+	}
+	pthread_mutex_unlock(&l->lock);
+	return n;
+}
+
+/* Claims for claim every chunk of the small files after blob offset
+ * from, as near_candidates() finds them, up to the first that is not
+ * wholly missing (or whose chunks cannot be checked alone): held, each
+ * counted in its fetches. */
+static void near_claim(struct lazy_layer *l, uint64_t from, const struct lazy_claim *claim,
+		       struct near *nb)
+{
+	size_t cand[LAZY_NEAR_MAX], n = near_candidates(l, from, from + LAZY_NEAR_BYTES, cand);
+
+	*nb = (struct near){ .end = from };
+	for (size_t j = 0; j < n; j++) {
+		struct lazy_file *g;
+		bool ok;
+
+		if (lazy_file_get(l, l->toc->files[cand[j]].object, &g) < 0)
+			break;
+		pthread_mutex_lock(&g->lock);
+		ok = !g->complete && g->n > 0;
+		for (size_t k = 0; k < g->n && ok; k++)
+			ok = g->state[k] == CHUNK_MISSING && g->chunks[k].digest[0];
+		for (size_t k = 0; k < g->n && ok; k++) {
+			g->state[k] = CHUNK_FETCHING;
+			g->claim[k] = claim;
+		}
+		if (ok)
+			g->fetches++;
+		pthread_mutex_unlock(&g->lock);
+		if (!ok) {
+			lazy_file_put(l, g);
+			break;
+		}
+		nb->files[nb->n++] = g;
+		nb->end = g->chunks[g->n - 1].blob_offset + g->chunks[g->n - 1].blob_length;
+	}
+}
+
+static int finish_file(struct lazy_layer *l, struct lazy_file *f);
+
+/* The files nb claimed, from buf (the blob from start on, len bytes;
+ * NULL: the request failed): each chunk written and present, or missing
+ * again; a file with every chunk is checked whole and made an object.
+ * Given up after. */
+static void near_land(struct lazy_layer *l, struct near *nb, const struct lazy_claim *claim,
+		      const char *buf, uint64_t start, uint64_t len, void **dst)
+{
+	for (size_t i = 0; i < nb->n; i++) {
+		struct lazy_file *g = nb->files[i];
+		bool all = true;
+
+		for (size_t k = 0; k < g->n; k++) {
+			const struct toc_chunk *c = &g->chunks[k];
+			int r = -EIO;
+
+			if (buf && c->blob_offset + c->blob_length <= start + len)
+				r = lazy_write_chunk(l, g, k, buf + (c->blob_offset - start), dst,
+						     true, NULL);
+			if (r == 0)
+				atomic_store(&g->near_unread, true);
+			pthread_mutex_lock(&g->lock);
+			if (g->claim[k] == claim) {
+				g->claim[k] = NULL;
+				g->state[k] = r == 0 ? CHUNK_PRESENT : CHUNK_MISSING;
+			}
+			pthread_cond_broadcast(&g->cond);
+			pthread_mutex_unlock(&g->lock);
+		}
+		pthread_mutex_lock(&g->lock);
+		g->fetches--;
+		for (size_t k = 0; k < g->n && all; k++)
+			all = g->state[k] == CHUNK_PRESENT;
+		if (all && !g->complete && g->fetches == 0)
+			(void)finish_file(l, g);
+		pthread_cond_broadcast(&g->cond);
+		pthread_mutex_unlock(&g->lock);
+		lazy_changed(l);
+		lazy_file_put(l, g);
+	}
+	nb->n = 0;
+}
+
 static int fetch_run(struct lazy_layer *l, struct registry *reg, struct lazy_file *f, size_t a,
-		     size_t e, bool foreground)
+		     size_t e, bool foreground, struct near *nb, const struct lazy_claim *claim)
 {
 	const struct toc_chunk *first = &f->chunks[a], *last = &f->chunks[e];
 	uint64_t start = first->blob_offset, t0 = now_us();
+	uint64_t end = MAX(last->blob_offset + last->blob_length, nb ? nb->end : 0);
 	struct membuf b = { 0 };
 	void *dst = NULL;
+	bool fetched;
 	int r;
 
-	r = fetch_range(reg, &l->src, l->blob_digest, start,
-			last->blob_offset + last->blob_length - start, &b, NULL, 0);
+	r = fetch_range(reg, &l->src, l->blob_digest, start, end - start, &b, NULL, 0);
+	fetched = r == 0;
 	if (foreground && r == 0)
 		atomic_fetch_add(&l->reader_us, now_us() - t0);
 	if (l->stats) {
@@ -766,6 +935,8 @@ static int fetch_run(struct lazy_layer *l, struct registry *reg, struct lazy_fil
 	for (size_t k = a; k <= e && r == 0; k++)
 		r = lazy_write_chunk(l, f, k, b.data + (f->chunks[k].blob_offset - start), &dst,
 				     true, NULL);
+	if (nb)
+		near_land(l, nb, claim, fetched ? b.data : NULL, start, fetched ? b.len : 0, &dst);
 	free(dst);
 	free(b.data);
 	return r;
@@ -939,7 +1110,8 @@ static int runs_sink(void *userdata, size_t index, const void *buf, size_t len)
 /* Runs of f's chunks in one request (several ranges where the registry
  * allows it), each chunk verified and written. */
 static int fetch_runs(struct lazy_layer *l, struct registry *reg, struct lazy_file *f,
-		      const struct run *runs, size_t n, bool foreground)
+		      const struct run *runs, size_t n, bool foreground, struct near *nb,
+		      const struct lazy_claim *claim)
 {
 	struct registry_range rg[LAZY_RANGES_MAX];
 	struct membuf bufs[LAZY_RANGES_MAX] = { 0 };
@@ -950,7 +1122,7 @@ static int fetch_runs(struct lazy_layer *l, struct registry *reg, struct lazy_fi
 	int r = 0;
 
 	if (n == 1)
-		return fetch_run(l, reg, f, runs[0].a, runs[0].e, foreground);
+		return fetch_run(l, reg, f, runs[0].a, runs[0].e, foreground, nb, claim);
 	for (size_t i = 0; i < n && r == 0; i++) {
 		const struct toc_chunk *first = &f->chunks[runs[i].a],
 				       *last = &f->chunks[runs[i].e];
@@ -1091,7 +1263,18 @@ int lazy_ensure_chunks(struct lazy_layer *l, struct registry *reg, struct lazy_f
 		if (foreground && l->stats)
 			atomic_fetch_add(&l->stats->foreground, 1);
 		pthread_mutex_unlock(&f->lock);
-		r = fetch_runs(l, reg, f, runs, n, foreground);
+		/* a reader's small file, all of it: the small files after
+		 * it come along; their readers wait for this small request
+		 * (their claim's bytes: none beyond theirs) */
+		struct near nb = { 0 };
+		struct lazy_claim near_mine = { 0 };
+		uint64_t run_end =
+			f->chunks[runs[0].e].blob_offset + f->chunks[runs[0].e].blob_length;
+
+		if (foreground && n == 1 && f->size <= LAZY_NEAR_FILE && runs[0].a == 0 &&
+		    runs[0].e == f->n - 1)
+			near_claim(l, run_end, &near_mine, &nb);
+		r = fetch_runs(l, reg, f, runs, n, foreground, &nb, &near_mine);
 		if (foreground && l->stats) {
 			atomic_fetch_sub(&l->stats->foreground, 1);
 			if (r == 0)
@@ -1172,6 +1355,8 @@ ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object
 		return 0;
 	}
 	size = (size_t)MIN((uint64_t)size, f->size - off);
+	if (atomic_exchange(&f->near_unread, false))
+		atomic_fetch_add(&l->reader_fetches, 1);
 	if (!f->complete && f->n > 0) {
 		bool whole = !chunks_digested(f);
 

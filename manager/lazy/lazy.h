@@ -158,8 +158,9 @@ enum lazy_verified lazy_layer_verified(struct cache *c, const char *digest);
  * of layers/ since), or -errno. */
 int lazy_layer_dup_dir(struct lazy_layer *l);
 
-/* Readers' fetches of the layer so far, and the compressed bytes they
- * brought.  Readers who fetch LAZY_BULK_BYTES of an image, or make
+/* Readers' fetches of the layer so far (a file another reader's request
+ * brought along counts as one at its first read), and the compressed
+ * bytes they brought.  Readers who fetch LAZY_BULK_BYTES of an image, or make
  * LAZY_BULK_FETCHES fetches of it, read it rather than start from it (a
  * start reads a few MB in a few dozen fetches): lazy-completer.c then
  * ends the start-up window of its layers. */

@@ -724,6 +724,47 @@ static void test_reader_checks_unchecked_chunk(void **state)
 	free(fs.content);
 }
 
+/* A reader of a small file brings the small files after it in the blob
+ * along in its request: reading them then asks for nothing, and each is
+ * an object already; a file farther away is a request of its own. */
+static void test_small_files_come_together(void **state)
+{
+	struct fixture *f = *state;
+	struct file_spec fs[6] = {
+		{ .name = "a", .chunk = 2000, .chunks = 1 },
+		{ .name = "b", .pad = 600, .chunk = 3000, .chunks = 1 },
+		{ .name = "c", .pad = 600, .chunk = 1000, .chunks = 2 },
+		{ .name = "d", .pad = 600, .chunk = 5000, .chunks = 1 },
+		{ .name = "e", .pad = 600, .chunk = 100, .chunks = 1 },
+		{ .name = "far", .pad = 100 << 10, .chunk = 2000, .chunks = 1 },
+	};
+	unsigned char buf[8192];
+	unsigned before, got[6];
+	struct lazy_layer *l;
+	char path[256];
+
+	make_files(f, fs, ARRAY_SIZE(fs));
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
+	before = ranges(f);
+	for (size_t i = 0; i < ARRAY_SIZE(fs); i++) {
+		size_t size = fs[i].chunk * fs[i].chunks;
+
+		assert_int_equal(lazy_read(l, f->reg, fs[i].object, 0, sizeof(buf), buf), size);
+		assert_memory_equal(buf, fs[i].content, size);
+		got[i] = ranges(f) - before;
+	}
+	for (size_t i = 0; i + 1 < ARRAY_SIZE(fs); i++) {
+		assert_int_equal(got[i], 1);
+		snprintf(path, sizeof(path), "%s/layers/%s/o.%s", f->dir, digest_hex(f->blob),
+			 fs[i].object);
+		assert_int_equal(access(path, F_OK), 0);
+	}
+	assert_int_equal(got[5], 2);
+	lazy_layer_free(l);
+	for (size_t i = 0; i < ARRAY_SIZE(fs); i++)
+		free(fs[i].content);
+}
+
 /* The table a pull parsed, offered to the packs, is what the layer's
  * first load uses: the layer opens from it, not from its file (damaged
  * here), and serves reads.  The next load parses the file. */
@@ -1562,6 +1603,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_complete_hashes_chunks_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reader_checks_unchecked_chunk, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_small_files_come_together, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_first_load_takes_offered_table, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_wrong_chunk_never_served, setup, teardown),
