@@ -65,24 +65,69 @@ struct whole_hash {
 	size_t next;	  /* the chunk it wants next */
 };
 
-/* Ends the hash of wh's file before its last chunk: what it wrote
- * unchecked is checked chunk by chunk now, or with check false (the
- * completion stops), fetched again when next wanted.  Returns how many
- * chunks did not match their digests. */
+/* Feeds wh's hash the chunks of its file from wh->next up to upto that
+ * readers brought meanwhile (present: each checked alone as it came),
+ * read back from the file, so that the file's hash goes on past them.
+ * False when one of them is not present (yet).  The file held. */
+static bool whole_hash_catch_up(struct whole_hash *wh, size_t upto)
+{
+	struct lazy_file *f = wh->f;
+	_cleanup_free_ char *buf = NULL;
+
+	while (wh->next < upto) {
+		const struct toc_chunk *c = &f->chunks[wh->next];
+		bool present;
+
+		pthread_mutex_lock(&f->lock);
+		present = f->state[wh->next] == CHUNK_PRESENT;
+		pthread_mutex_unlock(&f->lock);
+		if (!present || f->fd < 0 || (!buf && !(buf = malloc(1 << 20))))
+			return false;
+		for (uint64_t off = 0; off < c->size;) {
+			ssize_t n =
+				pread(f->fd, buf, (size_t)MIN(c->size - off, (uint64_t)(1 << 20)),
+				      (off_t)(c->offset + off));
+
+			if (n <= 0) {
+				wh->next = f->n + 1; /* what it hashed is of no use now */
+				return false;
+			}
+			hasher_update(wh->h, buf, (size_t)n);
+			off += (uint64_t)n;
+		}
+		wh->next++;
+	}
+	return true;
+}
+
+/* Ends the hash of wh's file: with check, what it wrote unchecked is
+ * checked by the file's hash when every other chunk is present (read back
+ * for it), else chunk by chunk; without (the completion stops), it is
+ * fetched again when next wanted.  Returns how many chunks did not match
+ * their digests. */
 static size_t whole_hash_drop(struct lazy_layer *l, struct whole_hash *wh, bool check)
 {
 	struct lazy_file *f = wh->f;
 	size_t bad = 0;
-	bool held;
+	bool held, matched = false;
 
+	if (!f) {
+		hasher_free(wh->h);
+		*wh = (struct whole_hash){ 0 };
+		return 0;
+	}
+	held = check && lazy_file_hold(l, f) == 0;
+	if (held && wh->next > 0 && wh->next <= f->n && whole_hash_catch_up(wh, f->n)) {
+		char got[DIGEST_STRING_MAX];
+
+		hasher_final(wh->h, got);
+		matched = !strcmp(digest_hex(got), f->object);
+	}
 	hasher_free(wh->h);
 	*wh = (struct whole_hash){ 0 };
-	if (!f)
-		return 0;
-	held = check && lazy_file_hold(l, f) == 0;
 	pthread_mutex_lock(&f->lock);
 	if (held) {
-		bad = lazy_written_settle(l, f, false);
+		bad = lazy_written_settle(l, f, matched);
 	} else {
 		for (size_t k = 0; k < f->n; k++)
 			if (f->state[k] == CHUNK_WRITTEN)
@@ -164,24 +209,31 @@ static int stream_chunk(struct stream *s, struct pending *pd, const void *src)
 
 	pthread_mutex_lock(&f->lock);
 	if (f->complete || f->state[pd->k] != CHUNK_FETCHING || f->claim[pd->k] != s->claim) {
+		bool complete = f->complete;
+
 		pthread_mutex_unlock(&f->lock);
-		if (wh->f == f)
-			s->bad_chunks +=
-				whole_hash_drop(s->l, wh, true); /* a chunk it does not see */
+		/* (a reader took this chunk: the file's hash may still take
+		 * it from the file once it is there) */
+		if (wh->f == f && complete)
+			s->bad_chunks += whole_hash_drop(s->l, wh, true);
 		return 0;
 	}
 	pthread_mutex_unlock(&f->lock);
-	/* (a packed file is never an object: no hash of it whole) */
-	if (pd->k == 0 && f->n > 1 && !f->packed) {
+	/* (a packed file is never an object: no hash of it whole; chunks
+	 * before this one that readers brought are read back for it) */
+	if (wh->f != f && f->n > 1 && !f->packed) {
 		s->bad_chunks += whole_hash_drop(s->l, wh, true);
 		wh->h = hasher_new();
 		wh->f = wh->h ? f : NULL;
 	}
-	feed = wh->f == f && wh->next == pd->k ? wh->h : NULL;
-	if (!feed && wh->f == f)
-		s->bad_chunks += whole_hash_drop(s->l, wh, true);
 	r = lazy_file_hold(s->l, f);
 	held = r == 0;
+	/* chunks of the file readers brought before this one */
+	if (held && wh->f == f && wh->next < pd->k)
+		(void)whole_hash_catch_up(wh, pd->k);
+	feed = held && wh->f == f && wh->next == pd->k ? wh->h : NULL;
+	if (!feed && wh->f == f)
+		s->bad_chunks += whole_hash_drop(s->l, wh, true);
 	if (held)
 		r = lazy_write_chunk(s->l, f, pd->k, src, &s->dst, false, feed);
 	if (feed && r == 0 && ++wh->next == f->n) {

@@ -669,6 +669,34 @@ static void test_complete_hashes_chunks_once(void **state)
 	free(fs.content);
 }
 
+/* A reader brought a chunk in the middle of a file first: the
+ * completion's hash of the file reads that chunk back and goes on, and
+ * checks none of its own chunks alone.  What is hashed: the reader's
+ * chunk, the blob, and the file once. */
+static void test_complete_hash_takes_readers_chunk(void **state)
+{
+	struct fixture *f = *state;
+	struct file_spec fs = { .name = "f", .chunk = BIG_CHUNK, .chunks = BIG_CHUNKS };
+	unsigned char buf[64];
+	struct lazy_layer *l;
+	uint64_t hashed;
+
+	make_files(f, &fs, 1);
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
+	atomic_store(&hashed_bytes, 0);
+	assert_int_equal(lazy_read(l, f->reg, fs.object, BIG_CHUNK + 10, sizeof(buf), buf),
+			 sizeof(buf));
+	assert_int_equal(lazy_layer_complete(l, f->reg, NULL), 0);
+	hashed = atomic_load(&hashed_bytes);
+	assert_true(lazy_layer_is_complete(l));
+	assert_true(layer_has(f, "o.", ""));
+	if (hashed > BIG_CHUNK + f->size + BIG_CHUNK * BIG_CHUNKS)
+		fail_msg("%" PRIu64 " bytes hashed for a blob of %zu bytes and a file of %u",
+			 hashed, f->size, BIG_CHUNK * BIG_CHUNKS);
+	lazy_layer_free(l);
+	free(fs.content);
+}
+
 #define HUGE_CHUNK (6u << 20)
 
 /* A chunk the completion wrote is not checked until its file's hash is
@@ -1601,6 +1629,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_reader_leaves_file_to_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_complete_hashes_chunks_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_complete_hash_takes_readers_chunk, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_reader_checks_unchecked_chunk, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_small_files_come_together, setup, teardown),
