@@ -258,8 +258,8 @@ int main(int argc, char **argv)
 		 * here (a serving process of a supervisor that holds none,
 		 * started again, takes over the socket of the one before) */
 		r = snapshotter_new(s.snapshotter_socket, mode == 0 ? h.snap_fd : -1,
-				    mode == 0 && h.generation > 0, dir, s.mountpoint, &snap, errbuf,
-				    sizeof(errbuf));
+				    mode == 0 && h.generation > 0, dir, s.mountpoint, m, &snap,
+				    errbuf, sizeof(errbuf));
 		if (r < 0) {
 			fprintf(stderr, "pullfs: %s\n", errbuf[0] ? errbuf : strerror(-r));
 			goto done;
