@@ -90,6 +90,13 @@ static void refs_refresh(struct snapshotter *s)
 	strmap_free(old);
 }
 
+uint64_t snapshotter_local_bytes(void *userdata)
+{
+	struct snapshotter *s = userdata;
+
+	return snapstore_local_bytes(s->store);
+}
+
 bool snapshotter_in_use(void *userdata, const char *reference)
 {
 	struct snapshotter *s = userdata;
@@ -420,6 +427,10 @@ static int do_commit(struct snapshotter *s, const void *msg, struct grpc_reply *
 	if (r == 0)
 		r = snapstore_commit(s->store, req->name, req->key, labels, e->text,
 				     sizeof(e->text));
+	/* containerd's own layers and containers' upper directories count
+	 * in the cache's budget */
+	if (r == 0 && s->manager)
+		manager_snapshot_bytes_grew(s->manager);
 	json_decref(labels);
 	return r;
 }

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct manager;
 struct snapshotter;
@@ -31,6 +32,10 @@ void snapshotter_stop(struct snapshotter *s);
 /* Whether the image reference (canonical) is one that remote snapshots
  * stand on: for manager_set_in_use(), userdata the snapshotter. */
 bool snapshotter_in_use(void *userdata, const char *reference);
+/* Bytes the snapshots take on local disk (snapstore_local_bytes): for
+ * manager_set_snapshot_bytes(), userdata the snapshotter.  No lock, no
+ * disk access. */
+uint64_t snapshotter_local_bytes(void *userdata);
 /* Stops, removes the socket and frees; the store stays on disk.  Accepts
  * NULL. */
 void snapshotter_free(struct snapshotter *s);
