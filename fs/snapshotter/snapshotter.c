@@ -39,6 +39,19 @@ struct snapshotter {
 	struct strmap *refs;
 };
 
+/* The canonical form of a reference (caller frees). */
+static int canonical_of(const char *text, char **ret)
+{
+	struct reference *ref = NULL;
+	int r = reference_parse(text, REFERENCE_DEFAULT_TAG, &ref);
+
+	if (r < 0)
+		return r;
+	*ret = reference_to_string(ref);
+	reference_free(ref);
+	return *ret ? 0 : -ENOMEM;
+}
+
 /* A remote snapshot's directory, layers_dir/<base64 of the reference>/
  * <digest>/diff: the image's canonical reference goes into the map. */
 static int note_ref(void *userdata, const char *path)
@@ -50,8 +63,8 @@ static int note_ref(void *userdata, const char *path)
 	const char *b64 = path + n + 1, *end;
 	_cleanup_free_ unsigned char *text = NULL;
 	_cleanup_free_ char *canon = NULL;
-	struct reference *ref = NULL;
 	ssize_t got;
+	int r;
 
 	if (strncmp(path, s->layers_dir, n) != 0 || path[n] != '/' || !(end = strchr(b64, '/')))
 		return 0;
@@ -63,11 +76,10 @@ static int note_ref(void *userdata, const char *path)
 	if (got <= 0)
 		return 0;
 	text[got] = '\0';
-	if (reference_parse((const char *)text, REFERENCE_DEFAULT_TAG, &ref) < 0)
-		return 0;
-	canon = reference_to_string(ref);
-	reference_free(ref);
-	return canon ? strmap_put(m, canon, (void *)1) : -ENOMEM;
+	r = canonical_of((const char *)text, &canon);
+	if (r < 0)
+		return r == -ENOMEM ? r : 0;
+	return strmap_put(m, canon, (void *)1);
 }
 
 /* The map of the images remote snapshots stand on, made again from the
@@ -252,8 +264,9 @@ static void ensured(void *userdata, int r, struct image *img)
 /* Ensure for the image ref on behalf of who, as a lookup of its layer
  * directory in layers/ would for a process (policy, back-off, single
  * flight, the access rules for who, events naming who), blocking until it
- * answers; then whether digest is a layer of it (LayerNotInImage
- * otherwise).  0 or the -errno of ensure or of the layer. */
+ * answers; then whether who may see it (-EACCES and AccessDenied
+ * otherwise) and whether digest is a layer of it (LayerNotInImage
+ * otherwise).  0 or the -errno of ensure, the access or the layer. */
 static int ensure_layer(struct snapshotter *s, const char *ref, const char *digest,
 			const struct caller *who)
 {
@@ -261,6 +274,7 @@ static int ensure_layer(struct snapshotter *s, const char *ref, const char *dige
 				 .cond = PTHREAD_COND_INITIALIZER };
 	struct ensure_call *call = NULL;
 	struct image *img = NULL, *view = NULL;
+	_cleanup_free_ char *canonical = NULL;
 	int r = manager_ensure_start(s->manager, ref, who, ensured, &w, &call, &img);
 
 	if (r == 0) {
@@ -275,7 +289,14 @@ static int ensure_layer(struct snapshotter *s, const char *ref, const char *dige
 	pthread_mutex_destroy(&w.lock);
 	if (r < 0)
 		return r;
-	r = manager_layer_view(img, ref, digest, who, &view);
+	/* For a process reading the mount, ensure leaves a private image's
+	 * refusal to the kernel, which checks the ACL of its root on every
+	 * walk; a snapshot is handed to containerd without one. */
+	r = canonical_of(ref, &canonical);
+	if (r == 0)
+		r = manager_admit_image(s->manager, img, canonical, who);
+	if (r == 0)
+		r = manager_layer_view(img, ref, digest, who, &view);
 	image_unref(img, 1);
 	if (r < 0)
 		return r;

@@ -13,11 +13,11 @@ the labels of remote snapshots.
                                      committed snapshot; labels naming no
                                      layer pullfs can give are an ordinary
                                      Prepare
-    snapclient.py SOCKET denied REF DIGEST  run by a user the pull-access
-                                     rules refuse: a Prepare with the CRI
-                                     plugin's labels naming layer DIGEST
-                                     of image REF, not cached, is an
-                                     ordinary Prepare, with no target
+    snapclient.py SOCKET denied REF DIGEST  run by a user the access
+                                     rules refuse for image REF: a Prepare
+                                     with the CRI plugin's labels naming
+                                     its layer DIGEST is an ordinary
+                                     Prepare, with no target
     snapclient.py SOCKET slow        a Prepare that waits on a registry
                                      that never answers holds up no other
                                      call of the connection
