@@ -317,7 +317,9 @@ void manager_set_in_use(struct manager *m, bool (*in_use)(void *userdata, const 
 void manager_set_snapshot_bytes(struct manager *m, uint64_t (*fn)(void *userdata), void *userdata);
 /* Says that the snapshots' bytes grew (a commit): when usage is now above
  * the high threshold the collector runs, as after a pull.  Reads the
- * cache's usage as last scanned; never blocks on the disk. */
+ * cache's usage as the status does (cache_usage_memo(): a scan only when
+ * the cache changed since the last one); does not wait for the
+ * collection. */
 void manager_snapshot_bytes_grew(struct manager *m);
 /* fn (NULL: none) gives the keys of the images some process has its
  * working directory or its root in (an array for the caller to free, and
