@@ -219,6 +219,8 @@ static int measure(struct manager *m, struct budget *b)
 		r = cache_usage(m->cache, &b->usage, NULL);
 		if (r < 0)
 			return r;
+		/* containerd's snapshots are in the cache directory too */
+		b->usage += gc_snapshot_bytes(m);
 		b->budget = m->opts.cache_max_bytes;
 	} else {
 		/* Without a byte budget, the whole filesystem is the
@@ -571,6 +573,42 @@ void manager_set_in_use(struct manager *m, bool (*in_use)(void *userdata, const 
 	pthread_mutex_lock(&m->lock);
 	m->in_use = in_use;
 	m->in_use_userdata = userdata;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void manager_set_snapshot_bytes(struct manager *m, uint64_t (*fn)(void *userdata), void *userdata)
+{
+	pthread_mutex_lock(&m->lock);
+	m->snapshot_bytes = fn;
+	m->snapshot_bytes_userdata = userdata;
+	pthread_mutex_unlock(&m->lock);
+}
+
+uint64_t gc_snapshot_bytes(struct manager *m)
+{
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&m->lock);
+	if (m->snapshot_bytes)
+		n = m->snapshot_bytes(m->snapshot_bytes_userdata);
+	pthread_mutex_unlock(&m->lock);
+	return n;
+}
+
+void manager_snapshot_bytes_grew(struct manager *m)
+{
+	uint64_t usage = 0;
+
+	/* Without a byte budget the filesystem's usage counts, which holds
+	 * them already. */
+	if (!m->opts.cache_max_bytes || cache_usage_memo(m->cache, &usage, NULL) < 0)
+		return;
+	usage += gc_snapshot_bytes(m);
+	if (usage <= m->opts.cache_max_bytes / 100 * (m->opts.gc_high_percent ?: DEFAULT_HIGH))
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->gc_wanted = true;
+	pthread_cond_signal(&m->gc_cond);
 	pthread_mutex_unlock(&m->lock);
 }
 

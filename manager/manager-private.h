@@ -218,6 +218,9 @@ struct manager {
 	/* manager_set_in_use(); lock */
 	bool (*in_use)(void *userdata, const char *reference);
 	void *in_use_userdata;
+	/* manager_set_snapshot_bytes(); lock */
+	uint64_t (*snapshot_bytes)(void *userdata);
+	void *snapshot_bytes_userdata;
 	/* manager_set_images_entered(); lock */
 	int (*images_entered)(void *userdata, uint32_t **ret_keys, size_t *ret_n);
 	void *images_entered_userdata;
@@ -375,6 +378,9 @@ void manager_pull_denied(struct manager *m, const char *canonical, const struct 
 			 const char *why);
 /* gc.c: true when usage is over the high threshold. */
 bool gc_needed(struct manager *m);
+/* gc.c: manager_set_snapshot_bytes()'s count, 0 without one.  Takes
+ * manager.lock. */
+uint64_t gc_snapshot_bytes(struct manager *m);
 /* gc.c: the bytes a user other than root may have charged (quota.h):
  * --user-cache-max-bytes, or a quarter of the budget. */
 uint64_t gc_user_quota(struct manager *m);

@@ -307,6 +307,20 @@ void manager_set_gc_prepare(struct manager *m, void (*fn)(void *userdata), void 
  * hold.  Set NULL before userdata goes. */
 void manager_set_in_use(struct manager *m, bool (*in_use)(void *userdata, const char *reference),
 			void *userdata);
+/* fn (NULL: none) gives the bytes containerd's snapshots take on local
+ * disk in the cache directory (fs/snapshotter/: containers' writable
+ * layers, layers containerd unpacked itself): with a byte budget they
+ * count in the usage GC holds to it, and the status and metrics show
+ * them.  Called with the manager's lock held: it must be cheap, take no
+ * lock a caller of the manager may hold, and not block.  Set NULL before
+ * userdata goes. */
+void manager_set_snapshot_bytes(struct manager *m, uint64_t (*fn)(void *userdata), void *userdata);
+/* Says that the snapshots' bytes grew (a commit): when usage is now above
+ * the high threshold the collector runs, as after a pull.  Reads the
+ * cache's usage as the status does (cache_usage_memo(): a scan only when
+ * the cache changed since the last one); does not wait for the
+ * collection. */
+void manager_snapshot_bytes_grew(struct manager *m);
 /* fn (NULL: none) gives the keys of the images some process has its
  * working directory or its root in (an array for the caller to free, and
  * its length; 0 or -errno): GC keeps what such an image is made from even

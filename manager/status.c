@@ -248,6 +248,7 @@ int manager_status(struct manager *m, const struct caller *who, json_t **ret_jso
 	puller_get_stats(m->puller, &ps);
 	throttle_get_stats(m->throttle, &ts);
 	cache_usage_memo(m->cache, &bytes, &layers);
+	uint64_t snap_bytes = gc_snapshot_bytes(m);
 	cache_statfs(m->cache, &fs_total, &fs_free);
 	struct cache_objects_stats os;
 	if (cache_objects_stats_memo(m->cache, &os) < 0)
@@ -273,9 +274,9 @@ int manager_status(struct manager *m, const struct caller *who, json_t **ret_jso
 				      "pulls_abandoned",
 				      (json_int_t)(ps.abandoned + ts.abandoned)));
 	json_object_set_new(o, "cache",
-			    json_pack("{s:I, s:i, s:i, s:i, s:I, s:I, s:I, s:i, s:i}", "bytes",
-				      (json_int_t)bytes, "images", (int)n_images, "layers",
-				      (int)layers, "publishing",
+			    json_pack("{s:I, s:I, s:i, s:i, s:i, s:I, s:I, s:I, s:i, s:i}", "bytes",
+				      (json_int_t)bytes, "snapshot_bytes", (json_int_t)snap_bytes,
+				      "images", (int)n_images, "layers", (int)layers, "publishing",
 				      (int)cache_layers_publishing(m->cache), "fs_bytes",
 				      (json_int_t)fs_total, "fs_free_bytes", (json_int_t)fs_free,
 				      "max_bytes", (json_int_t)m->opts.cache_max_bytes,
@@ -315,6 +316,7 @@ void manager_metrics(struct manager *m, FILE *f)
 	puller_get_stats(m->puller, &ps);
 	throttle_get_stats(m->throttle, &ts);
 	cache_usage_memo(m->cache, &bytes, &layers);
+	uint64_t snap_bytes = gc_snapshot_bytes(m);
 	struct cache_objects_stats os;
 	if (cache_objects_stats_memo(m->cache, &os) < 0)
 		os = (struct cache_objects_stats){ 0 };
@@ -405,6 +407,9 @@ void manager_metrics(struct manager *m, FILE *f)
 		"# HELP pullfs_cache_layers Unpacked layers in the cache.\n"
 		"# TYPE pullfs_cache_layers gauge\n"
 		"pullfs_cache_layers %u\n"
+		"# HELP pullfs_snapshot_bytes Bytes containerd's snapshots take on local disk.\n"
+		"# TYPE pullfs_snapshot_bytes gauge\n"
+		"pullfs_snapshot_bytes %llu\n"
 		"# HELP pullfs_gc_runs_total Garbage collection runs.\n"
 		"# TYPE pullfs_gc_runs_total counter\n"
 		"pullfs_gc_runs_total{trigger=\"threshold\"} %llu\n"
@@ -417,8 +422,9 @@ void manager_metrics(struct manager *m, FILE *f)
 		"pullfs_gc_removed_images_total %llu\n",
 		nbe, ps.running, ps.queued, (unsigned long long)(ps.abandoned + ts.abandoned),
 		packs_open_count(m->packs), (unsigned long long)bytes, n_images, layers,
-		(unsigned long long)st.gc_runs_threshold, (unsigned long long)st.gc_runs_manual,
-		(unsigned long long)st.gc_freed_bytes, (unsigned long long)st.gc_removed_images);
+		(unsigned long long)snap_bytes, (unsigned long long)st.gc_runs_threshold,
+		(unsigned long long)st.gc_runs_manual, (unsigned long long)st.gc_freed_bytes,
+		(unsigned long long)st.gc_removed_images);
 }
 
 /* ---- inspect --------------------------------------------------------- */

@@ -258,8 +258,8 @@ int main(int argc, char **argv)
 		 * here (a serving process of a supervisor that holds none,
 		 * started again, takes over the socket of the one before) */
 		r = snapshotter_new(s.snapshotter_socket, mode == 0 ? h.snap_fd : -1,
-				    mode == 0 && h.generation > 0, dir, s.mountpoint, &snap, errbuf,
-				    sizeof(errbuf));
+				    mode == 0 && h.generation > 0, dir, s.mountpoint, m, &snap,
+				    errbuf, sizeof(errbuf));
 		if (r < 0) {
 			fprintf(stderr, "pullfs: %s\n", errbuf[0] ? errbuf : strerror(-r));
 			goto done;
@@ -268,6 +268,9 @@ int main(int argc, char **argv)
 		/* GC keeps, and rm refuses, the images remote snapshots
 		 * stand on */
 		manager_set_in_use(m, snapshotter_in_use, snap);
+		/* and what containerd's own snapshots take counts in the
+		 * cache's usage */
+		manager_set_snapshot_bytes(m, snapshotter_local_bytes, snap);
 	}
 	r = fs_new(m, &s.fo, &fs);
 	if (r < 0) {
@@ -290,8 +293,10 @@ out:
 done:
 	fuse_opt_free_args(&args);
 	control_free(ctl);
-	if (m)
+	if (m) {
 		manager_set_in_use(m, NULL, NULL);
+		manager_set_snapshot_bytes(m, NULL, NULL);
+	}
 	snapshotter_free(snap);
 	fs_free(fs);
 	manager_free(m);

@@ -60,6 +60,7 @@ struct conn {
 	struct dlist streams;
 	enum conn_state state; /* guarded by g->lock */
 	pthread_t thread;
+	struct grpc_peer peer; /* set before the thread starts */
 };
 
 struct grpcserver {
@@ -288,6 +289,7 @@ static int answer(nghttp2_session *session, struct conn *cn, int32_t id, struct 
 	pthread_t t;
 
 	st->answered = true;
+	r->peer = cn->peer;
 	if (!m)
 		grpc_reply_fail(r, GRPC_UNIMPLEMENTED, "unknown method \"%.128s\"", st->path);
 	else if (st->too_big)
@@ -304,7 +306,12 @@ static int answer(nghttp2_session *session, struct conn *cn, int32_t id, struct 
 				st->len - PREFIX);
 	else if ((j = calloc(1, sizeof(*j)))) {
 		*j = (struct job){
-			.cn = cn, .m = m, .stream_id = id, .body = st->body, .len = len
+			.cn = cn,
+			.m = m,
+			.stream_id = id,
+			.body = st->body,
+			.len = len,
+			.reply.peer = cn->peer,
 		};
 		st->body = NULL;
 		st->len = 0;
@@ -535,6 +542,16 @@ static struct conn *free_slot(struct grpcserver *g)
 	return NULL;
 }
 
+static struct grpc_peer peer_of(int fd)
+{
+	struct ucred uc;
+	socklen_t len = sizeof(uc);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0 || len != sizeof(uc))
+		return (struct grpc_peer){ 0 };
+	return (struct grpc_peer){ .pid = uc.pid, .uid = uc.uid, .gid = uc.gid };
+}
+
 static void *acceptor_thread(void *arg)
 {
 	struct grpcserver *g = arg;
@@ -556,6 +573,7 @@ static void *acceptor_thread(void *arg)
 		cn = free_slot(g);
 		if (cn) {
 			cn->fd = fd;
+			cn->peer = peer_of(fd);
 			cn->state = CONN_RUNNING;
 			if (pthread_create(&cn->thread, NULL, conn_thread, cn) != 0) {
 				cn->state = CONN_FREE;

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* gRPC status codes used here. */
 enum {
@@ -31,12 +32,22 @@ enum {
 #define GRPC_MESSAGE_MAX (4u << 20)
 #define GRPC_CONNECTIONS_MAX 16
 
-/* What a handler answers: zero or more messages, then a status. */
+/* The process that connected, as the kernel gave it at its connect()
+ * (SO_PEERCRED); pid 0 when unknown. */
+struct grpc_peer {
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+};
+
+/* What a handler answers: zero or more messages, then a status.  peer is
+ * the caller, set before the handler runs. */
 struct grpc_reply {
 	uint8_t *buf; /* the messages, each with its 5-byte prefix */
 	size_t len, cap;
 	int status;
 	char message[512];
+	struct grpc_peer peer;
 };
 
 /* Appends one message of len bytes, packed by pack(msg, out) into the

@@ -10,13 +10,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "base64.h"
 #include "digest.h"
 #include "errname.h"
 #include "grpcserver.h"
+#include "layerview.h"
 #include "macro.h"
+#include "manager.h"
 #include "reference.h"
 #include "snapfilter.h"
 #include "snapshots.pb-c.h"
@@ -27,7 +28,8 @@
 #define LIST_BATCH 100
 
 struct snapshotter {
-	char *layers_dir; /* MOUNT/layers; NULL: no remote snapshots */
+	char *layers_dir;	 /* MOUNT/layers; NULL: no remote snapshots */
+	struct manager *manager; /* borrowed; NULL: no remote snapshots */
 	struct snapstore *store;
 	struct grpcserver *server;
 	/* the images remote snapshots stand on, canonical references as
@@ -36,6 +38,19 @@ struct snapshotter {
 	pthread_mutex_t refs_lock;
 	struct strmap *refs;
 };
+
+/* The canonical form of a reference (caller frees). */
+static int canonical_of(const char *text, char **ret)
+{
+	struct reference *ref = NULL;
+	int r = reference_parse(text, REFERENCE_DEFAULT_TAG, &ref);
+
+	if (r < 0)
+		return r;
+	*ret = reference_to_string(ref);
+	reference_free(ref);
+	return *ret ? 0 : -ENOMEM;
+}
 
 /* A remote snapshot's directory, layers_dir/<base64 of the reference>/
  * <digest>/diff: the image's canonical reference goes into the map. */
@@ -48,8 +63,8 @@ static int note_ref(void *userdata, const char *path)
 	const char *b64 = path + n + 1, *end;
 	_cleanup_free_ unsigned char *text = NULL;
 	_cleanup_free_ char *canon = NULL;
-	struct reference *ref = NULL;
 	ssize_t got;
+	int r;
 
 	if (strncmp(path, s->layers_dir, n) != 0 || path[n] != '/' || !(end = strchr(b64, '/')))
 		return 0;
@@ -61,11 +76,10 @@ static int note_ref(void *userdata, const char *path)
 	if (got <= 0)
 		return 0;
 	text[got] = '\0';
-	if (reference_parse((const char *)text, REFERENCE_DEFAULT_TAG, &ref) < 0)
-		return 0;
-	canon = reference_to_string(ref);
-	reference_free(ref);
-	return canon ? strmap_put(m, canon, (void *)1) : -ENOMEM;
+	r = canonical_of((const char *)text, &canon);
+	if (r < 0)
+		return r == -ENOMEM ? r : 0;
+	return strmap_put(m, canon, (void *)1);
 }
 
 /* The map of the images remote snapshots stand on, made again from the
@@ -86,6 +100,13 @@ static void refs_refresh(struct snapshotter *s)
 	s->refs = m;
 	pthread_mutex_unlock(&s->refs_lock);
 	strmap_free(old);
+}
+
+uint64_t snapshotter_local_bytes(void *userdata)
+{
+	struct snapshotter *s = userdata;
+
+	return snapstore_local_bytes(s->store);
 }
 
 bool snapshotter_in_use(void *userdata, const char *reference)
@@ -219,27 +240,92 @@ static const struct {
 	  "containerd.io/snapshot/remote/stargz.digest" },
 };
 
-/* A Prepare that names a layer pullfs can give: the layer's directory in
- * layers/ is looked up, which runs ensure for its image (policy, back-off,
- * single flight, access rules, events) and blocks until it answers, and
- * the snapshot containerd wants is recorded as a committed one over that
- * directory.  Returns -EEXIST (the answer that tells containerd the layer
- * is there) with the reason in e, or 0 when pullfs does not give the
- * layer -- no labels naming one, labels that are not a reference and a
- * digest, an image that cannot be had -- and containerd is to fetch and
- * unpack it into an ordinary snapshot. */
-static int try_remote(struct snapshotter *s, const char *parent, const json_t *labels,
-		      struct errbuf *e)
+/* A Prepare waiting for ensure's answer. */
+struct ensure_wait {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done;
+	int r;
+	struct image *img;
+};
+
+static void ensured(void *userdata, int r, struct image *img)
+{
+	struct ensure_wait *w = userdata;
+
+	pthread_mutex_lock(&w->lock);
+	w->r = r;
+	w->img = img;
+	w->done = true;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+/* Ensure for the image ref on behalf of who, as a lookup of its layer
+ * directory in layers/ would for a process (policy, back-off, single
+ * flight, the access rules for who, events naming who), blocking until it
+ * answers; then whether who may see it (-EACCES and AccessDenied
+ * otherwise) and whether digest is a layer of it (LayerNotInImage
+ * otherwise).  0 or the -errno of ensure, the access or the layer. */
+static int ensure_layer(struct snapshotter *s, const char *ref, const char *digest,
+			const struct caller *who)
+{
+	struct ensure_wait w = { .lock = PTHREAD_MUTEX_INITIALIZER,
+				 .cond = PTHREAD_COND_INITIALIZER };
+	struct ensure_call *call = NULL;
+	struct image *img = NULL, *view = NULL;
+	_cleanup_free_ char *canonical = NULL;
+	int r = manager_ensure_start(s->manager, ref, who, ensured, &w, &call, &img);
+
+	if (r == 0) {
+		pthread_mutex_lock(&w.lock);
+		while (!w.done)
+			pthread_cond_wait(&w.cond, &w.lock);
+		pthread_mutex_unlock(&w.lock);
+		r = w.r;
+		img = w.img;
+	}
+	pthread_cond_destroy(&w.cond);
+	pthread_mutex_destroy(&w.lock);
+	if (r < 0)
+		return r;
+	/* For a process reading the mount, ensure leaves a private image's
+	 * refusal to the kernel, which checks the ACL of its root on every
+	 * walk; a snapshot is handed to containerd without one. */
+	r = canonical_of(ref, &canonical);
+	if (r == 0)
+		r = manager_admit_image(s->manager, img, canonical, who);
+	if (r == 0)
+		r = manager_layer_view(img, ref, digest, who, &view);
+	image_unref(img, 1);
+	if (r < 0)
+		return r;
+	image_unref(view, 1);
+	return 0;
+}
+
+/* A Prepare that names a layer pullfs can give: ensure runs for its
+ * image on behalf of the process that called (the peer of the socket,
+ * with the snapshot's key and the layer in its events) and blocks until
+ * it answers, and the snapshot containerd wants is recorded as a
+ * committed one over the layer's directory in layers/.  Returns -EEXIST
+ * (the answer that tells containerd the layer is there) with the reason
+ * in e, or 0 when pullfs does not give the layer -- no labels naming
+ * one, labels that are not a reference and a digest, a caller the access
+ * rules refuse, an image that cannot be had -- and containerd is to
+ * fetch and unpack it into an ordinary snapshot. */
+static int try_remote(struct snapshotter *s, const char *key, const char *parent,
+		      const json_t *labels, const struct grpc_peer *peer, struct errbuf *e)
 {
 	const char *target = json_string_value(json_object_get(labels, TARGET_LABEL));
 	const char *ref = NULL, *digest = NULL;
 	_cleanup_free_ char *enc = NULL, *path = NULL;
 	struct snap_info known = { 0 };
-	struct stat st;
+	struct caller who = { 0 };
 	size_t len;
-	int r;
+	int r, exists;
 
-	if (!s->layers_dir || !target)
+	if (!s->layers_dir || !s->manager || !target || peer->pid <= 0)
 		return 0;
 	for (size_t i = 0; i < ARRAY_SIZE(remote_labels) && !ref; i++) {
 		ref = json_string_value(json_object_get(labels, remote_labels[i].ref));
@@ -250,12 +336,25 @@ static int try_remote(struct snapshotter *s, const char *parent, const json_t *l
 	if (!ref || !ref[0] || (len = strlen(ref)) > REMOTE_REF_MAX || !digest_is_valid(digest) ||
 	    snapstore_check_name("target", target, NULL, 0) < 0)
 		return 0;
-	/* already given (to another namespace, to an unpack tried again) */
-	r = snapstore_stat(s->store, target, &known, NULL, 0);
+	who = (struct caller){
+		.pid = peer->pid,
+		.uid = peer->uid,
+		.gid = peer->gid,
+		.snapshot = key,
+		.layer = digest,
+	};
+	caller_name(&who);
+	r = ensure_layer(s, ref, digest, &who);
+	/* already given (to another namespace, to an unpack tried again):
+	 * there whatever the registry says now, but not to a caller the
+	 * access rules refuse */
+	exists = snapstore_stat(s->store, target, &known, NULL, 0);
 	snap_info_done(&known);
-	if (r == 0)
+	if (exists == 0 && r != -EACCES)
 		return errbuf_fail(-EEXIST, e->text, sizeof(e->text),
 				   "target snapshot \"%s\" exists", target);
+	if (r < 0)
+		return 0;
 	enc = malloc(BASE64_ENCODED_LEN(len) + 1);
 	if (!enc)
 		return 0;
@@ -264,8 +363,6 @@ static int try_remote(struct snapshotter *s, const char *parent, const json_t *l
 		path = NULL;
 		return 0;
 	}
-	if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
-		return 0;
 	r = snapstore_add_remote(s->store, target, parent, labels, path, NULL, 0);
 	if (r < 0 && r != -EEXIST)
 		return 0;
@@ -290,7 +387,7 @@ static int create(struct snapshotter *s, enum snap_kind kind,
 	if (r == 0)
 		r = labels_of(req->labels, req->n_labels, &labels, e->text, sizeof(e->text));
 	if (r == 0 && kind == SNAP_ACTIVE)
-		r = try_remote(s, req->parent, labels, e);
+		r = try_remote(s, req->key, req->parent, labels, &reply->peer, e);
 	if (r == 0)
 		r = snapstore_prepare(s->store, kind, req->key, req->parent, labels, &m, e->text,
 				      sizeof(e->text));
@@ -351,6 +448,10 @@ static int do_commit(struct snapshotter *s, const void *msg, struct grpc_reply *
 	if (r == 0)
 		r = snapstore_commit(s->store, req->name, req->key, labels, e->text,
 				     sizeof(e->text));
+	/* containerd's own layers and containers' upper directories count
+	 * in the cache's budget */
+	if (r == 0 && s->manager)
+		manager_snapshot_bytes_grew(s->manager);
 	json_decref(labels);
 	return r;
 }
@@ -640,13 +741,15 @@ static const struct grpc_method methods[] = {
 };
 
 int snapshotter_new(const char *socket_path, int listen_fd, bool predecessors, const char *dir,
-		    const char *mountpoint, struct snapshotter **ret, char *errbuf, size_t errlen)
+		    const char *mountpoint, struct manager *m, struct snapshotter **ret,
+		    char *errbuf, size_t errlen)
 {
 	struct snapshotter *s = calloc(1, sizeof(*s));
 	int r;
 
 	if (!s)
 		return -ENOMEM;
+	s->manager = m;
 	pthread_mutex_init(&s->refs_lock, NULL);
 	if (mountpoint && asprintf(&s->layers_dir, "%s/layers", mountpoint) < 0) {
 		pthread_mutex_destroy(&s->refs_lock);

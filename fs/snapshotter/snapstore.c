@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,10 @@
 struct snap {
 	struct snap_info info;
 	uint64_t id;
-	int64_t size; /* committed: usage measured at the commit */
+	/* bytes and inodes on local disk: a committed snapshot's measured
+	 * at its commit, an active one's at its last measure (0 at first),
+	 * a remote one's and a view's 0 */
+	int64_t size;
 	int64_t inodes;
 	/* a remote snapshot's files, a directory elsewhere (a layer of
 	 * pullfs's layers/), which its fs is a symbolic link to; NULL: fs
@@ -55,6 +59,9 @@ struct snapstore {
 	int dfd;      /* DIR */
 	int snaps_fd; /* DIR/snapshots */
 	bool index_off;
+	/* the sum of the snapshots' size: changed with lock held, read
+	 * without (snapstore_local_bytes) */
+	atomic_int_least64_t local_bytes;
 	/* guarded by lock: */
 	struct snap *v; /* in creation order */
 	size_t n, cap;
@@ -331,6 +338,7 @@ static int load_one(struct snapstore *s, json_t *o, char *errbuf, size_t errlen)
 	if (sn.id >= s->next_id)
 		s->next_id = sn.id + 1;
 	s->v[s->n++] = sn;
+	atomic_fetch_add(&s->local_bytes, sn.size);
 	return 0;
 }
 
@@ -438,6 +446,13 @@ static int cleanup_locked(struct snapstore *s)
 	}
 	closedir(d);
 	return n;
+}
+
+uint64_t snapstore_local_bytes(struct snapstore *s)
+{
+	int64_t n = atomic_load(&s->local_bytes);
+
+	return n > 0 ? (uint64_t)n : 0;
 }
 
 int snapstore_cleanup(struct snapstore *s)
@@ -1001,6 +1016,8 @@ int snapstore_commit(struct snapstore *s, const char *name, const char *key, con
 	sn->size = size;
 	sn->inodes = inodes;
 	r = save(s);
+	if (r == 0)
+		atomic_fetch_add(&s->local_bytes, size - old_size);
 	if (r < 0) {
 		free(nn);
 		json_decref(nl);
@@ -1056,6 +1073,7 @@ int snapstore_remove(struct snapstore *s, const char *key, char *errbuf, size_t 
 			    strerror(-r));
 		goto out;
 	}
+	atomic_fetch_sub(&s->local_bytes, removed.size);
 	fault_point("snap-removed");
 	snprintf(name, sizeof(name), "%" PRIu64, removed.id);
 	/* left for the next cleanup if it fails: nothing names it now */
@@ -1200,9 +1218,19 @@ int snapstore_usage(struct snapstore *s, const char *key, int64_t *ret_size, int
 	else if (sn->info.kind == SNAP_COMMITTED)
 		size = sn->size, inodes = sn->inodes;
 	pthread_mutex_unlock(&s->lock);
-	/* measured without the lock */
-	if (active)
+	/* measured without the lock, then kept (and counted) if the
+	 * snapshot is still the one measured, still active */
+	if (active) {
 		measure_snapshot(s, active, &size, &inodes);
+		pthread_mutex_lock(&s->lock);
+		sn = find(s, key);
+		if (sn && sn->id == active && sn->info.kind == SNAP_ACTIVE) {
+			atomic_fetch_add(&s->local_bytes, size - sn->size);
+			sn->size = size;
+			sn->inodes = inodes;
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
 	if (r == 0) {
 		*ret_size = size;
 		*ret_inodes = inodes;

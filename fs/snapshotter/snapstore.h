@@ -122,10 +122,16 @@ int snapstore_walk(struct snapstore *s, int (*fn)(void *userdata, const struct s
 int snapstore_walk_remote(struct snapstore *s, int (*fn)(void *userdata, const char *path),
 			  void *userdata);
 /* Bytes and inodes a snapshot uses on local disk: measured now for an
- * active one, as at its commit for a committed one, 0 for a view.
- * -ENOENT. */
+ * active one (and kept for snapstore_local_bytes), as at its commit for a
+ * committed one, 0 for a view.  -ENOENT. */
 int snapstore_usage(struct snapstore *s, const char *key, int64_t *ret_size, int64_t *ret_inodes,
 		    char *errbuf, size_t errlen);
+/* Bytes the snapshots take on local disk, all together: each committed
+ * one as measured at its commit, each active one as at its last
+ * snapstore_usage (0 before the first; containerd's CRI plugin asks every
+ * few seconds), remote ones and views nothing.  A running sum: no lock,
+ * no disk access. */
+uint64_t snapstore_local_bytes(struct snapstore *s);
 /* Removes the directories no snapshot names.  Returns how many, or
  * -errno. */
 int snapstore_cleanup(struct snapstore *s);

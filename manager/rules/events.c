@@ -129,6 +129,8 @@ static char *event_line(const struct event *e, uint64_t suppressed, uid_t suppre
 		json_object_set_new(o, "pid", json_integer(e->caller->pid));
 		json_object_set_new(o, "uid", json_integer(e->caller->uid));
 		set_str(o, "comm", e->caller->comm);
+		set_str(o, "snapshot", e->caller->snapshot);
+		set_str(o, "layer", e->caller->layer);
 	}
 	if (suppressed_uid != (uid_t)-1)
 		json_object_set_new(o, "suppressed_uid", json_integer(suppressed_uid));

@@ -19,12 +19,19 @@
 
 #include "clock.h"
 
-/* The process whose file access caused an event. */
+/* The process whose file access caused an event, or whose request to
+ * containerd's snapshots socket did. */
 struct caller {
 	pid_t pid;
 	uid_t uid;
 	gid_t gid;
 	char comm[17]; /* "" when unknown */
+	/* A request of the snapshots socket (fs/snapshotter/): the key of
+	 * the snapshot it prepares and the layer digest its labels name.
+	 * Borrowed: the request waits for everything that writes its
+	 * events.  NULL for a file access. */
+	const char *snapshot;
+	const char *layer;
 };
 
 /* Fills c->comm from /proc for c->pid (a read of /proc: callers on a hot

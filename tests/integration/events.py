@@ -101,6 +101,15 @@ def problems_of(ev):
         if need("uid", int) and ev["uid"] < 0:
             p.append("uid %r is negative" % ev["uid"])
         need("comm", str)
+    # a request of the snapshots socket: its snapshot and layer come
+    # together, with the process that made it
+    if "snapshot" in ev or "layer" in ev:
+        if "pid" not in ev:
+            p.append("a snapshot and layer without a process")
+        if need("snapshot", str) and not ev["snapshot"]:
+            p.append("an empty snapshot key")
+        if need("layer", str) and not DIGEST_RE.match(ev["layer"]):
+            p.append("layer %r is not a sha256 digest" % ev["layer"])
     if need("type", str):
         if reason in NORMAL_REASONS and ev["type"] != "Normal":
             p.append("type %r for %s (expected Normal)" % (ev["type"], reason))

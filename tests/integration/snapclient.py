@@ -13,6 +13,11 @@ the labels of remote snapshots.
                                      committed snapshot; labels naming no
                                      layer pullfs can give are an ordinary
                                      Prepare
+    snapclient.py SOCKET denied REF DIGEST  run by a user the access
+                                     rules refuse for image REF: a Prepare
+                                     with the CRI plugin's labels naming
+                                     its layer DIGEST is an ordinary
+                                     Prepare, with no target
     snapclient.py SOCKET slow        a Prepare that waits on a registry
                                      that never answers holds up no other
                                      call of the connection
@@ -203,6 +208,17 @@ def cri(cl, pb, ref, digest):
     left(before, cl.list([]))
 
 
+def denied(cl, pb, ref, digest):
+    S = grpc.StatusCode
+    labels = {REF_LABEL: "denied-target", CRI_REF: ref, CRI_DIGEST: digest}
+    expect("a Prepare by a user who may not pull",
+           cl.call("Prepare", pb.PrepareSnapshotRequest(key="denied-extract", labels=labels)),
+           S.OK)
+    expect("no target for a user who may not pull",
+           cl.call("Stat", pb.StatSnapshotRequest(key="denied-target")), S.NOT_FOUND)
+    expect("remove", cl.call("Remove", pb.RemoveSnapshotRequest(key="denied-extract")), S.OK)
+
+
 def slow(cl, pb):
     import socket
     import threading
@@ -262,6 +278,8 @@ def main():
             slow(cl, pb)
         elif cmd == "cri":
             cri(cl, pb, sys.argv[3], sys.argv[4])
+        elif cmd == "denied":
+            denied(cl, pb, sys.argv[3], sys.argv[4])
         elif cmd == "list":
             for n in cl.list(sys.argv[3:]):
                 print(n)

@@ -6,13 +6,18 @@
 # of pullfs's serving process; the snapshots API is also driven directly
 # with ctr: prepare, mounts, commit, view, usage, rm, ls, and requests it
 # must refuse (unknown keys, a parent that is not committed, a hostile
-# key that must not become a path, labels over containerd's bound).
+# key that must not become a path, labels over containerd's bound).  The
+# pull of a remote snapshot names containerd's request in its events, a
+# caller the access rules refuse gets an ordinary snapshot, and the
+# bytes of containerd's own snapshots count in the cache's budget: GC
+# runs for them, and keeps the images remote snapshots stand on.
 . "$(dirname "$0")/lib.sh"
 . "$INTEGRATION_DIR/images.sh"
 . "$INTEGRATION_DIR/containerd.sh"
+. "$INTEGRATION_DIR/regservers.sh"
 
 need_root
-need_cmd containerd ctr ctr-remote runc containerd-shim-runc-v2 protoc
+need_cmd containerd ctr ctr-remote runc containerd-shim-runc-v2 protoc setpriv fallocate htpasswd
 [ -x "${PULLFSCTL:-}" ] || fail "PULLFSCTL is not set (path of pullfsctl)"
 # Debian's python3 (the one in PATH may be another) with grpcio and protobuf
 /usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null ||
@@ -20,14 +25,28 @@ need_cmd containerd ctr ctr-remote runc containerd-shim-runc-v2 protoc
 start_registry
 push_busybox test/busybox:1
 push_edge test/edge:1
-# busybox and one layer of its own, in a repository pullfs may not pull
-never=$WORK/never
-cp -a "$(layout_of busybox)" "$never"
-mkdir -p "$WORK/never-stage"
-echo "fetched by containerd" >"$WORK/never-stage/never.txt"
-tar --create --file "$WORK/never.tar" --directory "$WORK/never-stage" never.txt
-umoci raw add-layer --image "$never:1" "$WORK/never.tar"
-_skopeo copy --dest-tls-verify=false "oci:$never:1" "docker://$REGISTRY/test/never:1"
+# push_plus NAME FILE TEXT: busybox and one layer of its own, FILE
+# holding TEXT, as test/NAME:1
+push_plus() {
+    local dir=$WORK/$1
+    cp -a "$(layout_of busybox)" "$dir"
+    mkdir -p "$dir-stage"
+    echo "$3" >"$dir-stage/$2"
+    tar --create --file "$dir.tar" --directory "$dir-stage" "$2"
+    umoci raw add-layer --image "$dir:1" "$dir.tar"
+    _skopeo copy --dest-tls-verify=false "oci:$dir:1" "docker://$REGISTRY/test/$1:1"
+}
+# in a repository pullfs may not pull
+push_plus never never.txt "fetched by containerd"
+# pulled only through a remote snapshot
+push_plus remote remote.txt "given by pullfs"
+# pulled with credentials, from the same storage served with htpasswd
+push_plus private private.txt "root only"
+start_private_registry user secret
+# busybox again, in a repository only root may pull from, and under a
+# name only a lookup under images/ uses
+push_busybox test/denied:1
+push_busybox test/gcme:1
 
 SNAP_SOCK=$WORK/snap.sock
 SNAPDIR=$CACHE/snapshotter
@@ -37,8 +56,13 @@ PULLFS_RECOVERY_EXPECTED=1
 # yet renamed; the next one starts from the old state.  (Lazy layers are
 # completed in the background only an hour after their start.)
 PULLFS_ENV=(PULLFS_FAULT=snap-metadata)
+# A budget far above what the images take, which containerd's snapshots
+# fill at the end.
+BUDGET=$((128 << 20))
 mount_pullfs --snapshotter-socket "$SNAP_SOCK" --pull-policy-rule "$REGISTRY/test/never:*=never" \
-    --lazy-completion-delay 3600
+    --pull-access-rule "$REGISTRY/test/denied:*=root" --lazy-completion-delay 3600 \
+    --cache-max-bytes "$BUDGET" --gc-min-age 0 --auth-file "$WORK/auth.json" \
+    --insecure-registry "$PRIVATE_HOST"
 wait_for 20 test -S "$SNAP_SOCK" || fail "no snapshotter socket at $SNAP_SOCK"
 CTD_EXTRA_CONFIG="[proxy_plugins.pullfs]
   type = \"snapshot\"
@@ -52,6 +76,11 @@ ctr_remote images push --plain-http "$REGISTRY/test/busybox-esgz:1"
 NS=pullfs-test
 c() { timeout 60 ctr -a "$CTD_SOCK" -n "$NS" "$@"; }
 snap() { c snapshots --snapshotter pullfs "$@"; }
+# snapshot_bytes: what the status says containerd's snapshots take
+snapshot_bytes() {
+    py -c 'import json, sys; print(json.load(open(sys.argv[1]))["cache"]["snapshot_bytes"])' \
+        "$MNT/.pullfs/status"
+}
 # must_fail WORD CMD...: CMD fails and says WORD (the gRPC error's text).
 must_fail() {
     local want=$1 out
@@ -135,12 +164,41 @@ timeout 60 /usr/bin/python3 "$INTEGRATION_DIR/snapclient.py" "$SNAP_SOCK" cri \
     fail "remote snapshots through the CRI plugin's labels (above)"
 timeout 90 /usr/bin/python3 "$INTEGRATION_DIR/snapclient.py" "$SNAP_SOCK" slow ||
     fail "a slow call held up the others (above)"
-
+# A caller the access rules refuse (a containerd run by another user:
+# here the client, as nobody, on the socket opened to it) gets an ordinary
+# snapshot, and the event saying why names it, its snapshot and the layer:
+# PullDenied for an image it may not pull, AccessDenied for a private one
+# (pulled with credentials, which only root may see by default) that root
+# pulled, whose refusal the kernel's ACL makes for readers of the mount.
+priv=$PRIVATE_HOST/test/private:1
+ls "$MNT/images/$priv/" >/dev/null
+denied_layer=$(image_blobs test/denied:1 | sed -n 2p)
+priv_layer=$(image_blobs test/private:1 | tail -n 1)
+chmod 0711 "$WORK"
+chmod 0666 "$SNAP_SOCK"
+for case in "$REGISTRY/test/denied:1 $denied_layer PullDenied" "$priv $priv_layer AccessDenied"; do
+    read -r ref layer reason <<<"$case"
+    setpriv --reuid 65534 --regid 65534 --clear-groups timeout 60 /usr/bin/python3 \
+        "$INTEGRATION_DIR/snapclient.py" "$SNAP_SOCK" denied "$ref" "$layer" ||
+        fail "a Prepare of $ref by a user refused (above)"
+    wait_event "$reason" "$ref"
+    assert_eq 65534 "$(event_fields "$reason" "$ref" uid)" "uid of $reason"
+    assert_eq denied-extract "$(event_fields "$reason" "$ref" snapshot)" "snapshot of $reason"
+    assert_eq "$layer" "$(event_fields "$reason" "$ref" layer)" "layer of $reason"
+done
+chmod 0600 "$SNAP_SOCK"
+chmod 0700 "$WORK"
 # write into k1's upper directory as a container would, then commit it
 upper=$(sed -n 's/.*upperdir=\([^,]*\).*/\1/p' <<<"$m")
 [ -d "$upper" ] || fail "no upper directory $upper"
 echo hello >"$upper/hello.txt"
+head -c 1048576 /dev/urandom >"$upper/big"
+b0=$(snapshot_bytes)
 snap commit c1 k1
+# measured at the commit: the status and the metrics count it
+b1=$(snapshot_bytes)
+[ "$b1" -ge $((b0 + 1048576)) ] || fail "snapshot bytes $b0 before the commit of 1 MiB, $b1 after"
+assert_eq "$b1" "$(metric pullfs_snapshot_bytes)" "the snapshots' bytes in the metrics"
 must_fail "not found" snap mounts /mnt k1
 size=$(snap usage c1 | awk 'NR == 2 { print $2 }')
 [ -n "$size" ] && [ "$size" != 0.0 ] || fail "usage of c1: $(snap usage c1)"
@@ -192,6 +250,8 @@ _gone_after_gc() {
     _gone "$1"
 }
 wait_for 60 _gone_after_gc "$upper" || fail "c1's folder is still there after rm"
+b2=$(snapshot_bytes)
+[ "$b2" -le $((b1 - 1048576)) ] || fail "snapshot bytes $b1 before c1 was removed, $b2 after"
 out=$(c run --rm --snapshotter pullfs "$REGISTRY/test/busybox:1" reader2 cat /etc/passwd 2>&1) ||
     fail "ctr run after the restart failed: $out"
 assert_eq "$want" "$out" "a file read by a container after the restart"
@@ -249,17 +309,40 @@ out=$(c run --rm --snapshotter pullfs "$REGISTRY/test/busybox:1" reader3 cat /et
     fail "ctr run on a remote snapshot failed: $out"
 assert_eq "$want" "$out" "a file read by a container over a remote snapshot"
 # the image remote snapshots stand on is in use: rm refuses it (and GC
-# keeps it, by the same mark), once the container's files are released
-# (the kernel sends the RELEASE of a file closed in the background)
+# keeps it, by the same mark, below), once the container's files are
+# released (the kernel sends the RELEASE of a file closed in the
+# background) and the kernel has let go of the layers' directories the
+# container's mount looked up (each holds a view of the image: dropped
+# from its dentry cache here, as the kernel would under memory pressure)
 _rm_refused() {
     if "$PULLFSCTL" -m "$MNT" rm "$REGISTRY/test/busybox:1" >"$WORK/rm.out" 2>&1; then
         fail "rm of an image remote snapshots stand on: $(cat "$WORK/rm.out")"
     fi
-    ! grep -q "open files" "$WORK/rm.out"
+    ! grep -q "open files" "$WORK/rm.out" || { echo 2 >/proc/sys/vm/drop_caches; false; }
 }
 wait_for 20 _rm_refused || fail "rm said: $(cat "$WORK/rm.out")"
 grep -q "in use by containerd's snapshots" "$WORK/rm.out" || fail "rm said: $(cat "$WORK/rm.out")"
 ls "$MNT/images/$REGISTRY/test/busybox:1/etc" >/dev/null || fail "busybox after the refused rm"
+
+# ---- the pull of a remote snapshot's image names containerd's request:
+# containerd's pid, uid and command (the socket's peer), the snapshot it
+# prepares and the layer its labels name
+remote_layers=$(image_blobs test/remote:1 | tail -n +2)
+timeout 120 ctr-remote -a "$CTD_SOCK" -n "$NS" images rpull --plain-http --snapshotter pullfs \
+    "$REGISTRY/test/remote:1" >"$WORK/rpull.log" 2>&1 || fail "rpull failed: $(tail -n 5 "$WORK/rpull.log")"
+wait_event Pulled "$REGISTRY/test/remote:1"
+for reason in Pulling Pulled; do
+    assert_eq "$CTD_PID" "$(event_fields "$reason" "$REGISTRY/test/remote:1" pid)" "pid of $reason"
+    assert_eq 0 "$(event_fields "$reason" "$REGISTRY/test/remote:1" uid)" "uid of $reason"
+    assert_eq containerd "$(event_fields "$reason" "$REGISTRY/test/remote:1" comm)" "comm of $reason"
+    assert_contains "extract-" "$(event_fields "$reason" "$REGISTRY/test/remote:1" snapshot)" \
+        "snapshot of $reason"
+    layer=$(event_fields "$reason" "$REGISTRY/test/remote:1" layer)
+    grep -qxF "$layer" <<<"$remote_layers" || fail "layer of $reason: '$layer' is none of the image's"
+done
+out=$(c run --rm --snapshotter pullfs "$REGISTRY/test/remote:1" reader6 cat /remote.txt 2>&1) ||
+    fail "ctr run over test/remote failed: $out"
+assert_eq "given by pullfs" "$out" "a file of the remote image's own layer"
 
 # ---- a container running over pullfs's layers through a kill -9: it
 # reads its image's files in a loop and writes how many times to a file
@@ -318,7 +401,48 @@ out=$(c run --rm --snapshotter pullfs "$REGISTRY/test/never:1" reader4 cat /neve
     fail "ctr run over a fallen-back layer failed: $out"
 assert_eq "fetched by containerd
 $want" "$out" "files read over a local and a remote snapshot"
+
+# ---- containerd's own snapshots count in the cache's budget
+# A commit that takes usage over the high threshold runs GC, as a pull
+# does: it removes what nothing holds (test/gcme, a name of busybox only
+# a lookup under images/ used) and keeps every image remote snapshots
+# stand on, and says it could not reach its target.
+ls "$(image_path test/gcme:1)" >/dev/null
+assert_eq "$REGISTRY/test/gcme:1" "$(pullfs_image_field "$REGISTRY/test/gcme:1" reference)" "test/gcme cached"
+# nothing but the snapshots holds the images (as for rm above); the
+# eStargz image, its completion held off, is kept as a pull in flight
+pinned_refs="test/busybox:1 test/edge:1 test/remote:1"
+_none_open() {
+    local ref
+    echo 2 >/proc/sys/vm/drop_caches
+    for ref in $pinned_refs test/gcme:1; do
+        [ "$(pullfs_image_field "$REGISTRY/$ref" open_files)" = 0 ] || return 1
+    done
+}
+wait_for 20 _none_open || fail "images still open before GC: $(grep -o '"open_files": *[0-9]*' "$MNT/.pullfs/status")"
+# (a snapshot with no parent is a bind mount of its folder, the newest)
+snap prepare big >/dev/null
+big_fs=$SNAPDIR/snapshots/$(ls "$SNAPDIR/snapshots" | sort -n | tail -n 1)/fs
+[ -d "$big_fs" ] && [ ! -L "$big_fs" ] && [ -z "$(ls -A "$big_fs")" ] || fail "no empty folder at $big_fs"
+fallocate -l $((BUDGET * 9 / 10)) "$big_fs/big"
+b0=$(snapshot_bytes)
+snap commit bigc big
+[ "$(snapshot_bytes)" -ge $((b0 + BUDGET * 9 / 10)) ] || fail "snapshot bytes after a commit: $(snapshot_bytes)"
+wait_event ImageGC "$REGISTRY/test/gcme:1"
+_gc_failed() { events show | grep -q '"reason": "ImageGCFailed"'; }
+wait_for 10 _gc_failed || fail "no ImageGCFailed event: GC could reach its target"
+for ref in $pinned_refs test/busybox-esgz:1; do
+    assert_eq "$REGISTRY/$ref" "$(pullfs_image_field "$REGISTRY/$ref" reference)" \
+        "$ref, which remote snapshots stand on, after GC"
+done
+out=$(c run --rm --snapshotter pullfs "$REGISTRY/test/remote:1" reader7 cat /remote.txt 2>&1) ||
+    fail "ctr run over test/remote after GC failed: $out"
+assert_eq "given by pullfs" "$out" "a file of the remote image after GC"
+# what containerd removes leaves the count
+snap rm bigc
+[ "$(snapshot_bytes)" -le "$b0" ] || fail "snapshot bytes after bigc was removed: $(snapshot_bytes)"
 log "whole test: $(seconds_since "$t0") s"
+events check >&2 || fail "malformed events in $EVENTS"
 # a clean stop with containerd still connected (and, under the
 # sanitizers, no leak)
 unmount_pullfs

@@ -1,7 +1,7 @@
 /* Unit tests for the events log: rotation at the cap (the tail kept, one
  * line per write, the oldest file dropped), the limit of a user's events
  * with its count in the next line and in EventsSuppressed, root and the
- * daemon never limited. */
+ * daemon never limited, the fields of a snapshots socket's request. */
 #include <jansson.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -132,6 +132,37 @@ static void test_rotation(void **state)
 	assert_true(count_lines(p2, NULL, NULL) > 0);
 }
 
+/* A request of containerd's snapshots socket: its snapshot key and layer
+ * beside the process; a file access has neither. */
+static void test_snapshot_caller(void **state)
+{
+	struct fixture *f = *state;
+	struct events *ev;
+	struct caller who = { .pid = 42,
+			      .uid = 0,
+			      .comm = "containerd",
+			      .snapshot = "default/7/extract-1 sha256:ab",
+			      .layer = "sha256:cd" };
+	int m;
+
+	assert_int_equal(events_open(&(struct events_options){ .path = f->path }, &ev), 0);
+	events_emit(ev, &(struct event){ .type = EVENT_NORMAL,
+					 .reason = "Pulling",
+					 .image = "registry.test/x:1",
+					 .message = "m",
+					 .caller = &who });
+	emit(ev, "Pulled", 0, 1);
+	events_close(ev);
+	assert_int_equal(count_lines(f->path,
+				     "\"comm\":\"containerd\",\"snapshot\":"
+				     "\"default/7/extract-1 sha256:ab\",\"layer\":\"sha256:cd\"",
+				     &m),
+			 2);
+	assert_int_equal(m, 1);
+	assert_int_equal(count_lines(f->path, "\"snapshot\"", &m), 2);
+	assert_int_equal(m, 1);
+}
+
 static void test_user_limited(void **state)
 {
 	struct fixture *f = *state;
@@ -192,6 +223,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_rotation, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_snapshot_caller, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_user_limited, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_limit, setup, teardown),
 	};

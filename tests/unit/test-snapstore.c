@@ -2,7 +2,8 @@
  * operations and their errors as containerd's overlay snapshotter has
  * them, the mounts, names that are never paths, remote snapshots (a
  * link to a directory elsewhere), the metadata read back
- * after a reopen, a malformed metadata file refused, and a kill -9 at
+ * after a reopen, the running count of bytes on local disk, a malformed
+ * metadata file refused, and a kill -9 at
  * each step of a change (the test binary run again with PULLFS_FAULT):
  * the store reopens in the old state or the new one, with no directory
  * left that nothing names. */
@@ -236,6 +237,72 @@ static void test_usage_links(void **state)
 	assert_int_equal(commit(s, "c", "a"), 0);
 	assert_int_equal(snapstore_usage(s, "c", &size, &inodes, errbuf, sizeof(errbuf)), 0);
 	assert_int_equal(inodes, 2);
+	snapstore_free(s);
+}
+
+/* A file of n bytes of data in snapshot id's fs. */
+static void write_file(unsigned id, const char *name, size_t n)
+{
+	char path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/snapshots/%u/fs/%s", store_dir, id, name);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	for (size_t i = 0; i < n; i++)
+		fputc('x', f);
+	fclose(f);
+}
+
+/* The store's bytes on local disk, a running sum: an active snapshot
+ * counts from its last measure, a committed one as measured at its
+ * commit, a remote one nothing; a remove takes its bytes off, and a
+ * reopen sums the metadata again -- with no walk of the folders when the
+ * count is read. */
+static void test_local_bytes(void **state)
+{
+	struct snapstore *s = open_store();
+	char layer[128];
+	int64_t size, inodes, c_size;
+	json_t *l = json_pack("{s:s}", "containerd.io/snapshot.ref", "remote");
+
+	assert_int_equal(snapstore_local_bytes(s), 0);
+	snprintf(layer, sizeof(layer), "%s/layers/sha256:aa/diff", dir);
+	assert_int_equal(snapstore_add_remote(s, "remote", "", l, layer, errbuf, sizeof(errbuf)),
+			 0);
+	json_decref(l);
+	assert_int_equal(prepare(s, SNAP_ACTIVE, "a", "remote"), 0); /* id 2 */
+	write_file(2, "big", 256 * 1024);
+	/* not measured yet: nothing walks the folder behind the count */
+	assert_int_equal(snapstore_local_bytes(s), 0);
+	assert_int_equal(snapstore_usage(s, "a", &size, &inodes, errbuf, sizeof(errbuf)), 0);
+	assert_true(size >= 256 * 1024);
+	assert_int_equal(snapstore_local_bytes(s), (uint64_t)size);
+	write_file(2, "more", 64 * 1024);
+	assert_int_equal(snapstore_local_bytes(s), (uint64_t)size);
+	assert_int_equal(commit(s, "c", "a"), 0);
+	assert_int_equal(snapstore_usage(s, "c", &c_size, &inodes, errbuf, sizeof(errbuf)), 0);
+	assert_true(c_size >= size + 64 * 1024);
+	assert_int_equal(snapstore_local_bytes(s), (uint64_t)c_size);
+	/* a container's upper directory over it */
+	assert_int_equal(prepare(s, SNAP_ACTIVE, "ctr", "c"), 0); /* id 3 */
+	write_file(3, "log", 128 * 1024);
+	assert_int_equal(snapstore_usage(s, "ctr", &size, &inodes, errbuf, sizeof(errbuf)), 0);
+	assert_int_equal(snapstore_local_bytes(s), (uint64_t)(c_size + size));
+	assert_int_equal(prepare(s, SNAP_VIEW, "v", "c"), 0);
+	assert_int_equal(snapstore_local_bytes(s), (uint64_t)(c_size + size));
+
+	/* read back from the metadata */
+	snapstore_free(s);
+	s = open_store();
+	assert_int_equal(snapstore_local_bytes(s), (uint64_t)(c_size + size));
+	assert_int_equal(snapstore_remove(s, "ctr", errbuf, sizeof(errbuf)), 0);
+	assert_int_equal(snapstore_remove(s, "v", errbuf, sizeof(errbuf)), 0);
+	assert_int_equal(snapstore_local_bytes(s), (uint64_t)c_size);
+	assert_int_equal(snapstore_remove(s, "c", errbuf, sizeof(errbuf)), 0);
+	assert_int_equal(snapstore_local_bytes(s), 0);
+	assert_int_equal(snapstore_remove(s, "remote", errbuf, sizeof(errbuf)), 0);
+	assert_int_equal(snapstore_local_bytes(s), 0);
 	snapstore_free(s);
 }
 
@@ -573,6 +640,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(test_lifecycle, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_usage_links, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_local_bytes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names_are_not_paths, setup, teardown),
 		cmocka_unit_test(test_checks),
 		cmocka_unit_test_setup_teardown(test_update, setup, teardown),
