@@ -156,6 +156,9 @@ struct lazy_layer {
 	 * brought */
 	atomic_uint_fast64_t reader_fetches, reader_bytes;
 	atomic_uint_fast64_t reader_us; /* lazy_reads.us */
+	/* files readers' requests brought along, and how many of them were
+	 * read since: what share of the next ones is worth their bytes */
+	atomic_uint_fast64_t near_landed, near_read;
 	/* complete, every file checked against the table's digests, the
 	 * blob never against its own (the "complete" file) */
 	atomic_bool toc_verified;

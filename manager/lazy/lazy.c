@@ -38,7 +38,10 @@
  * LAZY_NEAR_BYTES of compressed bytes past its own and LAZY_NEAR_MAX
  * files: files next to each other in a layer are often read together (a
  * directory's modules, a locale's parts), and one request costs less than
- * one each. */
+ * one each.  Where they are not (a reader who picks a file here and
+ * there), their bytes would cost more than the requests they save: the
+ * bytes shrink with the share of such files of the layer that were read
+ * since. */
 #define LAZY_NEAR_FILE (64u << 10)
 #define LAZY_NEAR_BYTES (64u << 10)
 #define LAZY_NEAR_MAX 16
@@ -831,7 +834,9 @@ static size_t near_candidates(struct lazy_layer *l, uint64_t from, uint64_t limi
 static void near_claim(struct lazy_layer *l, uint64_t from, const struct lazy_claim *claim,
 		       struct near *nb)
 {
-	size_t cand[LAZY_NEAR_MAX], n = near_candidates(l, from, from + LAZY_NEAR_BYTES, cand);
+	uint64_t landed = atomic_load(&l->near_landed), read = atomic_load(&l->near_read);
+	uint64_t budget = LAZY_NEAR_BYTES * MIN(read + 1, landed + 1) / (landed + 1);
+	size_t cand[LAZY_NEAR_MAX], n = near_candidates(l, from, from + budget, cand);
 
 	*nb = (struct near){ .end = from };
 	for (size_t j = 0; j < n; j++) {
@@ -894,6 +899,8 @@ static void near_land(struct lazy_layer *l, struct near *nb, const struct lazy_c
 		g->fetches--;
 		for (size_t k = 0; k < g->n && all; k++)
 			all = g->state[k] == CHUNK_PRESENT;
+		if (all)
+			atomic_fetch_add(&l->near_landed, 1);
 		if (all && !g->complete && g->fetches == 0)
 			(void)finish_file(l, g);
 		pthread_cond_broadcast(&g->cond);
@@ -1355,8 +1362,10 @@ ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object
 		return 0;
 	}
 	size = (size_t)MIN((uint64_t)size, f->size - off);
-	if (atomic_exchange(&f->near_unread, false))
+	if (atomic_exchange(&f->near_unread, false)) {
 		atomic_fetch_add(&l->reader_fetches, 1);
+		atomic_fetch_add(&l->near_read, 1);
+	}
 	if (!f->complete && f->n > 0) {
 		bool whole = !chunks_digested(f);
 

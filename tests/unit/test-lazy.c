@@ -793,6 +793,43 @@ static void test_small_files_come_together(void **state)
 		free(fs[i].content);
 }
 
+/* Small files brought along and then not read make the next requests
+ * bring fewer bytes along: here the sixteen after the first read, none of
+ * them read, leave room for one file after the next read, not three. */
+static void test_unread_neighbours_shrink(void **state)
+{
+	struct fixture *f = *state;
+	static char names[24][8];
+	struct file_spec fs[24];
+	unsigned char buf[4096];
+	unsigned before, got[3];
+	const size_t order[3] = { 0, 18, 20 };
+	struct lazy_layer *l;
+
+	for (size_t i = 0; i < ARRAY_SIZE(fs); i++) {
+		snprintf(names[i], sizeof(names[i]), "f%zu", i);
+		fs[i] = (struct file_spec){ .name = names[i], .chunk = 2000, .chunks = 1 };
+	}
+	make_files(f, fs, ARRAY_SIZE(fs));
+	assert_int_equal(lazy_layer_open(f->cache, f->blob, NULL, &l), 0);
+	before = ranges(f);
+	for (size_t i = 0; i < ARRAY_SIZE(order); i++) {
+		assert_int_equal(lazy_read(l, f->reg, fs[order[i]].object, 0, sizeof(buf), buf),
+				 2000);
+		assert_memory_equal(buf, fs[order[i]].content, 2000);
+		got[i] = ranges(f) - before;
+	}
+	/* f0 brought f1..f16; f18 brought f19 only; f20 asked for alone */
+	assert_int_equal(got[0], 1);
+	assert_int_equal(got[1], 2);
+	assert_int_equal(got[2], 3);
+	assert_int_equal(lazy_read(l, f->reg, fs[19].object, 0, sizeof(buf), buf), 2000);
+	assert_int_equal(ranges(f) - before, 3);
+	lazy_layer_free(l);
+	for (size_t i = 0; i < ARRAY_SIZE(fs); i++)
+		free(fs[i].content);
+}
+
 /* The table a pull parsed, offered to the packs, is what the layer's
  * first load uses: the layer opens from it, not from its file (damaged
  * here), and serves reads.  The next load parses the file. */
@@ -1634,6 +1671,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_reader_checks_unchecked_chunk, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_small_files_come_together, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unread_neighbours_shrink, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_first_load_takes_offered_table, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_wrong_chunk_never_served, setup, teardown),
