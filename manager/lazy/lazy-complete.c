@@ -83,17 +83,9 @@ static bool whole_hash_catch_up(struct whole_hash *wh, size_t upto)
 		pthread_mutex_unlock(&f->lock);
 		if (!present || f->fd < 0 || (!buf && !(buf = malloc(1 << 20))))
 			return false;
-		for (uint64_t off = 0; off < c->size;) {
-			ssize_t n =
-				pread(f->fd, buf, (size_t)MIN(c->size - off, (uint64_t)(1 << 20)),
-				      (off_t)(c->offset + off));
-
-			if (n <= 0) {
-				wh->next = f->n + 1; /* what it hashed is of no use now */
-				return false;
-			}
-			hasher_update(wh->h, buf, (size_t)n);
-			off += (uint64_t)n;
+		if (lazy_hash_back(f->fd, c->offset, c->size, wh->h, buf, 1 << 20) < 0) {
+			wh->next = f->n + 1; /* what it hashed is of no use now */
+			return false;
 		}
 		wh->next++;
 	}
@@ -479,11 +471,12 @@ static int plan_commit(struct lazy_layer *l, struct pending *p, size_t n)
 			pthread_mutex_lock(&f->lock);
 			/* (a chunk its file's hash has yet to check is not
 			 * marked: fetched again after a crash) */
-			if (f->complete || f->state[p[i].k] != CHUNK_PRESENT)
-				;
-			else if (f->packed)
+			bool present = !f->complete && f->state[p[i].k] == CHUNK_PRESENT;
+
+			if (present && f->packed)
 				(void)lazy_pack_mark(l, f->slot + p[i].k, 1);
-			else if (f->mapfd >= 0 && pwrite(f->mapfd, "1", 1, (off_t)p[i].k) == 1)
+			else if (present && f->mapfd >= 0 &&
+				 pwrite(f->mapfd, "1", 1, (off_t)p[i].k) == 1)
 				atomic_store(&f->unflushed, false);
 			pthread_mutex_unlock(&f->lock);
 		}

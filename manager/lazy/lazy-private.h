@@ -253,6 +253,9 @@ void lazy_file_publish(struct lazy_layer *l, struct lazy_file *f, bool hashed);
  * state CHUNK_WRITTEN, not CHUNK_PRESENT. */
 int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const void *src,
 		     void **dst, bool mark, struct hasher *whole);
+/* Feeds h len bytes of fd read back from off, through buf (buf_len
+ * bytes).  0, or -EIO when they cannot all be read. */
+int lazy_hash_back(int fd, uint64_t off, uint64_t len, struct hasher *h, void *buf, size_t buf_len);
 /* The chunks of f in CHUNK_WRITTEN once the file's hash said: all
  * present when it matched, else each read back and checked alone
  * (present or missing).  f held, f->lock held; readers are woken.

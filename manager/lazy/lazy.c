@@ -705,6 +705,20 @@ int lazy_write_chunk(struct lazy_layer *l, struct lazy_file *f, size_t k, const 
 	return 0;
 }
 
+int lazy_hash_back(int fd, uint64_t off, uint64_t len, struct hasher *h, void *buf, size_t buf_len)
+{
+	for (uint64_t done = 0; done < len;) {
+		ssize_t n = pread(fd, buf, (size_t)MIN(len - done, (uint64_t)buf_len),
+				  (off_t)(off + done));
+
+		if (n <= 0)
+			return -EIO;
+		hasher_update(h, buf, (size_t)n);
+		done += (uint64_t)n;
+	}
+	return 0;
+}
+
 /* Chunk k of f, read back from its file and checked against its own
  * digest: 0, -EBADMSG, or -errno.  f held, f->lock held. */
 static int chunk_check(struct lazy_file *f, size_t k)
@@ -714,6 +728,7 @@ static int chunk_check(struct lazy_file *f, size_t k)
 	char got[DIGEST_STRING_MAX];
 	_cleanup_free_ char *buf = NULL;
 	size_t piece = (size_t)MAX(MIN(c->size, (uint64_t)LAZY_CHUNK_PIECE), (uint64_t)1);
+	int r;
 
 	if (!c->digest[0] || f->packed || f->fd < 0)
 		return -EBADMSG;
@@ -721,30 +736,25 @@ static int chunk_check(struct lazy_file *f, size_t k)
 	buf = malloc(piece);
 	if (!h || !buf)
 		return -ENOMEM;
-	for (uint64_t off = 0; off < c->size;) {
-		ssize_t n = pread(f->fd, buf, (size_t)MIN(c->size - off, (uint64_t)piece),
-				  (off_t)(c->offset + off));
-
-		if (n <= 0)
-			return n < 0 ? negative_errno() : -EIO;
-		hasher_update(h, buf, (size_t)n);
-		off += (uint64_t)n;
-	}
+	r = lazy_hash_back(f->fd, c->offset, c->size, h, buf, piece);
+	if (r < 0)
+		return r;
 	hasher_final(h, got);
 	return strcmp(got, c->digest) == 0 ? 0 : -EBADMSG;
 }
 
 size_t lazy_written_settle(struct lazy_layer *l, struct lazy_file *f, bool matched)
 {
-	size_t bad = 0;
+	size_t bad = 0, good = 0;
 
 	for (size_t k = 0; k < f->n; k++) {
 		if (f->state[k] != CHUNK_WRITTEN)
 			continue;
 		f->state[k] = matched || chunk_check(f, k) == 0 ? CHUNK_PRESENT : CHUNK_MISSING;
 		bad += f->state[k] == CHUNK_MISSING;
+		good += f->state[k] == CHUNK_PRESENT;
 	}
-	if (bad < f->n)
+	if (good > 0)
 		lazy_changed(l);
 	pthread_cond_broadcast(&f->cond);
 	return bad;
@@ -999,7 +1009,6 @@ static int finish_file(struct lazy_layer *l, struct lazy_file *f)
 	char digest[DIGEST_STRING_MAX], name[DIGEST_HEX_LEN + 8], done[DIGEST_HEX_LEN + 8];
 	struct hasher *h;
 	char *buf;
-	uint64_t off = 0;
 	int r = 0;
 
 	if (f->packed)
@@ -1010,17 +1019,9 @@ static int finish_file(struct lazy_layer *l, struct lazy_file *f)
 		r = -ENOMEM;
 		goto out;
 	}
-	while (off < f->size) {
-		ssize_t n = pread(f->fd, buf, (size_t)MIN(f->size - off, (uint64_t)(1 << 20)),
-				  (off_t)off);
-
-		if (n <= 0) {
-			r = -EIO;
-			goto out;
-		}
-		hasher_update(h, buf, (size_t)n);
-		off += (uint64_t)n;
-	}
+	r = lazy_hash_back(f->fd, 0, f->size, h, buf, 1 << 20);
+	if (r < 0)
+		goto out;
 	hasher_final(h, digest);
 	if (strcmp(digest_hex(digest), f->object) != 0) {
 		/* fetch it all again next time */
