@@ -209,14 +209,17 @@ struct budget {
 	uint64_t high, low;
 };
 
-static int measure(struct manager *m, struct budget *b)
+/* With memo, the cache's usage as last counted unless something changed
+ * since (cache_usage_memo()). */
+static int measure_as(struct manager *m, struct budget *b, bool memo)
 {
 	unsigned hi = m->opts.gc_high_percent ?: DEFAULT_HIGH;
 	unsigned lo = m->opts.gc_low_percent ?: DEFAULT_LOW;
 	int r;
 
 	if (m->opts.cache_max_bytes) {
-		r = cache_usage(m->cache, &b->usage, NULL);
+		r = memo ? cache_usage_memo(m->cache, &b->usage, NULL)
+			 : cache_usage(m->cache, &b->usage, NULL);
 		if (r < 0)
 			return r;
 		/* containerd's snapshots are in the cache directory too */
@@ -235,6 +238,11 @@ static int measure(struct manager *m, struct budget *b)
 	b->high = b->budget / 100 * hi;
 	b->low = b->budget / 100 * lo;
 	return 0;
+}
+
+static int measure(struct manager *m, struct budget *b)
+{
+	return measure_as(m, b, false);
 }
 
 bool gc_needed(struct manager *m)
@@ -595,21 +603,23 @@ uint64_t gc_snapshot_bytes(struct manager *m)
 	return n;
 }
 
-void manager_snapshot_bytes_grew(struct manager *m)
+/* Wakes the collector. */
+static void gc_want(struct manager *m)
 {
-	uint64_t usage = 0;
-
-	/* Without a byte budget the filesystem's usage counts, which holds
-	 * them already. */
-	if (!m->opts.cache_max_bytes || cache_usage_memo(m->cache, &usage, NULL) < 0)
-		return;
-	usage += gc_snapshot_bytes(m);
-	if (usage <= m->opts.cache_max_bytes / 100 * (m->opts.gc_high_percent ?: DEFAULT_HIGH))
-		return;
 	pthread_mutex_lock(&m->lock);
 	m->gc_wanted = true;
 	pthread_cond_signal(&m->gc_cond);
 	pthread_mutex_unlock(&m->lock);
+}
+
+void manager_snapshot_bytes_grew(struct manager *m)
+{
+	struct budget b;
+
+	/* Without a byte budget the filesystem's usage counts, which holds
+	 * them already. */
+	if (m->opts.cache_max_bytes && measure_as(m, &b, true) == 0 && b.usage > b.high)
+		gc_want(m);
 }
 
 void manager_set_gc_prepare(struct manager *m, void (*fn)(void *userdata), void *userdata)
@@ -1039,12 +1049,8 @@ int gc_start(struct manager *m)
 		return -r;
 	m->gc_thread_started = true;
 	/* A cache already over its threshold at start is collected now. */
-	if (gc_needed(m)) {
-		pthread_mutex_lock(&m->lock);
-		m->gc_wanted = true;
-		pthread_cond_signal(&m->gc_cond);
-		pthread_mutex_unlock(&m->lock);
-	}
+	if (gc_needed(m))
+		gc_want(m);
 	return 0;
 }
 
