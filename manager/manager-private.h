@@ -286,10 +286,6 @@ void manager_emit(struct manager *m, enum event_type type, const char *reason, c
 
 /* refs.c: the reference state table (manager.refs) and the images handed
  * out by name (manager.images). */
-/* The canonical form of a reference given in any form the grammar
- * accepts (the default tag added): 0 with a new string, -EINVAL,
- * -ENOMEM. */
-int manager_canonical(const char *reference, char **ret);
 void refstate_free(struct refstate *rs);
 /* Drops the table's reference to reference's image.  manager.lock held. */
 void image_drop_locked(struct manager *m, const char *reference);

@@ -196,6 +196,11 @@ void manager_user_limit(struct manager *m, const char *what, const struct caller
  * its lookups).  Takes manager.lock. */
 bool manager_digest_private(struct manager *m, const char *digest);
 
+/* The canonical form of a reference given in any form the grammar
+ * accepts (the default tag added): 0 with a new string, -EINVAL,
+ * -ENOMEM. */
+int manager_canonical(const char *reference, char **ret);
+
 /* Who may see img's content, for the kernel to enforce (a
  * POSIX ACL on the image root): returns 0 when everybody may (no name of
  * it was pulled with credentials, or one was pulled without, or a rule

@@ -18,7 +18,6 @@
 #include "layerview.h"
 #include "macro.h"
 #include "manager.h"
-#include "reference.h"
 #include "snapfilter.h"
 #include "snapshots.pb-c.h"
 #include "snapstore.h"
@@ -38,19 +37,6 @@ struct snapshotter {
 	pthread_mutex_t refs_lock;
 	struct strmap *refs;
 };
-
-/* The canonical form of a reference (caller frees). */
-static int canonical_of(const char *text, char **ret)
-{
-	struct reference *ref = NULL;
-	int r = reference_parse(text, REFERENCE_DEFAULT_TAG, &ref);
-
-	if (r < 0)
-		return r;
-	*ret = reference_to_string(ref);
-	reference_free(ref);
-	return *ret ? 0 : -ENOMEM;
-}
 
 /* A remote snapshot's directory, layers_dir/<base64 of the reference>/
  * <digest>/diff: the image's canonical reference goes into the map. */
@@ -76,7 +62,7 @@ static int note_ref(void *userdata, const char *path)
 	if (got <= 0)
 		return 0;
 	text[got] = '\0';
-	r = canonical_of((const char *)text, &canon);
+	r = manager_canonical((const char *)text, &canon);
 	if (r < 0)
 		return r == -ENOMEM ? r : 0;
 	return strmap_put(m, canon, (void *)1);
@@ -292,7 +278,7 @@ static int ensure_layer(struct snapshotter *s, const char *ref, const char *dige
 	/* For a process reading the mount, ensure leaves a private image's
 	 * refusal to the kernel, which checks the ACL of its root on every
 	 * walk; a snapshot is handed to containerd without one. */
-	r = canonical_of(ref, &canonical);
+	r = manager_canonical(ref, &canonical);
 	if (r == 0)
 		r = manager_admit_image(s->manager, img, canonical, who);
 	if (r == 0)
