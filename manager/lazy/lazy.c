@@ -1363,7 +1363,8 @@ ssize_t lazy_read(struct lazy_layer *l, struct registry *reg, const char *object
 		return 0;
 	}
 	size = (size_t)MIN((uint64_t)size, f->size - off);
-	if (atomic_exchange(&f->near_unread, false)) {
+	/* (a load first: no write on every read) */
+	if (atomic_load(&f->near_unread) && atomic_exchange(&f->near_unread, false)) {
 		atomic_fetch_add(&l->reader_fetches, 1);
 		atomic_fetch_add(&l->near_read, 1);
 	}
